@@ -1,0 +1,90 @@
+"""Engine, sessions and the one request session dependency.
+
+The caller owns the transaction: the request dependency (or a worker task's `session_scope`)
+commits on success and rolls back on error; service functions only flush.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Annotated, Any
+
+from fastapi import Depends
+from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.pool import NullPool
+
+from app.settings import get_settings
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def make_engine(url: str, *, pooled: bool = True) -> Engine:
+    """Every engine of torchyard comes from here, so SQLite always gets WAL and its pragmas."""
+    if url.startswith("sqlite"):
+        kw: dict[str, Any] = {} if pooled else {"poolclass": NullPool}
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, **kw
+        )
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if not pooled:
+        return create_engine(url, poolclass=NullPool)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+@lru_cache
+def get_engine() -> Engine:
+    settings = get_settings()
+    if settings.resolved_database_url.startswith("sqlite"):
+        settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+    return make_engine(settings.resolved_database_url)
+
+
+@lru_cache
+def get_sessionmaker() -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    """A unit of work outside a request: commit on success, roll back on error."""
+    session = get_sessionmaker()()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def get_db() -> Iterator[Session]:
+    with session_scope() as session:
+        yield session
+
+
+# scope="function": commit before the response goes out, so a client that gets 201 can read it.
+SessionDep = Annotated[Session, Depends(get_db, scope="function")]

@@ -1,0 +1,34 @@
+"""Metric storage: an integer key id per (run, key), and points unique per (key id, step).
+
+Integer key ids keep the hot index narrow (design: integer keys insert faster than text), and
+the (key_id, step) primary key both orders a series for reading and makes re-ingesting the
+spool idempotent.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Double, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base
+
+
+class MetricKey(Base):
+    __tablename__ = "metric_keys"
+    __table_args__ = (UniqueConstraint("run_id", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(255))
+
+
+class Metric(Base):
+    __tablename__ = "metrics"
+
+    key_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("metric_keys.id", ondelete="CASCADE"), primary_key=True
+    )
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    # NULL is a non-finite value (NaN/inf): stored, shown as a gap.
+    value: Mapped[float | None] = mapped_column(Double)
+    wall_time: Mapped[float] = mapped_column(Double)

@@ -1,0 +1,7 @@
+"""Timestamps: always timezone-aware UTC, stored as such."""
+
+from datetime import UTC, datetime
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
