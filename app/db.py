@@ -6,7 +6,7 @@ commits on success and rolls back on error; service functions only flush.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Annotated, Any
@@ -44,9 +44,7 @@ def make_engine(url: str, *, pooled: bool = True) -> Engine:
     """Every engine of torchyard comes from here, so SQLite always gets WAL and its pragmas."""
     if url.startswith("sqlite"):
         kw: dict[str, Any] = {} if pooled else {"poolclass": NullPool}
-        engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, **kw
-        )
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kw)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if not pooled:
@@ -67,9 +65,15 @@ def get_sessionmaker() -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` once the unit of work has committed (e.g. enqueue a task for a new row,
+    which must not reach a worker before the row is visible)."""
+    session.info.setdefault("after_commit", []).append(callback)
+
+
 @contextmanager
 def session_scope() -> Iterator[Session]:
-    """A unit of work outside a request: commit on success, roll back on error."""
+    """A unit of work: commit on success, roll back on error, then run after-commit hooks."""
     session = get_sessionmaker()()
     try:
         yield session
@@ -78,7 +82,10 @@ def session_scope() -> Iterator[Session]:
         session.rollback()
         raise
     finally:
+        callbacks = session.info.pop("after_commit", [])
         session.close()
+    for callback in callbacks:
+        callback()
 
 
 def get_db() -> Iterator[Session]:

@@ -17,8 +17,7 @@ def alembic_config(url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    cfg.set_main_option("file_template",
-                        "%%(year)d_%%(month).2d_%%(day).2d_%%(slug)s")
+    cfg.set_main_option("file_template", "%%(year)d_%%(month).2d_%%(day).2d_%%(slug)s")
     return cfg
 
 

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from app.auth.deps import CurrentUser
+from app.db import SessionDep
+from app.experiments import service
+from app.experiments.schemas import ExperimentCreate, ExperimentOut
+from app.ownership import OwnedExperiment
+
+router = APIRouter(prefix="/api/experiments", tags=["experiments"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperimentOut)
+def create_experiment(
+    data: ExperimentCreate, session: SessionDep, user: CurrentUser
+) -> ExperimentOut:
+    experiment = service.create_experiment(session, owner=user, data=data)
+    return service.to_out(session, [experiment])[0]
+
+
+@router.get("", response_model=list[ExperimentOut])
+def list_experiments(session: SessionDep, user: CurrentUser) -> list[ExperimentOut]:
+    return service.to_out(session, service.visible_experiments(session, user=user))
+
+
+@router.get("/{experiment_id}", response_model=ExperimentOut)
+def read_experiment(experiment: OwnedExperiment, session: SessionDep) -> ExperimentOut:
+    return service.to_out(session, [experiment])[0]

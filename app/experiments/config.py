@@ -1,0 +1,159 @@
+"""The experiment config, validated completely before anything is stored or queued.
+
+The recipe catalog (worker.recipes.catalog, stdlib only) declares each recipe's params; this
+module turns it into pydantic models, one per recipe, joined by a discriminated union on
+`recipe`, so an error points at the exact field: `config.digits_cnn.params.lr`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
+
+from worker.recipes.catalog import RECIPES, Param, Recipe
+
+MAX_SEED = 2**32 - 1
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int = Field(0, ge=0, le=64, description="GPUs on one host")
+    nproc: int = Field(1, ge=1, le=64, description="processes (DDP ranks) on that host")
+
+
+class _ConfigBase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="omit for a random seed")
+    deterministic: bool = False
+    resources: Resources = Field(default_factory=Resources)
+
+
+def _param_field(param: Param) -> tuple[Any, Any]:
+    if param.choices:
+        return Literal[param.choices], Field(param.default, description=param.help)
+    constraints = {
+        k: v for k, v in (("ge", param.ge), ("gt", param.gt), ("le", param.le)) if v is not None
+    }
+    # strict: "10" is not an int and true is not a number; strict floats still take ints.
+    return param.kind, Field(param.default, description=param.help, strict=True, **constraints)
+
+
+def _params_model(recipe: Recipe) -> type[BaseModel]:
+    fields: dict[str, Any] = {p.name: _param_field(p) for p in recipe.params}
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        f"{recipe.name.title().replace('_', '')}Params",
+        __config__=ConfigDict(extra="forbid"),
+        **fields,
+    )
+
+
+def _recipe_config_model(recipe: Recipe) -> type[_ConfigBase]:
+    params_model = _params_model(recipe)
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        f"{recipe.name.title().replace('_', '')}Config",
+        __base__=_ConfigBase,
+        __doc__=recipe.description,
+        recipe=(Literal[recipe.name], ...),
+        params=(params_model, Field(default_factory=params_model)),
+    )
+
+
+RECIPE_CONFIG_MODELS: dict[str, type[_ConfigBase]] = {
+    name: _recipe_config_model(recipe) for name, recipe in RECIPES.items()
+}
+
+
+def _recipe_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        recipe = value.get("recipe")
+        return recipe if isinstance(recipe, str) else None
+    return getattr(value, "recipe", None)
+
+
+ExperimentConfig = Annotated[
+    Union[tuple(Annotated[m, Tag(n)] for n, m in RECIPE_CONFIG_MODELS.items())],  # noqa: UP007
+    Discriminator(
+        _recipe_tag,
+        custom_error_type="unknown_recipe",
+        custom_error_message="unknown or missing recipe; built-in recipes are: "
+        + ", ".join(sorted(RECIPES)),
+        custom_error_context={"recipes": sorted(RECIPES)},
+    ),
+]
+
+_adapter: TypeAdapter[Any] = TypeAdapter(ExperimentConfig)
+
+
+class ConfigInvalid(Exception):
+    """Config errors in FastAPI's 422 shape, with locations under the caller's prefix."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__(errors)
+        self.errors = errors
+
+
+def validate_config(raw: Any, *, loc_prefix: tuple[str | int, ...]) -> dict[str, Any]:
+    """Return the complete config (defaults filled in) as plain JSON, or raise ConfigInvalid."""
+    if isinstance(raw, dict) and "script" in raw:
+        raise ConfigInvalid(
+            [
+                {
+                    "type": "not_supported",
+                    "loc": [*loc_prefix, "script"],
+                    "msg": "workspace scripts are not supported yet; use a built-in recipe: "
+                    + ", ".join(sorted(RECIPES)),
+                    "input": raw["script"],
+                }
+            ]
+        )
+    try:
+        model = _adapter.validate_python(raw)
+    except ValidationError as exc:
+        raise ConfigInvalid(
+            [_error(e, loc_prefix) for e in exc.errors(include_url=False)]
+        ) from None
+    return model.model_dump(mode="json")  # type: ignore[no-any-return]
+
+
+def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> dict[str, Any]:
+    loc = list(err["loc"])
+    if loc and loc[0] in RECIPE_CONFIG_MODELS:
+        loc = loc[1:]  # the union's tag: the user wrote no such key
+    if err["type"] == "unknown_recipe":
+        loc = ["recipe"]
+    return {
+        "type": err["type"],
+        "loc": [*loc_prefix, *loc],
+        "msg": err["msg"],
+        "input": err.get("input"),
+    }
+
+
+def with_seed(config: dict[str, Any]) -> dict[str, Any]:
+    """The config a run uses: a random seed is drawn once, here, and recorded."""
+    if config.get("seed") is None:
+        return {**config, "seed": secrets.randbelow(MAX_SEED)}
+    return config
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,68 @@
+"""Experiments: create and list. Functions flush; the caller commits."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.errors import validation_error
+from app.experiments.config import ConfigInvalid, validate_config
+from app.experiments.models import Experiment
+from app.experiments.schemas import ExperimentCreate, ExperimentOut
+from app.runs.models import Run
+
+
+def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) -> Experiment:
+    try:
+        config = validate_config(data.config, loc_prefix=("body", "config"))
+    except ConfigInvalid as exc:
+        raise validation_error(exc.errors) from None
+    experiment = Experiment(
+        name=data.name, description=data.description, config=config, owner_id=owner.id
+    )
+    session.add(experiment)
+    session.flush()
+    return experiment
+
+
+def visible_experiments(session: Session, *, user: User) -> list[Experiment]:
+    stmt = select(Experiment).order_by(Experiment.id.desc())
+    if not user.is_admin:
+        stmt = stmt.where(Experiment.owner_id == user.id)
+    return list(session.scalars(stmt))
+
+
+def to_out(session: Session, experiments: list[Experiment]) -> list[ExperimentOut]:
+    """Decorate with owner names and run counts in two queries, not two per experiment."""
+    ids = [e.id for e in experiments]
+    counts = (
+        dict(
+            session.execute(
+                select(Run.experiment_id, func.count())
+                .where(Run.experiment_id.in_(ids))
+                .group_by(Run.experiment_id)
+            ).tuples()
+        )
+        if ids
+        else {}
+    )
+    owner_ids = {e.owner_id for e in experiments}
+    names = (
+        dict(session.execute(select(User.id, User.username).where(User.id.in_(owner_ids))).tuples())
+        if owner_ids
+        else {}
+    )
+    return [
+        ExperimentOut(
+            id=e.id,
+            name=e.name,
+            description=e.description,
+            config=e.config,
+            owner_id=e.owner_id,
+            owner=names.get(e.owner_id, "?"),
+            created_at=e.created_at,
+            run_count=counts.get(e.id, 0),
+        )
+        for e in experiments
+    ]

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+from fastapi.responses import FileResponse, PlainTextResponse
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from app.auth.deps import CurrentUser
+from app.db import SessionDep
+from app.metrics.service import read_series
+from app.ownership import OwnedExperiment, OwnedRun
+from app.runs import events, service
+from app.runs.schemas import CheckpointOut, MetricsOut, RunCreate, RunOut
+from app.settings import get_settings
+
+router = APIRouter(prefix="/api", tags=["runs"])
+
+
+@router.post(
+    "/experiments/{experiment_id}/runs",
+    status_code=status.HTTP_201_CREATED,
+    response_model=RunOut,
+)
+def create_run(
+    experiment: OwnedExperiment,
+    session: SessionDep,
+    user: CurrentUser,
+    data: RunCreate | None = None,
+) -> RunOut:
+    run = service.create_run(
+        session, experiment=experiment, owner=user, overrides=data.overrides if data else {}
+    )
+    return RunOut.model_validate(run)
+
+
+@router.get("/experiments/{experiment_id}/runs", response_model=list[RunOut])
+def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> list[RunOut]:
+    runs = service.runs_of_experiment(session, experiment_id=experiment.id)
+    return [RunOut.model_validate(r) for r in runs]
+
+
+@router.get("/runs", response_model=list[RunOut])
+def list_runs(session: SessionDep, user: CurrentUser) -> list[RunOut]:
+    return [RunOut.model_validate(r) for r in service.visible_runs(session, user=user)]
+
+
+@router.get("/runs/{run_id}", response_model=RunOut)
+def read_run(run: OwnedRun) -> RunOut:
+    return RunOut.model_validate(run)
+
+
+@router.post("/runs/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=RunOut)
+def cancel_run(run: OwnedRun, session: SessionDep) -> RunOut:
+    return RunOut.model_validate(service.request_cancel(session, run=run))
+
+
+@router.get("/runs/{run_id}/metrics", response_model=MetricsOut)
+def read_metrics(
+    run: OwnedRun,
+    session: SessionDep,
+    keys: Annotated[str | None, Query(description="comma-separated metric keys")] = None,
+    max_points: Annotated[int | None, Query(ge=2, le=1_000_000)] = None,
+    step_min: Annotated[int | None, Query(ge=0)] = None,
+    step_max: Annotated[int | None, Query(ge=0)] = None,
+) -> MetricsOut:
+    wanted = [k for k in keys.split(",") if k] if keys else None
+    series = read_series(
+        session,
+        run_id=run.id,
+        keys=wanted,
+        max_points=max_points,
+        step_min=step_min,
+        step_max=step_max,
+    )
+    return MetricsOut.model_validate({"series": series})
+
+
+@router.get("/runs/{run_id}/logs", response_class=PlainTextResponse)
+def read_logs(run: OwnedRun, offset: Annotated[int, Query(ge=0)] = 0) -> PlainTextResponse:
+    path = service.log_path(run.id)
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        data = b""
+    return PlainTextResponse(data.decode("utf-8", "replace"))
+
+
+@router.get("/runs/{run_id}/checkpoints", response_model=list[CheckpointOut])
+def list_checkpoints(run: OwnedRun, session: SessionDep) -> list[CheckpointOut]:
+    return [CheckpointOut.model_validate(c) for c in service.checkpoints_of(session, run_id=run.id)]
+
+
+@router.get("/runs/{run_id}/checkpoints/{name}", response_class=FileResponse)
+def download_checkpoint(run: OwnedRun, name: str, session: SessionDep) -> FileResponse:
+    path = service.checkpoint_file(session, run=run, name=name)
+    return FileResponse(path, filename=name, media_type="application/octet-stream")
+
+
+@router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
+async def run_events(run: OwnedRun) -> AsyncIterator[ServerSentEvent]:
+    async for event in events.stream(run.id, get_settings().sse_poll_seconds):
+        yield event

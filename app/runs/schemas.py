@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RunCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Deep-merged onto the experiment's config, then validated as a whole.
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    experiment_id: int
+    owner_id: int
+    status: str
+    config: dict[str, Any]
+    seed: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int | None
+    error: str | None
+    worker_host: str | None
+    cancel_requested: bool
+    resume_from: str | None
+
+
+class CheckpointOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    epoch: int
+    step: int
+    size_bytes: int
+    created_at: datetime
+
+
+class SeriesOut(BaseModel):
+    step: list[int]
+    value: list[float | None]
+
+
+class MetricsOut(BaseModel):
+    series: dict[str, SeriesOut]

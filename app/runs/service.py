@@ -1,0 +1,105 @@
+"""Runs: create (validated, then queued after commit), cancel, list. Flush, never commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.db import after_commit
+from app.errors import conflict, not_found, validation_error
+from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
+from app.experiments.models import Experiment
+from app.runs.models import Checkpoint, Run, RunStatus
+from app.settings import get_settings
+from app.timeutil import utcnow
+
+
+def create_run(
+    session: Session, *, experiment: Experiment, owner: User, overrides: dict[str, Any]
+) -> Run:
+    try:
+        config = validate_config(
+            deep_merge(experiment.config, overrides), loc_prefix=("body", "overrides")
+        )
+    except ConfigInvalid as exc:
+        raise validation_error(exc.errors) from None
+    config = with_seed(config)
+    run = Run(
+        experiment_id=experiment.id,
+        owner_id=owner.id,
+        status=RunStatus.queued,
+        config=config,
+        seed=config["seed"],
+    )
+    session.add(run)
+    session.flush()
+    run_id = run.id
+    after_commit(session, lambda: enqueue_run(run_id))
+    return run
+
+
+def enqueue_run(run_id: int) -> None:
+    from worker.celery_app import RUN_TASK, celery_app
+
+    celery_app.send_task(RUN_TASK, args=[run_id])
+
+
+def request_cancel(session: Session, *, run: Run) -> Run:
+    """Queued runs end here and now; running ones are stopped by their worker, which polls."""
+    status = RunStatus(run.status)
+    if status.finished:
+        raise conflict(f"run {run.id} has already finished ({status.value})")
+    if status is RunStatus.queued:
+        run.status = RunStatus.cancelled
+        run.finished_at = utcnow()
+    run.cancel_requested = True
+    session.flush()
+    return run
+
+
+def runs_of_experiment(session: Session, *, experiment_id: int) -> list[Run]:
+    stmt = select(Run).where(Run.experiment_id == experiment_id).order_by(Run.id.desc())
+    return list(session.scalars(stmt))
+
+
+def visible_runs(session: Session, *, user: User, limit: int = 200) -> list[Run]:
+    stmt = select(Run).order_by(Run.id.desc()).limit(limit)
+    if not user.is_admin:
+        stmt = stmt.where(Run.owner_id == user.id)
+    return list(session.scalars(stmt))
+
+
+def checkpoints_of(session: Session, *, run_id: int) -> list[Checkpoint]:
+    stmt = select(Checkpoint).where(Checkpoint.run_id == run_id).order_by(Checkpoint.id)
+    return list(session.scalars(stmt))
+
+
+def run_dir(run_id: int) -> Path:
+    return get_settings().run_dir(run_id)
+
+
+def inside(base: Path, relative: str) -> Path | None:
+    """Resolve `relative` under `base`; None when it would leave it (.., absolute, symlink)."""
+    base = base.resolve()
+    target = (base / relative).resolve()
+    return target if target.is_relative_to(base) else None
+
+
+def checkpoint_file(session: Session, *, run: Run, name: str) -> Path:
+    ckpt = session.scalar(
+        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.name == name)
+    )
+    if ckpt is None:
+        raise not_found("checkpoint", f"{name!r} of run {run.id}")
+    path = inside(run_dir(run.id), ckpt.path)
+    if path is None or not path.is_file():
+        raise not_found("checkpoint file", f"{name!r} of run {run.id}")
+    return path
+
+
+def log_path(run_id: int) -> Path:
+    return run_dir(run_id) / "output.log"

@@ -1,0 +1,142 @@
+"""Test harness: a real database (SQLite file, or PostgreSQL from TORCHYARD_DATABASE_URL), the
+real app in-process for API tests, and for end-to-end tests a real uvicorn server and a real
+Celery worker process on the real broker (the SQLite broker, or Redis from
+TORCHYARD_BROKER_URL).
+
+In-process API tests enqueue to kombu's in-memory transport, so runs they create for their own
+checks never reach the shared worker; everything a worker runs goes through the live stack.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.stack import LiveStack, running_stack
+
+BASE_DIR = Path(tempfile.mkdtemp(prefix="torchyard-tests-"))
+DATA_DIR = BASE_DIR / "data"
+DATABASE_URL = os.environ.get("TORCHYARD_DATABASE_URL") or f"sqlite:///{DATA_DIR / 'torchyard.db'}"
+BROKER_URL = os.environ.get("TORCHYARD_BROKER_URL") or f"sqla+sqlite:///{DATA_DIR / 'broker.db'}"
+ADMIN_PASSWORD = "admin-" + secrets.token_hex(8)
+
+os.environ.update(
+    TORCHYARD_DATA_DIR=str(DATA_DIR),
+    TORCHYARD_DATABASE_URL=DATABASE_URL,
+    TORCHYARD_BROKER_URL="memory://",
+    TORCHYARD_ADMIN_PASSWORD=ADMIN_PASSWORD,
+)
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _reset_postgres(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def database() -> Iterator[str]:
+    """The schema at Alembic head (never create_all) and the admin bootstrapped."""
+    if DATABASE_URL.startswith("postgresql"):
+        _reset_postgres(DATABASE_URL)
+    from app.prestart import prestart
+
+    prestart()
+    yield DATABASE_URL
+    from app.db import get_engine
+
+    get_engine().dispose()
+
+
+@pytest.fixture(scope="session")
+def app():  # type: ignore[no-untyped-def]
+    from app.main import create_app
+
+    return create_app()
+
+
+@pytest.fixture
+def client(app):  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as c:
+        yield c
+
+
+def make_user(*, admin: bool = False) -> tuple[str, str, dict[str, str]]:
+    """A new user with a token: (username, password, auth headers)."""
+    from app.auth.service import create_user, issue_token
+    from app.db import session_scope
+
+    username = f"user-{secrets.token_hex(4)}"
+    password = secrets.token_urlsafe(10)
+    with session_scope() as session:
+        user = create_user(session, username=username, password=password, is_admin=admin)
+        token = issue_token(session, user=user, ttl_hours=1)
+    return username, password, {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def user_headers() -> dict[str, str]:
+    return make_user()[2]
+
+
+@pytest.fixture
+def admin_headers() -> dict[str, str]:
+    return make_user(admin=True)[2]
+
+
+# --- the live stack: real server + real worker ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def live_stack(database: str) -> Iterator[LiveStack]:
+    env = dict(os.environ, TORCHYARD_BROKER_URL=BROKER_URL, PYTHONUNBUFFERED="1")
+    with running_stack(env, BASE_DIR / "logs", admin_password=ADMIN_PASSWORD) as stack:
+        yield stack
+
+
+def wait_for_status(
+    client: httpx.Client, run_id: int, statuses: set[str], timeout: float = 120
+) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = client.get(f"/api/runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} still {run['status']} after {timeout}s: {run}")
+
+
+def pids_of_run(run_id: int) -> list[int]:
+    """Every live process whose environment says it belongs to this run."""
+    marker = f"TORCHYARD_RUN_DIR={DATA_DIR / 'runs' / str(run_id)}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry.name}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in environ and state not in (b"Z", b"X"):
+            found.append(int(entry.name))
+    return found
+
+
+PYTHON = sys.executable

@@ -1,0 +1,100 @@
+"""A real torchyard stack in subprocesses (uvicorn server + Celery worker), for end-to-end
+tests and benchmarks. The caller's environment decides database, broker and data dir."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from app.cli import server_argv, worker_argv
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class LiveStack:
+    def __init__(self, base_url: str, log_dir: Path, admin_password: str) -> None:
+        self.base_url = base_url
+        self.log_dir = log_dir
+        self.admin_password = admin_password
+
+    def client(self, headers: dict[str, str] | None = None) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers=headers or {}, timeout=30)
+
+    def admin_token(self) -> str:
+        r = httpx.post(
+            f"{self.base_url}/api/auth/token",
+            data={"username": "admin", "password": self.admin_password},
+        )
+        r.raise_for_status()
+        return str(r.json()["access_token"])
+
+    def admin_client(self) -> httpx.Client:
+        return self.client({"Authorization": f"Bearer {self.admin_token()}"})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_logged(argv: list[str], env: dict[str, str], log_file: Path) -> subprocess.Popen:
+    with open(log_file, "ab") as out:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def purge_broker(broker_url: str) -> None:
+    """Messages left in a shared Redis by an earlier session name runs of another database."""
+    if broker_url.startswith("redis"):
+        import redis
+
+        redis.Redis.from_url(broker_url).delete("celery")
+
+
+def wait_healthy(base_url: str, server: subprocess.Popen, log_file: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base_url}/api/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError(f"server did not come up:\n{log_file.read_text()}")
+        time.sleep(0.1)
+
+
+@contextmanager
+def running_stack(
+    env: dict[str, str], log_dir: Path, *, admin_password: str, concurrency: int = 2
+) -> Iterator[LiveStack]:
+    """Database must already be at head (prestart). Stops both processes on exit."""
+    purge_broker(env["TORCHYARD_BROKER_URL"])
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    worker = start_logged(worker_argv(concurrency), env, log_dir / "worker.log")
+    server = start_logged(server_argv("127.0.0.1", port), env, log_dir / "server.log")
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base_url, server, log_dir / "server.log")
+        yield LiveStack(base_url, log_dir, admin_password)
+    finally:
+        stop_process(server)
+        stop_process(worker)

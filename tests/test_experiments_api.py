@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from app.db import session_scope
+from app.experiments.models import Experiment
+from app.runs.models import Run
+
+
+def digits(**params: object) -> dict:
+    return {"recipe": "digits_cnn", "params": params, "seed": 1029, "deterministic": True}
+
+
+def count(model: type) -> int:
+    with session_scope() as session:
+        return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_create_experiment_fills_defaults(client, user_headers) -> None:
+    r = client.post(
+        "/api/experiments",
+        json={"name": "digits", "config": digits(epochs=3)},
+        headers=user_headers,
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["config"]["params"]["epochs"] == 3
+    assert body["config"]["params"]["batch_size"] == 64  # default filled in
+    assert body["config"]["resources"] == {"gpus": 0, "nproc": 1}
+    got = client.get(f"/api/experiments/{body['id']}", headers=user_headers).json()
+    assert got["name"] == "digits" and got["run_count"] == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "loc", "needle"),
+    [
+        ({"recipe": "resnet9000"}, ["body", "config", "recipe"], "unknown or missing recipe"),
+        ({"params": {"epochs": 1}}, ["body", "config", "recipe"], "digits_cnn"),
+        (digits(lr=-0.1), ["body", "config", "params", "lr"], "greater than 0"),
+        (digits(epochs=0), ["body", "config", "params", "epochs"], "greater than or equal to 1"),
+        (digits(epochs="ten"), ["body", "config", "params", "epochs"], "valid integer"),
+        (digits(optimizer="lbfgs"), ["body", "config", "params", "optimizer"], "'sgd'"),
+        (digits(warmup=3), ["body", "config", "params", "warmup"], "not permitted"),
+        ({**digits(), "colour": "red"}, ["body", "config", "colour"], "not permitted"),
+        (
+            {**digits(), "resources": {"gpus": -1}},
+            ["body", "config", "resources", "gpus"],
+            "greater than or equal to 0",
+        ),
+    ],
+)
+def test_bad_config_is_422_naming_the_field_and_stores_nothing(
+    client, user_headers, config, loc, needle
+) -> None:
+    before = count(Experiment)
+    r = client.post("/api/experiments", json={"name": "x", "config": config}, headers=user_headers)
+    assert r.status_code == 422, r.text
+    errors = r.json()["detail"]
+    assert any(e["loc"] == loc and needle in e["msg"] for e in errors), errors
+    assert count(Experiment) == before
+
+
+def test_missing_name_is_422(client, user_headers) -> None:
+    r = client.post("/api/experiments", json={"config": digits()}, headers=user_headers)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "name"]
+
+
+def test_bad_json_is_422(client, user_headers) -> None:
+    r = client.post(
+        "/api/experiments",
+        content=b"{not json",
+        headers={**user_headers, "Content-Type": "application/json"},
+    )
+    assert r.status_code == 422
+
+
+def test_users_see_only_their_experiments_and_admins_see_all(
+    client, user_headers, admin_headers
+) -> None:
+    from tests.conftest import make_user
+
+    other = make_user()[2]
+    mine = client.post(
+        "/api/experiments", json={"name": "mine", "config": digits()}, headers=user_headers
+    ).json()
+    r = client.get(f"/api/experiments/{mine['id']}", headers=other)
+    assert r.status_code == 403 and "another user" in r.json()["detail"]
+    assert mine["id"] not in [e["id"] for e in client.get("/api/experiments", headers=other).json()]
+    assert client.get(f"/api/experiments/{mine['id']}", headers=admin_headers).status_code == 200
+    assert client.get("/api/experiments/999999", headers=user_headers).status_code == 404
+
+
+def test_run_on_missing_experiment_is_404(client, user_headers) -> None:
+    before = count(Run)
+    r = client.post("/api/experiments/999999/runs", json={}, headers=user_headers)
+    assert r.status_code == 404 and "experiment 999999 not found" in r.json()["detail"]
+    assert count(Run) == before

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.db import session_scope
+from app.metrics.service import count_points, read_series
+from app.runs.models import Run
+from app.runs.service import checkpoints_of
+from tests.factories import make_run
+from worker.forwarder import forward
+
+
+def line(step: int, **values: float | None) -> str:
+    return json.dumps({"type": "metrics", "step": step, "time": 1000.0 + step, "values": values})
+
+
+def pump(run_id: int, path: Path) -> int:
+    with session_scope() as session:
+        return forward(session, run_id=run_id, metrics_path=path)
+
+
+def test_forwards_complete_lines_only_and_resumes_from_its_offset(tmp_path: Path) -> None:
+    run_id = make_run()
+    path = tmp_path / "metrics.jsonl"
+    assert pump(run_id, path) == 0  # no file yet
+    path.write_text(line(1, **{"train/loss": 2.0}) + "\n" + line(2, **{"train/loss": 1.5})[:10])
+    assert pump(run_id, path) == 1
+    with path.open("a") as f:
+        f.write(line(2, **{"train/loss": 1.5})[10:] + "\n" + line(3, **{"train/loss": None}) + "\n")
+    assert pump(run_id, path) == 2
+    assert pump(run_id, path) == 0
+    with session_scope() as session:
+        series = read_series(session, run_id=run_id)
+    assert series["train/loss"] == {"step": [1, 2, 3], "value": [2.0, 1.5, None]}
+
+
+def test_replaying_the_spool_doubles_nothing(tmp_path: Path) -> None:
+    run_id = make_run()
+    path = tmp_path / "metrics.jsonl"
+    ckpt = {
+        "type": "checkpoint",
+        "name": "epoch-0001.pt",
+        "path": "checkpoints/epoch-0001.pt",
+        "epoch": 1,
+        "step": 2,
+        "size_bytes": 10,
+        "time": 1.0,
+    }
+    path.write_text("\n".join([line(1, a=1.0, b=2.0), line(2, a=0.5), json.dumps(ckpt)]) + "\n")
+    assert pump(run_id, path) == 3
+    with session_scope() as session:
+        session.get(Run, run_id).metrics_offset = 0  # as if the offset had been lost
+    assert pump(run_id, path) == 3
+    with session_scope() as session:
+        assert count_points(session, run_id=run_id) == 3
+        assert [c.name for c in checkpoints_of(session, run_id=run_id)] == ["epoch-0001.pt"]

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from worker.launcher import LaunchSpec, build_launch
+
+CONFIG = {"recipe": "tiny_mlp", "params": {}, "seed": 5, "resources": {"nproc": 1, "gpus": 0}}
+
+
+def spec(**kw: object) -> LaunchSpec:
+    base: dict = dict(
+        run_id=7,
+        run_dir=Path("/data/runs/7"),
+        config=CONFIG,
+        python="/py",
+        job_token="tok",
+        master_port=29555,
+        base_env={"PATH": "/bin"},
+    )
+    base.update(kw)
+    return LaunchSpec(**base)
+
+
+def test_single_process_starts_the_entry_point_directly_with_torchrun_env() -> None:
+    launch = build_launch(spec())
+    assert launch.argv == ["/py", "-m", "worker.jobmain"]
+    env = launch.env
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("0", "0", "1")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29555")
+    assert env["TORCHYARD_RUN_ID"] == "7" and env["TORCHYARD_RUN_DIR"] == "/data/runs/7"
+    assert json.loads(env["TORCHYARD_CONFIG"]) == CONFIG
+    assert env["PYTHONHASHSEED"] == "5" and env["TORCHYARD_JOB_TOKEN"] == "tok"
+    assert env["PATH"] == "/bin" and "TORCHYARD_RESUME_FROM" not in env
+
+
+def test_single_process_through_torchrun_when_configured() -> None:
+    launch = build_launch(spec(single_process="torchrun"))
+    assert launch.argv == [
+        "/py",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=1",
+        "--module",
+        "worker.jobmain",
+    ]
+    assert "RANK" not in launch.env and "MASTER_PORT" not in launch.env
+
+
+def test_multi_process_always_goes_through_torchrun() -> None:
+    config = {**CONFIG, "resources": {"nproc": 2, "gpus": 0}}
+    launch = build_launch(spec(config=config))
+    assert launch.argv == [
+        "/py",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--module",
+        "worker.jobmain",
+    ]
+
+
+def test_resume_path_is_passed_to_the_job() -> None:
+    launch = build_launch(spec(resume_from=Path("/data/runs/3/checkpoints/final.pt")))
+    assert launch.env["TORCHYARD_RESUME_FROM"] == "/data/runs/3/checkpoints/final.pt"

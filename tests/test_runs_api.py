@@ -1,0 +1,108 @@
+"""Run routes in-process (the broker is kombu's in-memory transport: nothing is executed)."""
+
+from __future__ import annotations
+
+from tests.conftest import make_user
+
+
+def tiny(**params: object) -> dict:
+    return {"recipe": "tiny_mlp", "params": params}
+
+
+def new_experiment(client, headers, config=None) -> dict:  # type: ignore[no-untyped-def]
+    r = client.post(
+        "/api/experiments", json={"name": "e", "config": config or tiny()}, headers=headers
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_create_run_is_queued_with_merged_config_and_a_seed(client, user_headers) -> None:
+    exp = new_experiment(client, user_headers, tiny(epochs=2))
+    r = client.post(
+        f"/api/experiments/{exp['id']}/runs",
+        json={"overrides": {"params": {"lr": 0.2}}},
+        headers=user_headers,
+    )
+    assert r.status_code == 201, r.text
+    run = r.json()
+    assert run["status"] == "queued" and run["experiment_id"] == exp["id"]
+    assert run["config"]["params"]["epochs"] == 2 and run["config"]["params"]["lr"] == 0.2
+    assert isinstance(run["seed"], int) and run["config"]["seed"] == run["seed"]
+    assert client.get(f"/api/runs/{run['id']}", headers=user_headers).json()["id"] == run["id"]
+
+
+def test_run_without_body_uses_experiment_config(client, user_headers) -> None:
+    exp = new_experiment(client, user_headers, {**tiny(), "seed": 7})
+    run = client.post(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()
+    assert run["seed"] == 7
+
+
+def test_bad_overrides_are_422_under_overrides(client, user_headers) -> None:
+    exp = new_experiment(client, user_headers)
+    r = client.post(
+        f"/api/experiments/{exp['id']}/runs",
+        json={"overrides": {"params": {"lr": 0}}},
+        headers=user_headers,
+    )
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "overrides", "params", "lr"]
+    runs = client.get(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()
+    assert runs == []
+
+
+def test_cancel_queued_run_ends_it_and_second_cancel_conflicts(client, user_headers) -> None:
+    exp = new_experiment(client, user_headers)
+    run = client.post(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()
+    r = client.post(f"/api/runs/{run['id']}/cancel", headers=user_headers)
+    assert r.status_code == 202 and r.json()["status"] == "cancelled"
+    again = client.post(f"/api/runs/{run['id']}/cancel", headers=user_headers)
+    assert again.status_code == 409 and "already finished" in again.json()["detail"]
+
+
+def test_other_users_cannot_touch_a_run_but_admins_can(client, user_headers, admin_headers) -> None:
+    exp = new_experiment(client, user_headers)
+    run = client.post(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()
+    other = make_user()[2]
+    for method, path in [
+        ("get", f"/api/runs/{run['id']}"),
+        ("post", f"/api/runs/{run['id']}/cancel"),
+        ("get", f"/api/runs/{run['id']}/metrics"),
+        ("get", f"/api/runs/{run['id']}/logs"),
+        ("get", f"/api/runs/{run['id']}/checkpoints"),
+        ("post", f"/api/experiments/{exp['id']}/runs"),
+    ]:
+        r = client.request(method, path, headers=other)
+        assert r.status_code == 403, (method, path, r.text)
+    assert run["id"] not in [x["id"] for x in client.get("/api/runs", headers=other).json()]
+    assert client.post(f"/api/runs/{run['id']}/cancel", headers=admin_headers).status_code == 202
+
+
+def test_missing_run_is_404_everywhere(client, user_headers) -> None:
+    for path in (
+        "/api/runs/424242",
+        "/api/runs/424242/metrics",
+        "/api/runs/424242/logs",
+        "/api/runs/424242/checkpoints",
+        "/api/runs/424242/checkpoints/final.pt",
+    ):
+        r = client.get(path, headers=user_headers)
+        assert r.status_code == 404 and "run 424242 not found" in r.json()["detail"], path
+
+
+def test_unknown_checkpoint_is_404(client, user_headers) -> None:
+    exp = new_experiment(client, user_headers)
+    run = client.post(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()
+    r = client.get(f"/api/runs/{run['id']}/checkpoints/../../etc/passwd", headers=user_headers)
+    assert r.status_code == 404
+    r = client.get(f"/api/runs/{run['id']}/checkpoints/final.pt", headers=user_headers)
+    assert r.status_code == 404 and "checkpoint" in r.json()["detail"]
+
+
+def test_metrics_of_a_run_without_points_is_empty(client, user_headers) -> None:
+    exp = new_experiment(client, user_headers)
+    run = client.post(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()
+    r = client.get(f"/api/runs/{run['id']}/metrics?max_points=100", headers=user_headers)
+    assert r.status_code == 200 and r.json() == {"series": {}}
+    bad = client.get(f"/api/runs/{run['id']}/metrics?max_points=1", headers=user_headers)
+    assert bad.status_code == 422

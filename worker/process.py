@@ -1,0 +1,92 @@
+"""Starting a job's processes with their output captured, and stopping every one of them.
+
+torchrun puts each worker in a new session, so signalling the launcher's process group is not
+enough; every process of a run carries the run's job token in its environment, and `stop`
+signals all processes that carry it (the group first, so torchrun can shut down cleanly).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from worker.launcher import JOB_TOKEN_VAR, Launch
+
+
+def pids_with_token(token: str) -> list[int]:
+    """Live (non-zombie) processes whose environment carries this job token. Linux /proc."""
+    marker = f"{JOB_TOKEN_VAR}={token}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(entry.name))
+    return found
+
+
+class JobProcess:
+    """The running job: its launcher process, its log file and its token."""
+
+    def __init__(self, launch: Launch, *, log_path: Path, cwd: Path, token: str) -> None:
+        self.token = token
+        self._log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the job
+        self.proc = subprocess.Popen(
+            launch.argv,
+            env=launch.env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self) -> int:
+        code = self.proc.wait()
+        self._log.close()
+        return code
+
+    def stop(self, grace_seconds: float) -> int:
+        """SIGTERM everything of the job, SIGKILL what is left after the grace period."""
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None and not pids_with_token(self.token):
+                break
+            time.sleep(0.05)
+        for _ in range(50):
+            left = pids_with_token(self.token)
+            if not left and self.proc.poll() is not None:
+                break
+            self._signal_all(signal.SIGKILL)
+            time.sleep(0.02)
+        return self.wait()
+
+    def _signal_all(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in pids_with_token(self.token):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
