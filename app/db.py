@@ -62,6 +62,10 @@ def get_engine() -> Engine:
 
 @lru_cache
 def get_sessionmaker() -> sessionmaker[Session]:
+    # Every mapper must be known before the first flush resolves foreign keys, whatever subset
+    # of the domains this process imported (a worker never imports the API routers).
+    import app.models  # noqa: F401
+
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 

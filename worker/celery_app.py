@@ -7,13 +7,19 @@ from celery import Celery
 from app.settings import get_settings
 
 RUN_TASK = "torchyard.run"
+POLLING_INTERVAL = 0.05
 
 
 def make_celery() -> Celery:
     settings = get_settings()
     broker = settings.resolved_broker_url
-    if broker.startswith("sqla+sqlite"):
+    if broker.startswith("sqla+"):
         settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+        # The SQL transport polls, 1 s by default: most of a run's launch latency. Its channel
+        # hands every transport option to create_engine, so polling_interval cannot go there.
+        from kombu.transport import sqlalchemy as kombu_sqla
+
+        kombu_sqla.Transport.polling_interval = POLLING_INTERVAL
     app = Celery("torchyard", broker=broker, include=["worker.tasks"])
     app.conf.update(
         task_acks_late=True,
@@ -24,14 +30,11 @@ def make_celery() -> Celery:
         accept_content=["json"],
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
-        # The SQL transport polls; its 1 s default is most of a run's launch latency.
-        broker_transport_options={"polling_interval": 0.1, "visibility_timeout": 7 * 24 * 3600},
     )
     if broker.startswith("redis"):
-        app.conf.broker_transport_options = {
-            "visibility_timeout": 7 * 24 * 3600,
-            "polling_interval": 0.1,
-        }
+        # A run can train for days: redelivering its unacked task sooner would start it twice
+        # (the run task re-checks the run's status, but the message would bounce needlessly).
+        app.conf.broker_transport_options = {"visibility_timeout": 7 * 24 * 3600}
     return app
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import CursorResult, update
 
 from app.db import session_scope
 from app.runs.models import Run, RunStatus
@@ -56,12 +56,12 @@ def error_tail(log_path: Path) -> str:
 def claim(run_id: int, host: str) -> dict[str, Any] | None:
     """queued -> running, atomically: a redelivered task finds the run taken and does nothing."""
     with session_scope() as session:
-        claimed = session.execute(
+        result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Run)
             .where(Run.id == run_id, Run.status == RunStatus.queued, ~Run.cancel_requested)
             .values(status=RunStatus.running, started_at=utcnow(), worker_host=host)
-        ).rowcount
-        if not claimed:
+        )
+        if not result.rowcount:
             return None
         run = session.get(Run, run_id)
         assert run is not None
@@ -76,6 +76,16 @@ def execute_run(run_id: int) -> str | None:
     if claimed is None:
         log.info("run %s is not queued any more; nothing to do", run_id)
         return None
+    try:
+        return _execute_claimed(run_id, claimed)
+    except Exception as exc:
+        # A claimed run must never stay "running" because the worker itself failed.
+        log.exception("run %s: the worker failed while running it", run_id)
+        return _finish(run_id, RunStatus.failed, None, f"worker error: {exc!r}")
+
+
+def _execute_claimed(run_id: int, claimed: dict[str, Any]) -> str:
+    settings = get_settings()
     run_dir = settings.run_dir(run_id)
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(claimed["config"], indent=2))

@@ -44,7 +44,7 @@ class _ConfigBase(BaseModel):
 def _param_field(param: Param) -> tuple[Any, Any]:
     if param.choices:
         return Literal[param.choices], Field(param.default, description=param.help)
-    constraints = {
+    constraints: dict[str, Any] = {
         k: v for k, v in (("ge", param.ge), ("gt", param.gt), ("le", param.le)) if v is not None
     }
     # strict: "10" is not an int and true is not a number; strict floats still take ints.
@@ -66,7 +66,7 @@ def _recipe_config_model(recipe: Recipe) -> type[_ConfigBase]:
         f"{recipe.name.title().replace('_', '')}Config",
         __base__=_ConfigBase,
         __doc__=recipe.description,
-        recipe=(Literal[recipe.name], ...),
+        recipe=(Literal[recipe.name], ...),  # type: ignore[arg-type]
         params=(params_model, Field(default_factory=params_model)),
     )
 
@@ -83,14 +83,14 @@ def _recipe_tag(value: Any) -> str | None:
     return getattr(value, "recipe", None)
 
 
-ExperimentConfig = Annotated[
+ExperimentConfig: Any = Annotated[
     Union[tuple(Annotated[m, Tag(n)] for n, m in RECIPE_CONFIG_MODELS.items())],  # noqa: UP007
     Discriminator(
         _recipe_tag,
         custom_error_type="unknown_recipe",
         custom_error_message="unknown or missing recipe; built-in recipes are: "
         + ", ".join(sorted(RECIPES)),
-        custom_error_context={"recipes": sorted(RECIPES)},
+        custom_error_context={"recipes": ", ".join(sorted(RECIPES))},
     ),
 ]
 

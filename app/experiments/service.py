@@ -42,14 +42,14 @@ def to_out(session: Session, experiments: list[Experiment]) -> list[ExperimentOu
                 select(Run.experiment_id, func.count())
                 .where(Run.experiment_id.in_(ids))
                 .group_by(Run.experiment_id)
-            ).tuples()
+            ).all()
         )
         if ids
         else {}
     )
     owner_ids = {e.owner_id for e in experiments}
     names = (
-        dict(session.execute(select(User.id, User.username).where(User.id.in_(owner_ids))).tuples())
+        dict(session.execute(select(User.id, User.username).where(User.id.in_(owner_ids))).all())
         if owner_ids
         else {}
     )
