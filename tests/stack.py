@@ -86,7 +86,7 @@ def running_stack(
     env: dict[str, str], log_dir: Path, *, admin_password: str, concurrency: int = 2
 ) -> Iterator[LiveStack]:
     """Database must already be at head (prestart). Stops both processes on exit."""
-    purge_broker(env["TORCHYARD_BROKER_URL"])
+    purge_broker(env.get("TORCHYARD_BROKER_URL", ""))
     log_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     worker = start_logged(worker_argv(concurrency), env, log_dir / "worker.log")
