@@ -47,9 +47,11 @@ def make_engine(url: str, *, pooled: bool = True) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kw)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    # PostgreSQL's JIT adds ~100 ms to a downsampling query and helps none of ours.
+    pg: dict[str, Any] = {"connect_args": {"options": "-c jit=off"}} if "postgresql" in url else {}
     if not pooled:
-        return create_engine(url, poolclass=NullPool)
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return create_engine(url, poolclass=NullPool, **pg)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **pg)
 
 
 @lru_cache

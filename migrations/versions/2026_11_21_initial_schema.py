@@ -130,13 +130,8 @@ def upgrade() -> None:
         sa.Column("step", sa.BigInteger(), nullable=False),
         sa.Column("value", sa.Double(), nullable=True),
         sa.Column("wall_time", sa.Double(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["key_id"],
-            ["metric_keys.id"],
-            name=op.f("fk_metrics_key_id_metric_keys"),
-            ondelete="CASCADE",
-        ),
         sa.PrimaryKeyConstraint("key_id", "step", name=op.f("pk_metrics")),
+        sqlite_with_rowid=False,
     )
 
 

@@ -1,0 +1,279 @@
+"""app.metrics.service against real databases: a SQLite file, and PostgreSQL when
+TORCHYARD_TEST_POSTGRES_URL is set (a database of its own, created here and dropped after).
+
+Each test works in one transaction that is rolled back, on a run of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlalchemy import Engine, create_engine, make_url, select
+from sqlalchemy.orm import Session
+
+import app.models as models
+from app.db import make_engine
+from app.metrics.service import (
+    count_points,
+    ingest_points,
+    list_keys,
+    read_new_points,
+    read_series,
+)
+from app.migrate import upgrade
+
+POSTGRES_URL = os.environ.get("TORCHYARD_TEST_POSTGRES_URL", "")
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "sqlite",
+        pytest.param(
+            "postgresql",
+            marks=pytest.mark.skipif(not POSTGRES_URL, reason="TORCHYARD_TEST_POSTGRES_URL unset"),
+        ),
+    ],
+)
+def engine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engine]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'metrics.db'}"
+        upgrade(url)
+        eng = make_engine(url)
+        yield eng
+        eng.dispose()
+        return
+    name = f"ty_metrics_{secrets.token_hex(5)}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+        upgrade(url)
+        eng = make_engine(url)
+        yield eng
+        eng.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+def new_run(session: Session) -> int:
+    user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
+    session.add(user)
+    session.flush()
+    exp = models.Experiment(name="metrics", config={}, owner_id=user.id)
+    session.add(exp)
+    session.flush()
+    run = models.Run(experiment_id=exp.id, owner_id=user.id, config={}, seed=0)
+    session.add(run)
+    session.flush()
+    return run.id
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    with Session(engine) as s:
+        try:
+            yield s
+        finally:
+            s.rollback()
+
+
+@pytest.fixture
+def run_id(session: Session) -> int:
+    return new_run(session)
+
+
+Point = tuple[str, int, float | None, float]
+
+
+def pts(
+    key: str, steps: range | list[int], f: Callable[[int], float | None] = lambda s: s / 10
+) -> list[Point]:
+    """Points of one key; wall time 1000 + step."""
+    return [(key, s, f(s), 1000.0 + s) for s in steps]
+
+
+# --- ingest -----------------------------------------------------------------------------
+
+
+def test_reingesting_the_same_points_stores_them_once(session: Session, run_id: int) -> None:
+    points = pts("train/loss", range(1, 101)) + pts("train/acc", range(1, 101))
+    assert ingest_points(session, run_id=run_id, points=points) == 200
+    assert ingest_points(session, run_id=run_id, points=points) == 0
+    overlap = pts("train/loss", range(91, 111), f=lambda s: -1.0)
+    assert ingest_points(session, run_id=run_id, points=overlap) == 10
+    assert count_points(session, run_id=run_id) == 210
+    assert count_points(session, run_id=run_id, key="train/loss") == 110
+    assert count_points(session, run_id=run_id, key="nope") == 0
+    loss = read_series(session, run_id=run_id, keys=["train/loss"])["train/loss"]
+    assert loss["value"][90:100] == [s / 10 for s in range(91, 101)]  # first write wins
+    assert loss["value"][100:] == [-1.0] * 10
+
+
+def test_replay_across_transactions_doubles_nothing(engine: Engine) -> None:
+    points = pts("a", range(1, 501)) + pts("b", range(1, 501))
+    with Session(engine) as s:
+        rid = new_run(s)
+        assert ingest_points(s, run_id=rid, points=points[:600]) == 600
+        s.commit()
+    # Later transactions reuse the pooled connection (on PostgreSQL, its staging temp table).
+    for expected_new in (400, 0):
+        with Session(engine) as s:
+            assert ingest_points(s, run_id=rid, points=points) == expected_new
+            s.commit()
+    with Session(engine) as s:
+        assert count_points(s, run_id=rid) == 1000
+        assert ingest_points(s, run_id=rid, points=points[:10]) == 0
+        assert ingest_points(s, run_id=rid, points=pts("a", [501])) == 1  # same transaction
+        assert count_points(s, run_id=rid) == 1001
+        s.rollback()
+
+
+def test_key_ids_are_created_once_and_reused(session: Session, run_id: int) -> None:
+    ingest_points(session, run_id=run_id, points=pts("a", [1]) + pts("b", [1]))
+    ids = dict(
+        session.execute(
+            select(models.MetricKey.key, models.MetricKey.id).where(
+                models.MetricKey.run_id == run_id
+            )
+        ).all()
+    )
+    ingest_points(session, run_id=run_id, points=pts("a", [2]) + pts("b", [2]) + pts("c", [2]))
+    after = dict(
+        session.execute(
+            select(models.MetricKey.key, models.MetricKey.id).where(
+                models.MetricKey.run_id == run_id
+            )
+        ).all()
+    )
+    assert set(after) == {"a", "b", "c"}
+    assert {k: after[k] for k in ids} == ids
+    other = new_run(session)
+    ingest_points(session, run_id=other, points=pts("a", [1], f=lambda s: 99.0))
+    assert list_keys(session, run_id=run_id) == ["a", "b", "c"]
+    assert list_keys(session, run_id=other) == ["a"]
+    assert read_series(session, run_id=run_id, keys=["a"])["a"]["value"] == [0.1, 0.2]
+
+
+def test_non_finite_values_are_stored_as_null(session: Session, run_id: int) -> None:
+    values = [1.0, math.nan, math.inf, -math.inf, None, 3, True]
+    points = [("m", i + 1, v, 1.0) for i, v in enumerate(values)]
+    assert ingest_points(session, run_id=run_id, points=points) == 7
+    series = read_series(session, run_id=run_id)["m"]
+    assert series == {
+        "step": [1, 2, 3, 4, 5, 6, 7],
+        "value": [1.0, None, None, None, None, 3.0, 1.0],
+    }
+    assert read_new_points(session, run_id=run_id, after={})["m"]["value"] == series["value"]
+
+
+def test_bad_keys_are_refused(session: Session, run_id: int) -> None:
+    with pytest.raises(ValueError, match="metric keys"):
+        ingest_points(session, run_id=run_id, points=[("x" * 256, 1, 1.0, 1.0)])
+    assert ingest_points(session, run_id=run_id, points=[]) == 0
+
+
+# --- read_series ------------------------------------------------------------------------
+
+
+def test_read_series_is_in_step_order_and_filters_keys_and_steps(
+    session: Session, run_id: int
+) -> None:
+    ingest_points(session, run_id=run_id, points=pts("b", [5, 1, 3]) + pts("a", [2]))
+    ingest_points(session, run_id=run_id, points=pts("b", [4, 2]))
+    every = read_series(session, run_id=run_id)
+    assert list(every) == ["a", "b"]
+    assert every["b"] == {"step": [1, 2, 3, 4, 5], "value": [0.1, 0.2, 0.3, 0.4, 0.5]}
+    assert read_series(session, run_id=run_id, keys=["b", "missing"]).keys() == {"b"}
+    assert read_series(session, run_id=run_id, keys=[]) == {}
+    ranged = read_series(session, run_id=run_id, step_min=2, step_max=4)
+    assert ranged == {
+        "a": {"step": [2], "value": [0.2]},
+        "b": {"step": [2, 3, 4], "value": [0.2, 0.3, 0.4]},
+    }
+    # max_points above the count in range: the series comes back whole.
+    assert read_series(session, run_id=run_id, keys=["b"], max_points=5)["b"] == every["b"]
+    with pytest.raises(ValueError, match="max_points"):
+        read_series(session, run_id=run_id, max_points=1)
+
+
+def wave(step: int) -> float:
+    if step == 123_457:
+        return 50.0
+    if step == 7:
+        return -50.0
+    return math.sin(step / 1000)
+
+
+def test_downsampling_keeps_single_step_spikes_within_max_points(
+    session: Session, run_id: int
+) -> None:
+    n = 200_000
+    points = pts("loss", range(1, n + 1), f=wave) + pts("acc", range(1, 3001, 1000))
+    for i in range(0, len(points), 50_000):
+        ingest_points(session, run_id=run_id, points=points[i : i + 50_000])
+    for max_points in (1000, 999, 2):
+        result = read_series(session, run_id=run_id, max_points=max_points)
+        steps, values = result["loss"]["step"], result["loss"]["value"]
+        assert len(steps) <= max_points
+        assert steps == sorted(set(steps))
+        assert values == [wave(s) for s in steps]  # real points only
+        assert 123_457 in steps and 7 in steps
+        assert len(steps) >= 0.9 * max_points  # min and max of every bucket, not a sample
+    assert result["acc"]["step"] == [1, 2001]  # 3 points > max_points=2: downsampled too
+    assert read_series(session, run_id=run_id, keys=["acc"], max_points=3)["acc"]["step"] == [
+        1,
+        1001,
+        2001,
+    ]
+    ranged = read_series(
+        session, run_id=run_id, keys=["loss"], max_points=500, step_min=100_000, step_max=150_000
+    )["loss"]
+    assert len(ranged["step"]) <= 500
+    assert ranged["step"][0] >= 100_000 and ranged["step"][-1] <= 150_000
+    assert 123_457 in ranged["step"]
+
+
+def test_downsampling_shows_a_non_finite_stretch_as_a_gap(session: Session, run_id: int) -> None:
+    def f(s: int) -> float:
+        return math.nan if 1001 <= s <= 2000 else float(s % 7)
+
+    ingest_points(session, run_id=run_id, points=pts("loss", range(1, 3001), f=f))
+    series = read_series(session, run_id=run_id, max_points=100)["loss"]
+    assert len(series["step"]) <= 100
+    gap = [s for s, v in zip(series["step"], series["value"], strict=True) if v is None]
+    assert gap and all(1001 <= s <= 2000 for s in gap)
+    assert all(v in {0.0, 6.0} for v in series["value"] if v is not None)
+
+
+# --- read_new_points --------------------------------------------------------------------
+
+
+def test_read_new_points_returns_only_what_is_past_each_cursor(
+    session: Session, run_id: int
+) -> None:
+    ingest_points(session, run_id=run_id, points=pts("a", range(1, 4)) + pts("b", range(1, 3)))
+    first = read_new_points(session, run_id=run_id, after={})
+    assert first == {
+        "a": {"step": [1, 2, 3], "value": [0.1, 0.2, 0.3], "time": [1001.0, 1002.0, 1003.0]},
+        "b": {"step": [1, 2], "value": [0.1, 0.2], "time": [1001.0, 1002.0]},
+    }
+    cursor = {"a": 3, "b": 2}
+    assert read_new_points(session, run_id=run_id, after=cursor) == {}
+    ingest_points(session, run_id=run_id, points=pts("a", [4, 5]) + pts("c", [5]))
+    assert read_new_points(session, run_id=run_id, after=cursor) == {
+        "a": {"step": [4, 5], "value": [0.4, 0.5], "time": [1004.0, 1005.0]},
+        "c": {"step": [5], "value": [0.5], "time": [1005.0]},
+    }
+    chunk = read_new_points(session, run_id=run_id, after={"a": 1}, limit_per_key=2)
+    assert chunk["a"]["step"] == [2, 3] and chunk["b"]["step"] == [1, 2]
+    assert read_new_points(session, run_id=new_run(session), after={}) == {}
