@@ -30,6 +30,9 @@ lint: install
 # PostgreSQL + Redis. Neither is skipped: an unreachable service fails the run.
 test: lint test-embedded test-services
 
+# The metrics store's own tests run on both databases in both passes.
+export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
+
 test-embedded: install
 	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q
 
