@@ -38,8 +38,9 @@ class Recipe:
 
 _COMMON_TRAINING = (
     Param("epochs", int, 10, "passes over the training split", ge=1, le=100_000),
-    Param("batch_size", int, 64, "global batch size (split across ranks under DDP)", ge=1,
-          le=65_536),
+    Param(
+        "batch_size", int, 64, "global batch size (split across ranks under DDP)", ge=1, le=65_536
+    ),
     Param("lr", float, 1e-3, "learning rate", gt=0.0, le=10.0),
     Param("optimizer", str, "adam", "optimizer", choices=("sgd", "adam", "adamw")),
     Param("momentum", float, 0.9, "momentum (sgd only)", ge=0.0, le=1.0),
@@ -54,9 +55,17 @@ RECIPES: dict[str, Recipe] = {
             name="digits_cnn",
             module="worker.recipes.digits_cnn",
             description="Small CNN on scikit-learn's bundled 8x8 digits (1,797 images).",
-            params=(*_COMMON_TRAINING, Param("val_fraction", float, 0.2,
-                                             "share of images held out for validation",
-                                             gt=0.0, le=0.5)),
+            params=(
+                *_COMMON_TRAINING,
+                Param(
+                    "val_fraction",
+                    float,
+                    0.2,
+                    "share of images held out for validation",
+                    gt=0.0,
+                    le=0.5,
+                ),
+            ),
         ),
         Recipe(
             name="tiny_mlp",
@@ -64,16 +73,28 @@ RECIPES: dict[str, Recipe] = {
             description="Tiny MLP on generated data; fast, for smoke tests and demos.",
             params=(
                 Param("epochs", int, 3, "passes over the training split", ge=1, le=100_000),
-                Param("steps_per_epoch", int, 20, "optimizer steps per epoch", ge=1,
-                      le=10_000_000),
-                Param("batch_size", int, 32, "batch size", ge=1, le=65_536),
+                Param("steps_per_epoch", int, 20, "optimizer steps per epoch", ge=1, le=10_000_000),
+                Param(
+                    "batch_size",
+                    int,
+                    32,
+                    "global batch size (split across ranks under DDP)",
+                    ge=1,
+                    le=65_536,
+                ),
                 Param("lr", float, 0.05, "learning rate", gt=0.0, le=10.0),
                 Param("optimizer", str, "sgd", "optimizer", choices=("sgd", "adam", "adamw")),
                 Param("momentum", float, 0.9, "momentum (sgd only)", ge=0.0, le=1.0),
                 Param("weight_decay", float, 0.0, "weight decay", ge=0.0, le=1.0),
                 Param("num_workers", int, 0, "DataLoader worker processes", ge=0, le=64),
-                Param("step_sleep", float, 0.0, "seconds to sleep per step (slows a demo)",
-                      ge=0.0, le=60.0),
+                Param(
+                    "step_sleep",
+                    float,
+                    0.0,
+                    "seconds to sleep per step (slows a demo)",
+                    ge=0.0,
+                    le=60.0,
+                ),
                 Param("fail_at_step", int, 0, "raise an error at this step (0: never)", ge=0),
             ),
         ),

@@ -1,0 +1,66 @@
+"""The training process loads only stdlib, numpy and torch; the server's catalog not even torch.
+
+Checked in fresh interpreters, since the test process itself has imported everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The server's stack, and scikit-learn (whose CSV the digits recipe reads without it).
+FORBIDDEN = (
+    "sklearn",
+    "scipy",
+    "pydantic",
+    "pydantic_settings",
+    "fastapi",
+    "starlette",
+    "sqlalchemy",
+    "alembic",
+    "celery",
+    "kombu",
+    "uvicorn",
+    "httpx",
+    "app",
+)
+
+
+def loaded_top_level_modules(code: str) -> set[str]:
+    probe = (
+        code
+        + "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def test_the_job_imports_nothing_of_the_server_stack() -> None:
+    loaded = loaded_top_level_modules(
+        "import worker.jobmain, worker.runtime, worker.recipes.digits_cnn, "
+        "worker.recipes.tiny_mlp\n"
+        "from worker.recipes.digits_data import load_digits\n"
+        "load_digits()  # finds scikit-learn's CSV without importing scikit-learn\n"
+    )
+    assert "torch" in loaded and "numpy" in loaded
+    assert loaded.isdisjoint(FORBIDDEN), sorted(loaded & set(FORBIDDEN))
+
+
+def test_the_recipe_catalog_stays_free_of_torch() -> None:
+    """The API server imports the catalog to validate configs; it must not pay for torch."""
+    loaded = loaded_top_level_modules("import worker.recipes.catalog")
+    assert loaded.isdisjoint({"torch", "numpy", *FORBIDDEN})

@@ -1,0 +1,98 @@
+"""The job's entry point: ``python -m worker.jobmain`` (directly, or once per rank under
+torchrun).
+
+Builds the context from the launcher's environment, seeds everything, runs the recipe's
+``main(ctx)`` (or the user's script), and always drains the reporter before exiting, so
+every point logged before a crash is in metrics.jsonl. Exceptions propagate: Python prints
+the traceback to stderr (captured in output.log) and exits non-zero, which is how the worker
+learns the run failed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import runpy
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from worker.recipes.catalog import RECIPES
+from worker.runtime.context import JobContext, get_context
+from worker.runtime.reporter import ReporterError
+from worker.runtime.seeding import seed_everything
+
+log = logging.getLogger("worker.jobmain")
+
+
+def configure_logging(rank: int) -> None:
+    """Log to stderr with the rank in every line: under torchrun all ranks share one
+    output.log, and an unlabelled line from rank 3 is a line nobody can place."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(os.environ.get("TORCHYARD_LOG_LEVEL", "INFO").upper())
+
+
+def run(ctx: JobContext) -> Any:
+    """Seed, then run the configured recipe (or script) with ``ctx``; return its result."""
+    seed_everything(ctx.seed, ctx.deterministic)
+    recipe_name = ctx.config.get("recipe")
+    script = ctx.config.get("script")
+    if recipe_name:
+        recipe = RECIPES.get(str(recipe_name))
+        if recipe is None:
+            raise LookupError(f"unknown recipe {recipe_name!r}; built-in: {sorted(RECIPES)}")
+        log.info(
+            "run %s: recipe %s, seed %d, deterministic %s, world size %d",
+            ctx.run_id,
+            recipe.name,
+            ctx.seed,
+            ctx.deterministic,
+            ctx.world_size,
+        )
+        module = importlib.import_module(recipe.module)
+        return module.main(ctx)
+    if script:
+        path = Path(str(script))
+        log.info(
+            "run %s: script %s, seed %d, world size %d", ctx.run_id, path, ctx.seed, ctx.world_size
+        )
+        # The script reaches this same context through worker.runtime.get_context().
+        return runpy.run_path(str(path), run_name="__main__")
+    raise ValueError("the config names neither a recipe nor a script")
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """Turn SIGTERM (cancel, or torchrun stopping the group) into SystemExit, so the
+    ``finally`` below drains the reporter instead of dying with points still buffered."""
+    raise SystemExit(128 + signum)
+
+
+def main() -> None:
+    configure_logging(int(os.environ.get("RANK", "0")))
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    ctx = get_context()
+    try:
+        run(ctx)
+    except BaseException as exc:
+        if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            log.error("run failed: %s: %s", type(exc).__name__, exc)
+        try:
+            ctx.close()
+        except ReporterError as close_error:
+            # Report it, but let the original exception be the one that ends the job.
+            log.error("%s", close_error)
+        raise
+    ctx.close()
+    log.info("run %s finished", ctx.run_id)
+
+
+if __name__ == "__main__":
+    main()
