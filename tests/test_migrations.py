@@ -35,6 +35,7 @@ def test_server_refuses_to_start_on_a_stale_schema(tmp_path, monkeypatch) -> Non
     from app.main import SchemaNotCurrent, create_app
 
     monkeypatch.setenv("TORCHYARD_DATABASE_URL", f"sqlite:///{tmp_path / 'stale.db'}")
+    db.get_engine().dispose()  # the suite's engine: its pooled connections must not leak
     for cached in (settings.get_settings, db.get_engine, db.get_sessionmaker):
         cached.cache_clear()
     try:
