@@ -58,6 +58,13 @@ def user_for_token(session: Session, *, token: str) -> User | None:
     return user if user is not None and user.is_active else None
 
 
+def revoke_token(session: Session, *, token: str) -> None:
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
+    if row is not None and row.revoked_at is None:
+        row.revoked_at = utcnow()
+        session.flush()
+
+
 def ensure_admin(session: Session, *, password: str) -> str | None:
     """Create `admin` if missing. Returns the generated password when none was configured."""
     if session.scalar(select(User).where(User.username == ADMIN_USERNAME)) is not None:

@@ -1,0 +1,39 @@
+// Shared by every page: JSON calls to the API with the session cookie and the CSRF header.
+"use strict";
+window.ty = window.ty || {};
+
+ty.csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
+
+// Calls the API; resolves to {ok, status, body}. Never throws for HTTP errors: callers show
+// the body's message (FastAPI's {"detail": ...}) where the user can act on it.
+ty.api = async (method, path, body) => {
+  const headers = {"X-CSRF-Token": ty.csrf()};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  let response;
+  try {
+    response = await fetch(path, {method, headers, credentials: "same-origin",
+                                  body: body === undefined ? undefined : JSON.stringify(body)});
+  } catch (err) {
+    return {ok: false, status: 0, body: {detail: "The server cannot be reached: " + err}};
+  }
+  const text = await response.text();
+  let parsed = text;
+  try { parsed = text ? JSON.parse(text) : null; } catch (_) { /* plain text */ }
+  return {ok: response.ok, status: response.status, body: parsed};
+};
+
+// A readable message from an API error body.
+ty.errorText = (body) => {
+  if (!body) return "Something went wrong.";
+  if (typeof body.detail === "string") return body.detail;
+  if (Array.isArray(body.detail)) return body.detail.map((e) => `${e.loc.join(".")}: ${e.msg}`).join("; ");
+  return typeof body === "string" ? body : JSON.stringify(body);
+};
+
+ty.fmtDuration = (seconds) => {
+  if (seconds == null || isNaN(seconds)) return "–";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+};

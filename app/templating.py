@@ -1,0 +1,30 @@
+"""Jinja2 templates for the HTML pages, with what every page needs (user, CSRF token)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from app.auth.deps import CSRF_COOKIE
+from app.auth.models import User
+from app.static_files import plotly_url
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+templates = Jinja2Templates(directory=TEMPLATES_DIR)
+templates.env.globals["plotly_url"] = plotly_url
+
+
+def render(
+    request: Request, name: str, *, user: User | None, status_code: int = 200, **context: Any
+) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request,
+        name,
+        {"user": user, "csrf_token": request.cookies.get(CSRF_COOKIE, ""), **context},
+        status_code=status_code,
+    )
