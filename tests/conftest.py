@@ -100,6 +100,21 @@ def admin_headers() -> dict[str, str]:
     return make_user(admin=True)[2]
 
 
+@pytest.fixture
+def restore_torch_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """seed_everything changes process-wide flags; put them back for the other tests."""
+    import torch
+
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    yield
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
+
+
 # --- the live stack: real server + real worker ------------------------------------------
 
 

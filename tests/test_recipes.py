@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from worker import jobmain
+from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.recipes import digits_cnn, tiny_mlp
 from worker.recipes.digits_data import load_digits
 from worker.runtime.checkpoint import load_checkpoint
@@ -29,32 +29,27 @@ from worker.runtime.context import JobContext
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def restore_global_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """In-process jobs seed and switch deterministic kernels for the whole process."""
-    monkeypatch.setenv("PYTHONHASHSEED", "0")
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    yield
-    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+pytestmark = pytest.mark.usefixtures("restore_torch_state")
+
+
+def job_launch(run_dir: Path, config: dict[str, Any], resume_from: Path | None = None) -> Launch:
+    """What the worker would start for this config (the one launcher, not a copy of it)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    spec = LaunchSpec(
+        run_id=1,
+        run_dir=run_dir,
+        config={"seed": 0, **config},
+        python=sys.executable,
+        job_token="test",
+        master_port=29500,
+        resume_from=resume_from,
+        base_env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+    )
+    return build_launch(spec)
 
 
 def job_env(run_dir: Path, config: dict[str, Any], resume_from: Path | None = None) -> dict:
-    """The variables the launcher sets for a single-process run."""
-    env = {
-        "TORCHYARD_RUN_ID": "1",
-        "TORCHYARD_RUN_DIR": str(run_dir),
-        "TORCHYARD_CONFIG": json.dumps(config),
-        "PYTHONHASHSEED": str(config.get("seed", 0)),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-    }
-    if resume_from is not None:
-        env["TORCHYARD_RESUME_FROM"] = str(resume_from)
-    return env
+    return job_launch(run_dir, config, resume_from).env
 
 
 def run_in_process(
@@ -73,12 +68,11 @@ def run_in_process(
 def start_job(tmp_path: Path, name: str, config: dict[str, Any]) -> tuple[Path, subprocess.Popen]:
     run_dir = tmp_path / name
     run_dir.mkdir()
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
-    env = {**base, **job_env(run_dir, config), "PYTHONPATH": str(REPO)}
+    launch = job_launch(run_dir, config)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.jobmain"],
+        launch.argv,
         cwd=run_dir,
-        env=env,
+        env=launch.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -337,20 +331,10 @@ def test_two_process_ddp_run_reports_once_from_rank_0(tmp_path: Path) -> None:
     run_dir = tmp_path / "ddp"
     run_dir.mkdir()
     config = {**TINY, "params": {"epochs": 2, "steps_per_epoch": 10}}
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
-    env = {**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    torchrun_sets = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
-    env.update({k: v for k, v in job_env(run_dir, config).items() if k not in torchrun_sets})
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "--module",
-        "worker.jobmain",
-    ]
-    result = subprocess.run(argv, cwd=run_dir, env=env, capture_output=True, text=True, timeout=300)
+    launch = job_launch(run_dir, {**config, "resources": {"nproc": 2, "gpus": 0}})
+    result = subprocess.run(
+        launch.argv, cwd=run_dir, env=launch.env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert "[rank 0]" in result.stderr and "[rank 1]" in result.stderr
     assert "world size 2" in result.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -14,18 +13,7 @@ from torch.utils.data import Dataset, TensorDataset
 from worker.runtime.data import epoch_seed, make_loader, set_epoch
 from worker.runtime.seeding import seed_everything
 
-
-@pytest.fixture(autouse=True)
-def restore_global_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """seed_everything changes process-wide flags; put them back for the other tests."""
-    monkeypatch.setenv("PYTHONHASHSEED", "0")
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
-    yield
-    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
-    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
+pytestmark = pytest.mark.usefixtures("restore_torch_state")
 
 
 def draws() -> tuple[float, float, list[float]]:
