@@ -1,7 +1,111 @@
-"""HTML pages of this domain (filled in by the web UI work)."""
+"""The compare page: pick runs across experiments, overlay their curves, diff their configs."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
 
-router = APIRouter(include_in_schema=False)
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from sqlalchemy import select
+
+from app.auth.models import User
+from app.db import SessionDep
+from app.experiments.models import Experiment
+from app.metrics.models import MetricKey
+from app.pages import PageRoute, PageUser
+from app.runs.models import Run
+from app.templating import render
+
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
+
+MAX_RUNS = 10
+RECENT_RUNS = 50
+_MISSING = object()
+
+
+def parse_run_ids(raw: Sequence[str]) -> list[int]:
+    """Parse "1,2, 3" (and repeated ?run=) to [1, 2, 3]: distinct, in order, junk ignored."""
+    ids: list[int] = []
+    for part in re.split(r"[,\s]+", ",".join(raw)):
+        if part.isdigit() and int(part) not in ids:
+            ids.append(int(part))
+    return ids
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"params": {"lr": 0.1}} -> {"params.lr": 0.1}; lists and scalars are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def config_diff(configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The dotted keys whose values are not all the same, with each config's value as text
+    ("–" where a config has no such key), sorted by key."""
+    flats = [flatten(c) for c in configs]
+    keys = sorted(set().union(*flats)) if flats else []
+    rows = []
+    for key in keys:
+        values = [f.get(key, _MISSING) for f in flats]
+        if len(configs) > 1 and any(v != values[0] for v in values[1:]):
+            shown = ["–" if v is _MISSING else json.dumps(v) for v in values]
+            rows.append((key, shown))
+    return rows
+
+
+def _visible(stmt: Any, user: User) -> Any:
+    return stmt if user.is_admin else stmt.where(Run.owner_id == user.id)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request,
+    session: SessionDep,
+    user: PageUser,
+    runs: str = "",
+    run: Annotated[list[str] | None, Query()] = None,
+) -> HTMLResponse:
+    wanted = parse_run_ids([runs, *(run or [])])
+    too_many = len(wanted) > MAX_RUNS
+    wanted = wanted[:MAX_RUNS]
+
+    base = select(Run, Experiment.name).join(Experiment, Experiment.id == Run.experiment_id)
+    found = {
+        r.id: (r, name)
+        for r, name in session.execute(_visible(base.where(Run.id.in_(wanted)), user))
+    }
+    chosen = [found[i] for i in wanted if i in found]
+    missing = [i for i in wanted if i not in found]
+    recent = list(session.execute(_visible(base.order_by(Run.id.desc()).limit(RECENT_RUNS), user)))
+    picker = chosen + [(r, name) for r, name in recent if r.id not in found]
+
+    # train/* and val/* first, then the rest (epoch, custom keys)
+    keys = sorted(
+        set(
+            session.scalars(
+                select(MetricKey.key).where(MetricKey.run_id.in_([r.id for r, _ in chosen]))
+            )
+        ),
+        key=lambda k: (not k.startswith(("train/", "val/")), k),
+    )
+    return render(
+        request,
+        "compare.html",
+        user=user,
+        chosen=chosen,
+        chosen_ids=[r.id for r, _ in chosen],
+        picker=picker,
+        missing=missing,
+        too_many=too_many,
+        max_runs=MAX_RUNS,
+        metric_keys=keys,
+        diff=config_diff([r.config for r, _ in chosen]),
+    )

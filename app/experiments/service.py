@@ -33,6 +33,38 @@ def visible_experiments(session: Session, *, user: User) -> list[Experiment]:
     return list(session.scalars(stmt))
 
 
+def search_experiments(
+    session: Session, *, user: User, query: str = "", offset: int = 0, limit: int = 20
+) -> tuple[list[Experiment], bool]:
+    """One page of the experiments `user` may see, newest first, whose name contains `query`
+    (case-insensitive); and whether there are more after it."""
+    stmt = select(Experiment).order_by(Experiment.id.desc())
+    if not user.is_admin:
+        stmt = stmt.where(Experiment.owner_id == user.id)
+    if query:
+        escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        stmt = stmt.where(Experiment.name.ilike(f"%{escaped}%", escape="\\"))
+    found = list(session.scalars(stmt.offset(offset).limit(limit + 1)))
+    return found[:limit], len(found) > limit
+
+
+def run_ids_by_experiment(
+    session: Session, *, experiment_ids: list[int]
+) -> dict[int, list[tuple[int, str]]]:
+    """(run id, status) of each experiment's runs, newest first; one query, no configs loaded."""
+    if not experiment_ids:
+        return {}
+    stmt = (
+        select(Run.experiment_id, Run.id, Run.status)
+        .where(Run.experiment_id.in_(experiment_ids))
+        .order_by(Run.id.desc())
+    )
+    grouped: dict[int, list[tuple[int, str]]] = {}
+    for experiment_id, run_id, status in session.execute(stmt):
+        grouped.setdefault(experiment_id, []).append((run_id, status))
+    return grouped
+
+
 def to_out(session: Session, experiments: list[Experiment]) -> list[ExperimentOut]:
     """Decorate with owner names and run counts in two queries, not two per experiment."""
     ids = [e.id for e in experiments]

@@ -1,7 +1,214 @@
-"""HTML pages of this domain (filled in by the web UI work)."""
+"""HTML pages of experiments: the list (home page), the new-experiment form, one experiment."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-router = APIRouter(include_in_schema=False)
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse
+from sqlalchemy import select
+
+from app.auth.models import User
+from app.db import SessionDep
+from app.experiments import service
+from app.experiments.models import Experiment
+from app.metrics.summary import run_summaries
+from app.ownership import get_owned_experiment
+from app.pages import PageRoute, PageUser
+from app.runs.service import runs_of_experiment
+from app.templating import render
+from worker.recipes.catalog import RECIPES, Param
+
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
+
+PER_PAGE = 20
+
+
+def _page_number(raw: str | None) -> int:
+    try:
+        return max(1, int(raw or 1))
+    except ValueError:
+        return 1
+
+
+def _usernames(session: SessionDep, user_ids: set[int]) -> dict[int, str]:
+    if not user_ids:
+        return {}
+    rows = session.execute(select(User.id, User.username).where(User.id.in_(user_ids)))
+    return {uid: name for uid, name in rows}
+
+
+@router.get("/", response_class=HTMLResponse)
+def experiments_page(
+    request: Request, session: SessionDep, user: PageUser, q: str = "", page: str | None = None
+) -> HTMLResponse:
+    q = q.strip()
+    number = _page_number(page)
+    found, has_next = service.search_experiments(
+        session, user=user, query=q, offset=(number - 1) * PER_PAGE, limit=PER_PAGE
+    )
+    rows = service.to_out(session, found)
+    runs = service.run_ids_by_experiment(session, experiment_ids=[e.id for e in found])
+    summaries = run_summaries(session, run_ids=[rid for rs in runs.values() for rid, _ in rs])
+    items = []
+    for row in rows:
+        exp_runs = runs.get(row.id, [])
+        accs = [a for rid, _ in exp_runs if (a := summaries[rid].best_acc) is not None]
+        items.append(
+            {
+                "exp": row,
+                "last_status": exp_runs[0][1] if exp_runs else None,
+                "best_acc": max(accs) if accs else None,
+            }
+        )
+    return render(
+        request,
+        "experiments.html",
+        user=user,
+        items=items,
+        q=q,
+        page=number,
+        has_next=has_next,
+    )
+
+
+# --- the new-experiment form ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamField:
+    name: str
+    kind: str  # int, float, bool, choice, str
+    value: Any
+    default: Any
+    help: str
+    min: float | None  # for the input's min attribute (a hint: the server checks)
+    max: float | None
+    bounds: str  # for people: "> 0, ≤ 10"
+    choices: tuple[str, ...]
+
+
+def _param_field(param: Param, value: Any) -> ParamField:
+    if param.choices:
+        kind = "choice"
+    else:
+        kind = {int: "int", float: "float", bool: "bool"}.get(param.kind, "str")
+    bounds = []
+    if param.ge is not None:
+        bounds.append(f"≥ {param.ge:g}")
+    if param.gt is not None:
+        bounds.append(f"> {param.gt:g}")
+    if param.le is not None:
+        bounds.append(f"≤ {param.le:g}")
+    return ParamField(
+        name=param.name,
+        kind=kind,
+        value=value,
+        default=param.default,
+        help=param.help,
+        min=param.ge if param.ge is not None else param.gt,
+        max=param.le,
+        bounds=", ".join(bounds),
+        choices=param.choices or (),
+    )
+
+
+def _form_values(source: Experiment | None) -> dict[str, Any]:
+    """What the form starts with: the catalog's defaults, or a copy of `source`'s config."""
+    first = next(iter(RECIPES))
+    if source is None:
+        return {
+            "name": first,  # follows the recipe picker until the user edits it
+            "description": "",
+            "recipe": first,
+            "params": {},
+            "seed": None,
+            "deterministic": False,
+            "resources": {"gpus": 0, "nproc": 1},
+        }
+    config = source.config
+    recipe = config.get("recipe") if config.get("recipe") in RECIPES else first
+    return {
+        "name": f"{source.name} (copy)"[:200],
+        "description": source.description,
+        "recipe": recipe,
+        "params": config.get("params") or {},
+        "seed": config.get("seed"),
+        "deterministic": bool(config.get("deterministic")),
+        "resources": {"gpus": 0, "nproc": 1, **(config.get("resources") or {})},
+    }
+
+
+@router.get("/experiments/new", response_class=HTMLResponse)
+def new_experiment_page(
+    request: Request,
+    session: SessionDep,
+    user: PageUser,
+    from_: Annotated[str | None, Query(alias="from")] = None,
+) -> HTMLResponse:
+    source = None
+    if from_:
+        try:
+            source_id = int(from_)
+        except ValueError:
+            source_id = 0
+        source = get_owned_experiment(source_id, session, user)
+    values = _form_values(source)
+    recipes = [
+        {
+            "name": recipe.name,
+            "description": recipe.description,
+            "fields": [
+                _param_field(
+                    p,
+                    values["params"].get(p.name, p.default)
+                    if recipe.name == values["recipe"]
+                    else p.default,
+                )
+                for p in recipe.params
+            ],
+        }
+        for recipe in RECIPES.values()
+    ]
+    return render(
+        request,
+        "experiment_new.html",
+        user=user,
+        recipes=recipes,
+        values=values,
+        source=source,
+    )
+
+
+# --- one experiment ------------------------------------------------------------------------
+
+
+def get_page_experiment(experiment_id: int, session: SessionDep, user: PageUser) -> Experiment:
+    """The API's ownership rule (404, then 403) for a page: PageRoute renders the error."""
+    return get_owned_experiment(experiment_id, session, user)
+
+
+PageExperiment = Annotated[Experiment, Depends(get_page_experiment)]
+
+
+@router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
+def experiment_page(
+    request: Request, experiment: PageExperiment, session: SessionDep, user: PageUser
+) -> HTMLResponse:
+    runs = runs_of_experiment(session, experiment_id=experiment.id)
+    summaries = run_summaries(session, run_ids=[r.id for r in runs])
+    names = _usernames(session, {r.owner_id for r in runs} | {experiment.owner_id})
+    return render(
+        request,
+        "experiment.html",
+        user=user,
+        experiment=experiment,
+        owner=names.get(experiment.owner_id, "?"),
+        config_json=json.dumps(experiment.config, indent=2, sort_keys=True),
+        runs=[
+            {"run": r, "summary": summaries[r.id], "launched_by": names.get(r.owner_id, "?")}
+            for r in runs
+        ],
+    )

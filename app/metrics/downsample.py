@@ -44,7 +44,7 @@ _SQLITE = text(
             )) AS hi_step
         FROM buckets
     )
-    SELECT step, value FROM metrics
+    SELECT step, value, wall_time FROM metrics
     WHERE key_id = :key_id
       AND step IN (SELECT lo_step FROM extremes UNION SELECT hi_step FROM extremes)
     ORDER BY step
@@ -54,17 +54,17 @@ _SQLITE = text(
 _PG_BUCKET = "key_id = :key_id AND step >= b0 AND step < b0 + :width AND step <= :hi"
 _POSTGRES = text(
     f"""
-    SELECT x.step, x.value
+    SELECT x.step, x.value, x.wall_time
     FROM generate_series(CAST(:lo AS BIGINT), CAST(:hi AS BIGINT), CAST(:width AS BIGINT)) AS b0
     CROSS JOIN LATERAL (
         SELECT min(value) AS lo_value, max(value) AS hi_value FROM metrics WHERE {_PG_BUCKET}
     ) AS extremes
     CROSS JOIN LATERAL (
-        (SELECT step, value FROM metrics
+        (SELECT step, value, wall_time FROM metrics
          WHERE {_PG_BUCKET} AND value IS NOT DISTINCT FROM extremes.lo_value
          ORDER BY step LIMIT 1)
         UNION
-        (SELECT step, value FROM metrics
+        (SELECT step, value, wall_time FROM metrics
          WHERE {_PG_BUCKET} AND value = extremes.hi_value
          ORDER BY step LIMIT 1)
     ) AS x
@@ -83,13 +83,25 @@ def downsample(
     conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int
 ) -> tuple[list[int], list[float | None]]:
     """Per-bucket min and max points of one series between steps lo and hi (both present)."""
+    steps, values, _times = downsample_timed(
+        conn, key_id=key_id, lo=lo, hi=hi, max_points=max_points
+    )
+    return steps, values
+
+
+def downsample_timed(
+    conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int
+) -> tuple[list[int], list[float | None], list[float]]:
+    """`downsample`, plus each kept point's wall time (the run page's time axis)."""
     params = {"key_id": key_id, "lo": lo, "hi": hi, "width": bucket_width(lo, hi, max_points)}
     # On PostgreSQL, 1,000 lateral loops trip JIT (~100 ms of compiling): make_engine turns
     # JIT off for every connection.
     postgres = conn.dialect.name == "postgresql"
     steps: list[int] = []
     values: list[float | None] = []
-    for step, value in conn.execute(_POSTGRES if postgres else _SQLITE, params):
+    times: list[float] = []
+    for step, value, wall_time in conn.execute(_POSTGRES if postgres else _SQLITE, params):
         steps.append(step)
         values.append(value)
-    return steps, values
+        times.append(wall_time)
+    return steps, values, times

@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from app.metrics.downsample import downsample
+from app.metrics.downsample import downsample_timed
 from app.metrics.models import Metric, MetricKey
 
 Point = tuple[str, int, float | None, float]
@@ -158,8 +158,10 @@ def read_series(
     max_points: int | None = None,
     step_min: int | None = None,
     step_max: int | None = None,
+    with_time: bool = False,
 ) -> Series:
     """{key: {"step": [...], "value": [...]}} in step order; None values are non-finite.
+    With with_time, each series also has "time": the points' wall times (Unix seconds).
 
     With max_points, a series with more points than that in [step_min, step_max] is reduced
     in SQL to per-bucket min and max points (at most max_points, spikes kept); shorter series
@@ -196,21 +198,32 @@ def read_series(
     for row in found:
         key_id, key = row[0], row[1]
         if max_points is not None and row[2] is not None:
-            steps, values = downsample(
+            steps, values, times = downsample_timed(
                 conn, key_id=key_id, lo=row[3], hi=row[4], max_points=max_points
             )
         else:
-            steps, values = _whole_series(conn, key_id=key_id, step_min=step_min, step_max=step_max)
+            steps, values, times = _whole_series(
+                conn, key_id=key_id, step_min=step_min, step_max=step_max, with_time=with_time
+            )
         result[key] = {"step": steps, "value": values}
+        if with_time:
+            result[key]["time"] = times
     return result
 
 
 def _whole_series(
-    conn: Connection, *, key_id: int, step_min: int | None, step_max: int | None
-) -> tuple[list[int], list[float | None]]:
-    """One series straight from the driver: building SQLAlchemy rows doubles a long read."""
+    conn: Connection,
+    *,
+    key_id: int,
+    step_min: int | None,
+    step_max: int | None,
+    with_time: bool = False,
+) -> tuple[list[int], list[float | None], list[float]]:
+    """One series straight from the driver: building SQLAlchemy rows doubles a long read.
+    The times are only read with with_time (else the list is empty)."""
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql = f"SELECT step, value FROM metrics WHERE key_id = {mark}"
+    columns = "step, value, wall_time" if with_time else "step, value"
+    sql = f"SELECT {columns} FROM metrics WHERE key_id = {mark}"
     params: list[int] = [key_id]
     if step_min is not None:
         sql += f" AND step >= {mark}"
@@ -224,7 +237,7 @@ def _whole_series(
         rows = cursor.fetchall()
     finally:
         cursor.close()
-    return [r[0] for r in rows], [r[1] for r in rows]
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows] if with_time else []
 
 
 def read_new_points(

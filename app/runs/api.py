@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Depends, Query, status
 from fastapi.responses import FileResponse, PlainTextResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
@@ -12,7 +12,7 @@ from app.db import SessionDep
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, service
-from app.runs.schemas import CheckpointOut, MetricsOut, RunCreate, RunOut
+from app.runs.schemas import CheckpointOut, MetricsOut, RunCreate, RunOut, RunResume
 from app.settings import get_settings
 
 router = APIRouter(prefix="/api", tags=["runs"])
@@ -56,7 +56,14 @@ def cancel_run(run: OwnedRun, session: SessionDep) -> RunOut:
     return RunOut.model_validate(service.request_cancel(session, run=run))
 
 
-@router.get("/runs/{run_id}/metrics", response_model=MetricsOut)
+@router.post("/runs/{run_id}/resume", status_code=status.HTTP_201_CREATED, response_model=RunOut)
+def resume_run(run: OwnedRun, data: RunResume, session: SessionDep, user: CurrentUser) -> RunOut:
+    """A new run of the same experiment and config that continues from one checkpoint."""
+    new = service.resume_run(session, run=run, checkpoint=data.checkpoint, owner=user)
+    return RunOut.model_validate(new)
+
+
+@router.get("/runs/{run_id}/metrics", response_model=MetricsOut, response_model_exclude_none=True)
 def read_metrics(
     run: OwnedRun,
     session: SessionDep,
@@ -64,6 +71,7 @@ def read_metrics(
     max_points: Annotated[int | None, Query(ge=2, le=1_000_000)] = None,
     step_min: Annotated[int | None, Query(ge=0)] = None,
     step_max: Annotated[int | None, Query(ge=0)] = None,
+    with_time: Annotated[bool, Query(description="add each point's wall time")] = False,
 ) -> MetricsOut:
     wanted = [k for k in keys.split(",") if k] if keys else None
     series = read_series(
@@ -73,20 +81,27 @@ def read_metrics(
         max_points=max_points,
         step_min=step_min,
         step_max=step_max,
+        with_time=with_time,
     )
     return MetricsOut.model_validate({"series": series})
 
 
 @router.get("/runs/{run_id}/logs", response_class=PlainTextResponse)
-def read_logs(run: OwnedRun, offset: Annotated[int, Query(ge=0)] = 0) -> PlainTextResponse:
+def read_logs(
+    run: OwnedRun,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    tail: Annotated[int | None, Query(ge=1, description="only the last this many bytes")] = None,
+) -> PlainTextResponse:
+    """The output from `offset` (or its last `tail` bytes); X-Log-Size is where it ends."""
     path = service.log_path(run.id)
     try:
         with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
+            size = f.seek(0, 2)
+            f.seek(max(offset, size - tail) if tail is not None else offset)
+            data = f.read(max(size - f.tell(), 0))
     except FileNotFoundError:
-        data = b""
-    return PlainTextResponse(data.decode("utf-8", "replace"))
+        data, size = b"", 0
+    return PlainTextResponse(data.decode("utf-8", "replace"), headers={"X-Log-Size": str(size)})
 
 
 @router.get("/runs/{run_id}/checkpoints", response_model=list[CheckpointOut])
@@ -100,7 +115,24 @@ def download_checkpoint(run: OwnedRun, name: str, session: SessionDep) -> FileRe
     return FileResponse(path, filename=name, media_type="application/octet-stream")
 
 
+def _after_steps(
+    after: Annotated[
+        str | None,
+        Query(
+            description='JSON {"key": step}: per key, send only the points past that step '
+            "(a page that has fetched the history); keys not named get every point"
+        ),
+    ] = None,
+) -> dict[str, int]:
+    return events.parse_after(after)  # a dependency, so a bad value is a 422 before streaming
+
+
 @router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
-async def run_events(run: OwnedRun) -> AsyncIterator[ServerSentEvent]:
-    async for event in events.stream(run.id, get_settings().sse_poll_seconds):
+async def run_events(
+    run: OwnedRun,
+    after: Annotated[dict[str, int], Depends(_after_steps)],
+    log_offset: Annotated[int, Query(ge=0, description="log position the client has")] = 0,
+) -> AsyncIterator[ServerSentEvent]:
+    interval = get_settings().sse_poll_seconds
+    async for event in events.stream(run.id, interval, after=after, log_offset=log_offset):
         yield event

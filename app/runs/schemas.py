@@ -13,6 +13,12 @@ class RunCreate(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)
 
 
+class RunResume(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: str = Field(min_length=1, max_length=255, examples=["epoch-0003.pt"])
+
+
 class RunOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -45,6 +51,8 @@ class CheckpointOut(BaseModel):
 class SeriesOut(BaseModel):
     step: list[int]
     value: list[float | None]
+    # Wall time (Unix seconds) of each point, only when asked for with `with_time=true`.
+    time: list[float] | None = None
 
 
 class MetricsOut(BaseModel):

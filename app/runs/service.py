@@ -27,13 +27,45 @@ def create_run(
         )
     except ConfigInvalid as exc:
         raise validation_error(exc.errors) from None
-    config = with_seed(config)
+    return _queue_run(session, experiment_id=experiment.id, owner=owner, config=with_seed(config))
+
+
+def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> Run:
+    """A new queued run of the same experiment and config (seed included) that starts from
+    one of `run`'s checkpoints: its job restores model, optimizer, epoch and step."""
+    ckpt = session.scalar(
+        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.name == checkpoint)
+    )
+    if ckpt is None:
+        raise not_found("checkpoint", f"{checkpoint!r} of run {run.id}")
+    path = inside(run_dir(run.id), ckpt.path)
+    if path is None or not path.is_file():
+        raise conflict(f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk")
+    return _queue_run(
+        session,
+        experiment_id=run.experiment_id,
+        owner=owner,
+        config=run.config,
+        resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
+    )
+
+
+def _queue_run(
+    session: Session,
+    *,
+    experiment_id: int,
+    owner: User,
+    config: dict[str, Any],
+    resume_from: str | None = None,
+) -> Run:
+    """Store a validated, seeded config as a queued run; enqueue it once the caller commits."""
     run = Run(
-        experiment_id=experiment.id,
+        experiment_id=experiment_id,
         owner_id=owner.id,
         status=RunStatus.queued,
         config=config,
         seed=config["seed"],
+        resume_from=resume_from,
     )
     session.add(run)
     session.flush()

@@ -1,7 +1,21 @@
-"""HTML pages of this domain (filled in by the web UI work)."""
+"""HTML pages of this domain: the run page (live curves, logs, checkpoints, cancel, resume)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
 
-router = APIRouter(include_in_schema=False)
+from app.db import SessionDep
+from app.experiments.models import Experiment
+from app.ownership import get_owned_run
+from app.pages import PageRoute, PageUser
+from app.templating import render
+
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser) -> HTMLResponse:
+    run = get_owned_run(run_id, session, user)  # the API's 404/403; PageRoute renders them
+    experiment = session.get(Experiment, run.experiment_id)
+    return render(request, "run.html", user=user, run=run, experiment=experiment)

@@ -1,0 +1,87 @@
+"""What every HTML page router shares: the logged-in user, friendly 403/404 pages, formatting.
+
+A page router is `APIRouter(route_class=PageRoute)`. Its routes reuse the API's ownership
+checks (app.ownership), which raise HTTPException; PageRoute turns a 403/404 (and a malformed
+id in the path) into an HTML page that says what to do, instead of the API's JSON body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+
+from app.auth.deps import BrowserUser
+from app.auth.models import User
+from app.templating import render, templates
+from app.timeutil import as_utc, utcnow
+
+_TITLES = {403: "Not yours", 404: "Not found"}
+
+
+async def page_user(request: Request, user: BrowserUser) -> User:
+    """BrowserUser, remembered on the request so an error page can still show the header."""
+    request.state.user = user
+    return user
+
+
+PageUser = Annotated[User, Depends(page_user)]
+
+
+def error_page(request: Request, status_code: int, message: str) -> Response:
+    return render(
+        request,
+        "error.html",
+        user=getattr(request.state, "user", None),
+        status_code=status_code,
+        title=_TITLES.get(status_code, "Error"),
+        message=message,
+    )
+
+
+class PageRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except HTTPException as exc:
+                if exc.status_code not in _TITLES:
+                    raise
+                return error_page(request, exc.status_code, str(exc.detail))
+            except RequestValidationError:
+                return error_page(request, 404, f"There is no page at {request.url.path}.")
+
+        return page_handler
+
+
+# --- formatting for templates --------------------------------------------------------------
+
+
+def when(value: datetime | None) -> str:
+    return as_utc(value).strftime("%Y-%m-%d %H:%M") if value else "–"
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    if start is None:
+        return "–"
+    seconds = int(((as_utc(end) if end else utcnow()) - as_utc(start)).total_seconds())
+    if seconds < 60:
+        return f"{max(seconds, 0)}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+def metric(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4g}"
+
+
+templates.env.filters.update(when=when, metric=metric)
+templates.env.globals.update(duration=duration)

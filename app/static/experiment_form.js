@@ -1,0 +1,145 @@
+// The new-experiment form: swap the recipe's param fields, build the JSON config, create the
+// experiment, launch its first run, and show the server's validation errors next to fields.
+"use strict";
+(() => {
+  const form = document.getElementById("experiment-form");
+  if (!form) return;
+  const recipeSelect = form.querySelector('select[name="recipe"]');
+  const formError = form.querySelector(".form-error");
+  const button = document.getElementById("create-and-launch");
+  const status = document.getElementById("form-status");
+
+  // Only the chosen recipe's fields carry names (and are enabled): [name="params.lr"] is unique.
+  const showRecipe = (name) => {
+    form.querySelectorAll("fieldset.params").forEach((fs) => {
+      const active = fs.dataset.recipe === name;
+      fs.hidden = !active;
+      fs.disabled = !active;
+      fs.querySelectorAll("[data-param]").forEach((el) => {
+        if (active) el.name = "params." + el.dataset.param;
+        else el.removeAttribute("name");
+      });
+    });
+    form.querySelectorAll(".recipe-description").forEach((el) => {
+      el.hidden = el.dataset.recipe !== name;
+    });
+  };
+  // A new experiment is named after its recipe until the user types a name of their own.
+  const nameInput = form.elements.name;
+  nameInput.addEventListener("input", () => nameInput.removeAttribute("data-default"));
+  recipeSelect.addEventListener("change", () => {
+    clearErrors();
+    showRecipe(recipeSelect.value);
+    if (nameInput.hasAttribute("data-default")) nameInput.value = recipeSelect.value;
+  });
+
+  // "" -> null (the server says what it needs); text that is not a number goes as typed.
+  const number = (raw) => {
+    if (raw.trim() === "") return null;
+    const n = Number(raw);
+    return Number.isFinite(n) ? n : raw;
+  };
+  const valueOf = (el) => {
+    if (el.type === "checkbox") return el.checked;
+    if (el.dataset.kind === "int" || el.dataset.kind === "float" || el.type === "number") {
+      return number(el.value);
+    }
+    return el.value;
+  };
+
+  const buildBody = () => {
+    const params = {};
+    form.querySelectorAll('fieldset.params:not([disabled]) [data-param]').forEach((el) => {
+      params[el.dataset.param] = valueOf(el);
+    });
+    return {
+      name: form.elements.name.value.trim(),
+      description: form.elements.description.value,
+      config: {
+        recipe: recipeSelect.value,
+        params,
+        seed: number(form.elements.seed.value),
+        deterministic: form.elements.deterministic.checked,
+        resources: {
+          gpus: number(form.elements["resources.gpus"].value),
+          nproc: number(form.elements["resources.nproc"].value),
+        },
+      },
+    };
+  };
+
+  function clearErrors() {
+    form.querySelectorAll(".field-error").forEach((el) => el.remove());
+    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+    formError.hidden = true;
+    formError.textContent = "";
+  }
+
+  const showFormError = (text) => {
+    formError.hidden = false;
+    formError.textContent = formError.textContent ? formError.textContent + " " + text : text;
+  };
+
+  // FastAPI's 422: [{loc: ["body", "config", "params", "lr"], msg}] -> next to [name="params.lr"].
+  const showErrors = (body) => {
+    if (!body || !Array.isArray(body.detail)) {
+      showFormError(ty.errorText(body));
+      return;
+    }
+    let first = null;
+    for (const err of body.detail) {
+      const loc = err.loc.slice(err.loc[0] === "body" ? 1 : 0);
+      const field = (loc[0] === "config" ? loc.slice(1) : loc).join(".");
+      const input = field ? form.querySelector(`[name="${CSS.escape(field)}"]`) : null;
+      if (!input) {
+        showFormError(`${field || "form"}: ${err.msg}.`);
+        continue;
+      }
+      const note = document.createElement("span");
+      note.className = "field-error";
+      note.dataset.field = field;
+      note.id = "error-" + field.replace(/\W/g, "-");
+      note.textContent = err.msg;
+      input.setAttribute("aria-invalid", "true");
+      input.setAttribute("aria-errormessage", note.id);
+      input.insertAdjacentElement("afterend", note);
+      first = first || input;
+    }
+    if (first) first.focus();
+  };
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors();
+    button.disabled = true;
+    status.textContent = "Creating the experiment…";
+    try {
+      const created = await ty.api("POST", "/api/experiments", buildBody());
+      if (!created.ok) {
+        if (created.status === 422) showErrors(created.body);
+        else showFormError(`Could not create the experiment (${created.status}): ${ty.errorText(created.body)}`);
+        status.textContent = "";
+        return;
+      }
+      status.textContent = "Launching its first run…";
+      const launched = await ty.api("POST", `/api/experiments/${created.body.id}/runs`, {overrides: {}});
+      if (!launched.ok) {
+        formError.hidden = false;
+        formError.innerHTML = "";
+        formError.append(`The experiment was created, but its run did not start: ${ty.errorText(launched.body)} `);
+        const link = document.createElement("a");
+        link.href = `/experiments/${created.body.id}`;
+        link.textContent = "Open the experiment to launch it.";
+        formError.append(link);
+        status.textContent = "";
+        return;
+      }
+      status.textContent = "Opening the run…";
+      window.location.assign(`/runs/${launched.body.id}`);
+    } finally {
+      button.disabled = false;
+    }
+  });
+
+  showRecipe(recipeSelect.value);
+})();

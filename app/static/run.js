@@ -1,0 +1,455 @@
+// The run page: downsampled history first, then live points from the SSE stream, batched
+// into at most one redraw per frame; zoom re-fetches the range at full resolution.
+"use strict";
+(() => {
+  const root = document.getElementById("run");
+  if (!root) return;
+  const runId = Number(root.dataset.runId);
+  const BUDGET = 4000;          // points per series in one view (the server keeps min and max)
+  const LOG_CAP = 200 * 1024;   // characters kept in the log tail
+  const FINISHED = new Set(["succeeded", "failed", "cancelled", "deleted"]);
+  const $ = (id) => document.getElementById(id);
+  window.tyLive = window.tyLive || [];
+
+  const view = {smoothing: 0, logY: false, xMode: "step", t0: null};
+  const charts = new Map();     // key -> chart state
+  let status = root.dataset.status;
+  let times = {started: root.dataset.started, finished: root.dataset.finished};
+  let logOffset = 0;
+  let source = null;
+
+  // --- helpers ------------------------------------------------------------------------------
+  const parseTime = (iso) => {
+    if (!iso) return null;
+    // SQLite hands back naive UTC datetimes: read them as UTC, not local time.
+    return new Date(/[zZ]|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z");
+  };
+  const fmtTime = (iso) => { const d = parseTime(iso); return d ? d.toLocaleString() : "–"; };
+  const fmtBytes = (n) => n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KB`
+    : `${(n / 1048576).toFixed(1)} MB`;
+  const groupOf = (key) => key.startsWith("train/") ? "train" : key.startsWith("val/") ? "val" : "other";
+
+  // First index with a[i] >= x (a sorted ascending).
+  const lowerBound = (a, x) => {
+    let lo = 0, hi = a.length;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (a[mid] < x) lo = mid + 1; else hi = mid; }
+    return lo;
+  };
+
+  // Debiased EMA like TensorBoard's; null (non-finite) values stay gaps.
+  const emaState = () => ({last: 0, n: 0});
+  const emaPush = (s, v, w) => {
+    if (v === null || !isFinite(v)) return null;
+    if (w === 0) return v;
+    s.last = s.last * w + (1 - w) * v;
+    s.n += 1;
+    return s.last / (1 - Math.pow(w, s.n));
+  };
+  const emaAll = (values, w, s) => values.map((v) => emaPush(s, v, w));
+
+  // Client-side min/max decimation, for a live series that outgrew the budget.
+  const decimate = (d, budget) => {
+    const n = d.step.length, buckets = Math.max(1, budget >> 1), width = Math.ceil(n / buckets);
+    const out = {step: [], value: [], time: []};
+    for (let b = 0; b < n; b += width) {
+      let lo = -1, hi = -1;
+      for (let i = b; i < Math.min(n, b + width); i++) {
+        const v = d.value[i];
+        if (v === null) continue;
+        if (lo < 0 || v < d.value[lo]) lo = i;
+        if (hi < 0 || v > d.value[hi]) hi = i;
+      }
+      if (lo < 0) lo = hi = b;
+      for (const i of lo === hi ? [lo] : [Math.min(lo, hi), Math.max(lo, hi)]) {
+        out.step.push(d.step[i]); out.value.push(d.value[i]); out.time.push(d.time[i]);
+      }
+    }
+    return out;
+  };
+
+  // A new array: Plotly keeps (and extendTraces grows) the trace's own arrays.
+  const xsOf = (d) => view.xMode === "time"
+    ? d.time.map((t) => (t == null || view.t0 == null ? null : t - view.t0)) : d.step.slice();
+
+  // --- charts -------------------------------------------------------------------------------
+  const groupBox = (group) => {
+    let box = document.querySelector(`.chart-group[data-group="${group}"]`);
+    if (box) return box;
+    box = document.createElement("div");
+    box.className = "chart-group";
+    box.dataset.group = group;
+    box.innerHTML = `<h3>${group === "other" ? "other" : group + "/"}</h3><div class="grid"></div>`;
+    const order = ["train", "val", "other"];
+    const next = [...document.querySelectorAll(".chart-group")]
+      .find((g) => order.indexOf(g.dataset.group) > order.indexOf(group));
+    $("charts").insertBefore(box, next || null);
+    return box;
+  };
+
+  const layoutFor = (key) => ({
+    title: {text: key, font: {size: 13}, x: 0.02, xanchor: "left"},
+    margin: {l: 52, r: 12, t: 30, b: 36},
+    showlegend: false,
+    hovermode: "closest",
+    xaxis: {title: {text: view.xMode === "time" ? "wall time (s)" : "step", font: {size: 11}},
+            autorange: true, zeroline: false},
+    yaxis: {type: view.logY ? "log" : "linear", autorange: true, zeroline: false},
+  });
+
+  const tracesFor = (chart, d) => {
+    const w = view.smoothing;
+    chart.ema = emaState();
+    const x = xsOf(d);
+    const mode = d.step.length < 60 ? "lines+markers" : "lines";  // epoch-level series: few points
+    return [
+      {type: "scatter", mode, marker: {size: 4}, name: chart.key, x, y: d.value.slice(),
+       line: {width: 1.2, color: "#2456d6"}, opacity: w > 0 ? 0.28 : 1,
+       hovertemplate: "%{x}: %{y:.5g}<extra>raw</extra>"},
+      {type: "scatter", mode: "lines", name: `${chart.key} (smoothed)`, x: x.slice(),
+       y: emaAll(d.value, w, chart.ema), line: {width: 1.8, color: "#2456d6"}, visible: w > 0,
+       hovertemplate: "%{x}: %{y:.5g}<extra>smoothed</extra>"},
+    ];
+  };
+
+  const markCounts = (chart) => {
+    chart.div.dataset.points = String(chart.div.data ? chart.div.data[0].x.length : 0);
+    chart.div.dataset.updates = String(chart.updates);
+  };
+
+  // Plot `d` (overview or zoomed range) as the chart's data.
+  const draw = (chart, d, keepRange) => {
+    chart.shown = d;
+    const layout = layoutFor(chart.key);
+    if (keepRange && chart.div.layout) {
+      layout.xaxis.range = chart.div.layout.xaxis.range; layout.xaxis.autorange = false;
+      layout.yaxis.range = chart.div.layout.yaxis.range; layout.yaxis.autorange = false;
+    }
+    Plotly.react(chart.div, tracesFor(chart, d), layout,
+                 {responsive: true, displaylogo: false, doubleClick: "autosize"});
+    markCounts(chart);
+  };
+
+  const addChart = (key, d) => {
+    const div = document.createElement("div");
+    div.className = "metric-chart";
+    div.dataset.key = key;
+    div.dataset.points = "0";
+    div.dataset.updates = "0";
+    div.setAttribute("role", "img");
+    div.setAttribute("aria-label", `chart of ${key}`);
+    const grid = groupBox(groupOf(key)).querySelector(".grid");
+    const next = [...grid.children].find((c) => c.dataset.key > key);
+    grid.insertBefore(div, next || null);
+    const chart = {key, div, data: d, shown: d, pending: null, updates: 0, zoom: 0, ema: emaState()};
+    charts.set(key, chart);
+    if (view.t0 == null && d.time.length) view.t0 = d.time[0];
+    draw(chart, d, false);
+    div.on("plotly_relayout", (ev) => onRelayout(chart, ev));
+    $("charts-empty").hidden = true;
+    return chart;
+  };
+
+  // --- zoom: full resolution inside the range, overview back on autoscale --------------------
+  const onRelayout = async (chart, ev) => {
+    if (ev["xaxis.autorange"] === true) {
+      chart.zoom += 1;
+      if (chart.shown !== chart.data) draw(chart, chart.data, false);
+      return;
+    }
+    const lo = ev["xaxis.range[0]"] ?? (ev["xaxis.range"] || [])[0];
+    const hi = ev["xaxis.range[1]"] ?? (ev["xaxis.range"] || [])[1];
+    if (lo === undefined || hi === undefined) return;
+    // x -> step through the overview (so the same code serves the time axis).
+    const d = chart.data, xs = xsOf(d);
+    const i0 = Math.max(0, lowerBound(xs, Number(lo)) - 1);
+    const i1 = Math.min(d.step.length - 1, lowerBound(xs, Number(hi)));
+    if (i1 < 0 || !d.step.length) return;
+    const stepMin = d.step[i0], stepMax = d.step[i1];
+    const token = ++chart.zoom;
+    const params = new URLSearchParams({keys: chart.key, max_points: BUDGET, step_min: stepMin,
+                                        step_max: stepMax, with_time: "true"});
+    const r = await ty.api("GET", `/api/runs/${runId}/metrics?${params}`);
+    if (token !== chart.zoom) return;  // a newer zoom or a reset won
+    if (!r.ok) { showChartsError(`Zoom failed: ${ty.errorText(r.body)}`); return; }
+    const s = r.body.series[chart.key];
+    if (s) draw(chart, {step: s.step, value: s.value, time: s.time || []}, true);
+  };
+
+  // --- live points, batched ----------------------------------------------------------------
+  let flushQueued = false;
+  const queueFlush = () => {
+    if (flushQueued) return;
+    flushQueued = true;
+    const run = () => { if (flushQueued) { flushQueued = false; flush(); } };
+    requestAnimationFrame(run);
+    setTimeout(run, 100);  // rAF does not fire in a hidden tab
+  };
+
+  const flush = () => {
+    for (const chart of charts.values()) {
+      const p = chart.pending;
+      if (!p) continue;
+      chart.pending = null;
+      const d = chart.data;
+      for (let i = 0; i < p.step.length; i++) {
+        d.step.push(p.step[i]); d.value.push(p.value[i]); d.time.push(p.time[i]);
+      }
+      if (chart.shown === d && d.step.length > 3 * BUDGET) {
+        chart.data = decimate(d, BUDGET);  // keeps each bucket's min and max
+        chart.updates += 1;
+        draw(chart, chart.data, false);
+        continue;
+      }
+      const x = xsOf(p);
+      const y = p.value;
+      const ys = y.map((v) => emaPush(chart.ema, v, view.smoothing));
+      if (chart.shown !== d) {
+        chart.shown.step.push(...p.step); chart.shown.value.push(...p.value);
+        chart.shown.time.push(...p.time);
+      }
+      Plotly.extendTraces(chart.div, {x: [x, x.slice()], y: [y.slice(), ys]}, [0, 1]);
+      chart.updates += 1;
+      markCounts(chart);
+    }
+  };
+
+  const onMetrics = (series) => {
+    const now = Date.now();
+    for (const [key, s] of Object.entries(series)) {
+      let chart = charts.get(key);
+      const time = s.time || s.step.map(() => null);
+      if (!chart) {
+        if (view.t0 == null && time.length) view.t0 = time[0];
+        chart = addChart(key, {step: [], value: [], time: []});
+      }
+      const last = chart.pending ? chart.pending.step[chart.pending.step.length - 1]
+        : chart.data.step[chart.data.step.length - 1];
+      const p = chart.pending || (chart.pending = {step: [], value: [], time: []});
+      for (let i = 0; i < s.step.length; i++) {
+        if (last !== undefined && s.step[i] <= last) continue;  // already held
+        p.step.push(s.step[i]); p.value.push(s.value[i]); p.time.push(time[i]);
+        window.tyLive.push({key, step: s.step[i], receivedAt: now});
+      }
+      if (!p.step.length) chart.pending = null;
+      if (key === "epoch") refreshCheckpointsSoon();
+    }
+    $("charts-loading").hidden = true;
+    queueFlush();
+  };
+
+  // --- controls ------------------------------------------------------------------------------
+  const redrawAll = () => { for (const c of charts.values()) { c.zoom += 1; draw(c, c.data, false); } };
+
+  $("smoothing").addEventListener("input", (e) => {
+    view.smoothing = Math.min(0.99, Math.max(0, Number(e.target.value)));
+    $("smoothing-value").textContent = view.smoothing.toFixed(2);
+    for (const c of charts.values()) {
+      c.ema = emaState();
+      const ys = emaAll(c.div.data[0].y, view.smoothing, c.ema);
+      Plotly.restyle(c.div, {y: [ys], visible: [view.smoothing > 0]}, [1]);
+      Plotly.restyle(c.div, {opacity: [view.smoothing > 0 ? 0.28 : 1]}, [0]);
+    }
+  });
+  $("log-scale").addEventListener("change", (e) => {
+    view.logY = e.target.checked;
+    for (const c of charts.values()) {
+      Plotly.relayout(c.div, {"yaxis.type": view.logY ? "log" : "linear", "yaxis.autorange": true});
+    }
+  });
+  $("x-axis").addEventListener("change", (e) => { view.xMode = e.target.value; redrawAll(); });
+
+  // --- status, timing, cancel ----------------------------------------------------------------
+  const renderTiming = () => {
+    $("run-started").textContent = fmtTime(times.started);
+    $("run-finished").textContent = fmtTime(times.finished);
+    const start = parseTime(times.started);
+    const end = parseTime(times.finished) || (status === "running" ? new Date() : null);
+    $("run-duration").textContent = start && end ? ty.fmtDuration((end - start) / 1000) : "–";
+  };
+
+  const setStatus = (data) => {
+    status = data.status;
+    const badge = $("run-status");
+    badge.className = `badge status-${status}`;
+    badge.dataset.status = status;
+    badge.textContent = status;
+    root.dataset.status = status;
+    if ("started_at" in data) times = {started: data.started_at, finished: data.finished_at};
+    if (data.error) { $("run-error").textContent = data.error; $("run-error").hidden = false; }
+    $("cancel-run").hidden = !(status === "queued" || status === "running");
+    if (charts.size === 0) {
+      $("charts-empty").textContent = FINISHED.has(status)
+        ? "This run logged no metrics." + (status === "failed" ? " See the error above and the output below." : "")
+        : "No metrics yet — the run is queued/starting. Curves appear here as soon as it logs its first step.";
+    }
+    renderTiming();
+  };
+
+  const refreshRun = async () => {
+    const r = await ty.api("GET", `/api/runs/${runId}`);
+    if (!r.ok) return;
+    $("run-worker").textContent = r.body.worker_host || "–";
+    setStatus({status: r.body.status, started_at: r.body.started_at,
+               finished_at: r.body.finished_at, error: r.body.error});
+  };
+
+  $("cancel-run").addEventListener("click", async () => {
+    if (!confirm(`Cancel run ${runId}?`)) return;
+    const button = $("cancel-run");
+    button.disabled = true;
+    $("run-action-error").textContent = "";
+    const r = await ty.api("POST", `/api/runs/${runId}/cancel`);
+    button.disabled = false;
+    if (!r.ok) { $("run-action-error").textContent = `Could not cancel: ${ty.errorText(r.body)}`; return; }
+    setStatus({status: r.body.status, started_at: r.body.started_at,
+               finished_at: r.body.finished_at, error: r.body.error});
+    if (r.body.status === "running") $("run-action-error").textContent = "";
+  });
+
+  setInterval(() => { if (status === "running") renderTiming(); }, 1000);
+
+  // --- checkpoints ---------------------------------------------------------------------------
+  const loadCheckpoints = async () => {
+    const r = await ty.api("GET", `/api/runs/${runId}/checkpoints`);
+    const err = $("checkpoints-error");
+    if (!r.ok) { err.textContent = `Could not list checkpoints: ${ty.errorText(r.body)}`; err.hidden = false; return; }
+    err.hidden = true;
+    const body = $("checkpoints").querySelector("tbody");
+    const have = new Set([...body.children].map((tr) => tr.dataset.checkpoint));
+    for (const c of r.body) {
+      if (have.has(c.name)) continue;
+      const tr = document.createElement("tr");
+      tr.dataset.checkpoint = c.name;
+      const href = `/api/runs/${runId}/checkpoints/${encodeURIComponent(c.name)}`;
+      const cells = [c.name, c.epoch, c.step, fmtBytes(c.size_bytes), fmtTime(c.created_at)];
+      cells.forEach((v, i) => {
+        const td = document.createElement("td");
+        td.textContent = String(v);
+        if (i >= 1 && i <= 3) td.className = "num";
+        tr.appendChild(td);
+      });
+      const actions = document.createElement("td");
+      const a = document.createElement("a");
+      a.className = "download"; a.href = href; a.textContent = "Download";
+      a.setAttribute("download", c.name);
+      const resume = document.createElement("button");
+      resume.type = "button"; resume.className = "resume";
+      resume.textContent = "Resume from this checkpoint";
+      resume.addEventListener("click", () => resumeFrom(c.name, resume));
+      actions.append(a, " ", resume);
+      tr.appendChild(actions);
+      body.appendChild(tr);
+    }
+    $("checkpoints-empty").hidden = body.children.length > 0;
+    $("checkpoints").hidden = body.children.length === 0;
+  };
+  let ckptTimer = null;
+  const refreshCheckpointsSoon = () => {
+    clearTimeout(ckptTimer);
+    ckptTimer = setTimeout(loadCheckpoints, 500);  // the checkpoint lands just after "epoch"
+  };
+  setInterval(() => { if (status === "running") loadCheckpoints(); }, 10000);
+
+  const resumeFrom = async (name, button) => {
+    button.disabled = true;
+    const err = $("checkpoints-error");
+    err.hidden = true;
+    const r = await ty.api("POST", `/api/runs/${runId}/resume`, {checkpoint: name});
+    if (r.ok) { window.location.href = `/runs/${r.body.id}`; return; }
+    button.disabled = false;
+    err.textContent = `Could not resume from ${name}: ${ty.errorText(r.body)}`;
+    err.hidden = false;
+  };
+
+  // --- log tail ------------------------------------------------------------------------------
+  const logEl = $("log-tail");
+  const appendLog = (text) => {
+    if (!text) return;
+    const atBottom = logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 24;
+    let all = logEl.textContent + text;
+    if (all.length > LOG_CAP) {
+      all = all.slice(all.length - LOG_CAP);
+      const nl = all.indexOf("\n");
+      if (nl >= 0 && nl < 4096) all = all.slice(nl + 1);
+    }
+    logEl.textContent = all;
+    if (atBottom) logEl.scrollTop = logEl.scrollHeight;
+  };
+  const loadLog = async () => {
+    try {
+      const response = await fetch(`/api/runs/${runId}/logs?tail=${LOG_CAP}`, {credentials: "same-origin"});
+      if (!response.ok) return;
+      logOffset = Number(response.headers.get("X-Log-Size") || 0);
+      appendLog(await response.text());
+    } catch (_) { /* the stream will bring what follows */ }
+  };
+
+  // --- the stream ----------------------------------------------------------------------------
+  const note = (text) => { $("stream-note").textContent = text; };
+  const connect = () => {
+    const after = {};
+    for (const [key, c] of charts) {
+      const steps = c.pending && c.pending.step.length ? c.pending.step : c.data.step;
+      if (steps.length) after[key] = steps[steps.length - 1];
+    }
+    const params = new URLSearchParams({after: JSON.stringify(after), log_offset: logOffset});
+    source = new EventSource(`/api/runs/${runId}/events?${params}`);
+    source.addEventListener("open", () => note(status === "running" ? "live" : ""));
+    source.addEventListener("metrics", (e) => onMetrics(JSON.parse(e.data).series));
+    source.addEventListener("log", (e) => {
+      const d = JSON.parse(e.data);
+      if (typeof d.offset === "number") logOffset = d.offset;
+      appendLog(d.text);
+    });
+    source.addEventListener("status", (e) => {
+      const d = JSON.parse(e.data);
+      setStatus(d);
+      refreshRun();
+      loadCheckpoints();
+      if (FINISHED.has(d.status)) { source.close(); source = null; note(""); }
+      else note(d.status === "running" ? "live" : "");
+    });
+    source.addEventListener("error", () => {
+      if (!source) return;
+      source.close();  // reconnect ourselves, from what we hold (no duplicates)
+      source = null;
+      if (FINISHED.has(status)) return;
+      note("reconnecting…");
+      setTimeout(connect, 2000);
+    });
+  };
+
+  const showChartsError = (text) => { const e = $("charts-error"); e.textContent = text; e.hidden = false; };
+
+  // --- start ---------------------------------------------------------------------------------
+  const start = async () => {
+    renderTiming();
+    const logDone = loadLog();
+    loadCheckpoints();
+    let body = null;
+    try {
+      const response = await (window.tyRunPrefetch ||
+        fetch(`/api/runs/${runId}/metrics?max_points=${BUDGET}&with_time=true`, {credentials: "same-origin"}));
+      body = await response.json();
+      if (!response.ok) throw new Error(ty.errorText(body));
+    } catch (err) {
+      $("charts-loading").hidden = true;
+      showChartsError(`Could not load the metrics: ${err.message || err}. Reload the page to try again.`);
+    }
+    if (body && body.series) {
+      const series = Object.entries(body.series);
+      for (const [, s] of series) {
+        if (s.time && s.time.length && (view.t0 == null || s.time[0] < view.t0)) view.t0 = s.time[0];
+      }
+      const order = {train: 0, val: 1, other: 2};
+      series.sort(([a], [b]) => order[groupOf(a)] - order[groupOf(b)] || (a < b ? -1 : 1));
+      for (const [key, s] of series) addChart(key, {step: s.step, value: s.value, time: s.time || []});
+      $("charts-loading").hidden = true;
+      $("charts-empty").hidden = charts.size > 0;
+    }
+    setStatus({status});
+    await logDone;
+    if (!FINISHED.has(status)) connect();
+  };
+  start();
+})();
