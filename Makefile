@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install up test test-embedded test-services lint bench clean
+.PHONY: install browser up test test-embedded test-services lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,21 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# The browser tests and bench/ui_run_page.py drive Debian's chromium through Playwright for
+# Python (never `playwright install`: browser downloads are not reachable here). Installed
+# with apt when missing: as root, or through sudo when there is one. Without it the browser
+# tests fail in CI (CI=true) and are skipped elsewhere.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+		elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; \
+		else echo "make browser: $(CHROMIUM) is missing and neither root nor sudo can install it" >&2; \
+			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	fi
 
 up: install
 	$(VENV)/bin/torchyard up
@@ -33,17 +48,18 @@ test: lint test-embedded test-services
 # The metrics store's own tests run on both databases in both passes.
 export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
 
-test-embedded: install
+test-embedded: install browser
 	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q
 
-test-services: install
+test-services: install browser
 	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 		$(PY) -m pytest -q
 
-bench: install
+bench: install browser
 	$(PY) bench/log_overhead.py
 	$(PY) bench/ingest.py
 	$(PY) bench/launch_latency.py
+	$(PY) bench/ui_run_page.py
 
 clean:
 	rm -rf $(VENV) torchyard-data

@@ -1,0 +1,294 @@
+"""The run page in headless Chromium: load time with 4 x 200,000 points, bytes per series, and
+live latency from the job's log() to the point arriving in the page.
+
+Starts a real server and a real Celery worker (SQLite database, SQLite broker) in a temporary
+data dir, and Debian's /usr/bin/chromium through Playwright for Python, logged in through the
+login form.
+
+(i)   A run with 4 series x 200,000 points, ingested with app.metrics.service.ingest_points
+      (the forwarder's path) into the real database. Time from navigation start to all four
+      charts drawn (`.metric-chart[data-points]` > 0, read with performance.now(), whose origin
+      is the navigation start): the first load (fresh browser cache, plotly.min.js parsed for
+      the first time) and warm loads (scripts cached). Target < 1.5 s.
+(ii)  Bytes sent for the default view: the compressed (gzip) size of the page's
+      /api/runs/{id}/metrics responses (Resource Timing's encodedBodySize), per series, checked
+      against a plain httpx request with Accept-Encoding: gzip. Target < 300 KB per series.
+(iii) Live latency: a tiny_mlp run with step_sleep while its page is open. The page records
+      every live point in window.tyLive ({key, step, receivedAt}); the job's log() time for
+      each step is the "time" field of the run's metrics.jsonl. Target p95 < 1 s.
+
+    .venv/bin/python bench/ui_run_page.py [--points 200000] [--first 3] [--warm 5]
+        [--live-steps 300] [--step-sleep 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+KEYS = ("train/loss", "train/acc", "val/loss", "val/acc")
+LOAD_TARGET_S = 1.5
+BYTES_TARGET = 300 * 1024
+LATENCY_TARGET_S = 1.0
+BATCH = 20_000
+
+ALL_DRAWN = """(keys) => {
+    for (const key of keys) {
+        const el = document.querySelector(`.metric-chart[data-key="${key}"]`);
+        if (!el || !(Number(el.dataset.points) > 0)) return false;
+    }
+    return performance.now();
+}"""
+
+
+def report(label: str, value: float, target: float, unit: str) -> None:
+    print(f"{label}: {value:.3f} {unit}; target < {target:g} {unit}; ratio {value / target:.2f}")
+
+
+def make_big_run(n_points: int) -> int:
+    """A finished run with len(KEYS) series of n_points each, one spike in train/loss."""
+    from app.db import session_scope
+    from app.metrics.service import ingest_points
+    from tests.factories import make_run
+
+    run_id = make_run({"recipe": "tiny_mlp", "params": {}, "seed": 1}, status="succeeded")
+    t0 = time.perf_counter()
+    wall0 = time.time() - n_points * 0.01
+    for start in range(1, n_points + 1, BATCH):
+        points = []
+        for step in range(start, min(start + BATCH, n_points + 1)):
+            wall = wall0 + step * 0.01
+            decay = math.exp(-step / (n_points / 5))
+            points += [
+                ("train/loss", step, 2.0 * decay + 0.05 * math.sin(step), wall),
+                ("train/acc", step, 1.0 - 0.7 * decay + 0.02 * math.cos(step), wall),
+                ("val/loss", step, 2.1 * decay + 0.03, wall),
+                ("val/acc", step, 0.95 - 0.7 * decay, wall),
+            ]
+        with session_scope() as session:
+            ingest_points(session, run_id=run_id, points=points)
+    elapsed = time.perf_counter() - t0
+    total = n_points * len(KEYS)
+    print(f"ingested {total:,} points in {elapsed:.1f} s ({total / elapsed:,.0f} points/s)")
+    return run_id
+
+
+def log_in(page, password: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto("/login")
+    page.fill("#username", "admin")
+    page.fill("#password", password)
+    with page.expect_navigation():
+        page.click("form#login-form button[type=submit]")
+    if "/login" in page.url:
+        raise RuntimeError("login failed")
+
+
+def load_time_ms(page, run_id: int) -> float:  # type: ignore[no-untyped-def]
+    page.goto(f"/runs/{run_id}", wait_until="commit")
+    handle = page.wait_for_function(ALL_DRAWN, arg=list(KEYS), polling="raf", timeout=60_000)
+    return float(handle.json_value())
+
+
+BREAKDOWN = """() => {
+    const nav = performance.getEntriesByType("navigation")[0];
+    const out = {"HTML received": nav.responseEnd,
+                 "DOMContentLoaded": nav.domContentLoadedEventEnd};
+    for (const e of performance.getEntriesByType("resource")) {
+        const path = new URL(e.name).pathname;
+        if (path.endsWith(".js") || path.endsWith("/metrics")) {
+            out[`${path.split("/").pop()} fetched`] = e.responseEnd;
+        }
+    }
+    return out;
+}"""
+
+
+def breakdown(page) -> str:  # type: ignore[no-untyped-def]
+    marks = page.evaluate(BREAKDOWN)
+    return ", ".join(f"{k} {v / 1000:.3f}" for k, v in sorted(marks.items(), key=lambda kv: kv[1]))
+
+
+def metrics_bytes(page, run_id: int) -> tuple[int, int, list[str]]:  # type: ignore[no-untyped-def]
+    """(compressed body bytes, decoded body bytes, urls) of the page's metrics requests."""
+    entries = page.evaluate(
+        """(prefix) => performance.getEntriesByType("resource")
+            .filter((e) => new URL(e.name).pathname === prefix)
+            .map((e) => [e.name, e.encodedBodySize, e.decodedBodySize])""",
+        f"/api/runs/{run_id}/metrics",
+    )
+    return (
+        sum(e[1] for e in entries),
+        sum(e[2] for e in entries),
+        [e[0] for e in entries],
+    )
+
+
+def gzip_size_via_httpx(stack, token: str, url: str) -> int:  # type: ignore[no-untyped-def]
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "gzip"}
+    with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as client:
+        with client.stream("GET", url) as r:
+            r.raise_for_status()
+            raw = b"".join(r.iter_raw())
+            encoding = r.headers.get("content-encoding")
+    if encoding == "gzip":
+        gzip.decompress(raw)  # it is what it says
+    return len(raw)
+
+
+def live_latency(stack, api, page, data_dir: Path, steps: int, sleep: float) -> list[float]:  # type: ignore[no-untyped-def]
+    config = {
+        "recipe": "tiny_mlp",
+        "params": {"epochs": 1, "steps_per_epoch": steps, "step_sleep": sleep},
+    }
+    exp = api.post("/api/experiments", json={"name": "bench-live", "config": config}).json()
+    run = api.post(f"/api/experiments/{exp['id']}/runs", json={}).json()
+    page.goto(f"/runs/{run['id']}")
+    deadline = time.monotonic() + 120 + steps * sleep
+    while time.monotonic() < deadline:
+        status = api.get(f"/api/runs/{run['id']}").json()["status"]
+        if status not in ("queued", "running"):
+            break
+        time.sleep(0.2)
+    if status != "succeeded":
+        raise RuntimeError(f"live run ended {status}")
+    page.wait_for_timeout(1500)  # the last points and the final status reach the page
+    live, origin = page.evaluate("() => [window.tyLive || [], performance.timeOrigin]")
+    logged: dict[int, float] = {}
+    with open(data_dir / "runs" / str(run["id"]) / "metrics.jsonl") as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("type") == "metrics":
+                logged[int(record["step"])] = float(record["time"])
+    latencies = []
+    for point in live:
+        received = float(point["receivedAt"])
+        if received < 1e12:  # performance.now() rather than Date.now(): make it epoch ms
+            received += origin
+        if int(point["step"]) in logged:
+            latencies.append(received / 1000 - logged[int(point["step"])])
+    print(
+        f"live run {run['id']}: {len(logged)} steps logged, {len(live)} live points in the page "
+        f"({len(latencies)} matched to a log() time)"
+    )
+    if not latencies:
+        raise RuntimeError("window.tyLive recorded no live point")
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--points", type=int, default=200_000, help="points per series")
+    parser.add_argument("--first", type=int, default=3, help="first loads (fresh cache)")
+    parser.add_argument("--warm", type=int, default=5, help="warm loads to time")
+    parser.add_argument("--live-steps", type=int, default=300)
+    parser.add_argument("--step-sleep", type=float, default=0.05)
+    args = parser.parse_args()
+    if not Path(CHROMIUM).exists():
+        sys.exit(f"{CHROMIUM} is missing: `make browser` installs Debian's chromium")
+    data_dir = Path(tempfile.mkdtemp(prefix="torchyard-bench-"))
+    password = "bench-password"
+    os.environ.update(TORCHYARD_DATA_DIR=str(data_dir), TORCHYARD_ADMIN_PASSWORD=password)
+    for var in ("TORCHYARD_DATABASE_URL", "TORCHYARD_BROKER_URL"):
+        os.environ.pop(var, None)
+
+    from playwright.sync_api import sync_playwright
+
+    from app.prestart import prestart
+    from tests.stack import running_stack
+
+    prestart()
+    run_id = make_big_run(args.points)
+    with (
+        running_stack(dict(os.environ), data_dir / "logs", admin_password=password) as stack,
+        stack.admin_client() as api,
+        sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = None
+        try:
+            # (i) load time: first loads, each in a fresh context (empty cache, plotly.min.js
+            # fetched and parsed), then warm loads in the last one (scripts cached).
+            firsts = []
+            for _ in range(args.first):
+                if firsts:
+                    context.close()
+                context = browser.new_context(
+                    viewport={"width": 1280, "height": 900}, base_url=stack.base_url
+                )
+                page = context.new_page()
+                log_in(page, password)
+                firsts.append(load_time_ms(page, run_id))
+                print(f"    first load at {firsts[-1] / 1000:.3f} s; marks (s): {breakdown(page)}")
+            encoded, decoded, urls = metrics_bytes(page, run_id)
+            warm = [load_time_ms(page, run_id) for _ in range(args.warm)]
+            print(f"    last warm load at {warm[-1] / 1000:.3f} s; marks (s): {breakdown(page)}")
+            points = page.evaluate(
+                """(keys) => keys.map((k) =>
+                    Number(document.querySelector(`.metric-chart[data-key="${k}"]`)
+                        .dataset.points))""",
+                list(KEYS),
+            )
+            print(f"run {run_id}: {len(KEYS)} series x {args.points:,} points; plotted {points}")
+            for label, times in (("first load", firsts), ("warm", warm)):
+                report(
+                    f"(i) navigation -> 4 charts drawn, {label} (median of {len(times)}; "
+                    f"min {min(times) / 1000:.3f}, max {max(times) / 1000:.3f})",
+                    statistics.median(times) / 1000,
+                    LOAD_TARGET_S,
+                    "s",
+                )
+
+            # (ii) bytes for the default view.
+            print(f"metrics requests of the page: {urls}")
+            per_series = encoded / len(KEYS)
+            print(
+                f"    compressed {encoded:,} B, uncompressed {decoded:,} B for {len(KEYS)} series"
+            )
+            report("(ii) bytes per series (gzip, as sent)", per_series / 1024, 300, "KB")
+            if urls:
+                path = urls[0].removeprefix(stack.base_url)
+                size = gzip_size_via_httpx(stack, stack.admin_token(), path)
+                print(f"    httpx with Accept-Encoding: gzip, {path}: {size:,} B")
+
+            # (iii) live latency log() -> page.
+            latencies = live_latency(stack, api, page, data_dir, args.live_steps, args.step_sleep)
+            p50, p95 = statistics.median(latencies), percentile(latencies, 0.95)
+            print(
+                f"    latency over {len(latencies)} points: min {min(latencies):.3f} s, "
+                f"max {max(latencies):.3f} s"
+            )
+            report("(iii) log() -> page, p50", p50, LATENCY_TARGET_S, "s")
+            report("(iii) log() -> page, p95", p95, LATENCY_TARGET_S, "s")
+        finally:
+            if context is not None:
+                context.close()
+            browser.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The DOM contract of docs/ui.md on the pages that need no training run: login and logout,
+the experiments list (search, pagination, empty state), the experiment page and its clone."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import log_in
+from tests.conftest import make_user
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+PER_PAGE = 20  # app/experiments/views.py
+
+
+def test_login_rejects_a_wrong_password_and_logout_ends_the_session(page: Page) -> None:
+    page.goto("/")
+    assert "/login" in page.url  # logged out: every page sends you to the form
+    page.fill("#username", "admin")
+    page.fill("#password", "not-the-password")
+    page.click("form#login-form button[type=submit]")
+    expect(page.locator(".form-error")).to_be_visible()
+    assert "/login" in page.url
+
+    username, password, _headers = make_user()
+    log_in(page, username, password)
+    page.click("button#logout")
+    page.wait_for_url("**/login**")
+    page.goto("/experiments/new")
+    assert "/login" in page.url
+
+
+def test_experiments_list_searches_by_name_paginates_and_says_when_empty(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    tag = f"pg{secrets.token_hex(3)}"
+    config = {"recipe": "tiny_mlp", "params": {"epochs": 1}}
+    ids = []
+    for i in range(PER_PAGE + 1):
+        r = api.post("/api/experiments", json={"name": f"{tag}-{i:02d}", "config": config})
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    page = admin_page
+    page.goto("/")
+    page.fill("input[name=q]", tag)
+    page.press("input[name=q]", "Enter")
+    page.wait_for_url(f"**q={tag}**")
+    rows = page.locator("table#experiments tr[data-experiment-id]")
+    expect(rows).to_have_count(PER_PAGE)
+    shown = [int(x) for x in rows.evaluate_all("rs => rs.map((r) => r.dataset.experimentId)")]
+    assert shown == sorted(ids, reverse=True)[:PER_PAGE]  # newest first
+    page.click("a[rel=next]")
+    expect(rows).to_have_count(1)
+    assert rows.first.get_attribute("data-experiment-id") == str(ids[0])
+    expect(page.locator("a[rel=prev]")).to_be_visible()
+    assert page.locator("a[rel=next]").count() == 0
+
+    page.goto(f"/?q={tag}-nothing")
+    expect(page.locator(".empty")).to_be_visible()
+    assert rows.count() == 0
+
+
+def test_experiment_page_shows_config_and_clone_prefills_the_form(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    config = {
+        "recipe": "tiny_mlp",
+        "params": {"epochs": 2, "lr": 0.02, "steps_per_epoch": 7},
+        "seed": 11,
+    }
+    exp = api.post("/api/experiments", json={"name": "browser-clone", "config": config}).json()
+    page = admin_page
+    page.goto(f"/experiments/{exp['id']}")
+    shown = json.loads(page.locator("#experiment-config").inner_text())
+    assert shown["params"]["lr"] == 0.02 and shown["seed"] == 11
+    expect(page.locator("textarea#overrides")).to_be_visible()
+    expect(page.locator("button#launch-run")).to_be_visible()
+
+    page.click("a#clone-experiment")
+    page.wait_for_url(f"**/experiments/new?from={exp['id']}")
+    assert page.input_value("select[name=recipe]") == "tiny_mlp"
+    assert float(page.input_value('[name="params.lr"]')) == 0.02
+    assert int(page.input_value('[name="params.steps_per_epoch"]')) == 7
+    assert int(page.input_value("[name=seed]")) == 11
+
+
+def test_launch_with_bad_overrides_says_why_and_launches_nothing(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    config = {"recipe": "tiny_mlp", "params": {"epochs": 1}}
+    exp = api.post("/api/experiments", json={"name": "browser-overrides", "config": config}).json()
+    page = admin_page
+    page.goto(f"/experiments/{exp['id']}")
+    page.fill("textarea#overrides", '{"params": {"lr": -1}}')
+    page.click("button#launch-run")
+    expect(page.locator("#launch-form")).to_contain_text("lr", timeout=10_000)
+    assert page.url.endswith(f"/experiments/{exp['id']}")
+    assert api.get(f"/api/experiments/{exp['id']}/runs").json() == []
