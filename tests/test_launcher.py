@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from worker.launcher import LaunchSpec, build_launch
+from worker.launcher import LaunchSpec, build_launch, rank_prefix
 
 CONFIG = {"recipe": "tiny_mlp", "params": {}, "seed": 5, "resources": {"nproc": 1, "gpus": 0}}
 
@@ -32,6 +32,13 @@ def test_single_process_starts_the_entry_point_directly_with_torchrun_env() -> N
     assert json.loads(env["TORCHYARD_CONFIG"]) == CONFIG
     assert env["PYTHONHASHSEED"] == "5" and env["TORCHYARD_JOB_TOKEN"] == "tok"
     assert env["PATH"] == "/bin" and "TORCHYARD_RESUME_FROM" not in env
+    assert "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in env  # its lines are rank 0's, bare
+
+
+def test_single_process_drops_an_inherited_line_prefix_template() -> None:
+    env = {"PATH": "/bin", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]"}
+    launch = build_launch(spec(base_env=env))
+    assert "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in launch.env
 
 
 def test_single_process_through_torchrun_when_configured() -> None:
@@ -42,10 +49,13 @@ def test_single_process_through_torchrun_when_configured() -> None:
         "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=1",
+        "--tee=3",
+        "--log-dir=/data/runs/7/torchrun",
         "--module",
         "worker.jobmain",
     ]
     assert "RANK" not in launch.env and "MASTER_PORT" not in launch.env
+    assert launch.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
 
 
 def test_multi_process_always_goes_through_torchrun() -> None:
@@ -57,9 +67,14 @@ def test_multi_process_always_goes_through_torchrun() -> None:
         "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
+        "--tee=3",
+        "--log-dir=/data/runs/7/torchrun",
         "--module",
         "worker.jobmain",
     ]
+    # torchrun writes every line of rank N (stdout and stderr) with "[rankN]: " in front.
+    assert launch.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
+    assert (rank_prefix(0), rank_prefix(1)) == ("[rank0]: ", "[rank1]: ")
 
 
 def test_resume_path_is_passed_to_the_job() -> None:

@@ -336,7 +336,9 @@ def test_two_process_ddp_run_reports_once_from_rank_0(tmp_path: Path) -> None:
         launch.argv, cwd=run_dir, env=launch.env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
-    assert "[rank 0]" in result.stderr and "[rank 1]" in result.stderr
+    # torchrun labels every line of each rank; the job's log format adds no second label.
+    assert "[rank0]: " in result.stderr and "[rank1]: " in result.stderr
+    assert "[rank 0]" not in result.stderr and "[rank 1]" not in result.stderr
     assert "world size 2" in result.stderr
     assert series(run_dir, "train/loss")[0] == list(range(1, 21))
     assert series(run_dir, "val/acc")[0] == [10, 20]
@@ -347,3 +349,37 @@ def test_two_process_ddp_run_reports_once_from_rank_0(tmp_path: Path) -> None:
     ]
     state = load_checkpoint(run_dir / "checkpoints" / "final.pt")
     tiny_mlp.build_model().load_state_dict(state["model"])  # no "module." prefix
+
+
+@pytest.mark.slow
+def test_every_line_of_a_rank_carries_its_prefix_tracebacks_included(tmp_path: Path) -> None:
+    """Under torchrun a rank's traceback (written by the interpreter, not our logging) reaches
+    the combined output with the rank's prefix on each of its lines."""
+    run_dir = tmp_path / "ddp-fail"
+    run_dir.mkdir()
+    config = {**TINY, "params": {"epochs": 1, "steps_per_epoch": 10, "fail_at_step": 3}}
+    launch = job_launch(run_dir, {**config, "resources": {"nproc": 2, "gpus": 0}})
+    result = subprocess.run(
+        launch.argv,
+        cwd=run_dir,
+        env=launch.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    lines = result.stdout.splitlines()
+    # Both ranks fail at step 3, but torchrun may stop the slower one before it prints.
+    failed = [r for r in (0, 1) if f"[rank{r}]: Traceback (most recent call last):" in lines]
+    assert failed, result.stdout
+    for rank in failed:
+        prefix = f"[rank{rank}]: "
+        mine = [line for line in lines if line.startswith(prefix)]
+        start = mine.index(f"{prefix}Traceback (most recent call last):")
+        assert f"{prefix}RuntimeError: tiny_mlp: failing on purpose at step 3" in mine[start:]
+        assert any(line.startswith(f'{prefix}  File "') for line in mine[start:])
+    assert "]: [rank" not in result.stdout  # one label per line, not torch's second one
+    # Nothing of a rank's traceback escaped its prefix (bare lines are torchrun's own).
+    bare = [line for line in lines if not line.startswith("[rank")]
+    assert not any("failing on purpose" in line or "tiny_mlp.py" in line for line in bare), bare

@@ -11,15 +11,18 @@ learns the run failed.
 from __future__ import annotations
 
 import importlib
+import io
 import logging
 import os
 import runpy
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from worker.launcher import LOG_LINE_PREFIX_VAR
 from worker.recipes.catalog import RECIPES
 from worker.runtime.context import JobContext, get_context
 from worker.runtime.reporter import ReporterError
@@ -28,12 +31,27 @@ from worker.runtime.seeding import seed_everything
 log = logging.getLogger("worker.jobmain")
 
 
-def configure_logging(rank: int) -> None:
-    """Log to stderr with the rank in every line: under torchrun all ranks share one
-    output.log, and an unlabelled line from rank 3 is a line nobody can place."""
+def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> None:
+    """Line-buffered stdout/stderr, and logging to stderr that names the rank.
+
+    All ranks share one output.log, and an unlabelled line from rank 3 is a line nobody can
+    place. Under our torchrun launch torchrun prefixes every line of each rank already
+    (``[rank3]: ``, worker.launcher), so the log format leaves the rank out there; otherwise
+    (a single process, or torchrun started by hand) the format carries it.
+
+    torchrun copies each rank's output line by line while the rank is still writing it; an
+    unbuffered stream writes a ``print`` or a traceback line in pieces, and a piece read on
+    its own would get a prefix of its own mid-line. Line buffering makes every line one write.
+    """
+    env = os.environ if environ is None else environ
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=False)
+    prefixed = bool(env.get(LOG_LINE_PREFIX_VAR))
+    label = "" if prefixed else f"[rank {rank}] "
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        logging.Formatter(f"%(asctime)s [rank {rank}] %(levelname)s %(name)s: %(message)s")
+        logging.Formatter(f"%(asctime)s {label}%(levelname)s %(name)s: %(message)s")
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -76,7 +94,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> None:
-    configure_logging(int(os.environ.get("RANK", "0")))
+    configure_output(int(os.environ.get("RANK", "0")))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     ctx = get_context()
     try:

@@ -4,6 +4,13 @@ Every job, built-in recipe or (later) user script, one process or many, is start
 this returns; the exact argv is unit-tested. For nproc == 1 the default skips torchrun and
 starts the entry point directly with the environment torchrun would have set: that saves one
 torch import (~2.5 s of a 2-core box) and changes nothing the job can see.
+
+Under torchrun every line a rank writes, to stdout or stderr, print, logging or a traceback,
+reaches output.log with the rank in front (``[rank1]: ...``): ``--tee=3`` sends each worker's
+stdout and stderr to per-rank files under ``<run_dir>/torchrun/`` and has torchrun copy them,
+line by line, to its own output with the prefix that ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``
+names (torch 2.13 has no command-line flag for the template). Lines without a prefix come from
+torchrun itself. A direct single-process job writes its lines unprefixed: they are all rank 0's.
 """
 
 from __future__ import annotations
@@ -12,12 +19,22 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from string import Template
 from typing import Any, Literal
 
 JOB_MODULE = "worker.jobmain"
 # Marks every process of a run (torchrun's workers start new sessions, so a process group
 # does not hold them all): the process module finds them by it.
 JOB_TOKEN_VAR = "TORCHYARD_JOB_TOKEN"
+# torchrun's per-line prefix of each rank's output (string.Template, ${rank} = global rank).
+LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
+LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+TORCHRUN_LOG_DIR = "torchrun"
+
+
+def rank_prefix(rank: int) -> str:
+    """The prefix of every line rank ``rank`` writes under torchrun: ``[rank1]: ``."""
+    return Template(LOG_LINE_PREFIX_TEMPLATE).substitute(rank=rank)
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
     if spec.resume_from is not None:
         env["TORCHYARD_RESUME_FROM"] = str(spec.resume_from)
     if nproc == 1 and spec.single_process == "direct":
+        env.pop(LOG_LINE_PREFIX_VAR, None)  # nothing prefixes this job's lines
         env.update(
             {
                 "RANK": "0",
@@ -67,12 +85,15 @@ def build_launch(spec: LaunchSpec) -> Launch:
             }
         )
         return Launch(argv=[spec.python, "-m", JOB_MODULE], env=env)
+    env[LOG_LINE_PREFIX_VAR] = LOG_LINE_PREFIX_TEMPLATE
     argv = [
         spec.python,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc_per_node={nproc}",
+        "--tee=3",
+        f"--log-dir={spec.run_dir / TORCHRUN_LOG_DIR}",
         "--module",
         JOB_MODULE,
     ]

@@ -4,14 +4,16 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, status
-from fastapi.responses import FileResponse, PlainTextResponse
+from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
+from app.errors import validation_error
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
-from app.runs import events, service
+from app.runs import events, logs, service
+from app.runs.logs import run_nproc
 from app.runs.schemas import CheckpointOut, MetricsOut, RunCreate, RunOut, RunResume
 from app.settings import get_settings
 
@@ -91,17 +93,36 @@ def read_logs(
     run: OwnedRun,
     offset: Annotated[int, Query(ge=0)] = 0,
     tail: Annotated[int | None, Query(ge=1, description="only the last this many bytes")] = None,
-) -> PlainTextResponse:
-    """The output from `offset` (or its last `tail` bytes); X-Log-Size is where it ends."""
+    rank: Annotated[
+        int | None, Query(ge=0, description="only this rank's lines (whole lines)")
+    ] = None,
+) -> Response:
+    """The output from `offset` (or its last `tail` bytes); X-Log-Size is where it ends.
+
+    With `rank`, only that rank's whole lines in the same byte range, `tail` counting the
+    bytes of those lines, and X-Log-Size the end of the last whole line (app/runs/logs.py).
+    """
     path = service.log_path(run.id)
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(offset, size - tail) if tail is not None else offset)
-            data = f.read(max(size - f.tell(), 0))
-    except FileNotFoundError:
-        data, size = b"", 0
-    return PlainTextResponse(data.decode("utf-8", "replace"), headers={"X-Log-Size": str(size)})
+    nproc = run_nproc(run.config)
+    if rank is not None and rank >= nproc:
+        raise validation_error(
+            [
+                {
+                    "type": "less_than",
+                    "loc": ["query", "rank"],
+                    "msg": f"the run has {nproc} process(es): rank must be below {nproc}",
+                    "input": rank,
+                }
+            ]
+        )
+    if rank is None or nproc == 1:  # a single process's lines are all rank 0's
+        read = logs.read_all(path, offset=offset, tail=tail)
+        text = b"".join(read.body).decode("utf-8", "replace")
+        return PlainTextResponse(text, headers={"X-Log-Size": str(read.end)})
+    read = logs.read_rank(path, rank=rank, offset=offset, tail=tail)
+    return StreamingResponse(
+        read.body, media_type="text/plain; charset=utf-8", headers={"X-Log-Size": str(read.end)}
+    )
 
 
 @router.get("/runs/{run_id}/checkpoints", response_model=list[CheckpointOut])

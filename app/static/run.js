@@ -362,7 +362,14 @@
   };
 
   // --- log tail ------------------------------------------------------------------------------
+  // Under torchrun every line of rank N starts with "[rankN]: "; a single process's lines are
+  // all rank 0's. The filter loads the rank's tail with ?rank= (whole lines, and an offset at
+  // a line boundary) and filters the live chunks here, holding back a partial last line.
   const logEl = $("log-tail");
+  const rankSelect = $("log-rank");
+  const nproc = Number(rankSelect.dataset.nproc || 1);
+  let logRank = "";          // "" = every line
+  let logPartial = "";       // the start of a line the stream has not finished yet
   const appendLog = (text) => {
     if (!text) return;
     const atBottom = logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 24;
@@ -375,14 +382,36 @@
     logEl.textContent = all;
     if (atBottom) logEl.scrollTop = logEl.scrollHeight;
   };
+  const filtering = () => logRank !== "" && nproc > 1;
+  const onLogText = (text) => {
+    if (!filtering()) { appendLog(text); return; }
+    const all = logPartial + text;
+    const cut = all.lastIndexOf("\n") + 1;
+    logPartial = all.slice(cut);
+    const prefix = `[rank${logRank}]: `;
+    appendLog(all.slice(0, cut).split("\n").filter((l) => l.startsWith(prefix))
+      .map((l) => l + "\n").join(""));
+  };
   const loadLog = async () => {
     try {
-      const response = await fetch(`/api/runs/${runId}/logs?tail=${LOG_CAP}`, {credentials: "same-origin"});
+      const params = new URLSearchParams({tail: LOG_CAP});
+      if (filtering()) params.set("rank", logRank);
+      const response = await fetch(`/api/runs/${runId}/logs?${params}`, {credentials: "same-origin"});
       if (!response.ok) return;
       logOffset = Number(response.headers.get("X-Log-Size") || 0);
       appendLog(await response.text());
     } catch (_) { /* the stream will bring what follows */ }
   };
+  rankSelect.addEventListener("change", async () => {
+    logRank = rankSelect.value;
+    logEl.dataset.rank = logRank;
+    const live = source !== null;
+    if (live) { source.close(); source = null; }  // reconnect from the new log position
+    logEl.textContent = "";
+    logPartial = "";
+    await loadLog();
+    if (live && !FINISHED.has(status)) connect();
+  });
 
   // --- the stream ----------------------------------------------------------------------------
   const note = (text) => { $("stream-note").textContent = text; };
@@ -399,7 +428,7 @@
     source.addEventListener("log", (e) => {
       const d = JSON.parse(e.data);
       if (typeof d.offset === "number") logOffset = d.offset;
-      appendLog(d.text);
+      onLogText(d.text);
     });
     source.addEventListener("status", (e) => {
       const d = JSON.parse(e.data);

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from worker.launcher import LOG_LINE_PREFIX_VAR
 from worker.runtime.checkpoint import load_checkpoint
 from worker.runtime.checkpoint import save_checkpoint as _save_checkpoint_file
 from worker.runtime.reporter import Reporter
@@ -79,8 +81,13 @@ class JobContext:
         owns_group = False
         if world_size > 1 and not dist.is_initialized():
             backend = "nccl" if torch.cuda.is_available() else "gloo"
+            hook = sys.excepthook
             dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
             owns_group = True
+            if env.get(LOG_LINE_PREFIX_VAR):
+                # init_process_group installs a hook that prefixes tracebacks with the rank;
+                # torchrun prefixes every line already, and twice is noise.
+                sys.excepthook = hook
         return cls(
             config=config,
             run_id=run_id,

@@ -1,0 +1,71 @@
+"""A DDP job is one run: digits_cnn on 2 CPU processes (gloo) through a real worker, against the
+same config on 1 process."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+import torch
+
+from tests.conftest import wait_for_status
+from tests.test_e2e_runs import launch, series
+
+pytestmark = pytest.mark.slow
+
+# Default params: 10 epochs, global batch 64 (split 32 + 32 across the two ranks).
+DIGITS = {"recipe": "digits_cnn", "params": {}, "seed": 1029, "deterministic": True}
+RANK_LINE = re.compile(r"^\[rank(\d+)\]: ", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def api(live_stack):  # type: ignore[no-untyped-def]
+    with live_stack.admin_client() as client:
+        yield client
+
+
+def test_two_process_digits_cnn_is_one_run_that_matches_the_single_process_run(api) -> None:
+    from worker.recipes.digits_cnn import build_model
+
+    single = launch(api, {**DIGITS, "resources": {"nproc": 1, "gpus": 0}}, name="ddp-1")
+    ddp = launch(api, {**DIGITS, "resources": {"nproc": 2, "gpus": 0}}, name="ddp-2")
+    for run in (single, ddp):
+        done = wait_for_status(api, run["id"], {"succeeded", "failed", "cancelled"}, timeout=300)
+        assert done["status"] == "succeeded", done
+
+    # One point per step, no per-rank duplicates, as many steps as the single process made.
+    loss_1 = series(api, single["id"], "train/loss")
+    loss_2 = series(api, ddp["id"], "train/loss")
+    n = len(loss_1["step"])
+    assert n == 230 and loss_1["step"] == list(range(1, n + 1))
+    assert loss_2["step"] == list(range(1, n + 1))
+    acc_1 = series(api, single["id"], "val/acc")["value"]
+    acc_2 = series(api, ddp["id"], "val/acc")["value"]
+    assert len(acc_1) == len(acc_2) == 10
+    assert abs(acc_2[-1] - acc_1[-1]) <= 0.01, (acc_1[-1], acc_2[-1])
+    assert acc_2[-1] >= 0.95
+
+    # The log shows both ranks, every line of a rank under its prefix; ?rank=1 only rank 1.
+    url = f"/api/runs/{ddp['id']}/logs"
+    full = api.get(url).text
+    assert {m.group(1) for m in RANK_LINE.finditer(full)} == {"0", "1"}
+    assert "[rank0]: " in full and "[rank1]: " in full
+    assert re.search(r"^\[rank0\]: .*epoch 10/10 step 230", full, re.MULTILINE)  # rank 0 reports
+    rank1 = api.get(url, params={"rank": 1})
+    assert rank1.status_code == 200
+    lines = rank1.text.splitlines()
+    assert lines and all(line.startswith("[rank1]: ") for line in lines)
+    assert lines == [line for line in full.splitlines() if line.startswith("[rank1]: ")]
+    assert "recipe digits_cnn" in rank1.text  # jobmain's own log line, from rank 1
+    assert "[rank 1]" not in rank1.text  # torchrun's prefix only, not a second rank label
+    assert api.get(url, params={"rank": 2}).status_code == 422
+
+    # The final checkpoint is a plain model's state_dict (no DDP "module." prefixes).
+    blob = api.get(f"/api/runs/{ddp['id']}/checkpoints/final.pt")
+    assert blob.status_code == 200
+    state = torch.load(io.BytesIO(blob.content), weights_only=True)
+    assert state["step"] == n and state["epoch"] == 10
+    assert not any(k.startswith("module.") for k in state["model"])
+    model = build_model()
+    model.load_state_dict(state["model"])  # strict: every key matches
