@@ -33,6 +33,16 @@ def worker_argv(concurrency: int) -> list[str]:
     ]
 
 
+def worker_concurrency() -> int:
+    """The configured threads, raised to GPUs + 1: with every GPU leased, one thread is left
+    for gpus: 0 runs and for re-asking the scheduler about waiting runs."""
+    from app.settings import get_settings
+    from worker.gpus import detect
+
+    settings = get_settings()
+    return max(settings.worker_concurrency, len(detect(settings).gpus) + 1)
+
+
 def server_argv(host: str, port: int) -> list[str]:
     return [
         sys.executable,
@@ -58,7 +68,7 @@ def _up(args: argparse.Namespace) -> int:
     settings = get_settings()
     credentials = prestart()
     children = [
-        subprocess.Popen(worker_argv(settings.worker_concurrency)),
+        subprocess.Popen(worker_argv(worker_concurrency())),
         subprocess.Popen(server_argv(args.host, args.port)),
     ]
     print(f"torchyard is up: http://{args.host}:{args.port}  (API docs: /docs)", flush=True)
@@ -96,9 +106,7 @@ def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from app.settings import get_settings
-
-    concurrency = args.concurrency or get_settings().worker_concurrency
+    concurrency = args.concurrency or worker_concurrency()
     return subprocess.call(worker_argv(concurrency))
 
 

@@ -2,7 +2,18 @@
 
 from app.auth.models import ApiToken, User
 from app.experiments.models import Experiment
+from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
 from app.runs.models import Checkpoint, Run
 
-__all__ = ["ApiToken", "Checkpoint", "Experiment", "Metric", "MetricKey", "Run", "User"]
+__all__ = [
+    "ApiToken",
+    "Checkpoint",
+    "Experiment",
+    "GpuLease",
+    "Metric",
+    "MetricKey",
+    "Run",
+    "User",
+    "WorkerHost",
+]

@@ -25,8 +25,19 @@ class Settings(BaseSettings):
     single_process_launch: Literal["direct", "torchrun"] = "direct"
     cancel_grace_seconds: float = 2.0
     forwarder_interval_seconds: float = 0.1
+    # Threads per worker; the worker CLI raises it to GPUs + 1 so a host with all GPUs leased
+    # still has a thread for gpus: 0 runs and for re-checking waiting ones.
     worker_concurrency: int = 2
     worker_host: str = ""
+    # A fake GPU inventory ("0,1"): allocation, leases and CUDA_VISIBLE_DEVICES are real, the
+    # job runs on CPU. Empty: ask NVML (nvidia-ml-py), and no NVML means no GPUs.
+    fake_gpus: str = ""
+    # A lease not heartbeated for this long belongs to a dead worker and is freed.
+    lease_ttl_seconds: float = 15.0
+    # A queued GPU run that cannot fit for this long stops smaller runs from starting past it.
+    starvation_seconds: float = 300.0
+    # How long a run that may not start yet waits before its task is re-queued to ask again.
+    schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
 
     @property

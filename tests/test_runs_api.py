@@ -32,6 +32,21 @@ def test_create_run_is_queued_with_merged_config_and_a_seed(client, user_headers
     assert client.get(f"/api/runs/{run['id']}", headers=user_headers).json()["id"] == run["id"]
 
 
+def test_priority_is_stored_and_bounded(client, user_headers) -> None:
+    exp = new_experiment(client, user_headers)
+    run = client.post(
+        f"/api/experiments/{exp['id']}/runs", json={"priority": 5}, headers=user_headers
+    ).json()
+    assert run["priority"] == 5
+    assert client.get(f"/api/runs/{run['id']}", headers=user_headers).json()["priority"] == 5
+    default = client.post(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()
+    assert default["priority"] == 0
+    r = client.post(
+        f"/api/experiments/{exp['id']}/runs", json={"priority": 10**6}, headers=user_headers
+    )
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "priority"]
+
+
 def test_run_without_body_uses_experiment_config(client, user_headers) -> None:
     exp = new_experiment(client, user_headers, {**tiny(), "seed": 7})
     run = client.post(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json()

@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from celery.signals import worker_shutting_down
+from celery import Task
+from celery.signals import worker_ready, worker_shutting_down
 
+from app.settings import get_settings
 from worker.celery_app import RUN_TASK, celery_app
-from worker.runner import SHUTTING_DOWN, execute_run
+from worker.runner import SHUTTING_DOWN, WAITING, execute_run, heartbeat_host
+
+_HOST_HEARTBEAT_STOP = threading.Event()
+
+
+@worker_ready.connect
+def _start_host_heartbeat(**_kwargs: Any) -> None:
+    threading.Thread(
+        target=heartbeat_host, args=(_HOST_HEARTBEAT_STOP,), name="host-heartbeat", daemon=True
+    ).start()
 
 
 @worker_shutting_down.connect
 def _stop_running_jobs(**_kwargs: Any) -> None:
     SHUTTING_DOWN.set()
+    _HOST_HEARTBEAT_STOP.set()
 
 
-@celery_app.task(name=RUN_TASK, acks_late=True)
-def run_training(run_id: int) -> str | None:
-    return execute_run(run_id)
+@celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)
+def run_training(self: Task, run_id: int) -> str | None:
+    status = execute_run(run_id)
+    if status != WAITING:
+        return status
+    # Not yet (GPUs busy, or runs ahead of it): give the thread back and put the task back on
+    # the broker, where any worker of any host may ask again. countdown=0 sends no ETA, so no
+    # worker holds it unacked in memory (Redis would redeliver such a message only after its
+    # visibility timeout).
+    if not SHUTTING_DOWN.is_set():
+        time.sleep(get_settings().schedule_retry_seconds)
+    raise self.retry(countdown=0, max_retries=None)

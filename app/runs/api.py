@@ -31,8 +31,13 @@ def create_run(
     user: CurrentUser,
     data: RunCreate | None = None,
 ) -> RunOut:
+    data = data or RunCreate()
     run = service.create_run(
-        session, experiment=experiment, owner=user, overrides=data.overrides if data else {}
+        session,
+        experiment=experiment,
+        owner=user,
+        overrides=data.overrides,
+        priority=data.priority,
     )
     return RunOut.model_validate(run)
 

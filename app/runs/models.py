@@ -46,6 +46,10 @@ class Run(Base):
     resume_from: Mapped[str | None] = mapped_column(String(500))
     # The forwarder's position in metrics.jsonl, so a restarted worker resumes, not replays.
     metrics_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Higher starts first; within a priority, submit order (see app.gpus.scheduler).
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # What CUDA_VISIBLE_DEVICES was set to ("0,1"); "" for a run without GPUs.
+    gpu_indices: Mapped[str | None] = mapped_column(String(255))
 
 
 class Checkpoint(Base):

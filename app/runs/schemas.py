@@ -11,6 +11,8 @@ class RunCreate(BaseModel):
 
     # Deep-merged onto the experiment's config, then validated as a whole.
     overrides: dict[str, Any] = Field(default_factory=dict)
+    # Higher starts first; within a priority, runs start in submit order.
+    priority: int = Field(0, ge=-1000, le=1000)
 
 
 class RunResume(BaseModel):
@@ -36,6 +38,8 @@ class RunOut(BaseModel):
     worker_host: str | None
     cancel_requested: bool
     resume_from: str | None
+    priority: int
+    gpu_indices: str | None
 
 
 class CheckpointOut(BaseModel):

@@ -19,7 +19,12 @@ from app.timeutil import utcnow
 
 
 def create_run(
-    session: Session, *, experiment: Experiment, owner: User, overrides: dict[str, Any]
+    session: Session,
+    *,
+    experiment: Experiment,
+    owner: User,
+    overrides: dict[str, Any],
+    priority: int = 0,
 ) -> Run:
     try:
         config = validate_config(
@@ -27,7 +32,13 @@ def create_run(
         )
     except ConfigInvalid as exc:
         raise validation_error(exc.errors) from None
-    return _queue_run(session, experiment_id=experiment.id, owner=owner, config=with_seed(config))
+    return _queue_run(
+        session,
+        experiment_id=experiment.id,
+        owner=owner,
+        config=with_seed(config),
+        priority=priority,
+    )
 
 
 def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> Run:
@@ -47,6 +58,7 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
         owner=owner,
         config=run.config,
         resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
+        priority=run.priority,
     )
 
 
@@ -57,6 +69,7 @@ def _queue_run(
     owner: User,
     config: dict[str, Any],
     resume_from: str | None = None,
+    priority: int = 0,
 ) -> Run:
     """Store a validated, seeded config as a queued run; enqueue it once the caller commits."""
     run = Run(
@@ -66,6 +79,7 @@ def _queue_run(
         config=config,
         seed=config["seed"],
         resume_from=resume_from,
+        priority=priority,
     )
     session.add(run)
     session.flush()

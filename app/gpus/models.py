@@ -1,0 +1,34 @@
+"""GPU leases (which run holds which GPU of which host) and the worker hosts' inventories."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base
+from app.timeutil import utcnow
+
+
+class GpuLease(Base):
+    __tablename__ = "gpu_leases"
+    # The database, not the scheduler, guarantees that no two runs ever hold the same GPU.
+    __table_args__ = (UniqueConstraint("host", "gpu_index", name="uq_gpu_leases_host_gpu_index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Renewed by the worker while the job runs; a stale lease is a dead worker's and expires.
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WorkerHost(Base):
+    __tablename__ = "worker_hosts"
+
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # The host's GPU indices (NVML or the fake inventory); [] for a CPU-only host.
+    gpus: Mapped[list[int]] = mapped_column(JSON, default=list)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,200 @@
+"""app.gpus.service against real databases (a SQLite file, and PostgreSQL when
+TORCHYARD_TEST_POSTGRES_URL is set): leases are taken atomically, serialized across
+concurrent workers, expire without heartbeats, and the database refuses a GPU leased twice."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, create_engine, delete, make_url, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+import app.models as models
+from app.db import make_engine
+from app.gpus.models import GpuLease, WorkerHost
+from app.gpus.service import StartResult, release_leases, touch_host, try_start
+from app.migrate import upgrade
+from app.runs.models import RunStatus
+from app.timeutil import utcnow
+
+POSTGRES_URL = os.environ.get("TORCHYARD_TEST_POSTGRES_URL", "")
+TTL = 15.0
+STARVE = 300.0
+
+
+@pytest.fixture(scope="module", params=["sqlite", *(["postgresql"] if POSTGRES_URL else [])])
+def engine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engine]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('gpus') / 'gpus.db'}"
+        upgrade(url)
+        eng = make_engine(url)
+        yield eng
+        eng.dispose()
+        return
+    name = f"ty_gpus_{secrets.token_hex(5)}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+        upgrade(url)
+        eng = make_engine(url)
+        yield eng
+        eng.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    """A clean slate: no queued runs, leases or hosts left by an earlier test."""
+    maker = sessionmaker(bind=engine, expire_on_commit=False)
+    with maker.begin() as s:
+        s.execute(delete(GpuLease))
+        s.execute(delete(WorkerHost))
+        s.execute(
+            update(models.Run)
+            .where(models.Run.status == RunStatus.queued)
+            .values(status=RunStatus.cancelled)
+        )
+    return maker
+
+
+def queued_runs(maker: sessionmaker[Session], *gpus: int) -> list[int]:
+    with maker.begin() as s:
+        user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
+        s.add(user)
+        s.flush()
+        exp = models.Experiment(name="gpus", config={}, owner_id=user.id)
+        s.add(exp)
+        s.flush()
+        runs = [
+            models.Run(
+                experiment_id=exp.id,
+                owner_id=user.id,
+                config={"recipe": "tiny_mlp", "resources": {"gpus": k, "nproc": 1}},
+                seed=0,
+                created_at=utcnow() + timedelta(milliseconds=i),
+            )
+            for i, k in enumerate(gpus)
+        ]
+        s.add_all(runs)
+        s.flush()
+        return [r.id for r in runs]
+
+
+def start(
+    maker: sessionmaker[Session], run_id: int, host: str = "h", inventory: list[int] | None = None
+) -> StartResult:
+    with maker.begin() as s:
+        return try_start(
+            s,
+            run_id=run_id,
+            host=host,
+            inventory=[0, 1] if inventory is None else inventory,
+            lease_ttl_seconds=TTL,
+            starvation_seconds=STARVE,
+        )
+
+
+def leases(maker: sessionmaker[Session]) -> list[tuple[str, int, int]]:
+    with maker() as s:
+        rows = s.execute(select(GpuLease.host, GpuLease.gpu_index, GpuLease.run_id))
+        return sorted((h, i, r) for h, i, r in rows)
+
+
+def test_a_run_takes_exactly_its_gpus_and_records_them(sessions) -> None:
+    two, one = queued_runs(sessions, 2, 1)
+    got = start(sessions, two)
+    assert got.outcome == "started" and got.gpu_indices == (0, 1)
+    assert leases(sessions) == [("h", 0, two), ("h", 1, two)]
+    with sessions() as s:
+        run = s.get(models.Run, two)
+        assert run is not None
+        assert (run.status, run.worker_host, run.gpu_indices) == ("running", "h", "0,1")
+        assert run.started_at is not None
+    waiting = start(sessions, one)
+    assert waiting.outcome == "wait" and "1 free GPUs" in waiting.reason
+    with sessions.begin() as s:
+        release_leases(s, run_id=two)
+    assert start(sessions, one).gpu_indices == (0,)
+
+
+def test_a_run_that_is_not_queued_any_more_is_gone(sessions) -> None:
+    (run_id,) = queued_runs(sessions, 1)
+    assert start(sessions, run_id).outcome == "started"
+    assert start(sessions, run_id).outcome == "gone"  # a redelivered task does nothing
+
+
+def test_gpu_free_runs_start_on_a_host_without_gpus(sessions) -> None:
+    (run_id,) = queued_runs(sessions, 0)
+    got = start(sessions, run_id, host="cpu-box", inventory=[])
+    assert got.outcome == "started" and got.gpu_indices == ()
+    assert leases(sessions) == []
+
+
+def test_a_run_that_fits_only_on_another_live_host_waits_for_it(sessions) -> None:
+    (run_id,) = queued_runs(sessions, 1)
+    with sessions.begin() as s:
+        touch_host(s, host="gpu-box", gpus=[0], now=utcnow())
+    got = start(sessions, run_id, host="cpu-box", inventory=[])
+    assert got.outcome == "wait" and "gpu-box" in got.reason
+    assert start(sessions, run_id, host="gpu-box", inventory=[0]).outcome == "started"
+
+
+def test_stale_leases_expire_and_fresh_ones_do_not(sessions) -> None:
+    dead, alive, waiting = queued_runs(sessions, 1, 1, 1)
+    assert start(sessions, dead).gpu_indices == (0,)
+    assert start(sessions, alive).gpu_indices == (1,)
+    with sessions.begin() as s:
+        s.execute(
+            update(GpuLease)
+            .where(GpuLease.run_id == dead)
+            .values(heartbeat_at=utcnow() - timedelta(seconds=TTL + 1))
+        )
+    assert start(sessions, waiting).gpu_indices == (0,)
+    assert leases(sessions) == [("h", 0, waiting), ("h", 1, alive)]
+
+
+def test_the_database_refuses_a_gpu_leased_twice(sessions) -> None:
+    a, b = queued_runs(sessions, 1, 1)
+    with pytest.raises(IntegrityError):
+        with sessions.begin() as s:
+            s.add(GpuLease(host="h", gpu_index=0, run_id=a))
+            s.add(GpuLease(host="h", gpu_index=0, run_id=b))
+    assert leases(sessions) == []
+
+
+def test_concurrent_workers_never_lease_a_gpu_twice(sessions) -> None:
+    runs = queued_runs(sessions, *([1] * 6))
+    barrier = threading.Barrier(len(runs))
+    results: dict[int, StartResult | BaseException] = {}
+
+    def worker(run_id: int) -> None:
+        barrier.wait()
+        try:
+            results[run_id] = start(sessions, run_id)
+        except BaseException as exc:  # an IntegrityError would mean the lock did not hold
+            results[run_id] = exc
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all(isinstance(r, StartResult) for r in results.values()), results
+    started = {r: res for r, res in results.items() if res.outcome == "started"}  # type: ignore[union-attr]
+    # The first two in queue order, whichever thread got the lock first.
+    assert sorted(started) == runs[:2]
+    assert sorted(res.gpu_indices for res in started.values()) == [(0,), (1,)]  # type: ignore[union-attr]
+    assert len(leases(sessions)) == 2
