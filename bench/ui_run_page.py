@@ -37,14 +37,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 KEYS = ("train/loss", "train/acc", "val/loss", "val/acc")
 LOAD_TARGET_S = 1.5
 BYTES_TARGET = 300 * 1024
@@ -209,7 +201,9 @@ def main() -> None:
     parser.add_argument("--live-steps", type=int, default=300)
     parser.add_argument("--step-sleep", type=float, default=0.05)
     args = parser.parse_args()
-    if not Path(CHROMIUM).exists():
+    from tests.stack import CHROMIUM
+
+    if not CHROMIUM.exists():
         sys.exit(f"{CHROMIUM} is missing: `make browser` installs Debian's chromium")
     data_dir = Path(tempfile.mkdtemp(prefix="torchyard-bench-"))
     password = "bench-password"
@@ -220,7 +214,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from app.prestart import prestart
-    from tests.stack import running_stack
+    from tests.stack import launch_chromium, running_stack
 
     prestart()
     run_id = make_big_run(args.points)
@@ -229,7 +223,7 @@ def main() -> None:
         stack.admin_client() as api,
         sync_playwright() as playwright,
     ):
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch_chromium(playwright)
         context = None
         try:
             # (i) load time: first run-page loads, each in a fresh context (empty cache; login

@@ -17,6 +17,21 @@ from app.cli import server_argv, worker_argv
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Debian's chromium, driven by Playwright for Python (`playwright install` cannot download
+# browsers here); without the background-networking flags it floods the closed network.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+
+
+def launch_chromium(playwright):  # type: ignore[no-untyped-def]
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
 
 class LiveStack:
     def __init__(self, base_url: str, log_dir: Path, admin_password: str) -> None:

@@ -4,55 +4,33 @@ concurrent workers, expire without heartbeats, and the database refuses a GPU le
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, create_engine, delete, make_url, select, update
+from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
-from app.db import make_engine
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.service import StartResult, release_leases, touch_host, try_start
-from app.migrate import upgrade
 from app.runs.models import RunStatus
 from app.timeutil import utcnow
+from tests.databases import KINDS, own_database
 
-POSTGRES_URL = os.environ.get("TORCHYARD_TEST_POSTGRES_URL", "")
 TTL = 15.0
 STARVE = 300.0
 
 
-@pytest.fixture(scope="module", params=["sqlite", *(["postgresql"] if POSTGRES_URL else [])])
+@pytest.fixture(scope="module", params=KINDS)
 def engine(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Engine]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('gpus') / 'gpus.db'}"
-        upgrade(url)
-        eng = make_engine(url)
+    with own_database(request.param, tmp_path_factory.mktemp("gpus"), "ty_gpus") as eng:
         yield eng
-        eng.dispose()
-        return
-    name = f"ty_gpus_{secrets.token_hex(5)}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    try:
-        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-        upgrade(url)
-        eng = make_engine(url)
-        yield eng
-        eng.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
 
 
 @pytest.fixture

@@ -7,16 +7,14 @@ Each test works in one transaction that is rolled back, on a run of its own.
 from __future__ import annotations
 
 import math
-import os
 import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine, make_url, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 import app.models as models
-from app.db import make_engine
 from app.metrics.service import (
     count_points,
     ingest_points,
@@ -24,37 +22,15 @@ from app.metrics.service import (
     read_new_points,
     read_series,
 )
-from app.migrate import upgrade
-
-# `make test` sets it in both passes, so nothing here is skipped in CI.
-POSTGRES_URL = os.environ.get("TORCHYARD_TEST_POSTGRES_URL", "")
+from tests.databases import KINDS, own_database
 
 
-@pytest.fixture(scope="module", params=["sqlite", *(["postgresql"] if POSTGRES_URL else [])])
+@pytest.fixture(scope="module", params=KINDS)
 def engine(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Engine]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'metrics.db'}"
-        upgrade(url)
-        eng = make_engine(url)
+    with own_database(request.param, tmp_path_factory.mktemp("metrics"), "ty_metrics") as eng:
         yield eng
-        eng.dispose()
-        return
-    name = f"ty_metrics_{secrets.token_hex(5)}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    try:
-        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-        upgrade(url)
-        eng = make_engine(url)
-        yield eng
-        eng.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
 
 
 def new_run(session: Session) -> int:

@@ -18,23 +18,11 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR
-from tests.stack import LiveStack
+from tests.stack import CHROMIUM, LiveStack, launch_chromium
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 VIEWPORT = {"width": 1280, "height": 900}
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 FAILURES = BASE_DIR / "browser-failures"
-
-
-def launch_chromium(playwright):  # type: ignore[no-untyped-def]
-    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
 
 @pytest.fixture(scope="package")
