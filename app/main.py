@@ -17,6 +17,8 @@ from app.auth.views import router as auth_views
 from app.compare.views import router as compare_views
 from app.experiments.api import router as experiments_router
 from app.experiments.views import router as experiments_views
+from app.gpus.api import router as gpus_router
+from app.gpus.views import router as gpus_views
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
 from app.runs.views import router as runs_views
@@ -49,11 +51,13 @@ def create_app() -> FastAPI:
         auth_router,
         experiments_router,
         runs_router,
+        gpus_router,
         static_files.router,
         auth_views,
         experiments_views,
         runs_views,
         compare_views,
+        gpus_views,
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")

@@ -2,6 +2,10 @@
 
 No NVML (nvidia-ml-py not installed, no driver) or no GPUs means an empty inventory: a CPU-only
 host, which runs only gpus: 0 runs.
+
+With NVML, every heartbeat and every scheduling question also carries each GPU's stats
+(memory, utilization, compute process ids): a GPU running processes torchyard has not leased is
+busy (external) and is not handed out (app.gpus.service.external_gpus).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import importlib
 import logging
 import socket
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 from app.settings import Settings
 
@@ -31,10 +37,16 @@ def parse_fake_gpus(value: str) -> tuple[int, ...]:
     return tuple(sorted(indices))
 
 
-def nvml_gpus() -> tuple[int, ...]:
+def _pynvml() -> ModuleType | None:
     try:
-        pynvml = importlib.import_module("pynvml")
+        return importlib.import_module("pynvml")
     except ImportError:
+        return None
+
+
+def nvml_gpus() -> tuple[int, ...]:
+    pynvml = _pynvml()
+    if pynvml is None:
         return ()
     try:
         pynvml.nvmlInit()
@@ -57,3 +69,48 @@ def detect(settings: Settings) -> Inventory:
         return Inventory(host, parse_fake_gpus(settings.fake_gpus), "fake")
     gpus = nvml_gpus()
     return Inventory(host, gpus, "nvml" if gpus else "none")
+
+
+def read_gpu_stats(nvml: Any = None) -> list[dict[str, Any]] | None:
+    """Each GPU's memory (bytes), utilization (%) and compute process ids, as NVML reports them
+    now; None when NVML is not there. `nvml`: the pynvml module (default) or a stand-in."""
+    pynvml = nvml if nvml is not None else _pynvml()
+    if pynvml is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        log.debug("NVML unavailable (%s): no GPU stats", exc)
+        return None
+    try:
+        stats = []
+        for index in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            stat: dict[str, Any] = {"index": index}
+            try:
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                stat.update(memory_used=int(memory.used), memory_total=int(memory.total))
+            except Exception:  # not supported on this device
+                pass
+            try:
+                stat["utilization"] = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except Exception:
+                pass
+            # A process NVML cannot list makes the GPU look free: list failures as unknown.
+            try:
+                processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                stat["pids"] = sorted(int(p.pid) for p in processes)
+            except Exception:
+                stat["pids"] = []
+            stats.append(stat)
+        return stats
+    except Exception as exc:
+        log.warning("reading GPU stats failed (%s)", exc)
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def gpu_stats(inventory: Inventory, nvml: Any = None) -> list[dict[str, Any]] | None:
+    """The stats of a NVML inventory; None for a fake or empty one (nothing to measure)."""
+    return read_gpu_stats(nvml) if inventory.source == "nvml" else None

@@ -35,7 +35,7 @@ from app.runs.models import Run, RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
 from worker.forwarder import forward
-from worker.gpus import Inventory, detect
+from worker.gpus import Inventory, detect, gpu_stats
 from worker.launcher import LaunchSpec, build_launch
 from worker.process import JobProcess
 
@@ -94,6 +94,7 @@ def start(run_id: int) -> StartResult:
     if so its leases are taken and it is running when this returns."""
     settings = get_settings()
     inv = inventory()
+    stats = gpu_stats(inv)  # read before the transaction: NVML is not quick enough to hold a lock
     try:
         with session_scope() as session:
             return try_start(
@@ -103,6 +104,7 @@ def start(run_id: int) -> StartResult:
                 inventory=list(inv.gpus),
                 lease_ttl_seconds=settings.lease_ttl_seconds,
                 starvation_seconds=settings.starvation_seconds,
+                gpu_stats=stats,
             )
     except IntegrityError:  # a GPU leased twice: the database refused, so nothing was taken
         log.warning("run %s: lease conflict; will ask again", run_id)
@@ -119,7 +121,13 @@ def heartbeat_host(stop: threading.Event) -> None:
     while not stop.wait(max(0.5, settings.lease_ttl_seconds / 3)):
         try:
             with session_scope() as session:
-                touch_host(session, host=inv.host, gpus=list(inv.gpus), now=utcnow())
+                touch_host(
+                    session,
+                    host=inv.host,
+                    gpus=list(inv.gpus),
+                    now=utcnow(),
+                    gpu_stats=gpu_stats(inv),
+                )
         except Exception:
             log.exception("host heartbeat failed; will retry")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
@@ -32,3 +33,6 @@ class WorkerHost(Base):
     # The host's GPU indices (NVML or the fake inventory); [] for a CPU-only host.
     gpus: Mapped[list[int]] = mapped_column(JSON, default=list)
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # NVML's view at the last heartbeat, one dict per GPU: index, memory_used, memory_total
+    # (bytes), utilization (%), pids (compute processes); None without NVML (fake inventory).
+    gpu_stats: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)

@@ -10,15 +10,25 @@ this up: a lease taken twice fails the insert, never shares a GPU.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import CursorResult, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from app.auth.models import User
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.scheduler import Decision, QueuedRun, pick
+from app.gpus.scheduler import Decision, QueuedRun, pick, queue_order
+from app.gpus.schemas import (
+    GpuOut,
+    GpuPanelOut,
+    GpuState,
+    HostOut,
+    QueuedRunOut,
+    UserUsageOut,
+)
 from app.runs.models import Run, RunStatus
 from app.timeutil import as_utc, utcnow
 
@@ -53,11 +63,15 @@ def try_start(
     lease_ttl_seconds: float,
     starvation_seconds: float,
     now: datetime | None = None,
+    gpu_stats: list[dict[str, Any]] | None = None,
 ) -> StartResult:
+    """`gpu_stats` is NVML's fresh view of this host (see WorkerHost.gpu_stats): a GPU running
+    compute processes that torchyard has not leased is busy (external) and not handed out."""
     now = now or utcnow()
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)))
-    touch_host(session, host=host, gpus=inventory, now=now)  # on SQLite: the write lock
+    # On SQLite: the write lock.
+    touch_host(session, host=host, gpus=inventory, now=now, gpu_stats=gpu_stats)
     expire_stale_leases(session, now=now, ttl_seconds=lease_ttl_seconds)
 
     run = session.get(Run, run_id, populate_existing=True)
@@ -95,56 +109,102 @@ def try_start(
 def decide(
     session: Session,
     *,
-    host: str,
-    inventory: list[int],
+    host: str | None,
+    inventory: list[int] | None,
     asking_run: int | None,
     now: datetime,
     lease_ttl_seconds: float,
     starvation_seconds: float,
 ) -> Decision:
-    """The scheduler's view of the database: the queue and each live host's free GPUs."""
-    rows = session.execute(
-        select(Run.id, Run.priority, Run.created_at, Run.config).where(
-            Run.status == RunStatus.queued, ~Run.cancel_requested
-        )
-    )
-    queue = [
-        QueuedRun(
-            id=r.id, gpus=run_gpus(r.config), priority=r.priority, created_at=as_utc(r.created_at)
-        )
-        for r in rows
-    ]
-    inventories = live_inventories(session, now=now, ttl_seconds=lease_ttl_seconds)
-    inventories[host] = list(inventory)
-    held: dict[str, set[int]] = {}
-    for lease_host, index in session.execute(select(GpuLease.host, GpuLease.gpu_index)):
-        held.setdefault(lease_host, set()).add(index)
-    free = {h: [i for i in gpus if i not in held.get(h, set())] for h, gpus in inventories.items()}
+    """The scheduler's view of the database: the queue and each live host's free GPUs.
+
+    `host`/`inventory`: the asking host's own fresh inventory (None: only what the database
+    knows, e.g. for the GPU panel)."""
+    queue = queued_runs(session)
+    hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
+    inventories = {h.host: [int(i) for i in h.gpus] for h in hosts}
+    stats = {h.host: h.gpu_stats for h in hosts}
+    if host is not None and inventory is not None:
+        inventories[host] = list(inventory)
+    held = held_gpus(session)
+    free = {}
+    for h, gpus in inventories.items():
+        taken = held.get(h, set()) | external_gpus(stats.get(h), held.get(h, set()))
+        free[h] = [i for i in gpus if i not in taken]
     return pick(
         queue,
         free,
         now,
         starvation_seconds,
         capacity_by_host={h: len(gpus) for h, gpus in inventories.items()},
-        asking=(asking_run, host) if asking_run is not None else None,
+        asking=(asking_run, host) if asking_run is not None and host is not None else None,
+    )
+
+
+def queued_runs(session: Session) -> list[QueuedRun]:
+    rows = session.execute(
+        select(Run.id, Run.priority, Run.created_at, Run.config).where(
+            Run.status == RunStatus.queued, ~Run.cancel_requested
+        )
+    )
+    return [
+        QueuedRun(
+            id=r.id, gpus=run_gpus(r.config), priority=r.priority, created_at=as_utc(r.created_at)
+        )
+        for r in rows
+    ]
+
+
+def held_gpus(session: Session) -> dict[str, set[int]]:
+    held: dict[str, set[int]] = {}
+    for lease_host, index in session.execute(select(GpuLease.host, GpuLease.gpu_index)):
+        held.setdefault(lease_host, set()).add(index)
+    return held
+
+
+def external_gpus(stats: list[dict[str, Any]] | None, leased: Collection[int]) -> set[int]:
+    """GPUs running compute processes while torchyard holds no lease on them: someone else's
+    (a job started by hand, another scheduler). Never handed out."""
+    return {
+        int(gpu["index"])
+        for gpu in stats or ()
+        if gpu.get("pids") and int(gpu["index"]) not in leased
+    }
+
+
+def live_hosts(session: Session, *, now: datetime, ttl_seconds: float) -> list[WorkerHost]:
+    cutoff = now - timedelta(seconds=ttl_seconds)
+    return list(
+        session.scalars(
+            select(WorkerHost).where(WorkerHost.heartbeat_at >= cutoff).order_by(WorkerHost.host)
+        )
     )
 
 
 def live_inventories(
     session: Session, *, now: datetime, ttl_seconds: float
 ) -> dict[str, list[int]]:
-    cutoff = now - timedelta(seconds=ttl_seconds)
-    hosts = session.scalars(select(WorkerHost).where(WorkerHost.heartbeat_at >= cutoff))
+    hosts = live_hosts(session, now=now, ttl_seconds=ttl_seconds)
     return {h.host: [int(i) for i in h.gpus] for h in hosts}
 
 
-def touch_host(session: Session, *, host: str, gpus: list[int], now: datetime) -> None:
-    """Upsert this host's inventory and heartbeat (an UPDATE first: it is the write lock)."""
+def touch_host(
+    session: Session,
+    *,
+    host: str,
+    gpus: list[int],
+    now: datetime,
+    gpu_stats: list[dict[str, Any]] | None = None,
+) -> None:
+    """Upsert this host's inventory, GPU stats and heartbeat (an UPDATE first: it is the
+    write lock)."""
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        update(WorkerHost).where(WorkerHost.host == host).values(gpus=list(gpus), heartbeat_at=now)
+        update(WorkerHost)
+        .where(WorkerHost.host == host)
+        .values(gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats)
     )
     if not result.rowcount:
-        session.add(WorkerHost(host=host, gpus=list(gpus), heartbeat_at=now))
+        session.add(WorkerHost(host=host, gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats))
         session.flush()
 
 
@@ -165,3 +225,141 @@ def heartbeat_leases(session: Session, *, run_id: int, now: datetime | None = No
 
 def release_leases(session: Session, *, run_id: int) -> None:
     session.execute(delete(GpuLease).where(GpuLease.run_id == run_id))
+
+
+# --- the GPU panel and per-user accounting ----------------------------------------------------
+
+_MB = 1024 * 1024
+
+
+def _mb(value: Any) -> float | None:
+    return None if value is None else round(float(value) / _MB, 1)
+
+
+def gpu_panel(
+    session: Session, *, now: datetime, lease_ttl_seconds: float, starvation_seconds: float
+) -> GpuPanelOut:
+    """Each live host's GPUs (who holds which) and the queue in scheduling order, each waiting
+    run with the reason `pick` gives for it."""
+    leases: dict[str, dict[int, tuple[int, str, datetime]]] = {}
+    rows = session.execute(
+        select(
+            GpuLease.host, GpuLease.gpu_index, GpuLease.run_id, GpuLease.acquired_at, User.username
+        )
+        .join(Run, Run.id == GpuLease.run_id)
+        .join(User, User.id == Run.owner_id)
+    )
+    for host, index, run_id, acquired_at, username in rows:
+        leases.setdefault(host, {})[index] = (run_id, username, as_utc(acquired_at))
+    hosts = []
+    for h in live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds):
+        stats = {int(g["index"]): g for g in h.gpu_stats or ()}
+        leased = leases.get(h.host, {})
+        external = external_gpus(h.gpu_stats, leased)
+        gpus = []
+        for index in sorted({int(i) for i in h.gpus} | set(stats) | set(leased)):
+            stat = stats.get(index, {})
+            known = {
+                "memory_used_mb": _mb(stat.get("memory_used")),
+                "memory_total_mb": _mb(stat.get("memory_total")),
+                "utilization": stat.get("utilization"),
+            }
+            if index in leased:
+                run_id, owner, since = leased[index]
+                gpu = GpuOut(
+                    index=index, state="leased", run_id=run_id, owner=owner, since=since, **known
+                )
+            else:
+                state: GpuState = "busy (external)" if index in external else "free"
+                gpu = GpuOut(index=index, state=state, **known)
+            gpus.append(gpu)
+        hosts.append(HostOut(host=h.host, heartbeat_at=as_utc(h.heartbeat_at), gpus=gpus))
+
+    queue = queue_order(queued_runs(session))
+    decision = decide(
+        session,
+        host=None,
+        inventory=None,
+        asking_run=None,
+        now=now,
+        lease_ttl_seconds=lease_ttl_seconds,
+        starvation_seconds=starvation_seconds,
+    )
+    details = {
+        run_id: (experiment_id, username)
+        for run_id, experiment_id, username in session.execute(
+            select(Run.id, Run.experiment_id, User.username)
+            .join(User, User.id == Run.owner_id)
+            .where(Run.id.in_([r.id for r in queue]))
+        )
+    }
+    out = []
+    for position, run in enumerate(queue, start=1):
+        experiment_id, owner = details[run.id]
+        out.append(
+            QueuedRunOut(
+                position=position,
+                run_id=run.id,
+                experiment_id=experiment_id,
+                owner=owner,
+                gpus=run.gpus,
+                priority=run.priority,
+                created_at=run.created_at,
+                waiting_seconds=max(0.0, (now - run.created_at).total_seconds()),
+                reason=_reason(decision, run.id),
+            )
+        )
+    return GpuPanelOut(generated_at=now, hosts=hosts, queue=out)
+
+
+def _reason(decision: Decision, run_id: int) -> str:
+    if run_id in decision.waiting:
+        return decision.waiting[run_id]
+    placement = decision.starts.get(run_id)
+    if placement is None:
+        return ""
+    if placement.host is None:
+        return "starting: needs no GPUs, waiting for a free worker slot"
+    return f"starting: GPUs {format_indices(placement.gpu_indices)} of {placement.host} are free"
+
+
+def gpu_usage(
+    session: Session, *, since: datetime, until: datetime, now: datetime, user: User
+) -> list[UserUsageOut]:
+    """GPU-hours per user over [since, until): each run's running time clipped to the period
+    (a run still running counts until now) times its number of GPUs. Admins see every user
+    who ran something in the period; anybody else sees only their own row."""
+    query = (
+        select(Run.owner_id, Run.started_at, Run.finished_at, Run.gpu_indices)
+        .where(Run.started_at.is_not(None), Run.started_at < until)
+        .where(or_(Run.finished_at.is_(None), Run.finished_at > since))
+    )
+    if not user.is_admin:
+        query = query.where(Run.owner_id == user.id)
+    totals: dict[int, list[float]] = {}  # owner -> [gpu_seconds, runs, gpu_runs]
+    for owner_id, started_at, finished_at, gpu_indices in session.execute(query):
+        if started_at is None:  # excluded by the query; for the type checker
+            continue
+        start = max(as_utc(started_at), since)
+        end = min(as_utc(finished_at) if finished_at else now, until)
+        if end < start:
+            continue
+        gpus = len([i for i in (gpu_indices or "").split(",") if i])
+        row = totals.setdefault(owner_id, [0.0, 0, 0])
+        row[0] += (end - start).total_seconds() * gpus
+        row[1] += 1
+        row[2] += 1 if gpus else 0
+    if not user.is_admin:
+        totals.setdefault(user.id, [0.0, 0, 0])
+    names = dict(session.execute(select(User.id, User.username).where(User.id.in_(totals))).all())
+    rows = [
+        UserUsageOut(
+            user_id=uid,
+            username=names.get(uid, "?"),
+            gpu_hours=round(seconds / 3600, 4),
+            runs=int(runs),
+            gpu_runs=int(gpu_runs),
+        )
+        for uid, (seconds, runs, gpu_runs) in totals.items()
+    ]
+    return sorted(rows, key=lambda r: (-r.gpu_hours, r.username))

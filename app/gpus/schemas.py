@@ -1,0 +1,61 @@
+"""The GPU panel (GET /api/gpus) and per-user accounting (GET /api/usage)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+GpuState = Literal["free", "leased", "busy (external)"]
+
+
+class GpuOut(BaseModel):
+    index: int
+    state: GpuState
+    # Set when state is "leased": the run holding it, its owner and since when.
+    run_id: int | None = None
+    owner: str | None = None
+    since: datetime | None = None
+    # From NVML at the host's last heartbeat; None when unknown (fake inventory, no NVML).
+    memory_used_mb: float | None = None
+    memory_total_mb: float | None = None
+    utilization: float | None = None
+
+
+class HostOut(BaseModel):
+    host: str
+    heartbeat_at: datetime
+    gpus: list[GpuOut]
+
+
+class QueuedRunOut(BaseModel):
+    position: int  # 1-based, in scheduling order
+    run_id: int
+    experiment_id: int
+    owner: str
+    gpus: int
+    priority: int
+    created_at: datetime
+    waiting_seconds: float
+    reason: str
+
+
+class GpuPanelOut(BaseModel):
+    generated_at: datetime
+    hosts: list[HostOut]
+    queue: list[QueuedRunOut]
+
+
+class UserUsageOut(BaseModel):
+    user_id: int
+    username: str
+    gpu_hours: float
+    runs: int  # runs that ran (any part of them) inside the period
+    gpu_runs: int  # of those, the ones that held GPUs
+
+
+class UsageOut(BaseModel):
+    since: datetime
+    until: datetime
+    users: list[UserUsageOut]

@@ -1,0 +1,110 @@
+// The GPU page: refreshes hosts and queue from GET /api/gpus every 2.5 s, and the usage table
+// from GET /api/usage when the period changes (and once a minute).
+"use strict";
+
+(() => {
+  const REFRESH_MS = 2500;
+  const hostsEl = document.getElementById("gpu-hosts");
+  const queueBody = document.querySelector("#gpu-queue tbody");
+  const usageBody = document.querySelector("#gpu-usage tbody");
+  const period = document.getElementById("usage-period");
+  const updated = document.getElementById("gpus-updated");
+
+  const el = (tag, attrs = {}, ...children) => {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = v;
+      else node.setAttribute(k, v);
+    }
+    for (const c of children) node.append(c);
+    return node;
+  };
+  const stateKey = (state) => (state === "busy (external)" ? "external" : state);
+  const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") : "–");
+
+  const gpuCard = (gpu) => {
+    const key = stateKey(gpu.state);
+    const card = el("div", {class: "gpu", "data-gpu-index": gpu.index, "data-state": key},
+      el("div", {class: "gpu-head"}, el("strong", {text: `GPU ${gpu.index}`}), " ",
+         el("span", {class: `badge gpu-${key}`, text: gpu.state})));
+    if (gpu.run_id != null) {
+      card.append(el("div", {class: "gpu-holder"},
+        el("a", {href: `/runs/${gpu.run_id}`, text: `run ${gpu.run_id}`}), " · ",
+        el("span", {class: "gpu-owner", text: gpu.owner || "?"}), " · since ",
+        el("span", {class: "gpu-since", text: when(gpu.since)})));
+    }
+    const mem = gpu.memory_total_mb != null
+      ? `${Math.round(gpu.memory_used_mb)} / ${Math.round(gpu.memory_total_mb)} MiB` : "memory: unknown";
+    const util = gpu.utilization != null ? `${Math.round(gpu.utilization)}% util` : "util: unknown";
+    card.append(el("div", {class: "gpu-stats muted", text: `${mem} · ${util}`}));
+    return card;
+  };
+
+  const renderHosts = (hosts) => {
+    if (!hosts.length) {
+      hostsEl.replaceChildren(el("p", {class: "empty",
+        text: "No worker is running right now. Start one with `torchyard worker` (or `torchyard up`)."}));
+      return;
+    }
+    hostsEl.replaceChildren(...hosts.map((host) => {
+      const card = el("div", {class: "card gpu-host", "data-host": host.host}, el("h3", {text: host.host}));
+      card.append(host.gpus.length
+        ? el("div", {class: "gpu-list"}, ...host.gpus.map(gpuCard))
+        : el("p", {class: "muted", text: "No GPUs: this host runs CPU-only runs (gpus: 0)."}));
+      return card;
+    }));
+  };
+
+  const renderQueue = (queue) => {
+    if (!queue.length) {
+      queueBody.replaceChildren(el("tr", {class: "empty-row"},
+        el("td", {colspan: "7", class: "muted", text: "Nothing is waiting."})));
+      return;
+    }
+    queueBody.replaceChildren(...queue.map((q) => el("tr", {"data-run-id": q.run_id},
+      el("td", {class: "num position", text: String(q.position)}),
+      el("td", {}, el("a", {href: `/runs/${q.run_id}`, text: `run ${q.run_id}`})),
+      el("td", {text: q.owner}),
+      el("td", {class: "num", text: String(q.gpus)}),
+      el("td", {class: "num", text: String(q.priority)}),
+      el("td", {text: ty.fmtDuration(q.waiting_seconds)}),
+      el("td", {class: "reason", text: q.reason}))));
+  };
+
+  const renderUsage = (users) => {
+    usageBody.replaceChildren(...users.map((u) => el("tr", {"data-user": u.username},
+      el("td", {text: u.username}),
+      el("td", {class: "num", text: u.gpu_hours.toFixed(2)}),
+      el("td", {class: "num", text: String(u.runs)}),
+      el("td", {class: "num", text: String(u.gpu_runs)}))));
+  };
+
+  const refreshPanel = async () => {
+    const r = await ty.api("GET", "/api/gpus");
+    if (r.ok) {
+      renderHosts(r.body.hosts);
+      renderQueue(r.body.queue);
+      updated.textContent = `updated ${when(r.body.generated_at)}`;
+    } else {
+      updated.textContent = `not updated: ${ty.errorText(r.body)}`;
+    }
+  };
+
+  const refreshUsage = async () => {
+    const until = new Date();
+    const since = new Date(until.getTime() - Number(period.value) * 86400e3);
+    const qs = new URLSearchParams({since: since.toISOString(), until: until.toISOString()});
+    const r = await ty.api("GET", `/api/usage?${qs}`);
+    if (r.ok) renderUsage(r.body.users);
+  };
+
+  period.addEventListener("change", refreshUsage);
+  let ticks = 0;
+  const loop = async () => {
+    await refreshPanel();
+    if (++ticks % 24 === 0) await refreshUsage();
+    setTimeout(loop, REFRESH_MS);
+  };
+  setTimeout(loop, REFRESH_MS);
+})();
