@@ -170,8 +170,12 @@ def test_a_gpu_busy_with_a_process_torchyard_did_not_start_is_not_handed_out(mad
     # Our own job now runs on GPU 1: its process does not make GPU 1 external.
     stats = gpu_stats(Inventory(box, (0, 1), "nvml"), fake_nvml([999], [31337]))
     waiting = start_on(second, box, [0, 1], stats)
+    # Not here: GPU 0 is external. (Another live host in the shared database, e.g. one a
+    # worker of an earlier test heartbeated seconds ago, may be named as the place it fits.)
     assert waiting.outcome == "wait"
-    assert waiting.reason == "waiting for 1 free GPUs on one host"
+    assert waiting.reason == "waiting for 1 free GPUs on one host" or (
+        waiting.reason.endswith("not here") and box not in waiting.reason
+    )
 
     # The external job ends: GPU 0 is handed out.
     stats = gpu_stats(Inventory(box, (0, 1), "nvml"), fake_nvml([], [31337]))
