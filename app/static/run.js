@@ -29,43 +29,7 @@
     : `${(n / 1048576).toFixed(1)} MB`;
   const groupOf = (key) => key.startsWith("train/") ? "train" : key.startsWith("val/") ? "val" : "other";
 
-  // First index with a[i] >= x (a sorted ascending).
-  const lowerBound = (a, x) => {
-    let lo = 0, hi = a.length;
-    while (lo < hi) { const mid = (lo + hi) >> 1; if (a[mid] < x) lo = mid + 1; else hi = mid; }
-    return lo;
-  };
-
-  // Debiased EMA like TensorBoard's; null (non-finite) values stay gaps.
-  const emaState = () => ({last: 0, n: 0});
-  const emaPush = (s, v, w) => {
-    if (v === null || !isFinite(v)) return null;
-    if (w === 0) return v;
-    s.last = s.last * w + (1 - w) * v;
-    s.n += 1;
-    return s.last / (1 - Math.pow(w, s.n));
-  };
-  const emaAll = (values, w, s) => values.map((v) => emaPush(s, v, w));
-
-  // Client-side min/max decimation, for a live series that outgrew the budget.
-  const decimate = (d, budget) => {
-    const n = d.step.length, buckets = Math.max(1, budget >> 1), width = Math.ceil(n / buckets);
-    const out = {step: [], value: [], time: []};
-    for (let b = 0; b < n; b += width) {
-      let lo = -1, hi = -1;
-      for (let i = b; i < Math.min(n, b + width); i++) {
-        const v = d.value[i];
-        if (v === null) continue;
-        if (lo < 0 || v < d.value[lo]) lo = i;
-        if (hi < 0 || v > d.value[hi]) hi = i;
-      }
-      if (lo < 0) lo = hi = b;
-      for (const i of lo === hi ? [lo] : [Math.min(lo, hi), Math.max(lo, hi)]) {
-        out.step.push(d.step[i]); out.value.push(d.value[i]); out.time.push(d.time[i]);
-      }
-    }
-    return out;
-  };
+  const {lowerBound, emaState, emaPush, emaAll, decimate} = ty.series;
 
   // A new array: Plotly keeps (and extendTraces grows) the trace's own arrays.
   const xsOf = (d) => view.xMode === "time"
