@@ -19,11 +19,14 @@ KINDS = ["sqlite", *(["postgresql"] if POSTGRES_URL else [])]
 
 
 @contextmanager
-def own_database(kind: str, directory: Path, prefix: str) -> Iterator[Engine]:
-    """A fresh SQLite file, or a PostgreSQL database created here and dropped after."""
+def own_database(
+    kind: str, directory: Path, prefix: str, revision: str = "head"
+) -> Iterator[Engine]:
+    """A fresh SQLite file, or a PostgreSQL database created here and dropped after; its schema
+    at `revision` (Alembic head unless told)."""
     if kind == "sqlite":
         url = f"sqlite:///{directory / f'{prefix}.db'}"
-        upgrade(url)
+        upgrade(url, revision)
         engine = make_engine(url)
         try:
             yield engine
@@ -36,7 +39,7 @@ def own_database(kind: str, directory: Path, prefix: str) -> Iterator[Engine]:
         conn.exec_driver_sql(f"CREATE DATABASE {name}")
     try:
         url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-        upgrade(url)
+        upgrade(url, revision)
         engine = make_engine(url)
         try:
             yield engine
