@@ -22,6 +22,8 @@ from app.gpus.views import router as gpus_views
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
 from app.runs.views import router as runs_views
+from app.security_headers import SecurityHeadersMiddleware
+from app.settings import get_settings
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -42,11 +44,13 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 def create_app() -> FastAPI:
     app = FastAPI(
         lifespan=lifespan,
+        max_body_size=get_settings().max_body_bytes,
         title="torchyard",
         description="Launch, watch and compare PyTorch training runs on your own GPU box.",
         version="0.1.0",
     )
     app.add_middleware(GZipMiddleware, minimum_size=1024)
+    app.add_middleware(SecurityHeadersMiddleware)
     for router in (
         auth_router,
         experiments_router,

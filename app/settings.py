@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
+    # Largest request body the API reads (413 above it); configs and forms are a few KB.
+    max_body_bytes: int = 1024 * 1024
 
     @property
     def resolved_data_dir(self) -> Path:
