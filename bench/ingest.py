@@ -34,6 +34,7 @@ import app.models as models  # noqa: E402
 from app.db import make_engine  # noqa: E402
 from app.metrics.service import Point, count_points, ingest_points, read_series  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
+from tests.factories import add_run  # noqa: E402
 
 TARGETS = {"sqlite": 200_000, "postgresql": 100_000}
 
@@ -65,13 +66,9 @@ def make_run(engine: Engine) -> int:
             user = models.User(username="bench", password_hash="-")
             session.add(user)
             session.flush()
-        exp = models.Experiment(name="bench", config={}, owner_id=user.id)
-        session.add(exp)
-        session.flush()
-        run = models.Run(experiment_id=exp.id, owner_id=user.id, config={}, seed=0)
-        session.add(run)
+        run_id = add_run(session, owner_id=user.id)
         session.commit()
-        return run.id
+        return run_id
 
 
 def make_batches(keys: list[str], points: int, batch: int, spike_at: int = -1) -> list[list[Point]]:

@@ -1,6 +1,10 @@
-"""Rows for tests, made through the real services."""
+"""Rows for tests and benches: the one place that builds an experiment + run by hand."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.db import session_scope
@@ -8,20 +12,37 @@ from app.experiments.models import Experiment
 from app.runs.models import Run
 
 
+def add_run(
+    session: Session,
+    *,
+    owner_id: int,
+    config: dict[str, Any] | None = None,
+    status: str = "queued",
+) -> int:
+    """An experiment and one run of it, owned by `owner_id`; flushes, the caller commits."""
+    config = config if config is not None else {}
+    exp = Experiment(name="factory", config=config, owner_id=owner_id)
+    session.add(exp)
+    session.flush()
+    run = Run(
+        experiment_id=exp.id,
+        owner_id=owner_id,
+        status=status,
+        config=config,
+        seed=config.get("seed", 0),
+    )
+    session.add(run)
+    session.flush()
+    return run.id
+
+
 def make_run(config: dict | None = None, status: str = "running") -> int:
-    config = config or {"recipe": "tiny_mlp", "params": {}, "seed": 1}
+    """A run of the suite's admin in the suite's database."""
     with session_scope() as session:
         owner = session.query(User).filter_by(username="admin").one()
-        exp = Experiment(name="factory", config=config, owner_id=owner.id)
-        session.add(exp)
-        session.flush()
-        run = Run(
-            experiment_id=exp.id,
+        return add_run(
+            session,
             owner_id=owner.id,
             status=status,
-            config=config,
-            seed=config.get("seed", 1),
+            config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
         )
-        session.add(run)
-        session.flush()
-        return run.id

@@ -23,6 +23,7 @@ from app.metrics.service import (
     read_series,
 )
 from tests.databases import KINDS, own_database
+from tests.factories import add_run
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -37,13 +38,7 @@ def new_run(session: Session) -> int:
     user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
     session.add(user)
     session.flush()
-    exp = models.Experiment(name="metrics", config={}, owner_id=user.id)
-    session.add(exp)
-    session.flush()
-    run = models.Run(experiment_id=exp.id, owner_id=user.id, config={}, seed=0)
-    session.add(run)
-    session.flush()
-    return run.id
+    return add_run(session, owner_id=user.id)
 
 
 @pytest.fixture
