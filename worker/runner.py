@@ -188,7 +188,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> str:
         has_leases=bool(claimed.gpu_indices),
     )
     code = job.wait()
-    _drain(run_id, run_dir / "metrics.jsonl")
+    _drain(run_id, run_dir / "metrics.jsonl", has_leases=bool(claimed.gpu_indices))
     if stopped_by == "cancel":
         return _finish(run_id, RunStatus.cancelled, code, None)
     if stopped_by == "shutdown":
@@ -247,9 +247,14 @@ def _watch(
     return None
 
 
-def _drain(run_id: int, metrics_path: Path) -> None:
+def _drain(run_id: int, metrics_path: Path, *, has_leases: bool = False) -> None:
+    """Move what is left of the spool. The run keeps its GPUs until _finish releases them, so
+    its leases are heartbeated here too: a long drain must not let them expire and hand the
+    GPUs to the next run while this one is not finished yet."""
     for _ in range(10_000):
         with session_scope() as session:
+            if has_leases:
+                heartbeat_leases(session, run_id=run_id)
             if not forward(session, run_id=run_id, metrics_path=metrics_path):
                 return
 
