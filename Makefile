@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install browser up test test-embedded test-services lint bench clean
+.PHONY: install browser compose up test test-embedded test-services lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,20 @@ browser:
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	fi
 
+# tests/test_deploy.py runs `docker compose config` (or docker-compose) on the compose file
+# when a docker client is here; this box's client has no compose plugin, so Debian's
+# docker-compose is installed for the check (no Docker engine is needed for `config`).
+compose:
+	@if command -v docker >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1 \
+		&& ! command -v docker-compose >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+		elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; \
+		else echo "make compose: cannot install docker-compose (no root, no sudo)" >&2; \
+			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose; \
+	fi
+
 up: install
 	$(VENV)/bin/torchyard up
 
@@ -47,11 +61,13 @@ test: lint test-embedded test-services
 
 # The metrics store's own tests run on both databases in both passes.
 export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
+# The two-host test's own Redis database (its broker), purged when it starts.
+export TORCHYARD_TEST_REDIS_URL ?= redis://127.0.0.1:6379/3
 
-test-embedded: install browser
+test-embedded: install browser compose
 	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q
 
-test-services: install browser
+test-services: install browser compose
 	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 		$(PY) -m pytest -q
 
@@ -60,6 +76,12 @@ bench: install browser
 	$(PY) bench/ingest.py
 	$(PY) bench/launch_latency.py
 	$(PY) bench/ui_run_page.py
+
+# 20 SSE viewers and 8 runs logging 1,000 points/s each for 60 s, on the embedded stack and on
+# PostgreSQL + Redis (docs/performance.md); exits non-zero when a target is missed. Not in `test`.
+bench-load: install
+	$(PY) bench/load.py --stack both --seconds 60 --runs 8 --viewers 20 --rate 1000 \
+		--postgres-url $(POSTGRES_URL)
 
 clean:
 	rm -rf $(VENV) torchyard-data

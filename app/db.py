@@ -27,6 +27,12 @@ NAMING_CONVENTION = {
 }
 
 
+# The largest id our primary keys hold (INTEGER: 32 bits on PostgreSQL). A larger id in a URL
+# names nothing, and sent to the database it is an error (PostgreSQL: integer out of range;
+# SQLite: past 64 bits, an overflow in the driver), so lookups answer "not found" first.
+MAX_ID = 2**31 - 1
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 

@@ -12,7 +12,7 @@ from fastapi import Depends
 
 from app.auth.deps import CurrentUser
 from app.auth.models import User
-from app.db import SessionDep
+from app.db import MAX_ID, SessionDep
 from app.errors import forbidden, not_found
 from app.experiments.models import Experiment
 from app.runs.models import Run
@@ -24,7 +24,7 @@ def _check_owner(user: User, owner_id: int, what: str) -> None:
 
 
 def get_owned_experiment(experiment_id: int, session: SessionDep, user: CurrentUser) -> Experiment:
-    experiment = session.get(Experiment, experiment_id)
+    experiment = session.get(Experiment, experiment_id) if 0 < experiment_id <= MAX_ID else None
     if experiment is None:
         raise not_found("experiment", experiment_id)
     _check_owner(user, experiment.owner_id, "experiment")
@@ -32,7 +32,7 @@ def get_owned_experiment(experiment_id: int, session: SessionDep, user: CurrentU
 
 
 def get_owned_run(run_id: int, session: SessionDep, user: CurrentUser) -> Run:
-    run = session.get(Run, run_id)
+    run = session.get(Run, run_id) if 0 < run_id <= MAX_ID else None
     if run is None:
         raise not_found("run", run_id)
     _check_owner(user, run.owner_id, "run")

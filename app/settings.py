@@ -14,12 +14,25 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("torchyard-data")
     workspace_dir: Path = Path("workspace")
+    # Where workers put checkpoints for the API (and other workers) to read: an fsspec URL or a
+    # plain path ("/mnt/artifacts", "file:///...", "s3://bucket/prefix" with the s3 extra).
+    # Empty: the data dir is shared (one box, or NFS) and nothing is copied (app/artifacts.py).
+    artifact_store: str = ""
     # Empty means "derive from data_dir": SQLite database and SQLite-backed broker (embedded).
     database_url: str = ""
     broker_url: str = ""
     secret_key: str = ""
     admin_password: str = ""
     token_ttl_hours: float = 24 * 7
+    # The longest life a token made through POST /api/tokens may ask for.
+    token_max_ttl_hours: float = 24 * 365
+    # Password logins (API and form): after this many failures for one username within the
+    # window, or login_max_failures_per_client from one client address, further attempts
+    # get 429 until the oldest failure leaves the window. Counted in the database, so every
+    # API process shares one allowance.
+    login_max_failures: int = 5
+    login_max_failures_per_client: int = 20
+    login_window_seconds: float = 15 * 60
     # nproc == 1 jobs start the entry point directly with torchrun's environment (saves one
     # torch import, ~2.5 s); "torchrun" launches every job through torchrun.
     single_process_launch: Literal["direct", "torchrun"] = "direct"
@@ -34,11 +47,23 @@ class Settings(BaseSettings):
     fake_gpus: str = ""
     # A lease not heartbeated for this long belongs to a dead worker and is freed.
     lease_ttl_seconds: float = 15.0
+    # Every run in training is stamped this often; one silent for run_lost_seconds lost its
+    # worker and is failed ("worker lost") or, with max_restarts left, requeued.
+    run_heartbeat_seconds: float = 5.0
+    run_lost_seconds: float = 60.0
+    # How often the API and each worker look for lost runs (0: never; tests that build runs
+    # by hand turn it off).
+    reap_interval_seconds: float = 5.0
+    # Warm shutdown (SIGTERM): running jobs get this long to finish before they are stopped
+    # and requeued (max_restarts) or failed.
+    shutdown_grace_seconds: float = 30.0
     # A queued GPU run that cannot fit for this long stops smaller runs from starting past it.
     starvation_seconds: float = 300.0
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
+    # An open event stream re-checks its token this often and ends once it is revoked/expired.
+    sse_auth_recheck_seconds: float = 5.0
     # Largest request body the API reads (413 above it); configs and forms are a few KB.
     max_body_bytes: int = 1024 * 1024
 

@@ -24,6 +24,8 @@ from tests.stack import LiveStack, running_stack
 
 BASE_DIR = Path(tempfile.mkdtemp(prefix="torchyard-tests-"))
 DATA_DIR = BASE_DIR / "data"
+# User scripts run from here (worker.workspace); the in-process app and the live stack share it.
+WORKSPACE_DIR = BASE_DIR / "workspace"
 DATABASE_URL = os.environ.get("TORCHYARD_DATABASE_URL") or f"sqlite:///{DATA_DIR / 'torchyard.db'}"
 BROKER_URL = os.environ.get("TORCHYARD_BROKER_URL") or f"sqla+sqlite:///{DATA_DIR / 'broker.db'}"
 ADMIN_PASSWORD = "admin-" + secrets.token_hex(8)
@@ -33,8 +35,12 @@ os.environ.update(
     TORCHYARD_DATABASE_URL=DATABASE_URL,
     TORCHYARD_BROKER_URL="memory://",
     TORCHYARD_ADMIN_PASSWORD=ADMIN_PASSWORD,
+    TORCHYARD_WORKSPACE_DIR=str(WORKSPACE_DIR),
+    # Tests build "running" runs by hand; only tests/test_liveness.py's own stack reaps.
+    TORCHYARD_REAP_INTERVAL_SECONDS="0",
 )
 DATA_DIR.mkdir(parents=True, exist_ok=True)
+WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)
 REPO = Path(__file__).resolve().parent.parent
 
 

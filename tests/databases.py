@@ -34,7 +34,8 @@ def own_database(
             engine.dispose()
         return
     name = f"{prefix}_{secrets.token_hex(5)}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    # pre_ping: a test may restart PostgreSQL while the database is in use.
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.exec_driver_sql(f"CREATE DATABASE {name}")
     try:
@@ -49,3 +50,16 @@ def own_database(
         with admin.connect() as conn:
             conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.dispose()
+
+
+def user_with_token(engine: Engine, username: str) -> str:
+    """A user in a database of its own (a test stack's), and a bearer token for it."""
+    from sqlalchemy.orm import Session
+
+    from app.auth.service import create_user, issue_token
+
+    with Session(engine) as session:
+        user = create_user(session, username=username, password=secrets.token_hex(8))
+        token = issue_token(session, user=user, ttl_hours=1)
+        session.commit()
+    return token

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -46,3 +48,14 @@ def make_run(config: dict | None = None, status: str = "running") -> int:
             status=status,
             config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
         )
+
+
+def spooled_points(run_dir: Path) -> int:
+    """Every point a run's rank 0 wrote to its spool, all attempts' spools included."""
+    count = 0
+    for spool in run_dir.glob("metrics*.jsonl"):
+        for line in spool.read_text().splitlines():
+            record = json.loads(line)
+            if record["type"] == "metrics":
+                count += len(record["values"])
+    return count

@@ -8,6 +8,7 @@ YAML checks below are the check (reported in the test's output, not skipped).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ TEAM_SETTINGS = {
     "database_url",
     "broker_url",
     "data_dir",
+    "artifact_store",
     "secret_key",
     "admin_password",
     "token_ttl_hours",
@@ -139,7 +141,7 @@ def test_worker_runs_torchyard_worker_with_all_gpus_reserved(services: dict[str,
     devices = worker["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
     dockerfile = (REPO / "worker/Dockerfile").read_text()
-    assert '".[gpu]"' in dockerfile  # nvidia-ml-py: the NVML inventory
+    assert '".[gpu,tensorboard]"' in dockerfile  # NVML inventory; SummaryWriter scripts
     assert "download.pytorch.org/whl/cpu" not in dockerfile  # the CUDA build of torch
     assert "download.pytorch.org/whl/cpu" in (REPO / "app/Dockerfile").read_text()
 
@@ -210,7 +212,12 @@ def compose_command() -> list[str] | None:
 def test_compose_config_when_a_compose_client_is_present(tmp_path: Path) -> None:
     command = compose_command()
     if command is None:
-        # The Docker client here has no compose plugin: the YAML tests above are the check.
+        if shutil.which("docker") and os.environ.get("CI") == "true":
+            pytest.fail(
+                "a docker client is here but no compose: `make compose` installs Debian's "
+                "docker-compose so that `config` is checked"
+            )
+        # No docker client at all: the YAML tests above are the check.
         print("no working `docker compose` / `docker-compose`: validated by the YAML tests only")
         return
     project = tmp_path / "project"

@@ -35,3 +35,16 @@ def test_a_normal_body_is_accepted(client, user_headers) -> None:
         headers=user_headers,
     )
     assert r.status_code == 201
+
+
+def test_an_unknown_query_parameter_on_the_api_is_a_422_naming_what_the_route_takes(
+    client, user_headers
+) -> None:
+    r = client.get("/api/runs", params={"max_point": 10}, headers=user_headers)
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["query", "max_point"] and "unknown query parameter" in error["msg"]
+    ok = client.get("/api/gpus", headers=user_headers)
+    assert ok.status_code == 200
+    typo = client.get("/api/usage", params={"sinse": "2026-01-01T00:00:00Z"}, headers=user_headers)
+    assert typo.status_code == 422 and "since" in typo.json()["detail"][0]["msg"]

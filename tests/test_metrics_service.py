@@ -11,10 +11,11 @@ import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
 import app.models as models
+from app.metrics.models import Metric, MetricKey
 from app.metrics.service import (
     count_points,
     ingest_points,
@@ -218,6 +219,58 @@ def test_downsampling_shows_a_non_finite_stretch_as_a_gap(session: Session, run_
     assert all(v in {0.0, 6.0} for v in series["value"] if v is not None)
 
 
+def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
+    session: Session, run_id: int
+) -> None:
+    """The live path (final buckets kept between requests) must give exactly what a fresh
+    downsample gives, as the series grows, across width changes, and after the points past
+    a step are dropped (a new generation)."""
+    import random
+
+    from app.metrics.downsample import _buckets, clear_live_cache, live_width
+
+    clear_live_cache()
+    rng = random.Random(3)
+
+    def add(first: int, last: int) -> None:
+        ingest_points(
+            session,
+            run_id=run_id,
+            points=[
+                ("x", s, rng.random() if s % 97 else math.nan, 1.0 * s)
+                for s in range(first, last + 1)
+            ],
+        )
+
+    def both(generation: int) -> tuple[dict, dict]:
+        live = read_series(session, run_id=run_id, max_points=200, generation=generation)["x"]
+        whole = read_series(session, run_id=run_id)["x"]
+        lo, hi = whole["step"][0], whole["step"][-1]
+        steps, values, _times = _buckets(
+            session.connection(),
+            key_id=read_key_id(session, run_id, "x"),
+            start=lo,
+            hi=hi,
+            width=live_width(lo, hi, 200),
+        )
+        return live, {"step": steps, "value": values}
+
+    add(1, 1000)
+    step = 1000
+    for grow in (1, 7, 37, 99, 100, 101, 250, 1, 1000, 3):  # crosses several width changes
+        add(step + 1, step + grow)
+        step += grow
+        live, fresh = both(generation=1)
+        assert live == fresh, grow
+        assert 0.85 * 200 <= len(live["step"]) <= 200
+    # A requeued attempt drops the points past its checkpoint and logs them again.
+    keys = select(MetricKey.id).where(MetricKey.run_id == run_id)
+    session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > 1500))
+    add(1501, step)
+    live, fresh = both(generation=2)
+    assert live == fresh
+
+
 # --- read_new_points --------------------------------------------------------------------
 
 
@@ -240,3 +293,9 @@ def test_read_new_points_returns_only_what_is_past_each_cursor(
     chunk = read_new_points(session, run_id=run_id, after={"a": 1}, limit_per_key=2)
     assert chunk["a"]["step"] == [2, 3] and chunk["b"]["step"] == [1, 2]
     assert read_new_points(session, run_id=new_run(session), after={}) == {}
+
+
+def read_key_id(session: Session, run_id: int, key: str) -> int:
+    return int(
+        session.scalar(select(MetricKey.id).where(MetricKey.run_id == run_id, MetricKey.key == key))
+    )

@@ -2,7 +2,16 @@
 
 The job never talks to the database; this reads complete lines from the last committed offset
 (kept on the run row, so a restarted worker resumes instead of replaying), bulk-inserts the
-points and records checkpoints, and advances the offset in the same transaction.
+points and records checkpoints, and advances the offset in the same transaction. Scalars the
+job wrote with TensorBoard's SummaryWriter anywhere under the run directory move with the same
+batch (worker.tensorboard_events).
+
+It also ships output.log: new bytes go to ``run_log_chunks`` with ``runs.log_offset`` advanced
+in the same transaction, so the API serves the log without the worker's disk. While the job
+runs only whole lines go (a line still being written waits); the final drain (``final=True``)
+sends the rest. A call moves at most LOG_SHIP_BYTES, and the small chunks of a quiet log are
+merged once they add up (``_compact_log``), so a long run is a modest number of rows. With an
+artifact store configured, checkpoints go there too (worker.artifacts).
 """
 
 from __future__ import annotations
@@ -11,15 +20,25 @@ import json
 import logging
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.metrics.service import ingest_points
-from app.runs.models import Checkpoint, Run
+from app.runs.models import Checkpoint, Run, RunLogChunk
+from worker import artifacts
+from worker.tensorboard_events import forward_events
 
 log = logging.getLogger(__name__)
 
 MAX_CHUNK_BYTES = 16 * 1024 * 1024
+# The most of output.log one call ships; a longer backlog goes over the next calls.
+LOG_SHIP_BYTES = 1024 * 1024
+# Trailing log chunks smaller than this are merged once they add up to it, or once there are
+# LOG_MAX_SMALL_CHUNKS of them (a log that trickles a line per forwarding interval).
+LOG_CHUNK_BYTES = 64 * 1024
+LOG_MAX_SMALL_CHUNKS = 64
+# How long the final drain waits for a checkpoint upload before it heartbeats again.
+UPLOAD_WAIT_SECONDS = 0.25
 
 
 def read_complete_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
@@ -36,11 +55,88 @@ def read_complete_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
     return chunk[: end + 1].splitlines(), offset + end + 1
 
 
-def forward(session: Session, *, run_id: int, metrics_path: Path) -> int:
-    """One batch: returns the number of lines moved (0 when the file has nothing new)."""
+def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = False) -> int:
+    """One batch: returns the number of metrics lines and TensorBoard event records moved, plus
+    the log chunks written and checkpoint uploads recorded (and, when ``final``, still in
+    flight); 0 when nothing under the run directory has anything new.
+
+    ``final``: the job has ended, so the log's last line goes even without its newline, and
+    the answer stays above 0 until every checkpoint is in the artifact store. While uploads
+    are in flight it first waits a moment for one, so the drain does not spin; the caller's
+    work so far (its heartbeat) is committed before that, so no transaction, and on SQLite
+    not the one write lock, is held while it waits.
+    """
+    if final and artifacts.uploading(run_id):
+        session.commit()
+        artifacts.wait_for_uploads(run_id, timeout=UPLOAD_WAIT_SECONDS)
     run = session.get(Run, run_id)
     if run is None:
         return 0
+    run_dir = metrics_path.parent
+    moved = _forward_lines(session, run=run, metrics_path=metrics_path)
+    moved += forward_events(session, run_id=run_id, run_dir=run_dir)
+    moved += ship_log(session, run=run, log_path=run_dir / "output.log", final=final)
+    return moved + artifacts.sync(session, run_id=run_id, run_dir=run_dir, final=final)
+
+
+def ship_log(session: Session, *, run: Run, log_path: Path, final: bool) -> int:
+    """Copy the next bytes of output.log after ``run.log_offset`` into one chunk; 1 if it did."""
+    offset = run.log_offset
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_SHIP_BYTES)
+    except FileNotFoundError:
+        return 0
+    if not final:
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            data = data[:cut]
+        elif len(data) < LOG_SHIP_BYTES:  # part of a line; a whole window of one line goes
+            return 0
+    if not data:
+        return 0
+    session.execute(insert(RunLogChunk).values(run_id=run.id, offset=offset, data=data))
+    run.log_offset = offset + len(data)
+    session.flush()
+    _compact_log(session, run_id=run.id, end=run.log_offset)
+    return 1
+
+
+def _compact_log(session: Session, *, run_id: int, end: int) -> None:
+    """Merge the trailing chunks smaller than LOG_CHUNK_BYTES into one when they add up to it
+    or are LOG_MAX_SMALL_CHUNKS many. Sizes come from the offsets (a chunk ends where the next
+    begins, the last at ``end``), so only the index is read to decide."""
+    offsets = session.scalars(
+        select(RunLogChunk.offset)
+        .where(RunLogChunk.run_id == run_id)
+        .order_by(RunLogChunk.offset.desc())
+        .limit(LOG_MAX_SMALL_CHUNKS)
+    ).all()
+    small: list[int] = []
+    for start in offsets:
+        chunk_end = small[-1] if small else end
+        if chunk_end - start >= LOG_CHUNK_BYTES:
+            break
+        small.append(start)
+    if len(small) < 2 or (end - small[-1] < LOG_CHUNK_BYTES and len(small) < LOG_MAX_SMALL_CHUNKS):
+        return
+    first = small[-1]
+    in_tail = (RunLogChunk.run_id == run_id, RunLogChunk.offset >= first)
+    pieces = session.scalars(select(RunLogChunk.data).where(*in_tail).order_by(RunLogChunk.offset))
+    merged = b"".join(bytes(p) for p in pieces)
+    session.execute(
+        delete(RunLogChunk).where(RunLogChunk.run_id == run_id, RunLogChunk.offset > first)
+    )
+    session.execute(
+        update(RunLogChunk)
+        .where(RunLogChunk.run_id == run_id, RunLogChunk.offset == first)
+        .values(data=merged)
+    )
+
+
+def _forward_lines(session: Session, *, run: Run, metrics_path: Path) -> int:
+    run_id = run.id
     lines, new_offset = read_complete_lines(metrics_path, run.metrics_offset)
     if not lines:
         return 0

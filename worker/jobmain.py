@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import logging
 import os
 import runpy
@@ -22,8 +23,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from worker.launcher import LOG_LINE_PREFIX_VAR
+from worker.launcher import LOG_LINE_PREFIX_VAR, SCRIPT_ARGV_VAR, SCRIPT_VAR
 from worker.recipes.catalog import RECIPES
+from worker.runtime import environment, tensorboard_defaults
 from worker.runtime.context import JobContext, get_context
 from worker.runtime.reporter import ReporterError
 from worker.runtime.seeding import seed_everything
@@ -61,6 +63,11 @@ def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> Non
 def run(ctx: JobContext) -> Any:
     """Seed, then run the configured recipe (or script) with ``ctx``; return its result."""
     seed_everything(ctx.seed, ctx.deterministic)
+    if ctx.is_chief and ctx.run_dir is not None:
+        record = environment.collect(
+            seed=ctx.seed, deterministic=ctx.deterministic, world_size=ctx.world_size
+        )
+        environment.write(ctx.run_dir, record)
     recipe_name = ctx.config.get("recipe")
     script = ctx.config.get("script")
     if recipe_name:
@@ -78,13 +85,28 @@ def run(ctx: JobContext) -> Any:
         module = importlib.import_module(recipe.module)
         return module.main(ctx)
     if script:
-        path = Path(str(script))
-        log.info(
-            "run %s: script %s, seed %d, world size %d", ctx.run_id, path, ctx.seed, ctx.world_size
-        )
-        # The script reaches this same context through worker.runtime.get_context().
-        return runpy.run_path(str(path), run_name="__main__")
+        return run_script(ctx, os.environ)
     raise ValueError("the config names neither a recipe nor a script")
+
+
+def run_script(ctx: JobContext, env: Mapping[str, str]) -> Any:
+    """Run the user's script as ``python script.py ARGS`` would: ``__main__``, its argv, its
+    directory first on sys.path. The launcher resolved the path inside the workspace; the
+    script reaches this same context through ``worker.sdk.init()``."""
+    path = Path(env[SCRIPT_VAR])
+    argv = [str(a) for a in json.loads(env.get(SCRIPT_ARGV_VAR) or "[]")]
+    log.info(
+        "run %s: script %s %s, seed %d, world size %d",
+        ctx.run_id,
+        path,
+        " ".join(argv),
+        ctx.seed,
+        ctx.world_size,
+    )
+    tensorboard_defaults.install()
+    sys.argv = [str(path), *argv]
+    sys.path.insert(0, str(path.parent))
+    return runpy.run_path(str(path), run_name="__main__")
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -96,7 +118,9 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 def main() -> None:
     configure_output(int(os.environ.get("RANK", "0")))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    ctx = get_context()
+    # A script may join the process group itself (init_process_group twice raises), so for
+    # scripts the group is left to the script or to worker.sdk.init().
+    ctx = get_context(join_group=not os.environ.get(SCRIPT_VAR))
     try:
         run(ctx)
     except BaseException as exc:

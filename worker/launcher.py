@@ -1,6 +1,6 @@
 """The one launcher: a pure function from a run's spec to the argv and environment of its job.
 
-Every job, built-in recipe or (later) user script, one process or many, is started from what
+Every job, built-in recipe or user script, one process or many, is started from what
 this returns; the exact argv is unit-tested. For nproc == 1 the default skips torchrun and
 starts the entry point directly with the environment torchrun would have set: that saves one
 torch import (~2.5 s of a 2-core box) and changes nothing the job can see.
@@ -22,6 +22,8 @@ from pathlib import Path
 from string import Template
 from typing import Any, Literal
 
+from worker.workspace import script_argv
+
 JOB_MODULE = "worker.jobmain"
 # Marks every process of a run (torchrun's workers start new sessions, so a process group
 # does not hold them all): the process module finds them by it.
@@ -30,6 +32,10 @@ JOB_TOKEN_VAR = "TORCHYARD_JOB_TOKEN"
 LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
 LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 TORCHRUN_LOG_DIR = "torchrun"
+TENSORBOARD_DIR = "tensorboard"
+TENSORBOARD_DIR_VAR = "TORCHYARD_TENSORBOARD_DIR"
+SCRIPT_VAR = "TORCHYARD_SCRIPT"
+SCRIPT_ARGV_VAR = "TORCHYARD_SCRIPT_ARGV"
 
 
 def rank_prefix(rank: int) -> str:
@@ -48,6 +54,9 @@ class LaunchSpec:
     single_process: Literal["direct", "torchrun"] = "direct"
     resume_from: Path | None = None
     base_env: Mapping[str, str] = field(default_factory=dict)
+    # A user script: its resolved path (worker.workspace.resolve_script) and the workspace.
+    script: Path | None = None
+    workspace: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,17 @@ def build_launch(spec: LaunchSpec) -> Launch:
             JOB_TOKEN_VAR: spec.job_token,
             "PYTHONHASHSEED": str(spec.config["seed"]),
             "PYTHONUNBUFFERED": "1",
+            # SummaryWriter() without a log_dir writes here (worker.runtime.tensorboard_defaults)
+            TENSORBOARD_DIR_VAR: str(spec.run_dir / TENSORBOARD_DIR),
         }
     )
+    if spec.script is not None:
+        env[SCRIPT_VAR] = str(spec.script)
+        env[SCRIPT_ARGV_VAR] = json.dumps(
+            script_argv(spec.config.get("args") or [], spec.config.get("params") or {})
+        )
+        if spec.workspace is not None:
+            env["TORCHYARD_WORKSPACE"] = str(spec.workspace)
     if spec.resume_from is not None:
         env["TORCHYARD_RESUME_FROM"] = str(spec.resume_from)
     if nproc == 1 and spec.single_process == "direct":

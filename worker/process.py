@@ -7,13 +7,42 @@ signals all processes that carry it (the group first, so torchrun can shut down 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from worker.launcher import JOB_TOKEN_VAR, Launch
+
+PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[[], None] | None:
+    """A pre-exec hook that asks Linux to SIGTERM the job when the worker dies.
+
+    A worker killed with SIGKILL cannot stop its jobs; without this they would train on,
+    unwatched, holding GPUs nobody has leased any more. SIGTERM (not SIGKILL) lets the job
+    drain its metrics to the spool and lets torchrun stop its ranks. libc is loaded here, in
+    the parent: the child, between fork and exec, only calls the function.
+    """
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    return set_parent_death_signal
+
+
+_PARENT_DEATH_SIGNAL = _load_prctl()
 
 
 def pids_with_token(token: str) -> list[int]:
@@ -50,6 +79,7 @@ class JobProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_PARENT_DEATH_SIGNAL,  # only calls prctl (see _load_prctl)
         )
 
     @property

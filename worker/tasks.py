@@ -11,6 +11,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from app.settings import get_settings
 from worker.celery_app import RUN_TASK, celery_app
+from worker.liveness import reap_forever
 from worker.runner import SHUTTING_DOWN, WAITING, execute_run, heartbeat_host
 
 _HOST_HEARTBEAT_STOP = threading.Event()
@@ -20,6 +21,9 @@ _HOST_HEARTBEAT_STOP = threading.Event()
 def _start_host_heartbeat(**_kwargs: Any) -> None:
     threading.Thread(
         target=heartbeat_host, args=(_HOST_HEARTBEAT_STOP,), name="host-heartbeat", daemon=True
+    ).start()
+    threading.Thread(
+        target=reap_forever, args=(_HOST_HEARTBEAT_STOP,), name="reaper", daemon=True
     ).start()
 
 
@@ -31,6 +35,10 @@ def _stop_running_jobs(**_kwargs: Any) -> None:
 
 @celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)
 def run_training(self: Task, run_id: int) -> str | None:
+    if SHUTTING_DOWN.is_set():
+        # A worker on its way out starts nothing (not even a run it just requeued itself):
+        # the task goes back to the broker for the next worker.
+        raise self.retry(countdown=0, max_retries=None)
     status = execute_run(run_id)
     if status != WAITING:
         return status

@@ -2,30 +2,107 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.security import OAuth2PasswordRequestForm
 
 from app.auth.deps import CurrentUser
-from app.auth.schemas import TokenOut, UserOut
-from app.auth.service import authenticate, issue_token
+from app.auth.schemas import TokenCreate, TokenCreated, TokenInfo, TokenOut, UserOut
+from app.auth.service import (
+    LoginRefused,
+    create_token,
+    issue_token,
+    password_login,
+    revoke_token_id,
+    tokens_of,
+)
 from app.db import SessionDep
-from app.errors import unauthorized
+from app.errors import error_responses, not_found, unauthorized, validation_error
 from app.settings import get_settings
 
 router = APIRouter(prefix="/api", tags=["auth"])
 
 
-@router.post("/auth/token", response_model=TokenOut)
+def client_address(request: Request) -> str:
+    """The peer's address (a reverse proxy's, behind one: see docs/security.md)."""
+    return request.client.host if request.client else "unknown"
+
+
+@router.post(
+    "/auth/token",
+    response_model=TokenOut,
+    responses=error_responses(401, 429),
+)
 def login_for_token(
-    session: SessionDep, form: Annotated[OAuth2PasswordRequestForm, Depends()]
+    request: Request, session: SessionDep, form: Annotated[OAuth2PasswordRequestForm, Depends()]
 ) -> TokenOut:
-    user = authenticate(session, username=form.username, password=form.password)
-    if user is None:
-        raise unauthorized("incorrect username or password")
-    token = issue_token(session, user=user, ttl_hours=get_settings().token_ttl_hours)
+    settings = get_settings()
+    try:
+        user = password_login(
+            session,
+            username=form.username,
+            password=form.password,
+            client=client_address(request),
+            settings=settings,
+        )
+    except LoginRefused as exc:
+        if exc.retry_after is None:
+            raise unauthorized(exc.message) from None
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            detail=exc.message,
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
+    token = issue_token(session, user=user, ttl_hours=settings.token_ttl_hours)
     return TokenOut(access_token=token)
 
 
 @router.get("/me", response_model=UserOut)
 def read_me(user: CurrentUser) -> UserOut:
     return UserOut(id=user.id, username=user.username, is_admin=user.is_admin)
+
+
+@router.get("/tokens", response_model=list[TokenInfo])
+def list_tokens(session: SessionDep, user: CurrentUser) -> list[TokenInfo]:
+    """Your tokens (browser sessions included), newest first; secrets are never shown again."""
+    return [TokenInfo.model_validate(t) for t in tokens_of(session, user=user)]
+
+
+@router.post(
+    "/tokens",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TokenCreated,
+    responses=error_responses(400),
+)
+def create_api_token(data: TokenCreate, session: SessionDep, user: CurrentUser) -> TokenCreated:
+    """A named token for a script or the CLI. The response is the only time its secret is
+    shown: only a hash is stored."""
+    settings = get_settings()
+    ttl = data.ttl_hours if data.ttl_hours is not None else settings.token_ttl_hours
+    if ttl > settings.token_max_ttl_hours:
+        raise validation_error(
+            [
+                {
+                    "type": "less_than_equal",
+                    "loc": ["body", "ttl_hours"],
+                    "msg": f"a token may live at most {settings.token_max_ttl_hours:g} hours",
+                    "input": data.ttl_hours,
+                }
+            ]
+        )
+    row, secret = create_token(session, user=user, ttl_hours=ttl, name=data.name)
+    return TokenCreated(
+        **TokenInfo.model_validate(row).model_dump(), access_token=secret, token_type="bearer"
+    )
+
+
+@router.delete(
+    "/tokens/{token_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=error_responses(401, 404),
+)
+def revoke_api_token(token_id: int, session: SessionDep, user: CurrentUser) -> Response:
+    """Revoke one of your tokens (admins: anyone's). It is refused from then on."""
+    if revoke_token_id(session, token_id=token_id, user=user) is None:
+        raise not_found("token", token_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -15,9 +15,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from app.auth.models import User
-from app.auth.service import user_for_token
+from app.auth.service import check_token
 from app.db import SessionDep
 from app.errors import forbidden, unauthorized
 
@@ -49,12 +51,21 @@ async def csrf_ok(request: Request) -> bool:
     return sent is not None and secrets.compare_digest(sent, expected)
 
 
-async def _cookie_user(request: Request, session: SessionDep) -> User | None:
+async def _check(session: Session, token: str) -> User | str:
+    """check_token in the thread pool: it queries the database, and these dependencies are
+    async (CSRF reads the form). On the event loop, 20 viewers opening streams at once took
+    every pooled connection and the loop then waited for one only it could give back: the
+    whole server stalled (bench/load.py --stagger 0)."""
+    return await run_in_threadpool(check_token, session, token=token)
+
+
+async def _cookie_user(request: Request, session: SessionDep) -> User | str | None:
+    """The session cookie's user, why its token is refused, or None without a cookie."""
     token = request.cookies.get(SESSION_COOKIE)
     if not token:
         return None
-    user = user_for_token(session, token=token)
-    if user is not None and request.method not in SAFE_METHODS and not await csrf_ok(request):
+    user = await _check(session, token)
+    if isinstance(user, User) and request.method not in SAFE_METHODS and not await csrf_ok(request):
         raise forbidden(
             "missing or wrong CSRF token: send the ty_csrf cookie's value in "
             f"the {CSRF_HEADER} header"
@@ -67,20 +78,29 @@ async def get_current_user(
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> User:
+    user: User | str | None
     if credentials is not None:
-        user = user_for_token(session, token=credentials.credentials)
-        if user is None:
-            raise unauthorized("invalid, expired or revoked token")
-        return user
-    user = await _cookie_user(request, session)
+        user = await _check(session, credentials.credentials)
+    else:
+        user = await _cookie_user(request, session)
     if user is None:
         raise unauthorized("not authenticated: send 'Authorization: Bearer <token>'")
+    if isinstance(user, str):
+        raise unauthorized(user)
     return user
+
+
+def request_token(request: Request) -> str | None:
+    """The token this request authenticated with: the bearer token, else the session cookie."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value:
+        return value.strip()
+    return request.cookies.get(SESSION_COOKIE)
 
 
 async def get_browser_user(request: Request, session: SessionDep) -> User:
     user = await _cookie_user(request, session)
-    if user is None:
+    if not isinstance(user, User):
         raise LoginRequired(
             str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
         )

@@ -1,12 +1,16 @@
-"""Users and tokens. Functions flush; the caller commits."""
+"""Users, password logins and tokens. Functions flush; the caller commits (except that a
+failed login is recorded in a transaction of its own, see `password_login`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import lru_cache
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.auth import ratelimit
 from app.auth.models import ApiToken, User
 from app.auth.security import (
     generate_password,
@@ -15,9 +19,24 @@ from app.auth.security import (
     token_digest,
     verify_password,
 )
+from app.db import MAX_ID, session_scope
+from app.settings import Settings
 from app.timeutil import as_utc, utcnow
 
 ADMIN_USERNAME = "admin"
+
+
+@dataclass(frozen=True)
+class LoginRefused(Exception):
+    """A password login that did not succeed: wrong credentials (401) or throttled (429)."""
+
+    message: str
+    retry_after: int | None = None
+
+
+@lru_cache
+def _dummy_hash() -> str:
+    return hash_password(generate_password())
 
 
 def create_user(session: Session, *, username: str, password: str, is_admin: bool = False) -> User:
@@ -29,33 +48,107 @@ def create_user(session: Session, *, username: str, password: str, is_admin: boo
 
 def authenticate(session: Session, *, username: str, password: str) -> User | None:
     user = session.scalar(select(User).where(User.username == username))
-    if user is None or not user.is_active or not verify_password(user.password_hash, password):
+    if user is None:
+        verify_password(_dummy_hash(), password)  # the same time as a wrong password
+        return None
+    if not user.is_active or not verify_password(user.password_hash, password):
         return None
     return user
 
 
-def issue_token(session: Session, *, user: User, ttl_hours: float, name: str = "") -> str:
-    token = new_token()
-    session.add(
-        ApiToken(
-            user_id=user.id,
-            token_hash=token_digest(token),
-            name=name,
-            expires_at=utcnow() + timedelta(hours=ttl_hours),
-        )
+def password_login(
+    session: Session, *, username: str, password: str, client: str, settings: Settings
+) -> User:
+    """`authenticate` behind the login rate limit (app.auth.ratelimit).
+
+    A failure is recorded in a session of its own that commits at once: the caller's
+    transaction ends with an error response and rolls back, and the count must survive it.
+    """
+    if "\x00" in username or "\x00" in password or len(username) > 255:
+        # No user has such a name (PostgreSQL cannot even store one): refused before any query.
+        raise LoginRefused("incorrect username or password")
+    now = utcnow()
+    throttled = ratelimit.check(
+        session, username=username, client=client, now=now, settings=settings
     )
+    if throttled is not None:
+        raise LoginRefused(throttled.message, retry_after=throttled.retry_after)
+    user = authenticate(session, username=username, password=password)
+    if user is None:
+        with session_scope() as own:
+            ratelimit.record(
+                own, username=username, client=client, succeeded=False, now=now, settings=settings
+            )
+        raise LoginRefused("incorrect username or password")
+    ratelimit.record(
+        session, username=username, client=client, succeeded=True, now=now, settings=settings
+    )
+    return user
+
+
+def create_token(
+    session: Session, *, user: User, ttl_hours: float, name: str = ""
+) -> tuple[ApiToken, str]:
+    """A new token row and its secret: the secret is returned once and stored only hashed."""
+    secret = new_token()
+    row = ApiToken(
+        user_id=user.id,
+        token_hash=token_digest(secret),
+        name=name,
+        expires_at=utcnow() + timedelta(hours=ttl_hours),
+    )
+    session.add(row)
     session.flush()
-    return token
+    return row, secret
+
+
+def issue_token(session: Session, *, user: User, ttl_hours: float, name: str = "") -> str:
+    return create_token(session, user=user, ttl_hours=ttl_hours, name=name)[1]
+
+
+def check_token(session: Session, *, token: str) -> User | str:
+    """The token's user, or why it is refused (said in the 401 body)."""
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
+    if row is None:
+        return "invalid token: not one this server issued"
+    if row.revoked_at is not None:
+        return f"token revoked at {as_utc(row.revoked_at).isoformat()}: create a new one"
+    if row.expires_at is not None and as_utc(row.expires_at) <= utcnow():
+        return f"token expired at {as_utc(row.expires_at).isoformat()}: log in again"
+    user = session.get(User, row.user_id)
+    if user is None or not user.is_active:
+        return "token of a disabled user"
+    return user
+
+
+def token_refusal(token: str) -> str | None:
+    """Why `token` is refused now (revoked, expired, unknown), or None while it is good; in a
+    unit of work of its own (an open event stream re-checks its token with it)."""
+    with session_scope() as session:
+        found = check_token(session, token=token)
+    return None if isinstance(found, User) else found
 
 
 def user_for_token(session: Session, *, token: str) -> User | None:
-    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
-    if row is None or row.revoked_at is not None:
+    found = check_token(session, token=token)
+    return found if isinstance(found, User) else None
+
+
+def tokens_of(session: Session, *, user: User) -> list[ApiToken]:
+    stmt = select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())
+    return list(session.scalars(stmt))
+
+
+def revoke_token_id(session: Session, *, token_id: int, user: User) -> ApiToken | None:
+    """Revoke the caller's token (an admin: anyone's); None when there is no such token for
+    them (another user's token is reported as missing, not as forbidden). Idempotent."""
+    row = session.get(ApiToken, token_id) if 0 < token_id <= MAX_ID else None
+    if row is None or (row.user_id != user.id and not user.is_admin):
         return None
-    if row.expires_at is not None and as_utc(row.expires_at) <= utcnow():
-        return None
-    user = session.get(User, row.user_id)
-    return user if user is not None and user.is_active else None
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+        session.flush()
+    return row
 
 
 def revoke_token(session: Session, *, token: str) -> None:

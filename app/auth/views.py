@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.auth.api import client_address
 from app.auth.deps import CSRF_COOKIE, SESSION_COOKIE, BrowserUser
-from app.auth.service import authenticate, issue_token, revoke_token
+from app.auth.service import LoginRefused, issue_token, password_login, revoke_token
 from app.db import SessionDep
 from app.settings import get_settings
 from app.templating import render
@@ -37,17 +38,28 @@ def login(
     password: Annotated[str, Form()],
     next: Annotated[str, Form()] = "/",
 ) -> Response:
-    user = authenticate(session, username=username, password=password)
-    if user is None:
-        return render(
+    settings = get_settings()
+    try:
+        user = password_login(
+            session,
+            username=username,
+            password=password,
+            client=client_address(request),
+            settings=settings,
+        )
+    except LoginRefused as exc:
+        page = render(
             request,
             "login.html",
             user=None,
             next=_safe_next(next),
-            error="Incorrect username or password.",
-            status_code=401,
+            username=username,
+            error=exc.message[0].upper() + exc.message[1:] + ".",
+            status_code=401 if exc.retry_after is None else 429,
         )
-    settings = get_settings()
+        if exc.retry_after is not None:
+            page.headers["Retry-After"] = str(exc.retry_after)
+        return page
     token = issue_token(session, user=user, ttl_hours=settings.token_ttl_hours, name="browser")
     response = RedirectResponse(_safe_next(next), status_code=303)
     max_age = int(settings.token_ttl_hours * 3600)

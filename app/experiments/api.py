@@ -4,14 +4,23 @@ from fastapi import APIRouter, status
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
+from app.errors import error_responses
 from app.experiments import service
 from app.experiments.schemas import ExperimentCreate, ExperimentOut
 from app.ownership import OwnedExperiment
 
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
+# An experiment of another user is 403, a missing one 404 (app/ownership.py).
+OWNED = error_responses(403, 404)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ExperimentOut)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ExperimentOut,
+    # 400: a body that is not even JSON text; 403: a cookie session without the CSRF token
+    responses=error_responses(400, 403),
+)
 def create_experiment(
     data: ExperimentCreate, session: SessionDep, user: CurrentUser
 ) -> ExperimentOut:
@@ -24,6 +33,6 @@ def list_experiments(session: SessionDep, user: CurrentUser) -> list[ExperimentO
     return service.to_out(session, service.visible_experiments(session, user=user))
 
 
-@router.get("/{experiment_id}", response_model=ExperimentOut)
+@router.get("/{experiment_id}", response_model=ExperimentOut, responses=OWNED)
 def read_experiment(experiment: OwnedExperiment, session: SessionDep) -> ExperimentOut:
     return service.to_out(session, [experiment])[0]

@@ -21,7 +21,9 @@ from pydantic import (
     create_model,
 )
 
+from app.settings import get_settings
 from worker.recipes.catalog import RECIPES, Param, Recipe
+from worker.workspace import ScriptPathError, resolve_script
 
 MAX_SEED = 2**32 - 1
 
@@ -39,6 +41,13 @@ class _ConfigBase(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="omit for a random seed")
     deterministic: bool = False
     resources: Resources = Field(default_factory=Resources)
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="times a run whose worker was lost or shut down is requeued, resuming "
+        "from its last checkpoint",
+    )
 
 
 def _param_field(param: Param) -> tuple[Any, Any]:
@@ -75,21 +84,52 @@ RECIPE_CONFIG_MODELS: dict[str, type[_ConfigBase]] = {
     name: _recipe_config_model(recipe) for name, recipe in RECIPES.items()
 }
 
+SCRIPT_TAG = "script"
+ParamName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=100)]
+# Smart-mode union: true stays a bool, 3 an int, 0.5 a float, "3" a string.
+ParamValue = bool | int | float | Annotated[str, Field(max_length=1000)]
 
-def _recipe_tag(value: Any) -> str | None:
+
+class ScriptConfig(_ConfigBase):
+    """A user script from the workspace, started exactly like a built-in recipe."""
+
+    script: str = Field(
+        min_length=1,
+        max_length=500,
+        description="path of a .py file relative to the workspace directory",
+        examples=["train.py"],
+    )
+    args: list[Annotated[str, Field(max_length=1000)]] = Field(
+        default_factory=list, max_length=256, description="command-line arguments, as given"
+    )
+    params: dict[ParamName, ParamValue] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="passed after args as --key=value flags (true: --key, false: left out)",
+    )
+
+
+def _config_tag(value: Any) -> str | None:
     if isinstance(value, dict):
+        if SCRIPT_TAG in value:
+            return SCRIPT_TAG
         recipe = value.get("recipe")
         return recipe if isinstance(recipe, str) else None
+    if isinstance(value, ScriptConfig):
+        return SCRIPT_TAG
     return getattr(value, "recipe", None)
 
 
+_CONFIG_MODELS: dict[str, type[_ConfigBase]] = {**RECIPE_CONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
+
 ExperimentConfig: Any = Annotated[
-    Union[tuple(Annotated[m, Tag(n)] for n, m in RECIPE_CONFIG_MODELS.items())],  # noqa: UP007
+    Union[tuple(Annotated[m, Tag(n)] for n, m in _CONFIG_MODELS.items())],  # noqa: UP007
     Discriminator(
-        _recipe_tag,
+        _config_tag,
         custom_error_type="unknown_recipe",
-        custom_error_message="unknown or missing recipe; built-in recipes are: "
-        + ", ".join(sorted(RECIPES)),
+        custom_error_message="unknown or missing recipe; give a built-in recipe ("
+        + ", ".join(sorted(RECIPES))
+        + ") or a script path in the workspace",
         custom_error_context={"recipes": ", ".join(sorted(RECIPES))},
     ),
 ]
@@ -106,16 +146,17 @@ class ConfigInvalid(Exception):
 
 
 def validate_config(raw: Any, *, loc_prefix: tuple[str | int, ...]) -> dict[str, Any]:
-    """Return the complete config (defaults filled in) as plain JSON, or raise ConfigInvalid."""
-    if isinstance(raw, dict) and "script" in raw:
+    """Return the complete config (defaults filled in) as plain JSON, or raise ConfigInvalid.
+
+    A script must also be a .py file inside this server's workspace (worker.workspace)."""
+    if isinstance(raw, dict) and SCRIPT_TAG in raw and "recipe" in raw:
         raise ConfigInvalid(
             [
                 {
-                    "type": "not_supported",
+                    "type": "recipe_and_script",
                     "loc": [*loc_prefix, "script"],
-                    "msg": "workspace scripts are not supported yet; use a built-in recipe: "
-                    + ", ".join(sorted(RECIPES)),
-                    "input": raw["script"],
+                    "msg": "give either a recipe or a script, not both",
+                    "input": raw[SCRIPT_TAG],
                 }
             ]
         )
@@ -125,12 +166,26 @@ def validate_config(raw: Any, *, loc_prefix: tuple[str | int, ...]) -> dict[str,
         raise ConfigInvalid(
             [_error(e, loc_prefix) for e in exc.errors(include_url=False)]
         ) from None
+    if isinstance(model, ScriptConfig):
+        try:
+            resolve_script(get_settings().workspace_dir, model.script)
+        except ScriptPathError as exc:
+            raise ConfigInvalid(
+                [
+                    {
+                        "type": "script_path",
+                        "loc": [*loc_prefix, SCRIPT_TAG],
+                        "msg": str(exc),
+                        "input": model.script,
+                    }
+                ]
+            ) from None
     return model.model_dump(mode="json")  # type: ignore[no-any-return]
 
 
 def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> dict[str, Any]:
     loc = list(err["loc"])
-    if loc and loc[0] in RECIPE_CONFIG_MODELS:
+    if loc and loc[0] in _CONFIG_MODELS:
         loc = loc[1:]  # the union's tag: the user wrote no such key
     if err["type"] == "unknown_recipe":
         loc = ["recipe"]

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.timeutil import UtcDateTime
 
 
 class ExperimentCreate(BaseModel):
@@ -24,5 +25,5 @@ class ExperimentOut(BaseModel):
     config: dict[str, Any]
     owner_id: int
     owner: str
-    created_at: datetime
+    created_at: UtcDateTime
     run_count: int = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from app.metrics.summary import run_summaries
 from app.ownership import get_owned_experiment
 from app.pages import PageRoute, PageUser
 from app.runs.service import runs_of_experiment
+from app.settings import get_settings
 from app.templating import render
 from worker.recipes.catalog import RECIPES, Param
 
@@ -127,9 +129,15 @@ def _form_values(source: Experiment | None) -> dict[str, Any]:
             "seed": None,
             "deterministic": False,
             "resources": {"gpus": 0, "nproc": 1},
+            "max_restarts": 0,
+            **_script_values({}),
         }
     config = source.config
-    recipe = config.get("recipe") if config.get("recipe") in RECIPES else first
+    recipe: str = first
+    if config.get("script"):
+        recipe = SCRIPT_CHOICE
+    elif config.get("recipe") in RECIPES:
+        recipe = str(config["recipe"])
     return {
         "name": f"{source.name} (copy)"[:200],
         "description": source.description,
@@ -138,6 +146,27 @@ def _form_values(source: Experiment | None) -> dict[str, Any]:
         "seed": config.get("seed"),
         "deterministic": bool(config.get("deterministic")),
         "resources": {"gpus": 0, "nproc": 1, **(config.get("resources") or {})},
+        "max_restarts": int(config.get("max_restarts") or 0),
+        **_script_values(config),
+    }
+
+
+# The recipe picker's entry for "a script from the workspace".
+SCRIPT_CHOICE = "__script__"
+
+
+def _script_values(config: dict[str, Any]) -> dict[str, Any]:
+    """A script config as the form shows it: args space-separated (quoted when needed), params
+    one ``key=value`` per line."""
+    if not config.get("script"):
+        return {"script": "", "script_args": "", "script_params": ""}
+    params = config.get("params") or {}
+    return {
+        "script": config["script"],
+        "script_args": shlex.join(config.get("args") or []),
+        "script_params": "\n".join(
+            f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in params.items()
+        ),
     }
 
 
@@ -179,6 +208,8 @@ def new_experiment_page(
         recipes=recipes,
         values=values,
         source=source,
+        script_choice=SCRIPT_CHOICE,
+        workspace=str(get_settings().workspace_dir),
     )
 
 

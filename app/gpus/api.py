@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import BeforeValidator
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
@@ -18,6 +20,19 @@ from app.timeutil import as_utc, utcnow
 router = APIRouter(prefix="/api", tags=["gpus"])
 
 DEFAULT_USAGE_DAYS = 30
+
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
+
+
+def _rfc3339(value: object) -> object:
+    """What the document promises (format: date-time): a full timestamp with its offset, not
+    the Unix seconds, dates or naive times pydantic would read on its own."""
+    if isinstance(value, str) and not _RFC3339.fullmatch(value):
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 
 @router.get("/gpus", response_model=GpuPanelOut)
@@ -33,11 +48,26 @@ def read_gpu_panel(session: SessionDep, _user: CurrentUser) -> GpuPanelOut:
     )
 
 
+def _in_utc(value: datetime, name: str) -> datetime:
+    try:
+        return as_utc(value).astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise validation_error(
+            [{"loc": ["query", name], "msg": "out of range in UTC", "type": "value_error"}]
+        ) from None
+
+
 def usage_period(
     since: datetime | None, until: datetime | None, now: datetime
 ) -> tuple[datetime, datetime]:
-    end = as_utc(until) if until is not None else now
-    start = as_utc(since) if since is not None else end - timedelta(days=DEFAULT_USAGE_DAYS)
+    end = _in_utc(until, "until") if until is not None else now
+    if since is not None:
+        start = _in_utc(since, "since")
+    else:
+        try:
+            start = end - timedelta(days=DEFAULT_USAGE_DAYS)
+        except OverflowError:  # an `until` in the first 30 days of year 1
+            start = datetime.min.replace(tzinfo=UTC)
     if start >= end:
         raise validation_error(
             [
@@ -56,9 +86,11 @@ def read_usage(
     session: SessionDep,
     user: CurrentUser,
     since: Annotated[
-        datetime | None, Query(description="ISO 8601; default until - 30 days")
+        Timestamp | None, Query(description="RFC 3339 (ISO 8601); default until - 30 days")
     ] = None,
-    until: Annotated[datetime | None, Query(description="ISO 8601; default now")] = None,
+    until: Annotated[
+        Timestamp | None, Query(description="RFC 3339 (ISO 8601); default now")
+    ] = None,
 ) -> UsageOut:
     """GPU-hours per user over [since, until): your own row, or every user's for admins."""
     now = utcnow()

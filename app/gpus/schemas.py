@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel
+
+from app.timeutil import UtcDateTime
 
 GpuState = Literal["free", "leased", "busy (external)"]
 
@@ -16,7 +17,7 @@ class GpuOut(BaseModel):
     # Set when state is "leased": the run holding it, its owner and since when.
     run_id: int | None = None
     owner: str | None = None
-    since: datetime | None = None
+    since: UtcDateTime | None = None
     # From NVML at the host's last heartbeat; None when unknown (fake inventory, no NVML).
     memory_used_mb: float | None = None
     memory_total_mb: float | None = None
@@ -25,7 +26,7 @@ class GpuOut(BaseModel):
 
 class HostOut(BaseModel):
     host: str
-    heartbeat_at: datetime
+    heartbeat_at: UtcDateTime
     gpus: list[GpuOut]
 
 
@@ -36,13 +37,13 @@ class QueuedRunOut(BaseModel):
     owner: str
     gpus: int
     priority: int
-    created_at: datetime
+    created_at: UtcDateTime
     waiting_seconds: float
     reason: str
 
 
 class GpuPanelOut(BaseModel):
-    generated_at: datetime
+    generated_at: UtcDateTime
     hosts: list[HostOut]
     queue: list[QueuedRunOut]
 
@@ -56,6 +57,6 @@ class UserUsageOut(BaseModel):
 
 
 class UsageOut(BaseModel):
-    since: datetime
-    until: datetime
+    since: UtcDateTime
+    until: UtcDateTime
     users: list[UserUsageOut]

@@ -44,6 +44,7 @@ class StartResult:
     config: dict[str, Any] | None = None
     resume_from: str | None = None
     reason: str = ""
+    attempt: int = 1
 
 
 def run_gpus(config: dict[str, Any]) -> int:
@@ -95,6 +96,7 @@ def try_start(
         session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=now))
     run.status = RunStatus.running
     run.started_at = now
+    run.heartbeat_at = now
     run.worker_host = host
     run.gpu_indices = format_indices(placement.gpu_indices)
     session.flush()
@@ -103,6 +105,7 @@ def try_start(
         gpu_indices=placement.gpu_indices,
         config=run.config,
         resume_from=run.resume_from,
+        attempt=run.attempt,
     )
 
 

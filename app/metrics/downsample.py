@@ -22,13 +22,19 @@ Each dialect gets the shape that measured fastest on it (500k points, 1,000 buck
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
 from sqlalchemy import Connection, text
 
-# Buckets [b0, b0 + width) from lo while b0 <= hi; the last one is clipped to hi.
+# Buckets [b0, b0 + width) from start (lo, or a later bucket's start) while b0 <= hi; the last
+# one is clipped to hi.
 _SQLITE = text(
     """
     WITH RECURSIVE buckets(b0) AS (
-        SELECT :lo
+        SELECT :start
         UNION ALL
         SELECT b0 + :width FROM buckets WHERE b0 + :width <= :hi
     ),
@@ -55,7 +61,7 @@ _PG_BUCKET = "key_id = :key_id AND step >= b0 AND step < b0 + :width AND step <=
 _POSTGRES = text(
     f"""
     SELECT x.step, x.value, x.wall_time
-    FROM generate_series(CAST(:lo AS BIGINT), CAST(:hi AS BIGINT), CAST(:width AS BIGINT)) AS b0
+    FROM generate_series(CAST(:start AS BIGINT), CAST(:hi AS BIGINT), CAST(:width AS BIGINT)) AS b0
     CROSS JOIN LATERAL (
         SELECT min(value) AS lo_value, max(value) AS hi_value FROM metrics WHERE {_PG_BUCKET}
     ) AS extremes
@@ -93,7 +99,13 @@ def downsample_timed(
     conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int
 ) -> tuple[list[int], list[float | None], list[float]]:
     """`downsample`, plus each kept point's wall time (the run page's time axis)."""
-    params = {"key_id": key_id, "lo": lo, "hi": hi, "width": bucket_width(lo, hi, max_points)}
+    return _buckets(conn, key_id=key_id, start=lo, hi=hi, width=bucket_width(lo, hi, max_points))
+
+
+def _buckets(
+    conn: Connection, *, key_id: int, start: int, hi: int, width: int
+) -> tuple[list[int], list[float | None], list[float]]:
+    params = {"key_id": key_id, "start": start, "hi": hi, "width": width}
     # On PostgreSQL, 1,000 lateral loops trip JIT (~100 ms of compiling): make_engine turns
     # JIT off for every connection.
     postgres = conn.dialect.name == "postgresql"
@@ -105,3 +117,70 @@ def downsample_timed(
         values.append(value)
         times.append(wall_time)
     return steps, values, times
+
+
+# --- live series: only the buckets that can still change -------------------------------------
+#
+# A live run's page (and every viewer's) asks for the same downsampled series again and again
+# while points are appended at its end. The bucket width stays the same while the series
+# grows (`live_width` keeps it for ~10% of growth), and every bucket but the last is then
+# final: its min and max cannot change. So the final buckets' points are kept
+# per (database, key, first step, width, generation) and only the buckets from the last one
+# on are asked from the database. `generation` changes whenever a run's points may change
+# other than by appending (a requeued attempt drops the points past its checkpoint).
+
+
+@dataclass
+class _Final:
+    until: int  # buckets starting before this step are final
+    steps: list[int]
+    values: list[float | None]
+    times: list[float]
+
+
+_FINAL: OrderedDict[tuple[str, int, int, int, int], _Final] = OrderedDict()
+_FINAL_LOCK = threading.Lock()
+MAX_CACHED_SERIES = 64  # each holds at most max_points points
+
+
+def live_width(lo: int, hi: int, max_points: int) -> int:
+    """The exact width rounded up to the next rung of a ladder 10% apart: the width (and with
+    it every cached bucket) then changes only each time the series grows by ~10%, not each
+    time it grows by a bucket count of steps, for at least ~90% of max_points points."""
+    exact = bucket_width(lo, hi, max_points)
+    width = 1
+    while width < exact:
+        width = max(width + 1, int(width * 1.1))
+    return width
+
+
+def downsample_live(
+    conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int, generation: int
+) -> tuple[list[int], list[float | None], list[float]]:
+    """Like `downsample_timed` (with `live_width` buckets), asking the database only for the
+    buckets that may have changed since the last call."""
+    width = live_width(lo, hi, max_points)
+    last = lo + ((hi - lo) // width) * width  # the last bucket's start: it may still grow
+    cache_key = (str(conn.engine.url), key_id, lo, width, generation)
+    with _FINAL_LOCK:
+        final = _FINAL.get(cache_key)
+        if final is not None:
+            _FINAL.move_to_end(cache_key)
+    start = final.until if final is not None and final.until <= last else lo
+    steps, values, times = _buckets(conn, key_id=key_id, start=start, hi=hi, width=width)
+    if start > lo and final is not None:
+        steps = final.steps + steps
+        values = final.values + values
+        times = final.times + times
+    cut = bisect.bisect_left(steps, last)
+    with _FINAL_LOCK:
+        _FINAL[cache_key] = _Final(last, steps[:cut], values[:cut], times[:cut])
+        _FINAL.move_to_end(cache_key)
+        while len(_FINAL) > MAX_CACHED_SERIES:
+            _FINAL.popitem(last=False)
+    return steps, values, times
+
+
+def clear_live_cache() -> None:
+    with _FINAL_LOCK:
+        _FINAL.clear()

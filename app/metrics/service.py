@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from app.metrics.downsample import downsample_timed
+from app.metrics.downsample import downsample_live, downsample_timed
 from app.metrics.models import Metric, MetricKey
 
 Point = tuple[str, int, float | None, float]
@@ -159,13 +159,16 @@ def read_series(
     step_min: int | None = None,
     step_max: int | None = None,
     with_time: bool = False,
+    generation: int | None = None,
 ) -> Series:
     """{key: {"step": [...], "value": [...]}} in step order; None values are non-finite.
     With with_time, each series also has "time": the points' wall times (Unix seconds).
 
     With max_points, a series with more points than that in [step_min, step_max] is reduced
     in SQL to per-bucket min and max points (at most max_points, spikes kept); shorter series
-    come back whole. Unknown keys are left out.
+    come back whole. Unknown keys are left out. With a `generation` (the run's attempt: its
+    points change only by being appended within one), a whole-range downsample asks the
+    database only for the buckets that can still have changed (downsample_live).
     """
     if max_points is not None and max_points < 2:
         raise ValueError("max_points must be at least 2 (one min and one max per bucket)")
@@ -198,9 +201,19 @@ def read_series(
     for row in found:
         key_id, key = row[0], row[1]
         if max_points is not None and row[2] is not None:
-            steps, values, times = downsample_timed(
-                conn, key_id=key_id, lo=row[3], hi=row[4], max_points=max_points
-            )
+            if generation is not None and step_min is None and step_max is None:
+                steps, values, times = downsample_live(
+                    conn,
+                    key_id=key_id,
+                    lo=row[3],
+                    hi=row[4],
+                    max_points=max_points,
+                    generation=generation,
+                )
+            else:
+                steps, values, times = downsample_timed(
+                    conn, key_id=key_id, lo=row[3], hi=row[4], max_points=max_points
+                )
         else:
             steps, values, times = _whole_series(
                 conn, key_id=key_id, step_min=step_min, step_max=step_max, with_time=with_time

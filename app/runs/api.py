@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Query, status
+from fastapi import APIRouter, Depends, Header, Query, Request, status
+from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from app.auth.deps import CurrentUser
+from app.auth.deps import CurrentUser, request_token
+from app.auth.service import token_refusal
 from app.db import SessionDep
-from app.errors import validation_error
+from app.errors import error_responses, validation_error
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, logs, service
@@ -18,12 +22,23 @@ from app.runs.schemas import CheckpointOut, MetricsOut, RunCreate, RunOut, RunRe
 from app.settings import get_settings
 
 router = APIRouter(prefix="/api", tags=["runs"])
+# Another user's run or experiment is 403, a missing one 404 (app/ownership.py); a change
+# from a cookie session without the CSRF token is 403 too.
+OWNED = error_responses(403, 404)
+# The same for the routes that answer with text or an event stream.
+OWNED_NOT_JSON = error_responses(401, 403, 404, non_json_route=True)
+# Steps and byte offsets are 64-bit integer columns: a larger number is a 422, not an
+# overflow in the database driver (a 500).
+MAX_INT64 = 2**63 - 1
+# Text that reaches a query: PostgreSQL refuses NUL in strings (a 500 if it got that far).
+NO_NUL = r"^[^\x00]*$"
 
 
 @router.post(
     "/experiments/{experiment_id}/runs",
     status_code=status.HTTP_201_CREATED,
     response_model=RunOut,
+    responses=error_responses(400, 403, 404),  # 400: a body that is not even JSON text
 )
 def create_run(
     experiment: OwnedExperiment,
@@ -42,7 +57,7 @@ def create_run(
     return RunOut.model_validate(run)
 
 
-@router.get("/experiments/{experiment_id}/runs", response_model=list[RunOut])
+@router.get("/experiments/{experiment_id}/runs", response_model=list[RunOut], responses=OWNED)
 def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> list[RunOut]:
     runs = service.runs_of_experiment(session, experiment_id=experiment.id)
     return [RunOut.model_validate(r) for r in runs]
@@ -53,31 +68,48 @@ def list_runs(session: SessionDep, user: CurrentUser) -> list[RunOut]:
     return [RunOut.model_validate(r) for r in service.visible_runs(session, user=user)]
 
 
-@router.get("/runs/{run_id}", response_model=RunOut)
+@router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)
 def read_run(run: OwnedRun) -> RunOut:
     return RunOut.model_validate(run)
 
 
-@router.post("/runs/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=RunOut)
+@router.post(
+    "/runs/{run_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RunOut,
+    responses=error_responses(403, 404, 409),  # 409: the run has already finished
+)
 def cancel_run(run: OwnedRun, session: SessionDep) -> RunOut:
     return RunOut.model_validate(service.request_cancel(session, run=run))
 
 
-@router.post("/runs/{run_id}/resume", status_code=status.HTTP_201_CREATED, response_model=RunOut)
+@router.post(
+    "/runs/{run_id}/resume",
+    status_code=status.HTTP_201_CREATED,
+    response_model=RunOut,
+    responses=error_responses(400, 403, 404, 409),  # 409: the checkpoint's file is gone
+)
 def resume_run(run: OwnedRun, data: RunResume, session: SessionDep, user: CurrentUser) -> RunOut:
     """A new run of the same experiment and config that continues from one checkpoint."""
     new = service.resume_run(session, run=run, checkpoint=data.checkpoint, owner=user)
     return RunOut.model_validate(new)
 
 
-@router.get("/runs/{run_id}/metrics", response_model=MetricsOut, response_model_exclude_none=True)
+@router.get(
+    "/runs/{run_id}/metrics",
+    response_model=MetricsOut,
+    response_model_exclude_none=True,
+    responses=OWNED,
+)
 def read_metrics(
     run: OwnedRun,
     session: SessionDep,
-    keys: Annotated[str | None, Query(description="comma-separated metric keys")] = None,
+    keys: Annotated[
+        str | None, Query(pattern=NO_NUL, description="comma-separated metric keys")
+    ] = None,
     max_points: Annotated[int | None, Query(ge=2, le=1_000_000)] = None,
-    step_min: Annotated[int | None, Query(ge=0)] = None,
-    step_max: Annotated[int | None, Query(ge=0)] = None,
+    step_min: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
+    step_max: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
     with_time: Annotated[bool, Query(description="add each point's wall time")] = False,
 ) -> MetricsOut:
     wanted = [k for k in keys.split(",") if k] if keys else None
@@ -89,15 +121,18 @@ def read_metrics(
         step_min=step_min,
         step_max=step_max,
         with_time=with_time,
+        generation=run.attempt,
     )
     return MetricsOut.model_validate({"series": series})
 
 
-@router.get("/runs/{run_id}/logs", response_class=PlainTextResponse)
+@router.get("/runs/{run_id}/logs", response_class=PlainTextResponse, responses=OWNED_NOT_JSON)
 def read_logs(
     run: OwnedRun,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    tail: Annotated[int | None, Query(ge=1, description="only the last this many bytes")] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
+    tail: Annotated[
+        int | None, Query(ge=1, le=MAX_INT64, description="only the last this many bytes")
+    ] = None,
     rank: Annotated[
         int | None, Query(ge=0, description="only this rank's lines (whole lines)")
     ] = None,
@@ -107,7 +142,7 @@ def read_logs(
     With `rank`, only that rank's whole lines in the same byte range, `tail` counting the
     bytes of those lines, and X-Log-Size the end of the last whole line (app/runs/logs.py).
     """
-    path = service.log_path(run.id)
+    source = logs.log_source(run.id)
     nproc = run_nproc(run.config)
     if rank is not None and rank >= nproc:
         raise validation_error(
@@ -121,24 +156,59 @@ def read_logs(
             ]
         )
     if rank is None or nproc == 1:  # a single process's lines are all rank 0's
-        read = logs.read_all(path, offset=offset, tail=tail)
+        read = logs.read_all(source, offset=offset, tail=tail)
         text = b"".join(read.body).decode("utf-8", "replace")
         return PlainTextResponse(text, headers={"X-Log-Size": str(read.end)})
-    read = logs.read_rank(path, rank=rank, offset=offset, tail=tail)
+    read = logs.read_rank(source, rank=rank, offset=offset, tail=tail)
     return StreamingResponse(
         read.body, media_type="text/plain; charset=utf-8", headers={"X-Log-Size": str(read.end)}
     )
 
 
-@router.get("/runs/{run_id}/checkpoints", response_model=list[CheckpointOut])
+@router.get("/runs/{run_id}/environment", response_model=dict[str, Any], responses=OWNED)
+def read_environment(run: OwnedRun) -> dict[str, Any]:
+    """The reproducibility record: python, torch, CUDA/cuDNN, packages, host, GPUs, seed and
+    determinism flags, and for scripts the workspace's git commit and uncommitted diff.
+    Empty until the run has started; the job's half arrives a moment after it starts."""
+    return dict(run.environment or {})
+
+
+@router.get("/runs/{run_id}/checkpoints", response_model=list[CheckpointOut], responses=OWNED)
 def list_checkpoints(run: OwnedRun, session: SessionDep) -> list[CheckpointOut]:
     return [CheckpointOut.model_validate(c) for c in service.checkpoints_of(session, run_id=run.id)]
 
 
-@router.get("/runs/{run_id}/checkpoints/{name}", response_class=FileResponse)
-def download_checkpoint(run: OwnedRun, name: str, session: SessionDep) -> FileResponse:
-    path = service.checkpoint_file(session, run=run, name=name)
-    return FileResponse(path, filename=name, media_type="application/octet-stream")
+@router.get(
+    "/runs/{run_id}/checkpoints/{name}",
+    response_class=FileResponse,
+    # 409: the file is still only on the worker's disk, on its way to the artifact store
+    responses={
+        200: {
+            "description": "The checkpoint file (torch.load(f, weights_only=True))",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        },
+        **error_responses(403, 404, 409),
+    },
+)
+def download_checkpoint(
+    run: OwnedRun, name: Annotated[str, PathParam(pattern=NO_NUL)], session: SessionDep
+) -> Response:
+    found = service.checkpoint_file(session, run=run, name=name)
+    if isinstance(found, Path):
+        return FileResponse(found, filename=name, media_type="application/octet-stream")
+    headers = {"Content-Disposition": attachment(name)}
+    if found.size is not None:
+        headers["Content-Length"] = str(found.size)
+    return StreamingResponse(found.chunks, media_type="application/octet-stream", headers=headers)
+
+
+def attachment(filename: str) -> str:
+    quoted = quote(filename)
+    if quoted == filename:
+        return f'attachment; filename="{filename}"'
+    return f"attachment; filename*=utf-8''{quoted}"
 
 
 def _after_steps(
@@ -150,15 +220,58 @@ def _after_steps(
         ),
     ] = None,
 ) -> dict[str, int]:
-    return events.parse_after(after)  # a dependency, so a bad value is a 422 before streaming
+    # A dependency, so a bad value is a 422 before streaming.
+    parsed = events.parse_after(after)
+    if any(abs(step) > MAX_INT64 or "\x00" in key for key, step in parsed.items()):
+        raise validation_error(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ["query", "after"],
+                    "msg": f"steps must be within ±{MAX_INT64}, keys free of NUL",
+                    "input": after,
+                }
+            ]
+        )
+    return parsed
 
 
-@router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
+def _last_event_id(
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            max_length=65536,
+            description="the id of the last event received, to resume after a reconnect",
+        ),
+    ] = None,
+) -> tuple[dict[str, int], int] | None:
+    return events.parse_event_id(last_event_id) if last_event_id else None
+
+
+@router.get("/runs/{run_id}/events", response_class=EventSourceResponse, responses=OWNED_NOT_JSON)
 async def run_events(
+    request: Request,
     run: OwnedRun,
     after: Annotated[dict[str, int], Depends(_after_steps)],
-    log_offset: Annotated[int, Query(ge=0, description="log position the client has")] = 0,
+    log_offset: Annotated[
+        int, Query(ge=0, le=MAX_INT64, description="log position the client has")
+    ] = 0,
+    resume_at: Annotated[tuple[dict[str, int], int] | None, Depends(_last_event_id)] = None,
 ) -> AsyncIterator[ServerSentEvent]:
-    interval = get_settings().sse_poll_seconds
-    async for event in events.stream(run.id, interval, after=after, log_offset=log_offset):
+    """New points, log text and status changes. Each metrics and log event carries an id; a
+    client that reconnects with it as Last-Event-ID gets exactly what it missed (it wins over
+    `after` and `log_offset`, which a page reconnecting by itself still sends)."""
+    if resume_at is not None:
+        after, log_offset = resume_at
+    settings = get_settings()
+    token = request_token(request)
+    async for event in events.stream(
+        run.id,
+        settings.sse_poll_seconds,
+        after=after,
+        log_offset=log_offset,
+        refusal=(lambda: token_refusal(token)) if token else None,
+        recheck_seconds=settings.sse_auth_recheck_seconds,
+    ):
         yield event

@@ -12,19 +12,23 @@ points and log lines went out.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from anyio.lowlevel import RunVar
 from fastapi.sse import ServerSentEvent
 
 from app.db import session_scope
 from app.errors import validation_error
 from app.metrics.service import read_new_points
+from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
-from app.runs.service import log_path
 
 MAX_LOG_CHUNK = 256 * 1024
 
@@ -65,12 +69,18 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
     if series:
         for key, s in series.items():
             cursor.last_steps[key] = s["step"][-1]
-        events.append(ServerSentEvent(event="metrics", data={"series": series}))
+        events.append(
+            ServerSentEvent(event="metrics", data={"series": series}, id=event_id(cursor))
+        )
     text = _read_log(cursor)
     if text:
         # offset: where this text ends in output.log, for a client that reconnects.
         events.append(
-            ServerSentEvent(event="log", data={"text": text, "offset": cursor.log_offset})
+            ServerSentEvent(
+                event="log",
+                data={"text": text, "offset": cursor.log_offset},
+                id=event_id(cursor),
+            )
         )
     if status_event is not None:
         events.append(status_event)  # after the data, so "finished" comes last
@@ -78,14 +88,49 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
 
 
 def _read_log(cursor: StreamCursor) -> str:
-    try:
-        with open(log_path(cursor.run_id), "rb") as f:
-            f.seek(cursor.log_offset)
-            chunk = f.read(MAX_LOG_CHUNK)
-    except FileNotFoundError:
-        return ""
+    chunk = log_source(cursor.run_id).read(cursor.log_offset, MAX_LOG_CHUNK)
     cursor.log_offset += len(chunk)
     return chunk.decode("utf-8", "replace")
+
+
+def event_id(cursor: StreamCursor) -> str:
+    """The SSE id of an event: the client's position once it has this event (each key's last
+    step, the log offset). A client that reconnects sends it back as Last-Event-ID (browsers'
+    EventSource do so by themselves) and gets exactly what it missed, nothing twice."""
+    position = {"s": cursor.last_steps, "l": cursor.log_offset}
+    raw = json.dumps(position, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_event_id(raw: str) -> tuple[dict[str, int], int]:
+    """Last-Event-ID back into (last step per key, log offset); 422 when it is not ours."""
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        steps, offset = decoded["s"], decoded["l"]
+        valid = (
+            isinstance(steps, dict)
+            and all(_is_int(v) and isinstance(k, str) for k, v in steps.items())
+            and _is_int(offset)
+            and offset >= 0
+        )
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        valid = False
+    if not valid:
+        raise validation_error(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ["header", "last-event-id"],
+                    "msg": "not an event id of this stream; reconnect without Last-Event-ID",
+                    "input": raw[:200],
+                }
+            ]
+        )
+    return steps, offset
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def parse_after(raw: str | None) -> dict[str, int]:
@@ -113,14 +158,46 @@ def parse_after(raw: str | None) -> dict[str, int]:
     return parsed
 
 
+# The polls of all streams share this many threads, so at most this many database connections:
+# 20 viewers polling at once otherwise hold most of the pool, and a request that then waits for
+# a connection stalls everything queued behind it (bench/load.py, docs/performance.md).
+POLL_THREADS = 4
+_POLL_LIMITER: RunVar[anyio.CapacityLimiter] = RunVar("torchyard_sse_poll_limiter")
+
+
+def _poll_limiter() -> anyio.CapacityLimiter:
+    """One limiter per event loop (a limiter belongs to the loop it was made in)."""
+    try:
+        return _POLL_LIMITER.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(POLL_THREADS)
+        _POLL_LIMITER.set(limiter)
+        return limiter
+
+
 async def stream(
-    run_id: int, interval: float, *, after: dict[str, int] | None = None, log_offset: int = 0
+    run_id: int,
+    interval: float,
+    *,
+    after: dict[str, int] | None = None,
+    log_offset: int = 0,
+    refusal: Callable[[], str | None] | None = None,
+    recheck_seconds: float = 5.0,
 ) -> AsyncIterator[ServerSentEvent]:
     """Everything new since the client's position (by default: every point and the whole log,
-    then what follows)."""
+    then what follows). ``refusal`` is asked every ``recheck_seconds`` whether the client's
+    credentials still hold: a stream outlives its request, and a revoked or expired token
+    must not keep receiving a run's data; the stream then ends with an ``error`` event."""
     cursor = StreamCursor(run_id=run_id, last_steps=dict(after or {}), log_offset=log_offset)
+    next_check = time.monotonic() + recheck_seconds
     while True:
-        events, done = await anyio.to_thread.run_sync(poll, cursor)
+        if refusal is not None and time.monotonic() >= next_check:
+            reason = await anyio.to_thread.run_sync(refusal, limiter=_poll_limiter())
+            if reason is not None:
+                yield ServerSentEvent(event="error", data={"detail": reason})
+                return
+            next_check = time.monotonic() + recheck_seconds
+        events, done = await anyio.to_thread.run_sync(poll, cursor, limiter=_poll_limiter())
         for event in events:
             yield event
         if done:

@@ -1,5 +1,10 @@
 """Reading a run's output.log: all of it, or one rank's lines, from an offset or as a tail.
 
+The bytes come from a log source: the file itself when the run directory is on this
+machine's disk (embedded mode, or a data dir shared over NFS), else the copy the worker
+shipped to the database in ``run_log_chunks`` (worker.forwarder). Chunks tile the file, so
+both give the same bytes at the same offsets, and everything below works on either.
+
 Under torchrun every line of rank N starts with ``[rankN]: `` (worker.launcher); lines without
 a prefix come from torchrun itself. A single-process run's lines are all rank 0's, prefixed or
 not. Offsets are byte positions in the whole file, filtered or not.
@@ -8,27 +13,126 @@ With a rank, only whole lines are read: a line belongs to the read when it start
 ``offset`` and ends (with its newline) before the end of the file, and the returned end offset
 is the end of the last whole line, so a client that continues from it (the SSE stream's
 ``log_offset``) starts at a line boundary. ``tail`` then keeps the last ``tail`` bytes of the
-rank's lines in that range. The file is read in blocks, never whole: forwards from the offset,
+rank's lines in that range. The log is read in blocks, never whole: forwards from the offset,
 or backwards from the end for a tail.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
+from sqlalchemy import func, select
+
+from app.db import session_scope
+from app.runs.models import Run, RunLogChunk
+from app.runs.service import log_path
 from worker.launcher import rank_prefix
 
 BLOCK = 64 * 1024
+# No log is this long; a client's offset past it reads nothing (instead of overflowing a seek
+# or a BIGINT).
+MAX_OFFSET = 2**62
 
 
 def run_nproc(config: Mapping[str, Any]) -> int:
     """How many processes (ranks) the run's config asks for."""
     resources = config.get("resources") or {}
     return max(1, int(resources.get("nproc", 1)))
+
+
+class LogSource(Protocol):
+    """A run's log as bytes: ``size()`` is where it ends now; ``read(offset, n)`` gives up to
+    ``n`` bytes from ``offset`` (fewer only at the end)."""
+
+    def size(self) -> int: ...
+
+    def read(self, offset: int, n: int) -> bytes: ...
+
+
+class FileLogSource:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def read(self, offset: int, n: int) -> bytes:
+        if offset >= MAX_OFFSET:
+            return b""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                return f.read(n)
+        except FileNotFoundError:
+            return b""
+
+
+class ChunkLogSource:
+    """The log as the worker shipped it: ``runs.log_offset`` bytes in ``run_log_chunks``.
+
+    Each read is one short query of its own (a streamed response outlives the request's
+    session) for the chunks that overlap the range; the span it fetched is kept, so reading
+    a chunk block by block costs one query, and small chunks are joined on the way out.
+    """
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self._span_start = 0
+        self._span = b""
+
+    def size(self) -> int:
+        with session_scope() as session:
+            return int(session.scalar(select(Run.log_offset).where(Run.id == self.run_id)) or 0)
+
+    def read(self, offset: int, n: int) -> bytes:
+        if offset >= MAX_OFFSET:
+            return b""
+        end = min(offset + n, MAX_OFFSET)
+        span_end = self._span_start + len(self._span)
+        if not (self._span_start <= offset and end <= span_end):
+            self._fetch(offset, end)
+        return self._span[offset - self._span_start : end - self._span_start]
+
+    def _fetch(self, offset: int, end: int) -> None:
+        chunk = RunLogChunk
+        # The chunk that holds `offset` starts at the greatest chunk offset <= it.
+        first = (
+            select(func.max(chunk.offset))
+            .where(chunk.run_id == self.run_id, chunk.offset <= offset)
+            .scalar_subquery()
+        )
+        stmt = (
+            select(chunk.offset, chunk.data)
+            .where(
+                chunk.run_id == self.run_id,
+                chunk.offset >= func.coalesce(first, 0),
+                chunk.offset < end,
+            )
+            .order_by(chunk.offset)
+        )
+        with session_scope() as session:
+            rows = session.execute(stmt).all()
+        if not rows:
+            self._span_start, self._span = offset, b""
+            return
+        self._span_start = int(rows[0][0])
+        self._span = b"".join(bytes(data) for _, data in rows)
+
+
+def log_source(run_id: int) -> LogSource:
+    """The file when this machine has the run directory, else the shipped chunks."""
+    path = log_path(run_id)
+    return FileLogSource(path) if path.is_file() else ChunkLogSource(run_id)
+
+
+def _as_source(log: LogSource | Path) -> LogSource:
+    return FileLogSource(log) if isinstance(log, Path) else log
 
 
 @dataclass(frozen=True)
@@ -44,52 +148,45 @@ def _single(data: bytes) -> Iterator[bytes]:
         yield data
 
 
-def read_all(path: Path, *, offset: int, tail: int | None) -> LogSlice:
+def read_all(log: LogSource | Path, *, offset: int, tail: int | None) -> LogSlice:
     """Everything from ``offset`` to the end (or the last ``tail`` bytes of that)."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(offset, size - tail) if tail is not None else offset)
-            data = f.read(max(size - f.tell(), 0))
-    except FileNotFoundError:
-        return LogSlice(_single(b""), 0)
+    source = _as_source(log)
+    size = source.size()
+    start = max(offset, size - tail) if tail is not None else offset
+    data = source.read(start, size - start) if start < size else b""
     return LogSlice(_single(data), size)
 
 
-def read_rank(path: Path, *, rank: int, offset: int, tail: int | None) -> LogSlice:
+def read_rank(log: LogSource | Path, *, rank: int, offset: int, tail: int | None) -> LogSlice:
     """The whole lines of rank ``rank`` (by their prefix) between ``offset`` and the end."""
+    source = _as_source(log)
     prefix = rank_prefix(rank).encode()
-    try:
-        with open(path, "rb") as f:
-            start, end = _line_range(f, offset)
-            if tail is None:
-                return LogSlice(_forward(path, prefix, start, end), end)
-            return LogSlice(_single(_backward(f, prefix, start, end, tail)), end)
-    except FileNotFoundError:
-        return LogSlice(_single(b""), 0)
+    start, end = _line_range(source, offset)
+    if tail is None:
+        return LogSlice(_forward(source, prefix, start, end), end)
+    return LogSlice(_single(_backward(source, prefix, start, end, tail)), end)
 
 
-def _line_range(f: BinaryIO, offset: int) -> tuple[int, int]:
+def _line_range(source: LogSource, offset: int) -> tuple[int, int]:
     """(first line start at or after ``offset``, end of the last whole line)."""
-    size = f.seek(0, os.SEEK_END)
+    size = source.size()
     start = min(offset, size)
-    if start > 0:
-        f.seek(start - 1)
-        if f.read(1) != b"\n":  # mid-line: the line belongs to a read from before offset
-            f.seek(start)
-            while True:
-                block = f.read(BLOCK)
-                if not block:
-                    return size, size
-                nl = block.find(b"\n")
-                if nl >= 0:
-                    start = f.tell() - len(block) + nl + 1
-                    break
+    if start > 0 and source.read(start - 1, 1) != b"\n":
+        # mid-line: the line belongs to a read from before offset
+        pos = start
+        while True:
+            block = source.read(pos, min(BLOCK, size - pos)) if pos < size else b""
+            if not block:
+                return size, size
+            nl = block.find(b"\n")
+            if nl >= 0:
+                start = pos + nl + 1
+                break
+            pos += len(block)
     end = size
     while end > start:
         block_start = max(start, end - BLOCK)
-        f.seek(block_start)
-        block = f.read(end - block_start)
+        block = source.read(block_start, end - block_start)
         nl = block.rfind(b"\n")
         if nl >= 0:
             return start, block_start + nl + 1
@@ -97,33 +194,42 @@ def _line_range(f: BinaryIO, offset: int) -> tuple[int, int]:
     return start, start
 
 
-def _forward(path: Path, prefix: bytes, start: int, end: int) -> Iterator[bytes]:
+def _forward(source: LogSource, prefix: bytes, start: int, end: int) -> Iterator[bytes]:
     """The matching lines in [start, end), in batches of about BLOCK bytes."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        left = end - start
-        batch: list[bytes] = []
-        size = 0
-        at_line_start, keep = True, False
-        while left > 0:
-            piece = f.readline(min(left, BLOCK))  # a line longer than BLOCK comes in pieces
-            if not piece:
-                break
-            left -= len(piece)
+    batch: list[bytes] = []
+    size = 0
+    pos = start
+    carry = b""  # a line's first bytes, too few to tell whether it starts with the prefix
+    at_line_start, keep = True, False
+    while pos < end:
+        block = source.read(pos, min(BLOCK, end - pos))
+        if not block:
+            break
+        pos += len(block)
+        data, carry = carry + block, b""
+        i = 0
+        while i < len(data):
+            nl = data.find(b"\n", i)
+            j = len(data) if nl < 0 else nl + 1
+            piece = data[i:j]  # a whole line, or a piece of one longer than the block
             if at_line_start:
+                if nl < 0 and len(piece) < len(prefix) and pos < end:
+                    carry = piece
+                    break
                 keep = piece.startswith(prefix)
-            at_line_start = piece.endswith(b"\n")
+            at_line_start = nl >= 0
             if keep:
                 batch.append(piece)
                 size += len(piece)
-                if size >= BLOCK:
-                    yield b"".join(batch)
-                    batch, size = [], 0
-        if batch:
+            i = j
+        if size >= BLOCK:
             yield b"".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield b"".join(batch)
 
 
-def _backward(f: BinaryIO, prefix: bytes, start: int, end: int, tail: int) -> bytes:
+def _backward(source: LogSource, prefix: bytes, start: int, end: int, tail: int) -> bytes:
     """The last ``tail`` bytes of the matching lines in [start, end), reading from the end."""
     kept: list[bytes] = []
     kept_size = 0
@@ -131,8 +237,7 @@ def _backward(f: BinaryIO, prefix: bytes, start: int, end: int, tail: int) -> by
     pos = end
     while pos > start and kept_size < tail:
         block_start = max(start, pos - BLOCK)
-        f.seek(block_start)
-        parts = (f.read(pos - block_start) + carry).split(b"\n")
+        parts = (source.read(block_start, pos - block_start) + carry).split(b"\n")
         pos = block_start
         # parts[-1] is b"" (the range ends with a newline); parts[0] is a whole line only
         # when the block began at the range's start.

@@ -4,7 +4,17 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
@@ -50,6 +60,18 @@ class Run(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # What CUDA_VISIBLE_DEVICES was set to ("0,1"); "" for a run without GPUs.
     gpu_indices: Mapped[str | None] = mapped_column(String(255))
+    # The reproducibility record: versions, packages, host, GPUs, seed, and for scripts the
+    # workspace's git commit and diff (worker.environment).
+    environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # TensorBoard ingestion: byte offset reached in each event file, by path under the run dir,
+    # moved in the same transaction as the points (worker.tensorboard_events).
+    tb_offsets: Mapped[dict[str, int] | None] = mapped_column(JSON)
+    # Liveness: the worker running the run stamps this; a stale stamp means "worker lost".
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # 1 for the first try; a requeue after a lost worker (max_restarts) counts up.
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # Bytes of output.log already shipped to run_log_chunks (the API's copy of the log).
+    log_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Checkpoint(Base):
@@ -63,3 +85,16 @@ class Checkpoint(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     path: Mapped[str] = mapped_column(String(500))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Where the file is in the shared artifact store, once the worker has uploaded it.
+    uri: Mapped[str | None] = mapped_column(String(1000))
+
+
+class RunLogChunk(Base):
+    """A piece of a run's output.log, shipped by the worker so the API can serve the log
+    without sharing the worker's disk. Chunks tile the file: offset = bytes before it."""
+
+    __tablename__ = "run_log_chunks"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.timeutil import UtcDateTime
 
 
 class RunCreate(BaseModel):
@@ -30,9 +31,9 @@ class RunOut(BaseModel):
     status: str
     config: dict[str, Any]
     seed: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+    created_at: UtcDateTime
+    started_at: UtcDateTime | None
+    finished_at: UtcDateTime | None
     exit_code: int | None
     error: str | None
     worker_host: str | None
@@ -40,6 +41,9 @@ class RunOut(BaseModel):
     resume_from: str | None
     priority: int
     gpu_indices: str | None
+    # 1 for the first try; counts up each time a lost or shut-down worker's run is requeued.
+    attempt: int
+    heartbeat_at: UtcDateTime | None
 
 
 class CheckpointOut(BaseModel):
@@ -49,7 +53,7 @@ class CheckpointOut(BaseModel):
     epoch: int
     step: int
     size_bytes: int
-    created_at: datetime
+    created_at: UtcDateTime
 
 
 class SeriesOut(BaseModel):

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.artifacts import StoredFile, open_uri
 from app.auth.models import User
 from app.db import after_commit
 from app.errors import conflict, not_found, validation_error
@@ -50,8 +51,12 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
     if ckpt is None:
         raise not_found("checkpoint", f"{checkpoint!r} of run {run.id}")
     path = inside(run_dir(run.id), ckpt.path)
-    if path is None or not path.is_file():
-        raise conflict(f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk")
+    # The worker that runs the new run fetches it from the store when its host lacks the file.
+    if path is None or not (path.is_file() or ckpt.uri):
+        raise conflict(
+            f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk"
+            " and not in the artifact store"
+        )
     return _queue_run(
         session,
         experiment_id=run.experiment_id,
@@ -135,16 +140,33 @@ def inside(base: Path, relative: str) -> Path | None:
     return target if target.is_relative_to(base) else None
 
 
-def checkpoint_file(session: Session, *, run: Run, name: str) -> Path:
+def checkpoint_file(session: Session, *, run: Run, name: str) -> Path | StoredFile:
+    """The checkpoint's file on this machine's disk when it is there (embedded, or a shared
+    data dir), else its copy in the artifact store."""
     ckpt = session.scalar(
         select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.name == name)
     )
     if ckpt is None:
         raise not_found("checkpoint", f"{name!r} of run {run.id}")
     path = inside(run_dir(run.id), ckpt.path)
-    if path is None or not path.is_file():
+    if path is None:
         raise not_found("checkpoint file", f"{name!r} of run {run.id}")
-    return path
+    if path.is_file():
+        return path
+    stored = open_uri(ckpt.uri, store=get_settings().artifact_store) if ckpt.uri else None
+    if stored is not None:
+        return stored
+    if ckpt.uri:
+        raise not_found("checkpoint file", f"{name!r} of run {run.id} (gone from {ckpt.uri})")
+    if not RunStatus(run.status).finished:
+        raise conflict(
+            f"checkpoint {name!r} of run {run.id} is on its worker's disk and not in the"
+            " artifact store yet; try again once the upload is done"
+        )
+    raise not_found(
+        "checkpoint file",
+        f"{name!r} of run {run.id} (neither on this server's disk nor in the artifact store)",
+    )
 
 
 def log_path(run_id: int) -> Path:

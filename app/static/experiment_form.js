@@ -8,6 +8,7 @@
   const formError = form.querySelector(".form-error");
   const button = document.getElementById("create-and-launch");
   const status = document.getElementById("form-status");
+  const SCRIPT = "__script__";  // the picker's entry for a workspace script
 
   // Only the chosen recipe's fields carry names (and are enabled): [name="params.lr"] is unique.
   const showRecipe = (name) => {
@@ -30,7 +31,9 @@
   recipeSelect.addEventListener("change", () => {
     clearErrors();
     showRecipe(recipeSelect.value);
-    if (nameInput.hasAttribute("data-default")) nameInput.value = recipeSelect.value;
+    if (nameInput.hasAttribute("data-default")) {
+      nameInput.value = recipeSelect.value === SCRIPT ? "script" : recipeSelect.value;
+    }
   });
 
   // "" -> null (the server says what it needs); text that is not a number goes as typed.
@@ -47,24 +50,76 @@
     return el.value;
   };
 
-  const buildBody = () => {
+  // Arguments as a shell would split them: spaces separate, quotes group, backslash escapes.
+  const splitArgs = (text) => {
+    const args = [];
+    let current = null;
+    let quote = null;
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i];
+      if (quote) {
+        if (c === quote) quote = null;
+        else if (c === "\\" && quote === '"' && i + 1 < text.length) current += text[++i];
+        else current += c;
+      } else if (c === "'" || c === '"') {
+        quote = c;
+        current = current ?? "";
+      } else if (c === "\\" && i + 1 < text.length) {
+        current = (current ?? "") + text[++i];
+      } else if (/\s/.test(c)) {
+        if (current !== null) args.push(current);
+        current = null;
+      } else {
+        current = (current ?? "") + c;
+      }
+    }
+    if (current !== null) args.push(current);
+    return args;
+  };
+  // "lr=0.01" lines -> {lr: 0.01}; true/false are booleans, numbers numbers, the rest text.
+  const parseParams = (text) => {
     const params = {};
-    form.querySelectorAll('fieldset.params:not([disabled]) [data-param]').forEach((el) => {
-      params[el.dataset.param] = valueOf(el);
-    });
+    for (const line of text.split("\n")) {
+      if (!line.trim()) continue;
+      const at = line.indexOf("=");
+      const key = (at < 0 ? line : line.slice(0, at)).trim();
+      const raw = at < 0 ? "true" : line.slice(at + 1).trim();
+      if (raw === "true" || raw === "false") params[key] = raw === "true";
+      else if (raw !== "" && Number.isFinite(Number(raw))) params[key] = Number(raw);
+      else params[key] = raw;
+    }
+    return params;
+  };
+
+  const buildBody = () => {
+    const common = {
+      seed: number(form.elements.seed.value),
+      deterministic: form.elements.deterministic.checked,
+      resources: {
+        gpus: number(form.elements["resources.gpus"].value),
+        nproc: number(form.elements["resources.nproc"].value),
+      },
+      max_restarts: number(form.elements.max_restarts.value) ?? 0,
+    };
+    let config;
+    if (recipeSelect.value === SCRIPT) {
+      config = {
+        script: form.elements.script.value.trim(),
+        args: splitArgs(form.elements.args.value),
+        params: parseParams(form.elements.params.value),
+        ...common,
+      };
+    } else {
+      const params = {};
+      form.querySelectorAll('fieldset.params:not([disabled]) [data-param]').forEach((el) => {
+        params[el.dataset.param] = valueOf(el);
+      });
+      config = {recipe: recipeSelect.value, params, ...common};
+    }
     return {
       name: form.elements.name.value.trim(),
       description: form.elements.description.value,
-      config: {
-        recipe: recipeSelect.value,
-        params,
-        seed: number(form.elements.seed.value),
-        deterministic: form.elements.deterministic.checked,
-        resources: {
-          gpus: number(form.elements["resources.gpus"].value),
-          nproc: number(form.elements["resources.nproc"].value),
-        },
-      },
+      config,
     };
   };
 

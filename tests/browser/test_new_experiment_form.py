@@ -56,3 +56,58 @@ def test_invalid_param_shows_the_server_message_next_to_the_field_and_creates_no
     assert page.input_value(f'[name="{field}"]') == value
     assert len(api.get("/api/experiments").json()) == before
     assert len(api.get("/api/runs").json()) == runs_before
+
+
+SCRIPT = """
+import argparse
+from worker.sdk import init
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--tag", default="")
+parser.add_argument("--loud", action="store_true")
+args = parser.parse_args()
+run = init()
+for step in range(1, args.epochs * 5 + 1):
+    run.log(step=step, **{"train/loss": 1.0 / step})
+print(f"script done: tag={args.tag} loud={args.loud} epochs={args.epochs}")
+"""
+
+
+def test_a_workspace_script_from_the_form_escapes_are_refused_then_it_runs(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    from tests.conftest import WORKSPACE_DIR
+
+    (WORKSPACE_DIR / "form").mkdir(exist_ok=True)
+    (WORKSPACE_DIR / "form" / "train.py").write_text(SCRIPT)
+    before = len(api.get("/api/experiments").json())
+
+    page = admin_page
+    page.goto("/experiments/new")
+    page.select_option("select[name=recipe]", "__script__")
+    page.fill("input[name=name]", "browser-script")
+    page.fill("input[name=script]", "../outside.py")
+    page.click("#create-and-launch")
+    error = page.locator('.field-error[data-field="script"]')
+    expect(error).to_contain_text("leaves the workspace", timeout=10_000)
+    assert len(api.get("/api/experiments").json()) == before  # nothing created
+
+    page.fill("input[name=script]", "form/train.py")
+    page.fill("input[name=args]", "--tag 'two words'")
+    page.fill("textarea[name=params]", "epochs=2\nloud=true")
+    page.click("#create-and-launch")
+    page.wait_for_url("**/runs/*", timeout=15_000)
+    run_id = int(page.url.rsplit("/", 1)[1])
+    expect(page.locator("#run-status")).to_have_attribute(
+        "data-status", "succeeded", timeout=90_000
+    )
+    run = api.get(f"/api/runs/{run_id}").json()
+    assert run["config"]["script"] == "form/train.py"
+    assert run["config"]["args"] == ["--tag", "two words"]
+    assert run["config"]["params"] == {"epochs": 2, "loud": True}
+    assert (
+        "script done: tag=two words loud=True epochs=2" in api.get(f"/api/runs/{run_id}/logs").text
+    )
+    loss = api.get(f"/api/runs/{run_id}/metrics").json()["series"]["train/loss"]
+    assert loss["step"] == list(range(1, 11))

@@ -3,6 +3,7 @@ live, see the run succeed, download its checkpoint and load it; cancel a run fro
 
 from __future__ import annotations
 
+import platform
 import re
 import time
 
@@ -85,6 +86,12 @@ def test_create_launch_watch_live_curve_succeed_and_download_checkpoint(
     assert {"model", "optimizer", "epoch", "step"} <= set(checkpoint)
     assert checkpoint["epoch"] == EPOCHS and checkpoint["step"] == total
     build_model().load_state_dict(checkpoint["model"])
+
+    # The reproducibility record, on the page that was open while the run started.
+    expect(page.locator("#env-torch")).to_have_text(torch.__version__, timeout=10_000)
+    expect(page.locator("#env-python")).to_have_text(platform.python_version())
+    expect(page.locator("#environment-packages summary")).to_contain_text("Packages (")
+    assert "torch==" in page.locator("#environment-packages pre").text_content()
 
 
 def test_cancel_from_the_run_page_asks_first_then_cancels(

@@ -64,31 +64,32 @@ class JobContext:
         )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> JobContext:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        default_config: Mapping[str, Any] | None = None,
+        join_group: bool = True,
+    ) -> JobContext:
         """Build the context from the launcher's variables; join the process group when
         ``WORLD_SIZE > 1`` (nccl on CUDA, gloo on CPU). A single process never initialises
-        one: it would cost a rendezvous and buy nothing."""
+        one: it would cost a rendezvous and buy nothing.
+
+        ``default_config`` is the config outside the platform (no run, no config in the
+        environment): a script started by hand, alone or under a hand-typed torchrun.
+        ``join_group=False`` leaves the process group to the script (jobmain, for scripts,
+        which may call ``init_process_group`` themselves)."""
         env = os.environ if environ is None else environ
         run_dir = env.get("TORCHYARD_RUN_DIR") or None
         run_id = int(env["TORCHYARD_RUN_ID"]) if env.get("TORCHYARD_RUN_ID") else None
-        config = _read_config(env, run_dir)
+        if run_dir is None and not env.get("TORCHYARD_CONFIG") and default_config is not None:
+            config = dict(default_config)
+        else:
+            config = _read_config(env, run_dir)
         rank = int(env.get("RANK", "0"))
         local_rank = int(env.get("LOCAL_RANK", "0"))
         world_size = int(env.get("WORLD_SIZE", "1"))
-        if torch.cuda.is_available():
-            # Before init_process_group: nccl binds each rank to the current device.
-            torch.cuda.set_device(local_rank)
-        owns_group = False
-        if world_size > 1 and not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            hook = sys.excepthook
-            dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
-            owns_group = True
-            if env.get(LOG_LINE_PREFIX_VAR):
-                # init_process_group installs a hook that prefixes tracebacks with the rank;
-                # torchrun prefixes every line already, and twice is noise.
-                sys.excepthook = hook
-        return cls(
+        ctx = cls(
             config=config,
             run_id=run_id,
             run_dir=run_dir,
@@ -96,8 +97,27 @@ class JobContext:
             local_rank=local_rank,
             world_size=world_size,
             resume_from=env.get("TORCHYARD_RESUME_FROM") or None,
-            owns_process_group=owns_group,
         )
+        if join_group:
+            ctx.join_process_group(env)
+        return ctx
+
+    def join_process_group(self, environ: Mapping[str, str] | None = None) -> None:
+        """Join the default process group when there is more than one rank and nobody has
+        yet (a user script may have called ``init_process_group`` itself)."""
+        env = os.environ if environ is None else environ
+        if torch.cuda.is_available():
+            # Before init_process_group: nccl binds each rank to the current device.
+            torch.cuda.set_device(self.local_rank)
+        if self.world_size > 1 and not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            hook = sys.excepthook
+            dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size)
+            self._owns_process_group = True
+            if env.get(LOG_LINE_PREFIX_VAR):
+                # init_process_group installs a hook that prefixes tracebacks with the rank;
+                # torchrun prefixes every line already, and twice is noise.
+                sys.excepthook = hook
 
     # -- the config, typed -------------------------------------------------------------
 
@@ -227,7 +247,9 @@ def _check_name(name: str) -> None:
 _current: JobContext | None = None
 
 
-def get_context() -> JobContext:
+def get_context(
+    *, default_config: Mapping[str, Any] | None = None, join_group: bool = True
+) -> JobContext:
     """The process's context, built from the environment on first use.
 
     ``python -m worker.jobmain`` creates it before the recipe or script runs, so a user
@@ -236,5 +258,5 @@ def get_context() -> JobContext:
     """
     global _current
     if _current is None or _current._closed:
-        _current = JobContext.from_env()
+        _current = JobContext.from_env(default_config=default_config, join_group=join_group)
     return _current

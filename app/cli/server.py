@@ -1,14 +1,21 @@
-"""The `torchyard` console script: `up` (server + one worker), `worker`, `db upgrade|current`."""
+"""Server-side commands: `up` (server + one worker), `worker`, `db upgrade|current`.
+
+These run on the machine that hosts torchyard, so they may import the app's settings and
+database code; the imports stay inside the commands so the client commands (which only speak
+HTTP, from a laptop) never pay for SQLAlchemy or pydantic-settings.
+"""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from enum import StrEnum
+from typing import Annotated
+
+import typer
 
 STOP_TIMEOUT_SECONDS = 20.0
 
@@ -59,25 +66,6 @@ def server_argv(host: str, port: int) -> list[str]:
     ]
 
 
-def _up(args: argparse.Namespace) -> int:
-    os.environ["TORCHYARD_DATA_DIR"] = os.path.abspath(args.data_dir)
-    from app.prestart import prestart
-    from app.settings import get_settings
-
-    get_settings.cache_clear()
-    settings = get_settings()
-    credentials = prestart()
-    children = [
-        subprocess.Popen(worker_argv(worker_concurrency())),
-        subprocess.Popen(server_argv(args.host, args.port)),
-    ]
-    print(f"torchyard is up: http://{args.host}:{args.port}  (API docs: /docs)", flush=True)
-    print(f"data: {settings.resolved_data_dir}", flush=True)
-    print(credentials, flush=True)
-    print("press Ctrl-C to stop", flush=True)
-    return _supervise(children)
-
-
 def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
     """Wait until Ctrl-C/SIGTERM or a child dies; then stop all children and wait for them."""
     stopping = False
@@ -105,46 +93,66 @@ def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
     return 0 if stopping or not failed else 1
 
 
-def _worker(args: argparse.Namespace) -> int:
-    concurrency = args.concurrency or worker_concurrency()
-    return subprocess.call(worker_argv(concurrency))
+def up(
+    host: Annotated[str, typer.Option(help="address the server binds to")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port the server listens on")] = 8000,
+    data_dir: Annotated[
+        str,
+        typer.Option(envvar="TORCHYARD_DATA_DIR", help="database, broker, runs and checkpoints"),
+    ] = "torchyard-data",
+) -> None:
+    """Start the server and one worker (embedded defaults: SQLite, no Redis). Ctrl-C stops both."""
+    os.environ["TORCHYARD_DATA_DIR"] = os.path.abspath(data_dir)
+    from app.prestart import prestart
+    from app.settings import get_settings
+
+    get_settings.cache_clear()
+    settings = get_settings()
+    credentials = prestart()
+    children = [
+        subprocess.Popen(worker_argv(worker_concurrency())),
+        subprocess.Popen(server_argv(host, port)),
+    ]
+    print(f"torchyard is up: http://{host}:{port}  (API docs: /docs)", flush=True)
+    print(f"data: {settings.resolved_data_dir}", flush=True)
+    print(credentials, flush=True)
+    print("press Ctrl-C to stop", flush=True)
+    raise typer.Exit(_supervise(children))
 
 
-def _db(args: argparse.Namespace) -> int:
+def worker(
+    concurrency: Annotated[
+        int, typer.Option(help="worker threads (0: the configured value, at least GPUs + 1)")
+    ] = 0,
+) -> None:
+    """Start one Celery worker for this host."""
+    raise typer.Exit(subprocess.call(worker_argv(concurrency or worker_concurrency())))
+
+
+class DbAction(StrEnum):
+    upgrade = "upgrade"
+    current = "current"
+
+
+def db(
+    action: Annotated[DbAction, typer.Argument(help="upgrade to the head, or show the revision")],
+) -> None:
+    """Database schema (Alembic): `upgrade` to the head, or show the `current` revision."""
     from app import migrate
     from app.db import get_engine
     from app.settings import get_settings
 
     url = get_settings().resolved_database_url
-    if args.action == "upgrade":
+    if action is DbAction.upgrade:
         from app.prestart import prestart
 
         print(prestart())
     print(f"current: {migrate.current_revision(get_engine())}  head: {migrate.head_revision(url)}")
-    return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchyard", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start the server and one worker (embedded defaults)")
-    up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=8000)
-    up.add_argument("--data-dir", default=os.environ.get("TORCHYARD_DATA_DIR", "torchyard-data"))
-    up.set_defaults(func=_up)
-    worker = sub.add_parser("worker", help="start one Celery worker for this host")
-    worker.add_argument("--concurrency", type=int, default=0)
-    worker.set_defaults(func=_worker)
-    db = sub.add_parser("db", help="database schema (Alembic)")
-    db.add_argument("action", choices=["upgrade", "current"])
-    db.set_defaults(func=_db)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def register(app: typer.Typer) -> None:
+    """Add the server commands to the `torchyard` app, in their own help panel."""
+    panel = "Server (on the torchyard host)"
+    app.command(rich_help_panel=panel)(up)
+    app.command(rich_help_panel=panel)(worker)
+    app.command(rich_help_panel=panel)(db)

@@ -1,0 +1,64 @@
+"""The `torchyard` console script.
+
+Server commands (`up`, `worker`, `db`) run on the torchyard host; client commands (`login`,
+`submit`, `follow`, `ls`, `logs`, `cancel`, `download`, `resume`) speak only the REST API, so
+they work from a laptop against the team box. `main` returns the exit code instead of exiting,
+so tests and the console-script wrapper share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import httpx
+import typer
+
+from app.cli import commands, runs, server
+from app.cli.client import CliError
+from app.cli.common import err
+from app.cli.config import ConfigError
+from app.cli.server import server_argv, worker_argv, worker_concurrency
+from app.cli.specs import SpecError
+
+__all__ = ["app", "main", "server_argv", "worker_argv", "worker_concurrency"]
+
+EXIT_USAGE = 2
+
+app = typer.Typer(
+    name="torchyard",
+    help="Launch, watch and fetch PyTorch training runs on a shared GPU box.",
+    epilog="Exit codes: 0 ok (a followed run succeeded), 1 error or failed run, "
+    "2 usage error, 3 followed run cancelled, 130 interrupted.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+server.register(app)
+commands.register(app)
+runs.register(app)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; errors become one `error: ...` line on stderr, never a traceback."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=list(argv) if argv is not None else None, prog_name="torchyard")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except CliError as e:
+        _error(e.message)
+        return e.exit_code
+    except SpecError as e:
+        _error(str(e))
+        return EXIT_USAGE
+    except (ConfigError, OSError) as e:  # e.g. the config directory is not writable
+        _error(str(e))
+        return 1
+    except httpx.InvalidURL as e:
+        _error(f"invalid server URL: {e}")
+        return EXIT_USAGE
+    return 0
+
+
+def _error(message: str) -> None:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)

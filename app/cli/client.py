@@ -1,0 +1,154 @@
+"""The REST client the CLI commands share: one httpx.Client, and every failure turned into a
+one-line `CliError` (an unreachable server, a refused token, the server's 404/409/422 detail),
+so a command never ends in a traceback. The CLI talks to the server only through this, which
+is why it works the same from a laptop against the team box as on the box itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+
+from app.cli.config import Target
+
+TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+REASONS = {403: "forbidden", 404: "not found", 409: "conflict", 422: "invalid request"}
+
+
+class CliError(Exception):
+    """A failure to report as `error: <message>` on stderr, then exit with `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+class Unreachable(CliError):
+    """No HTTP answer at all (refused, timed out, dropped): worth retrying while following."""
+
+
+class ApiError(CliError):
+    """The server answered with a 4xx/5xx; `status` lets a caller treat some codes specially."""
+
+    def __init__(self, message: str, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+def describe_detail(response: httpx.Response) -> str:
+    """The server's `detail` as one line; a 422 list becomes `loc: msg; loc: msg`."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip().replace("\n", " ")[:300] or response.reason_phrase
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            if isinstance(item, dict):
+                loc = [str(x) for x in item.get("loc", []) if x != "body"]
+                msg = str(item.get("msg", item))
+                parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+            else:
+                parts.append(str(item))
+        return "; ".join(parts)
+    return str(detail)
+
+
+def http_error(response: httpx.Response, *, server: str, had_token: bool) -> ApiError:
+    status = response.status_code
+    detail = describe_detail(response)
+    if status == 401 and had_token:
+        message = f"the server refused the token (401): {detail}; run torchyard login"
+    elif status == 401:
+        message = f"not logged in to {server} (401): {detail}; run torchyard login"
+    else:
+        try:
+            reason = REASONS.get(status) or HTTPStatus(status).phrase.lower()
+        except ValueError:
+            reason = "error"
+        message = f"{reason} ({status}): {detail}"
+    return ApiError(message, status, detail)
+
+
+def transport_error(error: httpx.TransportError, *, server: str) -> Unreachable:
+    text = str(error) or type(error).__name__
+    if isinstance(error, httpx.ConnectError):
+        lowered = text.lower()
+        if "refused" in lowered:
+            reason = "connection refused"
+        elif "name or service" in lowered or "nodename" in lowered or "resolution" in lowered:
+            reason = "unknown host"
+        else:
+            reason = text
+        return Unreachable(f"cannot reach the torchyard server at {server} ({reason})")
+    if isinstance(error, httpx.TimeoutException):
+        return Unreachable(f"the torchyard server at {server} did not answer in time ({text})")
+    return Unreachable(f"lost the connection to the torchyard server at {server}: {text}")
+
+
+class Api:
+    """A thin layer over httpx: base URL, bearer token, errors as CliError."""
+
+    def __init__(self, target: Target, *, transport: httpx.BaseTransport | None = None) -> None:
+        self.server = target.server
+        self.token = target.token
+        headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
+        self.http = httpx.Client(
+            base_url=target.server, headers=headers, timeout=TIMEOUT, transport=transport
+        )
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.http.close()
+
+    def run_url(self, run_id: int) -> str:
+        return f"{self.server}/runs/{run_id}"
+
+    def _check(self, response: httpx.Response) -> httpx.Response:
+        if response.status_code >= 400:
+            raise http_error(response, server=self.server, had_token=bool(self.token))
+        return response
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise transport_error(e, server=self.server) from e
+        return self._check(response)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self._json(self.request("GET", path, **kwargs))
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self._json(self.request("POST", path, **kwargs))
+
+    def _json(self, response: httpx.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError as e:  # e.g. --server names some other web server
+            raise CliError(
+                f"{self.server} answered {response.request.url.path} without JSON; "
+                "is it a torchyard server?"
+            ) from e
+
+    @contextmanager
+    def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
+        """A streamed response that is already known to be 2xx; a transport error, also one
+        while the caller reads the body, becomes `Unreachable`."""
+        try:
+            with self.http.stream(method, path, **kwargs) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._check(response)
+                yield response
+        except httpx.TransportError as e:
+            raise transport_error(e, server=self.server) from e

@@ -1,0 +1,169 @@
+"""Client commands that start or steer runs: login, submit, follow, resume, cancel."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.cli.client import Api, ApiError, CliError
+from app.cli.common import (
+    CLIENT_PANEL,
+    EXIT_INTERRUPTED,
+    RunArg,
+    ServerOpt,
+    TokenOpt,
+    connect,
+    err,
+    find_checkpoint,
+    out,
+)
+from app.cli.config import Target, config_path, load_config, resolve, save_config
+from app.cli.follow import follow as follow_run
+from app.cli.specs import apply_sets, read_spec
+
+FOLLOW_HELP = "show progress until the run ends; exit 0 succeeded, 1 failed, 3 cancelled"
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help=FOLLOW_HELP)]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="print only the new run's id")]
+
+
+def login(
+    server: ServerOpt = None,
+    username: Annotated[str | None, typer.Option(help="prompted for when omitted")] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="read the password from stdin's first line")
+    ] = False,
+) -> None:
+    """Log in and save the server and a token to the CLI config (mode 0600)."""
+    path = config_path()
+    config = load_config(path)
+    target = resolve(server_flag=server, token_flag=None, config=config)
+    if password_stdin:
+        if username is None:
+            raise typer.BadParameter("--password-stdin needs --username", param_hint="--username")
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        username = username or typer.prompt("username")
+        password = typer.prompt("password", hide_input=True)
+    with Api(Target(target.server, None)) as api:
+        try:
+            token = api.post("/api/auth/token", data={"username": username, "password": password})
+        except ApiError as e:
+            if e.status == 401:
+                raise CliError(f"login failed (401): {e.detail}") from e
+            raise
+    access_token = str(token["access_token"])
+    with Api(Target(target.server, access_token)) as api:
+        me = api.get("/api/me")
+    config.server = target.server
+    config.tokens[target.server] = access_token
+    try:
+        save_config(path, config)
+    except OSError as e:
+        raise CliError(f"cannot save the CLI config {path}: {e.strerror or e}") from e
+    role = " (admin)" if me.get("is_admin") else ""
+    out.print(f"logged in to {target.server} as {me['username']}{role}; token saved to {path}")
+
+
+def _run_created(api: Api, run: dict[str, Any], what: str, quiet: bool) -> None:
+    if quiet:
+        out.print(run["id"])
+    else:
+        out.print(f"run {run['id']} {run['status']} ({what}): {api.run_url(run['id'])}")
+
+
+def _follow_or_exit(api: Api, run_id: int, follow: bool) -> None:
+    if not follow:
+        return
+    try:
+        code = follow_run(api, run_id, console=err)
+    except KeyboardInterrupt:
+        err.print(f"stopped following; run {run_id} keeps running (torchyard cancel {run_id})")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    raise typer.Exit(code)
+
+
+def submit(
+    config_file: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="CONFIG",
+            help="YAML/JSON: an experiment spec {name, description, config} or a bare config",
+            show_default=False,
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="e.g. params.lr=0.01 (repeatable)"),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="experiment name (default: file's)")] = None,
+    experiment: Annotated[
+        int | None,
+        typer.Option(help="add a run to this experiment (CONFIG/--set become overrides)"),
+    ] = None,
+    priority: Annotated[int, typer.Option(min=-1000, max=1000, help="higher starts first")] = 0,
+    follow: FollowOpt = False,
+    quiet: QuietOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Submit a run: a new experiment from CONFIG, or a new run of --experiment ID."""
+    sets = set_ or []
+    if config_file is None and experiment is None:
+        raise typer.BadParameter("give a CONFIG file, or --experiment ID", param_hint="CONFIG")
+    if name is not None and experiment is not None:
+        raise typer.BadParameter(
+            "names a new experiment; not with --experiment", param_hint="--name"
+        )
+    spec = read_spec(config_file) if config_file is not None else None
+    config = apply_sets(spec.config if spec else {}, sets)
+    body: dict[str, Any]
+    with connect(server, token) as api:
+        if experiment is None:
+            assert spec is not None
+            body = {"name": name or spec.name, "description": spec.description, "config": config}
+            experiment = int(api.post("/api/experiments", json=body)["id"])
+            body = {"overrides": {}, "priority": priority}
+        else:
+            body = {"overrides": config, "priority": priority}
+        run = api.post(f"/api/experiments/{experiment}/runs", json=body)
+        _run_created(api, run, f"experiment {experiment}", quiet)
+        _follow_or_exit(api, int(run["id"]), follow)
+
+
+def follow(run: RunArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Show a run's progress until it ends. Exit 0 succeeded, 1 failed, 3 cancelled."""
+    with connect(server, token) as api:
+        _follow_or_exit(api, run, True)
+
+
+def resume(
+    run: RunArg,
+    checkpoint: Annotated[
+        str | None, typer.Argument(help="checkpoint name (default: the newest)")
+    ] = None,
+    follow: FollowOpt = False,
+    quiet: QuietOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Start a new run that continues RUN from one of its checkpoints."""
+    with connect(server, token) as api:
+        name = find_checkpoint(api, run, checkpoint)["name"]
+        new = api.post(f"/api/runs/{run}/resume", json={"checkpoint": name})
+        _run_created(api, new, f"resuming run {run} from {name}", quiet)
+        _follow_or_exit(api, int(new["id"]), follow)
+
+
+def cancel(run: RunArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Cancel a run: every process of it ends and its GPUs are freed."""
+    with connect(server, token) as api:
+        result = api.post(f"/api/runs/{run}/cancel")
+        out.print(f"cancel requested for run {run} (status: {result['status']})")
+
+
+def register(app: typer.Typer) -> None:
+    for command in (login, submit, follow, resume, cancel):
+        app.command(rich_help_panel=CLIENT_PANEL)(command)

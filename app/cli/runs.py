@@ -1,0 +1,209 @@
+"""Client commands that read runs: ls, logs, download."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.table import Table
+
+from app.cli.client import Api, CliError
+from app.cli.common import (
+    CLIENT_PANEL,
+    EXIT_INTERRUPTED,
+    RunArg,
+    ServerOpt,
+    TokenOpt,
+    connect,
+    err,
+    find_checkpoint,
+    human_size,
+    out,
+)
+from app.cli.watch import FINISHED
+
+LOG_POLL_SECONDS = 0.5
+PROGRESS_FROM_BYTES = 1_000_000  # smaller downloads finish before a bar would help
+STATUS_STYLE = {
+    "queued": "cyan",
+    "running": "blue",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+}
+
+
+class Status(StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # the server stores UTC
+
+
+def _duration(run: dict[str, Any]) -> str:
+    started = _parse_time(run.get("started_at"))
+    if started is None:
+        return ""
+    ended = _parse_time(run.get("finished_at")) or datetime.now(UTC)
+    seconds = int((ended - started).total_seconds())
+    hours, rest = divmod(max(seconds, 0), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def _gpus(run: dict[str, Any]) -> str:
+    if run.get("gpu_indices"):
+        return str(run["gpu_indices"])
+    wanted = ((run.get("config") or {}).get("resources") or {}).get("gpus", 0)
+    return f"{wanted} wanted" if wanted and run["status"] == "queued" else "cpu"
+
+
+def _runs_table(runs: list[dict[str, Any]], experiments: dict[int, dict[str, Any]]) -> Table:
+    owners = {e["owner_id"]: e["owner"] for e in experiments.values()}
+    table = Table(box=None, header_style="bold")
+    for column in ("id", "experiment", "status", "created", "duration", "owner", "gpus"):
+        table.add_column(column, justify="right" if column == "id" else "left")
+    for run in runs:
+        experiment = experiments.get(run["experiment_id"])
+        label = f"{experiment['name']} (#{run['experiment_id']})" if experiment else ""
+        created = _parse_time(run["created_at"])
+        table.add_row(
+            str(run["id"]),
+            label or f"#{run['experiment_id']}",
+            f"[{STATUS_STYLE.get(run['status'], 'white')}]{run['status']}[/]",
+            created.astimezone().strftime("%Y-%m-%d %H:%M") if created else "",
+            _duration(run),
+            owners.get(run["owner_id"], f"#{run['owner_id']}"),
+            _gpus(run),
+        )
+    return table
+
+
+def ls(
+    status: Annotated[Status | None, typer.Option(help="only runs in this state")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many, newest first")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="the runs as JSON (API shape)")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """List runs, newest first (yours; every run for an admin)."""
+    with connect(server, token) as api:
+        runs = api.get("/api/runs")
+        runs = [r for r in runs if status is None or r["status"] == status][:limit]
+        if as_json:
+            sys.stdout.write(json.dumps(runs, indent=2) + "\n")
+            return
+        experiments = {e["id"]: e for e in api.get("/api/experiments")}
+    if not runs:
+        err.print("no runs" + (f" with status {status}" if status else ""))
+        return
+    out.print(_runs_table(runs, experiments))
+
+
+def _read_logs(api: Api, run: int, params: dict[str, Any]) -> tuple[str, int]:
+    response = api.request("GET", f"/api/runs/{run}/logs", params=params)
+    return response.text, int(response.headers.get("X-Log-Size", 0))
+
+
+def logs(
+    run: RunArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep printing new output until the run ends")
+    ] = False,
+    rank: Annotated[int | None, typer.Option(min=0, help="only this DDP rank's lines")] = None,
+    tail: Annotated[int | None, typer.Option(min=1, help="start with the last N bytes")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print a run's output (stdout and stderr of every process) as it was written."""
+    base: dict[str, Any] = {"rank": rank} if rank is not None else {}
+    with connect(server, token) as api:
+        text, offset = _read_logs(api, run, {**base, "tail": tail} if tail else base)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        try:
+            while follow:
+                # Status first: when the run had finished before this read, the read got all.
+                finished = api.get(f"/api/runs/{run}")["status"] in FINISHED
+                text, offset = _read_logs(api, run, {**base, "offset": offset})
+                sys.stdout.write(text)
+                sys.stdout.flush()
+                if finished and not text:
+                    break
+                if not text:
+                    time.sleep(LOG_POLL_SECONDS)
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def download(
+    run: RunArg,
+    checkpoint: Annotated[
+        str | None, typer.Argument(help="checkpoint name (default: the newest)")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="file or directory (default: ./<checkpoint name>)"),
+    ] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Download a checkpoint (torch.load(f, weights_only=True) reads it)."""
+    with connect(server, token) as api:
+        found = find_checkpoint(api, run, checkpoint)
+        name = found["name"]
+        target = output or Path(name)
+        if target.is_dir():
+            target = target / name
+        partial = target.with_name(target.name + ".part")
+        try:
+            size = _fetch(api, f"/api/runs/{run}/checkpoints/{name}", partial, found["size_bytes"])
+            partial.replace(target)  # a complete file or none: never a truncated checkpoint
+        except OSError as e:
+            raise CliError(f"cannot write {target}: {e.strerror or e}") from e
+        finally:
+            partial.unlink(missing_ok=True)
+    out.print(f"saved {target} ({human_size(size)}, run {run} checkpoint {name})")
+
+
+def _fetch(api: Api, path: str, dest: Path, total: int) -> int:
+    """Stream `path` into `dest`, with a progress bar (stderr) for large files. `total` is
+    the listed size: Content-Length may be the compressed size (the server gzips)."""
+    with api.stream("GET", path) as response, open(dest, "wb") as f:
+        progress = Progress(
+            "{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=err,
+            disable=total < PROGRESS_FROM_BYTES,
+        )
+        written = 0
+        with progress:
+            task = progress.add_task(dest.name.removesuffix(".part"), total=total)
+            for chunk in response.iter_bytes(1 << 20):
+                f.write(chunk)
+                written += len(chunk)
+                progress.update(task, completed=written)
+    if written != total:
+        raise CliError(f"the download has {written} bytes, the checkpoint {total}")
+    return written
+
+
+def register(app: typer.Typer) -> None:
+    for command in (ls, logs, download):
+        app.command(rich_help_panel=CLIENT_PANEL)(command)

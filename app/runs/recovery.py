@@ -1,0 +1,131 @@
+"""Runs whose worker went away: found by a stale heartbeat, then failed or requeued.
+
+A worker stamps ``runs.heartbeat_at`` of each run it trains every few seconds. A running run
+whose stamp is older than ``run_lost_seconds`` lost its worker (kill -9, a crashed host, a
+cut network): it is never left "running". With ``max_restarts`` left it goes back to the
+queue as its next attempt, resuming from its newest checkpoint; otherwise it fails with the
+reason. A worker that shuts down warm hands its runs over the same way.
+
+Each transition is one conditional UPDATE (status and stamp still as seen), so two reapers
+(the API and every worker run one) never handle a run twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from app.db import after_commit
+from app.gpus.service import release_leases
+from app.metrics.models import Metric, MetricKey
+from app.runs.models import Checkpoint, Run, RunStatus
+from app.timeutil import as_utc, utcnow
+
+log = logging.getLogger(__name__)
+
+WORKER_LOST = "worker lost"
+
+
+@dataclass(frozen=True)
+class Handover:
+    run_id: int
+    outcome: str  # "requeued" | "failed"
+
+
+def restarts_left(run: Run) -> bool:
+    return run.attempt <= int((run.config or {}).get("max_restarts") or 0)
+
+
+def newest_checkpoint(session: Session, *, run_id: int) -> Checkpoint | None:
+    return session.scalar(
+        select(Checkpoint)
+        .where(Checkpoint.run_id == run_id)
+        .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
+        .limit(1)
+    )
+
+
+def requeue(session: Session, *, run: Run, reason: str) -> None:
+    """The run's next attempt: queued again, resuming from its newest checkpoint (from the
+    start without one). Points past that checkpoint's step are dropped: the next attempt
+    logs those steps again from the restored state, and its curve must be the one shown."""
+    from app.runs.service import enqueue_run
+
+    ckpt = newest_checkpoint(session, run_id=run.id)
+    resume_step = ckpt.step if ckpt is not None else 0
+    keys = select(MetricKey.id).where(MetricKey.run_id == run.id)
+    session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
+    run.status = RunStatus.queued
+    run.attempt += 1
+    run.resume_from = f"{run.id}/{ckpt.path}" if ckpt is not None else run.resume_from
+    run.pid = None
+    run.gpu_indices = None
+    run.heartbeat_at = None
+    run.error = f"attempt {run.attempt - 1}: {reason}; requeued as attempt {run.attempt}"
+    release_leases(session, run_id=run.id)
+    session.flush()
+    run_id = run.id
+    after_commit(session, lambda: enqueue_run(run_id))
+    log.warning("run %s: %s; requeued as attempt %d", run.id, reason, run.attempt)
+
+
+def fail(session: Session, *, run: Run, reason: str, now: datetime) -> None:
+    run.status = RunStatus.failed
+    run.finished_at = now
+    run.error = reason
+    release_leases(session, run_id=run.id)
+    session.flush()
+    log.warning("run %s failed: %s", run.id, reason)
+
+
+def hand_over(session: Session, *, run: Run, reason: str, now: datetime | None = None) -> str:
+    """Requeue the run when it has restarts left, else fail it; returns which."""
+    if restarts_left(run):
+        requeue(session, run=run, reason=reason)
+        return "requeued"
+    fail(session, run=run, reason=reason, now=now or utcnow())
+    return "failed"
+
+
+def reap_lost_runs(
+    session: Session,
+    *,
+    lost_after_seconds: float,
+    now: datetime | None = None,
+    salvage: Callable[[Session, int], None] | None = None,
+) -> list[Handover]:
+    """Fail or requeue every running run whose worker stopped heartbeating. ``salvage`` is
+    given each claimed run first (worker.liveness moves what is left of its spool)."""
+    now = now or utcnow()
+    cutoff = now - timedelta(seconds=lost_after_seconds)
+    stamp = func.coalesce(Run.heartbeat_at, Run.started_at)
+    stale = session.execute(
+        select(Run.id, stamp).where(
+            Run.status == RunStatus.running, or_(stamp.is_(None), stamp < cutoff)
+        )
+    ).all()
+    done: list[Handover] = []
+    for run_id, seen in stale:
+        # Claim it by touching the stamp: a second reaper's UPDATE no longer sees it stale.
+        claimed = session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status == RunStatus.running)
+            .where(or_(stamp.is_(None), stamp < cutoff))
+            .values(heartbeat_at=now)
+            .execution_options(synchronize_session=False)
+        ).rowcount  # type: ignore[attr-defined]
+        if not claimed:
+            continue
+        if salvage is not None:
+            salvage(session, run_id)
+        run = session.get(Run, run_id, populate_existing=True)
+        assert run is not None
+        silent = f"{(now - as_utc(seen)).total_seconds():.0f} s" if seen else "ever"
+        reason = f"{WORKER_LOST}: no heartbeat from {run.worker_host or 'its worker'} for {silent}"
+        done.append(Handover(run_id, hand_over(session, run=run, reason=reason, now=now)))
+    return done

@@ -1,0 +1,398 @@
+"""Who may call what: anonymous / owner / another user / admin against every route of the app.
+
+The table below has one row per (method, path) of the application; a route added without a
+row, or a row whose route is gone, fails `test_every_route_is_in_the_matrix`. Each row names
+its rule, and the rule fixes what each actor gets:
+
+    PUBLIC       everybody, logged in or not, the same answer
+    USER         API, any logged-in user (anonymous: 401)
+    OWNED        API on the owner's experiment/run: other user 403, admin as the owner
+    TOKEN        API on the owner's token: other user 404 (it is not theirs to know about)
+    PAGE_USER    HTML page, any logged-in user (anonymous: 303 to /login?next=...)
+    PAGE_OWNED   HTML page of the owner's experiment/run: other user a 403 page
+    LOGOUT       a cookie-only write: anonymous 303 to /login
+
+Every request gets fresh credentials: a bearer token for API routes, the session cookie for
+pages. A refused write must leave the database as it was; an allowed one must change it. And
+every authenticated non-GET route is also sent with the session cookie but without the CSRF
+header (refused with 403, nothing changed) and with it (allowed).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from app.auth.models import ApiToken, User
+from app.auth.service import create_token
+from app.db import session_scope
+from app.experiments import service as experiments
+from app.experiments.models import Experiment
+from app.experiments.schemas import ExperimentCreate
+from app.runs.models import Checkpoint, Run
+from app.settings import get_settings
+from app.static_files import plotly_version
+from tests.conftest import make_user
+from tests.factories import add_run
+
+TINY = {"recipe": "tiny_mlp", "params": {"epochs": 1}, "seed": 3}
+CKPT = "epoch-0001.pt"
+
+
+@dataclass
+class Actor:
+    name: str
+    user_id: int | None = None
+    username: str = ""
+    password: str = ""
+
+    def token(self) -> str:
+        assert self.user_id is not None
+        with session_scope() as session:
+            user = session.get(User, self.user_id)
+            assert user is not None
+            return create_token(session, user=user, ttl_hours=1, name="matrix")[1]
+
+
+@dataclass
+class World:
+    """Objects of `owner`; the builders below make fresh ones where a write consumes them."""
+
+    owner: Actor
+    other: Actor
+    admin: Actor
+    marker: str
+    experiment_id: int = 0
+    run_id: int = 0
+
+    def queued_run(self) -> int:
+        with session_scope() as session:
+            assert self.owner.user_id is not None
+            return add_run(session, owner_id=self.owner.user_id, config=TINY, status="queued")
+
+    def owner_token_id(self) -> int:
+        with session_scope() as session:
+            user = session.get(User, self.owner.user_id)
+            assert user is not None
+            return create_token(session, user=user, ttl_hours=1, name="to-revoke")[0].id
+
+
+def _actor(name: str, *, admin: bool = False) -> Actor:
+    username, password, _ = make_user(admin=admin)
+    with session_scope() as session:
+        user_id = session.scalar(select(User.id).where(User.username == username))
+    return Actor(name, user_id, username, password)
+
+
+@pytest.fixture(scope="module")
+def world() -> World:
+    w = World(_actor("owner"), _actor("other"), _actor("admin", admin=True), secrets.token_hex(6))
+    with session_scope() as session:
+        owner = session.get(User, w.owner.user_id)
+        assert owner is not None
+        exp = experiments.create_experiment(
+            session,
+            owner=owner,
+            data=ExperimentCreate(name=f"authz-{w.marker}", config=TINY),
+        )
+        w.experiment_id = exp.id
+        w.run_id = add_run(session, owner_id=owner.id, config=TINY, status="succeeded")
+        run_dir = get_settings().run_dir(w.run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / CKPT).write_bytes(b"checkpoint bytes")
+        (run_dir / "output.log").write_text(f"hello from {w.marker}\n")
+        session.add(
+            Checkpoint(run_id=w.run_id, name=CKPT, epoch=1, step=10, size_bytes=16, path=CKPT)
+        )
+    return w
+
+
+# --- the table -----------------------------------------------------------------------------
+
+Build = Callable[[World], tuple[str, dict[str, Any]]]  # url, extra request kwargs
+Hidden = Callable[[World, Any], bool]  # True when the response shows nothing of the owner's
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    page: bool = False  # authenticated by the session cookie (pages), not a bearer token
+    other: int = 0  # what another (non-admin) user gets; 0: the same as the owner
+    anonymous: int = 401
+
+
+PUBLIC = Rule("public", anonymous=0)
+USER = Rule("user")
+OWNED = Rule("owned", other=403)
+TOKEN = Rule("token", other=404)
+PAGE_USER = Rule("page-user", page=True, anonymous=303)
+PAGE_OWNED = Rule("page-owned", page=True, other=403, anonymous=303)
+LOGOUT = Rule("logout", page=True, anonymous=303)
+
+
+@dataclass(frozen=True)
+class Row:
+    rule: Rule
+    ok: int  # the owner's (and admin's) status
+    build: Build
+    hidden: Hidden | None = field(default=None)  # for USER lists: other sees none of it
+
+
+def _get(url: str) -> Build:
+    return lambda w: (url, {})
+
+
+def _ids(response: Any) -> list[int]:
+    return [item["id"] for item in response.json()]
+
+
+def _token_ids(actor: Actor) -> set[int]:
+    with session_scope() as session:
+        return set(session.scalars(select(ApiToken.id).where(ApiToken.user_id == actor.user_id)))
+
+
+MATRIX: dict[tuple[str, str], Row] = {
+    # public: the API's health, the docs, the login form and token endpoint, static files
+    ("GET", "/api/health"): Row(PUBLIC, 200, _get("/api/health")),
+    ("GET", "/openapi.json"): Row(PUBLIC, 200, _get("/openapi.json")),
+    ("GET", "/docs"): Row(PUBLIC, 200, _get("/docs")),
+    ("GET", "/docs/oauth2-redirect"): Row(PUBLIC, 200, _get("/docs/oauth2-redirect")),
+    ("GET", "/redoc"): Row(PUBLIC, 200, _get("/redoc")),
+    ("GET", "/login"): Row(PUBLIC, 200, _get("/login")),
+    ("POST", "/login"): Row(
+        PUBLIC,
+        303,
+        lambda w: (
+            "/login",
+            {"data": {"username": w.owner.username, "password": w.owner.password}},
+        ),
+    ),
+    ("POST", "/api/auth/token"): Row(
+        PUBLIC,
+        200,
+        lambda w: (
+            "/api/auth/token",
+            {"data": {"username": w.owner.username, "password": w.owner.password}},
+        ),
+    ),
+    ("GET", "/static"): Row(PUBLIC, 200, _get("/static/app.css")),
+    ("GET", "/static/vendor/plotly-{version}.min.js"): Row(
+        PUBLIC, 200, lambda w: (f"/static/vendor/plotly-{plotly_version()}.min.js", {})
+    ),
+    # any logged-in user; lists show the caller's own things only
+    ("GET", "/api/me"): Row(USER, 200, _get("/api/me")),
+    ("GET", "/api/gpus"): Row(USER, 200, _get("/api/gpus")),
+    ("GET", "/api/usage"): Row(USER, 200, _get("/api/usage")),
+    ("GET", "/api/experiments"): Row(
+        USER, 200, _get("/api/experiments"), lambda w, r: w.experiment_id not in _ids(r)
+    ),
+    ("POST", "/api/experiments"): Row(
+        USER, 201, lambda w: ("/api/experiments", {"json": {"name": "matrix", "config": TINY}})
+    ),
+    ("GET", "/api/runs"): Row(USER, 200, _get("/api/runs"), lambda w, r: w.run_id not in _ids(r)),
+    ("GET", "/api/tokens"): Row(
+        USER, 200, _get("/api/tokens"), lambda w, r: not set(_ids(r)) & _token_ids(w.owner)
+    ),
+    ("POST", "/api/tokens"): Row(USER, 201, lambda w: ("/api/tokens", {"json": {"name": "m"}})),
+    ("DELETE", "/api/tokens/{token_id}"): Row(
+        TOKEN, 204, lambda w: (f"/api/tokens/{w.owner_token_id()}", {})
+    ),
+    # the owner's experiment and run
+    ("GET", "/api/experiments/{experiment_id}"): Row(
+        OWNED, 200, lambda w: (f"/api/experiments/{w.experiment_id}", {})
+    ),
+    ("GET", "/api/experiments/{experiment_id}/runs"): Row(
+        OWNED, 200, lambda w: (f"/api/experiments/{w.experiment_id}/runs", {})
+    ),
+    ("POST", "/api/experiments/{experiment_id}/runs"): Row(
+        OWNED, 201, lambda w: (f"/api/experiments/{w.experiment_id}/runs", {"json": {}})
+    ),
+    ("GET", "/api/runs/{run_id}"): Row(OWNED, 200, lambda w: (f"/api/runs/{w.run_id}", {})),
+    ("POST", "/api/runs/{run_id}/cancel"): Row(
+        OWNED, 202, lambda w: (f"/api/runs/{w.queued_run()}/cancel", {})
+    ),
+    ("POST", "/api/runs/{run_id}/resume"): Row(
+        OWNED, 201, lambda w: (f"/api/runs/{w.run_id}/resume", {"json": {"checkpoint": CKPT}})
+    ),
+    ("GET", "/api/runs/{run_id}/metrics"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/metrics", {})
+    ),
+    ("GET", "/api/runs/{run_id}/logs"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/logs", {})
+    ),
+    ("GET", "/api/runs/{run_id}/environment"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/environment", {})
+    ),
+    ("GET", "/api/runs/{run_id}/checkpoints"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/checkpoints", {})
+    ),
+    ("GET", "/api/runs/{run_id}/checkpoints/{name}"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/checkpoints/{CKPT}", {})
+    ),
+    # a finished run's stream sends what there is and ends
+    ("GET", "/api/runs/{run_id}/events"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/events", {})
+    ),
+    # pages
+    ("GET", "/"): Row(PAGE_USER, 200, _get("/"), lambda w, r: w.marker not in r.text),
+    ("GET", "/experiments/new"): Row(PAGE_USER, 200, _get("/experiments/new")),
+    ("GET", "/gpus"): Row(PAGE_USER, 200, _get("/gpus")),
+    ("GET", "/compare"): Row(
+        PAGE_USER,
+        200,
+        lambda w: (f"/compare?runs={w.run_id}", {}),
+        lambda w, r: w.marker not in r.text,
+    ),
+    ("GET", "/experiments/{experiment_id}"): Row(
+        PAGE_OWNED, 200, lambda w: (f"/experiments/{w.experiment_id}", {})
+    ),
+    ("GET", "/runs/{run_id}"): Row(PAGE_OWNED, 200, lambda w: (f"/runs/{w.run_id}", {})),
+    ("POST", "/logout"): Row(LOGOUT, 303, _get("/logout")),
+}
+
+
+# --- enumerating the app's routes ----------------------------------------------------------
+
+
+def app_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(method, path) of every route; FastAPI >= 0.137 keeps included routers as opaque
+    `_IncludedRouter` entries in `app.routes`, so those are walked into."""
+    for route in routes:
+        if hasattr(route, "original_router"):
+            yield from app_routes(
+                route.original_router.routes, prefix + route.include_context.prefix
+            )
+        elif hasattr(route, "methods") and route.methods:
+            for method in sorted(route.methods - {"HEAD"}):
+                yield method, prefix + route.path
+        else:  # a Mount (static files): GET only
+            yield "GET", prefix + route.path
+
+
+def test_every_route_is_in_the_matrix(app) -> None:  # type: ignore[no-untyped-def]
+    found = set(app_routes(list(app.routes)))
+    assert ("GET", "/api/runs/{run_id}") in found and ("GET", "/login") in found
+    missing = sorted(found - MATRIX.keys())
+    stale = sorted(MATRIX.keys() - found)
+    assert not missing, f"routes without an authorization rule in MATRIX: {missing}"
+    assert not stale, f"MATRIX rows for routes the app no longer has: {stale}"
+
+
+# --- checking one row ----------------------------------------------------------------------
+
+
+def fingerprint() -> tuple[int, ...]:
+    """What any write of the app changes."""
+    with session_scope() as session:
+        return (
+            session.scalar(select(func.count()).select_from(Experiment)) or 0,
+            session.scalar(select(func.count()).select_from(Run)) or 0,
+            session.scalar(select(func.count()).where(Run.cancel_requested.is_(True))) or 0,
+            session.scalar(select(func.count()).select_from(ApiToken)) or 0,
+            session.scalar(select(func.count()).where(ApiToken.revoked_at.is_not(None))) or 0,
+        )
+
+
+def send(
+    client: Any,
+    method: str,
+    row: Row,
+    world: World,
+    actor: Actor | None,
+    *,
+    cookie: bool = False,
+    csrf: bool = True,
+) -> tuple[Any, bool]:
+    """One request as `actor` (None: anonymous); returns the response and whether the
+    database changed."""
+    headers: dict[str, str] = {}
+    if actor is not None:
+        token = actor.token()
+        if cookie or row.rule.page:
+            csrf_value = secrets.token_urlsafe(8)
+            headers["Cookie"] = f"ty_session={token}; ty_csrf={csrf_value}"
+            if csrf and method != "GET":
+                headers["X-CSRF-Token"] = csrf_value
+        else:
+            headers["Authorization"] = f"Bearer {token}"
+    url, kwargs = row.build(world)
+    before = fingerprint()
+    client.cookies.clear()
+    response = client.request(method, url, headers=headers, follow_redirects=False, **kwargs)
+    client.cookies.clear()
+    return response, fingerprint() != before
+
+
+def expected(row: Row, actor: str) -> int:
+    if actor == "anonymous":
+        return row.rule.anonymous or row.ok
+    if actor == "other":
+        return row.rule.other or row.ok
+    return row.ok
+
+
+@pytest.mark.parametrize("key", sorted(MATRIX), ids=lambda k: f"{k[0]} {k[1]}")
+def test_route_authorization(client, world: World, key: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+    method, _ = key
+    row = MATRIX[key]
+    write = method != "GET"
+    for name, actor in (
+        ("anonymous", None),
+        ("owner", world.owner),
+        ("other", world.other),
+        ("admin", world.admin),
+    ):
+        response, changed = send(client, method, row, world, actor)
+        want = expected(row, name)
+        assert response.status_code == want, (name, response.status_code, response.text[:300])
+        refused = (name == "anonymous" and row.rule.anonymous != 0) or (
+            name == "other" and row.rule.other != 0
+        )
+        if refused and row.rule.page and want == 303:
+            assert response.headers["location"].startswith("/login?next=/"), name
+        elif refused:
+            assert response.headers["content-type"].startswith(("application/json", "text/html"))
+            if response.headers["content-type"].startswith("application/json"):
+                assert isinstance(response.json()["detail"], str) and response.json()["detail"]
+        if write and row.rule is not PUBLIC:
+            assert changed == (not refused), f"{name}: database changed={changed}"
+        if name == "other" and row.hidden is not None:
+            assert row.hidden(world, response), f"{key}: another user sees the owner's data"
+
+
+WRITES_WITH_COOKIE = sorted(k for k, r in MATRIX.items() if k[0] != "GET" and r.rule is not PUBLIC)
+
+
+def test_the_csrf_check_covers_every_authenticated_write() -> None:
+    assert len(WRITES_WITH_COOKIE) >= 7, WRITES_WITH_COOKIE
+
+
+@pytest.mark.parametrize("key", WRITES_WITH_COOKIE, ids=lambda k: f"{k[0]} {k[1]}")
+def test_cookie_write_needs_the_csrf_header(client, world: World, key: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+    method, _ = key
+    row = MATRIX[key]
+    response, changed = send(client, method, row, world, world.owner, cookie=True, csrf=False)
+    assert response.status_code == 403, response.text
+    assert "CSRF" in response.json()["detail"]
+    assert not changed
+    response, changed = send(client, method, row, world, world.owner, cookie=True, csrf=True)
+    assert response.status_code == row.ok, response.text
+    assert changed
+
+
+def test_csrf_token_in_a_form_field_is_accepted(client, world: World) -> None:  # type: ignore[no-untyped-def]
+    token = world.owner.token()
+    client.cookies.clear()
+    response = client.post(
+        "/logout",
+        data={"csrf_token": "abc"},
+        headers={"Cookie": f"ty_session={token}; ty_csrf=abc"},
+        follow_redirects=False,
+    )
+    client.cookies.clear()
+    assert response.status_code == 303 and response.headers["location"] == "/login"

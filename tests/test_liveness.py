@@ -1,0 +1,278 @@
+"""A worker that dies or shuts down never leaves a run "running", loses no point, and with
+max_restarts hands the run to the next worker, which resumes it from its last checkpoint.
+
+A stack of its own (database, data dir, broker) so its reaper, on a short limit, never sees
+the runs other tests build by hand: real uvicorn server, real Celery workers, real torch jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from app.cli import server_argv, worker_argv
+from app.gpus.models import GpuLease
+from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL
+from tests.databases import own_database, user_with_token
+from tests.factories import spooled_points
+from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
+
+pytestmark = pytest.mark.slow
+
+LOST_AFTER = 6.0
+ROOT = BASE_DIR / "liveness"
+DATA_DIR = ROOT / "data"
+BROKER = (
+    BROKER_URL.rsplit("/", 1)[0] + "/6"
+    if BROKER_URL.startswith("redis")
+    else f"sqla+sqlite:///{ROOT / 'broker.db'}"
+)
+FINISHED = {"succeeded", "failed", "cancelled"}
+
+
+class Stack:
+    def __init__(self, env: dict[str, str], api: httpx.Client, engine: Engine) -> None:
+        self.env = env
+        self.api = api
+        self.engine = engine
+        self.workers: list[subprocess.Popen] = []
+
+    def start_server(self, port: int) -> None:
+        self.port = port
+        self.server = start_logged(server_argv("127.0.0.1", port), self.env, ROOT / "server.log")
+        wait_healthy(f"http://127.0.0.1:{port}", self.server, ROOT / "server.log")
+
+    def start_worker(self, **extra: str) -> subprocess.Popen:
+        """A new worker, the only one: one left by an earlier test would take this test's runs."""
+        for worker in self.workers:
+            stop_process(worker)
+        log = ROOT / f"worker-{len(self.workers)}.log"
+        worker = start_logged(worker_argv(2), {**self.env, **extra}, log)
+        self.workers.append(worker)
+        return worker
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    ROOT.mkdir(parents=True, exist_ok=True)
+    kind = "postgresql" if DATABASE_URL.startswith("postgresql") else "sqlite"
+    with own_database(kind, ROOT, "liveness") as engine:
+        token = user_with_token(engine, "alice")
+        env = dict(
+            os.environ,
+            TORCHYARD_DATABASE_URL=engine.url.render_as_string(hide_password=False),
+            TORCHYARD_DATA_DIR=str(DATA_DIR),
+            TORCHYARD_BROKER_URL=BROKER,
+            TORCHYARD_REAP_INTERVAL_SECONDS="1",
+            TORCHYARD_RUN_LOST_SECONDS=str(LOST_AFTER),
+            TORCHYARD_RUN_HEARTBEAT_SECONDS="1",
+            TORCHYARD_LEASE_TTL_SECONDS="5",
+            TORCHYARD_SHUTDOWN_GRACE_SECONDS="1",
+            TORCHYARD_FAKE_GPUS="0",
+            TORCHYARD_WORKER_HOST="box-a",
+            PYTHONUNBUFFERED="1",
+        )
+        purge_broker(BROKER)
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        stack = Stack(env, api, engine)
+        try:
+            stack.start_server(port)
+            yield stack
+        finally:
+            api.close()
+            for worker in stack.workers:
+                stop_process(worker)
+            stop_process(stack.server)
+
+
+def submit(api: httpx.Client, *, max_restarts: int, epochs: int = 4, steps: int = 25) -> int:
+    config = {
+        "recipe": "tiny_mlp",
+        "params": {"epochs": epochs, "steps_per_epoch": steps, "step_sleep": 0.06},
+        "seed": 3,
+        "resources": {"gpus": 1},
+        "max_restarts": max_restarts,
+    }
+    exp = api.post("/api/experiments", json={"name": "live", "config": config})
+    assert exp.status_code == 201, exp.text
+    run = api.post(f"/api/experiments/{exp.json()['id']}/runs")
+    assert run.status_code == 201, run.text
+    return int(run.json()["id"])
+
+
+def wait_until(api: httpx.Client, run_id: int, ok, timeout: float = 120) -> dict:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = api.get(f"/api/runs/{run_id}").json()
+        if ok(run):
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} never got there: {run}")
+
+
+def job_pids(run_id: int) -> list[int]:
+    marker = f"TORCHYARD_RUN_DIR={DATA_DIR / 'runs' / str(run_id)}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+                state = Path(f"/proc/{entry.name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if marker in environ and state[0] not in (b"Z", b"X"):
+                found.append(int(entry.name))
+    return found
+
+
+def stored(api: httpx.Client, run_id: int) -> dict[str, dict]:
+    return api.get(f"/api/runs/{run_id}/metrics").json()["series"]
+
+
+def kill_worker(worker: subprocess.Popen) -> float:
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    return time.monotonic()
+
+
+def test_a_killed_workers_run_fails_as_worker_lost_with_every_spooled_point_kept(stack) -> None:
+    worker = stack.start_worker()
+    run_id = submit(stack.api, max_restarts=0)
+    wait_until(stack.api, run_id, lambda r: r["status"] == "running", timeout=90)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    killed_at = kill_worker(worker)
+
+    # The job does not train on unwatched: the worker's death stops it (PDEATHSIG).
+    deadline = time.monotonic() + 10
+    while job_pids(run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_pids(run_id) == []
+
+    run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=60)
+    assert time.monotonic() - killed_at < LOST_AFTER + 10
+    assert run["status"] == "failed" and run["error"].startswith("worker lost"), run
+    assert "box-a" in run["error"]
+    # Every point that reached the spool is in the database (the API moved the rest).
+    series = stored(stack.api, run_id)
+    assert (
+        sum(len(s["step"]) for s in series.values())
+        == spooled_points(DATA_DIR / "runs" / str(run_id))
+        > 0
+    )
+    with Session(stack.engine) as session:  # its GPU lease is free
+        assert session.scalars(select(GpuLease).where(GpuLease.run_id == run_id)).all() == []
+
+
+def test_with_max_restarts_a_killed_workers_run_resumes_on_the_next_worker(stack) -> None:
+    worker = stack.start_worker()
+    epochs, steps = 4, 25
+    run_id = submit(stack.api, max_restarts=1, epochs=epochs, steps=steps)
+    # Killed after its second checkpoint, in the middle of the third epoch.
+    wait_until(
+        stack.api,
+        run_id,
+        lambda r: len(stack.api.get(f"/api/runs/{run_id}/checkpoints").json()) >= 2,
+        timeout=120,
+    )
+    time.sleep(0.5)
+    kill_worker(worker)
+    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
+    assert requeued["status"] == "queued", requeued
+    assert "worker lost" in requeued["error"] and requeued["resume_from"].endswith(".pt")
+
+    stack.start_worker()
+    run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=120)
+    assert run["status"] == "succeeded", run
+    assert run["attempt"] == 2
+    loss = stored(stack.api, run_id)["train/loss"]
+    assert loss["step"] == list(range(1, epochs * steps + 1))  # continuous, no point twice
+    ckpts = [c["name"] for c in stack.api.get(f"/api/runs/{run_id}/checkpoints").json()]
+    assert "final.pt" in ckpts
+    logs = stack.api.get(f"/api/runs/{run_id}/logs").text
+    assert "resuming from" in logs
+
+
+def test_a_warm_shutdown_requeues_a_run_that_may_restart_and_fails_one_that_may_not(
+    stack,
+) -> None:
+    worker = stack.start_worker()
+    keep = submit(stack.api, max_restarts=1, epochs=3, steps=40)
+    wait_until(
+        stack.api,
+        keep,
+        lambda r: len(stack.api.get(f"/api/runs/{keep}/checkpoints").json()) >= 1,
+        timeout=120,
+    )
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) is not None  # the grace is 1 s: it stops the job, then exits
+    run = stack.api.get(f"/api/runs/{keep}").json()
+    assert run["status"] == "queued" and run["attempt"] == 2, run
+    assert "worker shut down" in run["error"]
+    assert job_pids(keep) == []
+
+    stack.start_worker()
+    done = wait_until(stack.api, keep, lambda r: r["status"] in FINISHED, timeout=120)
+    assert done["status"] == "succeeded" and done["attempt"] == 2, done
+    assert stored(stack.api, keep)["train/loss"]["step"] == list(range(1, 3 * 40 + 1))
+
+    worker = stack.workers[-1]
+    lose = submit(stack.api, max_restarts=0, epochs=3, steps=40)
+    wait_until(stack.api, lose, lambda r: r["status"] == "running", timeout=90)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+    run = stack.api.get(f"/api/runs/{lose}").json()
+    assert run["status"] == "failed" and "worker shut down" in run["error"], run
+
+
+def read_stream(
+    stack: Stack, run_id: int, last_id: str | None, steps: list[int], stop_after: int | None
+) -> str | None:
+    """Read the run's SSE stream into `steps` until it ends (or `stop_after` steps arrived);
+    returns the id of the last event read."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    with stack.api.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as stream:
+        event: dict[str, str] = {}
+        for line in stream.iter_lines():
+            if line:
+                name, _, value = line.partition(":")
+                event[name] = value.removeprefix(" ")
+                continue
+            if event.get("event") == "metrics":
+                series = json.loads(event["data"])["series"]
+                steps.extend(series.get("train/loss", {}).get("step", []))
+            last_id = event.get("id", last_id)
+            event = {}
+            if stop_after is not None and len(steps) >= stop_after:
+                return last_id
+    return last_id
+
+
+def test_an_api_restart_stops_no_run_and_viewers_resume_with_last_event_id(stack) -> None:
+    stack.start_worker()
+    run_id = submit(stack.api, max_restarts=0, epochs=3, steps=40)
+    wait_until(stack.api, run_id, lambda r: r["status"] == "running", timeout=90)
+    steps: list[int] = []
+    last_id = read_stream(stack, run_id, None, steps, stop_after=10)
+    assert last_id and steps
+
+    stop_process(stack.server)  # the API goes away while the run trains
+    time.sleep(2)
+    stack.start_server(stack.port)
+
+    read_stream(stack, run_id, last_id, steps, stop_after=None)  # until the run's stream ends
+    run = stack.api.get(f"/api/runs/{run_id}").json()
+    assert run["status"] == "succeeded", run
+    assert steps == list(range(1, 3 * 40 + 1))  # exactly the missed points, none twice
+    assert stored(stack.api, run_id)["train/loss"]["step"] == steps

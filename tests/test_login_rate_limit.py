@@ -1,0 +1,130 @@
+"""Password logins are throttled through the login_attempts table (shared by every API
+process): per username and per client address, with 429 + Retry-After, on the API and the form.
+The limits are set small through the settings object (configuration, not a mock)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from app.auth.models import LoginAttempt
+from app.db import session_scope
+from app.settings import get_settings
+from app.timeutil import utcnow
+from tests.conftest import make_user
+
+
+@pytest.fixture
+def limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = get_settings()
+    monkeypatch.setattr(settings, "login_max_failures", 3)
+    monkeypatch.setattr(settings, "login_max_failures_per_client", 6)
+    monkeypatch.setattr(settings, "login_window_seconds", 60.0)
+
+
+@pytest.fixture
+def address(app) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    """A client with an address of its own, so other tests' failures do not count."""
+    with TestClient(
+        app, client=(f"10.9.{secrets.randbelow(250)}.{secrets.randbelow(250)}", 1)
+    ) as c:
+        yield c
+
+
+def _token(client: TestClient, username: str, password: str):  # type: ignore[no-untyped-def]
+    return client.post("/api/auth/token", data={"username": username, "password": password})
+
+
+def test_failures_for_a_username_lock_it_with_429_and_retry_after(limits, address) -> None:
+    username, password, _ = make_user()
+    for _ in range(3):
+        assert _token(address, username, "wrong").status_code == 401
+    r = _token(address, username, password)  # even the right password: not checked now
+    assert r.status_code == 429
+    assert "too many failed logins" in r.json()["detail"]
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+    # the form says the same, with the same status
+    r = address.post("/login", data={"username": username, "password": password})
+    assert r.status_code == 429 and "Too many failed logins" in r.text
+    assert "retry-after" in r.headers
+    # another user from the same address is not locked
+    other, other_pw, _ = make_user()
+    assert _token(address, other, other_pw).status_code == 200
+
+
+def test_username_variants_share_one_counter(limits, address) -> None:
+    username, _, _ = make_user()
+    for variant in (username, username.upper(), f" {username} "):
+        assert _token(address, variant, "wrong").status_code == 401
+    assert _token(address, username, "wrong").status_code == 429
+
+
+def test_successful_logins_do_not_count_and_reset_the_username(limits, address) -> None:
+    username, password, _ = make_user()
+    for _ in range(2):
+        assert _token(address, username, "wrong").status_code == 401
+    for _ in range(5):
+        assert _token(address, username, password).status_code == 200
+    for _ in range(2):
+        assert _token(address, username, "wrong").status_code == 401
+    assert _token(address, username, password).status_code == 200
+
+
+def test_one_address_spraying_many_usernames_is_throttled(limits, address, client) -> None:
+    for _ in range(6):
+        assert _token(address, f"nobody-{secrets.token_hex(3)}", "guess").status_code == 401
+    username, password, _ = make_user()
+    r = _token(address, username, password)
+    assert r.status_code == 429 and "from your address" in r.json()["detail"]
+    # the same user from another address logs in
+    assert _token(client, username, password).status_code == 200
+
+
+def test_the_form_counts_too(limits, address) -> None:
+    username, password, _ = make_user()
+    for _ in range(3):
+        r = address.post("/login", data={"username": username, "password": "bad"})
+        assert r.status_code == 401 and "Incorrect username or password" in r.text
+    r = address.post("/login", data={"username": username, "password": password})
+    assert r.status_code == 429
+    assert "Too many failed logins" in r.text and int(r.headers["retry-after"]) >= 1
+    assert "ty_session" not in address.cookies
+
+
+def test_the_lock_ends_with_the_window_and_old_rows_are_pruned(
+    limits, address, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(get_settings(), "login_window_seconds", 1.0)
+    username, password, _ = make_user()
+    with session_scope() as session:
+        session.add(
+            LoginAttempt(
+                username="ancient", client="x", succeeded=False, at=utcnow() - timedelta(days=1)
+            )
+        )
+    for _ in range(3):
+        assert _token(address, username, "wrong").status_code == 401
+    assert _token(address, username, password).status_code == 429
+    time.sleep(1.1)
+    assert _token(address, username, password).status_code == 200
+    with session_scope() as session:
+        old = session.scalar(
+            select(func.count()).where(LoginAttempt.at < utcnow() - timedelta(hours=1))
+        )
+    assert old == 0
+
+
+def test_failed_attempts_are_recorded_even_though_the_request_fails(limits, address) -> None:
+    username, _, _ = make_user()
+    assert _token(address, username, "wrong").status_code == 401
+    with session_scope() as session:
+        rows = session.scalars(
+            select(LoginAttempt).where(LoginAttempt.username == username.lower())
+        ).all()
+    assert len(rows) == 1 and not rows[0].succeeded and rows[0].client.startswith("10.9.")

@@ -1,0 +1,371 @@
+from __future__ import annotations
+
+import math
+import os
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.compat.proto.types_pb2 import DT_DOUBLE, DT_FLOAT, DT_HALF, DT_INT64, DT_STRING
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from torch.utils.tensorboard import SummaryWriter
+
+from app.db import session_scope
+from app.metrics.service import count_points, list_keys, read_series
+from app.runs.models import Run
+from tests.factories import make_run
+from worker import tfrecord
+from worker.forwarder import forward
+from worker.tensorboard_events import clear_cache, forward_events
+
+
+@pytest.fixture(autouse=True)
+def fresh_worker() -> Iterator[None]:
+    clear_cache()
+    yield
+    clear_cache()
+
+
+def f32(x: float) -> float:
+    """add_scalar stores a float32 (simple_value)."""
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+def pump(run_id: int, run_dir: Path) -> int:
+    with session_scope() as session:
+        return forward(session, run_id=run_id, metrics_path=run_dir / "metrics.jsonl")
+
+
+def series(run_id: int) -> dict:
+    with session_scope() as session:
+        return read_series(session, run_id=run_id, with_time=True)
+
+
+def offsets(run_id: int) -> dict[str, int]:
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        return dict(run.tb_offsets or {})
+
+
+def event_file(log_dir: Path) -> Path:
+    (found,) = [p for p in log_dir.iterdir() if p.name.startswith("events.out.tfevents.")]
+    return found
+
+
+def test_add_scalar_points_arrive_with_their_steps_values_and_wall_times(
+    tmp_path: Path,
+) -> None:
+    run_id = make_run()
+    before = time.time()
+    writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "exp1"))  # a nested relative log dir
+    for step, loss in enumerate([2.0, 1.5, 0.1]):
+        writer.add_scalar("Loss/train", loss, step * 10)
+    writer.add_scalar("Accuracy/test", 0.5, 3, walltime=1234.5)
+    writer.flush()
+    after = time.time()
+
+    assert pump(run_id, tmp_path) > 0
+    got = series(run_id)
+    assert got["Loss/train"]["step"] == [0, 10, 20]
+    assert got["Loss/train"]["value"] == [2.0, 1.5, f32(0.1)]
+    assert all(before <= t <= after for t in got["Loss/train"]["time"])
+    assert got["Accuracy/test"] == {"step": [3], "value": [0.5], "time": [1234.5]}
+    writer.close()
+
+
+def test_only_new_points_move_and_offsets_are_kept_on_the_run(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "exp"))
+    for step in range(3):
+        writer.add_scalar("loss", float(step), step)
+    writer.flush()
+    path = event_file(tmp_path / "runs" / "exp")
+    rel = str(path.relative_to(tmp_path))
+
+    assert pump(run_id, tmp_path) == 4  # file_version + 3 scalars
+    assert offsets(run_id) == {rel: path.stat().st_size}
+    assert pump(run_id, tmp_path) == 0
+
+    writer.add_scalar("loss", 3.0, 3)
+    writer.add_scalar("loss", 4.0, 4)
+    writer.flush()
+    assert pump(run_id, tmp_path) == 2
+    assert offsets(run_id) == {rel: path.stat().st_size}
+    assert pump(run_id, tmp_path) == 0
+    assert series(run_id)["loss"]["step"] == [0, 1, 2, 3, 4]
+    with session_scope() as session:
+        assert count_points(session, run_id=run_id) == 5
+    writer.close()
+
+
+@pytest.mark.parametrize("cut_into_record", [6, -3], ids=["mid-length", "mid-data-crc"])
+def test_a_truncated_trailing_record_waits_until_it_is_complete(
+    tmp_path: Path, cut_into_record: int
+) -> None:
+    run_id = make_run()
+    source = tmp_path.parent / f"{tmp_path.name}-source"
+    writer = SummaryWriter(log_dir=str(source))
+    writer.add_scalar("loss", 1.0, 1)
+    writer.flush()
+    complete = event_file(source).stat().st_size
+    writer.add_scalar("loss", 0.5, 2)
+    writer.close()
+    whole = event_file(source).read_bytes()
+    assert len(whole) > complete  # the last record is whole[complete:]
+    cut = complete + cut_into_record if cut_into_record > 0 else len(whole) + cut_into_record
+
+    copy = tmp_path / "copied" / event_file(source).name
+    copy.parent.mkdir()
+    copy.write_bytes(whole[:cut])
+    assert pump(run_id, tmp_path) == 2
+    assert offsets(run_id) == {f"copied/{copy.name}": complete}
+    assert series(run_id)["loss"]["step"] == [1]
+    assert pump(run_id, tmp_path) == 0  # still incomplete: nothing consumed
+
+    with copy.open("ab") as f:
+        f.write(whole[cut:])
+    assert pump(run_id, tmp_path) == 1
+    assert series(run_id)["loss"]["value"] == [1.0, 0.5]
+    assert offsets(run_id) == {f"copied/{copy.name}": len(whole)}
+
+
+def test_add_scalars_subdirectories_get_their_own_keys(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "exp"))
+    for step in range(2):
+        writer.add_scalars("Loss", {"train": 1.0 + step, "val": 2.0 + step}, step)
+        writer.add_scalars("Acc/top", {"1": 0.25, "5": 0.75}, step)
+    writer.add_scalar("lr", 0.5, 0)
+    writer.flush()
+
+    while pump(run_id, tmp_path):
+        pass
+    got = series(run_id)
+    assert sorted(got) == ["Acc/top/1", "Acc/top/5", "Loss/train", "Loss/val", "lr"]
+    assert got["Loss/train"]["value"] == [1.0, 2.0]
+    assert got["Loss/val"]["value"] == [2.0, 3.0]
+    assert got["Acc/top/5"]["step"] == [0, 1]
+    writer.close()
+
+
+# add_graph traces the model with torch.jit.trace, which torch 2.13 deprecates.
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace.*is deprecated")
+def test_histograms_images_text_and_graphs_are_skipped(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_histogram("weights", torch.arange(10.0), 0)
+    writer.add_image("sample", np.zeros((3, 4, 4), dtype=np.uint8), 0)
+    writer.add_text("notes", "hello", 0)
+    writer.add_graph(torch.nn.Linear(2, 1), torch.zeros(1, 2))
+    writer.add_scalar("loss", 1.0, 0)
+    writer.flush()
+
+    assert pump(run_id, tmp_path) > 0
+    with session_scope() as session:
+        assert list_keys(session, run_id=run_id) == ["loss"]
+    writer.close()
+
+
+def test_tensor_style_scalars_are_read(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("single", 0.25, 1, new_style=True)
+    writer.add_scalar("double", 0.1, 1, new_style=True, double_precision=True)
+    writer.flush()
+
+    assert pump(run_id, tmp_path) == 3
+    got = series(run_id)
+    assert got["single"]["value"] == [0.25]
+    assert got["double"]["value"] == [0.1]  # a double stays a double
+    writer.close()
+
+
+def test_nan_and_inf_are_stored_as_null(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("loss", 1.0, 0)
+    writer.add_scalar("loss", math.nan, 1)
+    writer.add_scalar("loss", math.inf, 2)
+    writer.flush()
+
+    pump(run_id, tmp_path)
+    assert series(run_id)["loss"]["value"] == [1.0, None, None]
+    writer.close()
+
+
+def test_a_repeated_step_keeps_the_first_value(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("loss", 1.0, 5)
+    writer.add_scalar("loss", 2.0, 5)
+    writer.flush()
+
+    pump(run_id, tmp_path)
+    assert series(run_id)["loss"]["value"] == [1.0]
+    writer.close()
+
+
+def test_a_fresh_worker_resumes_from_the_stored_offsets(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "a"))
+    writer.add_scalar("loss", 1.0, 0)
+    writer.flush()
+    pump(run_id, tmp_path)
+    stored = offsets(run_id)
+
+    clear_cache()  # a restarted worker: no scan, no per-file state
+    assert pump(run_id, tmp_path) == 0  # nothing replayed
+    assert offsets(run_id) == stored
+    writer.add_scalar("loss", 0.5, 1)
+    writer.close()
+    clear_cache()
+    assert pump(run_id, tmp_path) == 1
+    assert series(run_id)["loss"]["value"] == [1.0, 0.5]
+    with session_scope() as session:
+        assert count_points(session, run_id=run_id) == 2
+
+
+def test_an_event_file_created_after_a_scan_is_found_by_the_next_call(tmp_path: Path) -> None:
+    # The final drain runs right after the job exits: a log dir created in the job's last
+    # moments must not wait for the once-a-second walk.
+    run_id = make_run()
+    assert pump(run_id, tmp_path) == 0  # walked: nothing yet
+    writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "late"))
+    writer.add_scalar("loss", 1.0, 0)
+    writer.close()
+    assert pump(run_id, tmp_path) == 2
+    other = SummaryWriter(log_dir=str(tmp_path / "runs" / "late" / "Loss_val"))
+    other.add_scalar("Loss", 2.0, 0)
+    other.close()
+    assert pump(run_id, tmp_path) == 2
+    assert sorted(series(run_id)) == ["Loss/val", "loss"]
+
+
+def test_work_per_call_is_bounded_and_draining_ends_at_zero(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    for step in range(300):
+        writer.add_scalar("loss", float(step), step)
+    writer.close()
+    size = event_file(tmp_path / "tb").stat().st_size
+
+    calls = 0
+    while True:
+        with session_scope() as session:
+            moved = forward_events(session, run_id=run_id, run_dir=tmp_path, max_bytes=2_000)
+        if not moved:
+            break
+        calls += 1
+        assert moved < 300
+    assert calls >= size // 2_000
+    assert series(run_id)["loss"]["step"] == list(range(300))
+    assert pump(run_id, tmp_path) == 0
+
+
+def test_a_corrupt_length_stops_that_file_only(tmp_path: Path) -> None:
+    run_id = make_run()
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "events.out.tfevents.0.host").write_bytes(os.urandom(64))
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("loss", 1.0, 0)
+    writer.close()
+
+    assert pump(run_id, tmp_path) == 2
+    assert series(run_id)["loss"]["value"] == [1.0]
+    assert "junk/events.out.tfevents.0.host" not in offsets(run_id)
+
+
+def test_long_tags_are_clipped_and_stay_distinct(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("x" * 300 + "a", 1.0, 0)
+    writer.add_scalar("x" * 300 + "b", 2.0, 0)
+    writer.close()
+
+    pump(run_id, tmp_path)
+    with session_scope() as session:
+        keys = list_keys(session, run_id=run_id)
+    assert len(keys) == 2
+    assert all(len(k) == 255 and k.startswith("x" * 246 + "~") for k in keys)
+
+
+def tensor_event(
+    tag: str, step: int, tensor: TensorProto, plugin: str | None = None
+) -> event_pb2.Event:
+    value = summary_pb2.Summary.Value(tag=tag, tensor=tensor)
+    if plugin is not None:
+        value.metadata.plugin_data.plugin_name = plugin
+    return event_pb2.Event(
+        step=step, wall_time=100.0 + step, summary=summary_pb2.Summary(value=[value])
+    )
+
+
+def test_tf2_style_tensors_follow_the_plugin_of_their_first_event(tmp_path: Path) -> None:
+    run_id = make_run()
+    writer = EventFileWriter(str(tmp_path / "tf2"))
+    events = [
+        tensor_event("loss", 1, TensorProto(dtype=DT_FLOAT, float_val=[0.5]), "scalars"),
+        tensor_event("loss", 2, TensorProto(dtype=DT_FLOAT, float_val=[0.25])),  # no metadata
+        tensor_event("custom", 1, TensorProto(dtype=DT_FLOAT, float_val=[1.0]), "pr_curves"),
+        tensor_event("custom", 2, TensorProto(dtype=DT_FLOAT, float_val=[2.0])),
+        tensor_event(
+            "packed", 1, TensorProto(dtype=DT_DOUBLE, tensor_content=struct.pack("<d", 0.1))
+        ),
+        tensor_event("count", 1, TensorProto(dtype=DT_INT64, int64_val=[7])),
+        tensor_event("half", 1, TensorProto(dtype=DT_HALF, half_val=[0x3C00])),  # 1.0
+        tensor_event(
+            "vector",
+            1,
+            TensorProto(
+                dtype=DT_FLOAT,
+                float_val=[1.0, 2.0],
+                tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=2)]),
+            ),
+        ),
+        tensor_event("words", 1, TensorProto(dtype=DT_STRING, string_val=[b"hi"]), "text"),
+    ]
+    for event in events:
+        writer.add_event(event)
+    writer.close()
+
+    pump(run_id, tmp_path)
+    got = series(run_id)
+    assert sorted(got) == ["count", "half", "loss", "packed"]
+    assert got["loss"] == {"step": [1, 2], "value": [0.5, 0.25], "time": [101.0, 102.0]}
+    assert got["packed"]["value"] == [0.1]
+    assert got["count"]["value"] == [7.0]
+    assert got["half"]["value"] == [1.0]
+
+
+def test_with_a_crc32c_module_a_corrupt_record_is_skipped_unless_it_is_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No C crc32c module is installed here; the pure-Python one stands in for it.
+    monkeypatch.setattr(tfrecord, "_CRC_FAST", tfrecord._crc32c_py)
+    run_id = make_run()
+    source = tmp_path.parent / f"{tmp_path.name}-source"
+    writer = SummaryWriter(log_dir=str(source))
+    sizes = [event_file(source).stat().st_size]  # after file_version
+    for step in range(3):
+        writer.add_scalar("loss", float(step), step)
+        writer.flush()
+        sizes.append(event_file(source).stat().st_size)
+    writer.close()
+    data = bytearray(event_file(source).read_bytes())
+    data[sizes[1] + 14] ^= 0xFF  # inside step 1's event
+    data[sizes[3] - 6] ^= 0xFF  # inside step 2's event, the last record
+
+    copy = tmp_path / "tb" / event_file(source).name
+    copy.parent.mkdir()
+    copy.write_bytes(bytes(data))
+    pump(run_id, tmp_path)
+    assert series(run_id)["loss"]["step"] == [0]
+    assert offsets(run_id) == {f"tb/{copy.name}": sizes[2]}  # waits at the last record

@@ -1,0 +1,59 @@
+"""The worker's half of a run's reproducibility record, and the merge with the job's half.
+
+The worker knows what the job cannot: which host and GPUs the scheduler gave it, and the
+workspace's git state at launch (read before the job starts, so an edit made while it trains
+is not attributed to it). The job writes its half (versions, packages, determinism flags:
+worker.runtime.environment) when it starts; ``merge_job_record`` folds it in once it appears.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from app.runs.models import Run
+from worker.runtime.environment import ENVIRONMENT_FILE
+from worker.workspace import git_state
+
+log = logging.getLogger(__name__)
+
+
+def worker_record(
+    *, worker_host: str, gpu_indices: tuple[int, ...], script: Path | None
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "worker_host": worker_host,
+        "gpu_indices": list(gpu_indices),
+    }
+    if script is not None:
+        record["script"] = str(script)
+        record["git"] = git_state(script.parent)
+    return record
+
+
+def store(session: Session, *, run_id: int, record: dict[str, Any]) -> None:
+    session.execute(update(Run).where(Run.id == run_id).values(environment=record))
+
+
+def merge_job_record(session: Session, *, run_id: int, run_dir: Path) -> bool:
+    """Fold the job's environment.json into the run's record; False while it is not there."""
+    path = run_dir / ENVIRONMENT_FILE
+    try:
+        job = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False
+    except ValueError:
+        log.warning("run %s: unreadable %s; the record keeps the worker's half", run_id, path)
+        return True
+    run = session.get(Run, run_id)
+    if run is None:
+        return True
+    store(session, run_id=run_id, record={**job, **(run.environment or {})})
+    return True
