@@ -10,6 +10,7 @@ learns the run failed.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import io
 import json
@@ -18,10 +19,11 @@ import os
 import runpy
 import signal
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from worker.launcher import LOG_LINE_PREFIX_VAR, SCRIPT_ARGV_VAR, SCRIPT_VAR
 from worker.recipes.catalog import RECIPES
@@ -123,17 +125,49 @@ def main() -> None:
     ctx = get_context(join_group=not os.environ.get(SCRIPT_VAR))
     try:
         run(ctx)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            _close_after_failure(ctx, exc)
+            raise
+        # A script that ends with sys.exit(0) finished like one that returned.
     except BaseException as exc:
-        if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
-            log.error("run failed: %s: %s", type(exc).__name__, exc)
-        try:
-            ctx.close()
-        except ReporterError as close_error:
-            # Report it, but let the original exception be the one that ends the job.
-            log.error("%s", close_error)
+        _close_after_failure(ctx, exc)
         raise
     ctx.close()
     log.info("run %s finished", ctx.run_id)
+    exit_skipping_teardown()
+
+
+def _close_after_failure(ctx: JobContext, exc: BaseException) -> None:
+    log.error("run failed: %s: %s", type(exc).__name__, exc)
+    try:
+        ctx.close()
+    except ReporterError as close_error:
+        # Report it, but let the original exception be the one that ends the job.
+        log.error("%s", close_error)
+
+
+def exit_skipping_teardown() -> NoReturn:
+    """End a finished job with status 0 without tearing the interpreter down.
+
+    Everything the run produced is durable by now (the reporter is fsynced, checkpoints are
+    renamed into place). What is left is dangerous: a DDP model keeps gloo's process group
+    alive past ``destroy_process_group`` (its ``pt_gloo_runloop`` and ``gloo_tcp_loop``
+    threads still run), and finalising the interpreter and the C++ globals under them while
+    the peer rank exits at the same moment can abort the process ("terminate called without
+    an active exception", SIGABRT), which turns a finished run into a failed one. The atexit
+    handlers (the user's script's, logging's) still run after the script's own non-daemon
+    threads end, as at a normal exit, and the output is flushed."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 if __name__ == "__main__":

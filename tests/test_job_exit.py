@@ -1,0 +1,111 @@
+"""How a finished job ends: status 0 without the interpreter's teardown, but with everything a
+normal exit would still do (the script's non-daemon threads joined, atexit handlers run,
+output flushed) and with the failure paths unchanged.
+
+The teardown is skipped because a DDP model keeps gloo's threads alive past
+destroy_process_group, and finalising under them aborted a finished rank in CI
+(worker/jobmain.exit_skipping_teardown).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from worker.launcher import LaunchSpec, build_launch
+
+REPO = Path(__file__).resolve().parent.parent
+
+SCRIPT = textwrap.dedent(
+    """
+    import atexit, os, sys, threading, time
+    from pathlib import Path
+
+    import torch
+    from torch import nn
+
+    from worker.sdk import init
+
+    run = init()
+    out = Path(os.environ["EXIT_TEST_DIR"])
+    model = nn.parallel.DistributedDataParallel(nn.Linear(4, 2)) if run.world_size > 1 else None
+    if model is not None:
+        model(torch.randn(8, 4)).sum().backward()
+
+    def late_writer():
+        time.sleep(0.3)
+        (out / f"thread-{run.rank}").write_text("done")
+
+    threading.Thread(target=late_writer).start()
+    atexit.register(lambda: (out / f"atexit-{run.rank}").write_text("ran"))
+    run.log(step=1, loss=0.5)
+    sys.stdout.write(f"last words of rank {run.rank} without a newline")
+    if os.environ.get("EXIT_TEST_MODE") == "sys.exit(0)":
+        sys.exit(0)
+    if os.environ.get("EXIT_TEST_MODE") == "sys.exit(3)":
+        sys.exit(3)
+    """
+)
+
+
+def run_script_job(tmp_path: Path, nproc: int, mode: str = "") -> subprocess.CompletedProcess:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    script = workspace / "exit_probe.py"
+    script.write_text(SCRIPT)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    spec = LaunchSpec(
+        run_id=1,
+        run_dir=run_dir,
+        config={"seed": 0, "script": "exit_probe.py", "resources": {"nproc": nproc, "gpus": 0}},
+        python=sys.executable,
+        job_token="test",
+        master_port=29500,
+        base_env={
+            **base,
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+            "EXIT_TEST_DIR": str(tmp_path),
+            "EXIT_TEST_MODE": mode,
+        },
+        script=script,
+        workspace=workspace,
+    )
+    launch = build_launch(spec)
+    return subprocess.run(
+        launch.argv, cwd=run_dir, env=launch.env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_a_finished_ddp_script_exits_zero_after_its_threads_and_atexit_handlers(
+    tmp_path: Path,
+) -> None:
+    result = run_script_job(tmp_path, nproc=2)
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        assert (tmp_path / f"thread-{rank}").read_text() == "done"
+        assert (tmp_path / f"atexit-{rank}").read_text() == "ran"
+        assert f"last words of rank {rank} without a newline" in result.stdout + result.stderr
+    assert "run 1 finished" in result.stderr
+    spool = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(spool) == 1
+
+
+@pytest.mark.parametrize(("mode", "code"), [("sys.exit(0)", 0), ("sys.exit(3)", 3)])
+def test_sys_exit_in_a_script_keeps_its_meaning(tmp_path: Path, mode: str, code: int) -> None:
+    result = run_script_job(tmp_path, nproc=1, mode=mode)
+    assert result.returncode == code, result.stderr
+    assert (tmp_path / "atexit-0").read_text() == "ran"
+    assert (tmp_path / "thread-0").read_text() == "done"
+    assert "last words of rank 0 without a newline" in result.stdout
+    finished = "run 1 finished" in result.stderr
+    assert finished is (code == 0)
+    assert ("run failed: SystemExit: 3" in result.stderr) is (code == 3)
