@@ -7,6 +7,7 @@ Each test works in one transaction that is rolled back, on a run of its own.
 from __future__ import annotations
 
 import math
+import random
 import secrets
 from collections.abc import Callable, Iterator
 
@@ -222,53 +223,75 @@ def test_downsampling_shows_a_non_finite_stretch_as_a_gap(session: Session, run_
 def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
     session: Session, run_id: int
 ) -> None:
-    """The live path (final buckets kept between requests) must give exactly what a fresh
-    downsample gives, as the series grows, across width changes, and after the points past
-    a step are dropped (a new generation)."""
-    import random
-
-    from app.metrics.downsample import _buckets, clear_live_cache, live_width
+    """The live path (final buckets kept between requests, regrouped when the width doubles)
+    must give exactly what a fresh downsample at the same width gives, as the series grows,
+    across width changes, with ties and runs of non-finite values, after the points past a
+    step are dropped (a new generation), and once the run is finished (exact width)."""
+    from app.metrics.downsample import _buckets, bucket_width, clear_live_cache, live_width
 
     clear_live_cache()
     rng = random.Random(3)
+
+    def value(s: int) -> float:
+        if s % 97 == 0 or 3000 <= s < 3400:  # single gaps, and whole buckets of gaps
+            return math.nan
+        return rng.choice((0.0, 0.5, 1.0)) if s % 3 == 0 else rng.random()  # many ties
 
     def add(first: int, last: int) -> None:
         ingest_points(
             session,
             run_id=run_id,
-            points=[
-                ("x", s, rng.random() if s % 97 else math.nan, 1.0 * s)
-                for s in range(first, last + 1)
-            ],
+            points=[("x", s, value(s), 1.0 * s) for s in range(first, last + 1)],
         )
 
-    def both(generation: int) -> tuple[dict, dict]:
-        live = read_series(session, run_id=run_id, max_points=200, generation=generation)["x"]
+    def both(generation: int, growing: bool = True) -> tuple[dict, dict]:
+        live = read_series(
+            session, run_id=run_id, max_points=200, generation=generation, growing=growing
+        )["x"]
         whole = read_series(session, run_id=run_id)["x"]
         lo, hi = whole["step"][0], whole["step"][-1]
+        width = live_width(lo, hi, 200) if growing else bucket_width(lo, hi, 200)
         steps, values, _times = _buckets(
             session.connection(),
             key_id=read_key_id(session, run_id, "x"),
             start=lo,
             hi=hi,
-            width=live_width(lo, hi, 200),
+            width=width,
         )
         return live, {"step": steps, "value": values}
 
     add(1, 1000)
     step = 1000
-    for grow in (1, 7, 37, 99, 100, 101, 250, 1, 1000, 3):  # crosses several width changes
+    widths = set()
+    for grow in (1, 7, 37, 99, 100, 101, 250, 1, 1000, 3, 900, 2500, 4000, 1):
         add(step + 1, step + grow)
         step += grow
+        widths.add(live_width(1, step, 200))
         live, fresh = both(generation=1)
         assert live == fresh, grow
-        assert 0.85 * 200 <= len(live["step"]) <= 200
+        assert 0.5 * 200 <= len(live["step"]) <= 200
+    assert len(widths) >= 4  # the growth crossed several doublings
     # A requeued attempt drops the points past its checkpoint and logs them again.
     keys = select(MetricKey.id).where(MetricKey.run_id == run_id)
     session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > 1500))
     add(1501, step)
     live, fresh = both(generation=2)
     assert live == fresh
+    # Finished: the exact width, all of max_points again, and the same answer twice.
+    live, fresh = both(generation=2, growing=False)
+    assert live == fresh and len(live["step"]) > 0.9 * 200
+    assert both(generation=2, growing=False)[0] == live
+
+
+def test_live_widths_only_double_as_a_series_grows() -> None:
+    from app.metrics.downsample import bucket_width, live_width
+
+    previous = 1
+    for hi in range(1, 200_000, 997):
+        width = live_width(1, hi, 2000)
+        assert width >= bucket_width(1, hi, 2000) and width & (width - 1) == 0
+        assert width in (previous, 2 * previous) or width > previous and width % previous == 0
+        previous = width
 
 
 # --- read_new_points --------------------------------------------------------------------

@@ -9,8 +9,9 @@ value; a bucket holding only NULLs yields a NULL point, so the chart keeps the g
 Each dialect gets the shape that measured fastest on it (500k points, 1,000 buckets):
 - SQLite: a recursive CTE lists the buckets; per bucket, two correlated subqueries use SQLite's
   documented bare-column rule (`SELECT min(value), step` gives the step of the min row), each
-  an index range scan on the (key_id, step) primary key. No sort and no temp b-tree, unlike a
-  GROUP BY on the bucket expression (~2x slower).
+  an index range scan on the (key_id, step) primary key; a bucket of NULLs only (where the
+  bare column is an arbitrary row's) gets its first step, as on PostgreSQL. No sort and no
+  temp b-tree, unlike a GROUP BY on the bucket expression (~2x slower).
 - PostgreSQL: per bucket (generate_series + LATERAL), min(value) and max(value) in one index
   range scan, then the first step holding each, found by a scan that stops at the match.
   ~1.5 passes over the rows, with a plan that stays on the primary key even before ANALYZE.
@@ -40,14 +41,19 @@ _SQLITE = text(
     ),
     extremes AS MATERIALIZED (
         SELECT
+            coalesce(
+                (SELECT step FROM (
+                    SELECT min(value) AS lo_value, step FROM metrics
+                    WHERE key_id = :key_id AND step >= b0 AND step < b0 + :width AND step <= :hi
+                ) WHERE lo_value IS NOT NULL),
+                -- Only NULLs: the bare column would be an arbitrary row's; take the first.
+                (SELECT min(step) FROM metrics
+                 WHERE key_id = :key_id AND step >= b0 AND step < b0 + :width AND step <= :hi)
+            ) AS lo_step,
             (SELECT step FROM (
-                SELECT min(value), step FROM metrics
+                SELECT max(value) AS hi_value, step FROM metrics
                 WHERE key_id = :key_id AND step >= b0 AND step < b0 + :width AND step <= :hi
-            )) AS lo_step,
-            (SELECT step FROM (
-                SELECT max(value), step FROM metrics
-                WHERE key_id = :key_id AND step >= b0 AND step < b0 + :width AND step <= :hi
-            )) AS hi_step
+            ) WHERE hi_value IS NOT NULL) AS hi_step
         FROM buckets
     )
     SELECT step, value, wall_time FROM metrics
@@ -122,50 +128,64 @@ def _buckets(
 # --- live series: only the buckets that can still change -------------------------------------
 #
 # A live run's page (and every viewer's) asks for the same downsampled series again and again
-# while points are appended at its end. The bucket width stays the same while the series
-# grows (`live_width` keeps it for ~10% of growth), and every bucket but the last is then
-# final: its min and max cannot change. So the final buckets' points are kept
-# per (database, key, first step, width, generation) and only the buckets from the last one
-# on are asked from the database. `generation` changes whenever a run's points may change
-# other than by appending (a requeued attempt drops the points past its checkpoint).
+# while points are appended at its end. While the bucket width stays the same, every bucket but
+# the last is final: its min and max cannot change. So the final buckets' points are kept per
+# (database, key, first step, generation) and only the buckets from the last one on are asked
+# from the database. `generation` changes whenever a run's points may change other than by
+# appending (a requeued attempt drops the points past its checkpoint).
+#
+# The width has to grow with the series, and a new width used to mean asking the database for
+# every bucket again (~40 ms for 4 x 15k points on PostgreSQL, idle; the load bench saw it on
+# nearly every read, since a run logging 250 steps/s crossed a width every ~4 s). A growing
+# series therefore gets power-of-two widths: a bucket of width 2w is exactly two buckets of
+# width w, so the kept points, regrouped, are the kept points of the wider buckets (the min of
+# two minima is the minimum), and no width change goes back to the database. The price is
+# resolution: between half and all of max_points points, where the exact width gives all.
 
 
 @dataclass
 class _Final:
+    width: int
     until: int  # buckets starting before this step are final
     steps: list[int]
     values: list[float | None]
     times: list[float]
 
 
-_FINAL: OrderedDict[tuple[str, int, int, int, int], _Final] = OrderedDict()
+_FINAL: OrderedDict[tuple[str, int, int, int], _Final] = OrderedDict()
 _FINAL_LOCK = threading.Lock()
 MAX_CACHED_SERIES = 64  # each holds at most max_points points
 
 
 def live_width(lo: int, hi: int, max_points: int) -> int:
-    """The exact width rounded up to the next rung of a ladder 10% apart: the width (and with
-    it every cached bucket) then changes only each time the series grows by ~10%, not each
-    time it grows by a bucket count of steps, for at least ~90% of max_points points."""
+    """The exact width rounded up to a power of two: widths of a growing series then only
+    ever double, and each doubling is derived from the buckets already kept."""
     exact = bucket_width(lo, hi, max_points)
-    width = 1
-    while width < exact:
-        width = max(width + 1, int(width * 1.1))
-    return width
+    return 1 << (exact - 1).bit_length()
 
 
 def downsample_live(
-    conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int, generation: int
+    conn: Connection,
+    *,
+    key_id: int,
+    lo: int,
+    hi: int,
+    max_points: int,
+    generation: int,
+    growing: bool = True,
 ) -> tuple[list[int], list[float | None], list[float]]:
-    """Like `downsample_timed` (with `live_width` buckets), asking the database only for the
-    buckets that may have changed since the last call."""
-    width = live_width(lo, hi, max_points)
+    """Like `downsample_timed`, asking the database only for the buckets that may have changed
+    since the last call. A `growing` series gets `live_width` buckets; a finished one the
+    exact width (its width no longer changes, so the cache holds after one full read)."""
+    width = live_width(lo, hi, max_points) if growing else bucket_width(lo, hi, max_points)
     last = lo + ((hi - lo) // width) * width  # the last bucket's start: it may still grow
-    cache_key = (str(conn.engine.url), key_id, lo, width, generation)
+    cache_key = (str(conn.engine.url), key_id, lo, generation)
     with _FINAL_LOCK:
         final = _FINAL.get(cache_key)
         if final is not None:
             _FINAL.move_to_end(cache_key)
+    if final is not None and final.width != width:
+        final = _widened(final, lo=lo, width=width)
     start = final.until if final is not None and final.until <= last else lo
     steps, values, times = _buckets(conn, key_id=key_id, start=start, hi=hi, width=width)
     if start > lo and final is not None:
@@ -174,11 +194,46 @@ def downsample_live(
         times = final.times + times
     cut = bisect.bisect_left(steps, last)
     with _FINAL_LOCK:
-        _FINAL[cache_key] = _Final(last, steps[:cut], values[:cut], times[:cut])
+        _FINAL[cache_key] = _Final(width, last, steps[:cut], values[:cut], times[:cut])
         _FINAL.move_to_end(cache_key)
         while len(_FINAL) > MAX_CACHED_SERIES:
             _FINAL.popitem(last=False)
     return steps, values, times
+
+
+def _widened(final: _Final, *, lo: int, width: int) -> _Final | None:
+    """The kept buckets regrouped into buckets `width` wide, when that is exact: the new width
+    is a multiple of the kept one. Each new bucket takes the smallest and the largest of its
+    old buckets' points (NULL losing against any value, the earliest step on ties), as the
+    SQL would from the raw rows; the last new bucket that the kept ones do not fill entirely
+    is left to the database."""
+    if width % final.width:
+        return None
+    until = lo + ((final.until - lo) // width) * width
+    steps: list[int] = []
+    values: list[float | None] = []
+    times: list[float] = []
+    end = bisect.bisect_left(final.steps, until)
+    i = 0
+    while i < end:
+        bucket = (final.steps[i] - lo) // width
+        j = i
+        low = high = i
+        while j < end and (final.steps[j] - lo) // width == bucket:
+            value = final.values[j]
+            if value is not None:
+                low_value, high_value = final.values[low], final.values[high]
+                if low_value is None or value < low_value:
+                    low = j
+                if high_value is None or value > high_value:
+                    high = j
+            j += 1
+        for k in sorted({low, high} if final.values[high] is not None else {low}):
+            steps.append(final.steps[k])
+            values.append(final.values[k])
+            times.append(final.times[k])
+        i = j
+    return _Final(width, until, steps, values, times)
 
 
 def clear_live_cache() -> None:

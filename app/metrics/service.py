@@ -160,6 +160,7 @@ def read_series(
     step_max: int | None = None,
     with_time: bool = False,
     generation: int | None = None,
+    growing: bool = True,
 ) -> Series:
     """{key: {"step": [...], "value": [...]}} in step order; None values are non-finite.
     With with_time, each series also has "time": the points' wall times (Unix seconds).
@@ -168,7 +169,9 @@ def read_series(
     in SQL to per-bucket min and max points (at most max_points, spikes kept); shorter series
     come back whole. Unknown keys are left out. With a `generation` (the run's attempt: its
     points change only by being appended within one), a whole-range downsample asks the
-    database only for the buckets that can still have changed (downsample_live).
+    database only for the buckets that can still have changed (downsample_live); `growing`
+    (the run is not finished) gives it power-of-two bucket widths, so between half and all
+    of max_points points.
     """
     if max_points is not None and max_points < 2:
         raise ValueError("max_points must be at least 2 (one min and one max per bucket)")
@@ -209,6 +212,7 @@ def read_series(
                     hi=row[4],
                     max_points=max_points,
                     generation=generation,
+                    growing=growing,
                 )
             else:
                 steps, values, times = downsample_timed(

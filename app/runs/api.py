@@ -18,6 +18,7 @@ from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, logs, service
 from app.runs.logs import run_nproc
+from app.runs.models import RunStatus
 from app.runs.schemas import CheckpointOut, MetricsOut, RunCreate, RunOut, RunResume
 from app.settings import get_settings
 
@@ -122,6 +123,7 @@ def read_metrics(
         step_max=step_max,
         with_time=with_time,
         generation=run.attempt,
+        growing=not RunStatus(run.status).finished,
     )
     return MetricsOut.model_validate({"series": series})
 
