@@ -313,8 +313,9 @@ def test_read_new_points_returns_only_what_is_past_each_cursor(
         "a": {"step": [4, 5], "value": [0.4, 0.5], "time": [1004.0, 1005.0]},
         "c": {"step": [5], "value": [0.5], "time": [1005.0]},
     }
-    chunk = read_new_points(session, run_id=run_id, after={"a": 1}, limit_per_key=2)
-    assert chunk["a"]["step"] == [2, 3] and chunk["b"]["step"] == [1, 2]
+    # At most `limit` points in all, key by key: a's four, then b's first.
+    chunk = read_new_points(session, run_id=run_id, after={"a": 1}, limit=5)
+    assert {k: s["step"] for k, s in chunk.items()} == {"a": [2, 3, 4, 5], "b": [1]}
     assert read_new_points(session, run_id=new_run(session), after={}) == {}
 
 
