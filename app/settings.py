@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,6 +38,10 @@ class Settings(BaseSettings):
     # torch import, ~2.5 s); "torchrun" launches every job through torchrun.
     single_process_launch: Literal["direct", "torchrun"] = "direct"
     cancel_grace_seconds: float = 2.0
+    # Jobs run this much nicer than the worker (0..19; 0: same priority). Training takes every
+    # idle CPU cycle either way; when jobs saturate the box, the dashboard, the database and
+    # the forwarder still get the CPU first, so pages and live curves stay responsive.
+    job_nice: int = Field(default=10, ge=0, le=19)
     forwarder_interval_seconds: float = 0.1
     # Threads per worker; the worker CLI raises it to GPUs + 1 so a host with all GPUs leased
     # still has a thread for gpus: 0 runs and for re-checking waiting ones.

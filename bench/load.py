@@ -385,7 +385,8 @@ def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
         worker = start_logged(worker_argv(args.runs + 1), env, logs / "worker.log")
-        server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
+        workers = args.api_workers if name == "services" else 1
+        server = start_logged(server_argv("127.0.0.1", port, workers), env, logs / "server.log")
         try:
             wait_healthy(base_url, server, logs / "server.log")
             return drive(name, args, base_url, token, server.pid, workspace, data_dir)
@@ -633,6 +634,13 @@ def main() -> None:
         help="admin URL: a database is created next to it for the bench and dropped after",
     )
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/7", help="flushed first")
+    parser.add_argument(
+        "--api-workers",
+        type=int,
+        default=2,
+        help="server processes of the services stack, as docker-compose.yml runs the API"
+        " (UVICORN_WORKERS; one per core here); the embedded stack runs one, as `torchyard up`",
+    )
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args()
     stacks = ["embedded", "services"] if args.stack == "both" else [args.stack]

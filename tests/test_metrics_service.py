@@ -283,6 +283,43 @@ def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
     assert both(generation=2, growing=False)[0] == live
 
 
+def test_a_live_read_probes_a_series_length_once_per_generation(
+    session: Session, run_id: int
+) -> None:
+    """Whether a series must be downsampled is found out once (the probe walks max_points
+    index entries); a series only grows within a generation, so later reads skip it, and a
+    short series (step span within max_points) never needs it."""
+    from sqlalchemy import event
+
+    from app.metrics.downsample import clear_live_cache
+
+    clear_live_cache()
+    ingest_points(session, run_id=run_id, points=pts("long", range(1, 3001)))
+    ingest_points(session, run_id=run_id, points=pts("short", range(1, 50)))
+    statements: list[str] = []
+    engine = session.get_bind()
+
+    def record(conn, cursor, statement, *args) -> None:  # noqa: ANN001
+        statements.append(statement.upper())
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        first = read_series(session, run_id=run_id, max_points=100, generation=1)
+        probes_first = sum("OFFSET" in s for s in statements)
+        statements.clear()
+        ingest_points(session, run_id=run_id, points=pts("long", range(3001, 3101)))
+        second = read_series(session, run_id=run_id, max_points=100, generation=1)
+        probes_second = sum("OFFSET" in s for s in statements)
+        statements.clear()
+        read_series(session, run_id=run_id, max_points=100, generation=2)
+        probes_new_generation = sum("OFFSET" in s for s in statements)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert (probes_first, probes_second, probes_new_generation) == (1, 0, 1)
+    assert len(first["long"]["step"]) <= 100 and second["long"]["step"][-1] == 3100
+    assert first["short"]["step"] == list(range(1, 50))
+
+
 def test_live_widths_only_double_as_a_series_grows() -> None:
     from app.metrics.downsample import bucket_width, live_width
 

@@ -21,28 +21,36 @@ from worker.launcher import JOB_TOKEN_VAR, Launch
 PR_SET_PDEATHSIG = 1
 
 
-def _load_prctl() -> Callable[[], None] | None:
-    """A pre-exec hook that asks Linux to SIGTERM the job when the worker dies.
-
-    A worker killed with SIGKILL cannot stop its jobs; without this they would train on,
-    unwatched, holding GPUs nobody has leased any more. SIGTERM (not SIGKILL) lets the job
-    drain its metrics to the spool and lets torchrun stop its ranks. libc is loaded here, in
-    the parent: the child, between fork and exec, only calls the function.
-    """
+def _load_prctl() -> Callable[..., int] | None:
+    """The prctl call of the pre-exec hook, loaded here in the parent: the child, between fork
+    and exec, only calls it. None off Linux or without libc."""
     if sys.platform != "linux":
         return None
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
     except (OSError, AttributeError):
         return None
 
-    def set_parent_death_signal() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
-    return set_parent_death_signal
+_PRCTL = _load_prctl()
 
 
-_PARENT_DEATH_SIGNAL = _load_prctl()
+def _pre_exec(nice: int) -> Callable[[], None]:
+    """What the job's first process does before exec, inherited by every process it starts:
+
+    - asks Linux to SIGTERM it when the worker dies. A worker killed with SIGKILL cannot stop
+      its jobs; without this they would train on, unwatched, holding GPUs nobody has leased
+      any more. SIGTERM (not SIGKILL) lets the job drain its metrics to the spool and lets
+      torchrun stop its ranks;
+    - lowers its CPU priority by `nice` (settings.job_nice)."""
+
+    def pre_exec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if nice:
+            os.nice(nice)
+
+    return pre_exec
 
 
 def pids_with_token(token: str) -> list[int]:
@@ -68,7 +76,9 @@ def pids_with_token(token: str) -> list[int]:
 class JobProcess:
     """The running job: its launcher process, its log file and its token."""
 
-    def __init__(self, launch: Launch, *, log_path: Path, cwd: Path, token: str) -> None:
+    def __init__(
+        self, launch: Launch, *, log_path: Path, cwd: Path, token: str, nice: int = 0
+    ) -> None:
         self.token = token
         self._log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the job
         self.proc = subprocess.Popen(
@@ -79,7 +89,7 @@ class JobProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_PARENT_DEATH_SIGNAL,  # only calls prctl (see _load_prctl)
+            preexec_fn=_pre_exec(nice),  # a prctl and a nice() call, nothing else
         )
 
     @property

@@ -197,7 +197,9 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> str:
     )
     log_path = run_dir / "output.log"
     try:
-        job = JobProcess(launch, log_path=log_path, cwd=run_dir, token=token)
+        job = JobProcess(
+            launch, log_path=log_path, cwd=run_dir, token=token, nice=settings.job_nice
+        )
     except OSError as exc:
         return _finish(run_id, RunStatus.failed, None, f"could not start the job: {exc}")
     with session_scope() as session:

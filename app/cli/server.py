@@ -50,7 +50,9 @@ def worker_concurrency() -> int:
     return max(settings.worker_concurrency, len(detect(settings).gpus) + 1)
 
 
-def server_argv(host: str, port: int) -> list[str]:
+def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
+    """uvicorn serving the app; `workers` > 1 forks that many server processes (as
+    docker-compose.yml's api service does, UVICORN_WORKERS)."""
     return [
         sys.executable,
         "-m",
@@ -63,6 +65,7 @@ def server_argv(host: str, port: int) -> list[str]:
         str(port),
         "--log-level",
         "info",
+        *(["--workers", str(workers)] if workers > 1 else []),
     ]
 
 

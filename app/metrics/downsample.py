@@ -152,9 +152,14 @@ class _Final:
     times: list[float]
 
 
-_FINAL: OrderedDict[tuple[str, int, int, int], _Final] = OrderedDict()
+# (database, key id, first step, generation, width) -> the final buckets. Readers asking for
+# different max_points (the run page, the compare page) keep an entry each.
+_FINAL: OrderedDict[tuple[str, int, int, int, int], _Final] = OrderedDict()
+# (database, key id, first step, generation) -> a count the series is known to exceed: within
+# a generation a series only grows, so once it had more than max_points points it still has.
+_LONGER_THAN: OrderedDict[tuple[str, int, int, int], int] = OrderedDict()
 _FINAL_LOCK = threading.Lock()
-MAX_CACHED_SERIES = 64  # each holds at most max_points points
+MAX_CACHED_SERIES = 128  # each holds at most max_points points
 
 
 def live_width(lo: int, hi: int, max_points: int) -> int:
@@ -162,6 +167,27 @@ def live_width(lo: int, hi: int, max_points: int) -> int:
     ever double, and each doubling is derived from the buckets already kept."""
     exact = bucket_width(lo, hi, max_points)
     return 1 << (exact - 1).bit_length()
+
+
+def known_longer_than(
+    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
+) -> bool:
+    """Whether the series is known (from an earlier `note_longer_than`) to hold more than
+    `count` points, which saves the probe that would find out."""
+    with _FINAL_LOCK:
+        known = _LONGER_THAN.get((str(conn.engine.url), key_id, lo, generation))
+    return known is not None and known >= count
+
+
+def note_longer_than(
+    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
+) -> None:
+    key = (str(conn.engine.url), key_id, lo, generation)
+    with _FINAL_LOCK:
+        _LONGER_THAN[key] = max(count, _LONGER_THAN.get(key, 0))
+        _LONGER_THAN.move_to_end(key)
+        while len(_LONGER_THAN) > MAX_CACHED_SERIES:
+            _LONGER_THAN.popitem(last=False)
 
 
 def downsample_live(
@@ -179,13 +205,8 @@ def downsample_live(
     exact width (its width no longer changes, so the cache holds after one full read)."""
     width = live_width(lo, hi, max_points) if growing else bucket_width(lo, hi, max_points)
     last = lo + ((hi - lo) // width) * width  # the last bucket's start: it may still grow
-    cache_key = (str(conn.engine.url), key_id, lo, generation)
-    with _FINAL_LOCK:
-        final = _FINAL.get(cache_key)
-        if final is not None:
-            _FINAL.move_to_end(cache_key)
-    if final is not None and final.width != width:
-        final = _widened(final, lo=lo, width=width)
+    series = (str(conn.engine.url), key_id, lo, generation)
+    final = _kept(series, width)
     start = final.until if final is not None and final.until <= last else lo
     steps, values, times = _buckets(conn, key_id=key_id, start=start, hi=hi, width=width)
     if start > lo and final is not None:
@@ -194,21 +215,36 @@ def downsample_live(
         times = final.times + times
     cut = bisect.bisect_left(steps, last)
     with _FINAL_LOCK:
-        _FINAL[cache_key] = _Final(width, last, steps[:cut], values[:cut], times[:cut])
-        _FINAL.move_to_end(cache_key)
+        key = (*series, width)
+        _FINAL[key] = _Final(width, last, steps[:cut], values[:cut], times[:cut])
+        _FINAL.move_to_end(key)
         while len(_FINAL) > MAX_CACHED_SERIES:
             _FINAL.popitem(last=False)
     return steps, values, times
 
 
-def _widened(final: _Final, *, lo: int, width: int) -> _Final | None:
+def _kept(series: tuple[str, int, int, int], width: int) -> _Final | None:
+    """The final buckets kept for this width, else those of the widest narrower power-of-two
+    divisor of it, regrouped (exact: see `_widened`)."""
+    narrower = width
+    with _FINAL_LOCK:
+        while True:
+            final = _FINAL.get((*series, narrower))
+            if final is not None:
+                _FINAL.move_to_end((*series, narrower))
+                break
+            if narrower % 2:
+                return None
+            narrower //= 2
+    return final if narrower == width else _widened(final, lo=series[2], width=width)
+
+
+def _widened(final: _Final, *, lo: int, width: int) -> _Final:
     """The kept buckets regrouped into buckets `width` wide, when that is exact: the new width
     is a multiple of the kept one. Each new bucket takes the smallest and the largest of its
     old buckets' points (NULL losing against any value, the earliest step on ties), as the
     SQL would from the raw rows; the last new bucket that the kept ones do not fill entirely
     is left to the database."""
-    if width % final.width:
-        return None
     until = lo + ((final.until - lo) // width) * width
     steps: list[int] = []
     values: list[float | None] = []
@@ -239,3 +275,4 @@ def _widened(final: _Final, *, lo: int, width: int) -> _Final | None:
 def clear_live_cache() -> None:
     with _FINAL_LOCK:
         _FINAL.clear()
+        _LONGER_THAN.clear()

@@ -27,7 +27,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from app.metrics.downsample import downsample_live, downsample_timed
+from app.metrics.downsample import (
+    downsample_live,
+    downsample_timed,
+    known_longer_than,
+    note_longer_than,
+)
 from app.metrics.models import Metric, MetricKey
 
 Point = tuple[str, int, float | None, float]
@@ -177,6 +182,19 @@ def read_series(
     if max_points is not None and max_points < 2:
         raise ValueError("max_points must be at least 2 (one min and one max per bucket)")
     conn = session.connection()
+    live = max_points is not None and generation is not None
+    live = live and step_min is None and step_max is None
+    if live:
+        assert max_points is not None and generation is not None
+        return _read_live(
+            conn,
+            run_id=run_id,
+            keys=keys,
+            max_points=max_points,
+            generation=generation,
+            growing=growing,
+            with_time=with_time,
+        )
     in_range = [Metric.key_id == MetricKey.id]
     if step_min is not None:
         in_range.append(Metric.step >= step_min)
@@ -184,49 +202,109 @@ def read_series(
         in_range.append(Metric.step <= step_max)
     columns: list[Any] = [MetricKey.id, MetricKey.key]
     if max_points is not None:
-        # The (max_points + 1)-th step exists only when the series must be downsampled: a
-        # bounded index scan, where count(*) would walk the whole series.
         columns += [
-            select(Metric.step)
-            .where(*in_range)
-            .order_by(Metric.step)
-            .offset(max_points)
-            .limit(1)
-            .scalar_subquery(),
+            _step_past(in_range, max_points).scalar_subquery(),
             select(func.min(Metric.step)).where(*in_range).scalar_subquery(),
             select(func.max(Metric.step)).where(*in_range).scalar_subquery(),
         ]
-    stmt = select(*columns).where(MetricKey.run_id == run_id).order_by(MetricKey.key)
-    if keys is not None:
-        stmt = stmt.where(MetricKey.key.in_(list(keys)))
-    found = conn.execute(stmt).all()
-
     result: Series = {}
-    for row in found:
+    for row in conn.execute(_keys_of(run_id, keys, columns)).all():
         key_id, key = row[0], row[1]
         if max_points is not None and row[2] is not None:
-            if generation is not None and step_min is None and step_max is None:
-                steps, values, times = downsample_live(
-                    conn,
-                    key_id=key_id,
-                    lo=row[3],
-                    hi=row[4],
-                    max_points=max_points,
-                    generation=generation,
-                    growing=growing,
-                )
-            else:
-                steps, values, times = downsample_timed(
-                    conn, key_id=key_id, lo=row[3], hi=row[4], max_points=max_points
-                )
+            steps, values, times = downsample_timed(
+                conn, key_id=key_id, lo=row[3], hi=row[4], max_points=max_points
+            )
         else:
             steps, values, times = _whole_series(
                 conn, key_id=key_id, step_min=step_min, step_max=step_max, with_time=with_time
             )
-        result[key] = {"step": steps, "value": values}
-        if with_time:
-            result[key]["time"] = times
+        _add(result, key, steps, values, times, with_time)
     return result
+
+
+def _read_live(
+    conn: Connection,
+    *,
+    run_id: int,
+    keys: Sequence[str] | None,
+    max_points: int,
+    generation: int,
+    growing: bool,
+    with_time: bool,
+) -> Series:
+    """read_series of whole series of one generation: first and last steps in one statement;
+    whether a series holds more than max_points points is decided by its step span when it
+    is short (steps are unique), by what an earlier read found out, and only else by a probe
+    (which walks max_points index entries: half of a warm read's time on PostgreSQL)."""
+    in_range = [Metric.key_id == MetricKey.id]
+    columns: list[Any] = [
+        MetricKey.id,
+        MetricKey.key,
+        select(func.min(Metric.step)).where(*in_range).scalar_subquery(),
+        select(func.max(Metric.step)).where(*in_range).scalar_subquery(),
+    ]
+    result: Series = {}
+    for key_id, key, lo, hi in conn.execute(_keys_of(run_id, keys, columns)).all():
+        if lo is None:
+            _add(result, key, [], [], [], with_time)
+            continue
+        longer = hi - lo + 1 > max_points and (
+            known_longer_than(conn, key_id=key_id, lo=lo, generation=generation, count=max_points)
+            or _probe_longer_than(
+                conn, key_id=key_id, lo=lo, generation=generation, count=max_points
+            )
+        )
+        if longer:
+            steps, values, times = downsample_live(
+                conn,
+                key_id=key_id,
+                lo=lo,
+                hi=hi,
+                max_points=max_points,
+                generation=generation,
+                growing=growing,
+            )
+        else:
+            steps, values, times = _whole_series(
+                conn, key_id=key_id, step_min=None, step_max=None, with_time=with_time
+            )
+        _add(result, key, steps, values, times, with_time)
+    return result
+
+
+def _probe_longer_than(
+    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
+) -> bool:
+    found = conn.execute(_step_past([Metric.key_id == key_id], count)).scalar() is not None
+    if found:
+        note_longer_than(conn, key_id=key_id, lo=lo, generation=generation, count=count)
+    return found
+
+
+def _step_past(where: list[Any], count: int) -> Any:
+    """The (count + 1)-th step, which exists only when the series must be downsampled: a
+    bounded index scan, where count(*) would walk the whole series."""
+    return select(Metric.step).where(*where).order_by(Metric.step).offset(count).limit(1)
+
+
+def _keys_of(run_id: int, keys: Sequence[str] | None, columns: list[Any]) -> Any:
+    stmt = select(*columns).where(MetricKey.run_id == run_id).order_by(MetricKey.key)
+    if keys is not None:
+        stmt = stmt.where(MetricKey.key.in_(list(keys)))
+    return stmt
+
+
+def _add(
+    result: Series,
+    key: str,
+    steps: list[int],
+    values: list[float | None],
+    times: list[float],
+    with_time: bool,
+) -> None:
+    result[key] = {"step": steps, "value": values}
+    if with_time:
+        result[key]["time"] = times
 
 
 def _whole_series(

@@ -1,0 +1,42 @@
+"""The job's first process: its CPU priority (settings.job_nice) and what it hands down."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from app.settings import Settings
+from worker.launcher import JOB_TOKEN_VAR, Launch
+from worker.process import JobProcess
+
+# Prints its own niceness and that of a child it starts (torchrun's ranks are such children).
+PROBE = (
+    "import os, subprocess, sys; print('job', os.nice(0)); "
+    "subprocess.run([sys.executable, '-c', 'import os; print(\"child\", os.nice(0))'])"
+)
+
+
+def run_probe(tmp_path: Path, nice: int) -> str:
+    env = {**os.environ, JOB_TOKEN_VAR: f"nice-{nice}"}
+    log_path = tmp_path / f"nice-{nice}.log"
+    job = JobProcess(
+        Launch(argv=[sys.executable, "-c", PROBE], env=env),
+        log_path=log_path,
+        cwd=tmp_path,
+        token=f"nice-{nice}",
+        nice=nice,
+    )
+    assert job.wait() == 0
+    return log_path.read_text()
+
+
+def test_jobs_run_at_the_configured_niceness_and_hand_it_down(tmp_path: Path) -> None:
+    base = os.nice(0)
+    expected = min(base + 7, 19)
+    assert run_probe(tmp_path, 7).split() == ["job", str(expected), "child", str(expected)]
+    assert run_probe(tmp_path, 0).split() == ["job", str(base), "child", str(base)]
+
+
+def test_jobs_are_nicer_than_the_server_by_default() -> None:
+    assert Settings().job_nice == 10
