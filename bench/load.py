@@ -537,6 +537,7 @@ def drive(
         "delivery_lag_s": result["lag_s"],
         "latency_ms": overall,
         "latency_ms_by_endpoint": by_kind,
+        "probes": [(round(t - start, 2), kind, round(dt * 1000, 1)) for t, kind, dt, _ in in_load],
         "probe_errors": errors,
         "memory": mem,
         "drain_s": {
