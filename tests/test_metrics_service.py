@@ -320,6 +320,57 @@ def test_a_live_read_probes_a_series_length_once_per_generation(
     assert first["short"]["step"] == list(range(1, 50))
 
 
+def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
+    session: Session, run_id: int
+) -> None:
+    """A live series read whole while short is kept as its raw points; when it grows past
+    max_points its first downsample regroups them and asks the database only for the
+    buckets past them, and equals a fresh downsample."""
+    from sqlalchemy import event
+
+    from app.metrics.downsample import _buckets, clear_live_cache, live_width
+
+    clear_live_cache()
+    rng = random.Random(5)
+
+    def add(first: int, last: int) -> None:
+        ingest_points(
+            session,
+            run_id=run_id,
+            points=[
+                ("x", s, rng.choice((0.0, rng.random(), math.nan)), 1.0 * s)
+                for s in range(first, last + 1)
+            ],
+        )
+
+    add(1, 180)
+    short = read_series(session, run_id=run_id, max_points=200, generation=1)["x"]
+    assert short["step"] == list(range(1, 181))
+    add(181, 700)
+    bucket_starts: list[int] = []
+    engine = session.get_bind()
+
+    def record(conn, cursor, statement, parameters, *args) -> None:  # noqa: ANN001
+        if "RECURSIVE" in statement.upper() or "GENERATE_SERIES" in statement.upper():
+            start = parameters["start"] if isinstance(parameters, dict) else parameters[0]
+            bucket_starts.append(start)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        live = read_series(session, run_id=run_id, max_points=200, generation=1)["x"]
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert bucket_starts and min(bucket_starts) >= 180 - live_width(1, 700, 200)
+    steps, values, _times = _buckets(
+        session.connection(),
+        key_id=read_key_id(session, run_id, "x"),
+        start=1,
+        hi=700,
+        width=live_width(1, 700, 200),
+    )
+    assert live == {"step": steps, "value": values}
+
+
 def test_live_widths_only_double_as_a_series_grows() -> None:
     from app.metrics.downsample import bucket_width, live_width
 

@@ -235,18 +235,14 @@ def downsample_live(
         values = kept_values + values
         times = kept_times + times
     cut = bisect.bisect_left(steps, last)
-    with _FINAL_LOCK:
-        key = (*series, width)
-        _FINAL[key] = _Final(width, last, steps[:cut], values[:cut], times[:cut])
-        _FINAL.move_to_end(key)
-        while len(_FINAL) > MAX_CACHED_SERIES:
-            _FINAL.popitem(last=False)
+    _store((*series, width), _Final(width, last, steps[:cut], values[:cut], times[:cut]))
     return steps, values, times
 
 
 def _kept(series: tuple[str, int, int, int], width: int) -> _Final | None:
     """The final buckets kept for this width, else those of the widest narrower power-of-two
-    divisor of it, regrouped (exact: see `_widened`)."""
+    divisor of it, else the raw points (width 1, `keep_whole`), regrouped (exact: see
+    `_widened`)."""
     narrower = width
     with _FINAL_LOCK:
         while True:
@@ -254,10 +250,42 @@ def _kept(series: tuple[str, int, int, int], width: int) -> _Final | None:
             if final is not None:
                 _FINAL.move_to_end((*series, narrower))
                 break
-            if narrower % 2:
+            if narrower == 1:
                 return None
-            narrower //= 2
+            narrower = narrower // 2 if narrower % 2 == 0 else 1
     return final if narrower == width else _widened(final, lo=series[2], width=width)
+
+
+def keep_whole(
+    conn: Connection,
+    *,
+    key_id: int,
+    lo: int,
+    generation: int,
+    steps: list[int],
+    values: list[float | None],
+    times: list[float],
+) -> None:
+    """Keep a whole series just read (short enough to be sent raw) as its width-1 buckets:
+    each point is its own bucket's min and max. When the series grows past max_points, its
+    first downsample is then regrouped from these, not read bucket by bucket from the
+    database (that first read was the slowest of the load bench's metrics reads)."""
+    if not steps:
+        return
+    hi = steps[-1]
+    cut = bisect.bisect_left(steps, hi)  # the last step's bucket is not final yet
+    _store(
+        (str(conn.engine.url), key_id, lo, generation, 1),
+        _Final(1, hi, steps[:cut], values[:cut], times[:cut]),
+    )
+
+
+def _store(key: tuple[str, int, int, int, int], final: _Final) -> None:
+    with _FINAL_LOCK:
+        _FINAL[key] = final
+        _FINAL.move_to_end(key)
+        while len(_FINAL) > MAX_CACHED_SERIES:
+            _FINAL.popitem(last=False)
 
 
 def _widened(final: _Final, *, lo: int, width: int) -> _Final:

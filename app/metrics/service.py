@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from app.metrics.downsample import (
     downsample_live,
     downsample_timed,
+    keep_whole,
     known_longer_than,
     note_longer_than,
 )
@@ -266,7 +267,16 @@ def _read_live(
             )
         else:
             steps, values, times = _whole_series(
-                conn, key_id=key_id, step_min=None, step_max=None, with_time=with_time
+                conn, key_id=key_id, step_min=None, step_max=None, with_time=True
+            )
+            keep_whole(
+                conn,
+                key_id=key_id,
+                lo=lo,
+                generation=generation,
+                steps=steps,
+                values=values,
+                times=times,
             )
         _add(result, key, steps, values, times, with_time)
     return result
