@@ -9,17 +9,13 @@ destroy_process_group, and finalising under them aborted a finished rank in CI
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from worker.launcher import LaunchSpec, build_launch
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.test_recipes import job_launch
 
 SCRIPT = textwrap.dedent(
     """
@@ -60,25 +56,12 @@ def run_script_job(tmp_path: Path, nproc: int, mode: str = "") -> subprocess.Com
     script.write_text(SCRIPT)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
-    spec = LaunchSpec(
-        run_id=1,
-        run_dir=run_dir,
-        config={"seed": 0, "script": "exit_probe.py", "resources": {"nproc": nproc, "gpus": 0}},
-        python=sys.executable,
-        job_token="test",
-        master_port=29500,
-        base_env={
-            **base,
-            "PYTHONPATH": str(REPO),
-            "OMP_NUM_THREADS": "1",
-            "EXIT_TEST_DIR": str(tmp_path),
-            "EXIT_TEST_MODE": mode,
-        },
+    launch = job_launch(
+        run_dir,
+        {"script": "exit_probe.py", "resources": {"nproc": nproc, "gpus": 0}},
         script=script,
-        workspace=workspace,
+        extra_env={"EXIT_TEST_DIR": str(tmp_path), "EXIT_TEST_MODE": mode},
     )
-    launch = build_launch(spec)
     return subprocess.run(
         launch.argv, cwd=run_dir, env=launch.env, capture_output=True, text=True, timeout=300
     )

@@ -32,8 +32,16 @@ REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("restore_torch_state")
 
 
-def job_launch(run_dir: Path, config: dict[str, Any], resume_from: Path | None = None) -> Launch:
-    """What the worker would start for this config (the one launcher, not a copy of it)."""
+def job_launch(
+    run_dir: Path,
+    config: dict[str, Any],
+    resume_from: Path | None = None,
+    *,
+    script: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Launch:
+    """What the worker would start for this config (the one launcher, not a copy of it); a
+    `script` runs from its own directory as the workspace."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
     spec = LaunchSpec(
         run_id=1,
@@ -43,7 +51,9 @@ def job_launch(run_dir: Path, config: dict[str, Any], resume_from: Path | None =
         job_token="test",
         master_port=29500,
         resume_from=resume_from,
-        base_env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        base_env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(extra_env or {})},
+        script=script,
+        workspace=script.parent if script is not None else None,
     )
     return build_launch(spec)
 

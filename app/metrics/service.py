@@ -183,10 +183,8 @@ def read_series(
     if max_points is not None and max_points < 2:
         raise ValueError("max_points must be at least 2 (one min and one max per bucket)")
     conn = session.connection()
-    live = max_points is not None and generation is not None
-    live = live and step_min is None and step_max is None
-    if live:
-        assert max_points is not None and generation is not None
+    whole_range = step_min is None and step_max is None
+    if max_points is not None and generation is not None and whole_range:
         return _read_live(
             conn,
             run_id=run_id,
