@@ -411,3 +411,37 @@ def read_key_id(session: Session, run_id: int, key: str) -> int:
     return int(
         session.scalar(select(MetricKey.id).where(MetricKey.run_id == run_id, MetricKey.key == key))
     )
+
+
+def test_a_growing_series_keeps_only_the_widths_still_read(
+    session: Session, run_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a series' width doubles, the narrower widths' kept buckets that nobody reads any
+    more are dropped (held until the LRU evicted them, they grew the server's memory with
+    every doubling); a reader still at a narrower width (another max_points) keeps its own."""
+    from app.metrics import downsample
+
+    downsample.clear_live_cache()
+
+    def widths() -> list[int]:
+        return sorted(k[4] for k in downsample._FINAL)
+
+    def grow_to(last: int) -> None:
+        first = len(read_series(session, run_id=run_id).get("x", {}).get("step", [])) + 1
+        ingest_points(session, run_id=run_id, points=pts("x", range(first, last + 1)))
+
+    grow_to(150)
+    read_series(session, run_id=run_id, max_points=200, generation=1)  # whole: width 1 kept
+    assert widths() == [1]
+    monkeypatch.setattr(downsample, "SUPERSEDED_IDLE_SECONDS", 0.0)
+    for last in (300, 700, 1500, 3000):
+        grow_to(last)
+        read_series(session, run_id=run_id, max_points=200, generation=1)
+        assert widths() == [downsample.live_width(1, last, 200)], last
+    # Two readers at different max_points, both active: each keeps its width.
+    monkeypatch.setattr(downsample, "SUPERSEDED_IDLE_SECONDS", 3600.0)
+    for last in (3100, 3200):
+        grow_to(last)
+        read_series(session, run_id=run_id, max_points=200, generation=1)
+        read_series(session, run_id=run_id, max_points=1000, generation=1)
+    assert widths() == [downsample.live_width(1, 3200, 1000), downsample.live_width(1, 3200, 200)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from array import array
 from collections import OrderedDict
 
@@ -148,7 +149,7 @@ class _Final:
     cache was most of the server's memory growth under load); NULL is kept as NaN, which
     the database never returns for a value (non-finite values are stored as NULL)."""
 
-    __slots__ = ("width", "until", "_steps", "_values", "_times")
+    __slots__ = ("width", "until", "used", "_steps", "_values", "_times")
 
     def __init__(
         self,
@@ -160,6 +161,7 @@ class _Final:
     ) -> None:
         self.width = width
         self.until = until
+        self.used = time.monotonic()  # last read at this very width (see `_store`)
         self._steps = array("q", steps)
         self._values = array("d", (_NAN if v is None else v for v in values))
         self._times = array("d", times)
@@ -180,6 +182,11 @@ _FINAL: OrderedDict[tuple[str, int, int, int, int], _Final] = OrderedDict()
 _LONGER_THAN: OrderedDict[tuple[str, int, int, int], int] = OrderedDict()
 _FINAL_LOCK = threading.Lock()
 MAX_CACHED_SERIES = 128  # each holds at most max_points points
+# A narrower width's buckets unread for this long are dropped when a wider width of the same
+# series is kept: a growing series' reader never goes back to them, and held until the LRU
+# pushed them out they made the server's memory grow with every doubling (the load bench:
+# ~3 MB/min). A reader still at the narrower width (another max_points) keeps them.
+SUPERSEDED_IDLE_SECONDS = 2.0
 
 
 def live_width(lo: int, hi: int, max_points: int) -> int:
@@ -249,6 +256,8 @@ def _kept(series: tuple[str, int, int, int], width: int) -> _Final | None:
             final = _FINAL.get((*series, narrower))
             if final is not None:
                 _FINAL.move_to_end((*series, narrower))
+                if narrower == width:
+                    final.used = time.monotonic()
                 break
             if narrower == 1:
                 return None
@@ -281,9 +290,14 @@ def keep_whole(
 
 
 def _store(key: tuple[str, int, int, int, int], final: _Final) -> None:
+    series, width = key[:4], key[4]
+    idle_since = final.used - SUPERSEDED_IDLE_SECONDS
     with _FINAL_LOCK:
         _FINAL[key] = final
         _FINAL.move_to_end(key)
+        for k in [k for k in _FINAL if k[:4] == series and k[4] < width]:
+            if _FINAL[k].used <= idle_since:
+                del _FINAL[k]
         while len(_FINAL) > MAX_CACHED_SERIES:
             _FINAL.popitem(last=False)
 
