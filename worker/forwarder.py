@@ -37,8 +37,6 @@ LOG_SHIP_BYTES = 1024 * 1024
 # LOG_MAX_SMALL_CHUNKS of them (a log that trickles a line per forwarding interval).
 LOG_CHUNK_BYTES = 64 * 1024
 LOG_MAX_SMALL_CHUNKS = 64
-# How long the final drain waits for a checkpoint upload before it heartbeats again.
-UPLOAD_WAIT_SECONDS = 0.25
 
 
 def read_complete_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
@@ -61,14 +59,9 @@ def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = 
     flight); 0 when nothing under the run directory has anything new.
 
     ``final``: the job has ended, so the log's last line goes even without its newline, and
-    the answer stays above 0 until every checkpoint is in the artifact store. While uploads
-    are in flight it first waits a moment for one, so the drain does not spin; the caller's
-    work so far (its heartbeat) is committed before that, so no transaction, and on SQLite
-    not the one write lock, is held while it waits.
+    the answer stays above 0 until every checkpoint is in the artifact store (the drain
+    waits for uploads between batches, outside any transaction).
     """
-    if final and artifacts.uploading(run_id):
-        session.commit()
-        artifacts.wait_for_uploads(run_id, timeout=UPLOAD_WAIT_SECONDS)
     run = session.get(Run, run_id)
     if run is None:
         return 0

@@ -338,11 +338,17 @@ def _drain(run_id: int, metrics_path: Path, *, has_leases: bool = False) -> None
         return forward(session, run_id=run_id, metrics_path=metrics_path, final=True)
 
     for _ in range(10_000):
+        if artifacts.uploading(run_id):
+            # A moment for an upload between batches, so the drain does not spin; outside
+            # any transaction, so no lock (on SQLite the one write lock) is held meanwhile.
+            artifacts.wait_for_uploads(run_id, timeout=UPLOAD_WAIT_SECONDS)
         if not with_db(run_id, "drain", one_batch):
             return
 
 
 DB_RETRY_SECONDS = 300.0
+# How long the final drain waits for a checkpoint upload before it heartbeats again.
+UPLOAD_WAIT_SECONDS = 0.25
 T = TypeVar("T")
 
 

@@ -9,15 +9,8 @@ one incrementally from the byte offset kept in `run.tb_offsets`, and stores the 
 with the new offsets in the caller's transaction, so a restarted worker resumes where the last
 commit left off.
 
-Event files are TFRecord streams; each record is
-
-    uint64 length | uint32 masked crc32c(length) | data[length] | uint32 masked crc32c(data)
-
-(little-endian) holding one serialized `Event`. Reading stops at an incomplete trailing
-record (the writer may be mid-write) and never moves past it. The length's CRC is always
-checked (8 bytes, cheap in Python), so a garbage length is never trusted; the data's CRC only
-when the C `google_crc32c` module happens to be installed (a pure-Python CRC would cost ten
-times the protobuf parse).
+Event files are TFRecord streams of serialized `Event`s, read by `worker.tfrecord` (which owns
+the framing, the CRC checks and where an incomplete trailing record stops a read).
 
 What becomes a point (key, step, value, wall_time):
 - `value.simple_value` (torch's `add_scalar`, TF1 summaries);
