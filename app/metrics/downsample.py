@@ -185,7 +185,8 @@ MAX_CACHED_SERIES = 128  # each holds at most max_points points
 # A narrower width's buckets unread for this long are dropped when a wider width of the same
 # series is kept: a growing series' reader never goes back to them, and held until the LRU
 # pushed them out they made the server's memory grow with every doubling (the load bench:
-# ~3 MB/min). A reader still at the narrower width (another max_points) keeps them.
+# ~3 MB/min). A reader still at the narrower width (another max_points, read within that
+# time) keeps them; one that comes back later reads its buckets from the database again.
 SUPERSEDED_IDLE_SECONDS = 2.0
 
 
