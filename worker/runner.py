@@ -322,6 +322,10 @@ def _heartbeat(session: Session, *, run_id: int, has_leases: bool) -> None:
         heartbeat_leases(session, run_id=run_id)
 
 
+# How long the final drain waits for a checkpoint upload before it heartbeats again.
+UPLOAD_WAIT_SECONDS = 0.25
+
+
 def _drain(run_id: int, metrics_path: Path, *, has_leases: bool = False) -> None:
     """Move what is left of the spool. The run keeps its GPUs until _finish releases them, so
     its leases (and the run's own heartbeat) are kept fresh here too: a long drain must not
@@ -347,8 +351,6 @@ def _drain(run_id: int, metrics_path: Path, *, has_leases: bool = False) -> None
 
 
 DB_RETRY_SECONDS = 300.0
-# How long the final drain waits for a checkpoint upload before it heartbeats again.
-UPLOAD_WAIT_SECONDS = 0.25
 T = TypeVar("T")
 
 

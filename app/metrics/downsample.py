@@ -149,17 +149,15 @@ class _Final:
     cache was most of the server's memory growth under load); NULL is kept as NaN, which
     the database never returns for a value (non-finite values are stored as NULL)."""
 
-    __slots__ = ("width", "until", "used", "_steps", "_values", "_times")
+    __slots__ = ("until", "used", "_steps", "_values", "_times")
 
     def __init__(
         self,
-        width: int,
         until: int,  # buckets starting before this step are final
         steps: list[int],
         values: list[float | None],
         times: list[float],
     ) -> None:
-        self.width = width
         self.until = until
         self.used = time.monotonic()  # last read at this very width (see `_store`)
         self._steps = array("q", steps)
@@ -243,7 +241,7 @@ def downsample_live(
         values = kept_values + values
         times = kept_times + times
     cut = bisect.bisect_left(steps, last)
-    _store((*series, width), _Final(width, last, steps[:cut], values[:cut], times[:cut]))
+    _store((*series, width), _Final(last, steps[:cut], values[:cut], times[:cut]))
     return steps, values, times
 
 
@@ -286,7 +284,7 @@ def keep_whole(
     cut = bisect.bisect_left(steps, hi)  # the last step's bucket is not final yet
     _store(
         (str(conn.engine.url), key_id, lo, generation, 1),
-        _Final(1, hi, steps[:cut], values[:cut], times[:cut]),
+        _Final(hi, steps[:cut], values[:cut], times[:cut]),
     )
 
 
@@ -334,7 +332,7 @@ def _widened(final: _Final, *, lo: int, width: int) -> _Final:
             values.append(old_values[k])
             times.append(old_times[k])
         i = j
-    return _Final(width, until, steps, values, times)
+    return _Final(until, steps, values, times)
 
 
 def clear_live_cache() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import groupby
 from operator import itemgetter
 from typing import Any, cast
 
@@ -372,14 +373,11 @@ def read_new_points(
         .limit(limit)
     )
     result: Series = {}
-    series: dict[str, list[Any]] | None = None
-    current = None
-    for key, step, value, wall_time in session.connection().execute(stmt):
-        if key != current:
-            current = key
-            series = result[key] = {"step": [], "value": [], "time": []}
-        assert series is not None
-        series["step"].append(step)
-        series["value"].append(value)
-        series["time"].append(wall_time)
+    for key, group in groupby(session.connection().execute(stmt), itemgetter(0)):
+        points = list(group)
+        result[key] = {
+            "step": [p[1] for p in points],
+            "value": [p[2] for p in points],
+            "time": [p[3] for p in points],
+        }
     return result
