@@ -6,19 +6,26 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.service import StartResult, release_leases, touch_host, try_start
+from app.gpus.service import (
+    SCHEDULER_LOCK_KEY,
+    StartResult,
+    release_leases,
+    touch_host,
+    try_start,
+)
 from app.runs.models import RunStatus
-from app.timeutil import utcnow
+from app.timeutil import as_utc, utcnow
 from tests.databases import KINDS, own_database
 
 TTL = 15.0
@@ -176,3 +183,34 @@ def test_concurrent_workers_never_lease_a_gpu_twice(sessions) -> None:
     assert sorted(started) == runs[:2]
     assert sorted(res.gpu_indices for res in started.values()) == [(0,), (1,)]  # type: ignore[union-attr]
     assert len(leases(sessions)) == 2
+
+
+def test_a_start_that_waited_for_a_finish_is_recorded_after_it(sessions) -> None:
+    """A start that waited for the scheduler's lock while the run before it finished records
+    its start after that finish: it used to record the time it began, before the wait, so two
+    runs' times showed one GPU held twice although the second started after the first ended
+    (seen in CI, tests/test_gpu_leases.py, on PostgreSQL)."""
+    first, second = queued_runs(sessions, 2, 1)
+    assert start(sessions, first).outcome == "started"
+    result: dict[str, StartResult] = {}
+    with sessions.begin() as s:
+        # Hold the scheduler's lock: PostgreSQL's advisory lock, SQLite's one write lock.
+        if s.get_bind().dialect.name == "postgresql":
+            s.execute(select(func.pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)))
+        s.execute(update(models.Run).where(models.Run.id == first).values(heartbeat_at=utcnow()))
+        waiting = threading.Thread(target=lambda: result.update(got=start(sessions, second)))
+        waiting.start()
+        time.sleep(0.5)  # the second start is under way, waiting for the lock
+        s.execute(
+            update(models.Run)
+            .where(models.Run.id == first)
+            .values(status=RunStatus.succeeded, finished_at=utcnow())
+        )
+        release_leases(s, run_id=first)
+    waiting.join(60)
+    assert result["got"].outcome == "started"
+    with sessions() as s:
+        finished_at = s.get_one(models.Run, first).finished_at
+        started_at = s.get_one(models.Run, second).started_at
+    assert finished_at is not None and started_at is not None
+    assert as_utc(started_at) >= as_utc(finished_at)

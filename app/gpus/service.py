@@ -68,7 +68,7 @@ def try_start(
 ) -> StartResult:
     """`gpu_stats` is NVML's fresh view of this host (see WorkerHost.gpu_stats): a GPU running
     compute processes that torchyard has not leased is busy (external) and not handed out."""
-    now = now or utcnow()
+    given_now, now = now, now or utcnow()
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)))
     # On SQLite: the write lock.
@@ -92,11 +92,15 @@ def try_start(
         return StartResult("wait", reason=decision.waiting.get(run_id, ""))
     if placement.host not in (None, host):
         return StartResult("wait", reason=f"fits on host {placement.host}, not here")
+    # Read after the decision: the finish that freed these GPUs had committed before `decide`
+    # saw them free, so its finished_at is earlier. `now` can be older: it was taken before
+    # the scheduler's lock, which may have been waited for while that finish went on.
+    started = given_now or utcnow()
     for index in placement.gpu_indices:
-        session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=now))
+        session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=started))
     run.status = RunStatus.running
-    run.started_at = now
-    run.heartbeat_at = now
+    run.started_at = started
+    run.heartbeat_at = started
     run.worker_host = host
     run.gpu_indices = format_indices(placement.gpu_indices)
     session.flush()
