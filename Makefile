@@ -51,8 +51,8 @@ up: install
 	$(VENV)/bin/torchyard up
 
 lint: install
-	$(VENV)/bin/ruff check app worker tests bench migrations
-	$(VENV)/bin/ruff format --check app worker tests bench migrations
+	$(VENV)/bin/ruff check app worker torchyard tests bench migrations
+	$(VENV)/bin/ruff format --check app worker torchyard tests bench migrations
 	$(VENV)/bin/mypy
 
 # The whole suite twice: on the embedded defaults (SQLite database and SQLite broker), then on

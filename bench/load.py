@@ -60,7 +60,7 @@ import math
 import time
 from pathlib import Path
 
-from worker.sdk import init
+from torchyard.sdk import init
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seconds", type=float, default=10)

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from worker.runtime.reporter import Reporter  # noqa: E402
+from torchyard.runtime.reporter import Reporter  # noqa: E402
 
 TARGET_RATIO = 0.98
 

@@ -26,7 +26,7 @@ def api(live_stack):  # type: ignore[no-untyped-def]
 
 
 def test_two_process_digits_cnn_is_one_run_that_matches_the_single_process_run(api) -> None:
-    from worker.recipes.digits_cnn import build_model
+    from torchyard.recipes.digits_cnn import build_model
 
     single = launch(api, {**DIGITS, "resources": {"nproc": 1, "gpus": 0}}, name="ddp-1")
     ddp = launch(api, {**DIGITS, "resources": {"nproc": 2, "gpus": 0}}, name="ddp-2")

@@ -38,7 +38,7 @@ DIGITS = {"recipe": "digits_cnn", "params": {"epochs": 10}, "seed": 1029, "deter
 
 
 def test_digits_cnn_trains_to_97_percent_and_its_checkpoint_scores_the_same(api) -> None:
-    from worker.recipes.digits_cnn import build_model, evaluate, load_split
+    from torchyard.recipes.digits_cnn import build_model, evaluate, load_split
 
     run = launch(api, DIGITS, name="digits")
     done = wait_for_status(api, run["id"], {"succeeded", "failed", "cancelled"}, timeout=300)

@@ -4,7 +4,7 @@ output flushed) and with the failure paths unchanged.
 
 The teardown is skipped because a DDP model keeps gloo's threads alive past
 destroy_process_group, and finalising under them aborted a finished rank in CI
-(worker/jobmain.exit_skipping_teardown).
+(torchyard/job.exit_skipping_teardown).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     import torch
     from torch import nn
 
-    from worker.sdk import init
+    from torchyard.sdk import init
 
     run = init()
     out = Path(os.environ["EXIT_TEST_DIR"])

@@ -51,9 +51,9 @@ def loaded_top_level_modules(code: str) -> set[str]:
 
 def test_the_job_imports_nothing_of_the_server_stack() -> None:
     loaded = loaded_top_level_modules(
-        "import worker.jobmain, worker.runtime, worker.recipes.digits_cnn, "
-        "worker.recipes.tiny_mlp\n"
-        "from worker.recipes.digits_data import load_digits\n"
+        "import torchyard.job, torchyard.runtime, torchyard.recipes.digits_cnn, "
+        "torchyard.recipes.tiny_mlp\n"
+        "from torchyard.recipes.digits_data import load_digits\n"
         "load_digits()  # finds scikit-learn's CSV without importing scikit-learn\n"
     )
     assert "torch" in loaded and "numpy" in loaded
@@ -62,5 +62,5 @@ def test_the_job_imports_nothing_of_the_server_stack() -> None:
 
 def test_the_recipe_catalog_stays_free_of_torch() -> None:
     """The API server imports the catalog to validate configs; it must not pay for torch."""
-    loaded = loaded_top_level_modules("import worker.recipes.catalog")
+    loaded = loaded_top_level_modules("import torchyard.recipes.catalog")
     assert loaded.isdisjoint({"torch", "numpy", *FORBIDDEN})

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from app.settings import Settings
-from worker.launcher import JOB_TOKEN_VAR, Launch
+from torchyard.contract import JOB_TOKEN_VAR
+from worker.launcher import Launch
 from worker.process import JobProcess
 
 # Prints its own niceness and that of a child it starts (torchrun's ranks are such children).

@@ -3,7 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from worker.launcher import LaunchSpec, build_launch, rank_prefix
+from torchyard.contract import rank_prefix
+from worker.launcher import LaunchSpec, build_launch
 
 CONFIG = {"recipe": "tiny_mlp", "params": {}, "seed": 5, "resources": {"nproc": 1, "gpus": 0}}
 
@@ -24,7 +25,7 @@ def spec(**kw: object) -> LaunchSpec:
 
 def test_single_process_starts_the_entry_point_directly_with_torchrun_env() -> None:
     launch = build_launch(spec())
-    assert launch.argv == ["/py", "-m", "worker.jobmain"]
+    assert launch.argv == ["/py", "-m", "torchyard.job"]
     env = launch.env
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("0", "0", "1")
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29555")
@@ -52,7 +53,7 @@ def test_single_process_through_torchrun_when_configured() -> None:
         "--tee=3",
         "--log-dir=/data/runs/7/torchrun",
         "--module",
-        "worker.jobmain",
+        "torchyard.job",
     ]
     assert "RANK" not in launch.env and "MASTER_PORT" not in launch.env
     assert launch.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
@@ -70,7 +71,7 @@ def test_multi_process_always_goes_through_torchrun() -> None:
         "--tee=3",
         "--log-dir=/data/runs/7/torchrun",
         "--module",
-        "worker.jobmain",
+        "torchyard.job",
     ]
     # torchrun writes every line of rank N (stdout and stderr) with "[rankN]: " in front.
     assert launch.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "

@@ -135,7 +135,7 @@ def test_one_call_ships_a_bounded_window_and_a_line_longer_than_it_still_goes(
 def test_a_trickling_log_is_merged_into_few_chunks(tmp_path: Path) -> None:
     run_id = make_run()
     path = tmp_path / "output.log"
-    line = b"2026-11-22 12:00:00 [rank 0] INFO worker.recipes.training: step 123 loss 0.1234\n"
+    line = b"2026-11-22 12:00:00 [rank 0] INFO torchyard.recipes.training: step 123 loss 0.1234\n"
     with open(path, "ab") as f:
         for _ in range(2000):  # a line per forwarding interval: 2000 calls, ~160 KB
             f.write(line)

@@ -16,7 +16,7 @@ from app.db import session_scope
 from app.metrics.service import ingest_points
 from app.metrics.summary import RunSummary, run_summaries
 from tests.conftest import make_user
-from worker.recipes.catalog import RECIPES
+from torchyard.recipes.catalog import RECIPES
 
 
 def login(client, username: str, password: str) -> None:  # type: ignore[no-untyped-def]

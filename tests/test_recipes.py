@@ -1,6 +1,6 @@
 """The built-in recipes, trained for real: accuracy, reproducibility, resume, failure, cancel.
 
-The slower end-to-end checks start ``python -m worker.jobmain`` the way the launcher does
+The slower end-to-end checks start ``python -m torchyard.job`` the way the launcher does
 (which also tests the entry point); the rest run the same ``jobmain.run`` in-process.
 """
 
@@ -19,12 +19,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from worker import jobmain
+from torchyard.recipes import digits_cnn, tiny_mlp
+from torchyard.recipes.digits_data import load_digits
+from torchyard.runtime.checkpoint import load_checkpoint
+from torchyard.runtime.context import JobContext
+from torchyard import job as jobmain
 from worker.launcher import Launch, LaunchSpec, build_launch
-from worker.recipes import digits_cnn, tiny_mlp
-from worker.recipes.digits_data import load_digits
-from worker.runtime.checkpoint import load_checkpoint
-from worker.runtime.context import JobContext
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -133,7 +133,7 @@ def test_digits_cnn_defaults_reach_97_percent_through_jobmain(tmp_path: Path) ->
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""  # the job logs, it does not print
-    assert "[rank 0] INFO worker.jobmain: run 1: recipe digits_cnn, seed 1029" in result.stderr
+    assert "[rank 0] INFO torchyard.job: run 1: recipe digits_cnn, seed 1029" in result.stderr
 
     steps, losses = series(run_dir, "train/loss")
     assert steps == list(range(1, 231))  # 10 epochs x ceil(1438 / 64) steps, from 1
@@ -308,7 +308,7 @@ def test_failing_job_exits_non_zero_with_traceback_and_keeps_earlier_points(
     assert result.returncode != 0
     assert "Traceback (most recent call last)" in result.stderr
     assert "RuntimeError: tiny_mlp: failing on purpose at step 5" in result.stderr
-    assert "[rank 0] ERROR worker.jobmain: run failed" in result.stderr
+    assert "[rank 0] ERROR torchyard.job: run failed" in result.stderr
     assert series(run_dir, "train/loss")[0] == [1, 2, 3, 4]
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from worker.runtime.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
+from torchyard.runtime.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
 
 
 def make_model() -> nn.Module:

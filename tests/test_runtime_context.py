@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from worker.runtime.checkpoint import load_checkpoint, save_checkpoint
-from worker.runtime.context import JobContext
+from torchyard.runtime.checkpoint import load_checkpoint, save_checkpoint
+from torchyard.runtime.context import JobContext
 
 CONFIG = {
     "recipe": "tiny_mlp",

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from worker.runtime.reporter import Reporter, ReporterError
+from torchyard.runtime.reporter import Reporter, ReporterError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -211,7 +211,7 @@ def test_a_script_that_never_closes_still_gets_every_point_written(tmp_path: Pat
     """atexit drains the buffer; the daemon thread does not keep the process alive."""
     path = tmp_path / "metrics.jsonl"
     code = (
-        "from worker.runtime.reporter import Reporter\n"
+        "from torchyard.runtime.reporter import Reporter\n"
         f"r = Reporter({str(path)!r}, enabled=True, interval=60)\n"
         "for step in range(1, 10001):\n"
         "    r.log(step, loss=step / 7)\n"
@@ -226,7 +226,7 @@ def test_a_script_that_never_closes_still_gets_every_point_written(tmp_path: Pat
 def test_a_crash_keeps_every_point_logged_before_it(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     code = (
-        "from worker.runtime.reporter import Reporter\n"
+        "from torchyard.runtime.reporter import Reporter\n"
         f"r = Reporter({str(path)!r}, enabled=True, interval=60)\n"
         "for step in range(1, 101):\n"
         "    r.log(step, loss=1.0)\n"

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from worker.runtime.data import epoch_seed, make_loader, set_epoch
-from worker.runtime.seeding import seed_everything
+from torchyard.runtime.data import epoch_seed, make_loader, set_epoch
+from torchyard.runtime.seeding import seed_everything
 
 pytestmark = pytest.mark.usefixtures("restore_torch_state")
 

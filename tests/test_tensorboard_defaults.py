@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 LIVE_WRITER = """
 import sys, time
-from worker.runtime.tensorboard_defaults import install
+from torchyard.runtime.tensorboard_defaults import install
 install()
 assert "tensorboard" not in sys.modules and "torch.utils.tensorboard" not in sys.modules
 from torch.utils.tensorboard import SummaryWriter
@@ -25,7 +25,7 @@ time.sleep(60)  # no close, no flush: the parent ends this process
 
 EXPLICIT_ARGS = """
 import json, sys
-from worker.runtime.tensorboard_defaults import install
+from torchyard.runtime.tensorboard_defaults import install
 if sys.argv[1] == "before":
     install()
 from torch.utils.tensorboard import SummaryWriter

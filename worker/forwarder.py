@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.metrics.service import ingest_points
 from app.runs.models import Checkpoint, Run, RunLogChunk
+from torchyard.contract import LOG_FILE
 from worker import artifacts
 from worker.tensorboard_events import forward_events
 
@@ -68,7 +69,7 @@ def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = 
     run_dir = metrics_path.parent
     moved = _forward_lines(session, run=run, metrics_path=metrics_path)
     moved += forward_events(session, run_id=run_id, run_dir=run_dir)
-    moved += ship_log(session, run=run, log_path=run_dir / "output.log", final=final)
+    moved += ship_log(session, run=run, log_path=run_dir / LOG_FILE, final=final)
     return moved + artifacts.sync(session, run_id=run_id, run_dir=run_dir, final=final)
 
 

@@ -19,28 +19,27 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from string import Template
 from typing import Any, Literal
 
+from torchyard.contract import (
+    CONFIG_VAR,
+    JOB_TOKEN_VAR,
+    LOG_LINE_PREFIX_TEMPLATE,
+    LOG_LINE_PREFIX_VAR,
+    RESUME_FROM_VAR,
+    RUN_DIR_VAR,
+    RUN_ID_VAR,
+    SCRIPT_ARGV_VAR,
+    SCRIPT_VAR,
+    TENSORBOARD_DIR,
+    TENSORBOARD_DIR_VAR,
+    TORCHRUN_LOG_DIR,
+    WORKSPACE_VAR,
+    RunSpec,
+)
 from worker.workspace import script_argv
 
-JOB_MODULE = "worker.jobmain"
-# Marks every process of a run (torchrun's workers start new sessions, so a process group
-# does not hold them all): the process module finds them by it.
-JOB_TOKEN_VAR = "TORCHYARD_JOB_TOKEN"
-# torchrun's per-line prefix of each rank's output (string.Template, ${rank} = global rank).
-LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
-LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-TORCHRUN_LOG_DIR = "torchrun"
-TENSORBOARD_DIR = "tensorboard"
-TENSORBOARD_DIR_VAR = "TORCHYARD_TENSORBOARD_DIR"
-SCRIPT_VAR = "TORCHYARD_SCRIPT"
-SCRIPT_ARGV_VAR = "TORCHYARD_SCRIPT_ARGV"
-
-
-def rank_prefix(rank: int) -> str:
-    """The prefix of every line rank ``rank`` writes under torchrun: ``[rank1]: ``."""
-    return Template(LOG_LINE_PREFIX_TEMPLATE).substitute(rank=rank)
+JOB_MODULE = "torchyard.job"
 
 
 @dataclass(frozen=True)
@@ -66,17 +65,17 @@ class Launch:
 
 
 def build_launch(spec: LaunchSpec) -> Launch:
-    nproc = int(spec.config.get("resources", {}).get("nproc", 1))
+    nproc = RunSpec.from_config(spec.config).nproc
     env = dict(spec.base_env)
     env.update(
         {
-            "TORCHYARD_RUN_ID": str(spec.run_id),
-            "TORCHYARD_RUN_DIR": str(spec.run_dir),
-            "TORCHYARD_CONFIG": json.dumps(spec.config, sort_keys=True),
+            RUN_ID_VAR: str(spec.run_id),
+            RUN_DIR_VAR: str(spec.run_dir),
+            CONFIG_VAR: json.dumps(spec.config, sort_keys=True),
             JOB_TOKEN_VAR: spec.job_token,
             "PYTHONHASHSEED": str(spec.config["seed"]),
             "PYTHONUNBUFFERED": "1",
-            # SummaryWriter() without a log_dir writes here (worker.runtime.tensorboard_defaults)
+            # SummaryWriter() without a log_dir writes here (torchyard.runtime.tensorboard_defaults)
             TENSORBOARD_DIR_VAR: str(spec.run_dir / TENSORBOARD_DIR),
         }
     )
@@ -86,9 +85,9 @@ def build_launch(spec: LaunchSpec) -> Launch:
             script_argv(spec.config.get("args") or [], spec.config.get("params") or {})
         )
         if spec.workspace is not None:
-            env["TORCHYARD_WORKSPACE"] = str(spec.workspace)
+            env[WORKSPACE_VAR] = str(spec.workspace)
     if spec.resume_from is not None:
-        env["TORCHYARD_RESUME_FROM"] = str(spec.resume_from)
+        env[RESUME_FROM_VAR] = str(spec.resume_from)
     if nproc == 1 and spec.single_process == "direct":
         env.pop(LOG_LINE_PREFIX_VAR, None)  # nothing prefixes this job's lines
         env.update(

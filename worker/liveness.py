@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from app.db import session_scope
 from app.runs.recovery import Handover, reap_lost_runs
 from app.settings import get_settings
+from torchyard.contract import METRICS_FILE
 from worker.forwarder import forward
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ MAX_SALVAGE_BATCHES = 10_000
 def salvage_spool(session: Session, run_id: int) -> None:
     """Move the rest of a run's local spool (if this machine has it) in the caller's
     transaction."""
-    metrics_path = get_settings().run_dir(run_id) / "metrics.jsonl"
+    metrics_path = get_settings().run_dir(run_id) / METRICS_FILE
     if not metrics_path.parent.is_dir():
         return
     for _ in range(MAX_SALVAGE_BATCHES):

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from worker.launcher import JOB_TOKEN_VAR, Launch
+from torchyard.contract import JOB_TOKEN_VAR
+from worker.launcher import Launch
 
 PR_SET_PDEATHSIG = 1
 

@@ -3,7 +3,7 @@
 The worker knows what the job cannot: which host and GPUs the scheduler gave it, and the
 workspace's git state at launch (read before the job starts, so an edit made while it trains
 is not attributed to it). The job writes its half (versions, packages, determinism flags:
-worker.runtime.environment) when it starts; ``merge_job_record`` folds it in once it appears.
+torchyard.runtime.environment) when it starts; ``merge_job_record`` folds it in once it appears.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.runs.models import Run
-from worker.runtime.environment import ENVIRONMENT_FILE
+from torchyard.contract import ENVIRONMENT_FILE
 from worker.workspace import git_state
 
 log = logging.getLogger(__name__)

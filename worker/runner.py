@@ -38,6 +38,7 @@ from app.runs.models import Run, RunStatus
 from app.runs.recovery import hand_over
 from app.settings import get_settings
 from app.timeutil import utcnow
+from torchyard.contract import CHECKPOINTS_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE
 from worker import artifacts, provenance, spool
 from worker.forwarder import forward
 from worker.gpus import Inventory, detect, gpu_stats
@@ -160,8 +161,8 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> str:
     settings = get_settings()
     assert claimed.config is not None
     run_dir = settings.run_dir(run_id)
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(claimed.config, indent=2))
+    (run_dir / CHECKPOINTS_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(json.dumps(claimed.config, indent=2))
     if claimed.attempt > 1:
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from
@@ -195,7 +196,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> str:
             workspace=settings.workspace_dir.expanduser().resolve() if script else None,
         )
     )
-    log_path = run_dir / "output.log"
+    log_path = run_dir / LOG_FILE
     try:
         job = JobProcess(
             launch, log_path=log_path, cwd=run_dir, token=token, nice=settings.job_nice
@@ -208,13 +209,13 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> str:
     stopped_by = _watch(
         run_id,
         job,
-        run_dir / "metrics.jsonl",
+        run_dir / METRICS_FILE,
         settings.forwarder_interval_seconds,
         settings.cancel_grace_seconds,
         has_leases=bool(claimed.gpu_indices),
     )
     code = job.wait()
-    _drain(run_id, run_dir / "metrics.jsonl", has_leases=bool(claimed.gpu_indices))
+    _drain(run_id, run_dir / METRICS_FILE, has_leases=bool(claimed.gpu_indices))
     attempt = claimed.attempt
     if stopped_by == "cancel":
         return _finish(run_id, RunStatus.cancelled, code, None, attempt=attempt)

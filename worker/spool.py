@@ -17,12 +17,10 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from app.runs.models import Run
+from torchyard.contract import LOG_FILE, METRICS_FILE
 from worker.tensorboard_events import clear_cache, find_event_files
 
 log = logging.getLogger(__name__)
-
-METRICS_FILE = "metrics.jsonl"
-LOG_FILE = "output.log"
 
 
 def _continue_log(run: Run, log_path: Path) -> None:

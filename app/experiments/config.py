@@ -1,6 +1,6 @@
 """The experiment config, validated completely before anything is stored or queued.
 
-The recipe catalog (worker.recipes.catalog, stdlib only) declares each recipe's params; this
+The recipe catalog (torchyard.recipes.catalog, stdlib only) declares each recipe's params; this
 module turns it into pydantic models, one per recipe, joined by a discriminated union on
 `recipe`, so an error points at the exact field: `config.digits_cnn.params.lr`.
 """
@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from app.settings import get_settings
-from worker.recipes.catalog import RECIPES, Param, Recipe
+from torchyard.recipes.catalog import RECIPES, Param, Recipe
 from worker.workspace import ScriptPathError, resolve_script
 
 MAX_SEED = 2**32 - 1

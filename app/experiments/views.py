@@ -21,7 +21,7 @@ from app.pages import PageRoute, PageUser
 from app.runs.service import runs_of_experiment
 from app.settings import get_settings
 from app.templating import render
-from worker.recipes.catalog import RECIPES, Param
+from torchyard.recipes.catalog import RECIPES, Param
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 

@@ -31,6 +31,7 @@ from app.gpus.schemas import (
 )
 from app.runs.models import Run, RunStatus
 from app.timeutil import as_utc, utcnow
+from torchyard.contract import RunSpec
 
 # pg_advisory_xact_lock key of the scheduler ("tyGPU" in ASCII); any constant would do.
 SCHEDULER_LOCK_KEY = 0x7479475055
@@ -48,7 +49,7 @@ class StartResult:
 
 
 def run_gpus(config: dict[str, Any]) -> int:
-    return int(config.get("resources", {}).get("gpus", 0))
+    return RunSpec.from_config(config).gpus
 
 
 def format_indices(indices: tuple[int, ...] | list[int]) -> str:

@@ -29,7 +29,7 @@ from sqlalchemy import func, select
 from app.db import session_scope
 from app.runs.models import Run, RunLogChunk
 from app.runs.service import log_path
-from worker.launcher import rank_prefix
+from torchyard.contract import RunSpec, rank_prefix
 
 BLOCK = 64 * 1024
 # No log is this long; a client's offset past it reads nothing (instead of overflowing a seek
@@ -39,8 +39,7 @@ MAX_OFFSET = 2**62
 
 def run_nproc(config: Mapping[str, Any]) -> int:
     """How many processes (ranks) the run's config asks for."""
-    resources = config.get("resources") or {}
-    return max(1, int(resources.get("nproc", 1)))
+    return RunSpec.from_config(config).nproc
 
 
 class LogSource(Protocol):

@@ -25,6 +25,7 @@ from app.gpus.service import release_leases
 from app.metrics.models import Metric, MetricKey
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
+from torchyard.contract import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class Handover:
 
 
 def restarts_left(run: Run) -> bool:
-    return run.attempt <= int((run.config or {}).get("max_restarts") or 0)
+    return run.attempt <= RunSpec.from_config(run.config).max_restarts
 
 
 def newest_checkpoint(session: Session, *, run_id: int) -> Checkpoint | None:

@@ -17,6 +17,7 @@ from app.experiments.models import Experiment
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
+from torchyard.contract import LOG_FILE
 
 
 def create_run(
@@ -170,4 +171,4 @@ def checkpoint_file(session: Session, *, run: Run, name: str) -> Path | StoredFi
 
 
 def log_path(run_id: int) -> Path:
-    return run_dir(run_id) / "output.log"
+    return run_dir(run_id) / LOG_FILE

@@ -60,7 +60,7 @@ def test_invalid_param_shows_the_server_message_next_to_the_field_and_creates_no
 
 SCRIPT = """
 import argparse
-from worker.sdk import init
+from torchyard.sdk import init
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=1)

@@ -25,7 +25,7 @@ EPOCHS, STEPS_PER_EPOCH, STEP_SLEEP = 3, 50, 0.05
 def test_create_launch_watch_live_curve_succeed_and_download_checkpoint(
     admin_page: Page, api: httpx.Client
 ) -> None:
-    from worker.recipes.tiny_mlp import build_model
+    from torchyard.recipes.tiny_mlp import build_model
 
     page = admin_page
     page.goto("/experiments/new")

@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from worker.sdk import init
+from torchyard.sdk import init
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=2)

@@ -53,7 +53,7 @@ RECIPES: dict[str, Recipe] = {
     for r in (
         Recipe(
             name="digits_cnn",
-            module="worker.recipes.digits_cnn",
+            module="torchyard.recipes.digits_cnn",
             description="Small CNN on scikit-learn's bundled 8x8 digits (1,797 images).",
             params=(
                 *_COMMON_TRAINING,
@@ -69,7 +69,7 @@ RECIPES: dict[str, Recipe] = {
         ),
         Recipe(
             name="tiny_mlp",
-            module="worker.recipes.tiny_mlp",
+            module="torchyard.recipes.tiny_mlp",
             description="Tiny MLP on generated data; fast, for smoke tests and demos.",
             params=(
                 Param("epochs", int, 3, "passes over the training split", ge=1, le=100_000),

@@ -16,9 +16,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from worker.recipes.catalog import RECIPES
-from worker.recipes.training import evaluate, fit
-from worker.runtime.context import JobContext
+from torchyard.recipes.catalog import RECIPES
+from torchyard.recipes.training import evaluate, fit
+from torchyard.runtime.context import JobContext
 
 __all__ = ["build_model", "evaluate", "make_data", "main"]
 

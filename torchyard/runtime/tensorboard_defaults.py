@@ -28,8 +28,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from torchyard.contract import TENSORBOARD_DIR_VAR
+
 TARGET = "torch.utils.tensorboard.writer"
-DIR_VAR = "TORCHYARD_TENSORBOARD_DIR"
+DIR_VAR = TENSORBOARD_DIR_VAR
 FLUSH_SECS = 1
 _MARK = "_torchyard_defaults"
 

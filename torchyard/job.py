@@ -1,4 +1,4 @@
-"""The job's entry point: ``python -m worker.jobmain`` (directly, or once per rank under
+"""The job's entry point: ``python -m torchyard.job`` (directly, or once per rank under
 torchrun).
 
 Builds the context from the launcher's environment, seeds everything, runs the recipe's
@@ -25,14 +25,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from worker.launcher import LOG_LINE_PREFIX_VAR, SCRIPT_ARGV_VAR, SCRIPT_VAR
-from worker.recipes.catalog import RECIPES
-from worker.runtime import environment, tensorboard_defaults
-from worker.runtime.context import JobContext, get_context
-from worker.runtime.reporter import ReporterError
-from worker.runtime.seeding import seed_everything
+from torchyard.contract import LOG_LINE_PREFIX_VAR, SCRIPT_ARGV_VAR, SCRIPT_VAR
+from torchyard.recipes.catalog import RECIPES
+from torchyard.runtime import environment, tensorboard_defaults
+from torchyard.runtime.context import JobContext, get_context
+from torchyard.runtime.reporter import ReporterError
+from torchyard.runtime.seeding import seed_everything
 
-log = logging.getLogger("worker.jobmain")
+log = logging.getLogger("torchyard.job")
 
 
 def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> None:
@@ -94,7 +94,7 @@ def run(ctx: JobContext) -> Any:
 def run_script(ctx: JobContext, env: Mapping[str, str]) -> Any:
     """Run the user's script as ``python script.py ARGS`` would: ``__main__``, its argv, its
     directory first on sys.path. The launcher resolved the path inside the workspace; the
-    script reaches this same context through ``worker.sdk.init()``."""
+    script reaches this same context through ``torchyard.sdk.init()``."""
     path = Path(env[SCRIPT_VAR])
     argv = [str(a) for a in json.loads(env.get(SCRIPT_ARGV_VAR) or "[]")]
     log.info(
@@ -121,7 +121,7 @@ def main() -> None:
     configure_output(int(os.environ.get("RANK", "0")))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # A script may join the process group itself (init_process_group twice raises), so for
-    # scripts the group is left to the script or to worker.sdk.init().
+    # scripts the group is left to the script or to torchyard.sdk.init().
     ctx = get_context(join_group=not os.environ.get(SCRIPT_VAR))
     try:
         run(ctx)

@@ -21,8 +21,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from worker.runtime.context import JobContext
-from worker.runtime.data import make_loader, set_epoch
+from torchyard.runtime.context import JobContext
+from torchyard.runtime.data import make_loader, set_epoch
 
 log = logging.getLogger(__name__)
 

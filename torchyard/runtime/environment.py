@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-ENVIRONMENT_FILE = "environment.json"
+from torchyard.contract import ENVIRONMENT_FILE
+
 DETERMINISM_VARS = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
 
 

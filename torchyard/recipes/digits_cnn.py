@@ -13,10 +13,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
-from worker.recipes.catalog import RECIPES
-from worker.recipes.digits_data import N_CLASSES, load_digits
-from worker.recipes.training import evaluate, fit
-from worker.runtime.context import JobContext
+from torchyard.recipes.catalog import RECIPES
+from torchyard.recipes.digits_data import N_CLASSES, load_digits
+from torchyard.recipes.training import evaluate, fit
+from torchyard.runtime.context import JobContext
 
 __all__ = ["build_model", "evaluate", "load_split", "main"]
 

@@ -4,11 +4,11 @@ Imports only the standard library, numpy and torch: this runs inside every train
 process, which must not pay for (or be able to break on) the server's dependencies.
 """
 
-from worker.runtime.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
-from worker.runtime.context import JobContext, get_context
-from worker.runtime.data import epoch_seed, make_loader, seed_worker, set_epoch
-from worker.runtime.reporter import Reporter, ReporterError
-from worker.runtime.seeding import seed_everything
+from torchyard.runtime.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
+from torchyard.runtime.context import JobContext, get_context
+from torchyard.runtime.data import epoch_seed, make_loader, seed_worker, set_epoch
+from torchyard.runtime.reporter import Reporter, ReporterError
+from torchyard.runtime.seeding import seed_everything
 
 __all__ = [
     "JobContext",

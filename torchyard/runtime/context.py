@@ -20,14 +20,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from worker.launcher import LOG_LINE_PREFIX_VAR
-from worker.runtime.checkpoint import load_checkpoint
-from worker.runtime.checkpoint import save_checkpoint as _save_checkpoint_file
-from worker.runtime.reporter import Reporter
+from torchyard.contract import (
+    CONFIG_FILE,
+    CONFIG_VAR,
+    LOG_LINE_PREFIX_VAR,
+    METRICS_FILE,
+    RESUME_FROM_VAR,
+    RUN_DIR_VAR,
+    RUN_ID_VAR,
+)
+from torchyard.runtime.checkpoint import load_checkpoint
+from torchyard.runtime.checkpoint import save_checkpoint as _save_checkpoint_file
+from torchyard.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 
 
@@ -77,12 +84,12 @@ class JobContext:
 
         ``default_config`` is the config outside the platform (no run, no config in the
         environment): a script started by hand, alone or under a hand-typed torchrun.
-        ``join_group=False`` leaves the process group to the script (jobmain, for scripts,
+        ``join_group=False`` leaves the process group to the script (torchyard.job, for scripts,
         which may call ``init_process_group`` themselves)."""
         env = os.environ if environ is None else environ
-        run_dir = env.get("TORCHYARD_RUN_DIR") or None
-        run_id = int(env["TORCHYARD_RUN_ID"]) if env.get("TORCHYARD_RUN_ID") else None
-        if run_dir is None and not env.get("TORCHYARD_CONFIG") and default_config is not None:
+        run_dir = env.get(RUN_DIR_VAR) or None
+        run_id = int(env[RUN_ID_VAR]) if env.get(RUN_ID_VAR) else None
+        if run_dir is None and not env.get(CONFIG_VAR) and default_config is not None:
             config = dict(default_config)
         else:
             config = _read_config(env, run_dir)
@@ -96,7 +103,7 @@ class JobContext:
             rank=rank,
             local_rank=local_rank,
             world_size=world_size,
-            resume_from=env.get("TORCHYARD_RESUME_FROM") or None,
+            resume_from=env.get(RESUME_FROM_VAR) or None,
         )
         if join_group:
             ctx.join_process_group(env)
@@ -222,11 +229,11 @@ class JobContext:
 
 
 def _read_config(env: Mapping[str, str], run_dir: str | None) -> dict[str, Any]:
-    raw = env.get("TORCHYARD_CONFIG")
+    raw = env.get(CONFIG_VAR)
     if raw:
         config = json.loads(raw)
-    elif run_dir is not None and (Path(run_dir) / "config.json").is_file():
-        config = json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8"))
+    elif run_dir is not None and (Path(run_dir) / CONFIG_FILE).is_file():
+        config = json.loads((Path(run_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
     else:
         raise RuntimeError(
             "TORCHYARD_CONFIG is not set (and there is no config.json in TORCHYARD_RUN_DIR):"
@@ -252,7 +259,7 @@ def get_context(
 ) -> JobContext:
     """The process's context, built from the environment on first use.
 
-    ``python -m worker.jobmain`` creates it before the recipe or script runs, so a user
+    ``python -m torchyard.job`` creates it before the recipe or script runs, so a user
     script that calls this gets the same reporter instead of opening a second writer on
     the same file.
     """

@@ -1,0 +1,98 @@
+"""The contract between the worker (host agent) and the job it launches.
+
+Both sides import these names from here and nowhere else: the environment variables the
+launcher sets, the file names inside a run directory, and the parts of a run's config that
+decide how it is launched. Standard library only, so the worker can import it without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+
+# --- environment variables set by the launcher -------------------------------------------
+RUN_ID_VAR = "TORCHYARD_RUN_ID"
+RUN_DIR_VAR = "TORCHYARD_RUN_DIR"
+CONFIG_VAR = "TORCHYARD_CONFIG"
+RESUME_FROM_VAR = "TORCHYARD_RESUME_FROM"
+# Marks every process of a run (torchrun's workers start new sessions, so a process group
+# does not hold them all).
+JOB_TOKEN_VAR = "TORCHYARD_JOB_TOKEN"
+TENSORBOARD_DIR_VAR = "TORCHYARD_TENSORBOARD_DIR"
+SCRIPT_VAR = "TORCHYARD_SCRIPT"
+SCRIPT_ARGV_VAR = "TORCHYARD_SCRIPT_ARGV"
+WORKSPACE_VAR = "TORCHYARD_WORKSPACE"
+# torchrun's per-line prefix of each rank's output (string.Template, ${rank} = global rank).
+LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
+
+# --- files inside a run directory ---------------------------------------------------------
+METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "output.log"
+CONFIG_FILE = "config.json"
+ENVIRONMENT_FILE = "environment.json"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+TORCHRUN_LOG_DIR = "torchrun"
+
+
+def rank_prefix(rank: int) -> str:
+    """The prefix of every line rank ``rank`` writes under torchrun: ``[rank1]: ``."""
+    return Template(LOG_LINE_PREFIX_TEMPLATE).substitute(rank=rank)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a run's config says about launching it: read here once, not in every module."""
+
+    nproc: int = 1
+    gpus: int = 0
+    max_restarts: int = 0
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> RunSpec:
+        config = config or {}
+        resources = config.get("resources") or {}
+        return cls(
+            nproc=max(1, int(resources.get("nproc", 1) or 1)),
+            gpus=max(0, int(resources.get("gpus", 0) or 0)),
+            max_restarts=max(0, int(config.get("max_restarts", 0) or 0)),
+        )
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one run directory, by role."""
+
+    root: Path
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.root / LOG_FILE
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def environment(self) -> Path:
+        return self.root / ENVIRONMENT_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS_DIR
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / TENSORBOARD_DIR
+
+    @property
+    def torchrun_logs(self) -> Path:
+        return self.root / TORCHRUN_LOG_DIR
