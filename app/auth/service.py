@@ -3,8 +3,9 @@ failed login is recorded in a transaction of its own, see `password_login`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 
 from sqlalchemy import select
@@ -57,17 +58,25 @@ def authenticate(session: Session, *, username: str, password: str) -> User | No
 
 
 def password_login(
-    session: Session, *, username: str, password: str, client: str, settings: Settings
+    session: Session,
+    *,
+    username: str,
+    password: str,
+    client: str,
+    settings: Settings,
+    clock: Callable[[], datetime] = utcnow,
 ) -> User:
     """`authenticate` behind the login rate limit (app.auth.ratelimit).
 
-    A failure is recorded in a session of its own that commits at once: the caller's
-    transaction ends with an error response and rolls back, and the count must survive it.
+    The window is measured on ``clock``, so a test can move time instead of sleeping through
+    it (a one-second wall-clock window failed under load). A failure is recorded in a session
+    of its own that commits at once: the caller's transaction ends with an error response and
+    rolls back, and the count must survive it.
     """
     if "\x00" in username or "\x00" in password or len(username) > 255:
         # No user has such a name (PostgreSQL cannot even store one): refused before any query.
         raise LoginRefused("incorrect username or password")
-    now = utcnow()
+    now = clock()
     throttled = ratelimit.check(
         session, username=username, client=client, now=now, settings=settings
     )
@@ -127,11 +136,6 @@ def token_refusal(token: str) -> str | None:
     with session_scope() as session:
         found = check_token(session, token=token)
     return None if isinstance(found, User) else found
-
-
-def user_for_token(session: Session, *, token: str) -> User | None:
-    found = check_token(session, token=token)
-    return found if isinstance(found, User) else None
 
 
 def tokens_of(session: Session, *, user: User) -> list[ApiToken]:

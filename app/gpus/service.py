@@ -189,13 +189,6 @@ def live_hosts(session: Session, *, now: datetime, ttl_seconds: float) -> list[W
     )
 
 
-def live_inventories(
-    session: Session, *, now: datetime, ttl_seconds: float
-) -> dict[str, list[int]]:
-    hosts = live_hosts(session, now=now, ttl_seconds=ttl_seconds)
-    return {h.host: [int(i) for i in h.gpus] for h in hosts}
-
-
 def touch_host(
     session: Session,
     *,

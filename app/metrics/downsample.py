@@ -92,20 +92,11 @@ def bucket_width(lo: int, hi: int, max_points: int) -> int:
     return max(-(-(hi - lo + 1) // buckets), 1)
 
 
-def downsample(
-    conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int
-) -> tuple[list[int], list[float | None]]:
-    """Per-bucket min and max points of one series between steps lo and hi (both present)."""
-    steps, values, _times = downsample_timed(
-        conn, key_id=key_id, lo=lo, hi=hi, max_points=max_points
-    )
-    return steps, values
-
-
 def downsample_timed(
     conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int
 ) -> tuple[list[int], list[float | None], list[float]]:
-    """`downsample`, plus each kept point's wall time (the run page's time axis)."""
+    """Per-bucket min and max points of one series between steps lo and hi (both present),
+    with each kept point's wall time (the run page's time axis)."""
     return _buckets(conn, key_id=key_id, start=lo, hi=hi, width=bucket_width(lo, hi, max_points))
 
 

@@ -1,0 +1,2 @@
+def value(step: int) -> float:
+    return step * 0.5
