@@ -55,8 +55,10 @@ lint: install
 	$(VENV)/bin/ruff format --check app worker torchyard tests bench migrations
 	$(VENV)/bin/mypy
 
-# The whole suite twice: on the embedded defaults (SQLite database and SQLite broker), then on
-# PostgreSQL + Redis. Neither is skipped: an unreachable service fails the run.
+# The whole suite on the embedded defaults (SQLite database and SQLite broker), then again on
+# PostgreSQL + Redis for every test that touches the database or the broker (the modules in
+# tests/conftest.py LOCAL_ONLY_MODULES run once). Neither is skipped: an unreachable service
+# fails the run.
 test: lint test-embedded test-services
 
 # The metrics store's own tests run on both databases in both passes.
@@ -69,7 +71,7 @@ test-embedded: install browser compose
 
 test-services: install browser compose
 	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
-		$(PY) -m pytest -q
+		$(PY) -m pytest -q -m "not local_only"
 
 bench: install browser
 	$(PY) bench/log_overhead.py

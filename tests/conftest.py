@@ -43,6 +43,43 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)
 REPO = Path(__file__).resolve().parent.parent
 
+# Test modules that touch neither the database nor the broker (the launcher, the in-job
+# runtime and recipes, pure scheduling, path checks, the compose file, the wheel): the
+# PostgreSQL + Redis pass (`make test-services`) leaves them out with `-m "not local_only"`,
+# since they would only repeat what the first pass showed.
+LOCAL_ONLY_MODULES = frozenset(
+    {
+        "test_deploy",
+        "test_job_exit",
+        "test_job_imports",
+        "test_job_process",
+        "test_launcher",
+        "test_recipes",
+        "test_runtime_checkpoint",
+        "test_runtime_context",
+        "test_runtime_reporter",
+        "test_runtime_seeding",
+        "test_scheduler",
+        "test_tensorboard_defaults",
+        "test_wheel",
+        "test_workspace",
+    }
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "local_only: touches neither the database nor the broker (first pass only)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in (
+            LOCAL_ONLY_MODULES
+        ):
+            item.add_marker(pytest.mark.local_only)
+
 
 def _reset_postgres(url: str) -> None:
     from sqlalchemy import create_engine, text
