@@ -25,6 +25,8 @@ TENSORBOARD_DIR_VAR = "TORCHYARD_TENSORBOARD_DIR"
 SCRIPT_VAR = "TORCHYARD_SCRIPT"
 SCRIPT_ARGV_VAR = "TORCHYARD_SCRIPT_ARGV"
 WORKSPACE_VAR = "TORCHYARD_WORKSPACE"
+# Seconds a finished job may spend ending its threads and atexit handlers (default 30).
+EXIT_GRACE_VAR = "TORCHYARD_EXIT_GRACE_SECONDS"
 # torchrun's per-line prefix of each rank's output (string.Template, ${rank} = global rank).
 LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
@@ -37,6 +39,14 @@ ENVIRONMENT_FILE = "environment.json"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 TORCHRUN_LOG_DIR = "torchrun"
+# A rank whose script raised writes errors/rank<N>.json: {"rank", "time", "type", "message",
+# "traceback"} with the traceback's torchyard and runpy frames left out. The worker takes the
+# first by time as the run's error instead of parsing prefixed output.
+ERRORS_DIR = "errors"
+
+
+def error_file(rank: int) -> str:
+    return f"{ERRORS_DIR}/rank{rank}.json"
 
 
 def rank_prefix(rank: int) -> str:
@@ -92,6 +102,10 @@ class RunPaths:
     @property
     def tensorboard(self) -> Path:
         return self.root / TENSORBOARD_DIR
+
+    @property
+    def errors(self) -> Path:
+        return self.root / ERRORS_DIR
 
     @property
     def torchrun_logs(self) -> Path:

@@ -20,12 +20,20 @@ import runpy
 import signal
 import sys
 import threading
+import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from torchyard.contract import LOG_LINE_PREFIX_VAR, SCRIPT_ARGV_VAR, SCRIPT_VAR
+from torchyard.contract import (
+    EXIT_GRACE_VAR,
+    LOG_LINE_PREFIX_VAR,
+    SCRIPT_ARGV_VAR,
+    SCRIPT_VAR,
+    error_file,
+)
 from torchyard.recipes.catalog import RECIPES
 from torchyard.runtime import environment, tensorboard_defaults
 from torchyard.runtime.context import JobContext, get_context
@@ -36,7 +44,10 @@ log = logging.getLogger("torchyard.job")
 
 
 def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> None:
-    """Line-buffered stdout/stderr, and logging to stderr that names the rank.
+    """Line-buffered stdout/stderr, and torchyard's own log lines to stderr naming the rank.
+
+    Only the ``torchyard`` logger gets a handler (and does not propagate): the root logger is
+    the script's, so its ``logging.basicConfig(...)`` takes effect and no line appears twice.
 
     All ranks share one output.log, and an unlabelled line from rank 3 is a line nobody can
     place. Under our torchrun launch torchrun prefixes every line of each rank already
@@ -57,9 +68,10 @@ def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> Non
     handler.setFormatter(
         logging.Formatter(f"%(asctime)s {label}%(levelname)s %(name)s: %(message)s")
     )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("TORCHYARD_LOG_LEVEL", "INFO").upper())
+    ours = logging.getLogger("torchyard")
+    ours.handlers[:] = [handler]
+    ours.propagate = False
+    ours.setLevel(os.environ.get("TORCHYARD_LOG_LEVEL", "INFO").upper())
 
 
 def run(ctx: JobContext) -> Any:
@@ -124,7 +136,9 @@ def main() -> None:
     # scripts the group is left to the script or to torchyard.sdk.init().
     ctx = get_context(join_group=not os.environ.get(SCRIPT_VAR))
     try:
-        run(ctx)
+        # Kept until the process ends: freeing a DDP script's globals (its model) runs the
+        # reducer's destructor, which can wait for ever on a gloo thread (seen: 3 hangs in 6).
+        _KEPT_ALIVE.append(run(ctx))
     except SystemExit as exc:
         if exc.code not in (0, None):
             _close_after_failure(ctx, exc)
@@ -132,19 +146,72 @@ def main() -> None:
         # A script that ends with sys.exit(0) finished like one that returned.
     except BaseException as exc:
         _close_after_failure(ctx, exc)
-        raise
+        raise SystemExit(1) from None  # the traceback is printed, the user's frames only
     ctx.close()
     log.info("run %s finished", ctx.run_id)
     exit_skipping_teardown()
 
 
+_KEPT_ALIVE: list[Any] = []
+# How long a finished job may take to end its own threads and atexit handlers before it is
+# ended anyway (EXIT_GRACE_VAR overrides): its work is durable, and a job must never stay
+# "running" after it.
+EXIT_GRACE_SECONDS = 30.0
+
+
 def _close_after_failure(ctx: JobContext, exc: BaseException) -> None:
-    log.error("run failed: %s: %s", type(exc).__name__, exc)
+    if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+        log.info("run %s stopped by SIGTERM (cancelled, or the worker shut down)", ctx.run_id)
+    else:
+        report_failure(exc, rank=ctx.rank, run_dir=ctx.run_dir)
     try:
         ctx.close()
     except ReporterError as close_error:
         # Report it, but let the original exception be the one that ends the job.
         log.error("%s", close_error)
+
+
+# The entry point's own frames and runpy's: between them and the script nothing is the user's.
+# (runpy is frozen in the interpreter, so its frames name "<frozen runpy>".)
+_OWN_FILES = frozenset({str(Path(__file__).resolve()), runpy.__file__, "<frozen runpy>"})
+
+
+def user_traceback(exc: BaseException) -> traceback.TracebackException:
+    """The exception with the entry point's and runpy's frames left out: a script's error
+    starts at the script, as under plain ``python train.py``."""
+    tb = traceback.TracebackException.from_exception(exc)
+    tb.stack = traceback.StackSummary.from_list(
+        [f for f in tb.stack if f.filename not in _OWN_FILES]
+    )
+    return tb
+
+
+def report_failure(exc: BaseException, *, rank: int, run_dir: Path | None) -> None:
+    """Log the failure, print the user's traceback and record it for the worker in
+    errors/rank<N>.json (torchyard.contract), so the run's error names the exception whatever
+    prefixes torchrun put on the output. ``sys.exit(3)`` prints no traceback, as in Python."""
+    tb = user_traceback(exc)
+    message = "".join(tb.format_exception_only()).strip()
+    log.error("run failed: %s", message)
+    text = "" if isinstance(exc, SystemExit) else "".join(tb.format())
+    if text:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    if run_dir is None:
+        return
+    record = {
+        "rank": rank,
+        "time": time.time(),
+        "type": type(exc).__name__,
+        "message": message,
+        "traceback": text,
+    }
+    path = run_dir / error_file(rank)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(record), encoding="utf-8")
+    except OSError as write_error:
+        log.error("could not record the error in %s: %s", path, write_error)
 
 
 def exit_skipping_teardown() -> NoReturn:
@@ -157,11 +224,36 @@ def exit_skipping_teardown() -> NoReturn:
     the peer rank exits at the same moment can abort the process ("terminate called without
     an active exception", SIGABRT), which turns a finished run into a failed one. The atexit
     handlers (the user's script's, logging's) still run after the script's own non-daemon
-    threads end, as at a normal exit, and the output is flushed."""
+    threads end, as at a normal exit, and the output is flushed. A thread or handler that
+    does not end within EXIT_GRACE_SECONDS is named in the log and the job ends anyway."""
+    grace = float(os.environ.get(EXIT_GRACE_VAR) or EXIT_GRACE_SECONDS)
+    watchdog = threading.Timer(grace, _end_stuck_exit, args=(grace,))
+    watchdog.daemon = True
+    watchdog.start()
     for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
+        if thread is not threading.main_thread() and not thread.daemon and thread is not watchdog:
             thread.join()
     atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+def _end_stuck_exit(grace: float) -> None:
+    stuck = [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.current_thread() and t is not threading.main_thread()
+    ]
+    log.warning(
+        "the script's work ended %.0f s ago but the process has not (threads still running: "
+        "%s); ending it",
+        grace,
+        ", ".join(stuck) or "none",
+    )
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
