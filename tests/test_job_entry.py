@@ -106,3 +106,43 @@ def test_a_finished_job_whose_thread_never_ends_is_ended_and_says_why(tmp_path: 
     assert time.monotonic() - started < 60
     assert "work done" in result.stdout
     assert "threads still running: forever" in result.stderr
+
+
+@pytest.mark.slow
+def test_each_ranks_stdout_and_stderr_lines_keep_their_order_under_torchrun(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "output.log"
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    script = workspace / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            for i in range(30):
+                print(f"out {i}")
+                print(f"err {i}", file=sys.stderr)
+            """
+        )
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    launch = job_launch(
+        run_dir, {"script": "train.py", "resources": {"nproc": 2, "gpus": 0}}, script=script
+    )
+    with open(log, "wb") as out:  # as the worker captures a job: one file for both streams
+        code = subprocess.run(
+            launch.argv, cwd=run_dir, env=launch.env, stdout=out, stderr=subprocess.STDOUT
+        ).returncode
+    assert code == 0, log.read_text()
+    lines = log.read_text().splitlines()
+    expected = [f"{kind} {i}" for i in range(30) for kind in ("out", "err")]
+    for rank in (0, 1):
+        prefix = f"[rank{rank}]: "
+        mine = [
+            line[len(prefix) :]
+            for line in lines
+            if line.startswith(prefix) and line[len(prefix) :].split(" ")[0] in ("out", "err")
+        ]
+        assert mine == expected, mine

@@ -77,7 +77,8 @@ def test_a_finished_ddp_script_exits_zero_after_its_threads_and_atexit_handlers(
         assert (tmp_path / f"thread-{rank}").read_text() == "done"
         assert (tmp_path / f"atexit-{rank}").read_text() == "ran"
         assert f"last words of rank {rank} without a newline" in result.stdout + result.stderr
-    assert "run 1 finished" in result.stderr
+    # Under torchrun a rank's stderr is its stdout (one ordered stream, torchyard.job).
+    assert "run 1 finished" in result.stdout + result.stderr
     spool = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(spool) == 1
 
@@ -89,6 +90,6 @@ def test_sys_exit_in_a_script_keeps_its_meaning(tmp_path: Path, mode: str, code:
     assert (tmp_path / "atexit-0").read_text() == "ran"
     assert (tmp_path / "thread-0").read_text() == "done"
     assert "last words of rank 0 without a newline" in result.stdout
-    finished = "run 1 finished" in result.stderr
+    finished = "run 1 finished" in result.stdout + result.stderr
     assert finished is (code == 0)
-    assert ("run failed: SystemExit: 3" in result.stderr) is (code == 3)
+    assert ("run failed: SystemExit: 3" in result.stdout + result.stderr) is (code == 3)

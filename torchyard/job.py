@@ -59,10 +59,12 @@ def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> Non
     its own would get a prefix of its own mid-line. Line buffering makes every line one write.
     """
     env = os.environ if environ is None else environ
+    prefixed = bool(env.get(LOG_LINE_PREFIX_VAR))
+    if prefixed:
+        _merge_stderr_into_stdout()
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(line_buffering=True, write_through=False)
-    prefixed = bool(env.get(LOG_LINE_PREFIX_VAR))
     label = "" if prefixed else f"[rank {rank}] "
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
@@ -72,6 +74,21 @@ def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> Non
     ours.handlers[:] = [handler]
     ours.propagate = False
     ours.setLevel(os.environ.get("TORCHYARD_LOG_LEVEL", "INFO").upper())
+
+
+def _merge_stderr_into_stdout() -> None:
+    """Under torchrun, make this rank's stderr the same file as its stdout.
+
+    torchrun's ``--tee`` reads a rank's stdout and stderr from two files and copies each on
+    its own, so a print and the traceback after it could come out in either order. One file
+    (fd 2 a duplicate of fd 1, so one offset) keeps the rank's lines in the order written.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(sys.stdout.fileno(), sys.stderr.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # no real file descriptors (an embedding host): leave the streams as they are
 
 
 def run(ctx: JobContext) -> Any:
