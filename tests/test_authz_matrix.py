@@ -234,6 +234,12 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/runs/{run_id}/checkpoints/{name}"): Row(
         OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/checkpoints/{CKPT}", {})
     ),
+    ("GET", "/api/runs/{run_id}/files"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/files", {})
+    ),
+    ("GET", "/api/runs/{run_id}/files/{path:path}"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/files/{CKPT}", {})
+    ),
     # a finished run's stream sends what there is and ends
     ("GET", "/api/runs/{run_id}/events"): Row(
         OWNED, 200, lambda w: (f"/api/runs/{w.run_id}/events", {})

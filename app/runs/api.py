@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import AsyncIterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -13,13 +15,20 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
-from app.errors import error_responses, validation_error
+from app.errors import error_responses, not_found, validation_error
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
-from app.runs import events, logs, service
+from app.runs import events, files, logs, service
 from app.runs.logs import run_nproc
 from app.runs.models import RunStatus
-from app.runs.schemas import CheckpointOut, MetricsOut, RunCreate, RunOut, RunResume
+from app.runs.schemas import (
+    CheckpointOut,
+    MetricsOut,
+    RunCreate,
+    RunFileOut,
+    RunOut,
+    RunResume,
+)
 from app.settings import get_settings
 
 router = APIRouter(prefix="/api", tags=["runs"])
@@ -277,3 +286,50 @@ async def run_events(
         recheck_seconds=settings.sse_auth_recheck_seconds,
     ):
         yield event
+
+
+@router.get("/runs/{run_id}/files", response_model=list[RunFileOut], responses=OWNED)
+def list_run_files(run: OwnedRun) -> list[RunFileOut]:
+    """Every regular file the run wrote under its directory (a script's ``model.pt``, a
+    Lightning ``.ckpt``, a ``checkpoint-500/`` folder's files), checkpoints marked; torchyard's
+    own spool and log are left out (see /logs and /metrics)."""
+    root = get_settings().run_dir(run.id)
+    return [RunFileOut.model_validate(f) for f in files.list_files(root)]
+
+
+@router.get(
+    "/runs/{run_id}/files/{path:path}",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "The file; a folder comes as a gzipped tar of its regular files",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        },
+        **error_responses(403, 404),  # 422 (a path refused) is FastAPI's own entry
+    },
+)
+def download_run_file(run: OwnedRun, path: Annotated[str, PathParam(pattern=NO_NUL)]) -> Response:
+    root = get_settings().run_dir(run.id)
+    try:
+        fd, info = files.open_in(root, path)
+    except files.FileRefused as exc:
+        raise validation_error(
+            [{"type": "value_error", "loc": ["path", "path"], "msg": str(exc), "input": path}]
+        ) from None
+    except FileNotFoundError:
+        raise not_found("file", path) from None
+    name = PurePosixPath(path.strip("/")).name
+    if stat.S_ISDIR(info.st_mode):
+        os.close(fd)
+        return StreamingResponse(
+            files.folder_archive(root, path),
+            media_type="application/gzip",
+            headers={"Content-Disposition": attachment(f"{name}.tar.gz")},
+        )
+    return StreamingResponse(
+        files.read_chunks(fd),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": attachment(name), "Content-Length": str(info.st_size)},
+    )

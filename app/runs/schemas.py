@@ -56,6 +56,16 @@ class CheckpointOut(BaseModel):
     created_at: UtcDateTime
 
 
+class RunFileOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    path: str
+    size_bytes: int
+    modified_at: UtcDateTime
+    # *.pt, *.pth, *.ckpt, or inside a checkpoint-*/ folder
+    checkpoint: bool
+
+
 class SeriesOut(BaseModel):
     step: list[int]
     value: list[float | None]

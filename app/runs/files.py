@@ -1,0 +1,181 @@
+"""Files a run wrote under its directory (a script's ``model_best.pt``, a Lightning ``.ckpt``, a
+Hugging Face ``checkpoint-500/``): listed, and served without ever leaving the directory.
+
+The directory is written by the job, which is someone's code: every path in it is hostile.
+Nothing here follows a symbolic link or opens anything but a regular file: a download walks
+its path one component at a time from the run directory with ``O_NOFOLLOW`` (and
+``O_NONBLOCK``, so a FIFO cannot stall the server) and checks what it opened with
+``fstat``, so a link swapped in between a check and the open (a race) is refused too.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from torchyard.contract import (
+    CONFIG_FILE,
+    ENVIRONMENT_FILE,
+    ERRORS_DIR,
+    LOG_FILE,
+    METRICS_FILE,
+    TORCHRUN_LOG_DIR,
+)
+
+# torchyard's own bookkeeping, served by other routes (logs, metrics, environment).
+INTERNAL_TOP_LEVEL = frozenset(
+    {METRICS_FILE, LOG_FILE, CONFIG_FILE, ENVIRONMENT_FILE, TORCHRUN_LOG_DIR, ERRORS_DIR}
+)
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
+# A listing stops here: a run that wrote a million files is still listed in a moment.
+MAX_LISTED = 10_000
+CHUNK = 1 << 20
+
+
+class FileRefused(Exception):
+    """A path that is not a run's regular file or folder; the message says why."""
+
+
+@dataclass(frozen=True)
+class RunFile:
+    path: str
+    size_bytes: int
+    modified_at: datetime
+    checkpoint: bool
+
+
+def is_checkpoint(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return path.endswith(CHECKPOINT_SUFFIXES) or any(p.startswith("checkpoint-") for p in parts)
+
+
+def _internal(relative: str) -> bool:
+    first = relative.split("/", 1)[0]
+    return first in INTERNAL_TOP_LEVEL or (
+        "/" not in relative and first.startswith("metrics.attempt-")
+    )
+
+
+def list_files(root: Path) -> list[RunFile]:
+    """Regular files under ``root`` (no links followed), by path; at most MAX_LISTED."""
+    found: list[RunFile] = []
+    if not root.is_dir() or root.is_symlink():
+        return found
+    stack = [""]
+    while stack and len(found) < MAX_LISTED:
+        prefix = stack.pop()
+        try:
+            entries = sorted(os.scandir(root / prefix if prefix else root), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            relative = f"{prefix}{entry.name}"
+            if _internal(relative):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(relative + "/")
+            elif stat.S_ISREG(info.st_mode):
+                found.append(
+                    RunFile(
+                        path=relative,
+                        size_bytes=info.st_size,
+                        modified_at=datetime.fromtimestamp(info.st_mtime, UTC),
+                        checkpoint=is_checkpoint(relative),
+                    )
+                )
+                if len(found) >= MAX_LISTED:
+                    break
+    return sorted(found, key=lambda f: f.path)
+
+
+def _components(relative: str) -> list[str]:
+    if not relative or "\x00" in relative or relative.startswith("/") or "\\" in relative:
+        raise FileRefused(f"{relative!r} is not a path inside the run's directory")
+    parts = relative.strip("/").split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise FileRefused(f"{relative!r} is not a path inside the run's directory")
+    if _internal("/".join(parts)):
+        raise FileRefused(f"{relative!r} is torchyard's own file: see the logs and metrics routes")
+    return parts
+
+
+def open_in(root: Path, relative: str) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``root/relative`` and its fstat, reached without following any
+    link; a regular file or a directory, else FileRefused. The caller closes it."""
+    parts = _components(relative)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags | os.O_DIRECTORY)
+    except OSError as exc:
+        raise FileNotFoundError(relative) from exc
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:  # missing, a link (ELOOP), no permission
+                raise FileNotFoundError(relative) from exc
+            os.close(fd)
+            fd = child
+            info = os.fstat(fd)
+            if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+                raise FileRefused(f"{relative!r} is not a regular file")
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            # Reads of a regular file never block; blocking mode again for plain reads.
+            os.set_blocking(fd, True)
+        return fd, info
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_chunks(fd: int) -> Iterator[bytes]:
+    """The file behind ``fd`` in 1 MiB chunks; closes it at the end."""
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+
+
+def folder_archive(root: Path, relative: str) -> Iterator[bytes]:
+    """A gzipped tar of the regular files under the folder ``relative`` (links left out),
+    built first (spooled to disk past 64 MiB), then given in 1 MiB chunks."""
+    with _build_archive(root, relative) as archive:
+        while chunk := archive.read(CHUNK):
+            yield chunk
+
+
+def _build_archive(root: Path, relative: str) -> IO[bytes]:
+    base = relative.strip("/")
+    # Entries are named from the folder on: checkpoint-500/model.safetensors
+    start = len(base) - len(PurePosixPath(base).name)
+    spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - returned open
+    with tarfile.open(fileobj=spool, mode="w:gz", compresslevel=1) as tar:
+        for item in list_files(root):
+            if not item.path.startswith(base + "/"):
+                continue
+            try:
+                fd, info = open_in(root, item.path)
+            except (FileRefused, FileNotFoundError):
+                continue  # replaced by something else since the listing
+            if not stat.S_ISREG(info.st_mode):
+                os.close(fd)
+                continue
+            entry = tarfile.TarInfo(item.path[start:])
+            entry.size = info.st_size
+            entry.mtime = int(info.st_mtime)
+            entry.mode = 0o644
+            with os.fdopen(fd, "rb") as f:
+                tar.addfile(entry, f)
+    spool.seek(0)
+    return spool
