@@ -160,3 +160,15 @@ def test_a_real_job_imports_only_torchyard_the_standard_library_numpy_and_torch(
     for loaded in (recipe, sdk):
         foreign = {m for m in loaded - allowed if m in packages}
         assert not foreign, sorted(foreign)
+
+
+def test_the_worker_and_the_server_never_import_torch() -> None:
+    """Only jobs import torch: the Celery worker (its app, its tasks and all they import) and
+    the API stay small when idle (torch was most of an idle worker's memory and start time)."""
+    loaded = loaded_top_level_modules(
+        "import worker.celery_app, worker.tasks, worker.runner, worker.forwarder, "
+        "worker.tensorboard_events, app.main\n"
+        "app.main.create_app()\n"
+    )
+    assert "celery" in loaded and "fastapi" in loaded
+    assert "torch" not in loaded and "numpy" not in loaded
