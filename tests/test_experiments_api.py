@@ -27,7 +27,7 @@ def test_create_experiment_fills_defaults(client, user_headers) -> None:
     body = r.json()
     assert body["config"]["params"]["epochs"] == 3
     assert body["config"]["params"]["batch_size"] == 64  # default filled in
-    assert body["config"]["resources"] == {"gpus": 0, "nproc": 1}
+    assert body["config"]["resources"] == {"gpus": 0, "nproc": 1, "launcher": "torchrun"}
     got = client.get(f"/api/experiments/{body['id']}", headers=user_headers).json()
     assert got["name"] == "digits" and got["run_count"] == 0
 

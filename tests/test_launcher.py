@@ -23,12 +23,13 @@ def spec(**kw: object) -> LaunchSpec:
     return LaunchSpec(**base)
 
 
-def test_single_process_starts_the_entry_point_directly_with_torchrun_env() -> None:
+def test_single_process_starts_the_entry_point_as_a_plain_interpreter() -> None:
     launch = build_launch(spec())
     assert launch.argv == ["/py", "-m", "torchyard.job"]
     env = launch.env
     assert json.loads(env.pop("TORCHYARD_CONFIG")) == CONFIG
-    # Exactly this: no resume path, and no line-prefix template (its lines are rank 0's, bare).
+    # Exactly this: no resume path, no line-prefix template (its lines are rank 0's, bare),
+    # and none of torchrun's variables.
     assert env == {
         "PATH": "/bin",
         "TORCHYARD_RUN_ID": "7",
@@ -38,14 +39,27 @@ def test_single_process_starts_the_entry_point_directly_with_torchrun_env() -> N
         "PYTHONUNBUFFERED": "1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TORCHYARD_TENSORBOARD_DIR": "/data/runs/7/tensorboard",
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "GROUP_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": "29555",
     }
+
+
+def test_a_single_process_drops_inherited_distributed_variables() -> None:
+    """A worker started under torchrun (or by hand with RANK set) must not pass them on."""
+    inherited = {"PATH": "/bin", "RANK": "3", "WORLD_SIZE": "8", "MASTER_PORT": "1"}
+    env = build_launch(spec(base_env=inherited)).env
+    assert not {"RANK", "WORLD_SIZE", "MASTER_PORT"} & set(env)
+
+
+def test_launcher_none_is_one_plain_process_with_every_leased_gpu() -> None:
+    config = {**CONFIG, "resources": {"nproc": 1, "gpus": 2, "launcher": "none"}}
+    launch = build_launch(spec(config=config, base_env={"CUDA_VISIBLE_DEVICES": "2,3"}))
+    assert launch.argv == ["/py", "-m", "torchyard.job"]
+    assert launch.env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert "WORLD_SIZE" not in launch.env and "LOCAL_RANK" not in launch.env
+    # even where a single process would otherwise go through torchrun
+    assert build_launch(spec(config=config, single_process="torchrun")).argv[1:] == [
+        "-m",
+        "torchyard.job",
+    ]
 
 
 def test_every_job_numbers_gpus_by_pci_bus_id_as_the_leases_do() -> None:

@@ -43,7 +43,7 @@ def test_a_workspace_script_is_accepted_with_args_and_params(client, user_header
     stored = r.json()["config"]
     assert stored["script"] == "api_tests/train.py" and stored["args"] == ["--data", "digits"]
     assert stored["params"] == {"lr": 0.01, "epochs": 2, "amp": True, "name": "x"}
-    assert stored["resources"] == {"gpus": 0, "nproc": 2}
+    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun"}
     run = client.post(f"/api/experiments/{r.json()['id']}/runs", headers=user_headers)
     assert run.status_code == 201, run.text
     assert run.json()["config"]["script"] == "api_tests/train.py"
@@ -123,3 +123,10 @@ def test_the_workspace_dir_is_where_scripts_come_from() -> None:
     from app.settings import get_settings
 
     assert Path(get_settings().workspace_dir) == WORKSPACE_DIR
+
+
+def test_launcher_none_with_several_processes_is_a_422_that_says_why(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+    config = {"recipe": "tiny_mlp", "resources": {"nproc": 2, "launcher": "none"}}
+    r = client.post("/api/experiments", json={"name": "x", "config": config}, headers=user_headers)
+    assert r.status_code == 422
+    assert "nproc must be 1" in r.text

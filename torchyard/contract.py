@@ -30,6 +30,25 @@ EXIT_GRACE_VAR = "TORCHYARD_EXIT_GRACE_SECONDS"
 # torchrun's per-line prefix of each rank's output (string.Template, ${rank} = global rank).
 LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
+# What torchrun tells each rank. A single plain process gets none of them: code that starts
+# its own ranks (Lightning, accelerate) reads them as "I am one of WORLD_SIZE launched ranks".
+DISTRIBUTED_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE",
+)
 
 # --- files inside a run directory ---------------------------------------------------------
 METRICS_FILE = "metrics.jsonl"
@@ -61,6 +80,8 @@ class RunSpec:
     nproc: int = 1
     gpus: int = 0
     max_restarts: int = 0
+    # "torchrun" (a process per rank) or "none" (one process that starts its own ranks)
+    launcher: str = "torchrun"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> RunSpec:
@@ -70,6 +91,7 @@ class RunSpec:
             nproc=max(1, int(resources.get("nproc", 1) or 1)),
             gpus=max(0, int(resources.get("gpus", 0) or 0)),
             max_restarts=max(0, int(config.get("max_restarts", 0) or 0)),
+            launcher=str(resources.get("launcher") or "torchrun"),
         )
 
 

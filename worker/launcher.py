@@ -2,8 +2,11 @@
 
 Every job, built-in recipe or user script, one process or many, is started from what
 this returns; the exact argv is unit-tested. For nproc == 1 the default skips torchrun and
-starts the entry point directly with the environment torchrun would have set: that saves one
-torch import (~2.5 s of a 2-core box) and changes nothing the job can see.
+starts the entry point directly as a plain interpreter, with none of torchrun's variables:
+that saves one torch import (~2.5 s of a 2-core box), and code that starts its own ranks
+(Lightning with devices=2, accelerate, mp.spawn) sees what it would under `python train.py`
+instead of waiting for ranks nobody starts. ``resources.launcher = "none"`` asks for that
+one plain process whatever the GPU count: every leased GPU is visible to it.
 
 Under torchrun every line a rank writes, to stdout or stderr, print, logging or a traceback,
 reaches output.log with the rank in front (``[rank1]: ...``): ``--tee=3`` sends each worker's
@@ -28,6 +31,7 @@ from typing import Any, Literal
 
 from torchyard.contract import (
     CONFIG_VAR,
+    DISTRIBUTED_VARS,
     JOB_TOKEN_VAR,
     LOG_LINE_PREFIX_TEMPLATE,
     LOG_LINE_PREFIX_VAR,
@@ -70,7 +74,8 @@ class Launch:
 
 
 def build_launch(spec: LaunchSpec) -> Launch:
-    nproc = RunSpec.from_config(spec.config).nproc
+    run = RunSpec.from_config(spec.config)
+    nproc = run.nproc
     env = dict(spec.base_env)
     env.update(
         {
@@ -95,19 +100,13 @@ def build_launch(spec: LaunchSpec) -> Launch:
             env[WORKSPACE_VAR] = str(spec.workspace)
     if spec.resume_from is not None:
         env[RESUME_FROM_VAR] = str(spec.resume_from)
-    if nproc == 1 and spec.single_process == "direct":
-        env.pop(LOG_LINE_PREFIX_VAR, None)  # nothing prefixes this job's lines
-        env.update(
-            {
-                "RANK": "0",
-                "LOCAL_RANK": "0",
-                "GROUP_RANK": "0",
-                "WORLD_SIZE": "1",
-                "LOCAL_WORLD_SIZE": "1",
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(spec.master_port),
-            }
-        )
+    if run.launcher == "none" or (nproc == 1 and spec.single_process == "direct"):
+        # A plain interpreter, as `python train.py` would be: no distributed variables (code
+        # that starts its own ranks takes them for ranks torchrun started, and waits for
+        # them), and nothing prefixes its lines.
+        env.pop(LOG_LINE_PREFIX_VAR, None)
+        for name in DISTRIBUTED_VARS:
+            env.pop(name, None)
         return Launch(argv=[spec.python, "-m", JOB_MODULE], env=env)
     env[LOG_LINE_PREFIX_VAR] = LOG_LINE_PREFIX_TEMPLATE
     argv = [

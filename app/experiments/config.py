@@ -19,6 +19,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     create_model,
+    model_validator,
 )
 
 from app.settings import get_settings
@@ -33,6 +34,21 @@ class Resources(BaseModel):
 
     gpus: int = Field(0, ge=0, le=64, description="GPUs on one host")
     nproc: int = Field(1, ge=1, le=64, description="processes (DDP ranks) on that host")
+    launcher: Literal["torchrun", "none"] = Field(
+        "torchrun",
+        description="torchrun: one process per rank (nproc of them); none: one plain process "
+        "for code that starts its own ranks (Lightning's DDP spawn, accelerate, mp.spawn), "
+        "with every leased GPU visible",
+    )
+
+    @model_validator(mode="after")
+    def _one_process_without_a_launcher(self) -> Resources:
+        if self.launcher == "none" and self.nproc != 1:
+            raise ValueError(
+                'launcher "none" starts one process, which starts its own ranks: '
+                f"nproc must be 1 (got {self.nproc})"
+            )
+        return self
 
 
 class _ConfigBase(BaseModel):
