@@ -2,11 +2,13 @@
 
 These run on the machine that hosts torchyard, so they may import the app's settings and
 database code; the imports stay inside the commands so the client commands (which only speak
-HTTP, from a laptop) never pay for SQLAlchemy or pydantic-settings.
+HTTP, from a laptop) never pay for SQLAlchemy or pydantic-settings, and work in the base
+install, which has no server stack at all (that is the `server` extra).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -17,7 +19,21 @@ from typing import Annotated
 
 import typer
 
+from app.cli.client import CliError
+
 STOP_TIMEOUT_SECONDS = 20.0
+# One module of each part of the `server` extra these commands cannot start without.
+SERVER_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "celery", "torch")
+
+
+def require_server_stack() -> None:
+    """A clear error instead of an ImportError traceback on a client-only install."""
+    missing = [name for name in SERVER_STACK if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CliError(
+            f"this command runs the torchyard server, which needs {', '.join(missing)}: "
+            "install the server extra, e.g. pip install 'torchyard[server]'"
+        )
 
 
 def worker_argv(concurrency: int) -> list[str]:
@@ -105,6 +121,7 @@ def up(
     ] = "torchyard-data",
 ) -> None:
     """Start the server and one worker (embedded defaults: SQLite, no Redis). Ctrl-C stops both."""
+    require_server_stack()
     os.environ["TORCHYARD_DATA_DIR"] = os.path.abspath(data_dir)
     from app.prestart import prestart
     from app.settings import get_settings
@@ -129,6 +146,7 @@ def worker(
     ] = 0,
 ) -> None:
     """Start one Celery worker for this host."""
+    require_server_stack()
     raise typer.Exit(subprocess.call(worker_argv(concurrency or worker_concurrency())))
 
 
@@ -141,6 +159,7 @@ def db(
     action: Annotated[DbAction, typer.Argument(help="upgrade to the head, or show the revision")],
 ) -> None:
     """Database schema (Alembic): `upgrade` to the head, or show the `current` revision."""
+    require_server_stack()
     from app import migrate
     from app.db import get_engine
     from app.settings import get_settings
