@@ -61,6 +61,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+# pip install --no-compile: byte-compiling torch's files at install time was most of a slow
+# install here; Python compiles what the server imports when it first imports it.
+
+
 def fresh_venv(path: Path) -> Path:
     """A venv without the system's (or the test venv's) site-packages; returns its python."""
     _run([sys.executable, "-m", "venv", path], cwd=path.parent, timeout=120)
@@ -84,7 +88,7 @@ def test_the_base_install_is_the_cli_and_sdk_without_server_stack_or_torch(
     wheel: Path, tmp_path: Path
 ) -> None:
     python = fresh_venv(tmp_path / "venv")
-    _run([python, "-m", "pip", "install", "-q", wheel], cwd=tmp_path)
+    _run([python, "-m", "pip", "install", "-q", "--no-compile", wheel], cwd=tmp_path)
     torchyard = python.parent / "torchyard"
 
     assert "submit" in _run([torchyard, "--help"], cwd=tmp_path)
@@ -109,16 +113,20 @@ def test_the_base_install_is_the_cli_and_sdk_without_server_stack_or_torch(
 @pytest.fixture
 def server_up(wheel: Path, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
     """CPU torch first, then the wheel with its server extra; `torchyard up` started from a
-    directory outside the checkout, with nothing of the checkout on its path. Its output (and
+    directory outside the checkout, with nothing of the checkout on its path, in a folder
+    whose own app/ and worker.py must not stand in for torchyard's. Its output (and
     its children's) goes to a file: a pipe nobody reads would block them once full."""
     python = fresh_venv(tmp_path / "venv")
-    _run([python, "-m", "pip", "install", "-q", "torch==2.13.0"], cwd=tmp_path)
-    _run([python, "-m", "pip", "install", "-q", f"{wheel}[server]"], cwd=tmp_path)
+    _run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"], cwd=tmp_path)
+    _run([python, "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[server]"], cwd=tmp_path)
     have = installed(python, tmp_path)
     assert {"fastapi", "celery", "torch"} <= have and not have & TEST_TOOLS, have & TEST_TOOLS
 
+    # A user's project folder, with an app package and a worker.py of its own.
     cwd = tmp_path / "elsewhere"
-    cwd.mkdir()
+    (cwd / "app").mkdir(parents=True)
+    (cwd / "app" / "__init__.py").write_text("raise RuntimeError('the user app, not ours')\n")
+    (cwd / "worker.py").write_text("raise RuntimeError('the user worker, not ours')\n")
     port = free_port()
     env = {
         k: v

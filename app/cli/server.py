@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,13 +37,19 @@ def require_server_stack() -> None:
         )
 
 
+# The folder that holds our `app` package: site-packages, or the checkout (editable install).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
 def worker_argv(concurrency: int) -> list[str]:
+    """Celery's worker on torchyard's app. -P: the current directory is not put on sys.path,
+    so a user's own `worker.py` or `app/` where `torchyard up` runs cannot stand in for ours
+    (worker/__main__.py says why Celery's -A is not used)."""
     return [
         sys.executable,
+        "-P",
         "-m",
-        "celery",
-        "-A",
-        "worker.celery_app",
+        "worker",
         "worker",
         "--pool",
         "threads",
@@ -71,10 +78,15 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
     docker-compose.yml's api service does, UVICORN_WORKERS)."""
     return [
         sys.executable,
+        "-P",
         "-m",
         "uvicorn",
         "app.main:create_app",
         "--factory",
+        # uvicorn puts --app-dir first on sys.path (default: the current directory, where a
+        # user's own app/ would shadow ours)
+        "--app-dir",
+        str(PACKAGE_ROOT),
         "--host",
         host,
         "--port",
