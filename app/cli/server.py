@@ -23,6 +23,8 @@ import typer
 from app.cli.client import CliError
 
 STOP_TIMEOUT_SECONDS = 20.0
+# The folder that holds our `app` package: site-packages, or the checkout (editable install).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # One module of each part of the `server` extra these commands cannot start without.
 SERVER_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "celery", "torch")
 
@@ -35,10 +37,6 @@ def require_server_stack() -> None:
             f"this command runs the torchyard server, which needs {', '.join(missing)}: "
             "install the server extra, e.g. pip install 'torchyard[server]'"
         )
-
-
-# The folder that holds our `app` package: site-packages, or the checkout (editable install).
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def worker_argv(concurrency: int) -> list[str]:
