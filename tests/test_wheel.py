@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from app.api_docs import OPENAPI_URL
+from tests.conftest import DATABASE_URL
 from tests.stack import REPO, free_port
 
 pytestmark = [
@@ -29,7 +30,7 @@ pytestmark = [
     # The installed server always runs on its embedded defaults (the TORCHYARD_* settings of
     # the test run are not passed on), so the PostgreSQL + Redis pass would repeat it as is.
     pytest.mark.skipif(
-        bool(os.environ.get("TORCHYARD_DATABASE_URL")),
+        not DATABASE_URL.startswith("sqlite"),
         reason="same as in the embedded pass: the wheel's server ignores the services settings",
     ),
 ]
