@@ -6,17 +6,30 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install browser compose up test test-embedded test-services lint bench clean
+.PHONY: install install-test browser compose up test test-embedded test-services lint bench clean
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	# Without an NVIDIA GPU, take the CPU build of torch first: a bare requirement would pull
-	# a multi-GB CUDA build.
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q "torch==2.13.0"; fi
-	$(PIP) install -q -e ".[test]"
+# Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
+# test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
+# Without an NVIDIA GPU, the CPU build of torch goes in first: the server extra's bare torch
+# requirement would otherwise pull a multi-GB CUDA build.
+define venv_with
+$(PYTHON) -m venv $(VENV)
+if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q "torch==2.13.0"; fi
+$(PIP) install -q -e ".[$(1)]"
+endef
+TEST_EXTRAS := server,test
+
+$(VENV)/.installed-server: pyproject.toml
+	$(call venv_with,server)
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml
+	$(call venv_with,$(TEST_EXTRAS))
+	touch $@
+
+install: $(VENV)/.installed-server
+
+install-test: $(VENV)/.installed-test
 
 # The browser tests and bench/ui_run_page.py drive Debian's chromium through Playwright for
 # Python (never `playwright install`: browser downloads are not reachable here). Installed
@@ -50,7 +63,7 @@ compose:
 up: install
 	$(VENV)/bin/torchyard up
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check app worker torchyard tests bench migrations
 	$(VENV)/bin/ruff format --check app worker torchyard tests bench migrations
 	$(VENV)/bin/mypy
@@ -66,14 +79,14 @@ export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
 # The two-host test's own Redis database (its broker), purged when it starts.
 export TORCHYARD_TEST_REDIS_URL ?= redis://127.0.0.1:6379/3
 
-test-embedded: install browser compose
+test-embedded: install-test browser compose
 	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q
 
-test-services: install browser compose
+test-services: install-test browser compose
 	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 		$(PY) -m pytest -q -m "not local_only"
 
-bench: install browser
+bench: install-test browser
 	$(PY) bench/log_overhead.py
 	$(PY) bench/ingest.py
 	$(PY) bench/launch_latency.py
@@ -81,7 +94,7 @@ bench: install browser
 
 # 20 SSE viewers and 8 runs logging 1,000 points/s each for 60 s, on the embedded stack and on
 # PostgreSQL + Redis (docs/performance.md); exits non-zero when a target is missed. Not in `test`.
-bench-load: install
+bench-load: install-test
 	$(PY) bench/load.py --stack both --seconds 60 --runs 8 --viewers 20 --rate 1000 \
 		--postgres-url $(POSTGRES_URL)
 

@@ -13,7 +13,9 @@ from app.auth.deps import CSRF_COOKIE
 from app.auth.models import User
 from app.static_files import plotly_url
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+# app/templates links to the repository's top-level templates/: in a checkout (and an editable
+# install) it leads there, and a wheel carries the files themselves at this place.
+TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["plotly_url"] = plotly_url

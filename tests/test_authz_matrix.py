@@ -36,7 +36,7 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
 from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
-from app.static_files import plotly_version
+from app.static_files import docs_asset_url, plotly_version
 from tests.conftest import make_user
 from tests.factories import add_run
 
@@ -183,6 +183,9 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/static"): Row(PUBLIC, 200, _get("/static/app.css")),
     ("GET", "/static/vendor/plotly-{version}.min.js"): Row(
         PUBLIC, 200, lambda w: (f"/static/vendor/plotly-{plotly_version()}.min.js", {})
+    ),
+    ("GET", "/static/vendor/docs-{version}/{name}"): Row(
+        PUBLIC, 200, lambda w: (docs_asset_url("swagger-ui.css"), {})
     ),
     # any logged-in user; lists show the caller's own things only
     ("GET", "/api/me"): Row(USER, 200, _get("/api/me")),

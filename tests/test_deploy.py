@@ -141,9 +141,12 @@ def test_worker_runs_torchyard_worker_with_all_gpus_reserved(services: dict[str,
     devices = worker["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
     dockerfile = (REPO / "worker/Dockerfile").read_text()
-    assert '".[gpu,tensorboard]"' in dockerfile  # NVML inventory; SummaryWriter scripts
+    # The worker's stack; NVML inventory; SummaryWriter scripts
+    assert '"/tmp/torchyard[server,gpu,tensorboard]"' in dockerfile
     assert "download.pytorch.org/whl/cpu" not in dockerfile  # the CUDA build of torch
-    assert "download.pytorch.org/whl/cpu" in (REPO / "app/Dockerfile").read_text()
+    api_dockerfile = (REPO / "app/Dockerfile").read_text()
+    assert "download.pytorch.org/whl/cpu" in api_dockerfile
+    assert '"/tmp/torchyard[server]"' in api_dockerfile  # the server, no test tools
 
 
 def test_settings_come_from_the_env_file_and_artifacts_are_shared(

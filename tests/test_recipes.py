@@ -161,7 +161,7 @@ def test_digits_cnn_defaults_reach_97_percent_through_jobmain(tmp_path: Path) ->
     print(f"digits_cnn seed 1029: val/acc {val_acc[-1]:.4f} in {elapsed:.1f} s wall")
 
 
-def test_digits_are_read_from_sklearns_csv() -> None:
+def test_digits_are_read_from_the_csv_the_package_ships() -> None:
     images, labels = load_digits()
     assert images.shape == (1797, 1, 8, 8) and labels.shape == (1797,)
     assert images.min() == 0.0 and images.max() == 1.0

@@ -2,31 +2,52 @@
 
 These run on the machine that hosts torchyard, so they may import the app's settings and
 database code; the imports stay inside the commands so the client commands (which only speak
-HTTP, from a laptop) never pay for SQLAlchemy or pydantic-settings.
+HTTP, from a laptop) never pay for SQLAlchemy or pydantic-settings, and work in the base
+install, which has no server stack at all (that is the `server` extra).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from app.cli.client import CliError
+
 STOP_TIMEOUT_SECONDS = 20.0
+# The folder that holds our `app` package: site-packages, or the checkout (editable install).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# One module of each part of the `server` extra these commands cannot start without.
+SERVER_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "celery", "torch")
+
+
+def require_server_stack() -> None:
+    """A clear error instead of an ImportError traceback on a client-only install."""
+    missing = [name for name in SERVER_STACK if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CliError(
+            f"this command runs the torchyard server, which needs {', '.join(missing)}: "
+            "install the server extra, e.g. pip install 'torchyard[server]'"
+        )
 
 
 def worker_argv(concurrency: int) -> list[str]:
+    """Celery's worker on torchyard's app. -P: the current directory is not put on sys.path,
+    so a user's own `worker.py` or `app/` where `torchyard up` runs cannot stand in for ours
+    (worker/__main__.py says why Celery's -A is not used)."""
     return [
         sys.executable,
+        "-P",
         "-m",
-        "celery",
-        "-A",
-        "worker.celery_app",
+        "worker",
         "worker",
         "--pool",
         "threads",
@@ -55,10 +76,15 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
     docker-compose.yml's api service does, UVICORN_WORKERS)."""
     return [
         sys.executable,
+        "-P",
         "-m",
         "uvicorn",
         "app.main:create_app",
         "--factory",
+        # uvicorn puts --app-dir first on sys.path (default: the current directory, where a
+        # user's own app/ would shadow ours)
+        "--app-dir",
+        str(PACKAGE_ROOT),
         "--host",
         host,
         "--port",
@@ -105,6 +131,7 @@ def up(
     ] = "torchyard-data",
 ) -> None:
     """Start the server and one worker (embedded defaults: SQLite, no Redis). Ctrl-C stops both."""
+    require_server_stack()
     os.environ["TORCHYARD_DATA_DIR"] = os.path.abspath(data_dir)
     from app.prestart import prestart
     from app.settings import get_settings
@@ -129,6 +156,7 @@ def worker(
     ] = 0,
 ) -> None:
     """Start one Celery worker for this host."""
+    require_server_stack()
     raise typer.Exit(subprocess.call(worker_argv(concurrency or worker_concurrency())))
 
 
@@ -141,6 +169,7 @@ def db(
     action: Annotated[DbAction, typer.Argument(help="upgrade to the head, or show the revision")],
 ) -> None:
     """Database schema (Alembic): `upgrade` to the head, or show the `current` revision."""
+    require_server_stack()
     from app import migrate
     from app.db import get_engine
     from app.settings import get_settings

@@ -7,12 +7,12 @@ import argparse
 import time
 
 import torch
-from sklearn.datasets import load_digits
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from torchyard.recipes.digits_data import load_digits
 from torchyard.sdk import init
 
 parser = argparse.ArgumentParser()
@@ -25,10 +25,8 @@ args = parser.parse_args()
 run = init(config=vars(args))
 run.seed_everything()
 
-digits = load_digits()
-dataset = TensorDataset(
-    torch.tensor(digits.data, dtype=torch.float32) / 16.0, torch.tensor(digits.target)
-)
+images, labels = load_digits()  # the digits torchyard ships, already scaled to [0, 1]
+dataset = TensorDataset(torch.tensor(images.reshape(-1, 64).copy()), torch.tensor(labels.copy()))
 global_batch = 64
 sampler = DistributedSampler(dataset, seed=run.seed, drop_last=True) if run.distributed else None
 loader = DataLoader(

@@ -8,7 +8,6 @@ import argparse
 import time
 
 import torch
-from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.tensorboard import SummaryWriter
@@ -20,9 +19,10 @@ parser.add_argument("--step-sleep", type=float, default=0.0)
 args = parser.parse_args()
 
 torch.manual_seed(0)
-digits = load_digits()
-images = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-labels = torch.tensor(digits.target)
+# Stand-in data (the tutorial's CIFAR-10 would need a download): 1,797 random 8x8 images
+# labelled by a fixed random linear map, so the loss has something to learn.
+images = torch.rand(1797, 64)
+labels = (images @ torch.randn(64, 10)).argmax(1)
 trainloader = DataLoader(TensorDataset(images, labels), batch_size=64, shuffle=True)
 
 net = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))

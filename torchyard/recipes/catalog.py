@@ -54,7 +54,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             name="digits_cnn",
             module="torchyard.recipes.digits_cnn",
-            description="Small CNN on scikit-learn's bundled 8x8 digits (1,797 images).",
+            description="Small CNN on the 8x8 handwritten digits (1,797 images, UCI).",
             params=(
                 *_COMMON_TRAINING,
                 Param(
