@@ -22,18 +22,12 @@ import httpx
 import pytest
 
 from app.api_docs import OPENAPI_URL
-from tests.conftest import DATABASE_URL
 from tests.stack import REPO, free_port
 
-pytestmark = [
-    pytest.mark.slow,
-    # The installed server always runs on its embedded defaults (the TORCHYARD_* settings of
-    # the test run are not passed on), so the PostgreSQL + Redis pass would repeat it as is.
-    pytest.mark.skipif(
-        not DATABASE_URL.startswith("sqlite"),
-        reason="same as in the embedded pass: the wheel's server ignores the services settings",
-    ),
-]
+# The installed server always runs on its embedded defaults (the TORCHYARD_* settings of the
+# test run are not passed on): the PostgreSQL + Redis pass leaves this module out
+# (tests/conftest.py LOCAL_ONLY_MODULES).
+pytestmark = pytest.mark.slow
 
 ADMIN_PASSWORD = "wheel-admin-password"
 SERVER_STACK = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "celery", "torch"}
