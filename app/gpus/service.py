@@ -1,4 +1,4 @@
-"""Leases in the database: start a queued run when the scheduler says so, heartbeat, release.
+"""The scheduler in the database: start a queued run when it says so, and the GPU panel.
 
 `try_start` is the one place that decides a run goes queued -> running (the transition itself
 is app.runs.lifecycle.start). It runs in the caller's single transaction, serialized across

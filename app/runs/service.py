@@ -35,10 +35,10 @@ def create_run(
         )
     except ConfigInvalid as exc:
         raise validation_error(exc.errors) from None
-    return _queue_run(
+    return lifecycle.queue(
         session,
         experiment_id=experiment.id,
-        owner=owner,
+        owner_id=owner.id,
         config=with_seed(config),
         priority=priority,
     )
@@ -59,33 +59,13 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
             f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk"
             " and not in the artifact store"
         )
-    return _queue_run(
+    return lifecycle.queue(
         session,
         experiment_id=run.experiment_id,
-        owner=owner,
+        owner_id=owner.id,
         config=run.config,
         resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
         priority=run.priority,
-    )
-
-
-def _queue_run(
-    session: Session,
-    *,
-    experiment_id: int,
-    owner: User,
-    config: dict[str, Any],
-    resume_from: str | None = None,
-    priority: int = 0,
-) -> Run:
-    """Store a validated, seeded config as a queued run; enqueue it once the caller commits."""
-    return lifecycle.queue(
-        session,
-        experiment_id=experiment_id,
-        owner_id=owner.id,
-        config=config,
-        resume_from=resume_from,
-        priority=priority,
     )
 
 
