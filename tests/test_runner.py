@@ -14,12 +14,12 @@ from app import db, settings
 from app.auth.models import User
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease
-from app.runs.lifecycle import queue
+from app.runs.lifecycle import CancelOutcome, cancel, queue
 from app.runs.models import Run, RunStatus
 from tests.databases import KINDS, own_database
 from torchyard.contract import LOG_FILE, RUN_DIR_VAR
 from worker import runner
-from worker.runner import error_tail
+from worker.runner import NotRun, error_tail
 
 
 def test_error_is_the_last_traceback(tmp_path: Path) -> None:
@@ -116,20 +116,24 @@ def worker_on_own_database(
                 cached.cache_clear()
 
 
-def test_a_failed_pid_write_stops_the_job_and_frees_its_gpu(worker_on_own_database) -> None:
-    engine, data_dir = worker_on_own_database
+def queued_run(engine: Engine, config: dict) -> int:
     with Session(engine) as session:
-        user = User(username="runner", password_hash="-")
+        user = User(username=f"runner-{os.urandom(4).hex()}", password_hash="-")
         session.add(user)
         session.flush()
         exp = Experiment(name="pid", config={}, owner_id=user.id)
         session.add(exp)
         session.flush()
-        config = {"recipe": "tiny_mlp", "params": {"epochs": 50}, "seed": 1}
-        config["resources"] = {"gpus": 1, "nproc": 1}
         run_id = queue(session, experiment_id=exp.id, owner_id=user.id, config=config).id
-        session.info.pop("after_commit")  # this test is the worker: nothing goes to a broker
+        session.info.pop("after_commit")  # the test is the worker: nothing goes to a broker
         session.commit()
+    return run_id
+
+
+def test_a_failed_pid_write_stops_the_job_and_frees_its_gpu(worker_on_own_database) -> None:
+    engine, data_dir = worker_on_own_database
+    config = {"recipe": "tiny_mlp", "params": {"epochs": 50}, "seed": 1}
+    run_id = queued_run(engine, {**config, "resources": {"gpus": 1, "nproc": 1}})
 
     outcome = runner.execute_run(run_id)
 
@@ -142,3 +146,13 @@ def test_a_failed_pid_write_stops_the_job_and_frees_its_gpu(worker_on_own_databa
         assert session.scalars(select(GpuLease)).all() == []
     # The job had been started: the failure came after the spawn.
     assert (data_dir / "runs" / str(run_id) / LOG_FILE).exists()
+
+
+def test_a_run_cancelled_while_queued_is_not_run(worker_on_own_database) -> None:
+    engine, data_dir = worker_on_own_database
+    run_id = queued_run(engine, {"recipe": "tiny_mlp", "params": {}, "seed": 1})
+    with Session(engine) as session:
+        assert cancel(session, run_id=run_id) is CancelOutcome.CANCELLED
+        session.commit()
+    assert runner.execute_run(run_id) is NotRun.GONE
+    assert not (data_dir / "runs" / str(run_id)).exists()
