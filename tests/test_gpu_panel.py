@@ -22,7 +22,7 @@ from app.auth.models import User
 from app.db import session_scope
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.service import gpu_panel, gpu_usage, touch_host, try_start
+from app.gpus.service import StartOutcome, gpu_panel, gpu_usage, touch_host, try_start
 from app.runs.models import Run, RunStatus
 from app.runs.service import create_run
 from app.timeutil import utcnow
@@ -166,13 +166,13 @@ def test_a_gpu_busy_with_a_process_torchyard_did_not_start_is_not_handed_out(mad
     first, second = queue_run(made, username, 1), queue_run(made, username, 1)
 
     started = start_on(first, box, [0, 1], stats)
-    assert started.outcome == "started" and started.gpu_indices == (1,)
+    assert started.outcome is StartOutcome.STARTED and started.gpu_indices == (1,)
     # Our own job now runs on GPU 1: its process does not make GPU 1 external.
     stats = gpu_stats(Inventory(box, (0, 1), "nvml"), fake_nvml([999], [31337]))
     waiting = start_on(second, box, [0, 1], stats)
     # Not here: GPU 0 is external. (Another live host in the shared database, e.g. one a
     # worker of an earlier test heartbeated seconds ago, may be named as the place it fits.)
-    assert waiting.outcome == "wait"
+    assert waiting.outcome is StartOutcome.WAIT
     assert waiting.reason == "waiting for 1 free GPUs on one host" or (
         waiting.reason.endswith("not here") and box not in waiting.reason
     )
@@ -341,7 +341,7 @@ def test_gpus_page_shows_hosts_queue_and_usage(client, made) -> None:
     username, password, _ = make_user()
     box = host(made)
     holder = queue_run(made, username, 1)
-    assert start_on(holder, box, [0, 1]).outcome == "started"
+    assert start_on(holder, box, [0, 1]).outcome is StartOutcome.STARTED
     waiting = queue_run(made, username, 64)
     login(client, username, password)
 

@@ -16,11 +16,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
+from app.gpus.leases import release_leases
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.service import (
     SCHEDULER_LOCK_KEY,
+    StartOutcome,
     StartResult,
-    release_leases,
     touch_host,
     try_start,
 )
@@ -101,7 +102,7 @@ def leases(maker: sessionmaker[Session]) -> list[tuple[str, int, int]]:
 def test_a_run_takes_exactly_its_gpus_and_records_them(sessions) -> None:
     two, one = queued_runs(sessions, 2, 1)
     got = start(sessions, two)
-    assert got.outcome == "started" and got.gpu_indices == (0, 1)
+    assert got.outcome is StartOutcome.STARTED and got.gpu_indices == (0, 1)
     assert leases(sessions) == [("h", 0, two), ("h", 1, two)]
     with sessions() as s:
         run = s.get(models.Run, two)
@@ -109,7 +110,7 @@ def test_a_run_takes_exactly_its_gpus_and_records_them(sessions) -> None:
         assert (run.status, run.worker_host, run.gpu_indices) == ("running", "h", "0,1")
         assert run.started_at is not None
     waiting = start(sessions, one)
-    assert waiting.outcome == "wait" and "1 free GPUs" in waiting.reason
+    assert waiting.outcome is StartOutcome.WAIT and "1 free GPUs" in waiting.reason
     with sessions.begin() as s:
         release_leases(s, run_id=two)
     assert start(sessions, one).gpu_indices == (0,)
@@ -117,14 +118,14 @@ def test_a_run_takes_exactly_its_gpus_and_records_them(sessions) -> None:
 
 def test_a_run_that_is_not_queued_any_more_is_gone(sessions) -> None:
     (run_id,) = queued_runs(sessions, 1)
-    assert start(sessions, run_id).outcome == "started"
-    assert start(sessions, run_id).outcome == "gone"  # a redelivered task does nothing
+    assert start(sessions, run_id).outcome is StartOutcome.STARTED
+    assert start(sessions, run_id).outcome is StartOutcome.GONE  # a redelivered task does nothing
 
 
 def test_gpu_free_runs_start_on_a_host_without_gpus(sessions) -> None:
     (run_id,) = queued_runs(sessions, 0)
     got = start(sessions, run_id, host="cpu-box", inventory=[])
-    assert got.outcome == "started" and got.gpu_indices == ()
+    assert got.outcome is StartOutcome.STARTED and got.gpu_indices == ()
     assert leases(sessions) == []
 
 
@@ -133,8 +134,8 @@ def test_a_run_that_fits_only_on_another_live_host_waits_for_it(sessions) -> Non
     with sessions.begin() as s:
         touch_host(s, host="gpu-box", gpus=[0], now=utcnow())
     got = start(sessions, run_id, host="cpu-box", inventory=[])
-    assert got.outcome == "wait" and "gpu-box" in got.reason
-    assert start(sessions, run_id, host="gpu-box", inventory=[0]).outcome == "started"
+    assert got.outcome is StartOutcome.WAIT and "gpu-box" in got.reason
+    assert start(sessions, run_id, host="gpu-box", inventory=[0]).outcome is StartOutcome.STARTED
 
 
 def test_stale_leases_expire_and_fresh_ones_do_not(sessions) -> None:
@@ -178,7 +179,7 @@ def test_concurrent_workers_never_lease_a_gpu_twice(sessions) -> None:
     for t in threads:
         t.join(60)
     assert all(isinstance(r, StartResult) for r in results.values()), results
-    started = {r: res for r, res in results.items() if res.outcome == "started"}  # type: ignore[union-attr]
+    started = {r: res for r, res in results.items() if res.outcome is StartOutcome.STARTED}  # type: ignore[union-attr]
     # The first two in queue order, whichever thread got the lock first.
     assert sorted(started) == runs[:2]
     assert sorted(res.gpu_indices for res in started.values()) == [(0,), (1,)]  # type: ignore[union-attr]
@@ -191,7 +192,7 @@ def test_a_start_that_waited_for_a_finish_is_recorded_after_it(sessions) -> None
     runs' times showed one GPU held twice although the second started after the first ended
     (seen in CI, tests/test_gpu_leases.py, on PostgreSQL)."""
     first, second = queued_runs(sessions, 2, 1)
-    assert start(sessions, first).outcome == "started"
+    assert start(sessions, first).outcome is StartOutcome.STARTED
     result: dict[str, StartResult] = {}
     with sessions.begin() as s:
         # Hold the scheduler's lock: PostgreSQL's advisory lock, SQLite's one write lock.
@@ -208,7 +209,7 @@ def test_a_start_that_waited_for_a_finish_is_recorded_after_it(sessions) -> None
         )
         release_leases(s, run_id=first)
     waiting.join(60)
-    assert result["got"].outcome == "started"
+    assert result["got"].outcome is StartOutcome.STARTED
     with sessions() as s:
         finished_at = s.get_one(models.Run, first).finished_at
         started_at = s.get_one(models.Run, second).started_at

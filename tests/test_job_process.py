@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from app.settings import Settings
 from torchyard.contract import JOB_TOKEN_VAR
 from worker.launcher import Launch
-from worker.process import JobProcess
+from worker.process import JobProcess, pids_with_token
 
 # Prints its own niceness and that of a child it starts (torchrun's ranks are such children).
 PROBE = (
@@ -41,3 +44,28 @@ def test_jobs_run_at_the_configured_niceness_and_hand_it_down(tmp_path: Path) ->
 
 def test_jobs_are_nicer_than_the_server_by_default() -> None:
     assert Settings().job_nice == 10
+
+
+def test_an_error_inside_the_jobs_block_stops_every_process_of_it(tmp_path: Path) -> None:
+    """The job and a child it started (as torchrun starts ranks, in a session of their own)."""
+    token = "block-error"
+    env = {**os.environ, JOB_TOKEN_VAR: token}
+    spawn_child = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True); time.sleep(60)"
+    )
+    job = JobProcess(
+        Launch(argv=[sys.executable, "-c", spawn_child], env=env),
+        log_path=tmp_path / "job.log",
+        cwd=tmp_path,
+        token=token,
+        stop_grace_seconds=1.0,
+    )
+    deadline = time.monotonic() + 10
+    while len(pids_with_token(token)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pids_with_token(token)) == 2
+    with pytest.raises(RuntimeError, match="after the spawn"), job:
+        raise RuntimeError("something after the spawn failed")
+    assert pids_with_token(token) == [] and job.poll() is not None

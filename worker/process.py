@@ -75,23 +75,52 @@ def pids_with_token(token: str) -> list[int]:
 
 
 class JobProcess:
-    """The running job: its launcher process, its log file and its token."""
+    """The running job: its launcher process, its log file and its token.
+
+    It owns the job's cleanup from the moment it is spawned: used as a context manager
+    (`with JobProcess(...) as job:`, nothing in between), leaving the block stops every process
+    of the job that is still alive. So when anything after the spawn raises (recording the pid,
+    the watch loop), the job is gone before the caller records the failure and releases the
+    GPUs; a job left training on GPUs the scheduler hands to the next run is the worst case."""
 
     def __init__(
-        self, launch: Launch, *, log_path: Path, cwd: Path, token: str, nice: int = 0
+        self,
+        launch: Launch,
+        *,
+        log_path: Path,
+        cwd: Path,
+        token: str,
+        nice: int = 0,
+        stop_grace_seconds: float = 10.0,
     ) -> None:
         self.token = token
+        self.stop_grace_seconds = stop_grace_seconds
         self._log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the job
-        self.proc = subprocess.Popen(
-            launch.argv,
-            env=launch.env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_pre_exec(nice),  # a prctl and a nice() call, nothing else
-        )
+        try:
+            self.proc = subprocess.Popen(
+                launch.argv,
+                env=launch.env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_pre_exec(nice),  # a prctl and a nice() call, nothing else
+            )
+        except BaseException:
+            self._log.close()
+            raise
+
+    def __enter__(self) -> JobProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Whether the block ended normally or raised: nothing of the job outlives it (a
+        process the job left behind would hold GPUs nobody leases any more)."""
+        if self.proc.poll() is None or pids_with_token(self.token):
+            self.stop(self.stop_grace_seconds)
+        else:
+            self.wait()
 
     @property
     def pid(self) -> int:

@@ -1,5 +1,6 @@
 """Runs one training run from start to end inside a worker: start (scheduler + GPU leases),
-launch, watch (metrics, lease heartbeats, cancel), finish (status, leases released).
+launch, watch and drain (worker.watch), finish (the status through app.runs.lifecycle, its
+leases released with it).
 
 Takes a run id, not an ORM object, and opens short units of work of its own, so the database
 is never held while the job trains.
@@ -7,6 +8,7 @@ is never held while the job trains.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -15,43 +17,30 @@ import secrets
 import socket
 import sys
 import threading
-import time
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import TypeVar
 
-from sqlalchemy import update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
-from app.gpus.service import (
-    StartResult,
-    format_indices,
-    heartbeat_leases,
-    release_leases,
-    touch_host,
-    try_start,
-)
+from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
+from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
-from app.runs.recovery import hand_over
+from app.runs.recovery import HandoverOutcome, hand_over
 from app.settings import get_settings
 from app.timeutil import utcnow
 from torchyard.contract import CHECKPOINTS_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE
 from worker import artifacts, provenance, spool
-from worker.forwarder import forward
 from worker.gpus import Inventory, detect, gpu_stats
 from worker.launcher import LaunchSpec, build_launch
 from worker.process import JobProcess
+from worker.watch import StopReason, Watched, drain, watch, with_db
 from worker.workspace import ScriptPathError, resolve_script
 
 log = logging.getLogger(__name__)
 
 ERROR_TAIL_LINES = 30
-# Set when the worker begins a warm shutdown: running jobs get shutdown_grace_seconds to end,
-# then are stopped, and their runs requeued (max_restarts) or failed with the reason.
-SHUTTING_DOWN = threading.Event()
 WORKER_SHUTDOWN_REASON = "the worker shut down while the run was training"
 
 
@@ -85,10 +74,6 @@ def error_tail(log_path: Path) -> str:
     return "\n".join(lines[-ERROR_TAIL_LINES:])
 
 
-# execute_run's answer when the scheduler says "not yet": the task asks again shortly.
-WAITING = "waiting"
-
-
 @lru_cache
 def inventory() -> Inventory:
     found = detect(get_settings())
@@ -115,10 +100,10 @@ def start(run_id: int) -> StartResult:
             )
     except IntegrityError:  # a GPU leased twice: the database refused, so nothing was taken
         log.warning("run %s: lease conflict; will ask again", run_id)
-        return StartResult("wait", reason="lease conflict")
+        return StartResult(StartOutcome.WAIT, reason="lease conflict")
     except OperationalError:  # the database is briefly away: the run stays queued
         log.exception("run %s: could not ask the scheduler; will ask again", run_id)
-        return StartResult("wait", reason="database unavailable")
+        return StartResult(StartOutcome.WAIT, reason="database unavailable")
 
 
 def heartbeat_host(stop: threading.Event) -> None:
@@ -139,31 +124,41 @@ def heartbeat_host(stop: threading.Event) -> None:
             log.exception("host heartbeat failed; will retry")
 
 
-def execute_run(run_id: int) -> str | None:
-    """Returns the final status, WAITING when the run may not start yet, or None when the run
-    was not this worker's to run (no longer queued)."""
+class NotRun(enum.Enum):
+    """execute_run's answer when this worker did not run the run."""
+
+    WAITING = "waiting"  # the scheduler says not yet: the task asks again shortly
+    GONE = "gone"  # not queued any more (another worker took it, cancelled, deleted)
+
+
+def execute_run(run_id: int) -> RunStatus | NotRun:
+    """Runs the run when the scheduler lets this host start it; returns the status it ended
+    with (queued: handed back to the queue by a worker shutdown), or why it did not run."""
     started = start(run_id)
-    if started.outcome == "gone":
+    if started.outcome is StartOutcome.GONE:
         log.info("run %s is not queued any more; nothing to do", run_id)
-        return None
-    if started.outcome == "wait":
+        return NotRun.GONE
+    if started.outcome is StartOutcome.WAIT:
         log.debug("run %s waits: %s", run_id, started.reason)
-        return WAITING
+        return NotRun.WAITING
     try:
         return _execute_claimed(run_id, started)
     except Exception as exc:
-        # A claimed run must never stay "running" because the worker itself failed.
+        # A claimed run must never stay "running" because the worker itself failed. Its job,
+        # if it was spawned, is stopped already (JobProcess's block), so the GPUs are free.
         log.exception("run %s: the worker failed while running it", run_id)
-        return _finish(run_id, RunStatus.failed, None, f"worker error: {exc!r}")
+        error = f"worker error: {exc!r}"
+        return _finish(run_id, RunStatus.failed, None, error, attempt=started.attempt)
 
 
-def _execute_claimed(run_id: int, claimed: StartResult) -> str:
+def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     settings = get_settings()
     assert claimed.config is not None
+    attempt = claimed.attempt
     run_dir = settings.run_dir(run_id)
     (run_dir / CHECKPOINTS_DIR).mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(json.dumps(claimed.config, indent=2))
-    if claimed.attempt > 1:
+    if attempt > 1:
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from
     script: Path | None = None
@@ -171,7 +166,8 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> str:
         try:
             script = resolve_script(settings.workspace_dir, str(claimed.config["script"]))
         except ScriptPathError as exc:
-            return _finish(run_id, RunStatus.failed, None, f"cannot run the script: {exc}")
+            error = f"cannot run the script: {exc}"
+            return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     with session_scope() as session:
         record = provenance.worker_record(
             worker_host=inventory().host,
@@ -197,29 +193,34 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> str:
         )
     )
     log_path = run_dir / LOG_FILE
+    watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
     try:
         job = JobProcess(
-            launch, log_path=log_path, cwd=run_dir, token=token, nice=settings.job_nice
+            launch,
+            log_path=log_path,
+            cwd=run_dir,
+            token=token,
+            nice=settings.job_nice,
+            stop_grace_seconds=settings.cancel_grace_seconds,
         )
     except OSError as exc:
-        return _finish(run_id, RunStatus.failed, None, f"could not start the job: {exc}")
-    with session_scope() as session:
-        session.execute(update(Run).where(Run.id == run_id).values(pid=job.pid))
-    log.info("run %s started: pid %s, %s", run_id, job.pid, " ".join(launch.argv))
-    stopped_by = _watch(
-        run_id,
-        job,
-        run_dir / METRICS_FILE,
-        settings.forwarder_interval_seconds,
-        settings.cancel_grace_seconds,
-        has_leases=bool(claimed.gpu_indices),
-    )
-    code = job.wait()
-    _drain(run_id, run_dir / METRICS_FILE, has_leases=bool(claimed.gpu_indices))
-    attempt = claimed.attempt
-    if stopped_by == "cancel":
+        error = f"could not start the job: {exc}"
+        return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
+    with job:  # from here on, anything that raises stops every process of the job first
+        with session_scope() as session:
+            lifecycle.record_pid(session, run_id=run_id, attempt=attempt, pid=job.pid)
+        log.info("run %s started: pid %s, %s", run_id, job.pid, " ".join(launch.argv))
+        stopped_by = watch(
+            watched,
+            job,
+            interval=settings.forwarder_interval_seconds,
+            grace=settings.cancel_grace_seconds,
+        )
+        code = job.wait()
+    drain(watched)
+    if stopped_by is StopReason.CANCEL:
         return _finish(run_id, RunStatus.cancelled, code, None, attempt=attempt)
-    if stopped_by == "shutdown":
+    if stopped_by is StopReason.SHUTDOWN:
         return _hand_over(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
     if code == 0:
         return _finish(run_id, RunStatus.succeeded, code, None, attempt=attempt)
@@ -235,177 +236,38 @@ def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
     return env
 
 
-def _watch(
-    run_id: int,
-    job: JobProcess,
-    metrics_path: Path,
-    interval: float,
-    grace: float,
-    *,
-    has_leases: bool = False,
-) -> str | None:
-    """Forward metrics while the job runs; stop it on a cancel request or a worker shutdown.
-
-    Returns what stopped it ("cancel", "shutdown") or None when the job ended by itself.
-    """
-    # Often enough that a lease never nears its expiry, rarely enough to spare SQLite's lock.
-    settings = get_settings()
-    # Often enough that a lease never nears its expiry, rarely enough to spare SQLite's lock.
-    heartbeat_every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
-    last_heartbeat = time.monotonic()
-    recorded = False
-    shutdown_deadline: float | None = None
-    backoff = Backoff(interval)
-    while job.poll() is None:
-        time.sleep(backoff.delay)
-        try:
-            with session_scope() as session:
-                if not recorded:
-                    recorded = provenance.merge_job_record(
-                        session, run_id=run_id, run_dir=metrics_path.parent
-                    )
-                forward(session, run_id=run_id, metrics_path=metrics_path)
-                if time.monotonic() - last_heartbeat >= heartbeat_every:
-                    _heartbeat(session, run_id=run_id, has_leases=has_leases)
-                    last_heartbeat = time.monotonic()
-                run = session.get(Run, run_id)
-                cancel = run is None or run.cancel_requested
-        except Exception as exc:  # the database may be briefly away; the spool keeps everything
-            backoff.failed()
-            log.warning(
-                "run %s: forwarding failed (%s); retry in %.1f s", run_id, exc, backoff.delay
-            )
-            continue
-        backoff.succeeded()
-        if cancel:
-            log.info("run %s: cancel requested, stopping its processes", run_id)
-            job.stop(grace)
-            return "cancel"
-        if SHUTTING_DOWN.is_set():
-            if shutdown_deadline is None:
-                shutdown_deadline = time.monotonic() + settings.shutdown_grace_seconds
-                log.warning(
-                    "run %s: worker shutting down; the job has %.0f s to finish",
-                    run_id,
-                    settings.shutdown_grace_seconds,
-                )
-            elif time.monotonic() >= shutdown_deadline:
-                log.warning("run %s: shutdown grace over, stopping its processes", run_id)
-                job.stop(grace)
-                return "shutdown"
-    return None
-
-
-class Backoff:
-    """The forwarding loop's pace: the normal interval, doubling (to 5 s) while the database
-    is away, back to normal after the first success."""
-
-    MAX_DELAY = 5.0
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.delay = interval
-
-    def failed(self) -> None:
-        self.delay = min(self.MAX_DELAY, max(self.delay * 2, 0.2))
-
-    def succeeded(self) -> None:
-        self.delay = self.interval
-
-
-def _heartbeat(session: Session, *, run_id: int, has_leases: bool) -> None:
-    session.execute(
-        update(Run)
-        .where(Run.id == run_id, Run.status == RunStatus.running)
-        .values(heartbeat_at=utcnow())
-    )
-    if has_leases:
-        heartbeat_leases(session, run_id=run_id)
-
-
-# How long the final drain waits for a checkpoint upload before it heartbeats again.
-UPLOAD_WAIT_SECONDS = 0.25
-
-
-def _drain(run_id: int, metrics_path: Path, *, has_leases: bool = False) -> None:
-    """Move what is left of the spool. The run keeps its GPUs until _finish releases them, so
-    its leases (and the run's own heartbeat) are kept fresh here too: a long drain must not
-    let them expire and hand the GPUs to the next run while this one is not finished yet.
-    A database that is away for a while (a PostgreSQL restart) is waited for with backoff."""
-    with_db(
-        run_id,
-        "record the environment",
-        lambda s: provenance.merge_job_record(s, run_id=run_id, run_dir=metrics_path.parent),
-    )
-
-    def one_batch(session: Session) -> int:
-        _heartbeat(session, run_id=run_id, has_leases=has_leases)
-        return forward(session, run_id=run_id, metrics_path=metrics_path, final=True)
-
-    for _ in range(10_000):
-        if artifacts.uploading(run_id):
-            # A moment for an upload between batches, so the drain does not spin; outside
-            # any transaction, so no lock (on SQLite the one write lock) is held meanwhile.
-            artifacts.wait_for_uploads(run_id, timeout=UPLOAD_WAIT_SECONDS)
-        if not with_db(run_id, "drain", one_batch):
-            return
-
-
-DB_RETRY_SECONDS = 300.0
-T = TypeVar("T")
-
-
-def with_db(run_id: int, what: str, work: Callable[[Session], T]) -> T:
-    """One unit of work, tried again with backoff while the database is unreachable (up to
-    DB_RETRY_SECONDS): a finished job's last points and status must not be lost to a database
-    restart. ``work`` must be safe to repeat (forward() and the status updates are)."""
-    backoff = Backoff(0.2)
-    deadline = time.monotonic() + DB_RETRY_SECONDS
-    while True:
-        try:
-            with session_scope() as session:
-                return work(session)
-        except DBAPIError as exc:
-            if time.monotonic() > deadline:
-                raise
-            backoff.failed()
-            log.warning("run %s: %s failed (%s); retry in %.1f s", run_id, what, exc, backoff.delay)
-            time.sleep(backoff.delay)
-
-
 def _finish(
-    run_id: int, status: RunStatus, code: int | None, error: str | None, *, attempt: int = 0
-) -> str:
+    run_id: int, status: RunStatus, code: int | None, error: str | None, *, attempt: int
+) -> RunStatus:
     """The final status, written only while the run is still this worker's (running, same
     attempt): a run the reaper already handed over (failed "worker lost", or requeued after a
-    long database outage) is not overwritten."""
-
-    def write(session: Session) -> None:
-        query = update(Run).where(Run.id == run_id, Run.status == RunStatus.running)
-        if attempt:
-            query = query.where(Run.attempt == attempt)
-        done = session.execute(
-            query.values(status=status, finished_at=utcnow(), exit_code=code, error=error)
-        ).rowcount  # type: ignore[attr-defined]
-        if done:
-            release_leases(session, run_id=run_id)
-        else:
-            log.warning("run %s: no longer this worker's; its status stays as it is", run_id)
-
-    with_db(run_id, "finish", write)
+    long database outage) is not overwritten. Leases go in the same transaction."""
+    with_db(
+        run_id,
+        "finish",
+        lambda s: lifecycle.finish(
+            s, run_id=run_id, attempt=attempt, status=status, exit_code=code, error=error
+        ),
+    )
     log.info("run %s %s (exit code %s)", run_id, status.value, code)
-    return status.value
+    return status
 
 
-def _hand_over(run_id: int, *, attempt: int, reason: str) -> str:
+_HANDED_OVER_AS = {
+    HandoverOutcome.REQUEUED: RunStatus.queued,
+    HandoverOutcome.CANCELLED: RunStatus.cancelled,
+}
+
+
+def _hand_over(run_id: int, *, attempt: int, reason: str) -> RunStatus:
     """A run stopped by a worker shutdown: requeued (max_restarts) or failed with the reason."""
 
-    def hand(session: Session) -> str:
+    def hand(session: Session) -> HandoverOutcome:
         run = session.get(Run, run_id, populate_existing=True)
         if run is None or run.status != RunStatus.running or run.attempt != attempt:
-            return "gone"
+            return HandoverOutcome.GONE
         return hand_over(session, run=run, reason=reason)
 
     outcome = with_db(run_id, "hand over", hand)
-    log.info("run %s: %s (%s)", run_id, outcome, reason)
-    return RunStatus.queued.value if outcome == "requeued" else RunStatus.failed.value
+    log.info("run %s: %s (%s)", run_id, outcome.value, reason)
+    return _HANDED_OVER_AS.get(outcome, RunStatus.failed)

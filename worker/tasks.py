@@ -12,7 +12,8 @@ from celery.signals import worker_ready, worker_shutting_down
 from app.settings import get_settings
 from worker.celery_app import RUN_TASK, celery_app
 from worker.liveness import reap_forever
-from worker.runner import SHUTTING_DOWN, WAITING, execute_run, heartbeat_host
+from worker.runner import NotRun, execute_run, heartbeat_host
+from worker.watch import SHUTTING_DOWN
 
 _HOST_HEARTBEAT_STOP = threading.Event()
 
@@ -39,9 +40,9 @@ def run_training(self: Task, run_id: int) -> str | None:
         # A worker on its way out starts nothing (not even a run it just requeued itself):
         # the task goes back to the broker for the next worker.
         raise self.retry(countdown=0, max_retries=None)
-    status = execute_run(run_id)
-    if status != WAITING:
-        return status
+    outcome = execute_run(run_id)
+    if outcome is not NotRun.WAITING:
+        return None if outcome is NotRun.GONE else outcome.value
     # Not yet (GPUs busy, or runs ahead of it): give the thread back and put the task back on
     # the broker, where any worker of any host may ask again. countdown=0 sends no ETA, so no
     # worker holds it unacked in memory (Redis would redeliver such a message only after its

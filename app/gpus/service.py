@@ -1,19 +1,21 @@
-"""Leases in the database: start a queued run when the scheduler says so, heartbeat, release.
+"""The scheduler in the database: start a queued run when it says so, and the GPU panel.
 
-`try_start` is the one place a run goes queued -> running. It runs in the caller's single
-transaction, serialized across every worker of every host: PostgreSQL takes a transaction-level
-advisory lock first; on SQLite the first statement is a write (this host's heartbeat), which
-takes the database's one write lock for the rest of the transaction, so the reads after it see
-a state nobody else can change before the commit. The unique (host, gpu_index) constraint backs
-this up: a lease taken twice fails the insert, never shares a GPU.
+`try_start` is the one place that decides a run goes queued -> running (the transition itself
+is app.runs.lifecycle.start). It runs in the caller's single transaction, serialized across
+every worker of every host: PostgreSQL takes a transaction-level advisory lock first; on
+SQLite the first statement is a write (this host's heartbeat), which takes the database's one
+write lock for the rest of the transaction, so the reads after it see a state nobody else can
+change before the commit. The unique (host, gpu_index) constraint backs this up: a lease taken
+twice fails the insert, never shares a GPU. A run's own leases: app.gpus.leases.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import CursorResult, delete, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -29,6 +31,7 @@ from app.gpus.schemas import (
     QueuedRunOut,
     UserUsageOut,
 )
+from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
 from app.timeutil import as_utc, utcnow
 from torchyard.contract import RunSpec
@@ -37,10 +40,15 @@ from torchyard.contract import RunSpec
 SCHEDULER_LOCK_KEY = 0x7479475055
 
 
+class StartOutcome(enum.Enum):
+    STARTED = "started"  # this worker runs it now: it is running, its leases taken
+    WAIT = "wait"  # not yet (GPUs busy, runs ahead of it, fits elsewhere): ask again
+    GONE = "gone"  # not queued any more (started by another worker, cancelled, deleted)
+
+
 @dataclass(frozen=True)
 class StartResult:
-    # started: this worker runs it now; wait: not yet, ask again; gone: not queued any more.
-    outcome: Literal["started", "wait", "gone"]
+    outcome: StartOutcome
     gpu_indices: tuple[int, ...] = ()
     config: dict[str, Any] | None = None
     resume_from: str | None = None
@@ -78,7 +86,7 @@ def try_start(
 
     run = session.get(Run, run_id, populate_existing=True)
     if run is None or run.status != RunStatus.queued or run.cancel_requested:
-        return StartResult("gone")
+        return StartResult(StartOutcome.GONE)
     decision = decide(
         session,
         host=host,
@@ -90,23 +98,27 @@ def try_start(
     )
     placement = decision.starts.get(run_id)
     if placement is None:
-        return StartResult("wait", reason=decision.waiting.get(run_id, ""))
+        return StartResult(StartOutcome.WAIT, reason=decision.waiting.get(run_id, ""))
     if placement.host not in (None, host):
-        return StartResult("wait", reason=f"fits on host {placement.host}, not here")
+        return StartResult(StartOutcome.WAIT, reason=f"fits on host {placement.host}, not here")
     # Read after the decision: the finish that freed these GPUs had committed before `decide`
     # saw them free, so its finished_at is earlier. `now` can be older: it was taken before
     # the scheduler's lock, which may have been waited for while that finish went on.
     started = given_now or utcnow()
+    # Guarded: a cancel from the API does not take the scheduler's lock and may have come in.
+    if not lifecycle.start(
+        session,
+        run_id=run_id,
+        host=host,
+        gpu_indices=format_indices(placement.gpu_indices),
+        started_at=started,
+    ):
+        return StartResult(StartOutcome.GONE)
     for index in placement.gpu_indices:
         session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=started))
-    run.status = RunStatus.running
-    run.started_at = started
-    run.heartbeat_at = started
-    run.worker_host = host
-    run.gpu_indices = format_indices(placement.gpu_indices)
     session.flush()
     return StartResult(
-        "started",
+        StartOutcome.STARTED,
         gpu_indices=placement.gpu_indices,
         config=run.config,
         resume_from=run.resume_from,
@@ -216,16 +228,6 @@ def expire_stale_leases(session: Session, *, now: datetime, ttl_seconds: float) 
         delete(GpuLease).where(GpuLease.heartbeat_at < cutoff)
     )
     return int(result.rowcount)
-
-
-def heartbeat_leases(session: Session, *, run_id: int, now: datetime | None = None) -> None:
-    session.execute(
-        update(GpuLease).where(GpuLease.run_id == run_id).values(heartbeat_at=now or utcnow())
-    )
-
-
-def release_leases(session: Session, *, run_id: int) -> None:
-    session.execute(delete(GpuLease).where(GpuLease.run_id == run_id))
 
 
 # --- the GPU panel and per-user accounting ----------------------------------------------------

@@ -9,6 +9,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Enum,
     ForeignKey,
     Integer,
     LargeBinary,
@@ -41,7 +42,19 @@ class Run(Base):
         ForeignKey("experiments.id", ondelete="CASCADE"), index=True
     )
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
-    status: Mapped[str] = mapped_column(String(16), default=RunStatus.queued, index=True)
+    # Stored as its value in a VARCHAR(16) (no native enum, no CHECK: the schema is the one of
+    # the migrations); only app.runs.lifecycle writes it (tests/test_lifecycle.py checks).
+    status: Mapped[RunStatus] = mapped_column(
+        Enum(
+            RunStatus,
+            native_enum=False,
+            length=16,
+            validate_strings=True,
+            values_callable=lambda statuses: [s.value for s in statuses],
+        ),
+        default=RunStatus.queued,
+        index=True,
+    )
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     seed: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

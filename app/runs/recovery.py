@@ -6,12 +6,14 @@ cut network): it is never left "running". With ``max_restarts`` left it goes bac
 queue as its next attempt, resuming from its newest checkpoint; otherwise it fails with the
 reason. A worker that shuts down warm hands its runs over the same way.
 
-Each transition is one conditional UPDATE (status and stamp still as seen), so two reapers
-(the API and every worker run one) never handle a run twice.
+A reaper claims a run with one conditional UPDATE (still running, stamp still stale), so two
+reapers (the API and every worker run one) never handle a run twice; the transitions
+themselves are app.runs.lifecycle's, guarded by the attempt seen.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,9 +22,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.db import after_commit
-from app.gpus.service import release_leases
 from app.metrics.models import Metric, MetricKey
+from app.runs import lifecycle
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
 from torchyard.contract import RunSpec
@@ -32,10 +33,17 @@ log = logging.getLogger(__name__)
 WORKER_LOST = "worker lost"
 
 
+class HandoverOutcome(enum.Enum):
+    REQUEUED = "requeued"  # queued again as its next attempt
+    FAILED = "failed"  # no restarts left
+    CANCELLED = "cancelled"  # its cancel had been requested: it ends as asked, not requeued
+    GONE = "gone"  # not running as that attempt any more: someone else handled it
+
+
 @dataclass(frozen=True)
 class Handover:
     run_id: int
-    outcome: str  # "requeued" | "failed"
+    outcome: HandoverOutcome
 
 
 def restarts_left(run: Run) -> bool:
@@ -51,46 +59,53 @@ def newest_checkpoint(session: Session, *, run_id: int) -> Checkpoint | None:
     )
 
 
-def requeue(session: Session, *, run: Run, reason: str) -> None:
+def requeue(session: Session, *, run: Run, reason: str) -> bool:
     """The run's next attempt: queued again, resuming from its newest checkpoint (from the
     start without one). Points past that checkpoint's step are dropped: the next attempt
     logs those steps again from the restored state, and its curve must be the one shown."""
-    from app.runs.service import enqueue_run
-
     ckpt = newest_checkpoint(session, run_id=run.id)
+    attempt = run.attempt
+    if not lifecycle.requeue(
+        session,
+        run_id=run.id,
+        attempt=attempt,
+        resume_from=f"{run.id}/{ckpt.path}" if ckpt is not None else run.resume_from,
+        reason=reason,
+    ):
+        return False
     resume_step = ckpt.step if ckpt is not None else 0
     keys = select(MetricKey.id).where(MetricKey.run_id == run.id)
     session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
-    run.status = RunStatus.queued
-    run.attempt += 1
-    run.resume_from = f"{run.id}/{ckpt.path}" if ckpt is not None else run.resume_from
-    run.pid = None
-    run.gpu_indices = None
-    run.heartbeat_at = None
-    run.error = f"attempt {run.attempt - 1}: {reason}; requeued as attempt {run.attempt}"
-    release_leases(session, run_id=run.id)
     session.flush()
-    run_id = run.id
-    after_commit(session, lambda: enqueue_run(run_id))
-    log.warning("run %s: %s; requeued as attempt %d", run.id, reason, run.attempt)
+    log.warning("run %s: %s; requeued as attempt %d", run.id, reason, attempt + 1)
+    return True
 
 
-def fail(session: Session, *, run: Run, reason: str, now: datetime) -> None:
-    run.status = RunStatus.failed
-    run.finished_at = now
-    run.error = reason
-    release_leases(session, run_id=run.id)
-    session.flush()
-    log.warning("run %s failed: %s", run.id, reason)
-
-
-def hand_over(session: Session, *, run: Run, reason: str, now: datetime | None = None) -> str:
-    """Requeue the run when it has restarts left, else fail it; returns which."""
+def hand_over(
+    session: Session, *, run: Run, reason: str, now: datetime | None = None
+) -> HandoverOutcome:
+    """Requeue the run when it has restarts left, else fail it; a run whose cancel was
+    requested is cancelled instead (requeued, it would wait forever: the scheduler skips
+    cancelled-on-request runs). Each only while it still runs as the attempt seen."""
+    now = now or utcnow()
+    if run.cancel_requested:
+        cancelled = lifecycle.finish(
+            session,
+            run_id=run.id,
+            attempt=run.attempt,
+            status=RunStatus.cancelled,
+            exit_code=None,
+            error=f"cancelled; {reason}",
+            now=now,
+        )
+        return HandoverOutcome.CANCELLED if cancelled else HandoverOutcome.GONE
     if restarts_left(run):
-        requeue(session, run=run, reason=reason)
-        return "requeued"
-    fail(session, run=run, reason=reason, now=now or utcnow())
-    return "failed"
+        requeued = requeue(session, run=run, reason=reason)
+        return HandoverOutcome.REQUEUED if requeued else HandoverOutcome.GONE
+    if lifecycle.fail(session, run_id=run.id, attempt=run.attempt, reason=reason, now=now):
+        log.warning("run %s failed: %s", run.id, reason)
+        return HandoverOutcome.FAILED
+    return HandoverOutcome.GONE
 
 
 def reap_lost_runs(

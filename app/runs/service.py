@@ -1,4 +1,5 @@
-"""Runs: create (validated, then queued after commit), cancel, list. Flush, never commit."""
+"""Runs: create (validated, then queued through app.runs.lifecycle), cancel, list. Flush, never
+commit."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import StoredFile, open_uri
 from app.auth.models import User
-from app.db import after_commit
 from app.errors import conflict, not_found, validation_error
 from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
+from app.runs import lifecycle
+from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.settings import get_settings
-from app.timeutil import utcnow
 from torchyard.contract import LOG_FILE
 
 
@@ -34,10 +35,10 @@ def create_run(
         )
     except ConfigInvalid as exc:
         raise validation_error(exc.errors) from None
-    return _queue_run(
+    return lifecycle.queue(
         session,
         experiment_id=experiment.id,
-        owner=owner,
+        owner_id=owner.id,
         config=with_seed(config),
         priority=priority,
     )
@@ -58,58 +59,22 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
             f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk"
             " and not in the artifact store"
         )
-    return _queue_run(
+    return lifecycle.queue(
         session,
         experiment_id=run.experiment_id,
-        owner=owner,
+        owner_id=owner.id,
         config=run.config,
         resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
         priority=run.priority,
     )
 
 
-def _queue_run(
-    session: Session,
-    *,
-    experiment_id: int,
-    owner: User,
-    config: dict[str, Any],
-    resume_from: str | None = None,
-    priority: int = 0,
-) -> Run:
-    """Store a validated, seeded config as a queued run; enqueue it once the caller commits."""
-    run = Run(
-        experiment_id=experiment_id,
-        owner_id=owner.id,
-        status=RunStatus.queued,
-        config=config,
-        seed=config["seed"],
-        resume_from=resume_from,
-        priority=priority,
-    )
-    session.add(run)
-    session.flush()
-    run_id = run.id
-    after_commit(session, lambda: enqueue_run(run_id))
-    return run
-
-
-def enqueue_run(run_id: int) -> None:
-    from worker.celery_app import RUN_TASK, celery_app
-
-    celery_app.send_task(RUN_TASK, args=[run_id])
-
-
 def request_cancel(session: Session, *, run: Run) -> Run:
     """Queued runs end here and now; running ones are stopped by their worker, which polls."""
-    status = RunStatus(run.status)
-    if status.finished:
-        raise conflict(f"run {run.id} has already finished ({status.value})")
-    if status is RunStatus.queued:
-        run.status = RunStatus.cancelled
-        run.finished_at = utcnow()
-    run.cancel_requested = True
-    session.flush()
+    if lifecycle.cancel(session, run_id=run.id) is CancelOutcome.FINISHED:
+        session.refresh(run)
+        raise conflict(f"run {run.id} has already finished ({run.status.value})")
+    session.refresh(run)
     return run
 
 

@@ -1,0 +1,220 @@
+"""Every change of a run's status, and nothing else writes it (tests/test_lifecycle.py checks).
+
+    queued --start--> running --finish--> succeeded | failed | cancelled
+      |                 |  \\--requeue--> queued (the next attempt)
+      |                 \\--fail--> failed (worker lost, worker error)
+      \\--cancel--> cancelled       running --cancel--> cancel_requested, then the worker
+                                   stops the job and finishes it cancelled
+
+Each transition is one conditional UPDATE whose WHERE names the state it expects (the status,
+and for a running run the attempt it was started as), and answers whether it took effect. So
+two actors racing for one run (two reapers, a worker finishing a run the reaper has just handed
+over, a cancel arriving while the scheduler starts the run) never both win, and the loser
+learns it and leaves the run alone. The GPU leases go in the same transaction as the final
+status. Functions take the caller's session and flush, never commit.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import CursorResult, Update, update
+from sqlalchemy.orm import Session
+
+from app.db import after_commit
+from app.gpus.leases import heartbeat_leases, release_leases
+from app.runs.models import Run, RunStatus
+from app.timeutil import utcnow
+
+log = logging.getLogger(__name__)
+
+
+class CancelOutcome(enum.Enum):
+    CANCELLED = "cancelled"  # it was queued: cancelled here and now
+    REQUESTED = "requested"  # it is running: its worker stops the job, then finishes it
+    FINISHED = "finished"  # it had already ended: nothing to cancel
+
+
+def _took_effect(session: Session, stmt: Update) -> bool:
+    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    return bool(result.rowcount)
+
+
+def _running(run_id: int, attempt: int) -> Update:
+    """An UPDATE of the run only while it is running as `attempt`: still this worker's."""
+    return update(Run).where(
+        Run.id == run_id, Run.status == RunStatus.running, Run.attempt == attempt
+    )
+
+
+def enqueue_run(run_id: int) -> None:
+    """Hand the run to the broker; any worker of any host may take it."""
+    from worker.celery_app import RUN_TASK, celery_app
+
+    celery_app.send_task(RUN_TASK, args=[run_id])
+
+
+def queue(
+    session: Session,
+    *,
+    experiment_id: int,
+    owner_id: int,
+    config: dict[str, Any],
+    resume_from: str | None = None,
+    priority: int = 0,
+) -> Run:
+    """A new run, queued; its task goes to the broker once the caller commits (a worker must
+    never be handed a run id the database does not have yet)."""
+    run = Run(
+        experiment_id=experiment_id,
+        owner_id=owner_id,
+        status=RunStatus.queued,
+        config=config,
+        seed=config["seed"],
+        resume_from=resume_from,
+        priority=priority,
+    )
+    session.add(run)
+    session.flush()
+    run_id = run.id
+    after_commit(session, lambda: enqueue_run(run_id))
+    return run
+
+
+def start(
+    session: Session,
+    *,
+    run_id: int,
+    host: str,
+    gpu_indices: str,
+    started_at: datetime,
+) -> bool:
+    """queued -> running on `host` with `gpu_indices` ("0,1"; "" without GPUs). False when it
+    is not queued any more or its cancel was requested meanwhile: the caller takes no lease."""
+    return _took_effect(
+        session,
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.queued, ~Run.cancel_requested)
+        .values(
+            status=RunStatus.running,
+            started_at=started_at,
+            heartbeat_at=started_at,
+            worker_host=host,
+            gpu_indices=gpu_indices,
+            pid=None,
+        ),
+    )
+
+
+def record_pid(session: Session, *, run_id: int, attempt: int, pid: int) -> bool:
+    """The job's first process, once it is spawned (shown on the run's page)."""
+    return _took_effect(session, _running(run_id, attempt).values(pid=pid))
+
+
+def heartbeat(
+    session: Session,
+    *,
+    run_id: int,
+    attempt: int,
+    renew_leases: bool,
+    now: datetime | None = None,
+) -> bool:
+    """The worker still trains this attempt; its leases are renewed with the stamp. False
+    when the run is not this worker's any more (handed over): its leases, if any now, belong
+    to the next attempt and are not this worker's to keep alive."""
+    now = now or utcnow()
+    alive = _took_effect(session, _running(run_id, attempt).values(heartbeat_at=now))
+    if alive and renew_leases:
+        heartbeat_leases(session, run_id=run_id, now=now)
+    return alive
+
+
+def finish(
+    session: Session,
+    *,
+    run_id: int,
+    attempt: int,
+    status: RunStatus,
+    exit_code: int | None,
+    error: str | None,
+    now: datetime | None = None,
+) -> bool:
+    """running -> succeeded | failed | cancelled, its leases released in the same transaction.
+    Only while the run is still this attempt: a run the reaper already handed over (failed
+    "worker lost", or requeued) keeps the status it has."""
+    if not status.finished:
+        raise ValueError(f"{status.value} is not a final status")
+    done = _took_effect(
+        session,
+        _running(run_id, attempt).values(
+            status=status, finished_at=now or utcnow(), exit_code=exit_code, error=error
+        ),
+    )
+    if done:
+        release_leases(session, run_id=run_id)
+    else:
+        log.warning("run %s: attempt %s no longer runs; its status stays", run_id, attempt)
+    session.flush()
+    return done
+
+
+def fail(
+    session: Session, *, run_id: int, attempt: int, reason: str, now: datetime | None = None
+) -> bool:
+    """running -> failed for a reason outside the job (its worker lost or shut down)."""
+    return finish(
+        session,
+        run_id=run_id,
+        attempt=attempt,
+        status=RunStatus.failed,
+        exit_code=None,
+        error=reason,
+        now=now,
+    )
+
+
+def requeue(
+    session: Session, *, run_id: int, attempt: int, resume_from: str | None, reason: str
+) -> bool:
+    """running (as `attempt`) -> queued as attempt + 1, resuming from `resume_from`; leases
+    released, and the task enqueued once the caller commits."""
+    done = _took_effect(
+        session,
+        _running(run_id, attempt).values(
+            status=RunStatus.queued,
+            attempt=attempt + 1,
+            resume_from=resume_from,
+            pid=None,
+            gpu_indices=None,
+            heartbeat_at=None,
+            error=f"attempt {attempt}: {reason}; requeued as attempt {attempt + 1}",
+        ),
+    )
+    if done:
+        release_leases(session, run_id=run_id)
+        after_commit(session, lambda: enqueue_run(run_id))
+    session.flush()
+    return done
+
+
+def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> CancelOutcome:
+    """A queued run ends here and now; a running one is marked, and its worker (which polls
+    `cancel_requested`) stops every process of it and finishes it cancelled."""
+    if _took_effect(
+        session,
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.queued)
+        .values(status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True),
+    ):
+        return CancelOutcome.CANCELLED
+    if _took_effect(
+        session,
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.running)
+        .values(cancel_requested=True),
+    ):
+        return CancelOutcome.REQUESTED
+    return CancelOutcome.FINISHED

@@ -1,0 +1,316 @@
+"""A run's status changes only in app.runs.lifecycle, and each transition takes effect only
+from the state it expects (on SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import ast
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+import app.models as models
+from app.gpus.models import GpuLease
+from app.runs import lifecycle
+from app.runs.lifecycle import CancelOutcome
+from app.runs.models import Run, RunStatus
+from app.runs.recovery import HandoverOutcome, hand_over
+from app.timeutil import utcnow
+from tests.databases import KINDS, own_database
+
+REPO = Path(__file__).resolve().parent.parent
+LIFECYCLE = REPO / "app" / "runs" / "lifecycle.py"
+
+
+# --- nothing else writes Run.status -------------------------------------------------------
+
+
+def _mentions_run(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "Run" for n in ast.walk(node))
+
+
+def _imports_run(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "app.runs.models"
+        and any(alias.name == "Run" for alias in node.names)
+        for node in ast.walk(tree)
+    )
+
+
+# `.status` assignments in modules that import Run whose object is known not to be a Run.
+NOT_A_RUN = {
+    "cursor.status",  # app.runs.events: the stream's last status sent, not the run's
+}
+
+
+def status_writes(source: str) -> list[int]:
+    """Lines that write a run's status: `x.status = ...` (+=, annotated) in a module that
+    imports Run, `setattr(x, "status", ...)`, `Run(status=...)`, and `.values(status=...)` /
+    `.values({Run.status: ...})` / `.values({"status": ...})` on a statement about Run or in
+    a module that imports it (the statement may be built in a variable first)."""
+    tree = ast.parse(source)
+    orm_module = _imports_run(tree)
+    lines = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Attribute) and t.attr == "status" and orm_module:
+                    if ast.unparse(t) not in NOT_A_RUN:
+                        lines.append(node.lineno)
+        if not isinstance(node, ast.Call):
+            continue
+        func_name = node.func.id if isinstance(node.func, ast.Name) else None
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        if func_name == "setattr" and len(node.args) > 1:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and name.value == "status" and orm_module:
+                lines.append(node.lineno)
+        keyword = any(k.arg == "status" for k in node.keywords)
+        if func_name == "Run" and keyword:
+            lines.append(node.lineno)
+        if method in ("values", "ordered_values") and (orm_module or _mentions_run(node.func)):
+            keys = [k for a in node.args if isinstance(a, ast.Dict) for k in a.keys]
+            in_dict = any(
+                (isinstance(k, ast.Constant) and k.value == "status")
+                or (isinstance(k, ast.Attribute) and k.attr == "status")
+                for k in keys
+            )
+            if keyword or in_dict:
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_scan_finds_every_way_of_writing_a_status() -> None:
+    source = (
+        "from sqlalchemy import update\n"
+        "from app.runs.models import Run, RunStatus\n"
+        "run.status = RunStatus.failed\n"
+        "self.run.status: str = 'failed'\n"
+        "setattr(run, 'status', 'failed')\n"
+        "session.add(Run(status=RunStatus.queued, config={}))\n"
+        "session.execute(update(Run).where(Run.id == 1).values(status='failed'))\n"
+        "session.execute(update(Run).values({Run.status: 'failed'}))\n"
+        "q = update(Run).where(Run.id == 1)\nsession.execute(q.values(status='x'))\n"
+        "session.execute(update(Run).values({'status': 'x'}))\n"
+        "session.execute(update(Run).where(Run.status == 'running').values(pid=1))\n"
+        "cursor.status = run.status\n"
+    )
+    assert status_writes(source) == [3, 4, 5, 6, 7, 8, 10, 11]
+    # A status of something else, in a module that has no Run, is not a run's status.
+    assert status_writes("class E:\n    def f(self):\n        self.status = 1\n") == []
+
+
+def test_only_the_lifecycle_module_writes_a_runs_status() -> None:
+    found = {}
+    for folder in ("app", "worker", "torchyard"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path == LIFECYCLE:
+                continue
+            lines = status_writes(path.read_text())
+            if lines:
+                found[str(path.relative_to(REPO))] = lines
+    assert found == {}, f"a run's status is written outside app/runs/lifecycle.py: {found}"
+    assert status_writes(LIFECYCLE.read_text()), "the scan no longer sees the lifecycle's writes"
+
+
+# --- each transition and its guard -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def engine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engine]:
+    with own_database(request.param, tmp_path_factory.mktemp("life"), "ty_life") as eng:
+        yield eng
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def queued(maker: sessionmaker[Session], config: dict | None = None) -> int:
+    with maker.begin() as s:
+        user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
+        s.add(user)
+        s.flush()
+        exp = models.Experiment(name="life", config={}, owner_id=user.id)
+        s.add(exp)
+        s.flush()
+        config = {"recipe": "tiny_mlp", "seed": 3, **(config or {})}
+        run = lifecycle.queue(s, experiment_id=exp.id, owner_id=user.id, config=config)
+        assert s.info["after_commit"], "the task is enqueued once the caller commits"
+        return run.id
+
+
+def running(
+    maker: sessionmaker[Session], gpus: tuple[int, ...] = (), config: dict | None = None
+) -> int:
+    run_id = queued(maker, config)
+    with maker.begin() as s:
+        assert lifecycle.start(
+            s, run_id=run_id, host="h", gpu_indices=",".join(map(str, gpus)), started_at=utcnow()
+        )
+        for index in gpus:
+            s.add(GpuLease(host=f"h-{run_id}", gpu_index=index, run_id=run_id))
+    return run_id
+
+
+def row(maker: sessionmaker[Session], run_id: int) -> Run:
+    with maker() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        return run
+
+
+def lease_count(maker: sessionmaker[Session], run_id: int) -> int:
+    with maker() as s:
+        return int(s.scalar(select(func.count()).where(GpuLease.run_id == run_id)) or 0)
+
+
+def test_a_queued_run_reads_back_as_the_enum(sessions) -> None:
+    run = row(sessions, queued(sessions))
+    assert run.status is RunStatus.queued and run.seed == 3
+
+
+def test_start_takes_a_queued_run_once(sessions) -> None:
+    run_id = queued(sessions)
+    at = utcnow()
+    with sessions.begin() as s:
+        assert lifecycle.start(s, run_id=run_id, host="h", gpu_indices="0,1", started_at=at)
+    with sessions.begin() as s:  # a redelivered task, or a second worker
+        assert not lifecycle.start(s, run_id=run_id, host="other", gpu_indices="", started_at=at)
+    run = row(sessions, run_id)
+    assert (run.status, run.worker_host, run.gpu_indices) == (RunStatus.running, "h", "0,1")
+    assert run.started_at is not None and run.heartbeat_at is not None
+
+
+def test_start_refuses_a_run_whose_cancel_came_first(sessions) -> None:
+    run_id = queued(sessions)
+    with sessions.begin() as s:
+        assert lifecycle.cancel(s, run_id=run_id) is CancelOutcome.CANCELLED
+    with sessions.begin() as s:
+        assert not lifecycle.start(s, run_id=run_id, host="h", gpu_indices="", started_at=utcnow())
+    run = row(sessions, run_id)
+    assert run.status is RunStatus.cancelled and run.finished_at is not None
+
+
+def test_cancel_of_a_running_run_is_a_request_its_worker_finishes(sessions) -> None:
+    run_id = running(sessions, gpus=(0,))
+    with sessions.begin() as s:
+        assert lifecycle.cancel(s, run_id=run_id) is CancelOutcome.REQUESTED
+    run = row(sessions, run_id)
+    assert run.status is RunStatus.running and run.cancel_requested
+    with sessions.begin() as s:
+        assert lifecycle.finish(
+            s, run_id=run_id, attempt=1, status=RunStatus.cancelled, exit_code=-15, error=None
+        )
+    assert row(sessions, run_id).status is RunStatus.cancelled
+    assert lease_count(sessions, run_id) == 0
+    with sessions.begin() as s:
+        assert lifecycle.cancel(s, run_id=run_id) is CancelOutcome.FINISHED
+
+
+def test_pid_and_heartbeat_only_while_the_attempt_runs(sessions) -> None:
+    run_id = running(sessions, gpus=(0,))
+    with sessions.begin() as s:
+        assert lifecycle.record_pid(s, run_id=run_id, attempt=1, pid=4242)
+        assert not lifecycle.record_pid(s, run_id=run_id, attempt=2, pid=1)
+    assert row(sessions, run_id).pid == 4242
+    later = utcnow()
+    with sessions.begin() as s:
+        assert lifecycle.heartbeat(s, run_id=run_id, attempt=1, renew_leases=True, now=later)
+        assert not lifecycle.heartbeat(s, run_id=run_id, attempt=2, renew_leases=True)
+    with sessions() as s:
+        stamps = s.scalars(select(GpuLease.heartbeat_at).where(GpuLease.run_id == run_id)).all()
+    assert len(stamps) == 1 and stamps[0].replace(tzinfo=None) == later.replace(tzinfo=None)
+
+
+def test_finish_releases_the_leases_with_the_final_status_and_only_once(sessions) -> None:
+    run_id = running(sessions, gpus=(0, 1))
+    assert lease_count(sessions, run_id) == 2
+    with sessions.begin() as s:
+        assert lifecycle.finish(
+            s, run_id=run_id, attempt=1, status=RunStatus.succeeded, exit_code=0, error=None
+        )
+    with sessions.begin() as s:  # a late second writer: the run keeps its first final status
+        assert not lifecycle.fail(s, run_id=run_id, attempt=1, reason="late")
+    run = row(sessions, run_id)
+    assert (run.status, run.exit_code, run.error) == (RunStatus.succeeded, 0, None)
+    assert lease_count(sessions, run_id) == 0
+
+
+def test_finish_of_an_attempt_handed_over_leaves_the_next_attempt_alone(sessions) -> None:
+    run_id = running(sessions, gpus=(0,))
+    with sessions.begin() as s:
+        assert lifecycle.requeue(
+            s, run_id=run_id, attempt=1, resume_from=f"{run_id}/ckpt.pt", reason="worker lost"
+        )
+    with sessions.begin() as s:
+        assert not lifecycle.requeue(s, run_id=run_id, attempt=1, resume_from=None, reason="x")
+    run = row(sessions, run_id)
+    assert (run.status, run.attempt, run.resume_from) == (
+        RunStatus.queued,
+        2,
+        f"{run_id}/ckpt.pt",
+    )
+    assert run.error == "attempt 1: worker lost; requeued as attempt 2"
+    assert (run.pid, run.gpu_indices, run.heartbeat_at) == (None, None, None)
+    assert lease_count(sessions, run_id) == 0
+    with sessions.begin() as s:  # attempt 2 starts elsewhere, then attempt 1's worker finishes
+        assert lifecycle.start(s, run_id=run_id, host="h2", gpu_indices="", started_at=utcnow())
+        assert not lifecycle.finish(
+            s, run_id=run_id, attempt=1, status=RunStatus.failed, exit_code=1, error="old"
+        )
+    run = row(sessions, run_id)
+    assert (run.status, run.attempt, run.worker_host) == (RunStatus.running, 2, "h2")
+
+
+def test_finish_refuses_a_status_that_is_not_final(sessions) -> None:
+    run_id = running(sessions)
+    with sessions.begin() as s, pytest.raises(ValueError, match="not a final status"):
+        lifecycle.finish(
+            s, run_id=run_id, attempt=1, status=RunStatus.queued, exit_code=None, error=None
+        )
+
+
+def test_a_lost_run_whose_cancel_was_requested_is_cancelled_not_requeued(sessions) -> None:
+    """Requeued, it would stay queued for ever: the scheduler skips cancel-requested runs."""
+    run_id = running(sessions, gpus=(0,), config={"max_restarts": 3})
+    with sessions.begin() as s:
+        assert lifecycle.cancel(s, run_id=run_id) is CancelOutcome.REQUESTED
+    with sessions.begin() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        assert hand_over(s, run=run, reason="worker lost") is HandoverOutcome.CANCELLED
+        # A second reaper with the same view of it: the guard sees it is not running.
+        assert hand_over(s, run=run, reason="worker lost") is HandoverOutcome.GONE
+    run = row(sessions, run_id)
+    assert run.status is RunStatus.cancelled and lease_count(sessions, run_id) == 0
+
+
+def test_a_lost_run_with_restarts_left_is_requeued_once(sessions) -> None:
+    run_id = running(sessions, gpus=(0,), config={"max_restarts": 1})
+    with sessions.begin() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        assert hand_over(s, run=run, reason="worker lost") is HandoverOutcome.REQUEUED
+    with sessions.begin() as s:  # a reaper that read attempt 1 before the requeue
+        stale = s.get(Run, run_id)
+        assert stale is not None
+        stale.attempt = 1
+        stale.status = RunStatus.running
+        s.expunge(stale)  # its view, never flushed
+        assert hand_over(s, run=stale, reason="worker lost") is HandoverOutcome.GONE
+    run = row(sessions, run_id)
+    assert (run.status, run.attempt) == (RunStatus.queued, 2)
+    assert lease_count(sessions, run_id) == 0

@@ -1,0 +1,179 @@
+"""While a job trains and right after: forward its metrics, keep the run (and its leases)
+alive, stop it on a cancel or a worker shutdown, then drain what is left of the spool.
+
+Everything here repeats safely and rides out a database that is away for a while: the job
+never waits for the database (the spool keeps its points), and the final drain retries for
+up to DB_RETRY_SECONDS so a PostgreSQL restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from app.db import session_scope
+from app.runs import lifecycle
+from app.runs.models import Run
+from app.settings import get_settings
+from worker import artifacts, provenance
+from worker.forwarder import forward
+from worker.process import JobProcess
+
+log = logging.getLogger(__name__)
+
+# Set when the worker begins a warm shutdown: running jobs get shutdown_grace_seconds to end,
+# then are stopped, and their runs requeued (max_restarts) or failed with the reason.
+SHUTTING_DOWN = threading.Event()
+
+
+class StopReason(enum.Enum):
+    """Why the watch loop stopped a job that had not ended by itself."""
+
+    CANCEL = "cancel"  # the run's cancel was requested
+    SHUTDOWN = "shutdown"  # the worker shuts down and the grace period is over
+
+
+@dataclass(frozen=True)
+class Watched:
+    """The run attempt a worker trains: whose heartbeat it stamps, whose leases it renews."""
+
+    run_id: int
+    attempt: int
+    metrics_path: Path
+    has_leases: bool
+
+    def heartbeat(self, session: Session) -> bool:
+        return lifecycle.heartbeat(
+            session, run_id=self.run_id, attempt=self.attempt, renew_leases=self.has_leases
+        )
+
+
+class Backoff:
+    """The forwarding loop's pace: the normal interval, doubling (to 5 s) while the database
+    is away, back to normal after the first success."""
+
+    MAX_DELAY = 5.0
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.delay = interval
+
+    def failed(self) -> None:
+        self.delay = min(self.MAX_DELAY, max(self.delay * 2, 0.2))
+
+    def succeeded(self) -> None:
+        self.delay = self.interval
+
+
+def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> StopReason | None:
+    """Forward metrics while the job runs; stop it on a cancel request or a worker shutdown.
+
+    Returns what stopped it, or None when the job ended by itself.
+    """
+    settings = get_settings()
+    # Often enough that a lease never nears its expiry, rarely enough to spare SQLite's lock.
+    heartbeat_every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
+    last_heartbeat = time.monotonic()
+    recorded = False
+    shutdown_deadline: float | None = None
+    backoff = Backoff(interval)
+    while job.poll() is None:
+        time.sleep(backoff.delay)
+        try:
+            with session_scope() as session:
+                if not recorded:
+                    recorded = provenance.merge_job_record(
+                        session, run_id=run.run_id, run_dir=run.metrics_path.parent
+                    )
+                forward(session, run_id=run.run_id, metrics_path=run.metrics_path)
+                if time.monotonic() - last_heartbeat >= heartbeat_every:
+                    run.heartbeat(session)
+                    last_heartbeat = time.monotonic()
+                row = session.get(Run, run.run_id)
+                cancel = row is None or row.cancel_requested
+        except Exception as exc:  # the database may be briefly away; the spool keeps everything
+            backoff.failed()
+            log.warning(
+                "run %s: forwarding failed (%s); retry in %.1f s", run.run_id, exc, backoff.delay
+            )
+            continue
+        backoff.succeeded()
+        if cancel:
+            log.info("run %s: cancel requested, stopping its processes", run.run_id)
+            job.stop(grace)
+            return StopReason.CANCEL
+        if SHUTTING_DOWN.is_set():
+            if shutdown_deadline is None:
+                shutdown_deadline = time.monotonic() + settings.shutdown_grace_seconds
+                log.warning(
+                    "run %s: worker shutting down; the job has %.0f s to finish",
+                    run.run_id,
+                    settings.shutdown_grace_seconds,
+                )
+            elif time.monotonic() >= shutdown_deadline:
+                log.warning("run %s: shutdown grace over, stopping its processes", run.run_id)
+                job.stop(grace)
+                return StopReason.SHUTDOWN
+    return None
+
+
+# How long the final drain waits for a checkpoint upload before it heartbeats again.
+UPLOAD_WAIT_SECONDS = 0.25
+
+
+def drain(run: Watched) -> None:
+    """Move what is left of the spool. The run keeps its GPUs until its final status releases
+    them, so its leases (and the run's own heartbeat) are kept fresh here too: a long drain
+    must not let them expire and hand the GPUs to the next run while this one is not finished
+    yet. A database that is away for a while (a PostgreSQL restart) is waited for."""
+    with_db(
+        run.run_id,
+        "record the environment",
+        lambda s: provenance.merge_job_record(
+            s, run_id=run.run_id, run_dir=run.metrics_path.parent
+        ),
+    )
+
+    def one_batch(session: Session) -> int:
+        run.heartbeat(session)
+        return forward(session, run_id=run.run_id, metrics_path=run.metrics_path, final=True)
+
+    for _ in range(10_000):
+        if artifacts.uploading(run.run_id):
+            # A moment for an upload between batches, so the drain does not spin; outside
+            # any transaction, so no lock (on SQLite the one write lock) is held meanwhile.
+            artifacts.wait_for_uploads(run.run_id, timeout=UPLOAD_WAIT_SECONDS)
+        if not with_db(run.run_id, "drain", one_batch):
+            return
+
+
+DB_RETRY_SECONDS = 300.0
+T = TypeVar("T")
+
+
+def with_db(run_id: int, what: str, work: Callable[[Session], T]) -> T:
+    """One unit of work, tried again with backoff while the database is unreachable (up to
+    DB_RETRY_SECONDS): a finished job's last points and status must not be lost to a database
+    restart. ``work`` must be safe to repeat (forward() and the lifecycle's guarded
+    transitions are)."""
+    backoff = Backoff(0.2)
+    deadline = time.monotonic() + DB_RETRY_SECONDS
+    while True:
+        try:
+            with session_scope() as session:
+                return work(session)
+        except DBAPIError as exc:
+            if time.monotonic() > deadline:
+                raise
+            backoff.failed()
+            log.warning("run %s: %s failed (%s); retry in %.1f s", run_id, what, exc, backoff.delay)
+            time.sleep(backoff.delay)
