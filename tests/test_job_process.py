@@ -25,7 +25,7 @@ def run_probe(tmp_path: Path, nice: int) -> str:
     env = {**os.environ, JOB_TOKEN_VAR: f"nice-{nice}"}
     log_path = tmp_path / f"nice-{nice}.log"
     job = JobProcess(
-        Launch(argv=[sys.executable, "-c", PROBE], env=env),
+        Launch(argv=[sys.executable, "-c", PROBE], env=env, cwd=tmp_path),
         log_path=log_path,
         cwd=tmp_path,
         token=f"nice-{nice}",
@@ -56,7 +56,7 @@ def test_an_error_inside_the_jobs_block_stops_every_process_of_it(tmp_path: Path
         " start_new_session=True); time.sleep(60)"
     )
     job = JobProcess(
-        Launch(argv=[sys.executable, "-c", spawn_child], env=env),
+        Launch(argv=[sys.executable, "-c", spawn_child], env=env, cwd=tmp_path),
         log_path=tmp_path / "job.log",
         cwd=tmp_path,
         token=token,

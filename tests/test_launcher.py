@@ -26,6 +26,7 @@ def spec(**kw: object) -> LaunchSpec:
 def test_single_process_starts_the_entry_point_as_a_plain_interpreter() -> None:
     launch = build_launch(spec())
     assert launch.argv == ["/py", "-m", "torchyard.job"]
+    assert launch.cwd == Path("/data/runs/7/work")
     env = launch.env
     assert json.loads(env.pop("TORCHYARD_CONFIG")) == CONFIG
     # Exactly this: no resume path, no line-prefix template (its lines are rank 0's, bare),

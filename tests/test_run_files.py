@@ -23,16 +23,17 @@ def run_dir_with_files(user_headers, client):  # type: ignore[no-untyped-def]
     me = client.get("/api/me", headers=user_headers).json()
     with session_scope() as session:
         run_id = add_run(session, owner_id=me["id"], status="succeeded")
-    root = get_settings().run_dir(run_id)
+    run_dir = get_settings().run_dir(run_id)
+    root = run_dir / "work"  # the job's working directory
     (root / "checkpoint-500").mkdir(parents=True)
     (root / "sub" / "deeper").mkdir(parents=True)
     (root / "model_best.pt").write_bytes(WEIGHTS)
     (root / "checkpoint-500" / "model.safetensors").write_bytes(b"tensors")
     (root / "checkpoint-500" / "trainer_state.json").write_text('{"global_step": 500}')
     (root / "sub" / "deeper" / "notes.txt").write_text("hello")
-    (root / "metrics.jsonl").write_text("{}\n")  # torchyard's own: not listed
-    (root / "output.log").write_text("log\n")
-    outside = root.parent / f"secret-{run_id}.txt"
+    (run_dir / "metrics.jsonl").write_text("{}\n")  # torchyard's own, beside the work dir
+    (run_dir / "output.log").write_text("log\n")
+    outside = run_dir.parent / f"secret-{run_id}.txt"
     outside.write_bytes(SECRET)
     os.symlink(outside, root / "link.pt")
     os.symlink("/etc", root / "etc")
@@ -89,8 +90,8 @@ def test_a_folder_downloads_as_a_tar_of_its_files(client, user_headers, run_dir_
         ("sub/..%2f..%2fsecret.txt", 422),
         ("sub%5c..%5csecret.txt", 422),
         ("%2fetc%2fpasswd", 422),
-        ("metrics.jsonl", 422),
-        ("output.log", 422),
+        ("metrics.jsonl", 404),  # torchyard's own files are not in the working directory
+        ("..%2foutput.log", 422),
         ("nothing-here.pt", 404),
     ],
 )
@@ -99,7 +100,7 @@ def test_links_fifos_traversal_and_own_files_are_refused(
 ) -> None:  # type: ignore[no-untyped-def]
     r = client.get(f"/api/runs/{run_dir_with_files}/files/{path}", headers=user_headers)
     assert r.status_code == status, (path, r.status_code, r.text)
-    assert SECRET not in r.content and b"root:" not in r.content
+    assert SECRET not in r.content and b"root:" not in r.content and b"log\n" != r.content
 
 
 def test_a_run_that_has_not_started_lists_nothing(client, user_headers) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from worker.workspace import ScriptPathError, git_state, resolve_script, script_argv
+from worker.workspace import (
+    ScriptPathError,
+    git_state,
+    prepare_work_dir,
+    resolve_script,
+    script_argv,
+)
 
 
 @pytest.fixture
@@ -98,3 +104,23 @@ def test_git_state_records_commit_diff_and_untracked(workspace: Path) -> None:
     assert dirty is not None and dirty["dirty"] and dirty["commit"] == clean["commit"]
     assert "+print('edited')" in dirty["diff"] and "-print('hi')" in dirty["diff"]
     assert "notes.txt" in dirty["untracked"]
+
+
+def test_the_work_dir_mirrors_the_scripts_folder_as_links(tmp_path: Path) -> None:
+    folder = tmp_path / "ws" / "project"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "file.txt").write_text("x")
+    (folder / "train.py").write_text("")
+    work = tmp_path / "run" / "work"
+    prepare_work_dir(work, folder)
+    assert sorted(p.name for p in work.iterdir()) == ["data", "train.py"]
+    assert (work / "data").is_symlink() and (work / "data" / "file.txt").read_text() == "x"
+    (work / "model.pt").write_bytes(b"w")  # a file the run writes is its own
+    assert not (folder / "model.pt").exists()
+    prepare_work_dir(work, folder)  # a later attempt keeps what is there
+    assert (work / "model.pt").read_bytes() == b"w"
+
+
+def test_a_recipe_gets_an_empty_work_dir(tmp_path: Path) -> None:
+    prepare_work_dir(tmp_path / "work", None)
+    assert list((tmp_path / "work").iterdir()) == []

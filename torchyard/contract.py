@@ -58,6 +58,10 @@ ENVIRONMENT_FILE = "environment.json"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 TORCHRUN_LOG_DIR = "torchrun"
+# The job's working directory. A script's folder is mirrored into it as links, so relative
+# paths resolve as under `python train.py` run from that folder, while what the run writes
+# stays in its own directory (not the shared workspace, not torchyard's files beside it).
+WORK_DIR = "work"
 # A rank whose script raised writes errors/rank<N>.json: {"rank", "time", "type", "message",
 # "traceback"} with the traceback's torchyard and runpy frames left out. The worker takes the
 # first by time as the run's error instead of parsing prefixed output.
@@ -124,6 +128,10 @@ class RunPaths:
     @property
     def tensorboard(self) -> Path:
         return self.root / TENSORBOARD_DIR
+
+    @property
+    def work(self) -> Path:
+        return self.root / WORK_DIR
 
     @property
     def errors(self) -> Path:

@@ -43,6 +43,7 @@ from torchyard.contract import (
     TENSORBOARD_DIR,
     TENSORBOARD_DIR_VAR,
     TORCHRUN_LOG_DIR,
+    WORK_DIR,
     WORKSPACE_VAR,
     RunSpec,
 )
@@ -71,10 +72,13 @@ class LaunchSpec:
 class Launch:
     argv: list[str]
     env: dict[str, str]
+    # The job's working directory (<run_dir>/work, worker.workspace.prepare_work_dir).
+    cwd: Path
 
 
 def build_launch(spec: LaunchSpec) -> Launch:
     run = RunSpec.from_config(spec.config)
+    cwd = spec.run_dir / WORK_DIR
     nproc = run.nproc
     env = dict(spec.base_env)
     env.update(
@@ -107,7 +111,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
         env.pop(LOG_LINE_PREFIX_VAR, None)
         for name in DISTRIBUTED_VARS:
             env.pop(name, None)
-        return Launch(argv=[spec.python, "-m", JOB_MODULE], env=env)
+        return Launch(argv=[spec.python, "-m", JOB_MODULE], env=env, cwd=cwd)
     env[LOG_LINE_PREFIX_VAR] = LOG_LINE_PREFIX_TEMPLATE
     argv = [
         spec.python,
@@ -120,4 +124,4 @@ def build_launch(spec: LaunchSpec) -> Launch:
         "--module",
         JOB_MODULE,
     ]
-    return Launch(argv=argv, env=env)
+    return Launch(argv=argv, env=env, cwd=cwd)

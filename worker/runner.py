@@ -36,7 +36,7 @@ from worker.gpus import Inventory, detect, gpu_stats
 from worker.launcher import LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.watch import StopReason, Watched, drain, watch, with_db
-from worker.workspace import ScriptPathError, resolve_script
+from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
 
 log = logging.getLogger(__name__)
 
@@ -192,13 +192,14 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             workspace=settings.workspace_dir.expanduser().resolve() if script else None,
         )
     )
+    prepare_work_dir(launch.cwd, script.parent if script is not None else None)
     log_path = run_dir / LOG_FILE
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
     try:
         job = JobProcess(
             launch,
             log_path=log_path,
-            cwd=run_dir,
+            cwd=launch.cwd,
             token=token,
             nice=settings.job_nice,
             stop_grace_seconds=settings.cancel_grace_seconds,

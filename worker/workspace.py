@@ -59,6 +59,23 @@ def resolve_script(workspace: Path, script: str) -> Path:
     return resolved
 
 
+def prepare_work_dir(work: Path, script_dir: Path | None) -> None:
+    """The job's working directory, with the script's folder mirrored into it as links.
+
+    ``./data/file.txt`` and ``--data ./data`` then resolve as under ``python train.py`` run
+    from the script's folder, while a file the run creates lands here, in its own directory:
+    not in the shared workspace, where runs of the same script would overwrite each other.
+    (A write through a link still reaches the linked file.) Names already present, from an
+    earlier attempt, are kept."""
+    work.mkdir(parents=True, exist_ok=True)
+    if script_dir is None:
+        return
+    for entry in sorted(script_dir.iterdir()):
+        link = work / entry.name
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(entry)
+
+
 def script_argv(args: Sequence[str], params: Mapping[str, Any]) -> list[str]:
     """The script's command-line arguments: ``args`` as given, then one flag per param.
 

@@ -30,6 +30,7 @@ from app.runs.schemas import (
     RunResume,
 )
 from app.settings import get_settings
+from torchyard.contract import WORK_DIR
 
 router = APIRouter(prefix="/api", tags=["runs"])
 # Another user's run or experiment is 403, a missing one 404 (app/ownership.py); a change
@@ -290,10 +291,10 @@ async def run_events(
 
 @router.get("/runs/{run_id}/files", response_model=list[RunFileOut], responses=OWNED)
 def list_run_files(run: OwnedRun) -> list[RunFileOut]:
-    """Every regular file the run wrote under its directory (a script's ``model.pt``, a
-    Lightning ``.ckpt``, a ``checkpoint-500/`` folder's files), checkpoints marked; torchyard's
-    own spool and log are left out (see /logs and /metrics)."""
-    root = get_settings().run_dir(run.id)
+    """Every regular file the run wrote under its working directory (a script's ``model.pt``,
+    a Lightning ``.ckpt``, a ``checkpoint-500/`` folder's files), checkpoints marked. The links
+    that mirror the script's folder there are not the run's files and are left out."""
+    root = get_settings().run_dir(run.id) / WORK_DIR
     return [RunFileOut.model_validate(f) for f in files.list_files(root)]
 
 
@@ -311,7 +312,7 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
     },
 )
 def download_run_file(run: OwnedRun, path: Annotated[str, PathParam(pattern=NO_NUL)]) -> Response:
-    root = get_settings().run_dir(run.id)
+    root = get_settings().run_dir(run.id) / WORK_DIR
     try:
         fd, info = files.open_in(root, path)
     except files.FileRefused as exc:

@@ -1,5 +1,7 @@
-"""Files a run wrote under its directory (a script's ``model_best.pt``, a Lightning ``.ckpt``, a
-Hugging Face ``checkpoint-500/``): listed, and served without ever leaving the directory.
+"""Files a run wrote under its working directory (``<run_dir>/work``: a script's
+``model_best.pt``, a Lightning ``.ckpt``, a Hugging Face ``checkpoint-500/``): listed, and
+served without ever leaving the directory. torchyard's own files (spool, log, config) sit
+beside it in the run directory, so no path here reaches them.
 
 The directory is written by the job, which is someone's code: every path in it is hostile.
 Nothing here follows a symbolic link or opens anything but a regular file: a download walks
@@ -20,19 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from torchyard.contract import (
-    CONFIG_FILE,
-    ENVIRONMENT_FILE,
-    ERRORS_DIR,
-    LOG_FILE,
-    METRICS_FILE,
-    TORCHRUN_LOG_DIR,
-)
-
-# torchyard's own bookkeeping, served by other routes (logs, metrics, environment).
-INTERNAL_TOP_LEVEL = frozenset(
-    {METRICS_FILE, LOG_FILE, CONFIG_FILE, ENVIRONMENT_FILE, TORCHRUN_LOG_DIR, ERRORS_DIR}
-)
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # A listing stops here: a run that wrote a million files is still listed in a moment.
 MAX_LISTED = 10_000
@@ -56,13 +45,6 @@ def is_checkpoint(path: str) -> bool:
     return path.endswith(CHECKPOINT_SUFFIXES) or any(p.startswith("checkpoint-") for p in parts)
 
 
-def _internal(relative: str) -> bool:
-    first = relative.split("/", 1)[0]
-    return first in INTERNAL_TOP_LEVEL or (
-        "/" not in relative and first.startswith("metrics.attempt-")
-    )
-
-
 def list_files(root: Path) -> list[RunFile]:
     """Regular files under ``root`` (no links followed), by path; at most MAX_LISTED."""
     found: list[RunFile] = []
@@ -77,8 +59,6 @@ def list_files(root: Path) -> list[RunFile]:
             continue
         for entry in entries:
             relative = f"{prefix}{entry.name}"
-            if _internal(relative):
-                continue
             try:
                 info = entry.stat(follow_symlinks=False)
             except OSError:
@@ -105,8 +85,6 @@ def _components(relative: str) -> list[str]:
     parts = relative.strip("/").split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise FileRefused(f"{relative!r} is not a path inside the run's directory")
-    if _internal("/".join(parts)):
-        raise FileRefused(f"{relative!r} is torchyard's own file: see the logs and metrics routes")
     return parts
 
 

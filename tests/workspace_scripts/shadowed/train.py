@@ -14,3 +14,8 @@ run = torchyard.init(config={"steps": 20})
 for step in range(1, run.config["steps"] + 1):
     run.log({"shadow/value": torchyard_utils.value(step)}, step=step)
 print("logged", run.config["steps"], "points from", worker.__file__)
+# A relative path, as under `python train.py` run from this folder; a file the run writes.
+with open("data/file.txt") as f:
+    print("read:", f.read().strip())
+with open("written-by-the-run.txt", "w") as f:
+    f.write("mine")
