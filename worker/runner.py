@@ -12,7 +12,6 @@ import enum
 import json
 import logging
 import os
-import re
 import secrets
 import socket
 import sys
@@ -33,6 +32,7 @@ from app.timeutil import utcnow
 from torchyard.contract import CHECKPOINTS_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE
 from worker import artifacts, provenance, spool
 from worker.gpus import Inventory, detect, gpu_stats
+from worker.job_errors import run_error
 from worker.launcher import LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.watch import StopReason, Watched, drain, watch, with_db
@@ -40,7 +40,6 @@ from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
 
 log = logging.getLogger(__name__)
 
-ERROR_TAIL_LINES = 30
 WORKER_SHUTDOWN_REASON = "the worker shut down while the run was training"
 
 
@@ -48,30 +47,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-_RANK_TRACEBACK = re.compile(r"^(\[rank\d+\]: )Traceback \(most recent call last\)", re.M)
-
-
-def error_tail(log_path: Path) -> str:
-    """The last lines of the job's output, from its last traceback when there is one.
-
-    Under torchrun the last traceback is torchrun's own summary ("ChildFailedError"); the
-    cause is the last traceback of a rank, so that rank's lines are what the user needs.
-    """
-    try:
-        text = log_path.read_bytes()[-64_000:].decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""
-    ranked = list(_RANK_TRACEBACK.finditer(text))
-    if ranked:
-        prefix = ranked[-1].group(1)
-        rank_lines = text[ranked[-1].start() :].splitlines()
-        lines = [line for line in rank_lines if line.startswith(prefix)]
-    else:
-        start = text.rfind("Traceback (most recent call last)")
-        lines = (text[start:] if start >= 0 else text).rstrip().splitlines()
-    return "\n".join(lines[-ERROR_TAIL_LINES:])
 
 
 @lru_cache
@@ -225,8 +200,9 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
         return _hand_over(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
     if code == 0:
         return _finish(run_id, RunStatus.succeeded, code, None, attempt=attempt)
-    tail = error_tail(log_path) or f"the job exited with code {code}"
-    return _finish(run_id, RunStatus.failed, code, tail, attempt=attempt)
+    return _finish(
+        run_id, RunStatus.failed, code, run_error(run_dir, log_path, code), attempt=attempt
+    )
 
 
 def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:

@@ -1,0 +1,66 @@
+"""A failed run's error, through a real worker: it starts with the user's exception line,
+for a rank that raises under nproc 2 (not torchrun's ChildFailedError) and for a shape bug in
+a single process (not torchyard's or runpy's frames)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import torchyard
+from tests.conftest import WORKSPACE_DIR, wait_for_status
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = {
+    "rank1_raises.py": """
+        import os
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        dist.barrier()
+        if dist.get_rank() == 1:
+            raise ValueError("rank one cannot go on")
+        dist.barrier()
+    """,
+    "shape_bug.py": """
+        import torch
+
+        model = torch.nn.Linear(4, 2)
+        model(torch.zeros(3, 5))
+    """,
+}
+FINISHED = {"succeeded", "failed", "cancelled"}
+
+
+def run_script(api, name: str, nproc: int) -> dict:  # type: ignore[no-untyped-def]
+    folder = WORKSPACE_DIR / "errors"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(textwrap.dedent(SCRIPTS[name]))
+    config = {"script": f"errors/{name}", "resources": {"nproc": nproc}}
+    exp = api.post("/api/experiments", json={"name": name, "config": config})
+    assert exp.status_code == 201, exp.text
+    run = api.post(f"/api/experiments/{exp.json()['id']}/runs").json()
+    return wait_for_status(api, run["id"], FINISHED, timeout=180)
+
+
+def test_a_rank_that_raises_is_the_runs_error(live_stack) -> None:  # type: ignore[no-untyped-def]
+    with live_stack.admin_client() as api:
+        done = run_script(api, "rank1_raises.py", nproc=2)
+    assert done["status"] == "failed"
+    assert done["error"].startswith("ValueError: rank one cannot go on"), done["error"]
+    assert "rank1_raises.py" in done["error"] and "ChildFailedError" not in done["error"]
+
+
+def test_a_shape_bug_is_the_runs_error_from_the_scripts_frame(live_stack) -> None:  # type: ignore[no-untyped-def]
+    with live_stack.admin_client() as api:
+        done = run_script(api, "shape_bug.py", nproc=1)
+    assert done["status"] == "failed"
+    error = done["error"]
+    assert error.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied"), error
+    frames = [line for line in error.splitlines() if line.strip().startswith("File ")]
+    assert "shape_bug.py" in frames[0], frames
+    package = str(Path(torchyard.__file__).parent)
+    assert not any(package in f or "runpy" in f for f in frames), frames
