@@ -101,6 +101,9 @@ def test_cancel_ends_every_process_of_the_run_within_5s(api, nproc: int) -> None
     elapsed = time.monotonic() - t0
     assert done["status"] == "cancelled" and elapsed < 5, (done, elapsed)
     assert pids_of_run(run["id"]) == []
+    log = api.get(f"/api/runs/{run['id']}/logs").text
+    assert "torchyard: the run was cancelled" in log
+    assert "run failed" not in log and "SystemExit" not in log, log[-2000:]
 
 
 def series_or_none(api: httpx.Client, run_id: int) -> list:

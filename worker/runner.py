@@ -193,6 +193,9 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             grace=settings.cancel_grace_seconds,
         )
         code = job.wait()
+    if stopped_by is StopReason.CANCEL:
+        # Said in the run's own log (shipped by the drain): the job itself saw only a SIGTERM.
+        note_in_log(log_path, "torchyard: the run was cancelled; every process of it stopped")
     drain(watched)
     if stopped_by is StopReason.CANCEL:
         return _finish(run_id, RunStatus.cancelled, code, None, attempt=attempt)
@@ -203,6 +206,15 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     return _finish(
         run_id, RunStatus.failed, code, run_error(run_dir, log_path, code), attempt=attempt
     )
+
+
+def note_in_log(log_path: Path, text: str) -> None:
+    """A line of torchyard's own at the end of the run's output."""
+    try:
+        with open(log_path, "ab") as log_file:
+            log_file.write(f"{text}\n".encode())
+    except OSError:
+        log.exception("could not write to %s", log_path)
 
 
 def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
