@@ -43,13 +43,17 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)
 REPO = Path(__file__).resolve().parent.parent
 
-# Test modules that touch neither the database nor the broker (the launcher, the in-job
-# runtime and recipes, pure scheduling, path checks, the compose file, the wheel): the
+# Test modules whose subject is not the database or the broker (the launcher, the in-job
+# runtime and recipes, how a job ends, pure scheduling, path checks, the compose file, the
+# wheel): most touch neither, and what the rest do with them is the same on either stack. The
 # PostgreSQL + Redis pass (`make test-services`) leaves them out with `-m "not local_only"`,
 # since they would only repeat what the first pass showed.
 LOCAL_ONLY_MODULES = frozenset(
     {
         "test_deploy",
+        "test_e2e_ddp_exit",
+        "test_job_entry",
+        "test_job_errors",
         "test_job_exit",
         "test_job_imports",
         "test_job_process",
