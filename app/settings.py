@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     broker_url: str = ""
     secret_key: str = ""
     admin_password: str = ""
+    # Passwords set through the API, the pages or the CLI need at least this many characters
+    # (TORCHYARD_ADMIN_PASSWORD for the bootstrap admin is taken as given).
+    password_min_length: int = Field(default=10, ge=1, le=1000)
     token_ttl_hours: float = 24 * 7
     # The longest life a token made through POST /api/tokens may ask for.
     token_max_ttl_hours: float = 24 * 365
