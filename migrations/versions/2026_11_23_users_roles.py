@@ -29,7 +29,9 @@ users = sa.table(
 def upgrade() -> None:
     # Plain ALTER TABLE, no batch mode: SQLite (>= 3.35) drops a column in place, while a
     # batch would rebuild `users`, which the tables referencing it forbid (foreign_keys=ON).
-    op.add_column("users", sa.Column("role", sa.String(16), nullable=False, server_default="member"))
+    op.add_column(
+        "users", sa.Column("role", sa.String(16), nullable=False, server_default="member")
+    )
     op.execute(users.update().where(users.c.is_admin.is_(True)).values(role="admin"))
     op.drop_column("users", "is_admin")
     op.add_column("api_tokens", sa.Column("last_used_at", sa.DateTime(timezone=True)))
