@@ -14,7 +14,7 @@ from app.auth.models import Role, User
 from app.auth.security import generate_password
 from app.auth.service import create_token, revoke_token_id, tokens_of
 from app.db import SessionDep
-from app.errors import forbidden
+from app.errors import forbidden, not_found
 from app.pages import PageRoute, PageUser
 from app.settings import get_settings
 from app.templating import render
@@ -89,7 +89,10 @@ def create_token_form(
 
 @router.post("/account/tokens/{token_id}/revoke")
 def revoke_token_form(token_id: int, session: SessionDep, user: PageUser) -> Response:
-    revoke_token_id(session, token_id=token_id, user=user)
+    """The same rule as DELETE /api/tokens/{id}: yours (an admin: anyone's); another user's
+    token is 404."""
+    if revoke_token_id(session, token_id=token_id, user=user) is None:
+        raise not_found("token", token_id)
     return RedirectResponse("/account", status_code=303)
 
 
