@@ -70,8 +70,9 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
-    # An open event stream re-checks its token this often and ends once it is revoked/expired.
-    sse_auth_recheck_seconds: float = 5.0
+    # An open event stream re-checks its token this often and ends once it is revoked/expired
+    # or its user is disabled: within 5 s is promised, with room left for a loaded box.
+    sse_auth_recheck_seconds: float = 2.0
     # Largest request body the API reads (413 above it); configs and forms are a few KB.
     max_body_bytes: int = 1024 * 1024
 

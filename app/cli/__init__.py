@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import httpx
 import typer
 
-from app.cli import commands, runs, server
+from app.cli import admin, commands, runs, server, users
 from app.cli.client import CliError
 from app.cli.common import err
 from app.cli.config import ConfigError
@@ -36,6 +36,8 @@ app = typer.Typer(
 server.register(app)
 commands.register(app)
 runs.register(app)
+users.register(app)
+admin.register(app)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
