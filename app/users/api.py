@@ -36,7 +36,7 @@ def read_me(user: CurrentUser) -> UserOut:
     "/me/password",
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
-    responses=error_responses(403),
+    responses=error_responses(400, 403),  # 400: a body that is not even JSON text
 )
 def change_my_password(data: PasswordChange, session: SessionDep, user: CurrentUser) -> Response:
     """422 naming `current_password` when it is wrong, `new_password` when it is too short."""
