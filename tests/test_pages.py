@@ -83,6 +83,7 @@ def test_list_shows_everyones_experiments_and_mine_filters_to_own(client, user) 
     ids = row_ids(html, "data-experiment-id")
     assert mine["id"] in ids and theirs["id"] not in ids
     assert 'id="owner-mine" aria-current="page"' in html
+    assert '<input type="hidden" name="owner" value="mine">' in html  # a search keeps it
     ids = row_ids(client.get(f"/?owner={their_name}").text, "data-experiment-id")
     assert ids == [theirs["id"]]
     assert row_ids(client.get("/?owner=nobody-at-all").text, "data-experiment-id") == []
