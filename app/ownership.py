@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy.orm import Session
 
 from app.auth.deps import SAFE_METHODS, CurrentUser
 from app.auth.models import User
@@ -22,22 +23,24 @@ from app.experiments.models import Experiment
 from app.runs.models import Run
 
 
+def _viewer_refused(user: User) -> HTTPException:
+    return forbidden(f"your role is {user.role}: viewers may read but not change anything")
+
+
 def check_write(user: User, owner_id: int, what: str) -> None:
     """403 unless `user` may change something of `owner_id`'s."""
     if user.may_write(owner_id):
         return
     if not user.can_write:
-        raise forbidden(f"your role is {user.role}: viewers may read but not change anything")
+        raise _viewer_refused(user)
     raise forbidden(f"this {what} belongs to another user: you may read it but not change it")
 
 
-def _is_write(request: Request | None) -> bool:
-    return request is not None and request.method not in SAFE_METHODS
+def _is_write(request: Request) -> bool:
+    return request.method not in SAFE_METHODS
 
 
-def find_experiment(
-    experiment_id: int, session: SessionDep, user: User, *, write: bool
-) -> Experiment:
+def find_experiment(experiment_id: int, session: Session, user: User, *, write: bool) -> Experiment:
     experiment = session.get(Experiment, experiment_id) if 0 < experiment_id <= MAX_ID else None
     if experiment is None:
         raise not_found("experiment", experiment_id)
@@ -46,7 +49,7 @@ def find_experiment(
     return experiment
 
 
-def find_run(run_id: int, session: SessionDep, user: User, *, write: bool) -> Run:
+def find_run(run_id: int, session: Session, user: User, *, write: bool) -> Run:
     run = session.get(Run, run_id) if 0 < run_id <= MAX_ID else None
     if run is None:
         raise not_found("run", run_id)
@@ -68,7 +71,7 @@ def get_owned_run(run_id: int, request: Request, session: SessionDep, user: Curr
 def get_writer(user: CurrentUser) -> User:
     """A user who may create things (experiments, runs of their own): not a viewer."""
     if not user.can_write:
-        raise forbidden(f"your role is {user.role}: viewers may read but not change anything")
+        raise _viewer_refused(user)
     return user
 
 
