@@ -144,7 +144,7 @@ def test_a_disabled_user_is_refused_at_once_and_their_runs_keep_running(
     r = client.patch(f"/api/users/{user_id}", json={"disabled": True}, headers=admin_headers)
     assert r.status_code == 200 and r.json()["disabled"] is True
     refused = client.get("/api/users/me", headers=headers)
-    assert refused.status_code == 401
+    assert refused.status_code == 401 and "disabled" in refused.json()["detail"]
     assert login(client, username, password).status_code == 401
     assert client.get(f"/api/runs/{run_id}", headers=admin_headers).json()["status"] == "running"
     with session_scope() as session:
@@ -185,6 +185,7 @@ def test_a_disabled_users_open_event_stream_ends_within_5_seconds(client, admin_
     ended_after = time.monotonic() - disabled_at
     assert ended_after < 5.0, ended_after
     assert "event: error" in seen, seen[-5:]
+    assert any("account is disabled" in line for line in seen), seen[-5:]
     r = client.get(f"/api/runs/{run_id}/events", headers=headers)
     assert r.status_code == 401
 

@@ -17,7 +17,10 @@ from app.auth.models import ApiToken, User
 from app.auth.security import token_digest
 from app.db import session_scope
 from tests.conftest import make_user
+from tests.factories import add_run
 from tests.test_pages import login
+
+TINY = {"recipe": "tiny_mlp", "params": {"epochs": 1}, "seed": 3}
 
 
 def csrf(client) -> str:  # type: ignore[no-untyped-def]
@@ -147,3 +150,17 @@ def test_my_account_creates_lists_and_revokes_named_tokens(client) -> None:
             select(ApiToken.id).where(ApiToken.token_hash == token_digest(other_page_token))
         )
     assert post_form(client, f"/account/tokens/{other_id}/revoke").status_code == 404
+
+
+def test_the_gpu_page_queue_shows_everyones_or_mine(client) -> None:
+    username, password, _ = make_user()
+    login(client, username, password)
+    other, _, _ = make_user()
+    with session_scope() as session:
+        theirs = add_run(session, owner_id=user_id(other), config=TINY, status="queued")
+        mine = add_run(session, owner_id=user_id(username), config=TINY, status="queued")
+    everyone = client.get("/gpus").text
+    assert f'data-run-id="{theirs}"' in everyone and f'data-run-id="{mine}"' in everyone
+    only_mine = client.get("/gpus?owner=mine").text
+    assert f'data-run-id="{theirs}"' not in only_mine and f'data-run-id="{mine}"' in only_mine
+    assert f'<table id="gpu-queue" data-owner="{username}">' in only_mine  # gpus.js filters too

@@ -123,13 +123,13 @@ def check_token(session: Session, *, token: str) -> User | str:
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
     if row is None:
         return "invalid token: not one this server issued"
+    user = session.get(User, row.user_id)
+    if user is None or not user.is_active:
+        return "this account is disabled: ask an admin"
     if row.revoked_at is not None:
         return f"token revoked at {as_utc(row.revoked_at).isoformat()}: create a new one"
     if row.expires_at is not None and as_utc(row.expires_at) <= utcnow():
         return f"token expired at {as_utc(row.expires_at).isoformat()}: log in again"
-    user = session.get(User, row.user_id)
-    if user is None or not user.is_active:
-        return "token of a disabled user"
     now = utcnow()
     if row.last_used_at is None or as_utc(row.last_used_at) <= now - LAST_USED_RESOLUTION:
         row.last_used_at = now
