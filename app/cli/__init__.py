@@ -2,9 +2,8 @@
 
 Server commands (`up`, `worker`, `db`, `admin`) run on the torchyard host; client commands
 (`login`, `submit`, `follow`, `ls`, `logs`, `cancel`, `download`, `resume`, `users`) speak
-only the REST API, so
-they work from a laptop against the team box. `main` returns the exit code instead of exiting,
-so tests and the console-script wrapper share it.
+only the REST API, so they work from a laptop against the team box. `main` returns the exit
+code instead of exiting, so tests and the console-script wrapper share it.
 """
 
 from __future__ import annotations
