@@ -214,3 +214,40 @@ def test_a_tokens_last_use_is_recorded(client) -> None:
     assert client.get("/api/users/me", headers=own).status_code == 200
     listed = client.get("/api/tokens", headers=headers).json()
     assert next(t for t in listed if t["id"] == created["id"])["last_used_at"] is not None
+
+
+def browser_session(app, username: str, password: str):  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    browser = TestClient(app)
+    r = browser.post("/login", data={"username": username, "password": password})
+    assert r.status_code == 200 and "ty_session" in browser.cookies, r.text
+    return browser
+
+
+def test_a_password_reset_ends_browser_sessions_but_not_api_tokens(
+    app, client, admin_headers
+) -> None:
+    username, password, api_headers = make_user()
+    browser = browser_session(app, username, password)
+    assert browser.get("/api/users/me").status_code == 200
+    uid = client.get("/api/users/me", headers=api_headers).json()["id"]
+    r = client.patch(
+        f"/api/users/{uid}", json={"password": "reset by admin"}, headers=admin_headers
+    )
+    assert r.status_code == 200
+    assert browser.get("/api/users/me").status_code == 401  # whoever had the old one is out
+    assert client.get("/api/users/me", headers=api_headers).status_code == 200
+
+
+def test_changing_your_password_ends_your_other_sessions_not_this_one(app, client) -> None:
+    username, password, _ = make_user()
+    here = browser_session(app, username, password)
+    elsewhere = browser_session(app, username, password)
+    change = {"current_password": password, "new_password": "changed from here"}
+    r = here.post(
+        "/api/users/me/password", json=change, headers={"X-CSRF-Token": here.cookies["ty_csrf"]}
+    )
+    assert r.status_code == 204, r.text
+    assert here.get("/api/users/me").status_code == 200
+    assert elsewhere.get("/api/users/me").status_code == 401

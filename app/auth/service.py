@@ -25,6 +25,8 @@ from app.settings import Settings
 from app.timeutil import as_utc, utcnow
 
 ADMIN_USERNAME = "admin"
+# The name of the token a browser login makes (its session cookie holds it).
+BROWSER_SESSION = "browser"
 # A token's last use is written at most this often: a stamp on every request would turn each
 # read (and each event stream's 5 s re-check) into a database write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Depends, Request, Response, status
 
-from app.auth.deps import CurrentUser
+from app.auth.deps import CurrentUser, request_token
 from app.auth.models import User
 from app.db import SessionDep
 from app.errors import error_responses, forbidden
@@ -38,13 +38,17 @@ def read_me(user: CurrentUser) -> UserOut:
     response_class=Response,
     responses=error_responses(400, 403),  # 400: a body that is not even JSON text
 )
-def change_my_password(data: PasswordChange, session: SessionDep, user: CurrentUser) -> Response:
-    """422 naming `current_password` when it is wrong, `new_password` when it is too short."""
+def change_my_password(
+    request: Request, data: PasswordChange, session: SessionDep, user: CurrentUser
+) -> Response:
+    """422 naming `current_password` when it is wrong, `new_password` when it is too short.
+    Your other browser sessions end; this request's token and your API tokens stay."""
     service.change_own_password(
         session,
         user=user,
         current_password=data.current_password,
         new_password=data.new_password,
+        current_token=request_token(request),
     )
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 

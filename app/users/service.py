@@ -15,8 +15,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import ApiToken, Role, User
-from app.auth.security import hash_password, verify_password
-from app.auth.service import create_user
+from app.auth.security import hash_password, token_digest, verify_password
+from app.auth.service import BROWSER_SESSION, create_user
 from app.db import MAX_ID
 from app.errors import conflict, not_found, validation_error
 from app.settings import get_settings
@@ -115,28 +115,44 @@ def set_disabled(session: Session, *, user: User, disabled: bool) -> User:
     return user
 
 
-def revoke_all_tokens(session: Session, *, user: User) -> None:
-    session.execute(
-        update(ApiToken)
-        .where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
-        .values(revoked_at=utcnow())
-    )
+def revoke_all_tokens(
+    session: Session, *, user: User, sessions_only: bool = False, keep: str | None = None
+) -> None:
+    """Revoke the user's tokens: all of them, or only browser sessions; but `keep` (a token
+    secret: the one the request came with)."""
+    stmt = update(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
+    if sessions_only:
+        stmt = stmt.where(ApiToken.name == BROWSER_SESSION)
+    if keep is not None:
+        stmt = stmt.where(ApiToken.token_hash != token_digest(keep))
+    session.execute(stmt.values(revoked_at=utcnow()))
 
 
 def set_password(session: Session, *, user: User, password: str) -> User:
+    """An admin's reset (API, page, CLI): the user's browser sessions end with the old
+    password (someone who had it may be logged in); their named API tokens stay."""
     check_password(password)
     user.password_hash = hash_password(password)
+    revoke_all_tokens(session, user=user, sessions_only=True)
     session.flush()
     return user
 
 
 def change_own_password(
-    session: Session, *, user: User, current_password: str, new_password: str
+    session: Session,
+    *,
+    user: User,
+    current_password: str,
+    new_password: str,
+    current_token: str | None = None,
 ) -> User:
+    """The user's own change: their other browser sessions end, the one making the change
+    (`current_token`) stays logged in."""
     if not verify_password(user.password_hash, current_password):
         raise _invalid("current_password", "the current password is not right")
     check_password(new_password, field="new_password")
     user.password_hash = hash_password(new_password)
+    revoke_all_tokens(session, user=user, sessions_only=True, keep=current_token)
     session.flush()
     return user
 

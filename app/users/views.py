@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.auth.deps import request_token
 from app.auth.models import Role, User
 from app.auth.security import generate_password
 from app.auth.service import create_token, revoke_token_id, tokens_of
@@ -68,7 +69,11 @@ def change_password(
 ) -> HTMLResponse:
     try:
         service.change_own_password(
-            session, user=user, current_password=current_password, new_password=new_password
+            session,
+            user=user,
+            current_password=current_password,
+            new_password=new_password,
+            current_token=request_token(request),
         )
     except HTTPException as exc:
         return _account(request, session, user, status_code=422, password_error=_problem(exc))
