@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     # (TORCHYARD_ADMIN_PASSWORD for the bootstrap admin is taken as given).
     password_min_length: int = Field(default=10, ge=1, le=1000)
     token_ttl_hours: float = 24 * 7
+    # An invite link (the users page) sets the new user's first password within this time.
+    invite_ttl_hours: float = Field(default=72, gt=0)
     # The longest life a token made through POST /api/tokens may ask for.
     token_max_ttl_hours: float = 24 * 365
     # Password logins (API and form): after this many failures for one username within the

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from app.auth.models import ApiToken, User
+from app.auth.models import ApiToken, Role, User
 from app.auth.service import create_token
 from app.db import session_scope
 from app.experiments import service as experiments
@@ -47,6 +47,7 @@ from app.experiments.schemas import ExperimentCreate
 from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
 from app.static_files import plotly_version
+from app.users import service as users
 from tests.conftest import make_user
 from tests.factories import add_run
 
@@ -87,6 +88,11 @@ class World:
     def sender(self) -> Actor:
         """The actor whose own password a self-service form sends (anonymous: the owner's)."""
         return self.actor or self.owner
+
+    def invite(self) -> str:
+        """The secret of a fresh invite link."""
+        with session_scope() as session:
+            return users.invite_user(session, username=_fresh_name(), role=Role.member)[1]
 
     def fresh_user(self) -> int:
         """A member for the users API to change."""
@@ -234,6 +240,13 @@ MATRIX: dict[tuple[str, str], Row] = {
         ),
     ),
     ("GET", "/static"): Row(PUBLIC, 200, _get("/static/app.css")),
+    # an invite link is its own credential: the same for everybody
+    ("GET", "/invite/{secret}"): Row(PUBLIC, 200, lambda w: (f"/invite/{w.invite()}", {})),
+    ("POST", "/invite/{secret}"): Row(
+        PUBLIC,
+        303,
+        lambda w: (f"/invite/{w.invite()}", {"data": {"new_password": "long enough pw"}}),
+    ),
     ("GET", "/static/vendor/plotly-{version}.min.js"): Row(
         PUBLIC, 200, lambda w: (f"/static/vendor/plotly-{plotly_version()}.min.js", {})
     ),

@@ -164,3 +164,44 @@ def test_the_gpu_page_queue_shows_everyones_or_mine(client) -> None:
     only_mine = client.get("/gpus?owner=mine").text
     assert f'data-run-id="{theirs}"' not in only_mine and f'data-run-id="{mine}"' in only_mine
     assert f'<table id="gpu-queue" data-owner="{username}">' in only_mine  # gpus.js filters too
+
+
+def test_an_invite_link_sets_the_first_password_once(app, client) -> None:
+    from fastapi.testclient import TestClient
+
+    as_admin(client)
+    name = f"inv-{secrets.token_hex(3)}"
+    r = post_form(client, "/admin/users", username=name, role="viewer", how="invite")
+    assert r.status_code == 200 and "one-time-password" not in r.text
+    link = shown_once(r.text, "invite-link-value")
+    path = link.removeprefix("http://testserver")
+    assert path.startswith("/invite/ty_") and link not in client.get("/admin/users").text
+
+    newcomer = TestClient(app)  # not logged in: the link is the credential
+    page = newcomer.get(path)
+    assert page.status_code == 200 and f"Welcome, {name}" in page.text
+    short = newcomer.post(path, data={"new_password": "short"})
+    assert short.status_code == 422 and "too short" in short.text
+    done = newcomer.post(path, data={"new_password": "my very own"}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/login"
+    login(newcomer, name, "my very own")
+    assert '<span class="badge" id="current-role">viewer</span>' in newcomer.get("/account").text
+    used = TestClient(app).get(path)
+    assert used.status_code == 404 and "not valid any more" in used.text
+
+
+def test_an_expired_or_unknown_invite_link_is_a_404_page(client) -> None:
+    from datetime import timedelta
+
+    from app.timeutil import utcnow
+    from app.users import service
+
+    with session_scope() as session:
+        user, secret = service.invite_user(
+            session, username=f"late-{secrets.token_hex(3)}", role="member"
+        )
+        user.invite_expires_at = utcnow() - timedelta(seconds=1)
+    for path in (f"/invite/{secret}", "/invite/ty_nonsense", "/invite/x"):
+        r = client.get(path)
+        assert r.status_code == 404 and "not valid any more" in r.text, path
+        assert client.post(path, data={"new_password": "long enough pw"}).status_code == 404

@@ -29,6 +29,9 @@ class User(Base):
     # False: disabled. Its tokens are refused and it cannot log in; its runs keep running.
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # An open invite: the SHA-256 of the link's secret (the link sets the first password).
+    invite_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    invite_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     @property
     def is_admin(self) -> bool:

@@ -10,17 +10,24 @@ admin (the last one can be neither demoted nor disabled: 409).
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import ApiToken, Role, User
-from app.auth.security import hash_password, token_digest, verify_password
+from app.auth.security import (
+    generate_password,
+    hash_password,
+    new_token,
+    token_digest,
+    verify_password,
+)
 from app.auth.service import BROWSER_SESSION, create_user
 from app.db import MAX_ID
 from app.errors import conflict, not_found, validation_error
 from app.settings import get_settings
-from app.timeutil import utcnow
+from app.timeutil import as_utc, utcnow
 
 USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,63}")
 USERNAME_RULE = "2-64 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -71,6 +78,36 @@ def add_user(session: Session, *, username: str, password: str, role: Role) -> U
     if taken is not None:
         raise conflict(f"username {username!r} is taken")
     return create_user(session, username=username, password=password, role=role)
+
+
+def invite_user(session: Session, *, username: str, role: Role) -> tuple[User, str]:
+    """A new user without a password anyone knows, and the secret of the link that sets it
+    (shown once; stored only hashed; valid for settings.invite_ttl_hours, once)."""
+    user = add_user(session, username=username, password=generate_password(), role=role)
+    secret = new_token()
+    user.invite_hash = token_digest(secret)
+    user.invite_expires_at = utcnow() + timedelta(hours=get_settings().invite_ttl_hours)
+    session.flush()
+    return user, secret
+
+
+def user_for_invite(session: Session, secret: str) -> User | None:
+    """The user an invite link is for, while it is open (not used, expired or disabled)."""
+    if not secret or len(secret) > 200:
+        return None
+    user = session.scalar(select(User).where(User.invite_hash == token_digest(secret)))
+    if user is None or not user.is_active or user.invite_expires_at is None:
+        return None
+    return user if as_utc(user.invite_expires_at) > utcnow() else None
+
+
+def accept_invite(session: Session, *, user: User, password: str) -> User:
+    check_password(password)
+    user.password_hash = hash_password(password)
+    user.invite_hash = None
+    user.invite_expires_at = None
+    session.flush()
+    return user
 
 
 def list_users(session: Session) -> list[User]:
@@ -133,6 +170,7 @@ def set_password(session: Session, *, user: User, password: str) -> User:
     password (someone who had it may be logged in); their named API tokens stay."""
     check_password(password)
     user.password_hash = hash_password(password)
+    user.invite_hash = user.invite_expires_at = None  # a set password closes an open invite
     revoke_all_tokens(session, user=user, sessions_only=True)
     session.flush()
     return user

@@ -141,20 +141,33 @@ def add_user_form(
     username: Annotated[str, Form(max_length=200)],
     role: Annotated[Role, Form()] = Role.member,
     password: Annotated[str, Form(max_length=1000)] = "",
+    how: Annotated[str, Form(pattern="^(password|invite)$")] = "password",
 ) -> HTMLResponse:
-    """An empty password: one is generated and shown once, to hand to the new user."""
+    """`how=password`: the password given, or (empty) one generated and shown once, to hand
+    over. `how=invite`: a link, shown once, with which the new user sets their own."""
     initial = password or generate_password()
     try:
-        added = service.add_user(session, username=username, password=initial, role=role)
+        if how == "invite":
+            added, secret = service.invite_user(session, username=username, role=role)
+        else:
+            added = service.add_user(session, username=username, password=initial, role=role)
     except HTTPException as exc:
         return _users(request, session, admin, status_code=exc.status_code, error=_problem(exc))
+    notice = f"Added {added.username} ({added.role})."
+    if how == "invite":
+        hours = get_settings().invite_ttl_hours
+        link = str(request.url_for("invite_page", secret=secret))
+        return _users(
+            request, session, admin, notice=notice, invite=link, invite_hours=hours,
+            secret_for=added.username,
+        )  # fmt: skip
     return _users(
         request,
         session,
         admin,
         secret_for=added.username,
         secret=None if password else initial,
-        notice=f"Added {added.username} ({added.role}).",
+        notice=notice,
     )
 
 
@@ -187,3 +200,56 @@ def change_user_form(
     except HTTPException as exc:
         return _users(request, session, admin, status_code=exc.status_code, error=_problem(exc))
     return _users(request, session, admin, notice=notice, secret=secret, secret_for=target.username)
+
+
+# --- invite links (no login: the link is the credential) -------------------------------------
+
+INVALID_INVITE = (
+    "This invite link is not valid any more (used, expired, or the account was changed): "
+    "ask an admin for a new one."
+)
+
+
+@router.get("/invite/{secret}", response_class=HTMLResponse, name="invite_page")
+def invite_page(request: Request, session: SessionDep, secret: str) -> HTMLResponse:
+    user = service.user_for_invite(session, secret)
+    if user is None:
+        raise not_found_page(INVALID_INVITE)
+    return _invite(request, user)
+
+
+@router.post("/invite/{secret}", response_model=None)
+def accept_invite(
+    request: Request,
+    session: SessionDep,
+    secret: str,
+    new_password: Annotated[str, Form(max_length=1000)],
+) -> Response:
+    """Sets the first password and closes the link; then the login page."""
+    user = service.user_for_invite(session, secret)
+    if user is None:
+        raise not_found_page(INVALID_INVITE)
+    try:
+        service.accept_invite(session, user=user, password=new_password)
+    except HTTPException as exc:
+        return _invite(request, user, status_code=422, error=_problem(exc))
+    return RedirectResponse("/login", status_code=303)
+
+
+def _invite(
+    request: Request, user: User, *, status_code: int = 200, error: str | None = None
+) -> HTMLResponse:
+    return render(
+        request,
+        "invite.html",
+        user=None,
+        invited=user.username,
+        min_length=get_settings().password_min_length,
+        error=error,
+        status_code=status_code,
+    )
+
+
+def not_found_page(message: str) -> HTTPException:
+    """PageRoute renders it as the friendly 404 page."""
+    return HTTPException(404, detail=message)

@@ -1,4 +1,5 @@
-"""users get a role (admin, member, viewer) instead of is_admin; tokens remember their last use
+"""users get a role (admin, member, viewer) instead of is_admin and may hold an invite; tokens
+remember their last use
 
 Revision ID: 0006
 Revises: 0005
@@ -34,11 +35,17 @@ def upgrade() -> None:
     )
     op.execute(users.update().where(users.c.is_admin.is_(True)).values(role="admin"))
     op.drop_column("users", "is_admin")
+    op.add_column("users", sa.Column("invite_hash", sa.String(64)))
+    op.add_column("users", sa.Column("invite_expires_at", sa.DateTime(timezone=True)))
+    op.create_index("uq_users_invite_hash", "users", ["invite_hash"], unique=True)
     op.add_column("api_tokens", sa.Column("last_used_at", sa.DateTime(timezone=True)))
 
 
 def downgrade() -> None:
     op.drop_column("api_tokens", "last_used_at")
+    op.drop_index("uq_users_invite_hash", table_name="users")
+    op.drop_column("users", "invite_expires_at")
+    op.drop_column("users", "invite_hash")
     op.add_column(
         "users", sa.Column("is_admin", sa.Boolean(), nullable=False, server_default=sa.false())
     )
