@@ -28,6 +28,8 @@ from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
 from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
+from app.users.api import router as users_router
+from app.users.views import router as users_views
 from worker.liveness import reap_forever
 
 
@@ -71,7 +73,7 @@ def create_app() -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware)
     # Every API route answers 401 without valid credentials (or with wrong ones, for the
     # password login): documented once here, the routes add their own 403/404/409.
-    for api_router in (auth_router, experiments_router, runs_router, gpus_router):
+    for api_router in (auth_router, experiments_router, runs_router, gpus_router, users_router):
         app.include_router(
             api_router,
             responses=error_responses(401),
@@ -85,6 +87,7 @@ def create_app() -> FastAPI:
         runs_views,
         compare_views,
         gpus_views,
+        users_views,
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")

@@ -1,16 +1,21 @@
 """The one place that decides who may see and act on an experiment or a run.
 
-Every route that takes an id depends on `get_owned_experiment` / `get_owned_run`, so the
-404/403 rules are not pasted into handlers.
+Every signed-in user READS every experiment and run on the box (the team sees each other's
+work). Writes (launch, cancel, resume, edit, delete) are the owner's or an admin's, and a
+viewer never writes: `User.may_write`. Every route that takes an id depends on
+`get_owned_experiment` / `get_owned_run`, which tell a read from a write by the request's
+method, so the 404/403 rules are not pasted into handlers. Pages call them with `write=False`
+and ask `may_write` only to decide which buttons to show.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy.orm import Session
 
-from app.auth.deps import CurrentUser
+from app.auth.deps import SAFE_METHODS, CurrentUser
 from app.auth.models import User
 from app.db import MAX_ID, SessionDep
 from app.errors import forbidden, not_found
@@ -18,26 +23,58 @@ from app.experiments.models import Experiment
 from app.runs.models import Run
 
 
-def _check_owner(user: User, owner_id: int, what: str) -> None:
-    if not user.is_admin and owner_id != user.id:
-        raise forbidden(f"this {what} belongs to another user")
+def _viewer_refused(user: User) -> HTTPException:
+    return forbidden(f"your role is {user.role}: viewers may read but not change anything")
 
 
-def get_owned_experiment(experiment_id: int, session: SessionDep, user: CurrentUser) -> Experiment:
+def check_write(user: User, owner_id: int, what: str) -> None:
+    """403 unless `user` may change something of `owner_id`'s."""
+    if user.may_write(owner_id):
+        return
+    if not user.can_write:
+        raise _viewer_refused(user)
+    raise forbidden(f"this {what} belongs to another user: you may read it but not change it")
+
+
+def _is_write(request: Request) -> bool:
+    return request.method not in SAFE_METHODS
+
+
+def find_experiment(experiment_id: int, session: Session, user: User, *, write: bool) -> Experiment:
     experiment = session.get(Experiment, experiment_id) if 0 < experiment_id <= MAX_ID else None
     if experiment is None:
         raise not_found("experiment", experiment_id)
-    _check_owner(user, experiment.owner_id, "experiment")
+    if write:
+        check_write(user, experiment.owner_id, "experiment")
     return experiment
 
 
-def get_owned_run(run_id: int, session: SessionDep, user: CurrentUser) -> Run:
+def find_run(run_id: int, session: Session, user: User, *, write: bool) -> Run:
     run = session.get(Run, run_id) if 0 < run_id <= MAX_ID else None
     if run is None:
         raise not_found("run", run_id)
-    _check_owner(user, run.owner_id, "run")
+    if write:
+        check_write(user, run.owner_id, "run")
     return run
+
+
+def get_owned_experiment(
+    experiment_id: int, request: Request, session: SessionDep, user: CurrentUser
+) -> Experiment:
+    return find_experiment(experiment_id, session, user, write=_is_write(request))
+
+
+def get_owned_run(run_id: int, request: Request, session: SessionDep, user: CurrentUser) -> Run:
+    return find_run(run_id, session, user, write=_is_write(request))
+
+
+def get_writer(user: CurrentUser) -> User:
+    """A user who may create things (experiments, runs of their own): not a viewer."""
+    if not user.can_write:
+        raise _viewer_refused(user)
+    return user
 
 
 OwnedExperiment = Annotated[Experiment, Depends(get_owned_experiment)]
 OwnedRun = Annotated[Run, Depends(get_owned_run)]
+Writer = Annotated[User, Depends(get_writer)]

@@ -24,7 +24,12 @@ class Settings(BaseSettings):
     broker_url: str = ""
     secret_key: str = ""
     admin_password: str = ""
+    # Passwords set through the API, the pages or the CLI need at least this many characters
+    # (TORCHYARD_ADMIN_PASSWORD for the bootstrap admin is taken as given).
+    password_min_length: int = Field(default=10, ge=1, le=1000)
     token_ttl_hours: float = 24 * 7
+    # An invite link (the users page) sets the new user's first password within this time.
+    invite_ttl_hours: float = Field(default=72, gt=0)
     # The longest life a token made through POST /api/tokens may ask for.
     token_max_ttl_hours: float = 24 * 365
     # Password logins (API and form): after this many failures for one username within the
@@ -67,8 +72,9 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
-    # An open event stream re-checks its token this often and ends once it is revoked/expired.
-    sse_auth_recheck_seconds: float = 5.0
+    # An open event stream re-checks its token this often and ends once it is revoked/expired
+    # or its user is disabled: within 5 s is promised, with room left for a loaded box.
+    sse_auth_recheck_seconds: float = 2.0
     # Largest request body the API reads (413 above it); configs and forms are a few KB.
     max_body_bytes: int = 1024 * 1024
 

@@ -124,15 +124,21 @@ def client(app):  # type: ignore[no-untyped-def]
         yield c
 
 
-def make_user(*, admin: bool = False) -> tuple[str, str, dict[str, str]]:
-    """A new user with a token: (username, password, auth headers)."""
+def make_user(*, admin: bool = False, role: str = "") -> tuple[str, str, dict[str, str]]:
+    """A new user with a token: (username, password, auth headers); role admin with `admin`,
+    else `role` (default member)."""
     from app.auth.service import create_user, issue_token
     from app.db import session_scope
 
     username = f"user-{secrets.token_hex(4)}"
     password = secrets.token_urlsafe(10)
     with session_scope() as session:
-        user = create_user(session, username=username, password=password, is_admin=admin)
+        user = create_user(
+            session,
+            username=username,
+            password=password,
+            role="admin" if admin else role or "member",
+        )
         token = issue_token(session, user=user, ttl_hours=1)
     return username, password, {"Authorization": f"Bearer {token}"}
 

@@ -76,7 +76,7 @@ def test_bad_json_is_422(client, user_headers) -> None:
     assert r.status_code == 422
 
 
-def test_users_see_only_their_experiments_and_admins_see_all(
+def test_everyone_reads_every_experiment_and_only_the_owner_launches_from_it(
     client, user_headers, admin_headers
 ) -> None:
     from tests.conftest import make_user
@@ -85,11 +85,30 @@ def test_users_see_only_their_experiments_and_admins_see_all(
     mine = client.post(
         "/api/experiments", json={"name": "mine", "config": digits()}, headers=user_headers
     ).json()
-    r = client.get(f"/api/experiments/{mine['id']}", headers=other)
+    assert client.get(f"/api/experiments/{mine['id']}", headers=other).status_code == 200
+    assert mine["id"] in [e["id"] for e in client.get("/api/experiments", headers=other).json()]
+    r = client.post(f"/api/experiments/{mine['id']}/runs", json={}, headers=other)
     assert r.status_code == 403 and "another user" in r.json()["detail"]
-    assert mine["id"] not in [e["id"] for e in client.get("/api/experiments", headers=other).json()]
     assert client.get(f"/api/experiments/{mine['id']}", headers=admin_headers).status_code == 200
     assert client.get("/api/experiments/999999", headers=user_headers).status_code == 404
+
+
+def test_experiments_filter_by_owner(client, user_headers) -> None:
+    from tests.conftest import make_user
+
+    other_name, _, other = make_user()
+    theirs = client.post(
+        "/api/experiments", json={"name": "theirs", "config": digits()}, headers=other
+    ).json()
+
+    def ids(query: str) -> list[int]:
+        listed = client.get(f"/api/experiments?{query}", headers=user_headers).json()
+        return [e["id"] for e in listed]
+
+    assert theirs["id"] in ids("owner=everyone") and theirs["id"] in ids(f"owner={other_name}")
+    assert theirs["id"] not in ids("owner=me")
+    r = client.get("/api/experiments?owner=nobody-here", headers=user_headers)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "owner"]
 
 
 def test_run_on_missing_experiment_is_404(client, user_headers) -> None:

@@ -261,16 +261,23 @@ V1_ROWS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def _rows(engine: sa.Engine) -> dict[str, list[dict[str, Any]]]:
-    """Every 0001 table's rows, in the 0001 columns only, in primary-key order."""
+def _rows(engine: sa.Engine, *, upgraded: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Every 0001 table's rows, in the 0001 columns only (those still there once `upgraded`:
+    users.is_admin became users.role), in primary-key order."""
     with engine.connect() as conn:
-        return {
-            name: [
-                dict(row._mapping)
-                for row in conn.execute(sa.select(table).order_by(*table.primary_key.columns))
-            ]
-            for name, table in V1_TABLES.items()
-        }
+        rows = {}
+        for name, table in V1_TABLES.items():
+            columns = [c for c in table.columns if not (upgraded and c.name == "is_admin")]
+            stmt = sa.select(*columns).order_by(*table.primary_key.columns)
+            rows[name] = [dict(row._mapping) for row in conn.execute(stmt)]
+        return rows
+
+
+def _without_is_admin(rows: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: [{k: v for k, v in row.items() if k != "is_admin"} for row in table_rows]
+        for name, table_rows in rows.items()
+    }
 
 
 def _normalized(rows: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
@@ -309,8 +316,12 @@ def test_rows_of_a_first_migration_database_survive_upgrade_to_head(kind, tmp_pa
         migrate.upgrade(url)
         engine.dispose()
         assert migrate.current_revision(engine) == migrate.head_revision(url)
-        assert _normalized(_rows(engine)) == V1_ROWS, "rows changed by the migrations"
+        # is_admin became role (0006): the admin is role admin, everybody else member
+        after = _normalized(_rows(engine, upgraded=True))
+        assert after == _without_is_admin(V1_ROWS), "rows changed by the migrations"
         with engine.connect() as conn:
+            roles = conn.execute(sa.text("SELECT id, role FROM users ORDER BY id"))
+            assert [tuple(r) for r in roles] == [(1, "admin"), (2, "member")]
             new = conn.execute(sa.text("SELECT id, priority, gpu_indices FROM runs ORDER BY id"))
             assert [tuple(r) for r in new] == [(1, 0, None), (2, 0, None)]
             for table in ("gpu_leases", "worker_hosts"):
@@ -324,7 +335,7 @@ def test_rows_of_a_first_migration_database_survive_upgrade_to_head(kind, tmp_pa
             user = User(
                 username="newcomer",
                 password_hash="x",
-                is_admin=False,
+                role="member",
                 is_active=True,
                 created_at=T0,
             )

@@ -70,14 +70,23 @@ def test_logged_out_home_redirects_to_login(client) -> None:
     assert r.headers["location"] == "/login?next=/"
 
 
-def test_list_shows_own_experiments_and_not_other_users(client, user) -> None:
+def test_list_shows_everyones_experiments_and_mine_filters_to_own(client, user) -> None:
     mine = new_experiment(client, user, name="mine-" + secrets.token_hex(3))
-    theirs = new_experiment(client, make_user()[2], name="theirs-" + secrets.token_hex(3))
+    their_name, _, their_headers = make_user()
+    theirs = new_experiment(client, their_headers, name="theirs-" + secrets.token_hex(3))
     html = client.get("/").text
     ids = row_ids(html, "data-experiment-id")
+    assert mine["id"] in ids and theirs["id"] in ids
+    assert f'href="/experiments/{mine["id"]}"' in html and theirs["name"] in html
+    assert 'id="owner-everyone" aria-current="page"' in html
+    html = client.get("/?owner=mine").text
+    ids = row_ids(html, "data-experiment-id")
     assert mine["id"] in ids and theirs["id"] not in ids
-    assert mine["name"] in html and theirs["name"] not in html
-    assert f'href="/experiments/{mine["id"]}"' in html
+    assert 'id="owner-mine" aria-current="page"' in html
+    assert '<input type="hidden" name="owner" value="mine">' in html  # a search keeps it
+    ids = row_ids(client.get(f"/?owner={their_name}").text, "data-experiment-id")
+    assert ids == [theirs["id"]]
+    assert row_ids(client.get("/?owner=nobody-at-all").text, "data-experiment-id") == []
 
 
 def test_list_shows_runs_last_status_and_best_val_acc(client, user) -> None:
@@ -122,17 +131,17 @@ def test_search_treats_like_wildcards_literally(client, user) -> None:
 
 def test_pagination_newest_first_twenty_per_page(client, user) -> None:
     made = [new_experiment(client, user, name=f"p{i}")["id"] for i in range(23)]
-    first = client.get("/").text
+    first = client.get("/?owner=mine").text
     assert row_ids(first, "data-experiment-id") == made[::-1][:20]
-    assert 'rel="next" href="/?page=2"' in first and 'rel="prev"' not in first
-    second = client.get("/?page=2").text
+    assert 'rel="next" href="/?owner=mine&amp;page=2"' in first and 'rel="prev"' not in first
+    second = client.get("/?owner=mine&page=2").text
     assert row_ids(second, "data-experiment-id") == made[::-1][20:]
-    assert 'rel="prev" href="/?page=1"' in second and 'rel="next"' not in second
+    assert 'rel="prev" href="/?owner=mine&amp;page=1"' in second and 'rel="next"' not in second
     assert client.get("/?page=nonsense").status_code == 200
 
 
 def test_empty_list_invites_to_create_one(client, user) -> None:
-    html = client.get("/").text
+    html = client.get("/?owner=mine").text
     assert "No experiments yet" in html and 'href="/experiments/new"' in html
     assert 'id="experiments"' not in html
 
@@ -184,10 +193,10 @@ def test_clone_prefills_from_the_experiment(client, user) -> None:
     assert re.search(r'name="resources.nproc"[^>]*value="2"', html)
 
 
-def test_clone_of_another_users_experiment_is_403(client, user) -> None:
-    theirs = new_experiment(client, make_user()[2])
+def test_a_teammates_experiment_can_be_cloned_into_your_own(client, user) -> None:
+    theirs = new_experiment(client, make_user()[2], name="their-digits")
     r = client.get(f"/experiments/new?from={theirs['id']}")
-    assert r.status_code == 403 and "text/html" in r.headers["content-type"]
+    assert r.status_code == 200 and "their-digits (copy)" in r.text
 
 
 # --- one experiment ------------------------------------------------------------------------
@@ -213,12 +222,12 @@ def test_experiment_page_without_runs_says_how_to_start(client, user) -> None:
     assert "No runs yet" in html and 'id="runs"' not in html
 
 
-def test_experiment_page_of_another_user_is_a_friendly_403(client, user) -> None:
-    theirs = new_experiment(client, make_user()[2])
+def test_experiment_page_of_another_user_is_readable_without_launch_controls(client, user) -> None:
+    theirs = new_experiment(client, make_user()[2], params={"lr": 0.375})
     r = client.get(f"/experiments/{theirs['id']}")
-    assert r.status_code == 403
-    assert "text/html" in r.headers["content-type"]
-    assert "belongs to another user" in r.text and 'id="current-user"' in r.text
+    assert r.status_code == 200 and "0.375" in r.text
+    assert 'id="launch-run"' not in r.text and 'id="launch-read-only"' in r.text
+    assert 'id="clone-experiment"' in r.text  # a member may copy it into their own
 
 
 def test_missing_experiment_is_a_friendly_404(client, user) -> None:
@@ -257,19 +266,22 @@ def test_compare_identical_configs_says_no_differences(client, user) -> None:
     assert "No differences" in html
 
 
-def test_compare_hides_other_users_runs_and_lists_recent_ones(client, user) -> None:
+def test_compare_shows_teammates_runs_and_lists_recent_ones(client, user) -> None:
     mine = launch(client, user, new_experiment(client, user, name="pickme")["id"])
     other_headers = make_user()[2]
-    theirs = launch(client, other_headers, new_experiment(client, other_headers)["id"])
+    theirs = launch(
+        client, other_headers, new_experiment(client, other_headers, name="yours")["id"]
+    )
     html = client.get(f"/compare?runs={theirs['id']}").text
-    assert f'value="{theirs["id"]}"' not in html and "<tr data-key=" not in html
-    assert f"Not shown: run {theirs['id']}" in html
+    assert f'value="{theirs["id"]}"' in html and "yours" in html
+    assert f"Not shown: run {theirs['id']}" not in html
     assert f'name="run" value="{mine["id"]}"' in html and "pickme" in html
+    assert "Not shown: run 987654321" in client.get("/compare?runs=987654321").text
 
 
 def test_compare_without_selection_explains_what_to_do(client, user) -> None:
     html = client.get("/compare").text
-    assert "No runs yet" in html
+    assert "Pick two or more runs" in html
     assert 'id="config-diff"' not in html
 
 

@@ -31,7 +31,8 @@ def test_create_list_and_use_a_named_token(client, user_headers) -> None:
 
     listed = client.get("/api/tokens", headers=user_headers).json()
     mine = next(t for t in listed if t["id"] == created["id"])
-    assert set(mine) == {"id", "name", "created_at", "expires_at", "revoked_at"}
+    assert set(mine) == {"id", "name", "created_at", "expires_at", "revoked_at", "last_used_at"}
+    assert mine["last_used_at"] is not None  # used for GET /api/me above
     assert mine["revoked_at"] is None
     with session_scope() as session:
         digest = session.scalar(select(ApiToken.token_hash).where(ApiToken.id == created["id"]))

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.security import OAuth2PasswordRequestForm
 
 from app.auth.deps import CurrentUser
-from app.auth.schemas import TokenCreate, TokenCreated, TokenInfo, TokenOut, UserOut
+from app.auth.schemas import TokenCreate, TokenCreated, TokenInfo, TokenOut
 from app.auth.service import (
     LoginRefused,
     create_token,
@@ -18,6 +18,7 @@ from app.auth.service import (
 from app.db import SessionDep
 from app.errors import error_responses, not_found, unauthorized, validation_error
 from app.settings import get_settings
+from app.users.schemas import UserOut
 
 router = APIRouter(prefix="/api", tags=["auth"])
 
@@ -58,7 +59,8 @@ def login_for_token(
 
 @router.get("/me", response_model=UserOut)
 def read_me(user: CurrentUser) -> UserOut:
-    return UserOut(id=user.id, username=user.username, is_admin=user.is_admin)
+    """The same as GET /api/users/me."""
+    return UserOut.of(user)
 
 
 @router.get("/tokens", response_model=list[TokenInfo])

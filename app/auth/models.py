@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from sqlalchemy import Boolean, DateTime, ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
@@ -9,15 +10,41 @@ from app.db import Base
 from app.timeutil import utcnow
 
 
+class Role(StrEnum):
+    """What a user may do. Every signed-in user reads everything on the box (the team sees
+    each other's work); writes are the owner's or an admin's; a viewer never writes."""
+
+    admin = "admin"
+    member = "member"
+    viewer = "viewer"
+
+
 class User(Base):
     __tablename__ = "users"
 
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(255))
-    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    role: Mapped[str] = mapped_column(String(16), default=Role.member, server_default="member")
+    # False: disabled. Its tokens are refused and it cannot log in; its runs keep running.
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # An open invite: the SHA-256 of the link's secret (the link sets the first password).
+    invite_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    invite_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == Role.admin
+
+    @property
+    def can_write(self) -> bool:
+        """May create experiments and runs at all (a viewer may not)."""
+        return self.role != Role.viewer
+
+    def may_write(self, owner_id: int) -> bool:
+        """May change, cancel, launch from or delete something owned by `owner_id`."""
+        return self.is_admin or (self.can_write and owner_id == self.id)
 
 
 class ApiToken(Base):
@@ -32,6 +59,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Stamped at most once a minute (app.auth.service.check_token), not on every request.
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class LoginAttempt(Base):

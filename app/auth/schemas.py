@@ -8,12 +8,6 @@ class TokenOut(BaseModel):
     token_type: str = "bearer"
 
 
-class UserOut(BaseModel):
-    id: int
-    username: str
-    is_admin: bool
-
-
 class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -32,6 +26,7 @@ class TokenInfo(BaseModel):
     created_at: UtcDateTime
     expires_at: UtcDateTime | None
     revoked_at: UtcDateTime | None
+    last_used_at: UtcDateTime | None
 
 
 class TokenCreated(TokenInfo):

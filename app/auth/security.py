@@ -22,6 +22,14 @@ def verify_password(password_hash: str, password: str) -> bool:
         return False
 
 
+def needs_rehash(password_hash: str) -> bool:
+    """True when the hash was made with other parameters than today's hasher uses."""
+    try:
+        return _hasher.check_needs_rehash(password_hash)
+    except (InvalidHashError, ValueError):
+        return False
+
+
 def new_token() -> str:
     return "ty_" + secrets.token_urlsafe(32)
 

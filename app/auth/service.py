@@ -12,10 +12,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth import ratelimit
-from app.auth.models import ApiToken, User
+from app.auth.models import ApiToken, Role, User
 from app.auth.security import (
     generate_password,
     hash_password,
+    needs_rehash,
     new_token,
     token_digest,
     verify_password,
@@ -25,6 +26,11 @@ from app.settings import Settings
 from app.timeutil import as_utc, utcnow
 
 ADMIN_USERNAME = "admin"
+# The name of the token a browser login makes (its session cookie holds it).
+BROWSER_SESSION = "browser"
+# A token's last use is written at most this often: a stamp on every request would turn each
+# read (and each event stream's 5 s re-check) into a database write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,11 @@ def _dummy_hash() -> str:
     return hash_password(generate_password())
 
 
-def create_user(session: Session, *, username: str, password: str, is_admin: bool = False) -> User:
-    user = User(username=username, password_hash=hash_password(password), is_admin=is_admin)
+def create_user(
+    session: Session, *, username: str, password: str, role: Role | str = Role.member
+) -> User:
+    """The bare insert; app.users.service.add_user checks the name and password first."""
+    user = User(username=username, password_hash=hash_password(password), role=Role(role))
     session.add(user)
     session.flush()
     return user
@@ -54,6 +63,11 @@ def authenticate(session: Session, *, username: str, password: str) -> User | No
         return None
     if not user.is_active or not verify_password(user.password_hash, password):
         return None
+    if needs_rehash(user.password_hash):
+        # The hashing parameters were raised since this hash was made: the password is at
+        # hand only now, so re-hash it with today's parameters.
+        user.password_hash = hash_password(password)
+        session.flush()
     return user
 
 
@@ -120,13 +134,17 @@ def check_token(session: Session, *, token: str) -> User | str:
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
     if row is None:
         return "invalid token: not one this server issued"
+    user = session.get(User, row.user_id)
+    if user is None or not user.is_active:
+        return "this account is disabled: ask an admin"
     if row.revoked_at is not None:
         return f"token revoked at {as_utc(row.revoked_at).isoformat()}: create a new one"
     if row.expires_at is not None and as_utc(row.expires_at) <= utcnow():
         return f"token expired at {as_utc(row.expires_at).isoformat()}: log in again"
-    user = session.get(User, row.user_id)
-    if user is None or not user.is_active:
-        return "token of a disabled user"
+    now = utcnow()
+    if row.last_used_at is None or as_utc(row.last_used_at) <= now - LAST_USED_RESOLUTION:
+        row.last_used_at = now
+        session.flush()
     return user
 
 
@@ -168,6 +186,6 @@ def ensure_admin(session: Session, *, password: str) -> str | None:
         return None
     generated = None if password else generate_password()
     create_user(
-        session, username=ADMIN_USERNAME, password=password or generated or "", is_admin=True
+        session, username=ADMIN_USERNAME, password=password or generated or "", role=Role.admin
     )
     return generated

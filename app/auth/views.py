@@ -10,7 +10,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.auth.api import client_address
 from app.auth.deps import CSRF_COOKIE, SESSION_COOKIE, BrowserUser
-from app.auth.service import LoginRefused, issue_token, password_login, revoke_token
+from app.auth.service import (
+    BROWSER_SESSION,
+    LoginRefused,
+    issue_token,
+    password_login,
+    revoke_token,
+)
 from app.db import SessionDep
 from app.settings import get_settings
 from app.templating import render
@@ -60,7 +66,9 @@ def login(
         if exc.retry_after is not None:
             page.headers["Retry-After"] = str(exc.retry_after)
         return page
-    token = issue_token(session, user=user, ttl_hours=settings.token_ttl_hours, name="browser")
+    token = issue_token(
+        session, user=user, ttl_hours=settings.token_ttl_hours, name=BROWSER_SESSION
+    )
     response = RedirectResponse(_safe_next(next), status_code=303)
     max_age = int(settings.token_ttl_hours * 3600)
     response.set_cookie(SESSION_COOKIE, token, max_age=max_age, httponly=True, samesite="lax")

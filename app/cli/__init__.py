@@ -1,9 +1,9 @@
 """The `torchyard` console script.
 
-Server commands (`up`, `worker`, `db`) run on the torchyard host; client commands (`login`,
-`submit`, `follow`, `ls`, `logs`, `cancel`, `download`, `resume`) speak only the REST API, so
-they work from a laptop against the team box. `main` returns the exit code instead of exiting,
-so tests and the console-script wrapper share it.
+Server commands (`up`, `worker`, `db`, `admin`) run on the torchyard host; client commands
+(`login`, `submit`, `follow`, `ls`, `logs`, `cancel`, `download`, `resume`, `users`) speak
+only the REST API, so they work from a laptop against the team box. `main` returns the exit
+code instead of exiting, so tests and the console-script wrapper share it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import httpx
 import typer
 
-from app.cli import commands, runs, server
+from app.cli import admin, commands, runs, server, users
 from app.cli.client import CliError
 from app.cli.common import err
 from app.cli.config import ConfigError
@@ -36,6 +36,8 @@ app = typer.Typer(
 server.register(app)
 commands.register(app)
 runs.register(app)
+users.register(app)
+admin.register(app)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -97,12 +97,15 @@ def ls(
     status: Annotated[Status | None, typer.Option(help="only runs in this state")] = None,
     limit: Annotated[int, typer.Option(min=1, help="at most this many, newest first")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="the runs as JSON (API shape)")] = False,
+    owner: Annotated[
+        str | None, typer.Option(help="'me' or a username (default: everyone's)")
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """List runs, newest first (yours; every run for an admin)."""
+    """List runs on the box, newest first (the team's; --owner me for yours)."""
     with connect(server, token) as api:
-        runs = api.get("/api/runs")
+        runs = api.get("/api/runs", params={"owner": owner} if owner else None)
         runs = [r for r in runs if status is None or r["status"] == status][:limit]
         if as_json:
             sys.stdout.write(json.dumps(runs, indent=2) + "\n")

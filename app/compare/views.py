@@ -11,7 +11,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
-from app.auth.models import User
 from app.db import SessionDep
 from app.experiments.models import Experiment
 from app.metrics.models import MetricKey
@@ -61,10 +60,6 @@ def config_diff(configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[st
     return rows
 
 
-def _visible(stmt: Any, user: User) -> Any:
-    return stmt if user.is_admin else stmt.where(Run.owner_id == user.id)
-
-
 @router.get("/compare", response_class=HTMLResponse)
 def compare_page(
     request: Request,
@@ -78,13 +73,10 @@ def compare_page(
     wanted = wanted[:MAX_RUNS]
 
     base = select(Run, Experiment.name).join(Experiment, Experiment.id == Run.experiment_id)
-    found = {
-        r.id: (r, name)
-        for r, name in session.execute(_visible(base.where(Run.id.in_(wanted)), user))
-    }
+    found = {r.id: (r, name) for r, name in session.execute(base.where(Run.id.in_(wanted)))}
     chosen = [found[i] for i in wanted if i in found]
     missing = [i for i in wanted if i not in found]
-    recent = list(session.execute(_visible(base.order_by(Run.id.desc()).limit(RECENT_RUNS), user)))
+    recent = list(session.execute(base.order_by(Run.id.desc()).limit(RECENT_RUNS)))
     picker = chosen + [(r, name) for r, name in recent if r.id not in found]
 
     # train/* and val/* first, then the rest (epoch, custom keys)

@@ -7,10 +7,12 @@ from app.db import SessionDep
 from app.errors import error_responses
 from app.experiments import service
 from app.experiments.schemas import ExperimentCreate, ExperimentOut
-from app.ownership import OwnedExperiment
+from app.ownership import OwnedExperiment, Writer
+from app.users.filters import OwnerQuery
+from app.users.service import resolve_owner
 
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
-# An experiment of another user is 403, a missing one 404 (app/ownership.py).
+# A change to another user's experiment is 403, a missing one 404 (app/ownership.py).
 OWNED = error_responses(403, 404)
 
 
@@ -18,19 +20,22 @@ OWNED = error_responses(403, 404)
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ExperimentOut,
-    # 400: a body that is not even JSON text; 403: a cookie session without the CSRF token
+    # 400: a body that is not even JSON text; 403: a viewer, or a cookie session without the
+    # CSRF token
     responses=error_responses(400, 403),
 )
-def create_experiment(
-    data: ExperimentCreate, session: SessionDep, user: CurrentUser
-) -> ExperimentOut:
+def create_experiment(data: ExperimentCreate, session: SessionDep, user: Writer) -> ExperimentOut:
     experiment = service.create_experiment(session, owner=user, data=data)
     return service.to_out(session, [experiment])[0]
 
 
 @router.get("", response_model=list[ExperimentOut])
-def list_experiments(session: SessionDep, user: CurrentUser) -> list[ExperimentOut]:
-    return service.to_out(session, service.visible_experiments(session, user=user))
+def list_experiments(
+    session: SessionDep, user: CurrentUser, owner: OwnerQuery = None
+) -> list[ExperimentOut]:
+    """Every experiment on the box, newest first; `owner=me` (or a username) for one owner's."""
+    owner_id = resolve_owner(session, user=user, owner=owner, loc="owner")
+    return service.to_out(session, service.visible_experiments(session, owner_id=owner_id))
 
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, responses=OWNED)

@@ -26,21 +26,27 @@ def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) 
     return experiment
 
 
-def visible_experiments(session: Session, *, user: User) -> list[Experiment]:
+def visible_experiments(session: Session, *, owner_id: int | None = None) -> list[Experiment]:
+    """Every experiment on the box (every signed-in user reads them all), or one owner's."""
     stmt = select(Experiment).order_by(Experiment.id.desc())
-    if not user.is_admin:
-        stmt = stmt.where(Experiment.owner_id == user.id)
+    if owner_id is not None:
+        stmt = stmt.where(Experiment.owner_id == owner_id)
     return list(session.scalars(stmt))
 
 
 def search_experiments(
-    session: Session, *, user: User, query: str = "", offset: int = 0, limit: int = 20
+    session: Session,
+    *,
+    owner_id: int | None = None,
+    query: str = "",
+    offset: int = 0,
+    limit: int = 20,
 ) -> tuple[list[Experiment], bool]:
-    """One page of the experiments `user` may see, newest first, whose name contains `query`
-    (case-insensitive); and whether there are more after it."""
+    """One page of the experiments (of `owner_id`, or everyone's), newest first, whose name
+    contains `query` (case-insensitive); and whether there are more after it."""
     stmt = select(Experiment).order_by(Experiment.id.desc())
-    if not user.is_admin:
-        stmt = stmt.where(Experiment.owner_id == user.id)
+    if owner_id is not None:
+        stmt = stmt.where(Experiment.owner_id == owner_id)
     if query:
         escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         stmt = stmt.where(Experiment.name.ilike(f"%{escaped}%", escape="\\"))

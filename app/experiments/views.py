@@ -16,11 +16,12 @@ from app.db import SessionDep
 from app.experiments import service
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
-from app.ownership import get_owned_experiment
+from app.ownership import find_experiment
 from app.pages import PageRoute, PageUser
 from app.runs.service import runs_of_experiment
 from app.settings import get_settings
 from app.templating import render
+from app.users.filters import page_owner
 from torchyard.recipes.catalog import RECIPES, Param
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
@@ -44,12 +45,18 @@ def _usernames(session: SessionDep, user_ids: set[int]) -> dict[int, str]:
 
 @router.get("/", response_class=HTMLResponse)
 def experiments_page(
-    request: Request, session: SessionDep, user: PageUser, q: str = "", page: str | None = None
+    request: Request,
+    session: SessionDep,
+    user: PageUser,
+    q: str = "",
+    page: str | None = None,
+    owner: str = "",
 ) -> HTMLResponse:
     q = q.strip()
     number = _page_number(page)
+    owner_id, owner_name = page_owner(session, user=user, owner=owner)
     found, has_next = service.search_experiments(
-        session, user=user, query=q, offset=(number - 1) * PER_PAGE, limit=PER_PAGE
+        session, owner_id=owner_id, query=q, offset=(number - 1) * PER_PAGE, limit=PER_PAGE
     )
     rows = service.to_out(session, found)
     runs = service.run_ids_by_experiment(session, experiment_ids=[e.id for e in found])
@@ -73,6 +80,7 @@ def experiments_page(
         q=q,
         page=number,
         has_next=has_next,
+        owner=owner_name,
     )
 
 
@@ -183,7 +191,7 @@ def new_experiment_page(
             source_id = int(from_)
         except ValueError:
             source_id = 0
-        source = get_owned_experiment(source_id, session, user)
+        source = find_experiment(source_id, session, user, write=False)
     values = _form_values(source)
     recipes = [
         {
@@ -217,8 +225,8 @@ def new_experiment_page(
 
 
 def get_page_experiment(experiment_id: int, session: SessionDep, user: PageUser) -> Experiment:
-    """The API's ownership rule (404, then 403) for a page: PageRoute renders the error."""
-    return get_owned_experiment(experiment_id, session, user)
+    """The API's rule (404 when missing) for a page: PageRoute renders the error."""
+    return find_experiment(experiment_id, session, user, write=False)
 
 
 PageExperiment = Annotated[Experiment, Depends(get_page_experiment)]

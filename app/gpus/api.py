@@ -16,6 +16,8 @@ from app.gpus import service
 from app.gpus.schemas import GpuPanelOut, UsageOut
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
+from app.users.filters import OwnerQuery
+from app.users.service import resolve_owner
 
 router = APIRouter(prefix="/api", tags=["gpus"])
 
@@ -91,9 +93,11 @@ def read_usage(
     until: Annotated[
         Timestamp | None, Query(description="RFC 3339 (ISO 8601); default now")
     ] = None,
+    owner: OwnerQuery = None,
 ) -> UsageOut:
-    """GPU-hours per user over [since, until): your own row, or every user's for admins."""
+    """GPU-hours per user over [since, until): everyone's, or one owner's (`owner=me`)."""
     now = utcnow()
     start, end = usage_period(since, until, now)
-    users = service.gpu_usage(session, since=start, until=end, now=now, user=user)
+    owner_id = resolve_owner(session, user=user, owner=owner, loc="owner")
+    users = service.gpu_usage(session, since=start, until=end, now=now, owner_id=owner_id)
     return UsageOut(since=start, until=end, users=users)

@@ -327,18 +327,24 @@ def _reason(decision: Decision, run_id: int) -> str:
 
 
 def gpu_usage(
-    session: Session, *, since: datetime, until: datetime, now: datetime, user: User
+    session: Session,
+    *,
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    owner_id: int | None = None,
 ) -> list[UserUsageOut]:
     """GPU-hours per user over [since, until): each run's running time clipped to the period
-    (a run still running counts until now) times its number of GPUs. Admins see every user
-    who ran something in the period; anybody else sees only their own row."""
+    (a run still running counts until now) times its number of GPUs. Every user who ran
+    something in the period (the team sees each other's usage), or only `owner_id`'s row
+    (there even when it is zero)."""
     query = (
         select(Run.owner_id, Run.started_at, Run.finished_at, Run.gpu_indices)
         .where(Run.started_at.is_not(None), Run.started_at < until)
         .where(or_(Run.finished_at.is_(None), Run.finished_at > since))
     )
-    if not user.is_admin:
-        query = query.where(Run.owner_id == user.id)
+    if owner_id is not None:
+        query = query.where(Run.owner_id == owner_id)
     totals: dict[int, list[float]] = {}  # owner -> [gpu_seconds, runs, gpu_runs]
     for owner_id, started_at, finished_at, gpu_indices in session.execute(query):
         if started_at is None:  # excluded by the query; for the type checker
@@ -352,8 +358,8 @@ def gpu_usage(
         row[0] += (end - start).total_seconds() * gpus
         row[1] += 1
         row[2] += 1 if gpus else 0
-    if not user.is_admin:
-        totals.setdefault(user.id, [0.0, 0, 0])
+    if owner_id is not None:
+        totals.setdefault(owner_id, [0.0, 0, 0])
     names = dict(session.execute(select(User.id, User.username).where(User.id.in_(totals))).all())
     rows = [
         UserUsageOut(

@@ -13,6 +13,7 @@ from app.pages import PageRoute, PageUser
 from app.settings import get_settings
 from app.templating import render
 from app.timeutil import utcnow
+from app.users.filters import page_owner
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
@@ -21,7 +22,9 @@ USAGE_PERIODS = (1, 7, 30)
 
 
 @router.get("/gpus", response_class=HTMLResponse)
-def gpus_page(request: Request, session: SessionDep, user: PageUser) -> HTMLResponse:
+def gpus_page(
+    request: Request, session: SessionDep, user: PageUser, owner: str = ""
+) -> HTMLResponse:
     settings = get_settings()
     now = utcnow()
     panel = service.gpu_panel(
@@ -30,8 +33,9 @@ def gpus_page(request: Request, session: SessionDep, user: PageUser) -> HTMLResp
         lease_ttl_seconds=settings.lease_ttl_seconds,
         starvation_seconds=settings.starvation_seconds,
     )
+    owner_id, owner_name = page_owner(session, user=user, owner=owner)
     usage = service.gpu_usage(
-        session, since=now - timedelta(days=USAGE_DAYS), until=now, now=now, user=user
+        session, since=now - timedelta(days=USAGE_DAYS), until=now, now=now, owner_id=owner_id
     )
     return render(
         request,
@@ -41,4 +45,9 @@ def gpus_page(request: Request, session: SessionDep, user: PageUser) -> HTMLResp
         usage=usage,
         usage_days=USAGE_DAYS,
         usage_periods=USAGE_PERIODS,
+        owner=owner_name,
+        # the queue's rows name owners by username: filtered by name, here and in gpus.js
+        owner_filter=None
+        if owner_id is None
+        else (user.username if owner_id == user.id else owner_name),
     )

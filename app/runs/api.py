@@ -30,11 +30,13 @@ from app.runs.schemas import (
     RunResume,
 )
 from app.settings import get_settings
+from app.users.filters import OwnerQuery
+from app.users.service import resolve_owner
 from torchyard.contract import WORK_DIR
 
 router = APIRouter(prefix="/api", tags=["runs"])
-# Another user's run or experiment is 403, a missing one 404 (app/ownership.py); a change
-# from a cookie session without the CSRF token is 403 too.
+# A change to another user's run or experiment (or any change by a viewer) is 403, a missing
+# one 404 (app/ownership.py); a change from a cookie session without the CSRF token is 403 too.
 OWNED = error_responses(403, 404)
 # The same for the routes that answer with text or an event stream.
 OWNED_NOT_JSON = error_responses(401, 403, 404, non_json_route=True)
@@ -75,8 +77,10 @@ def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> li
 
 
 @router.get("/runs", response_model=list[RunOut])
-def list_runs(session: SessionDep, user: CurrentUser) -> list[RunOut]:
-    return [RunOut.model_validate(r) for r in service.visible_runs(session, user=user)]
+def list_runs(session: SessionDep, user: CurrentUser, owner: OwnerQuery = None) -> list[RunOut]:
+    """The newest runs on the box; `owner=me` (or a username) for one owner's."""
+    owner_id = resolve_owner(session, user=user, owner=owner, loc="owner")
+    return [RunOut.model_validate(r) for r in service.visible_runs(session, owner_id=owner_id)]
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)

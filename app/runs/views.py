@@ -7,7 +7,7 @@ from fastapi.responses import HTMLResponse
 
 from app.db import SessionDep
 from app.experiments.models import Experiment
-from app.ownership import get_owned_run
+from app.ownership import find_run
 from app.pages import PageRoute, PageUser
 from app.templating import render
 
@@ -16,6 +16,13 @@ router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser) -> HTMLResponse:
-    run = get_owned_run(run_id, session, user)  # the API's 404/403; PageRoute renders them
+    run = find_run(run_id, session, user, write=False)  # the API's 404; PageRoute renders it
     experiment = session.get(Experiment, run.experiment_id)
-    return render(request, "run.html", user=user, run=run, experiment=experiment)
+    return render(
+        request,
+        "run.html",
+        user=user,
+        run=run,
+        experiment=experiment,
+        may_write=user.may_write(run.owner_id),
+    )

@@ -56,7 +56,10 @@
     }));
   };
 
-  const renderQueue = (queue) => {
+  // The page's "mine / everyone" choice: a username to show only theirs, or "" for all.
+  const owner = document.getElementById("gpu-queue").dataset.owner || "";
+  const renderQueue = (all) => {
+    const queue = owner ? all.filter((q) => q.owner === owner) : all;
     if (!queue.length) {
       queueBody.replaceChildren(el("tr", {class: "empty-row"},
         el("td", {colspan: "7", class: "muted", text: "Nothing is waiting."})));
@@ -95,6 +98,7 @@
     const until = new Date();
     const since = new Date(until.getTime() - Number(period.value) * 86400e3);
     const qs = new URLSearchParams({since: since.toISOString(), until: until.toISOString()});
+    if (owner) qs.set("owner", owner);
     const r = await ty.api("GET", `/api/usage?${qs}`);
     if (r.ok) renderUsage(r.body.users);
   };

@@ -14,6 +14,8 @@
   const view = {smoothing: 0, logY: false, xMode: "step", t0: null};
   const charts = new Map();     // key -> chart state
   let status = root.dataset.status;
+  const mayWrite = root.dataset.mayWrite === "true";
+  const cancelButton = $("cancel-run");
   let times = {started: root.dataset.started, finished: root.dataset.finished};
   let logOffset = 0;
   let source = null;
@@ -240,7 +242,7 @@
     root.dataset.status = status;
     if ("started_at" in data) times = {started: data.started_at, finished: data.finished_at};
     if (data.error) { $("run-error").textContent = data.error; $("run-error").hidden = false; }
-    $("cancel-run").hidden = !(status === "queued" || status === "running");
+    if (cancelButton) cancelButton.hidden = !(status === "queued" || status === "running");
     if (charts.size === 0) {
       $("charts-empty").textContent = FINISHED.has(status)
         ? "This run logged no metrics." + (status === "failed" ? " See the error above and the output below." : "")
@@ -257,9 +259,10 @@
                finished_at: r.body.finished_at, error: r.body.error});
   };
 
-  $("cancel-run").addEventListener("click", async () => {
+  // Absent for a run the user may only read (another user's, or any for a viewer).
+  if (cancelButton) cancelButton.addEventListener("click", async () => {
     if (!confirm(`Cancel run ${runId}?`)) return;
-    const button = $("cancel-run");
+    const button = cancelButton;
     button.disabled = true;
     $("run-action-error").textContent = "";
     const r = await ty.api("POST", `/api/runs/${runId}/cancel`);
@@ -300,7 +303,8 @@
       resume.type = "button"; resume.className = "resume";
       resume.textContent = "Resume from this checkpoint";
       resume.addEventListener("click", () => resumeFrom(c.name, resume));
-      actions.append(a, " ", resume);
+      if (mayWrite) actions.append(a, " ", resume);
+      else actions.append(a);
       tr.appendChild(actions);
       body.appendChild(tr);
     }

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.auth.models import Role, User
+from app.timeutil import UtcDateTime
+
+
+class UserOut(BaseModel):
+    id: int
+    username: str
+    role: Role
+    is_admin: bool  # role == admin; kept for clients written before roles
+    disabled: bool
+    created_at: UtcDateTime
+
+    @classmethod
+    def of(cls, user: User) -> UserOut:
+        return cls(
+            id=user.id,
+            username=user.username,
+            role=Role(user.role),
+            is_admin=user.is_admin,
+            disabled=not user.is_active,
+            created_at=user.created_at,
+        )
+
+
+class UserCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # The name and password rules are checked in app.users.service (one message for API,
+    # pages and CLI); the bounds here only keep absurd bodies out.
+    username: str = Field(max_length=200, examples=["ada"])
+    password: str = Field(max_length=1000)
+    role: Role = Role.member
+
+
+class UserUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role | None = None
+    disabled: bool | None = None
+    password: str | None = Field(None, max_length=1000)
+
+
+class PasswordChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    current_password: str = Field(max_length=1000)
+    new_password: str = Field(max_length=1000)

@@ -1,0 +1,218 @@
+"""Accounts: add users, change their role, disable them, set passwords; who an `owner` filter
+means. Functions flush; the caller commits.
+
+Rules kept here and nowhere else: usernames are 2-64 characters of letters, digits and
+`._-` starting with a letter or digit (they appear in URLs, logs and the CLI); passwords
+have at least `settings.password_min_length` characters; the box always keeps one active
+admin (the last one can be neither demoted nor disabled: 409).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from app.auth.models import ApiToken, Role, User
+from app.auth.security import (
+    generate_password,
+    hash_password,
+    new_token,
+    token_digest,
+    verify_password,
+)
+from app.auth.service import BROWSER_SESSION, create_user
+from app.db import MAX_ID
+from app.errors import conflict, not_found, validation_error
+from app.settings import get_settings
+from app.timeutil import as_utc, utcnow
+
+USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,63}")
+USERNAME_RULE = "2-64 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
+# An `owner` filter that means "everybody's" (as no filter does).
+EVERYONE = frozenset({"", "everyone", "all"})
+MINE = frozenset({"me", "mine"})
+
+
+def username_problem(username: str) -> str | None:
+    """Why `username` cannot be a username, or None when it can."""
+    if USERNAME_RE.fullmatch(username) is None:
+        return f"invalid username {username[:80]!r}: {USERNAME_RULE}"
+    return None
+
+
+def password_problem(password: str) -> str | None:
+    """Why `password` is refused, or None when it is long enough."""
+    minimum = get_settings().password_min_length
+    if len(password) < minimum:
+        return f"password too short: at least {minimum} characters"
+    if "\x00" in password:
+        return "password contains a NUL character"
+    return None
+
+
+def _invalid(field: str, message: str, value: object = None) -> Exception:
+    return validation_error(
+        [{"type": "value_error", "loc": ["body", field], "msg": message, "input": value}]
+    )
+
+
+def check_password(password: str, field: str = "password") -> None:
+    problem = password_problem(password)
+    if problem is not None:
+        raise _invalid(field, problem)
+
+
+def add_user(session: Session, *, username: str, password: str, role: Role) -> User:
+    """A new user; 422 for a bad name or password, 409 when the name is taken (in any case:
+    `Ada` and `ada` would be two people nobody can tell apart)."""
+    problem = username_problem(username)
+    if problem is not None:
+        raise _invalid("username", problem, username[:80])
+    check_password(password)
+    taken = session.scalar(
+        select(User.id).where(func.lower(User.username) == username.lower()).limit(1)
+    )
+    if taken is not None:
+        raise conflict(f"username {username!r} is taken")
+    return create_user(session, username=username, password=password, role=role)
+
+
+def invite_user(session: Session, *, username: str, role: Role) -> tuple[User, str]:
+    """A new user without a password anyone knows, and the secret of the link that sets it
+    (shown once; stored only hashed; valid for settings.invite_ttl_hours, once)."""
+    user = add_user(session, username=username, password=generate_password(), role=role)
+    secret = new_token()
+    user.invite_hash = token_digest(secret)
+    user.invite_expires_at = utcnow() + timedelta(hours=get_settings().invite_ttl_hours)
+    session.flush()
+    return user, secret
+
+
+def user_for_invite(session: Session, secret: str) -> User | None:
+    """The user an invite link is for, while it is open (not used, expired or disabled)."""
+    if not secret or len(secret) > 200:
+        return None
+    user = session.scalar(select(User).where(User.invite_hash == token_digest(secret)))
+    if user is None or not user.is_active or user.invite_expires_at is None:
+        return None
+    return user if as_utc(user.invite_expires_at) > utcnow() else None
+
+
+def accept_invite(session: Session, *, user: User, password: str) -> User:
+    check_password(password)
+    user.password_hash = hash_password(password)
+    user.invite_hash = None
+    user.invite_expires_at = None
+    session.flush()
+    return user
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.scalars(select(User).order_by(User.username)))
+
+
+def get_user(session: Session, user_id: int) -> User:
+    user = session.get(User, user_id) if 0 < user_id <= MAX_ID else None
+    if user is None:
+        raise not_found("user", user_id)
+    return user
+
+
+def find_by_name(session: Session, username: str) -> User | None:
+    return session.scalar(select(User).where(User.username == username))
+
+
+def _other_active_admins(session: Session, user: User) -> int:
+    stmt = select(func.count()).where(
+        User.role == Role.admin, User.is_active.is_(True), User.id != user.id
+    )
+    return session.scalar(stmt) or 0
+
+
+def set_role(session: Session, *, user: User, role: Role) -> User:
+    if user.is_admin and role != Role.admin and not _other_active_admins(session, user):
+        raise conflict(f"{user.username} is the last active admin: make another admin first")
+    user.role = role
+    session.flush()
+    return user
+
+
+def set_disabled(session: Session, *, user: User, disabled: bool) -> User:
+    """Disabling ends every token and browser session of the user at once (an open event
+    stream notices within its re-check interval); their runs keep running."""
+    if disabled and user.is_admin and not _other_active_admins(session, user):
+        raise conflict(f"{user.username} is the last active admin: it cannot be disabled")
+    user.is_active = not disabled
+    if disabled:
+        revoke_all_tokens(session, user=user)
+    session.flush()
+    return user
+
+
+def revoke_all_tokens(
+    session: Session, *, user: User, sessions_only: bool = False, keep: str | None = None
+) -> None:
+    """Revoke the user's tokens: all of them, or only browser sessions; but `keep` (a token
+    secret: the one the request came with)."""
+    stmt = update(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
+    if sessions_only:
+        stmt = stmt.where(ApiToken.name == BROWSER_SESSION)
+    if keep is not None:
+        stmt = stmt.where(ApiToken.token_hash != token_digest(keep))
+    session.execute(stmt.values(revoked_at=utcnow()))
+
+
+def set_password(session: Session, *, user: User, password: str) -> User:
+    """An admin's reset (API, page, CLI): the user's browser sessions end with the old
+    password (someone who had it may be logged in); their named API tokens stay."""
+    check_password(password)
+    user.password_hash = hash_password(password)
+    user.invite_hash = user.invite_expires_at = None  # a set password closes an open invite
+    revoke_all_tokens(session, user=user, sessions_only=True)
+    session.flush()
+    return user
+
+
+def change_own_password(
+    session: Session,
+    *,
+    user: User,
+    current_password: str,
+    new_password: str,
+    current_token: str | None = None,
+) -> User:
+    """The user's own change: their other browser sessions end, the one making the change
+    (`current_token`) stays logged in."""
+    if not verify_password(user.password_hash, current_password):
+        raise _invalid("current_password", "the current password is not right")
+    check_password(new_password, field="new_password")
+    user.password_hash = hash_password(new_password)
+    revoke_all_tokens(session, user=user, sessions_only=True, keep=current_token)
+    session.flush()
+    return user
+
+
+def resolve_owner(session: Session, *, user: User, owner: str | None, loc: str) -> int | None:
+    """The user id an `owner` filter names: `me`/`mine` the caller, a username that user,
+    nothing/`everyone` no filter (None). 422 for a username nobody has."""
+    if owner is None or owner.strip().lower() in EVERYONE:
+        return None
+    if owner.strip().lower() in MINE:
+        return user.id
+    name = owner.strip()
+    found = find_by_name(session, name) if username_problem(name) is None else None
+    if found is None:
+        raise validation_error(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ["query", loc],
+                    "msg": "no such user; use 'me', 'everyone' or a username",
+                    "input": owner[:80],
+                }
+            ]
+        )
+    return found.id

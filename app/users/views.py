@@ -1,0 +1,255 @@
+"""The account pages: "my account" (password, API tokens) for everyone, and the users page
+for admins (add a user with a one-time initial password, change a role, disable, reset a
+password). Forms post back with the CSRF token as a field; a secret (a new token, an initial
+or reset password) is shown once, in the response to the post that made it, never again."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.auth.deps import request_token
+from app.auth.models import Role, User
+from app.auth.security import generate_password
+from app.auth.service import create_token, revoke_token_id, tokens_of
+from app.db import SessionDep
+from app.errors import forbidden, not_found
+from app.pages import PageRoute, PageUser
+from app.settings import get_settings
+from app.templating import render
+from app.users import service
+
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
+
+
+def _problem(exc: HTTPException) -> str:
+    """An HTTPException's detail as one sentence for a page."""
+    detail = exc.detail
+    if isinstance(detail, list):
+        return "; ".join(str(e.get("msg", e)) for e in detail)
+    return str(detail)
+
+
+# --- my account ----------------------------------------------------------------------------
+
+
+def _account(
+    request: Request,
+    session: SessionDep,
+    user: User,
+    *,
+    status_code: int = 200,
+    **context: object,
+) -> HTMLResponse:
+    return render(
+        request,
+        "account.html",
+        user=user,
+        tokens=tokens_of(session, user=user),
+        min_length=get_settings().password_min_length,
+        status_code=status_code,
+        **context,
+    )
+
+
+@router.get("/account", response_class=HTMLResponse)
+def account_page(request: Request, session: SessionDep, user: PageUser) -> HTMLResponse:
+    return _account(request, session, user)
+
+
+@router.post("/account/password", response_class=HTMLResponse)
+def change_password(
+    request: Request,
+    session: SessionDep,
+    user: PageUser,
+    current_password: Annotated[str, Form(max_length=1000)],
+    new_password: Annotated[str, Form(max_length=1000)],
+) -> HTMLResponse:
+    try:
+        service.change_own_password(
+            session,
+            user=user,
+            current_password=current_password,
+            new_password=new_password,
+            current_token=request_token(request),
+        )
+    except HTTPException as exc:
+        return _account(request, session, user, status_code=422, password_error=_problem(exc))
+    return _account(request, session, user, notice="Your password was changed.")
+
+
+@router.post("/account/tokens", response_class=HTMLResponse)
+def create_token_form(
+    request: Request,
+    session: SessionDep,
+    user: PageUser,
+    name: Annotated[str, Form(min_length=1, max_length=100)],
+    days: Annotated[float, Form(gt=0, le=365)] = 30,
+) -> HTMLResponse:
+    row, secret = create_token(session, user=user, ttl_hours=days * 24, name=name)
+    return _account(request, session, user, new_token=secret, new_token_name=row.name)
+
+
+@router.post("/account/tokens/{token_id}/revoke")
+def revoke_token_form(token_id: int, session: SessionDep, user: PageUser) -> Response:
+    """The same rule as DELETE /api/tokens/{id}: yours (an admin: anyone's); another user's
+    token is 404."""
+    if revoke_token_id(session, token_id=token_id, user=user) is None:
+        raise not_found("token", token_id)
+    return RedirectResponse("/account", status_code=303)
+
+
+# --- the users page (admins) ---------------------------------------------------------------
+
+
+async def page_admin(user: PageUser) -> User:
+    if not user.is_admin:
+        raise forbidden("Only admins manage users. Ask one of them to add or change an account.")
+    return user
+
+
+PageAdmin = Annotated[User, Depends(page_admin)]
+
+
+def _users(
+    request: Request, session: SessionDep, user: User, *, status_code: int = 200, **context: object
+) -> HTMLResponse:
+    return render(
+        request,
+        "admin_users.html",
+        user=user,
+        users=service.list_users(session),
+        roles=list(Role),
+        min_length=get_settings().password_min_length,
+        status_code=status_code,
+        **context,
+    )
+
+
+@router.get("/admin/users", response_class=HTMLResponse)
+def users_page(request: Request, session: SessionDep, admin: PageAdmin) -> HTMLResponse:
+    return _users(request, session, admin)
+
+
+@router.post("/admin/users", response_class=HTMLResponse)
+def add_user_form(
+    request: Request,
+    session: SessionDep,
+    admin: PageAdmin,
+    username: Annotated[str, Form(max_length=200)],
+    role: Annotated[Role, Form()] = Role.member,
+    password: Annotated[str, Form(max_length=1000)] = "",
+    how: Annotated[str, Form(pattern="^(password|invite)$")] = "password",
+) -> HTMLResponse:
+    """`how=password`: the password given, or (empty) one generated and shown once, to hand
+    over. `how=invite`: a link, shown once, with which the new user sets their own."""
+    initial = password or generate_password()
+    try:
+        if how == "invite":
+            added, secret = service.invite_user(session, username=username, role=role)
+        else:
+            added = service.add_user(session, username=username, password=initial, role=role)
+    except HTTPException as exc:
+        return _users(request, session, admin, status_code=exc.status_code, error=_problem(exc))
+    notice = f"Added {added.username} ({added.role})."
+    if how == "invite":
+        hours = get_settings().invite_ttl_hours
+        link = str(request.url_for("invite_page", secret=secret))
+        return _users(
+            request, session, admin, notice=notice, invite=link, invite_hours=hours,
+            secret_for=added.username,
+        )  # fmt: skip
+    return _users(
+        request,
+        session,
+        admin,
+        secret_for=added.username,
+        secret=None if password else initial,
+        notice=notice,
+    )
+
+
+@router.post("/admin/users/{user_id}", response_class=HTMLResponse)
+def change_user_form(
+    request: Request,
+    session: SessionDep,
+    admin: PageAdmin,
+    user_id: int,
+    action: Annotated[str, Form(pattern="^(role|disable|enable|reset-password)$")],
+    role: Annotated[Role | None, Form()] = None,
+) -> HTMLResponse:
+    """One form per row: change the role, disable, enable, or reset the password (a new one is
+    generated and shown once)."""
+    target = service.get_user(session, user_id)
+    secret = None
+    try:
+        if action == "role" and role is not None:
+            service.set_role(session, user=target, role=role)
+            notice = f"{target.username} is now {target.role}."
+        elif action in ("disable", "enable"):
+            service.set_disabled(session, user=target, disabled=action == "disable")
+            notice = f"{target.username} is {action}d."
+        elif action == "reset-password":
+            secret = generate_password()
+            service.set_password(session, user=target, password=secret)
+            notice = f"New password for {target.username}."
+        else:
+            notice = "Nothing changed: pick a role."
+    except HTTPException as exc:
+        return _users(request, session, admin, status_code=exc.status_code, error=_problem(exc))
+    return _users(request, session, admin, notice=notice, secret=secret, secret_for=target.username)
+
+
+# --- invite links (no login: the link is the credential) -------------------------------------
+
+INVALID_INVITE = (
+    "This invite link is not valid any more (used, expired, or the account was changed): "
+    "ask an admin for a new one."
+)
+
+
+@router.get("/invite/{secret}", response_class=HTMLResponse, name="invite_page")
+def invite_page(request: Request, session: SessionDep, secret: str) -> HTMLResponse:
+    user = service.user_for_invite(session, secret)
+    if user is None:
+        raise not_found_page(INVALID_INVITE)
+    return _invite(request, user)
+
+
+@router.post("/invite/{secret}", response_model=None)
+def accept_invite(
+    request: Request,
+    session: SessionDep,
+    secret: str,
+    new_password: Annotated[str, Form(max_length=1000)],
+) -> Response:
+    """Sets the first password and closes the link; then the login page."""
+    user = service.user_for_invite(session, secret)
+    if user is None:
+        raise not_found_page(INVALID_INVITE)
+    try:
+        service.accept_invite(session, user=user, password=new_password)
+    except HTTPException as exc:
+        return _invite(request, user, status_code=422, error=_problem(exc))
+    return RedirectResponse("/login", status_code=303)
+
+
+def _invite(
+    request: Request, user: User, *, status_code: int = 200, error: str | None = None
+) -> HTMLResponse:
+    return render(
+        request,
+        "invite.html",
+        user=None,
+        invited=user.username,
+        min_length=get_settings().password_min_length,
+        error=error,
+        status_code=status_code,
+    )
+
+
+def not_found_page(message: str) -> HTTPException:
+    """PageRoute renders it as the friendly 404 page."""
+    return HTTPException(404, detail=message)
