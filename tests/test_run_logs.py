@@ -122,3 +122,20 @@ def test_a_single_process_run_is_all_rank_0(client, user_headers) -> None:
         "plain line\n2025 [rank 0] INFO x: hi\n"
     )
     assert client.get(url, params={"rank": 1}, headers=user_headers).status_code == 422
+
+
+def test_a_progress_bar_reads_as_its_last_state(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+    run = client.post(
+        f"/api/experiments/{new_experiment(client, user_headers)['id']}/runs",
+        headers=user_headers,
+    ).json()
+    bar = "".join(f"\r{p:3d}%|{'#' * (p // 10):10}|" for p in range(0, 101, 5))
+    write_log(run["id"], f"start\n{bar}\ndone\r\nnext: 10%\rnext: 20%\r")
+    got = client.get(f"/api/runs/{run['id']}/logs", headers=user_headers)
+    assert got.text == "start\n100%|##########|\ndone\r\nnext: 20%\r"
+    assert int(got.headers["x-log-size"]) == len(f"start\n{bar}\ndone\r\nnext: 10%\rnext: 20%\r")
+
+
+def test_a_ranks_progress_bar_keeps_its_prefix() -> None:
+    data = b"[rank1]: \r 10%\r 50%\r100%\nplain\n"
+    assert logs.collapse_carriage_returns(data) == b"[rank1]: 100%\nplain\n"

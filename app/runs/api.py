@@ -173,11 +173,13 @@ def read_logs(
         )
     if rank is None or nproc == 1:  # a single process's lines are all rank 0's
         read = logs.read_all(source, offset=offset, tail=tail)
-        text = b"".join(read.body).decode("utf-8", "replace")
+        text = logs.collapse_carriage_returns(b"".join(read.body)).decode("utf-8", "replace")
         return PlainTextResponse(text, headers={"X-Log-Size": str(read.end)})
     read = logs.read_rank(source, rank=rank, offset=offset, tail=tail)
     return StreamingResponse(
-        read.body, media_type="text/plain; charset=utf-8", headers={"X-Log-Size": str(read.end)}
+        (logs.collapse_carriage_returns(lines) for lines in read.body),  # whole lines
+        media_type="text/plain; charset=utf-8",
+        headers={"X-Log-Size": str(read.end)},
     )
 
 

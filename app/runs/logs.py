@@ -19,6 +19,7 @@ or backwards from the end for a tail.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,28 @@ class LogSlice:
 
     body: Iterator[bytes]
     end: int
+
+
+_RANK_PREFIX = re.compile(rb"^\[rank\d+\]: ")
+
+
+def collapse_carriage_returns(data: bytes) -> bytes:
+    """Each line as a terminal would show it last: a progress bar (tqdm, rich) rewrites its
+    line with ``\r`` hundreds of times, and only its final state is worth reading. A rank's
+    prefix stays; a line still being written keeps a trailing ``\r`` (the page's script does
+    the same, ``ty.collapseCarriageReturns``, so the text that comes next replaces it)."""
+    if b"\r" not in data:
+        return data
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        if b"\r" not in line:
+            continue
+        match = _RANK_PREFIX.match(line)
+        prefix = match.group(0) if match else b""
+        body = line[len(prefix) :]
+        shown = [part for part in body.split(b"\r") if part]
+        lines[i] = prefix + (shown[-1] if shown else b"") + (b"\r" if body.endswith(b"\r") else b"")
+    return b"\n".join(lines)
 
 
 def _single(data: bytes) -> Iterator[bytes]:

@@ -37,3 +37,17 @@ ty.fmtDuration = (seconds) => {
   if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
   return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
 };
+
+// A progress bar (tqdm, rich) rewrites its line with "\r": keep only what the line shows last,
+// after its rank prefix (app/runs/logs.py does the same for the log API). A line still being
+// written keeps a trailing "\r", so the text that comes next replaces it.
+ty.collapseCarriageReturns = (text) => {
+  if (!text.includes("\r")) return text;
+  return text.split("\n").map((line) => {
+    if (!line.includes("\r")) return line;
+    const prefix = (line.match(/^\[rank\d+\]: /) || [""])[0];
+    const body = line.slice(prefix.length);
+    const shown = body.split("\r").filter((part) => part !== "");
+    return prefix + (shown.length ? shown[shown.length - 1] : "") + (body.endsWith("\r") ? "\r" : "");
+  }).join("\n");
+};

@@ -341,7 +341,7 @@
   const appendLog = (text) => {
     if (!text) return;
     const atBottom = logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 24;
-    let all = logEl.textContent + text;
+    let all = ty.collapseCarriageReturns(logEl.textContent + text);
     if (all.length > LOG_CAP) {
       all = all.slice(all.length - LOG_CAP);
       const nl = all.indexOf("\n");

@@ -1,5 +1,6 @@
-"""The run page's Files section: the run's files as a tree, folders downloadable as tar.gz,
-checkpoints marked, and a hostile file name shown as text."""
+"""The run page's Files section (the run's files as a tree, folders downloadable as tar.gz,
+checkpoints marked, a hostile file name shown as text) and its output tail (a progress bar is
+one line)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,13 @@ def test_the_files_tree_lists_folders_and_marks_checkpoints(admin_page: Page) ->
     folder.click()
     expect(tree.get_by_role("link", name="model.safetensors")).to_be_visible()
     expect(admin_page.locator("#files-empty")).to_be_hidden()
+
+
+def test_a_progress_bar_is_one_line_in_the_output_tail(admin_page: Page) -> None:
+    run_id = make_run(status="succeeded")
+    run_dir = DATA_DIR / "runs" / str(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    bar = "".join(f"\r{p:3d}%|{'#' * (p // 10):10}|" for p in range(0, 101, 5))
+    (run_dir / "output.log").write_text(f"start\n{bar}\ndone\n")
+    admin_page.goto(f"/runs/{run_id}")
+    expect(admin_page.locator("#log-tail")).to_have_text("start\n100%|##########|\ndone\n")
