@@ -37,6 +37,7 @@ from torchyard.contract import (
 from torchyard.recipes.catalog import RECIPES
 from torchyard.runtime import environment, tensorboard_defaults
 from torchyard.runtime.context import JobContext, get_context
+from torchyard.runtime.output import hold_progress_lines
 from torchyard.runtime.reporter import ReporterError
 from torchyard.runtime.seeding import seed_everything
 
@@ -65,6 +66,8 @@ def configure_output(rank: int, environ: Mapping[str, str] | None = None) -> Non
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(line_buffering=True, write_through=False)
+    if prefixed:
+        sys.stdout, sys.stderr = hold_progress_lines(sys.stdout, sys.stderr)
     label = "" if prefixed else f"[rank {rank}] "
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(

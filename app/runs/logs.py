@@ -148,9 +148,11 @@ _RANK_PREFIX = re.compile(rb"^\[rank\d+\]: ")
 
 def collapse_carriage_returns(data: bytes) -> bytes:
     """Each line as a terminal would show it last: a progress bar (tqdm, rich) rewrites its
-    line with ``\r`` hundreds of times, and only its final state is worth reading. A rank's
-    prefix stays; a line still being written keeps a trailing ``\r`` (the page's script does
-    the same, ``ty.collapseCarriageReturns``, so the text that comes next replaces it)."""
+    line with ``\r`` hundreds of times (under torchrun the job writes it once: see
+    torchyard.runtime.output), and only its
+    final state is worth reading. A rank's prefix stays; a line still being written keeps a
+    trailing ``\r`` (the page's script does the same, ``ty.collapseCarriageReturns``, so the
+    text that comes next replaces it)."""
     if b"\r" not in data:
         return data
     lines = data.split(b"\n")
