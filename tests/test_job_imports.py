@@ -64,3 +64,15 @@ def test_the_recipe_catalog_stays_free_of_torch() -> None:
     """The API server imports the catalog to validate configs; it must not pay for torch."""
     loaded = loaded_top_level_modules("import torchyard.recipes.catalog")
     assert loaded.isdisjoint({"torch", "numpy", *FORBIDDEN})
+
+
+def test_the_worker_and_the_server_never_import_torch() -> None:
+    """Only jobs import torch: the Celery worker (its app, its tasks and all they import) and
+    the API stay small when idle (torch was most of an idle worker's memory and start time)."""
+    loaded = loaded_top_level_modules(
+        "import worker.celery_app, worker.tasks, worker.runner, worker.forwarder, "
+        "worker.tensorboard_events, app.main\n"
+        "app.main.create_app()\n"
+    )
+    assert "celery" in loaded and "fastapi" in loaded
+    assert "torch" not in loaded and "numpy" not in loaded

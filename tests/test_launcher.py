@@ -27,13 +27,38 @@ def test_single_process_starts_the_entry_point_directly_with_torchrun_env() -> N
     launch = build_launch(spec())
     assert launch.argv == ["/py", "-m", "torchyard.job"]
     env = launch.env
-    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("0", "0", "1")
-    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29555")
-    assert env["TORCHYARD_RUN_ID"] == "7" and env["TORCHYARD_RUN_DIR"] == "/data/runs/7"
-    assert json.loads(env["TORCHYARD_CONFIG"]) == CONFIG
-    assert env["PYTHONHASHSEED"] == "5" and env["TORCHYARD_JOB_TOKEN"] == "tok"
-    assert env["PATH"] == "/bin" and "TORCHYARD_RESUME_FROM" not in env
-    assert "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in env  # its lines are rank 0's, bare
+    assert json.loads(env.pop("TORCHYARD_CONFIG")) == CONFIG
+    # Exactly this: no resume path, and no line-prefix template (its lines are rank 0's, bare).
+    assert env == {
+        "PATH": "/bin",
+        "TORCHYARD_RUN_ID": "7",
+        "TORCHYARD_RUN_DIR": "/data/runs/7",
+        "TORCHYARD_JOB_TOKEN": "tok",
+        "PYTHONHASHSEED": "5",
+        "PYTHONUNBUFFERED": "1",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "TORCHYARD_TENSORBOARD_DIR": "/data/runs/7/tensorboard",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "GROUP_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29555",
+    }
+
+
+def test_every_job_numbers_gpus_by_pci_bus_id_as_the_leases_do() -> None:
+    """NVML (leases) and CUDA must agree on which card index 1 is, whatever the worker's own
+    environment says."""
+    inherited = {"PATH": "/bin", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}
+    multi = {**CONFIG, "resources": {"nproc": 2, "gpus": 2}}
+    for launch in (
+        build_launch(spec(base_env=inherited)),
+        build_launch(spec(base_env=inherited, config=multi)),
+        build_launch(spec(base_env=inherited, single_process="torchrun")),
+    ):
+        assert launch.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_single_process_drops_an_inherited_line_prefix_template() -> None:
@@ -55,8 +80,20 @@ def test_single_process_through_torchrun_when_configured() -> None:
         "--module",
         "torchyard.job",
     ]
-    assert "RANK" not in launch.env and "MASTER_PORT" not in launch.env
-    assert launch.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
+    env = launch.env
+    assert json.loads(env.pop("TORCHYARD_CONFIG")) == CONFIG
+    # torchrun sets RANK, MASTER_PORT and the rest for each process it starts.
+    assert env == {
+        "PATH": "/bin",
+        "TORCHYARD_RUN_ID": "7",
+        "TORCHYARD_RUN_DIR": "/data/runs/7",
+        "TORCHYARD_JOB_TOKEN": "tok",
+        "PYTHONHASHSEED": "5",
+        "PYTHONUNBUFFERED": "1",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "TORCHYARD_TENSORBOARD_DIR": "/data/runs/7/tensorboard",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
+    }
 
 
 def test_multi_process_always_goes_through_torchrun() -> None:

@@ -11,6 +11,11 @@ stdout and stderr to per-rank files under ``<run_dir>/torchrun/`` and has torchr
 line by line, to its own output with the prefix that ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``
 names (torch 2.13 has no command-line flag for the template). Lines without a prefix come from
 torchrun itself. A direct single-process job writes its lines unprefixed: they are all rank 0's.
+
+Every job gets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, overriding an inherited value: GPU leases are
+NVML indices (worker/gpus.py), and NVML numbers devices by PCI bus id while CUDA by default
+numbers them fastest first. On a box with mixed GPUs, ``CUDA_VISIBLE_DEVICES=1`` would then
+name another card than the lease's, one the scheduler may have leased to another run.
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ def build_launch(spec: LaunchSpec) -> Launch:
             JOB_TOKEN_VAR: spec.job_token,
             "PYTHONHASHSEED": str(spec.config["seed"]),
             "PYTHONUNBUFFERED": "1",
+            # CUDA numbers devices as NVML does, so the leased index is the GPU the job uses.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             # SummaryWriter() without a log_dir writes here (torchyard.runtime.tensorboard_defaults)
             TENSORBOARD_DIR_VAR: str(spec.run_dir / TENSORBOARD_DIR),
         }
