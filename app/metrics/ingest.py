@@ -1,0 +1,156 @@
+"""Metric ingest: the forwarder's bulk inserts (the reads are in app.metrics.service).
+
+Every function takes the caller's session, flushes at most, and never commits. A point is
+(key, step, value, wall_time); the key becomes an integer id per run (metric_keys), a point is
+unique per (key id, step) and the first one stored is kept (ON CONFLICT DO NOTHING, so
+replaying the spool is harmless), and a non-finite value is stored as NULL.
+
+Two entry points with those semantics: ``ingest_steps`` takes metrics lines as the job wrote
+them, (step, wall_time, {key: value}), which is the forwarder's hot path: the rows for the
+driver are built in one comprehension with integer key ids, no per-point tuple of strings in
+between. ``ingest_points`` takes ready points (TensorBoard scalars, tests, benches).
+
+Inserts go around the ORM: Core's per-row parameter processing halves the rate.
+- SQLite: the driver's ``executemany`` of one prepared INSERT ... ON CONFLICT DO NOTHING
+  (Core ``insert().on_conflict_do_nothing()`` executemany was ~280k/s against ~500k/s).
+- PostgreSQL: binary COPY into a per-connection temp table, then one INSERT ... SELECT ... ON
+  CONFLICT DO NOTHING; psycopg's executemany was ~25% slower and ``unnest()`` of array
+  parameters half as fast (psycopg adapts each list element in Python). The server-side
+  INSERT is most of the cost.
+bench/ingest.py measures the whole path from metrics.jsonl; docs/performance.md has figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from operator import itemgetter
+from typing import Any, cast
+
+from sqlalchemy import Connection, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from app.metrics.models import MetricKey
+
+Point = tuple[str, int, float | None, float]
+# One metrics line: (step, wall_time, {key: value}); a value is a number or None.
+Step = tuple[int, float, Mapping[str, Any]]
+Row = tuple[int, int, float | None, float]
+
+MAX_KEY_LENGTH = 255
+_INF = math.inf
+
+_SQLITE_INSERT = (
+    "INSERT INTO metrics (key_id, step, value, wall_time) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key_id, step) DO NOTHING"
+)
+_PG_STAGE = "ty_metrics_ingest"
+_PG_CREATE_STAGE = (
+    f"CREATE TEMPORARY TABLE {_PG_STAGE} "
+    "(key_id int4, step int8, value float8, wall_time float8) ON COMMIT DELETE ROWS"
+)
+# Moving the rows out with DELETE ... RETURNING leaves the stage empty for the next call in the
+# same transaction, in the same statement as the insert.
+_PG_MOVE = (
+    f"WITH staged AS (DELETE FROM {_PG_STAGE} RETURNING key_id, step, value, wall_time) "
+    "INSERT INTO metrics (key_id, step, value, wall_time) "
+    "SELECT key_id, step, value, wall_time FROM staged "
+    "ON CONFLICT (key_id, step) DO NOTHING"
+)
+
+
+def ingest_points(session: Session, *, run_id: int, points: Sequence[Point]) -> int:
+    """Store (key, step, value, wall_time) points; returns how many were new.
+
+    Re-ingesting a point already stored (same key and step) keeps the first one and does not
+    count it, so replaying the spool after a crash is harmless. NaN and +/-inf become NULL.
+    """
+    if not points:
+        return 0
+    key_ids = _key_ids(session, run_id=run_id, keys=set(map(itemgetter(0), points)))
+    rows = [
+        (
+            key_ids[key],
+            step,
+            float(value) if value is not None and -_INF < value < _INF else None,
+            wall_time,
+        )
+        for key, step, value, wall_time in points
+    ]
+    return _insert_rows(session, rows)
+
+
+def ingest_steps(session: Session, *, run_id: int, steps: Sequence[Step]) -> int:
+    """Store the points of metrics lines, (step, wall_time, {key: value}) each, with the
+    semantics of ``ingest_points``; returns how many were new.
+
+    The forwarder's path, so it is written for speed: the keys of all lines are gathered
+    first (a run logs a handful of keys on every line), then each point becomes a driver row
+    in one comprehension. A value that is None, NaN or +/-inf is stored as NULL; an int or a
+    bool as a float (the columns are floats on both databases).
+    """
+    if not steps:
+        return 0
+    keys: set[str] = set()
+    for _step, _wall, values in steps:
+        keys.update(values)
+    ids = _key_ids(session, run_id=run_id, keys=keys)
+    rows = [
+        (ids[key], step, value if value is None or -_INF < value < _INF else None, wall)
+        for step, wall, values in steps
+        for key, value in values.items()
+    ]
+    return _insert_rows(session, rows)
+
+
+def _insert_rows(session: Session, rows: list[Row]) -> int:
+    conn = session.connection()
+    dialect = conn.dialect
+    if dialect.name == "sqlite":
+        return conn.exec_driver_sql(_SQLITE_INSERT, rows).rowcount
+    if dialect.name == "postgresql" and dialect.driver == "psycopg":
+        return _copy_insert_postgres(conn, rows)
+    raise NotImplementedError(
+        f"metrics ingest needs sqlite or postgresql+psycopg, not {dialect.name}+{dialect.driver}"
+    )
+
+
+def _key_ids(session: Session, *, run_id: int, keys: set[str]) -> dict[str, int]:
+    """Integer ids of the run's keys, creating the missing ones: one SELECT when none is new.
+    Flushes first: the run (and anything else pending) must exist before its rows."""
+    too_long = [k for k in keys if not isinstance(k, str) or len(k) > MAX_KEY_LENGTH or not k]
+    if too_long:
+        raise ValueError(f"metric keys must be 1-{MAX_KEY_LENGTH} characters: {too_long[:3]!r}")
+    session.flush()
+    stmt = select(MetricKey.key, MetricKey.id).where(MetricKey.run_id == run_id)
+    ids: dict[str, int] = {k: i for k, i in session.execute(stmt)}
+    missing = keys - ids.keys()
+    if missing:
+        dialect = session.get_bind().dialect.name
+        insert = pg_insert if dialect == "postgresql" else sqlite_insert
+        session.execute(
+            insert(MetricKey).on_conflict_do_nothing(index_elements=["run_id", "key"]),
+            [{"run_id": run_id, "key": k} for k in sorted(missing)],
+        )
+        ids.update({k: i for k, i in session.execute(stmt.where(MetricKey.key.in_(missing)))})
+    return ids
+
+
+def _copy_insert_postgres(conn: Connection, rows: list[Row]) -> int:
+    import psycopg  # only PostgreSQL deployments need it at this point
+
+    dbapi = cast(psycopg.Connection[Any], conn.connection.dbapi_connection)
+    with dbapi.cursor() as cur:
+        # A temp table lives as long as the connection; it is gone if its creating
+        # transaction rolled back, hence the check every call (one cheap round trip).
+        cur.execute("SELECT to_regclass(%s)", (f"pg_temp.{_PG_STAGE}",))
+        if cast(tuple[Any], cur.fetchone())[0] is None:
+            cur.execute(_PG_CREATE_STAGE)
+        with cur.copy(f"COPY {_PG_STAGE} FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int4", "int8", "float8", "float8"])
+            for row in rows:
+                copy.write_row(row)
+        cur.execute(_PG_MOVE)
+        return cur.rowcount
