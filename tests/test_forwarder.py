@@ -11,7 +11,7 @@ from tests.factories import make_run
 from worker.forwarder import forward
 
 
-def line(step: int, **values: float | None) -> str:
+def line(step: int, **values: object) -> str:
     return json.dumps({"type": "metrics", "step": step, "time": 1000.0 + step, "values": values})
 
 
@@ -85,6 +85,7 @@ def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(tmp_path
         "[1, 2]",
         '{"type": "metrics", "values": {"a": 9.0}}',  # no step
         '"a string"',
+        '{"type": "metrics", "step": 3, "time": 1.0, "values": "abc"}',  # values not an object
         line(2, a=2.0),
         json.dumps({"type": "note", "text": "an unknown record type is ignored"}),
     ]
@@ -94,7 +95,7 @@ def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(tmp_path
         assert read_series(session, run_id=run_id) == {"a": {"step": [1, 2], "value": [1.0, 2.0]}}
 
 
-def test_nan_and_infinity_in_a_line_are_stored_as_null_and_ints_as_floats(
+def test_nan_infinity_and_non_numbers_are_stored_as_null_and_ints_as_floats(
     tmp_path: Path,
 ) -> None:
     """The job writes null for a non-finite value, but a hand-written line (json.dumps with
@@ -102,13 +103,14 @@ def test_nan_and_infinity_in_a_line_are_stored_as_null_and_ints_as_floats(
     run_id = make_run()
     path = tmp_path / "metrics.jsonl"
     nonfinite = line(2, a=float("nan"), b=float("inf"), c=-float("inf"))
-    path.write_text(line(1, a=1.0, b=2, c=True) + "\n" + nonfinite + "\n")
-    assert pump(run_id, path) == 2
+    words = line(3, a="text", b=None, c=[1])  # not numbers: stored as NULL, not a stuck spool
+    path.write_text(line(1, a=1.0, b=2, c=True) + "\n" + nonfinite + "\n" + words + "\n")
+    assert pump(run_id, path) == 3
     with session_scope() as session:
         series = read_series(session, run_id=run_id)
     assert series == {
-        "a": {"step": [1, 2], "value": [1.0, None]},
-        "b": {"step": [1, 2], "value": [2.0, None]},
-        "c": {"step": [1, 2], "value": [1.0, None]},
+        "a": {"step": [1, 2, 3], "value": [1.0, None, None]},
+        "b": {"step": [1, 2, 3], "value": [2.0, None, None]},
+        "c": {"step": [1, 2, 3], "value": [1.0, None, None]},
     }
     assert all(type(v) is float for s in series.values() for v in s["value"] if v is not None)

@@ -157,8 +157,8 @@ def parse_spool(chunk: bytes, *, run_id: int) -> tuple[list[Step], list[dict[str
     Fast path, the whole chunk at once: the lines joined into one JSON array for one orjson
     call, the metrics picked out by one comprehension. Parsing line by line with json.loads
     was the largest share of the forwarder's time (bench/ingest.py). Any line the fast path
-    cannot take (malformed, NaN, not an object) sends the chunk through the careful path,
-    line by line, which skips only that line.
+    cannot take (malformed, NaN, not an object, values not an object) sends the chunk through
+    the careful path, line by line, which skips only that line.
     """
     steps: list[Step] = []
     try:
@@ -168,9 +168,10 @@ def parse_spool(chunk: bytes, *, run_id: int) -> tuple[list[Step], list[dict[str
             for r in records
             if r.get("type") == "metrics"
         ]
-        if len(steps) == len(records):
-            return steps, []
-        return steps, [r for r in records if r.get("type") == "checkpoint"]
+        if all(type(values) is dict for _step, _wall, values in steps):
+            if len(steps) == len(records):
+                return steps, []
+            return steps, [r for r in records if r.get("type") == "checkpoint"]
     except (ValueError, TypeError, KeyError, AttributeError):
         pass
     steps.clear()
@@ -180,7 +181,10 @@ def parse_spool(chunk: bytes, *, run_id: int) -> tuple[list[Step], list[dict[str
             record = _parse_line(raw)
             kind = record.get("type")
             if kind == "metrics":
-                steps.append((int(record["step"]), float(record["time"]), record["values"]))
+                values = record["values"]
+                if not isinstance(values, dict):
+                    raise TypeError("values is not an object")
+                steps.append((int(record["step"]), float(record["time"]), values))
             elif kind == "checkpoint":
                 checkpoints.append(record)
         except (ValueError, TypeError, KeyError, AttributeError):

@@ -89,8 +89,8 @@ def ingest_steps(session: Session, *, run_id: int, steps: Sequence[Step]) -> int
 
     The forwarder's path, so it is written for speed: the keys of all lines are gathered
     first (a run logs a handful of keys on every line), then each point becomes a driver row
-    in one comprehension. A value that is None, NaN or +/-inf is stored as NULL; an int or a
-    bool as a float (the columns are floats on both databases).
+    in one comprehension. A value that is None, NaN or +/-inf, or not a number at all, is
+    stored as NULL; an int or a bool as a float (the columns are floats on both databases).
     """
     if not steps:
         return 0
@@ -98,12 +98,25 @@ def ingest_steps(session: Session, *, run_id: int, steps: Sequence[Step]) -> int
     for _step, _wall, values in steps:
         keys.update(values)
     ids = _key_ids(session, run_id=run_id, keys=keys)
-    rows = [
-        (ids[key], step, value if value is None or -_INF < value < _INF else None, wall)
-        for step, wall, values in steps
-        for key, value in values.items()
-    ]
+    try:
+        rows = [
+            (ids[key], step, value if value is None or -_INF < value < _INF else None, wall)
+            for step, wall, values in steps
+            for key, value in values.items()
+        ]
+    except TypeError:  # a value that is not a number (a hand-written line): stored as NULL
+        rows = [
+            (ids[key], step, _number_or_none(value), wall)
+            for step, wall, values in steps
+            for key, value in values.items()
+        ]
     return _insert_rows(session, rows)
+
+
+def _number_or_none(value: Any) -> float | None:
+    if isinstance(value, int | float) and -_INF < value < _INF:
+        return float(value)
+    return None
 
 
 def _insert_rows(session: Session, rows: list[Row]) -> int:
