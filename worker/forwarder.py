@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,7 @@ def parse_spool(chunk: bytes, *, run_id: int) -> tuple[list[Step], list[dict[str
             for r in records
             if r.get("type") == "metrics"
         ]
-        if all(type(values) is dict for _step, _wall, values in steps):
+        if not steps or set(map(type, map(itemgetter(2), steps))) == {dict}:
             if len(steps) == len(records):
                 return steps, []
             return steps, [r for r in records if r.get("type") == "checkpoint"]
