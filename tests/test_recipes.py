@@ -19,11 +19,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torchyard import job as jobmain
 from torchyard.recipes import digits_cnn, tiny_mlp
 from torchyard.recipes.digits_data import load_digits
 from torchyard.runtime.checkpoint import load_checkpoint
 from torchyard.runtime.context import JobContext
-from torchyard import job as jobmain
 from worker.launcher import Launch, LaunchSpec, build_launch
 
 REPO = Path(__file__).resolve().parent.parent
