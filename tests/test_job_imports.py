@@ -71,8 +71,10 @@ def test_the_worker_and_the_server_never_import_torch() -> None:
     the API stay small when idle (torch was most of an idle worker's memory and start time)."""
     loaded = loaded_top_level_modules(
         "import worker.celery_app, worker.tasks, worker.runner, worker.forwarder, "
-        "worker.tensorboard_events, app.main\n"
+        "worker.tensorboard_events, worker.artifacts, app.main\n"
         "app.main.create_app()\n"
+        "worker.tensorboard_events._tensorboard_available()  # its lazy protobuf import\n"
+        "import fsspec  # the artifact store's, imported when a checkpoint is uploaded\n"
     )
     assert "celery" in loaded and "fastapi" in loaded
     assert "torch" not in loaded and "numpy" not in loaded
