@@ -17,13 +17,24 @@ process CPU time (all threads, so the writer thread's work counts too, and time 
 other processes on a shared box does not), and the per-call cost of ``Reporter.log`` in
 microseconds. Target: reported/values >= 0.98.
 
-    .venv/bin/python bench/log_overhead.py [--steps 500] [--repeats 24]
+Then the same inside a real job (``--job-only`` runs only this part, ``--skip-job`` skips
+it): bench/log_overhead_job.py started as torchyard starts a user script, with
+worker.launcher's argv and environment (``python -m torchyard.job``, the run's own
+metrics.jsonl, the reporter's writer thread), logging through ``torchyard.init()`` and
+``run.log({...}, step=N)``. It prints the logged/unlogged ratio, the per-step cost of
+logging taken from the two rates, and ``run.log``'s cost per call in a tight loop.
+
+    .venv/bin/python bench/log_overhead.py [--steps 500] [--repeats 24] [--job-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +47,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from torchyard.contract import LOG_FILE, METRICS_FILE  # noqa: E402
 from torchyard.runtime.reporter import Reporter  # noqa: E402
+from worker.launcher import LaunchSpec, build_launch  # noqa: E402
+
+JOB_SCRIPT = Path(__file__).resolve().parent / "log_overhead_job.py"
 
 TARGET_RATIO = 0.98
 
@@ -137,6 +152,83 @@ def log_call_costs(spool: Path, calls: int = 200_000) -> tuple[float, float, flo
     return hot_path, writer_per_line, contended
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def in_job(args: argparse.Namespace) -> None:
+    """bench/log_overhead_job.py as a torchyard job: launcher argv + env, run dir as cwd."""
+    with tempfile.TemporaryDirectory(prefix="torchyard-bench-job-") as tmp:
+        run_dir = Path(tmp) / "run"
+        run_dir.mkdir()
+        out = Path(tmp) / "result.json"
+        params = {
+            "steps": args.steps,
+            "repeats": args.repeats,
+            "batch": args.batch,
+            "width": args.width,
+            "hidden": args.hidden,
+            "calls": args.calls,
+            "out": str(out),
+        }
+        config = {
+            "script": JOB_SCRIPT.name,
+            "params": params,
+            "seed": 0,
+            "resources": {"gpus": 0, "nproc": 1},
+        }
+        launch = build_launch(
+            LaunchSpec(
+                run_id=1,
+                run_dir=run_dir,
+                config=config,
+                python=sys.executable,
+                job_token="bench",
+                master_port=free_port(),
+                base_env=dict(os.environ),
+                script=JOB_SCRIPT,
+                workspace=JOB_SCRIPT.parent,
+            )
+        )
+        with open(run_dir / LOG_FILE, "wb") as log:
+            code = subprocess.call(
+                launch.argv, env=launch.env, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT
+            )
+        if code != 0 or not out.exists():
+            raise SystemExit(f"the job failed ({code}):\n{(run_dir / LOG_FILE).read_text()}")
+        result = json.loads(out.read_text())
+        lines = (run_dir / METRICS_FILE).read_bytes().count(b"\n")
+        if lines != result["logged"]:
+            raise SystemExit(f"{result['logged']} run.log calls, {lines} lines in the spool")
+    rates, cpu_rates = result["rates"], result["cpu_rates"]
+    best = {mode: max(v) for mode, v in rates.items()}
+    median = {mode: statistics.median(v) for mode, v in rates.items()}
+    paired = statistics.median(
+        lg / vl for lg, vl in zip(rates["logged"], rates["values"], strict=True)
+    )
+    cpu_best = {mode: max(v) for mode, v in cpu_rates.items()}
+    print(
+        f"inside a real job (python -m torchyard.job, launcher env; in_torchyard="
+        f"{result['in_torchyard']}): {args.steps} steps x {args.repeats} repeats per mode"
+    )
+    for mode in ("values", "logged"):
+        print(f"  {mode:<7} best {best[mode]:8.1f} steps/s   median {median[mode]:8.1f} steps/s")
+    ratio = best["logged"] / best["values"]
+    median_ratio = median["logged"] / median["values"]
+    print(
+        f"  ratio logged/values: best {ratio:.4f}   median {median_ratio:.4f}"
+        f"   median of per-round pairs {paired:.4f}   CPU time (best) "
+        f"{cpu_best['logged'] / cpu_best['values']:.4f}"
+    )
+    per_step_us = (1 / median["logged"] - 1 / median["values"]) * 1e6
+    print(f"  logging's cost per step from the median rates: {per_step_us:.1f} us (noisy)")
+    print(f"  run.log in a tight loop (writer running): {result['log_call_us']:.2f} us per call")
+    verdict = "OK" if ratio >= TARGET_RATIO else "BELOW TARGET"
+    print(f"  target logged/values >= {TARGET_RATIO}: {verdict} ({ratio:.4f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -147,8 +239,15 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=784)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--calls", type=int, default=100_000, help="per chunk, in-job run.log")
+    parser.add_argument("--job-only", action="store_true", help="only the in-job measurement")
+    parser.add_argument("--skip-job", action="store_true", help="only the in-process ones")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if not args.skip_job:
+        in_job(args)
+    if args.job_only:
+        return
 
     modes = ("bare", "values", "reported")
     rates: dict[str, list[float]] = {mode: [] for mode in modes}

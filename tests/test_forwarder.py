@@ -11,7 +11,7 @@ from tests.factories import make_run
 from worker.forwarder import forward
 
 
-def line(step: int, **values: float | None) -> str:
+def line(step: int, **values: object) -> str:
     return json.dumps({"type": "metrics", "step": step, "time": 1000.0 + step, "values": values})
 
 
@@ -55,3 +55,62 @@ def test_replaying_the_spool_doubles_nothing(tmp_path: Path) -> None:
     with session_scope() as session:
         assert count_points(session, run_id=run_id) == 3
         assert [c.name for c in checkpoints_of(session, run_id=run_id)] == ["epoch-0001.pt"]
+
+
+def test_a_last_line_without_its_newline_is_not_yet_written(tmp_path: Path) -> None:
+    """The job's writer ends every line with its newline; a line without one is not finished
+    (a write cut short, or still in progress), even when it already parses as JSON."""
+    run_id = make_run()
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(line(1, a=1.0) + "\n" + line(2, a=2.55))
+    assert pump(run_id, path) == 1
+    assert pump(run_id, path) == 0
+    with session_scope() as session:
+        assert read_series(session, run_id=run_id)["a"] == {"step": [1], "value": [1.0]}
+        assert session.get(Run, run_id).metrics_offset == len(line(1, a=1.0)) + 1
+    with path.open("a") as f:
+        f.write("\n")
+    assert pump(run_id, path) == 1
+    with session_scope() as session:
+        assert read_series(session, run_id=run_id)["a"] == {"step": [1, 2], "value": [1.0, 2.55]}
+
+
+def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(tmp_path: Path) -> None:
+    run_id = make_run()
+    path = tmp_path / "metrics.jsonl"
+    lines = [
+        line(1, a=1.0),
+        "not json {",
+        "",
+        "[1, 2]",
+        '{"type": "metrics", "values": {"a": 9.0}}',  # no step
+        '"a string"',
+        '{"type": "metrics", "step": 3, "time": 1.0, "values": "abc"}',  # values not an object
+        line(2, a=2.0),
+        json.dumps({"type": "note", "text": "an unknown record type is ignored"}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    assert pump(run_id, path) == len(lines)
+    with session_scope() as session:
+        assert read_series(session, run_id=run_id) == {"a": {"step": [1, 2], "value": [1.0, 2.0]}}
+
+
+def test_nan_infinity_and_non_numbers_are_stored_as_null_and_ints_as_floats(
+    tmp_path: Path,
+) -> None:
+    """The job writes null for a non-finite value, but a hand-written line (json.dumps with
+    its defaults) may carry NaN and Infinity, which are not JSON."""
+    run_id = make_run()
+    path = tmp_path / "metrics.jsonl"
+    nonfinite = line(2, a=float("nan"), b=float("inf"), c=-float("inf"))
+    words = line(3, a="text", b=None, c=[1])  # not numbers: stored as NULL, not a stuck spool
+    path.write_text(line(1, a=1.0, b=2, c=True) + "\n" + nonfinite + "\n" + words + "\n")
+    assert pump(run_id, path) == 3
+    with session_scope() as session:
+        series = read_series(session, run_id=run_id)
+    assert series == {
+        "a": {"step": [1, 2, 3], "value": [1.0, None, None]},
+        "b": {"step": [1, 2, 3], "value": [2.0, None, None]},
+        "c": {"step": [1, 2, 3], "value": [1.0, None, None]},
+    }
+    assert all(type(v) is float for s in series.values() for v in s["value"] if v is not None)

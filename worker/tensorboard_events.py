@@ -48,7 +48,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.metrics.service import MAX_KEY_LENGTH, Point, ingest_points
+from app.metrics.ingest import MAX_KEY_LENGTH, Point, ingest_points
 from app.runs.models import Run
 from worker.tfrecord import read_records
 

@@ -1,31 +1,19 @@
-"""Metric storage: bulk ingest from the forwarder, series reads for the API and the live stream.
+"""Metric storage: series reads for the API and the live stream.
 
-Every function takes the caller's session, flushes at most, and never commits. Points are
-(key, step, value, wall_time); the key becomes an integer id per run (metric_keys), a point is
-unique per (key id, step), and a non-finite value is stored as NULL.
-
-Ingest goes around the ORM: the forwarder calls it every 0.1 s with up to tens of thousands of
-points, and Core's per-row parameter processing halves the rate. Measured on 2 shared cores,
-batches of 20,000 (bench/ingest.py):
-- SQLite: the driver's `executemany` of one prepared INSERT ... ON CONFLICT DO NOTHING,
-  330-520k points/s (Core `insert().on_conflict_do_nothing()` executemany: ~280k/s).
-- PostgreSQL: binary COPY into a per-connection temp table, then one INSERT ... SELECT ... ON
-  CONFLICT DO NOTHING, 90-120k points/s; psycopg's executemany gave ~80k/s and `unnest()` of
-  array parameters ~60k/s (psycopg adapts each list element in Python). The server-side INSERT
-  is most of the cost, and the foreign key check on metrics.key_id is ~40% of that.
+Every function takes the caller's session, flushes at most, and never commits. A point is
+(key, step, value, wall_time) with an integer key id per run (metric_keys), unique per (key
+id, step); a NULL value is a non-finite one. Ingest (the forwarder's bulk inserts) is in
+app.metrics.ingest; ``ingest_points`` and ``Point`` stay importable from here.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from itertools import groupby
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Connection, case, func, literal, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.metrics.downsample import (
@@ -35,106 +23,14 @@ from app.metrics.downsample import (
     known_longer_than,
     note_longer_than,
 )
+from app.metrics.ingest import Point as Point
+from app.metrics.ingest import ingest_points as ingest_points
 from app.metrics.models import Metric, MetricKey
 
-Point = tuple[str, int, float | None, float]
 Series = dict[str, dict[str, list[Any]]]
 
-MAX_KEY_LENGTH = 255
 NEW_POINTS_LIMIT = 20_000
 _NO_STEP = -(2**63)  # below any step: every point of a key the client has not seen
-_INF = math.inf
-
-_SQLITE_INSERT = (
-    "INSERT INTO metrics (key_id, step, value, wall_time) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (key_id, step) DO NOTHING"
-)
-_PG_STAGE = "ty_metrics_ingest"
-_PG_CREATE_STAGE = (
-    f"CREATE TEMPORARY TABLE {_PG_STAGE} "
-    "(key_id int4, step int8, value float8, wall_time float8) ON COMMIT DELETE ROWS"
-)
-# Moving the rows out with DELETE ... RETURNING leaves the stage empty for the next call in the
-# same transaction, in the same statement as the insert.
-_PG_MOVE = (
-    f"WITH staged AS (DELETE FROM {_PG_STAGE} RETURNING key_id, step, value, wall_time) "
-    "INSERT INTO metrics (key_id, step, value, wall_time) "
-    "SELECT key_id, step, value, wall_time FROM staged "
-    "ON CONFLICT (key_id, step) DO NOTHING"
-)
-
-
-# --- ingest -----------------------------------------------------------------------------
-
-
-def ingest_points(session: Session, *, run_id: int, points: Sequence[Point]) -> int:
-    """Store (key, step, value, wall_time) points; returns how many were new.
-
-    Re-ingesting a point already stored (same key and step) keeps the first one and does not
-    count it, so replaying the spool after a crash is harmless. NaN and +/-inf become NULL.
-    """
-    if not points:
-        return 0
-    session.flush()  # the run (and anything else pending) must exist before its rows
-    key_ids = _key_ids(session, run_id=run_id, keys=set(map(itemgetter(0), points)))
-    rows = [
-        (
-            key_ids[key],
-            step,
-            float(value) if value is not None and -_INF < value < _INF else None,
-            wall_time,
-        )
-        for key, step, value, wall_time in points
-    ]
-    conn = session.connection()
-    dialect = conn.dialect
-    if dialect.name == "sqlite":
-        return conn.exec_driver_sql(_SQLITE_INSERT, rows).rowcount
-    if dialect.name == "postgresql" and dialect.driver == "psycopg":
-        return _copy_insert_postgres(conn, rows)
-    raise NotImplementedError(
-        f"metrics ingest needs sqlite or postgresql+psycopg, not {dialect.name}+{dialect.driver}"
-    )
-
-
-def _key_ids(session: Session, *, run_id: int, keys: set[str]) -> dict[str, int]:
-    """Integer ids of the run's keys, creating the missing ones: one SELECT when none is new."""
-    too_long = [k for k in keys if len(k) > MAX_KEY_LENGTH or not k]
-    if too_long:
-        raise ValueError(f"metric keys must be 1-{MAX_KEY_LENGTH} characters: {too_long[:3]!r}")
-    stmt = select(MetricKey.key, MetricKey.id).where(MetricKey.run_id == run_id)
-    ids: dict[str, int] = {k: i for k, i in session.execute(stmt)}
-    missing = keys - ids.keys()
-    if missing:
-        dialect = session.get_bind().dialect.name
-        insert = pg_insert if dialect == "postgresql" else sqlite_insert
-        session.execute(
-            insert(MetricKey).on_conflict_do_nothing(index_elements=["run_id", "key"]),
-            [{"run_id": run_id, "key": k} for k in sorted(missing)],
-        )
-        ids.update({k: i for k, i in session.execute(stmt.where(MetricKey.key.in_(missing)))})
-    return ids
-
-
-def _copy_insert_postgres(
-    conn: Connection, rows: list[tuple[int, int, float | None, float]]
-) -> int:
-    import psycopg  # only PostgreSQL deployments need it at this point
-
-    dbapi = cast(psycopg.Connection[Any], conn.connection.dbapi_connection)
-    with dbapi.cursor() as cur:
-        # A temp table lives as long as the connection; it is gone if its creating
-        # transaction rolled back, hence the check every call (one cheap round trip).
-        cur.execute("SELECT to_regclass(%s)", (f"pg_temp.{_PG_STAGE}",))
-        if cast(tuple[Any], cur.fetchone())[0] is None:
-            cur.execute(_PG_CREATE_STAGE)
-        with cur.copy(f"COPY {_PG_STAGE} FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["int4", "int8", "float8", "float8"])
-            for row in rows:
-                copy.write_row(row)
-        cur.execute(_PG_MOVE)
-        return cur.rowcount
-
 
 # --- reads ------------------------------------------------------------------------------
 

@@ -1,0 +1,207 @@
+"""Metric ingest: the forwarder's bulk inserts (the reads are in app.metrics.service).
+
+Every function takes the caller's session, flushes at most, and never commits. A point is
+(key, step, value, wall_time); the key becomes an integer id per run (metric_keys), a point is
+unique per (key id, step) and the first one stored is kept (ON CONFLICT DO NOTHING, so
+replaying the spool is harmless), and a non-finite value is stored as NULL.
+
+Two entry points with those semantics: ``ingest_steps`` takes metrics lines as the job wrote
+them, (step, wall_time, {key: value}), which is the forwarder's hot path: the rows for the
+driver are built in one comprehension with integer key ids, no per-point tuple of strings in
+between. ``ingest_points`` takes ready points (TensorBoard scalars, tests, benches).
+
+Inserts go around the ORM: Core's per-row parameter processing halves the rate.
+- SQLite: the driver's ``executemany`` of a prepared INSERT ... ON CONFLICT DO NOTHING of 200
+  rows (Core ``insert().on_conflict_do_nothing()`` executemany was ~280k/s when the driver's
+  one-row statement did 330-520k/s; 200 rows per statement took ~15% off the driver's time).
+- PostgreSQL: binary COPY straight into metrics in a savepoint; only when that meets a point
+  already stored, COPY into a per-connection temp table and one INSERT ... SELECT ... ON
+  CONFLICT DO NOTHING (the staged way alone writes every row twice). psycopg's executemany
+  was ~25% slower than the staged way, ``unnest()`` of array parameters half as fast.
+bench/ingest.py measures the whole path from metrics.jsonl; docs/performance.md has figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
+from typing import Any, cast
+
+from sqlalchemy import Connection, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from app.metrics.models import MetricKey
+
+Point = tuple[str, int, float | None, float]
+# One metrics line: (step, wall_time, {key: value}); a value is a number or None.
+Step = tuple[int, float, Mapping[str, Any]]
+Row = tuple[int, int, float | None, float]
+
+MAX_KEY_LENGTH = 255
+_INF = math.inf
+
+_SQLITE_INSERT = (
+    "INSERT INTO metrics (key_id, step, value, wall_time) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key_id, step) DO NOTHING"
+)
+# Multi-row VALUES: one statement step per 200 rows instead of per row (~15% off the insert).
+_SQLITE_ROWS_PER_STATEMENT = 200
+_SQLITE_INSERT_MANY = (
+    "INSERT INTO metrics (key_id, step, value, wall_time) VALUES "
+    + ", ".join(["(?, ?, ?, ?)"] * _SQLITE_ROWS_PER_STATEMENT)
+    + " ON CONFLICT (key_id, step) DO NOTHING"
+)
+_PG_STAGE = "ty_metrics_ingest"
+_PG_CREATE_STAGE = (
+    f"CREATE TEMPORARY TABLE {_PG_STAGE} "
+    "(key_id int4, step int8, value float8, wall_time float8) ON COMMIT DELETE ROWS"
+)
+_PG_COPY_DIRECT = "COPY metrics (key_id, step, value, wall_time) FROM STDIN (FORMAT BINARY)"
+# Moving the rows out with DELETE ... RETURNING leaves the stage empty for the next call in the
+# same transaction, in the same statement as the insert.
+_PG_MOVE = (
+    f"WITH staged AS (DELETE FROM {_PG_STAGE} RETURNING key_id, step, value, wall_time) "
+    "INSERT INTO metrics (key_id, step, value, wall_time) "
+    "SELECT key_id, step, value, wall_time FROM staged "
+    "ON CONFLICT (key_id, step) DO NOTHING"
+)
+
+
+def ingest_points(session: Session, *, run_id: int, points: Sequence[Point]) -> int:
+    """Store (key, step, value, wall_time) points; returns how many were new.
+
+    Re-ingesting a point already stored (same key and step) keeps the first one and does not
+    count it, so replaying the spool after a crash is harmless. NaN and +/-inf become NULL.
+    """
+    if not points:
+        return 0
+    key_ids = _key_ids(session, run_id=run_id, keys=set(map(itemgetter(0), points)))
+    rows = [
+        (
+            key_ids[key],
+            step,
+            float(value) if value is not None and -_INF < value < _INF else None,
+            wall_time,
+        )
+        for key, step, value, wall_time in points
+    ]
+    return _insert_rows(session, rows)
+
+
+def ingest_steps(session: Session, *, run_id: int, steps: Sequence[Step]) -> int:
+    """Store the points of metrics lines, (step, wall_time, {key: value}) each, with the
+    semantics of ``ingest_points``; returns how many were new.
+
+    The forwarder's path, so it is written for speed: the keys of all lines are gathered
+    first (a run logs a handful of keys on every line), then each point becomes a driver row
+    in one comprehension. A value that is None, NaN or +/-inf, or not a number at all, is
+    stored as NULL; an int or a bool as a float (the columns are floats on both databases).
+    """
+    if not steps:
+        return 0
+    keys: set[str] = set()
+    for _step, _wall, values in steps:
+        keys.update(values)
+    ids = _key_ids(session, run_id=run_id, keys=keys)
+    try:
+        rows = [
+            (ids[key], step, value if value is None or -_INF < value < _INF else None, wall)
+            for step, wall, values in steps
+            for key, value in values.items()
+        ]
+    except TypeError:  # a value that is not a number (a hand-written line): stored as NULL
+        rows = [
+            (ids[key], step, _number_or_none(value), wall)
+            for step, wall, values in steps
+            for key, value in values.items()
+        ]
+    return _insert_rows(session, rows)
+
+
+def _number_or_none(value: Any) -> float | None:
+    if isinstance(value, int | float) and -_INF < value < _INF:
+        return float(value)
+    return None
+
+
+def _insert_rows(session: Session, rows: list[Row]) -> int:
+    conn = session.connection()
+    dialect = conn.dialect
+    if dialect.name == "sqlite":
+        return _insert_sqlite(conn, rows)
+    if dialect.name == "postgresql" and dialect.driver == "psycopg":
+        return _copy_insert_postgres(conn, rows)
+    raise NotImplementedError(
+        f"metrics ingest needs sqlite or postgresql+psycopg, not {dialect.name}+{dialect.driver}"
+    )
+
+
+def _insert_sqlite(conn: Connection, rows: list[Row]) -> int:
+    """executemany of 200-row statements over the rows' flattened values, the rest (under
+    200) one row per statement; rows keep their order, so a repeated point keeps its first."""
+    whole = len(rows) - len(rows) % _SQLITE_ROWS_PER_STATEMENT
+    inserted = 0
+    if whole:
+        flat = list(chain.from_iterable(rows[:whole]))
+        width = 4 * _SQLITE_ROWS_PER_STATEMENT
+        params = [tuple(flat[i : i + width]) for i in range(0, len(flat), width)]
+        inserted = conn.exec_driver_sql(_SQLITE_INSERT_MANY, params).rowcount
+    if whole < len(rows):
+        inserted += conn.exec_driver_sql(_SQLITE_INSERT, rows[whole:]).rowcount
+    return inserted
+
+
+def _key_ids(session: Session, *, run_id: int, keys: set[str]) -> dict[str, int]:
+    """Integer ids of the run's keys, creating the missing ones: one SELECT when none is new.
+    Flushes first: the run (and anything else pending) must exist before its rows."""
+    too_long = [k for k in keys if not isinstance(k, str) or len(k) > MAX_KEY_LENGTH or not k]
+    if too_long:
+        raise ValueError(f"metric keys must be 1-{MAX_KEY_LENGTH} characters: {too_long[:3]!r}")
+    session.flush()
+    stmt = select(MetricKey.key, MetricKey.id).where(MetricKey.run_id == run_id)
+    ids: dict[str, int] = {k: i for k, i in session.execute(stmt)}
+    missing = keys - ids.keys()
+    if missing:
+        dialect = session.get_bind().dialect.name
+        insert = pg_insert if dialect == "postgresql" else sqlite_insert
+        session.execute(
+            insert(MetricKey).on_conflict_do_nothing(index_elements=["run_id", "key"]),
+            [{"run_id": run_id, "key": k} for k in sorted(missing)],
+        )
+        ids.update({k: i for k, i in session.execute(stmt.where(MetricKey.key.in_(missing)))})
+    return ids
+
+
+def _copy_insert_postgres(conn: Connection, rows: list[Row]) -> int:
+    """COPY straight into metrics inside a savepoint: new points, the normal case, are
+    written once. A point already stored (a replayed spool) fails the COPY with a unique
+    violation; the savepoint is rolled back and the batch goes the idempotent way, staged and
+    moved with ON CONFLICT DO NOTHING."""
+    import psycopg  # only PostgreSQL deployments need it at this point
+
+    dbapi = cast(psycopg.Connection[Any], conn.connection.dbapi_connection)
+    try:
+        with dbapi.transaction(), dbapi.cursor() as cur:
+            with cur.copy(_PG_COPY_DIRECT) as copy:
+                copy.set_types(["int4", "int8", "float8", "float8"])
+                for row in rows:
+                    copy.write_row(row)
+            return len(rows)
+    except psycopg.errors.UniqueViolation:
+        pass
+    with dbapi.cursor() as cur:
+        # A temp table lives as long as the connection; it is gone if its creating
+        # transaction rolled back, hence the check every call (one cheap round trip).
+        cur.execute("SELECT to_regclass(%s)", (f"pg_temp.{_PG_STAGE}",))
+        if cast(tuple[Any], cur.fetchone())[0] is None:
+            cur.execute(_PG_CREATE_STAGE)
+        with cur.copy(f"COPY {_PG_STAGE} FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int4", "int8", "float8", "float8"])
+            for row in rows:
+                copy.write_row(row)
+        cur.execute(_PG_MOVE)
+        return cur.rowcount
