@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_recipes import job_launch
+from tests.test_job_entry import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -50,21 +50,8 @@ SCRIPT = textwrap.dedent(
 
 
 def run_script_job(tmp_path: Path, nproc: int, mode: str = "") -> subprocess.CompletedProcess:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    script = workspace / "exit_probe.py"
-    script.write_text(SCRIPT)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    launch = job_launch(
-        run_dir,
-        {"script": "exit_probe.py", "resources": {"nproc": nproc, "gpus": 0}},
-        script=script,
-        extra_env={"EXIT_TEST_DIR": str(tmp_path), "EXIT_TEST_MODE": mode},
-    )
-    return subprocess.run(
-        launch.argv, cwd=run_dir, env=launch.env, capture_output=True, text=True, timeout=300
-    )
+    env = {"EXIT_TEST_DIR": str(tmp_path), "EXIT_TEST_MODE": mode}
+    return run_script(tmp_path, SCRIPT, nproc=nproc, env=env)[1]
 
 
 @pytest.mark.slow

@@ -254,12 +254,7 @@ def exit_skipping_teardown() -> NoReturn:
         if thread is not threading.main_thread() and not thread.daemon and thread is not watchdog:
             thread.join()
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(0)
+    _flush_and_exit()
 
 
 def _end_stuck_exit(grace: float) -> None:
@@ -274,6 +269,10 @@ def _end_stuck_exit(grace: float) -> None:
         grace,
         ", ".join(stuck) or "none",
     )
+    _flush_and_exit()
+
+
+def _flush_and_exit() -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
