@@ -369,3 +369,29 @@ def test_with_a_crc32c_module_a_corrupt_record_is_skipped_unless_it_is_the_last(
     pump(run_id, tmp_path)
     assert series(run_id)["loss"]["step"] == [0]
     assert offsets(run_id) == {f"tb/{copy.name}": sizes[2]}  # waits at the last record
+
+
+def test_what_is_not_ingested_is_named_once_in_the_runs_log(tmp_path: Path) -> None:
+    import numpy as np
+
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("loss", 1.0, 1)
+    writer.add_image("samples", np.zeros((3, 4, 4)), 1)
+    writer.add_histogram("weights", np.arange(10.0), 1)
+    writer.add_text("notes", "hello", 1)
+    writer.flush()
+    assert pump(run_id, tmp_path) > 0
+    writer.add_image("samples", np.ones((3, 4, 4)), 2)  # again, in a later batch
+    writer.add_scalar("loss", 0.5, 2)
+    writer.flush()
+    assert pump(run_id, tmp_path) > 0
+    writer.close()
+
+    assert series(run_id)["loss"]["step"] == [1, 2]
+    lines = (tmp_path / "output.log").read_text().splitlines()
+    assert len(lines) == 3, lines
+    assert any("TensorBoard images (tag 'samples')" in line for line in lines)
+    assert any("TensorBoard histograms (tag 'weights')" in line for line in lines)
+    assert any("TensorBoard text (tag 'notes/text_summary')" in line for line in lines)
+    assert all("only scalars are read from event files" in line for line in lines)

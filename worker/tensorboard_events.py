@@ -17,7 +17,8 @@ What becomes a point (key, step, value, wall_time):
 - a one-element numeric `value.tensor` of the "scalars" plugin (TF2, `new_style=True`). TF2
   writes the plugin metadata only with a tag's first event, so a tensor without metadata
   counts when its tag was seen as "scalars" before or its plugin is unknown (after a restart).
-Everything else (histograms, images, text, graphs, hparams, file_version) is skipped.
+Everything else (histograms, images, text, graphs, hparams) is skipped, and named once in the
+run's log (note_skipped); file_version events silently.
 
 Keys: the tag. `add_scalars(main, {"train": a, "val": b})` writes tag `main` into the
 sub-directories `<log_dir>/<main with "/" as "_">_train/` and `..._val/`; such a file (its
@@ -50,6 +51,7 @@ from sqlalchemy.orm import Session
 
 from app.metrics.ingest import MAX_KEY_LENGTH, Point, ingest_points
 from app.runs.models import Run
+from torchyard.contract import LOG_FILE
 from worker.tfrecord import read_records
 
 log = logging.getLogger(__name__)
@@ -120,10 +122,15 @@ class _FileState:
 
 
 def event_points(
-    records: Iterable[bytes], key_of: Callable[[str], str], plugins: dict[str, str]
+    records: Iterable[bytes],
+    key_of: Callable[[str], str],
+    plugins: dict[str, str],
+    skipped: dict[str, str] | None = None,
 ) -> list[Point]:
     """The scalar points in serialized Events. `plugins` (tag -> plugin name) remembers TF2
-    metadata across calls for one file."""
+    metadata across calls for one file; `skipped` gets what was left out, by kind (images,
+    histograms, text, hparams, a graph, ...), with one of its tags."""
+    skipped = {} if skipped is None else skipped
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto import event_pb2
 
@@ -135,7 +142,10 @@ def event_points(
         except DecodeError:
             log.warning("skipping an event that does not parse (%d bytes)", len(data))
             continue
-        if event.WhichOneof("what") != "summary":
+        what = event.WhichOneof("what")
+        if what != "summary":
+            if what in _NOT_INGESTED_EVENTS:
+                skipped.setdefault(_NOT_INGESTED_EVENTS[what], "")
             continue
         for v in event.summary.value:
             kind = v.WhichOneof("value")
@@ -148,15 +158,41 @@ def event_points(
                 else:
                     plugin = plugins.get(v.tag, "")
                 if plugin not in ("", "scalars"):
+                    skipped.setdefault(plugin, v.tag)
                     continue
                 value = _tensor_scalar(v.tensor)
                 if value is None:
+                    skipped.setdefault("tensors", v.tag)
                     continue
             else:
+                skipped.setdefault(_VALUE_KINDS.get(kind or "", str(kind)), v.tag)
                 continue
             if v.tag:
                 points.append((key_of(v.tag), event.step, value, event.wall_time))
     return points
+
+
+# What a summary value or an event holds that is not a scalar, named as the run's log says it.
+_VALUE_KINDS = {"image": "images", "histo": "histograms", "audio": "audio"}
+_NOT_INGESTED_EVENTS = {
+    "graph_def": "graph",
+    "meta_graph_def": "graph",
+    "tagged_run_metadata": "run metadata",
+}
+
+
+def note_skipped(run_dir: Path, kinds: dict[str, str]) -> None:
+    """Say once in the run's log what TensorBoard data it wrote that torchyard does not show."""
+    lines = [
+        f"torchyard: TensorBoard {kind}{f' (tag {tag!r})' if tag else ''} written by this "
+        "run are not shown here: only scalars are read from event files\n"
+        for kind, tag in sorted(kinds.items())
+    ]
+    try:
+        with open(run_dir / LOG_FILE, "a", encoding="utf-8") as out:
+            out.write("".join(lines))
+    except OSError:
+        log.warning("could not note skipped TensorBoard data in %s", run_dir / LOG_FILE)
 
 
 def clip_key(key: str) -> str:
@@ -190,6 +226,7 @@ class _RunState:
     # file -> (offset of a length failing its CRC, file size then): retried once the file grows
     corrupt: dict[str, tuple[int, int]] = field(default_factory=dict)
     warned_missing_package: bool = False
+    named: set[str] = field(default_factory=set)  # kinds not ingested, said in the log already
 
 
 _STATES: OrderedDict[int, _RunState] = OrderedDict()
@@ -317,7 +354,12 @@ def forward_events(
         file_state = state.per_file.get(rel)
         if file_state is None:
             file_state = state.per_file[rel] = _FileState(rel, event_dirs)
-        points.extend(event_points(records.data, file_state.key_of, file_state.plugins))
+        skipped: dict[str, str] = {}
+        points.extend(event_points(records.data, file_state.key_of, file_state.plugins, skipped))
+        new_kinds = {k: t for k, t in skipped.items() if k not in state.named}
+        if new_kinds:
+            state.named.update(new_kinds)
+            note_skipped(run_dir, new_kinds)
         offsets[rel] = records.end
         consumed += max(1, len(records.data))
     if not consumed:
