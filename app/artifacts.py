@@ -29,6 +29,12 @@ def checkpoint_key(root: str, run_id: int, name: str) -> str:
     return f"{root}/runs/{run_id}/checkpoints/{name}"
 
 
+def run_files_key(root: str, run_id: int) -> str:
+    """Where a run's working-directory files go when it ends (worker.run_files): each file at
+    ``<key>/<path>``, and the listing at ``<key>.json``."""
+    return f"{root}/runs/{run_id}/work"
+
+
 def renames_atomically(fs: AbstractFileSystem) -> bool:
     """A local (or mounted) file system: write a temp name, then rename it into place. An
     object store's PUT is atomic by itself, and its "move" is a copy."""

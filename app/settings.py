@@ -19,6 +19,11 @@ class Settings(BaseSettings):
     # plain path ("/mnt/artifacts", "file:///...", "s3://bucket/prefix" with the s3 extra).
     # Empty: the data dir is shared (one box, or NFS) and nothing is copied (app/artifacts.py).
     artifact_store: str = ""
+    # With an artifact store, the files a run wrote in its working directory (a script's
+    # model.pt, a Hugging Face checkpoint-500/) are copied there when it ends, up to this many
+    # bytes per run (largest left out first is not tried: files go in path order until the
+    # cap); the run's log says what was left out (worker/run_files.py).
+    run_files_store_max_bytes: int = Field(default=2 * 1024**3, ge=0)
     # Empty means "derive from data_dir": SQLite database and SQLite-backed broker (embedded).
     database_url: str = ""
     broker_url: str = ""

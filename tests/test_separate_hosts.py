@@ -27,7 +27,7 @@ from app.db import session_scope
 from app.gpus.models import WorkerHost
 from app.runs.models import Checkpoint
 from app.timeutil import as_utc, utcnow
-from tests.conftest import ADMIN_PASSWORD, BASE_DIR, wait_for_status
+from tests.conftest import ADMIN_PASSWORD, BASE_DIR, WORKSPACE_DIR, wait_for_status
 from tests.stack import LiveStack, free_port, start_logged, stop_process, wait_healthy
 
 pytestmark = pytest.mark.slow
@@ -248,6 +248,31 @@ def test_a_run_of_host_a_resumes_on_host_b_from_the_store(
     assert f"run {resumed['id']} finished" in logs
     final = hosts.api.get(f"/api/runs/{resumed['id']}/checkpoints/final.pt")
     assert torch.load(io.BytesIO(final.content), weights_only=True)["step"] == 20
+
+
+def test_files_a_script_wrote_on_a_worker_host_are_listed_and_served_by_the_api(
+    hosts: Hosts,
+) -> None:
+    folder = WORKSPACE_DIR / "hosts"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "writes.py").write_text(
+        "import os\n"
+        "os.makedirs('checkpoint-3', exist_ok=True)\n"
+        "open('checkpoint-3/weights.bin', 'wb').write(bytes(range(256)) * 40)\n"
+        "open('model.pt', 'wb').write(b'model bytes')\n"
+    )
+    config = {"script": "hosts/writes.py", "seed": 1}
+    exp = hosts.api.post("/api/experiments", json={"name": "hosts-files", "config": config})
+    run = hosts.api.post(f"/api/experiments/{exp.json()['id']}/runs", json={}).json()
+    done = succeeded(hosts.api, run["id"])
+    assert not (hosts.api_dir / "runs" / str(run["id"])).exists()
+    listed = hosts.api.get(f"/api/runs/{run['id']}/files").json()
+    assert [f["path"] for f in listed] == ["checkpoint-3/weights.bin", "model.pt"]
+    got = hosts.api.get(f"/api/runs/{run['id']}/files/checkpoint-3/weights.bin")
+    assert got.status_code == 200 and got.content == bytes(range(256)) * 40
+    assert hosts.api.get(f"/api/runs/{run['id']}/files/model.pt").content == b"model bytes"
+    log = hosts.api.get(f"/api/runs/{run['id']}/logs").text
+    assert "2 files of the run's working directory" in log, (done["worker_host"], log[-2000:])
 
 
 def test_the_api_data_dir_holds_no_run_directory(hosts: Hosts, runs: dict[str, dict]) -> None:

@@ -35,6 +35,7 @@ from worker.gpus import Inventory, detect, gpu_stats
 from worker.job_errors import run_error
 from worker.launcher import LaunchSpec, build_launch
 from worker.process import JobProcess
+from worker.run_files import store_while_heartbeating
 from worker.watch import StopReason, Watched, drain, watch, with_db
 from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
 
@@ -197,6 +198,14 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
         # Said in the run's own log (shipped by the drain): the job itself saw only a SIGTERM.
         note_in_log(log_path, "torchyard: the run was cancelled; every process of it stopped")
     drain(watched)
+    if settings.artifact_store:  # the API reads the run's files from the store
+        store_while_heartbeating(
+            settings.artifact_store,
+            watched,
+            run_dir=run_dir,
+            max_bytes=settings.run_files_store_max_bytes,
+        )
+        drain(watched)  # ships the log line that says what was stored
     if stopped_by is StopReason.CANCEL:
         return _finish(run_id, RunStatus.cancelled, code, None, attempt=attempt)
     if stopped_by is StopReason.SHUTDOWN:

@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import AsyncIterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -32,7 +30,6 @@ from app.runs.schemas import (
 from app.settings import get_settings
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner
-from torchyard.contract import WORK_DIR
 
 router = APIRouter(prefix="/api", tags=["runs"])
 # A change to another user's run or experiment (or any change by a viewer) is 403, a missing
@@ -299,9 +296,9 @@ async def run_events(
 def list_run_files(run: OwnedRun) -> list[RunFileOut]:
     """Every regular file the run wrote under its working directory (a script's ``model.pt``,
     a Lightning ``.ckpt``, a ``checkpoint-500/`` folder's files), checkpoints marked. The links
-    that mirror the script's folder there are not the run's files and are left out."""
-    root = get_settings().run_dir(run.id) / WORK_DIR
-    return [RunFileOut.model_validate(f) for f in files.list_files(root)]
+    that mirror the script's folder there are not the run's files and are left out. With the
+    worker on another host, what it copied to the artifact store when the run ended."""
+    return [RunFileOut.model_validate(f) for f in files.run_files(run.id)]
 
 
 @router.get(
@@ -318,25 +315,16 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
     },
 )
 def download_run_file(run: OwnedRun, path: Annotated[str, PathParam(pattern=NO_NUL)]) -> Response:
-    root = get_settings().run_dir(run.id) / WORK_DIR
     try:
-        fd, info = files.open_in(root, path)
+        found = files.download(run.id, path)
     except files.FileRefused as exc:
         raise validation_error(
             [{"type": "value_error", "loc": ["path", "path"], "msg": str(exc), "input": path}]
         ) from None
     except FileNotFoundError:
         raise not_found("file", path) from None
-    name = PurePosixPath(path.strip("/")).name
-    if stat.S_ISDIR(info.st_mode):
-        os.close(fd)
-        return StreamingResponse(
-            files.folder_archive(root, path),
-            media_type="application/gzip",
-            headers={"Content-Disposition": attachment(f"{name}.tar.gz")},
-        )
-    return StreamingResponse(
-        files.read_chunks(fd),
-        media_type="application/octet-stream",
-        headers={"Content-Disposition": attachment(name), "Content-Length": str(info.st_size)},
-    )
+    headers = {"Content-Disposition": attachment(found.name)}
+    if found.size is not None:
+        headers["Content-Length"] = str(found.size)
+    media = "application/gzip" if found.folder else "application/octet-stream"
+    return StreamingResponse(found.chunks, media_type=media, headers=headers)

@@ -22,6 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from app.settings import get_settings
+from torchyard.contract import WORK_DIR
+
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # A listing stops here: a run that wrote a million files is still listed in a moment.
 MAX_LISTED = 10_000
@@ -157,3 +160,50 @@ def _build_archive(root: Path, relative: str) -> IO[bytes]:
                 tar.addfile(entry, f)
     spool.seek(0)
     return spool
+
+
+@dataclass(frozen=True)
+class Download:
+    name: str
+    chunks: Iterator[bytes]
+    size: int | None
+    folder: bool  # chunks of a .tar.gz of the folder's files
+
+
+def run_files(run_id: int) -> list[RunFile]:
+    """The run's files: from its working directory on this machine, else (an API on another
+    host than the worker) from the artifact store, where the worker left them at the end."""
+    from app.runs import stored_files  # it builds on this module
+
+    settings = get_settings()
+    root = settings.run_dir(run_id) / WORK_DIR
+    if root.is_dir() or not settings.artifact_store:
+        return list_files(root)
+    return stored_files.listing(settings.artifact_store, run_id) or []
+
+
+def download(run_id: int, relative: str) -> Download:
+    """One file, or a folder as a tar.gz; FileRefused for a path that is not the run's,
+    FileNotFoundError for one that is not there."""
+    from app.runs import stored_files  # it builds on this module
+
+    settings = get_settings()
+    root = settings.run_dir(run_id) / WORK_DIR
+    name = PurePosixPath(relative.strip("/")).name
+    if root.is_dir() or not settings.artifact_store:
+        fd, info = open_in(root, relative)
+        if stat.S_ISDIR(info.st_mode):
+            os.close(fd)
+            return Download(f"{name}.tar.gz", folder_archive(root, relative), None, True)
+        return Download(name, read_chunks(fd), info.st_size, False)
+    path = "/".join(_components(relative))
+    listed = stored_files.listing(settings.artifact_store, run_id) or []
+    for item in listed:
+        if item.path == path:
+            chunks = stored_files.chunks(settings.artifact_store, run_id, path)
+            return Download(name, chunks, item.size_bytes, False)
+    inside = [item for item in listed if item.path.startswith(path + "/")]
+    if inside:
+        archive = stored_files.folder_archive(settings.artifact_store, run_id, inside, path)
+        return Download(f"{name}.tar.gz", archive, None, True)
+    raise FileNotFoundError(relative)
