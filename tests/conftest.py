@@ -54,6 +54,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_ddp_exit",
         "test_job_entry",
         "test_job_errors",
+        "test_runtime_output",
         "test_job_exit",
         "test_job_imports",
         "test_job_process",

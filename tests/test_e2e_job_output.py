@@ -1,6 +1,8 @@
-"""A failed run's error, through a real worker: it starts with the user's exception line,
-for a rank that raises under nproc 2 (not torchrun's ChildFailedError) and for a shape bug in
-a single process (not torchyard's or runpy's frames)."""
+"""A script's output and errors through a real worker, as the user reads them in the log API:
+its own ``logging.basicConfig`` takes effect with each line once; each rank's stdout and
+stderr lines keep their order under nproc 2; a failed run's error starts with the user's
+exception line, for a rank that raises under nproc 2 (not torchrun's ChildFailedError) and
+for a shape bug in a single process (not torchyard's or runpy's frames)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,19 @@ SCRIPTS = {
         if dist.get_rank() == 1:
             raise ValueError("rank one cannot go on")
         dist.barrier()
+    """,
+    "basic_config.py": """
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s|%(name)s|%(message)s")
+        logging.getLogger("user").debug("hello from debug")
+    """,
+    "alternating.py": """
+        import sys
+
+        for i in range(20):
+            print(f"out {i}")
+            print(f"err {i}", file=sys.stderr)
     """,
     "shape_bug.py": """
         import torch
@@ -64,3 +79,26 @@ def test_a_shape_bug_is_the_runs_error_from_the_scripts_frame(live_stack) -> Non
     assert "shape_bug.py" in frames[0], frames
     package = str(Path(torchyard.__file__).parent)
     assert not any(package in f or "runpy" in f for f in frames), frames
+
+
+def test_the_scripts_logging_setup_is_its_own(live_stack) -> None:  # type: ignore[no-untyped-def]
+    with live_stack.admin_client() as api:
+        done = run_script(api, "basic_config.py", nproc=1)
+        log = api.get(f"/api/runs/{done['id']}/logs").text
+    assert done["status"] == "succeeded", log[-2000:]
+    assert log.count("DEBUG|user|hello from debug") == 1, log
+
+
+def test_each_ranks_stdout_and_stderr_keep_their_order(live_stack) -> None:  # type: ignore[no-untyped-def]
+    with live_stack.admin_client() as api:
+        done = run_script(api, "alternating.py", nproc=2)
+        assert done["status"] == "succeeded"
+        expected = [f"{kind} {i}" for i in range(20) for kind in ("out", "err")]
+        for rank in (0, 1):
+            text = api.get(f"/api/runs/{done['id']}/logs", params={"rank": rank}).text
+            mine = [
+                line.split(": ", 1)[1]
+                for line in text.splitlines()
+                if line.split(": ", 1)[-1].split(" ")[0] in ("out", "err")
+            ]
+            assert mine == expected, (rank, mine)
