@@ -44,17 +44,21 @@ WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)
 REPO = Path(__file__).resolve().parent.parent
 
 # Test modules whose subject is not the database or the broker (the launcher, the in-job
-# runtime and recipes, how a job ends, pure scheduling, path checks, the compose file, the
-# wheel): most touch neither, and what the rest do with them is the same on either stack. The
-# PostgreSQL + Redis pass (`make test-services`) leaves them out with `-m "not local_only"`,
-# since they would only repeat what the first pass showed.
+# runtime and recipes, how a job starts, ends and writes its output, third-party training
+# code, pure scheduling, path checks, the compose file, the wheel): most touch neither, and
+# what the rest do with them is the same on either stack. The PostgreSQL + Redis pass
+# (`make test-services`) leaves them out with `-m "not local_only"`, since they would only
+# repeat what the first pass showed.
 LOCAL_ONLY_MODULES = frozenset(
     {
         "test_deploy",
         "test_e2e_ddp_exit",
+        "test_e2e_hf",
+        "test_e2e_job_output",
+        "test_e2e_lightning",
+        "test_e2e_script_folder",
         "test_job_entry",
         "test_job_errors",
-        "test_runtime_output",
         "test_job_exit",
         "test_job_imports",
         "test_job_process",
@@ -62,6 +66,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_recipes",
         "test_runtime_checkpoint",
         "test_runtime_context",
+        "test_runtime_output",
         "test_runtime_reporter",
         "test_runtime_seeding",
         "test_scheduler",
@@ -74,7 +79,7 @@ LOCAL_ONLY_MODULES = frozenset(
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "local_only: touches neither the database nor the broker (first pass only)"
+        "markers", "local_only: its subject is not the database or the broker (first pass only)"
     )
 
 
