@@ -198,7 +198,12 @@ def wait_for_status(
 
 def pids_of_run(run_id: int) -> list[int]:
     """Every live process whose environment says it belongs to this run."""
-    marker = f"TORCHYARD_RUN_DIR={DATA_DIR / 'runs' / str(run_id)}".encode()
+    return processes_in(DATA_DIR / "runs" / str(run_id))
+
+
+def processes_in(run_dir: Path) -> list[int]:
+    """Live (non-zombie) processes whose environment names ``run_dir`` as their run's."""
+    marker = f"TORCHYARD_RUN_DIR={run_dir}".encode()
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():

@@ -16,8 +16,9 @@ from app.experiments.models import Experiment
 from app.gpus.models import GpuLease
 from app.runs.lifecycle import CancelOutcome, cancel, queue
 from app.runs.models import Run, RunStatus
+from tests.conftest import processes_in
 from tests.databases import KINDS, own_database
-from torchyard.contract import LOG_FILE, RUN_DIR_VAR
+from torchyard.contract import LOG_FILE
 from worker import runner
 from worker.runner import NotRun
 
@@ -37,23 +38,6 @@ REFUSE_PID = {
         " WHEN (NEW.pid IS NOT NULL) EXECUTE FUNCTION refuse_pid()",
     ],
 }
-
-
-def processes_in(run_dir: Path) -> list[int]:
-    """Live processes whose environment says they belong to the run in `run_dir`."""
-    marker = f"{RUN_DIR_VAR}={run_dir}".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry.name}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in environ and state not in (b"Z", b"X"):
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture(params=KINDS)
