@@ -16,7 +16,7 @@ import os
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -128,20 +128,44 @@ def read_chunks(fd: int) -> Iterator[bytes]:
             yield chunk
 
 
-def folder_archive(root: Path, relative: str) -> Iterator[bytes]:
-    """A gzipped tar of the regular files under the folder ``relative`` (links left out),
-    built first (spooled to disk past 64 MiB), then given in 1 MiB chunks."""
-    with _build_archive(root, relative) as archive:
-        while chunk := archive.read(CHUNK):
+# One member of a folder's archive: its name in the tar, size, mtime and an opener of its bytes.
+Member = tuple[str, int, float, Callable[[], IO[bytes]]]
+
+
+def tar_chunks(members: Iterable[Member]) -> Iterator[bytes]:
+    """A gzipped tar of ``members``, built first (spooled to disk past 64 MiB, so a large
+    checkpoint folder never sits in memory), then given in 1 MiB chunks. A member that can no
+    longer be opened (replaced since the listing) is left out."""
+    with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+        with tarfile.open(fileobj=spool, mode="w:gz", compresslevel=1) as tar:
+            for name, size, mtime, opener in members:
+                try:
+                    source = opener()
+                except (FileRefused, FileNotFoundError):
+                    continue
+                entry = tarfile.TarInfo(name)
+                entry.size, entry.mtime, entry.mode = size, int(mtime), 0o644
+                with source:
+                    tar.addfile(entry, source)
+        spool.seek(0)
+        while chunk := spool.read(CHUNK):
             yield chunk
 
 
-def _build_archive(root: Path, relative: str) -> IO[bytes]:
+def member_name(path: str, folder: str) -> str:
+    """Entries are named from the folder on: checkpoint-500/model.safetensors."""
+    return path[len(folder) - len(PurePosixPath(folder).name) :]
+
+
+def _reader(fd: int) -> Callable[[], IO[bytes]]:
+    return lambda: os.fdopen(fd, "rb")
+
+
+def folder_archive(root: Path, relative: str) -> Iterator[bytes]:
+    """The regular files under the folder ``relative`` (links left out) as a tar.gz."""
     base = relative.strip("/")
-    # Entries are named from the folder on: checkpoint-500/model.safetensors
-    start = len(base) - len(PurePosixPath(base).name)
-    spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - returned open
-    with tarfile.open(fileobj=spool, mode="w:gz", compresslevel=1) as tar:
+
+    def members() -> Iterator[Member]:
         for item in list_files(root):
             if not item.path.startswith(base + "/"):
                 continue
@@ -152,14 +176,9 @@ def _build_archive(root: Path, relative: str) -> IO[bytes]:
             if not stat.S_ISREG(info.st_mode):
                 os.close(fd)
                 continue
-            entry = tarfile.TarInfo(item.path[start:])
-            entry.size = info.st_size
-            entry.mtime = int(info.st_mtime)
-            entry.mode = 0o644
-            with os.fdopen(fd, "rb") as f:
-                tar.addfile(entry, f)
-    spool.seek(0)
-    return spool
+            yield member_name(item.path, base), info.st_size, info.st_mtime, _reader(fd)
+
+    return tar_chunks(members())
 
 
 @dataclass(frozen=True)

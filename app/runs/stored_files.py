@@ -9,16 +9,15 @@ path that is in it.
 
 from __future__ import annotations
 
-import io
 import json
 import posixpath
-import tarfile
 from collections.abc import Iterator
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from app.artifacts import run_files_key, store_fs
-from app.runs.files import CHUNK, RunFile
+from app.runs.files import CHUNK, Member, RunFile, member_name, tar_chunks
 
 MAX_LISTING_BYTES = 64 * 1024 * 1024
 
@@ -67,18 +66,19 @@ def chunks(store: str, run_id: int, path: str) -> Iterator[bytes]:
 
 
 def folder_archive(store: str, run_id: int, items: list[RunFile], folder: str) -> Iterator[bytes]:
-    """A gzipped tar of the stored files under ``folder``, named from the folder on."""
-    start = len(folder) - len(posixpath.basename(folder))
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
+    """The stored files under ``folder`` as a tar.gz, each streamed from the store with the
+    size the store gives (the listing's sizes are the job's word, not the store's)."""
+    fs, root = store_fs(store)
+    base = run_files_key(root, run_id)
+
+    def members() -> Iterator[Member]:
         for item in items:
-            entry = tarfile.TarInfo(item.path[start:])
-            entry.size = item.size_bytes
-            entry.mtime = int(item.modified_at.timestamp())
-            entry.mode = 0o644
-            data = b"".join(chunks(store, run_id, item.path))
-            entry.size = len(data)
-            tar.addfile(entry, io.BytesIO(data))
-    buffer.seek(0)
-    while block := buffer.read(CHUNK):
-        yield block
+            key = f"{base}/{item.path}"
+            try:
+                size = int(fs.size(key))
+            except FileNotFoundError:
+                continue
+            opener = partial(fs.open, key, "rb")
+            yield member_name(item.path, folder), size, item.modified_at.timestamp(), opener
+
+    return tar_chunks(members())
