@@ -23,7 +23,8 @@ from pathlib import Path
 from app.artifacts import run_files_key, store_fs
 from app.runs import files
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE, WORK_DIR
+from torchyard.contract import WORK_DIR
+from worker.run_log import note_in_log
 from worker.watch import Watched, with_db
 
 log = logging.getLogger(__name__)
@@ -67,16 +68,12 @@ def store_run_files(store: str, *, run_id: int, run_dir: Path, max_bytes: int) -
         )
     with fs.open(f"{base}.json", "w") as out:
         json.dump(stored, out)
-    note = f"torchyard: {len(stored)} files of the run's working directory ({total} bytes) copied"
+    note = f"{len(stored)} files of the run's working directory ({total} bytes) copied"
     note += " to the artifact store"
     if left_out:
         note += f"; {len(left_out)} left out over the cap of {max_bytes} bytes: "
         note += ", ".join(left_out[:20]) + (" ..." if len(left_out) > 20 else "")
-    try:
-        with open(run_dir / LOG_FILE, "a", encoding="utf-8") as out:
-            out.write(note + "\n")
-    except OSError:
-        log.warning("run %s: %s", run_id, note)
+    note_in_log(run_dir, note)
 
 
 def store_while_heartbeating(store: str, run: Watched, *, run_dir: Path, max_bytes: int) -> None:

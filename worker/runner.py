@@ -36,6 +36,7 @@ from worker.job_errors import run_error
 from worker.launcher import LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.run_files import store_while_heartbeating
+from worker.run_log import note_in_log
 from worker.watch import StopReason, Watched, drain, watch, with_db
 from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
 
@@ -196,7 +197,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
         code = job.wait()
     if stopped_by is StopReason.CANCEL:
         # Said in the run's own log (shipped by the drain): the job itself saw only a SIGTERM.
-        note_in_log(log_path, "torchyard: the run was cancelled; every process of it stopped")
+        note_in_log(run_dir, "the run was cancelled; every process of it stopped")
     drain(watched)
     if settings.artifact_store:  # the API reads the run's files from the store
         store_while_heartbeating(
@@ -215,15 +216,6 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     return _finish(
         run_id, RunStatus.failed, code, run_error(run_dir, log_path, code), attempt=attempt
     )
-
-
-def note_in_log(log_path: Path, text: str) -> None:
-    """A line of torchyard's own at the end of the run's output."""
-    try:
-        with open(log_path, "ab") as log_file:
-            log_file.write(f"{text}\n".encode())
-    except OSError:
-        log.exception("could not write to %s", log_path)
 
 
 def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:

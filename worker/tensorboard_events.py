@@ -51,7 +51,7 @@ from sqlalchemy.orm import Session
 
 from app.metrics.ingest import MAX_KEY_LENGTH, Point, ingest_points
 from app.runs.models import Run
-from torchyard.contract import LOG_FILE
+from worker.run_log import note_in_log
 from worker.tfrecord import read_records
 
 log = logging.getLogger(__name__)
@@ -183,16 +183,14 @@ _NOT_INGESTED_EVENTS = {
 
 def note_skipped(run_dir: Path, kinds: dict[str, str]) -> None:
     """Say once in the run's log what TensorBoard data it wrote that torchyard does not show."""
-    lines = [
-        f"torchyard: TensorBoard {kind}{f' (tag {tag!r})' if tag else ''} written by this "
-        "run are not shown here: only scalars are read from event files\n"
-        for kind, tag in sorted(kinds.items())
-    ]
-    try:
-        with open(run_dir / LOG_FILE, "a", encoding="utf-8") as out:
-            out.write("".join(lines))
-    except OSError:
-        log.warning("could not note skipped TensorBoard data in %s", run_dir / LOG_FILE)
+    note_in_log(
+        run_dir,
+        *(
+            f"TensorBoard {kind}{f' (tag {tag!r})' if tag else ''} written by this run are "
+            "not shown here: only scalars are read from event files"
+            for kind, tag in sorted(kinds.items())
+        ),
+    )
 
 
 def clip_key(key: str) -> str:
