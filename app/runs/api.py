@@ -40,6 +40,8 @@ OWNED_NOT_JSON = error_responses(401, 403, 404, non_json_route=True)
 # Steps and byte offsets are 64-bit integer columns: a larger number is a 422, not an
 # overflow in the database driver (a 500).
 MAX_INT64 = 2**63 - 1
+# The body of a download, in the OpenAPI document.
+BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 # Text that reaches a query: PostgreSQL refuses NUL in strings (a 500 if it got that far).
 NO_NUL = r"^[^\x00]*$"
 
@@ -200,9 +202,7 @@ def list_checkpoints(run: OwnedRun, session: SessionDep) -> list[CheckpointOut]:
     responses={
         200: {
             "description": "The checkpoint file (torch.load(f, weights_only=True))",
-            "content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
-            },
+            "content": BINARY,
         },
         **error_responses(403, 404, 409),
     },
@@ -307,9 +307,7 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
     responses={
         200: {
             "description": "The file; a folder comes as a gzipped tar of its regular files",
-            "content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
-            },
+            "content": BINARY,
         },
         **error_responses(403, 404),  # 422 (a path refused) is FastAPI's own entry
     },
