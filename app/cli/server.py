@@ -139,6 +139,9 @@ def up(
     get_settings.cache_clear()
     settings = get_settings()
     credentials = prestart()
+    from worker.celery_app import declare_default_queue
+
+    declare_default_queue()
     children = [
         subprocess.Popen(worker_argv(worker_concurrency())),
         subprocess.Popen(server_argv(host, port)),
