@@ -4,7 +4,7 @@ from app.auth.models import ApiToken, User
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
-from app.runs.models import Checkpoint, Run
+from app.runs.models import Checkpoint, Run, RunImage, RunParam
 
 __all__ = [
     "ApiToken",
@@ -14,6 +14,8 @@ __all__ = [
     "Metric",
     "MetricKey",
     "Run",
+    "RunImage",
+    "RunParam",
     "User",
     "WorkerHost",
 ]

@@ -24,6 +24,13 @@ class Settings(BaseSettings):
     # bytes per run (largest left out first is not tried: files go in path order until the
     # cap); the run's log says what was left out (worker/run_files.py).
     run_files_store_max_bytes: int = Field(default=2 * 1024**3, ge=0)
+    # Images a job logs with TensorBoard (add_image, add_figure) are kept in the database, with
+    # caps against a runaway or hostile job (app/runs/images.py); the run's log says when one
+    # is hit: a larger image is not kept; past the count per tag older steps are thinned out
+    # (newest kept); past the bytes per run later images are not kept.
+    tb_image_max_bytes: int = Field(default=4 * 1024**2, ge=0)
+    tb_images_per_tag: int = Field(default=100, ge=1)
+    tb_images_max_run_bytes: int = Field(default=128 * 1024**2, ge=0)
     # Empty means "derive from data_dir": SQLite database and SQLite-backed broker (embedded).
     database_url: str = ""
     broker_url: str = ""

@@ -34,7 +34,6 @@ e.g. after a resume) keeps the first value stored. NaN and +/-inf are stored as 
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
 import os
@@ -49,7 +48,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.metrics.ingest import MAX_KEY_LENGTH, Point, ingest_points
+from app.metrics.ingest import Point, clip_key, ingest_points
 from app.runs.models import Run
 from worker.run_log import note_in_log
 from worker.tfrecord import read_records
@@ -191,13 +190,6 @@ def note_skipped(run_dir: Path, kinds: dict[str, str]) -> None:
             for kind, tag in sorted(kinds.items())
         ),
     )
-
-
-def clip_key(key: str) -> str:
-    if len(key) <= MAX_KEY_LENGTH:
-        return key
-    digest = hashlib.sha1(key.encode()).hexdigest()[:8]
-    return f"{key[: MAX_KEY_LENGTH - 9]}~{digest}"
 
 
 def key_for(tag: str, rel_file: str, event_dirs: set[str]) -> str:

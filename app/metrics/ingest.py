@@ -23,6 +23,7 @@ bench/ingest.py measures the whole path from metrics.jsonl; docs/performance.md 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from itertools import chain
@@ -69,6 +70,17 @@ _PG_MOVE = (
     "SELECT key_id, step, value, wall_time FROM staged "
     "ON CONFLICT (key_id, step) DO NOTHING"
 )
+
+
+def clip_key(key: str) -> str:
+    """A key that fits the key columns: NUL (which PostgreSQL refuses in text) replaced, and a
+    key longer than MAX_KEY_LENGTH cut to leave room for "~" and 8 hex digits of its hash, so
+    long keys stay distinct."""
+    key = key.replace("\x00", "\ufffd")
+    if len(key) <= MAX_KEY_LENGTH:
+        return key
+    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{key[: MAX_KEY_LENGTH - 9]}~{digest}"
 
 
 def ingest_points(session: Session, *, run_id: int, points: Sequence[Point]) -> int:

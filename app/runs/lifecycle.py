@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from app.db import after_commit
 from app.gpus.leases import heartbeat_leases, release_leases
 from app.runs.models import Run, RunStatus
+from app.runs.params import record_config
 from app.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def queue(
     session.add(run)
     session.flush()
     run_id = run.id
+    record_config(session, run_id=run_id, config=config)  # born with its params (issue 17 sorts)
     after_commit(session, lambda: enqueue_run(run_id))
     return run
 

@@ -9,12 +9,15 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Double,
     Enum,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -110,4 +113,45 @@ class RunLogChunk(Base):
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class RunParam(Base):
+    """One of a run's params, flattened to a dotted key: the launch config's (source "config",
+    written when the run is queued: ``params.lr``, ``seed``, ``resources.nproc``) and those the
+    job reported as TensorBoard hparams (source "reported", key ``hparams.<name>``). ``value`` is
+    the JSON value; ``value_num`` (numbers and bools) and ``value_text`` (strings, cut to 255)
+    let a runs list sort and filter by a param in SQL (app/runs/params.py)."""
+
+    __tablename__ = "run_params"
+    __table_args__ = (
+        Index("ix_run_params_key_num", "key", "value_num"),
+        Index("ix_run_params_key_text", "key", "value_text"),
+    )
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16))
+    value: Mapped[Any] = mapped_column(JSON, nullable=True)  # JSON null: NaN, None
+    value_num: Mapped[float | None] = mapped_column(Double)
+    value_text: Mapped[str | None] = mapped_column(String(255))
+
+
+class RunImage(Base):
+    """An image a job logged with TensorBoard (``add_image``, ``add_figure``): the encoded PNG or
+    JPEG itself, in the database, so the API serves it whatever host ran the job. One per
+    (run, tag, step); a newer one for the same step replaces the row (a new id, so an id's
+    bytes never change). Caps and thinning in app/runs/images.py."""
+
+    __tablename__ = "run_images"
+    __table_args__ = (UniqueConstraint("run_id", "tag", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    tag: Mapped[str] = mapped_column(String(255))
+    step: Mapped[int] = mapped_column(BigInteger)
+    wall_time: Mapped[float] = mapped_column(Double)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes] = mapped_column(LargeBinary)

@@ -1,0 +1,147 @@
+"""A run's params: what it was launched with and what its job says it used, one row per key.
+
+Two sources, one flat namespace (the ``params`` of the runs API, design.md "Runs at scale"):
+- "config": the launch config flattened to dotted keys (``params.lr``, ``seed``,
+  ``resources.nproc``), written when the run is queued (app.runs.lifecycle.queue);
+- "reported": hyperparameters the job logged as TensorBoard hparams (``add_hparams``,
+  Lightning's ``log_hyperparams``), as ``hparams.<name>``, written by the worker as it reads
+  the event files (worker.tensorboard_events). A later report of a name replaces its value.
+
+Each row keeps the JSON value plus a number (numbers and bools) and a text (strings) column, so
+a runs list can sort and filter by a param in SQL. Everything reported is hostile: at most
+MAX_REPORTED keys per run, keys of at most 255 characters, values of at most MAX_VALUE_CHARS
+characters (longer ones are cut and end in "…"); no NUL reaches the database.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from app.metrics.ingest import clip_key
+from app.runs.models import RunParam
+
+CONFIG = "config"
+REPORTED = "reported"
+REPORTED_PREFIX = "hparams."
+MAX_REPORTED = 256
+MAX_VALUE_CHARS = 1000
+TEXT_CHARS = 255
+
+
+class ParamLimit(enum.Enum):
+    """What ``record_reported`` left out or changed, for the run's log."""
+
+    TOO_MANY = "too many"  # keys past MAX_REPORTED were dropped
+    CUT = "cut"  # a value longer than MAX_VALUE_CHARS was cut
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"params": {"lr": 0.1}, "seed": 3}`` -> ``{"params.lr": 0.1, "seed": 3}``; lists and
+    scalars are leaves, an empty object leaves nothing."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "\ufffd")
+
+
+def _row(run_id: int, key: str, value: Any, source: str) -> tuple[dict[str, Any], bool]:
+    """The row of one param, and whether its value had to be cut."""
+    number: float | None = None
+    text: str | None = None
+    cut = False
+    if isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, int | float):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = None
+        if number is None or not math.isfinite(number):
+            value, number = None, None
+    elif isinstance(value, str) or value is not None:
+        if not isinstance(value, str):
+            value = json.dumps(value, default=str)
+            if len(value) <= MAX_VALUE_CHARS:
+                value = json.loads(value)  # a short list keeps its shape
+        if isinstance(value, str):
+            value = _clean(value)
+            if len(value) > MAX_VALUE_CHARS:
+                value, cut = value[: MAX_VALUE_CHARS - 1] + "…", True
+            text = value[:TEXT_CHARS]
+    row = {
+        "run_id": run_id,
+        "key": clip_key(key),
+        "source": source,
+        "value": value,
+        "value_num": number,
+        "value_text": text,
+    }
+    return row, cut
+
+
+def record_config(session: Session, *, run_id: int, config: Mapping[str, Any]) -> None:
+    """The launch config's params of a run just created (its keys are the validated config's:
+    bounded by app.experiments.config)."""
+    rows = [_row(run_id, k, v, CONFIG)[0] for k, v in flatten(config).items()]
+    if rows:
+        session.execute(RunParam.__table__.insert(), rows)
+
+
+def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any]) -> set[ParamLimit]:
+    """Upsert hparams the job reported (name -> number, string or bool); returns the caps hit."""
+    limits: set[ParamLimit] = set()
+    if not values:
+        return limits
+    wanted: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        row, cut = _row(run_id, REPORTED_PREFIX + _clean(name), value, REPORTED)
+        wanted[row["key"]] = row
+        if cut:
+            limits.add(ParamLimit.CUT)
+    session.flush()
+    reported = RunParam.run_id == run_id, RunParam.source == REPORTED
+    known = set(session.scalars(select(RunParam.key).where(*reported, RunParam.key.in_(wanted))))
+    count = session.scalar(select(func.count()).select_from(RunParam).where(*reported)) or 0
+    room = MAX_REPORTED - count
+    new = [k for k in wanted if k not in known]
+    if len(new) > room:
+        limits.add(ParamLimit.TOO_MANY)
+        for key in new[max(room, 0) :]:
+            del wanted[key]
+    # A config key never collides: reported keys all start with "hparams.", config keys never
+    # do (the config's top-level keys are fixed by app.experiments.config).
+    if wanted:
+        session.execute(delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(wanted)))
+        session.execute(RunParam.__table__.insert(), list(wanted.values()))
+    return limits
+
+
+def params_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """Each run's params as one flat dict (key order: config first, then reported, by key)."""
+    ids = list(run_ids)
+    found: dict[int, dict[str, Any]] = {i: {} for i in ids}
+    if not ids:
+        return found
+    stmt = (
+        select(RunParam.run_id, RunParam.key, RunParam.value)
+        .where(RunParam.run_id.in_(ids))
+        .order_by(RunParam.run_id, RunParam.source, RunParam.key)
+    )
+    for run_id, key, value in session.execute(stmt):
+        found[run_id][key] = value
+    return found
