@@ -377,12 +377,13 @@ def test_what_is_not_ingested_is_named_once_in_the_runs_log(tmp_path: Path) -> N
     run_id = make_run()
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("loss", 1.0, 1)
-    writer.add_image("samples", np.zeros((3, 4, 4)), 1)
+    writer.add_image("samples", np.zeros((3, 4, 4)), 1)  # kept: not named
     writer.add_histogram("weights", np.arange(10.0), 1)
     writer.add_text("notes", "hello", 1)
     writer.flush()
     assert pump(run_id, tmp_path) > 0
-    writer.add_image("samples", np.ones((3, 4, 4)), 2)  # again, in a later batch
+    writer.add_histogram("weights", np.arange(5.0), 2)  # again, in a later batch
+    writer.add_audio("sound", np.zeros(100), 2)
     writer.add_scalar("loss", 0.5, 2)
     writer.flush()
     assert pump(run_id, tmp_path) > 0
@@ -391,7 +392,7 @@ def test_what_is_not_ingested_is_named_once_in_the_runs_log(tmp_path: Path) -> N
     assert series(run_id)["loss"]["step"] == [1, 2]
     lines = (tmp_path / "output.log").read_text().splitlines()
     assert len(lines) == 3, lines
-    assert any("TensorBoard images (tag 'samples')" in line for line in lines)
     assert any("TensorBoard histograms (tag 'weights')" in line for line in lines)
     assert any("TensorBoard text (tag 'notes/text_summary')" in line for line in lines)
-    assert all("only scalars are read from event files" in line for line in lines)
+    assert any("TensorBoard audio (tag 'sound')" in line for line in lines)
+    assert all("scalars, images and hparams are read from event files" in line for line in lines)

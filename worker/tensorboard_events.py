@@ -1,24 +1,22 @@
-"""Moves the scalars a job wrote with TensorBoard's SummaryWriter into the database.
+"""Moves what a job wrote with TensorBoard's SummaryWriter into the database: scalars as
+points, hparams as the run's reported params, images as the run's images.
 
 A script that only calls `SummaryWriter().add_scalar("Loss/train", v, step)` streams into
 torchyard unchanged: the job runs in its run directory, so its event files
 (`events.out.tfevents.*`, relative log dirs included) are somewhere under that directory. The
 forwarder calls `forward_events` with every batch; it finds the event files (walking the tree
 about once a second per run, and at once when a directory it walked has changed), reads each
-one incrementally from the byte offset kept in `run.tb_offsets`, and stores the scalar points
+one incrementally from the byte offset kept in `run.tb_offsets`, and stores what they hold
 with the new offsets in the caller's transaction, so a restarted worker resumes where the last
 commit left off.
 
 Event files are TFRecord streams of serialized `Event`s, read by `worker.tfrecord` (which owns
-the framing, the CRC checks and where an incomplete trailing record stops a read).
-
-What becomes a point (key, step, value, wall_time):
-- `value.simple_value` (torch's `add_scalar`, TF1 summaries);
-- a one-element numeric `value.tensor` of the "scalars" plugin (TF2, `new_style=True`). TF2
-  writes the plugin metadata only with a tag's first event, so a tensor without metadata
-  counts when its tag was seen as "scalars" before or its plugin is unknown (after a restart).
-Everything else (histograms, images, text, graphs, hparams) is skipped, and named once in the
-run's log (note_skipped); file_version events silently.
+the framing, the CRC checks, the size cap of a record and where an incomplete trailing record
+stops a read), decoded by `worker.tensorboard_decode` (what is taken from an event), and
+stored by app.metrics.ingest (points), app.runs.params (hparams, as `hparams.<name>`) and
+app.runs.images (images, with their caps). Everything else (histograms, text, audio, graphs,
+...) is skipped, and named once in the run's log, as is every cap hit; file_version events
+silently.
 
 Keys: the tag. `add_scalars(main, {"train": a, "val": b})` writes tag `main` into the
 sub-directories `<log_dir>/<main with "/" as "_">_train/` and `..._val/`; such a file (its
@@ -35,23 +33,23 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import posixpath
-import struct
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.metrics.ingest import Point, clip_key, ingest_points
+from app.metrics.ingest import clip_key, ingest_points
+from app.runs.images import Caps, ImageLimit, store_images
 from app.runs.models import Run
+from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
+from app.settings import get_settings
 from worker.run_log import note_in_log
-from worker.tfrecord import read_records
+from worker.tensorboard_decode import Decoded, decode_events
+from worker.tfrecord import MAX_RECORD_BYTES, read_records
 
 log = logging.getLogger(__name__)
 
@@ -62,48 +60,7 @@ MAX_CACHED_RUNS = 64
 MAX_WATCHED_DIRS = 200  # directories stat'ed on every call to notice new event files at once
 _RACY_NS = 50_000_000
 
-# --- events to points -------------------------------------------------------------------
-
-
-def _half(bits: int) -> float:
-    return float(struct.unpack("<e", struct.pack("<H", bits & 0xFFFF))[0])
-
-
-def _bfloat16(bits: int) -> float:  # the high half of a float32
-    return float(struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0])
-
-
-# TensorProto dtype (types.proto's DataType numbers) -> (repeated field, tensor_content
-# format, conversion of one element).
-_NUMERIC: dict[int, tuple[str, str, Callable[[Any], float]]] = {
-    1: ("float_val", "<f", float),  # DT_FLOAT
-    2: ("double_val", "<d", float),  # DT_DOUBLE
-    3: ("int_val", "<i", float),  # DT_INT32
-    4: ("int_val", "<B", float),  # DT_UINT8
-    5: ("int_val", "<h", float),  # DT_INT16
-    6: ("int_val", "<b", float),  # DT_INT8
-    9: ("int64_val", "<q", float),  # DT_INT64
-    10: ("bool_val", "<?", float),  # DT_BOOL
-    14: ("half_val", "<H", _bfloat16),  # DT_BFLOAT16
-    19: ("half_val", "<H", _half),  # DT_HALF
-}
-
-
-def _tensor_scalar(tensor: Any) -> float | None:
-    """The value of a one-element numeric TensorProto; None for anything else."""
-    if math.prod(dim.size for dim in tensor.tensor_shape.dim) != 1:
-        return None
-    spec = _NUMERIC.get(tensor.dtype)
-    if spec is None:
-        return None
-    name, fmt, convert = spec
-    values = getattr(tensor, name)
-    if values:
-        return convert(values[0])
-    content: bytes = tensor.tensor_content
-    if len(content) == struct.calcsize(fmt):
-        return convert(struct.unpack(fmt, content)[0])
-    return None
+# --- events to what is stored -------------------------------------------------------
 
 
 @dataclass
@@ -118,78 +75,6 @@ class _FileState:
         if key is None:
             key = self.keys[tag] = key_for(tag, self.rel, self.event_dirs)
         return key
-
-
-def event_points(
-    records: Iterable[bytes],
-    key_of: Callable[[str], str],
-    plugins: dict[str, str],
-    skipped: dict[str, str] | None = None,
-) -> list[Point]:
-    """The scalar points in serialized Events. `plugins` (tag -> plugin name) remembers TF2
-    metadata across calls for one file; `skipped` gets what was left out, by kind (images,
-    histograms, text, hparams, a graph, ...), with one of its tags."""
-    skipped = {} if skipped is None else skipped
-    from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto import event_pb2
-
-    points: list[Point] = []
-    event = event_pb2.Event()
-    for data in records:
-        try:
-            event.ParseFromString(data)
-        except DecodeError:
-            log.warning("skipping an event that does not parse (%d bytes)", len(data))
-            continue
-        what = event.WhichOneof("what")
-        if what != "summary":
-            if what in _NOT_INGESTED_EVENTS:
-                skipped.setdefault(_NOT_INGESTED_EVENTS[what], "")
-            continue
-        for v in event.summary.value:
-            kind = v.WhichOneof("value")
-            if kind == "simple_value":
-                value: float | None = v.simple_value
-            elif kind == "tensor":
-                plugin = v.metadata.plugin_data.plugin_name if v.HasField("metadata") else ""
-                if plugin:
-                    plugins[v.tag] = plugin
-                else:
-                    plugin = plugins.get(v.tag, "")
-                if plugin not in ("", "scalars"):
-                    skipped.setdefault(plugin, v.tag)
-                    continue
-                value = _tensor_scalar(v.tensor)
-                if value is None:
-                    skipped.setdefault("tensors", v.tag)
-                    continue
-            else:
-                skipped.setdefault(_VALUE_KINDS.get(kind or "", str(kind)), v.tag)
-                continue
-            if v.tag:
-                points.append((key_of(v.tag), event.step, value, event.wall_time))
-    return points
-
-
-# What a summary value or an event holds that is not a scalar, named as the run's log says it.
-_VALUE_KINDS = {"image": "images", "histo": "histograms", "audio": "audio"}
-_NOT_INGESTED_EVENTS = {
-    "graph_def": "graph",
-    "meta_graph_def": "graph",
-    "tagged_run_metadata": "run metadata",
-}
-
-
-def note_skipped(run_dir: Path, kinds: dict[str, str]) -> None:
-    """Say once in the run's log what TensorBoard data it wrote that torchyard does not show."""
-    note_in_log(
-        run_dir,
-        *(
-            f"TensorBoard {kind}{f' (tag {tag!r})' if tag else ''} written by this run are "
-            "not shown here: only scalars are read from event files"
-            for kind, tag in sorted(kinds.items())
-        ),
-    )
 
 
 def key_for(tag: str, rel_file: str, event_dirs: set[str]) -> str:
@@ -321,7 +206,7 @@ def forward_events(
         return 0
     offsets = dict(run.tb_offsets or {})
     event_dirs = {posixpath.dirname(f) for f in state.files}
-    points: list[Point] = []
+    decoded = Decoded()
     consumed, budget = 0, max_bytes
     for rel in state.files:
         if budget <= 0:
@@ -344,18 +229,81 @@ def forward_events(
         file_state = state.per_file.get(rel)
         if file_state is None:
             file_state = state.per_file[rel] = _FileState(rel, event_dirs)
-        skipped: dict[str, str] = {}
-        points.extend(event_points(records.data, file_state.key_of, file_state.plugins, skipped))
-        new_kinds = {k: t for k, t in skipped.items() if k not in state.named}
-        if new_kinds:
-            state.named.update(new_kinds)
-            note_skipped(run_dir, new_kinds)
+        decode_events(records.data, file_state.key_of, file_state.plugins, decoded)
+        if records.oversized:
+            decoded.skipped.setdefault(f"events over {_mb(MAX_RECORD_BYTES)}", rel)
         offsets[rel] = records.end
-        consumed += max(1, len(records.data))
+        consumed += max(1, len(records.data), records.oversized)
     if not consumed:
         return 0
-    if points:
-        ingest_points(session, run_id=run_id, points=points)
+    notes: dict[str, str] = {}  # what to say in the log, once per run, by what it is about
+    for kind, tag in decoded.skipped.items():
+        notes[kind] = _skipped_note(kind, tag)
+    if decoded.points:
+        ingest_points(session, run_id=run_id, points=decoded.points)
+    if decoded.hparams:
+        for param_limit in record_reported(session, run_id=run_id, values=decoded.hparams):
+            notes[f"hparams {param_limit.value}"] = _PARAM_NOTES[param_limit]
+    if decoded.images:
+        caps = _image_caps()
+        hit = store_images(session, run_id=run_id, images=decoded.images, caps=caps)
+        for image_limit, tag in hit.items():
+            notes[f"images {image_limit.value}"] = _image_note(image_limit, tag, caps)
+    new = {k: n for k, n in notes.items() if k not in state.named}
+    if new:
+        state.named.update(new)
+        note_in_log(run_dir, *(new[k] for k in sorted(new)))
     run.tb_offsets = offsets  # a new dict: the JSON column sees the change
     session.flush()
     return consumed
+
+
+# --- what the run's log says about TensorBoard data not kept -------------------------------
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1024**2:g} MB"
+
+
+def _skipped_note(kind: str, tag: str) -> str:
+    return (
+        f"TensorBoard {kind}{f' (tag {tag!r})' if tag else ''} written by this run are not "
+        "shown here: scalars, images and hparams are read from event files"
+    )
+
+
+def _image_caps() -> Caps:
+    settings = get_settings()
+    return Caps(
+        image_bytes=settings.tb_image_max_bytes,
+        per_tag=settings.tb_images_per_tag,
+        run_bytes=settings.tb_images_max_run_bytes,
+    )
+
+
+_PARAM_NOTES = {
+    ParamLimit.TOO_MANY: f"TensorBoard hparams: this run reported more than {MAX_REPORTED} "
+    "names; the further ones are not kept",
+    ParamLimit.CUT: f"TensorBoard hparams: values longer than {MAX_VALUE_CHARS} characters are cut",
+}
+
+
+def _image_note(limit: ImageLimit, tag: str, caps: Caps) -> str:
+    about = f"TensorBoard images (tag {tag!r})"
+    match limit:
+        case ImageLimit.NOT_PNG_OR_JPEG:
+            return f"{about}: only PNG and JPEG images are kept"
+        case ImageLimit.TOO_LARGE:
+            return f"{about}: images over {_mb(caps.image_bytes)} are not kept (tb_image_max_bytes)"
+        case ImageLimit.THINNED:
+            return (
+                f"{about}: more than {caps.per_tag} images in one tag; older steps are thinned "
+                f"out (every other one dropped, the newest kept) to keep {caps.per_tag} spread "
+                "over the run (tb_images_per_tag)"
+            )
+        case ImageLimit.TOO_MANY_TAGS:
+            return f"{about}: images of tags past the first {caps.tags} are not kept"
+    return (
+        f"{about}: the run's images reached {_mb(caps.run_bytes)}; later images are not kept "
+        "(tb_images_max_run_bytes)"
+    )

@@ -23,6 +23,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
+# The largest record read: a longer one (whatever its length says, once that is all on disk)
+# is skipped unread, so a hostile length never makes the worker read gigabytes into memory.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 _HEADER = 12  # uint64 length + uint32 crc
 _FOOTER = 4
 
@@ -69,12 +72,19 @@ class Records:
     data: list[bytes]
     end: int  # the offset after the last record consumed (the start offset when none)
     corrupt_at: int | None = None  # a record whose length failed its CRC: reading stops there
+    oversized: int = 0  # records over MAX_RECORD_BYTES skipped unread
 
 
-def read_records(path: Path, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Records:
+def read_records(
+    path: Path,
+    offset: int,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_record: int = MAX_RECORD_BYTES,
+) -> Records:
     """Complete records from `offset`, about max_bytes of them (always at least one complete
-    record, however large). A record whose data fails its CRC is skipped unless it is the last
-    thing in the file (then it may still be being written, and reading waits)."""
+    record up to max_record long; a longer one is skipped unread once all of it is on disk).
+    A record whose data fails its CRC is skipped unless it is the last thing in the file (then
+    it may still be being written, and reading waits)."""
     max_bytes = max(max_bytes, _HEADER + _FOOTER)
     try:
         f = open(path, "rb")
@@ -86,13 +96,25 @@ def read_records(path: Path, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) ->
         buf = f.read(max_bytes)
         pos = 0
         out: list[bytes] = []
+        oversized = 0
         while len(buf) - pos >= _HEADER:
             header = buf[pos : pos + 8]
             (length,) = struct.unpack_from("<Q", buf, pos)
             (header_crc,) = struct.unpack_from("<I", buf, pos + 8)
             if masked_crc32c(header) != header_crc:
-                return Records(out, offset + pos, corrupt_at=offset + pos)
+                return Records(out, offset + pos, corrupt_at=offset + pos, oversized=oversized)
             end = pos + _HEADER + length + _FOOTER
+            if length > max_record:
+                if offset + end > size:
+                    break  # not all on disk (or a length no file reaches): wait
+                log.warning(
+                    "%s: skipping a record of %d bytes at byte %d", path, length, offset + pos
+                )
+                oversized += 1
+                pos = end
+                if pos >= len(buf):
+                    break
+                continue
             if end > len(buf):
                 if pos > 0 or offset + end > size:
                     break  # left for the next call, or still being written
@@ -110,4 +132,4 @@ def read_records(path: Path, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) ->
                     continue
             out.append(data)
             pos = end
-        return Records(out, offset + pos)
+        return Records(out, offset + pos, oversized=oversized)
