@@ -23,6 +23,7 @@ from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
+from app.runs.images_api import router as run_images_router
 from app.runs.views import router as runs_views
 from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
@@ -73,7 +74,14 @@ def create_app() -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware)
     # Every API route answers 401 without valid credentials (or with wrong ones, for the
     # password login): documented once here, the routes add their own 403/404/409.
-    for api_router in (auth_router, experiments_router, runs_router, gpus_router, users_router):
+    for api_router in (
+        auth_router,
+        experiments_router,
+        runs_router,
+        run_images_router,
+        gpus_router,
+        users_router,
+    ):
         app.include_router(
             api_router,
             responses=error_responses(401),

@@ -44,7 +44,7 @@ from app.db import session_scope
 from app.experiments import service as experiments
 from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
-from app.runs.models import Checkpoint, Run
+from app.runs.models import Checkpoint, Run, RunImage
 from app.settings import get_settings
 from app.static_files import docs_asset_url, plotly_version
 from app.users import service as users
@@ -53,6 +53,7 @@ from tests.factories import add_run
 
 TINY = {"recipe": "tiny_mlp", "params": {"epochs": 1}, "seed": 3}
 CKPT = "epoch-0001.pt"
+PNG = b"\x89PNG\r\n\x1a\n" + b"a stored image"
 
 
 @dataclass
@@ -82,6 +83,7 @@ class World:
     marker: str
     experiment_id: int = 0
     run_id: int = 0
+    image_id: int = 0
     actor: Actor | None = None
 
     @property
@@ -145,6 +147,19 @@ def world() -> World:
         session.add(
             Checkpoint(run_id=w.run_id, name=CKPT, epoch=1, step=10, size_bytes=16, path=CKPT)
         )
+        image = RunImage(
+            run_id=w.run_id,
+            tag="samples",
+            step=3,
+            wall_time=1.0,
+            width=1,
+            height=1,
+            size_bytes=len(PNG),
+            data=PNG,
+        )
+        session.add(image)
+        session.flush()
+        w.image_id = image.id
     return w
 
 
@@ -341,6 +356,18 @@ MATRIX: dict[tuple[str, str], Row] = {
         200,
         lambda w: (f"/api/runs/{w.run_id}/files/{CKPT}", {}),
         lambda w, r: r.content == b"a file the run wrote",
+    ),
+    ("GET", "/api/runs/{run_id}/images"): Row(
+        READ,
+        200,
+        lambda w: (f"/api/runs/{w.run_id}/images", {}),
+        lambda w, r: [i["id"] for i in r.json()["tags"]["samples"]] == [w.image_id],
+    ),
+    ("GET", "/api/runs/{run_id}/images/{image_id}"): Row(
+        READ,
+        200,
+        lambda w: (f"/api/runs/{w.run_id}/images/{w.image_id}", {}),
+        lambda w, r: r.content == PNG and r.headers["content-type"] == "image/png",
     ),
     # a finished run's stream sends what there is and ends
     ("GET", "/api/runs/{run_id}/events"): Row(

@@ -44,6 +44,9 @@ class RunOut(BaseModel):
     # 1 for the first try; counts up each time a lost or shut-down worker's run is requeued.
     attempt: int
     heartbeat_at: UtcDateTime | None
+    # The config flattened to dotted keys (`params.lr`, `seed`, `resources.nproc`) and the
+    # hparams the job reported through TensorBoard (`hparams.<name>`): app/runs/params.py.
+    params: dict[str, Any] = Field(default_factory=dict)
 
 
 class CheckpointOut(BaseModel):
@@ -75,3 +78,17 @@ class SeriesOut(BaseModel):
 
 class MetricsOut(BaseModel):
     series: dict[str, SeriesOut]
+
+
+class RunImageOut(BaseModel):
+    id: int
+    step: int
+    wall_time: float
+    width: int
+    height: int
+    size_bytes: int
+
+
+class RunImagesOut(BaseModel):
+    # tag -> its images kept, steps ascending (the last is the newest)
+    tags: dict[str, list[RunImageOut]]
