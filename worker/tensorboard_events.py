@@ -262,7 +262,9 @@ def forward_events(
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1024**2:g} MB"
+    if n < 1024:
+        return f"{n} bytes"
+    return f"{n / 1024:.0f} KB" if n < 1024**2 else f"{n / 1024**2:.0f} MB"
 
 
 def _skipped_note(kind: str, tag: str) -> str:
