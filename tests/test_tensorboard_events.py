@@ -396,3 +396,173 @@ def test_what_is_not_ingested_is_named_once_in_the_runs_log(tmp_path: Path) -> N
     assert any("TensorBoard text (tag 'notes/text_summary')" in line for line in lines)
     assert any("TensorBoard audio (tag 'sound')" in line for line in lines)
     assert all("scalars, images and hparams are read from event files" in line for line in lines)
+
+
+# --- hostile bytes: hparams, images, record sizes, garbage ------------------------------------
+
+
+def frame(data: bytes) -> bytes:
+    """One TFRecord: length, its masked CRC, the data, its masked CRC."""
+    length = struct.pack("<Q", len(data))
+    return (
+        length
+        + struct.pack("<I", tfrecord.masked_crc32c(length))
+        + data
+        + struct.pack("<I", tfrecord.masked_crc32c(data))
+    )
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:  # a length-delimited protobuf field
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def hparams_event(content: bytes, step: int = 0) -> bytes:
+    value = summary_pb2.Summary.Value(tag="_hparams_/session_start_info")
+    value.metadata.plugin_data.plugin_name = "hparams"
+    value.metadata.plugin_data.content = content
+    event = event_pb2.Event(step=step, wall_time=1.0)
+    event.summary.value.append(value)
+    return event.SerializeToString()
+
+
+def session_start(hparams: dict[str, bytes]) -> bytes:
+    """HParamsPluginData{session_start_info: {hparams: {name: Value}}} by hand."""
+    entries = b"".join(
+        field(1, field(1, name.encode()) + field(2, value)) for name, value in hparams.items()
+    )
+    return field(3, entries)
+
+
+def number(x: float) -> bytes:
+    return varint(2 << 3 | 1) + struct.pack("<d", x)  # Value.number_value
+
+
+def nested_struct(depth: int) -> bytes:
+    """A Value holding a Struct holding a Value ... `depth` deep."""
+    value = number(1.0)
+    for _ in range(depth):
+        value = field(5, field(1, field(1, b"k") + field(2, value)))
+    return value
+
+
+def image_event(tag: str, encoded: bytes, width: int, height: int, step: int = 0) -> bytes:
+    event = event_pb2.Event(step=step, wall_time=1.0)
+    image = summary_pb2.Summary.Image(
+        width=width, height=height, colorspace=3, encoded_image_string=encoded
+    )
+    event.summary.value.append(summary_pb2.Summary.Value(tag=tag, image=image))
+    return event.SerializeToString()
+
+
+def scalar_event(tag: str, value: float, step: int) -> bytes:
+    event = event_pb2.Event(step=step, wall_time=1.0)
+    event.summary.value.append(summary_pb2.Summary.Value(tag=tag, simple_value=value))
+    return event.SerializeToString()
+
+
+def write_events(run_dir: Path, *records: bytes) -> Path:
+    path = run_dir / "tb" / "events.out.tfevents.1.hostile"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as f:
+        f.write(b"".join(frame(r) for r in records))
+    return path
+
+
+def reported(run_id: int) -> dict:
+    from app.runs.params import params_by_run
+
+    with session_scope() as session:
+        return params_by_run(session, [run_id])[run_id]
+
+
+def test_hostile_hparams_payloads_are_skipped_and_the_rest_still_arrives(tmp_path: Path) -> None:
+    run_id = make_run()
+    write_events(
+        tmp_path,
+        hparams_event(os.urandom(300)),  # garbage
+        hparams_event(b"\xff" * (2 * 1024 * 1024)),  # over the payload cap
+        hparams_event(session_start({"deep": nested_struct(300)})),  # past protobuf's nesting
+        hparams_event(session_start({"bad": field(3, b"\xff\xfe")})),  # not UTF-8
+        hparams_event(session_start({"lr": number(0.5), "deep": nested_struct(3)})),
+        hparams_event(session_start({f"k{i}": number(i) for i in range(300)})),
+        hparams_event(session_start({"x" * 400: field(3, b"v" * 5000)})),
+        scalar_event("loss", 1.0, 3),
+    )
+    while pump(run_id, tmp_path):
+        pass
+    params = reported(run_id)
+    assert params["hparams.lr"] == 0.5
+    assert "hparams.deep" not in params and "hparams.bad" not in params  # a struct: not a param
+    assert len(params) == 256  # MAX_REPORTED: 255 of the k<i> after lr
+    assert series(run_id)["loss"]["value"] == [1.0]
+    log = (tmp_path / "output.log").read_text()
+    assert "hparams that do not parse or are too large" in log
+    assert "reported more than 256 names" in log
+
+
+def test_hostile_image_summaries_keep_only_checked_png_and_jpeg(tmp_path: Path) -> None:
+    from app.runs.images import list_images
+
+    run_id = make_run()
+    ihdr = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", 2**32 - 1, 7)
+    write_events(
+        tmp_path,
+        image_event("html", b"<html><script>alert(1)</script>", 10, 10),
+        image_event("empty", b"", 0, 0),
+        image_event("<b>huge png</b>", ihdr + b"rest", 1, 1),
+        image_event("jpeg", b"\xff\xd8\xff\xe0" + os.urandom(50), -5, 2**31 - 1),
+        image_event("a\x00nul", b"\xff\xd8\xff" + b"x", 3, 4),
+    )
+    pump(run_id, tmp_path)
+    with session_scope() as session:
+        got = list_images(session, run_id=run_id)
+    sizes = {tag: (i[0]["width"], i[0]["height"]) for tag, i in got.items()}
+    assert sizes == {
+        "<b>huge png</b>": (65535, 7),  # the PNG's own header, clamped
+        "jpeg": (0, 65535),  # the summary's, clamped
+        "a\ufffdnul": (3, 4),
+    }
+    assert "only PNG and JPEG images are kept" in (tmp_path / "output.log").read_text()
+
+
+def test_a_record_over_the_cap_is_skipped_unread_and_an_impossible_length_waits(
+    tmp_path: Path,
+) -> None:
+    path = write_events(tmp_path, scalar_event("a", 1.0, 0), b"z" * 5000, scalar_event("a", 2, 1))
+    got = tfrecord.read_records(path, 0, max_record=1000)
+    assert len(got.data) == 2 and got.oversized == 1 and got.end == path.stat().st_size
+
+    length = struct.pack("<Q", 2**62)  # a valid CRC on a length no file reaches
+    with path.open("ab") as f:
+        f.write(length + struct.pack("<I", tfrecord.masked_crc32c(length)) + b"abc")
+    again = tfrecord.read_records(path, got.end)
+    assert again.data == [] and again.end == got.end and again.corrupt_at is None
+
+
+def test_random_and_mutated_events_never_raise(tmp_path: Path) -> None:
+    from worker.tensorboard_decode import decode_events
+
+    rng = np.random.default_rng(7)
+    valid = [
+        scalar_event("loss", 1.0, 1),
+        image_event("img", b"\x89PNG\r\n\x1a\nxxxx", 1, 1),
+        hparams_event(session_start({"lr": number(0.1)})),
+    ]
+    records = [rng.bytes(int(n)) for n in rng.integers(0, 400, 300)]
+    for base in valid:
+        for _ in range(200):
+            data = bytearray(base)
+            for i in rng.integers(0, len(data), 3):
+                data[i] = int(rng.integers(0, 256))
+            records.append(bytes(data))
+    decoded = decode_events(records, lambda tag: tag, {})
+    assert isinstance(decoded.points, list)  # no exception is the point; nothing else to check
