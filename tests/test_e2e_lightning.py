@@ -1,5 +1,6 @@
 """PyTorch Lightning, unmodified, through a real worker: Trainer(devices=2, strategy="ddp")
-under nproc 2 is one run with rank 0's TensorBoard curve and both ranks' logs; the same
+under nproc 2 is one run with rank 0's TensorBoard curve, its logged hyperparameters as the
+run's params, and both ranks' logs; the same
 script with launcher "none" starts its own second rank and succeeds (with torchrun's variables
 set for one process it waited for ever at "MEMBER: 1/2"); a cancel ends every process in 5 s.
 """
@@ -48,6 +49,17 @@ def test_ddp_under_torchrun_is_one_run_with_rank_0s_curve(api) -> None:  # type:
     assert "[rank1]: rank 1 done after step 16" in log
     rank1 = api.get(f"/api/runs/{run['id']}/logs", params={"rank": 1}).text
     assert "rank 1 done" in rank1 and "rank 0 done" not in rank1
+    # log_hyperparams (explicit, nested dicts flattened by Lightning with "/") and the module's
+    # save_hyperparameters() (logged by the Trainer) are the run's reported params
+    params = api.get(f"/api/runs/{run['id']}").json()["params"]
+    assert {k: v for k, v in params.items() if k.startswith("hparams.")} == {
+        "hparams.batch_size": 4,
+        "hparams.optimizer": "sgd",
+        "hparams.data/size": 32,
+        "hparams.step_sleep": 0.0,
+        "hparams.lr": 0.1,
+    }
+    assert params["args"] == ["--devices", "2"] and params["resources.nproc"] == 2
 
 
 def test_launcher_none_lets_lightning_start_its_own_ranks(api) -> None:  # type: ignore[no-untyped-def]

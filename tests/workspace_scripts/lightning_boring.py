@@ -1,5 +1,7 @@
 """A PyTorch Lightning driver around a BoringModel-style module, with no torchyard code: a
-random dataset, a linear layer, TensorBoardLogger, DDP on CPU with the devices it is told."""
+random dataset, a linear layer, TensorBoardLogger, DDP on CPU with the devices it is told. Its
+hyperparameters reach TensorBoard twice, as Lightning users do: the module's
+save_hyperparameters() (logged by the Trainer) and an explicit logger.log_hyperparams()."""
 
 import argparse
 import time
@@ -22,7 +24,7 @@ class RandomDataset(Dataset):
 
 
 class BoringModel(L.LightningModule):
-    def __init__(self, step_sleep: float = 0.0) -> None:
+    def __init__(self, step_sleep: float = 0.0, lr: float = 0.1) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.layer = torch.nn.Linear(32, 2)
@@ -35,7 +37,7 @@ class BoringModel(L.LightningModule):
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.layer.parameters(), lr=0.1)
+        return torch.optim.SGD(self.layer.parameters(), lr=self.hparams.lr)
 
 
 def main() -> None:
@@ -44,12 +46,14 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--step-sleep", type=float, default=0.0)
     args = parser.parse_args()
+    logger = TensorBoardLogger(save_dir=".", name="lightning_logs")
+    logger.log_hyperparams({"batch_size": 4, "optimizer": "sgd", "data": {"size": 32}})
     trainer = L.Trainer(
         accelerator="cpu",
         devices=args.devices,
         strategy="ddp" if args.devices > 1 else "auto",
         max_epochs=args.epochs,
-        logger=TensorBoardLogger(save_dir=".", name="lightning_logs"),
+        logger=logger,
         log_every_n_steps=1,
         enable_progress_bar=False,
         enable_model_summary=False,
