@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.slow
 REDIS_URL = os.environ.get("TORCHYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
 ROOT = BASE_DIR / "separate-hosts"
 HOSTS = ("box-a", "box-b")
+SCRIPTS = Path(__file__).parent / "workspace_scripts"
 LEASE_TTL = 6.0  # host heartbeats every 2 s, so both hosts are seen soon after they start
 
 
@@ -273,6 +275,24 @@ def test_files_a_script_wrote_on_a_worker_host_are_listed_and_served_by_the_api(
     assert hosts.api.get(f"/api/runs/{run['id']}/files/model.pt").content == b"model bytes"
     log = hosts.api.get(f"/api/runs/{run['id']}/logs").text
     assert "2 files of the run's working directory" in log, (done["worker_host"], log[-2000:])
+
+
+def test_tensorboard_images_and_hparams_from_a_worker_host_come_through_the_api(
+    hosts: Hosts,
+) -> None:
+    folder = WORKSPACE_DIR / "hosts"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SCRIPTS / "tensorboard_media.py", folder / "media.py")
+    config = {"script": "hosts/media.py", "params": {"steps": 2, "lr": 0.5}, "seed": 1}
+    exp = hosts.api.post("/api/experiments", json={"name": "hosts-media", "config": config})
+    run = hosts.api.post(f"/api/experiments/{exp.json()['id']}/runs", json={}).json()
+    done = succeeded(hosts.api, run["id"])
+    assert not (hosts.api_dir / "runs" / str(run["id"])).exists()
+    assert done["params"]["hparams.lr"] == 0.5 and done["params"]["params.lr"] == 0.5
+    tags = hosts.api.get(f"/api/runs/{run['id']}/images").json()["tags"]
+    assert [i["step"] for i in tags["samples"]] == [0, 1]
+    got = hosts.api.get(f"/api/runs/{run['id']}/images/{tags['samples'][-1]['id']}")
+    assert got.status_code == 200 and got.content.startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_the_api_data_dir_holds_no_run_directory(hosts: Hosts, runs: dict[str, dict]) -> None:
