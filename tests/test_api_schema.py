@@ -73,6 +73,7 @@ class World:
     experiment_ids: list[int]
     run_ids: list[int]  # every run the fuzzing user can see, plus another user's
     finished_run_ids: list[int]
+    image_ids: list[int]  # TensorBoard images of the finished run
 
 
 def _seed_world() -> World:
@@ -80,7 +81,7 @@ def _seed_world() -> World:
     from app.db import session_scope
     from app.experiments.models import Experiment
     from app.metrics.service import ingest_points
-    from app.runs.models import Checkpoint, Run
+    from app.runs.models import Checkpoint, Run, RunImage
     from app.settings import get_settings
     from app.timeutil import utcnow
 
@@ -135,6 +136,19 @@ def _seed_world() -> World:
                 path=CHECKPOINT_NAME,
             )
         )
+        png = b"\x89PNG\r\n\x1a\n" + b"not a real picture"
+        image = RunImage(
+            run_id=done.id,
+            tag="samples",
+            step=3,
+            wall_time=1.7e9,
+            width=2,
+            height=2,
+            size_bytes=len(png),
+            data=png,
+        )
+        session.add(image)
+        session.flush()
         ddp_dir = get_settings().run_dir(ddp.id)
         ddp_dir.mkdir(parents=True, exist_ok=True)
         (ddp_dir / "output.log").write_text("[rank0]: a\n[rank1]: b\nlauncher line\n[rank0]: c\n")
@@ -145,6 +159,7 @@ def _seed_world() -> World:
             experiment_ids=[experiment.id, theirs.id],
             run_ids=[done.id, failed.id, ddp.id, queued.id, foreign.id],
             finished_run_ids=[done.id, failed.id, ddp.id, foreign.id],
+            image_ids=[image.id],
         )
 
 
@@ -210,6 +225,8 @@ def _aim_at_world(case: Case, world: World) -> None:
                 params["run_id"] = ids[raw % len(ids)] if raw % 4 else -abs(raw) - 1
         else:
             params["run_id"] = _fold(params["run_id"], world.run_ids)
+    if "image_id" in params:
+        params["image_id"] = _fold(params["image_id"], world.image_ids)
     if params.get("token_id") == world.token_id:
         params["token_id"] = world.token_id + 1_000_000
     if isinstance(params.get("name"), str) and len(params["name"]) % 2:

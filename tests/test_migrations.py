@@ -324,8 +324,24 @@ def test_rows_of_a_first_migration_database_survive_upgrade_to_head(kind, tmp_pa
             assert [tuple(r) for r in roles] == [(1, "admin"), (2, "member")]
             new = conn.execute(sa.text("SELECT id, priority, gpu_indices FROM runs ORDER BY id"))
             assert [tuple(r) for r in new] == [(1, 0, None), (2, 0, None)]
-            for table in ("gpu_leases", "worker_hosts"):
+            for table in ("gpu_leases", "worker_hosts", "run_images"):
                 assert conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar() == 0
+            # 0007: each run's config flattened into run_params, sortable by number or text
+            params = conn.execute(
+                sa.text(
+                    "SELECT key, source, value_num, value_text FROM run_params"
+                    " WHERE run_id = 1 ORDER BY key"
+                )
+            )
+            assert [tuple(r) for r in params] == [
+                ("deterministic", "config", 1.0, None),
+                ("params.epochs", "config", 3.0, None),
+                ("params.layers", "config", None, None),
+                ("params.lr", "config", 0.001, None),
+                ("recipe", "config", None, "digits_cnn"),
+                ("resources.nproc", "config", 1.0, None),
+                ("seed", "config", 1029.0, None),
+            ]
 
         # the current ORM reads the old rows, and new rows get fresh ids past the old ones
         with Session(engine) as session:

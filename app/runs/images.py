@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import delete, func, insert, select, tuple_
 from sqlalchemy.orm import Session
 
 from app.metrics.ingest import clip_key
@@ -126,7 +126,7 @@ def store_images(
             )
         )
     if rows:
-        session.execute(RunImage.__table__.insert(), rows)
+        session.execute(insert(RunImage), rows)
     for tag in {r["tag"] for r in rows}:
         if _thin(session, run_id=run_id, tag=tag, keep=caps.per_tag):
             hit.setdefault(ImageLimit.THINNED, tag)

@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from app.metrics.ingest import clip_key
@@ -99,7 +99,7 @@ def record_config(session: Session, *, run_id: int, config: Mapping[str, Any]) -
     bounded by app.experiments.config)."""
     rows = [_row(run_id, k, v, CONFIG)[0] for k, v in flatten(config).items()]
     if rows:
-        session.execute(RunParam.__table__.insert(), rows)
+        session.execute(insert(RunParam), rows)
 
 
 def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any]) -> set[ParamLimit]:
@@ -127,7 +127,7 @@ def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any])
     # do (the config's top-level keys are fixed by app.experiments.config).
     if wanted:
         session.execute(delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(wanted)))
-        session.execute(RunParam.__table__.insert(), list(wanted.values()))
+        session.execute(insert(RunParam), list(wanted.values()))
     return limits
 
 
