@@ -173,6 +173,8 @@ def test_the_worker_and_the_server_never_import_torch() -> None:
         "worker.tensorboard_events, worker.artifacts, app.main\n"
         "app.main.create_app()\n"
         "worker.tensorboard_events._tensorboard_available()  # its lazy protobuf import\n"
+        "import worker.tensorboard_decode\n"
+        "worker.tensorboard_decode.decode_hparams(b'')  # the hparams plugin's protobuf\n"
         "import fsspec  # the artifact store's, imported when a checkpoint is uploaded\n"
     )
     assert "celery" in loaded and "fastapi" in loaded
