@@ -566,3 +566,25 @@ def test_random_and_mutated_events_never_raise(tmp_path: Path) -> None:
             records.append(bytes(data))
     decoded = decode_events(records, lambda tag: tag, {})
     assert isinstance(decoded.points, list)  # no exception is the point; nothing else to check
+
+
+def test_thousands_of_images_in_one_batch_and_a_nan_wall_time_stay_bounded(
+    tmp_path: Path, client, admin_headers
+) -> None:  # type: ignore[no-untyped-def]
+    from app.runs.images import list_images
+
+    run_id = make_run()
+    tiny = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+    events = []
+    for step in range(5000):
+        event = event_pb2.Event.FromString(image_event("flood", tiny, 1, 1, step))
+        event.wall_time = math.nan
+        events.append(event.SerializeToString())
+    write_events(tmp_path, *events)
+    with session_scope() as session:  # one call, a budget large enough for all of them
+        forward_events(session, run_id=run_id, run_dir=tmp_path, max_bytes=10**7)
+    with session_scope() as session:
+        got = list_images(session, run_id=run_id)["flood"]
+    assert len(got) <= 100 and got[-1]["step"] == 4999
+    listed = client.get(f"/api/runs/{run_id}/images", headers=admin_headers)
+    assert listed.status_code == 200 and listed.json()["tags"]["flood"][-1]["wall_time"] == 0.0

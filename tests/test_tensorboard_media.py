@@ -89,9 +89,8 @@ def test_add_hparams_and_lightning_style_hparams_become_reported_params(
 
 def test_reported_params_are_capped_cut_and_free_of_nul() -> None:
     run_id = make_run()
-    values = {f"p{i:03d}": i for i in range(MAX_REPORTED + 10)}
-    values["long"] = "x" * 5000
-    values["nul\x00name"] = "a\x00b"
+    values = {"long": "x" * 5000, "nul\x00name": "a\x00b"}
+    values |= {f"p{i:03d}": i for i in range(100_000)}  # a hostile report: never all queried
     with session_scope() as session:
         limits = record_reported(session, run_id=run_id, values=values)
     assert limits == {ParamLimit.TOO_MANY, ParamLimit.CUT}
@@ -100,6 +99,7 @@ def test_reported_params_are_capped_cut_and_free_of_nul() -> None:
 
         params = params_by_run(session, [run_id])[run_id]
     assert len(params) == MAX_REPORTED
+    assert params["hparams.nul\ufffdname"] == "a\ufffdb" and "hparams.p253" in params
     with session_scope() as session:  # a name already kept is still updated when full
         assert record_reported(session, run_id=run_id, values={"p000": -1}) == set()
         assert params_by_run(session, [run_id])[run_id]["hparams.p000"] == -1

@@ -15,6 +15,7 @@ One image per (tag, step): a newer one for the same step replaces it.
 from __future__ import annotations
 
 import enum
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,14 +93,26 @@ def store_images(
         elif len(image.data) > caps.image_bytes:
             hit.setdefault(ImageLimit.TOO_LARGE, tag)
         else:
+            latest.pop((tag, image.step), None)  # a newer one for the step: it goes last
             latest[(tag, image.step)] = image
+    # A batch holds at most `per_tag` images of a tag: the newest (thinning would drop the
+    # others); so no statement below ever names more than per_tag x tags rows.
+    by_tag: dict[str, list[tuple[str, int]]] = {}
+    for key in sorted(latest, key=lambda k: k[1]):
+        by_tag.setdefault(key[0], []).append(key)
+    for tag, keys in by_tag.items():
+        if len(keys) > caps.per_tag:
+            hit.setdefault(ImageLimit.THINNED, tag)
+            for key in keys[: -caps.per_tag]:
+                del latest[key]
     if not latest:
         return hit
     session.flush()
     of_run = RunImage.run_id == run_id
-    session.execute(
-        delete(RunImage).where(of_run, tuple_(RunImage.tag, RunImage.step).in_(list(latest)))
-    )
+    pairs = list(latest)
+    for i in range(0, len(pairs), 400):  # under every database's limit of bound parameters
+        replaced = tuple_(RunImage.tag, RunImage.step).in_(pairs[i : i + 400])
+        session.execute(delete(RunImage).where(of_run, replaced))
     total = session.scalar(select(func.coalesce(func.sum(RunImage.size_bytes), 0)).where(of_run))
     tags = set(session.scalars(select(RunImage.tag).where(of_run).distinct()))
     rows: list[dict[str, Any]] = []
@@ -118,7 +131,7 @@ def store_images(
                 run_id=run_id,
                 tag=tag,
                 step=step,
-                wall_time=image.wall_time,
+                wall_time=image.wall_time if math.isfinite(image.wall_time) else 0.0,
                 width=width,
                 height=height,
                 size_bytes=len(image.data),

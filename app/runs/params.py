@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from app.metrics.ingest import clip_key
@@ -85,7 +85,7 @@ def _row(run_id: int, key: str, value: Any, source: str) -> tuple[dict[str, Any]
             text = value[:TEXT_CHARS]
     row = {
         "run_id": run_id,
-        "key": clip_key(key),
+        "key": clip_key(key),  # NUL replaced, at most 255 characters
         "source": source,
         "value": value,
         "value_num": number,
@@ -107,22 +107,19 @@ def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any])
     limits: set[ParamLimit] = set()
     if not values:
         return limits
-    wanted: dict[str, dict[str, Any]] = {}
-    for name, value in values.items():
-        row, cut = _row(run_id, REPORTED_PREFIX + _clean(name), value, REPORTED)
-        wanted[row["key"]] = row
-        if cut:
-            limits.add(ParamLimit.CUT)
     session.flush()
     reported = RunParam.run_id == run_id, RunParam.source == REPORTED
-    known = set(session.scalars(select(RunParam.key).where(*reported, RunParam.key.in_(wanted))))
-    count = session.scalar(select(func.count()).select_from(RunParam).where(*reported)) or 0
-    room = MAX_REPORTED - count
-    new = [k for k in wanted if k not in known]
-    if len(new) > room:
-        limits.add(ParamLimit.TOO_MANY)
-        for key in new[max(room, 0) :]:
-            del wanted[key]
+    known = set(session.scalars(select(RunParam.key).where(*reported)))  # at most MAX_REPORTED
+    wanted: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():  # a hostile report may name 100k: never all queried
+        key = clip_key(REPORTED_PREFIX + name)
+        if key not in known and key not in wanted and len(known) + len(wanted) >= MAX_REPORTED:
+            limits.add(ParamLimit.TOO_MANY)
+            continue
+        row, cut = _row(run_id, key, value, REPORTED)
+        wanted[key] = row
+        if cut:
+            limits.add(ParamLimit.CUT)
     # A config key never collides: reported keys all start with "hparams.", config keys never
     # do (the config's top-level keys are fixed by app.experiments.config).
     if wanted:
