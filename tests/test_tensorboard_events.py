@@ -588,3 +588,21 @@ def test_thousands_of_images_in_one_batch_and_a_nan_wall_time_stay_bounded(
     assert len(got) <= 100 and got[-1]["step"] == 4999
     listed = client.get(f"/api/runs/{run_id}/images", headers=admin_headers)
     assert listed.status_code == 200 and listed.json()["tags"]["flood"][-1]["wall_time"] == 0.0
+
+
+def test_tf2_image_tensors_keep_their_first_image(tmp_path: Path) -> None:
+    from app.runs.images import list_images
+
+    run_id = make_run()
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", 3, 2) + b"..."
+    writer = EventFileWriter(str(tmp_path / "tf2"))
+    images = TensorProto(dtype=DT_STRING, string_val=[b"3", b"2", png, b"second sample"])
+    writer.add_event(tensor_event("pics", 1, images, "images"))
+    writer.add_event(tensor_event("pics", 2, images))  # metadata only with the first event
+    writer.add_event(tensor_event("short", 1, TensorProto(dtype=DT_STRING), "images"))
+    writer.close()
+    pump(run_id, tmp_path)
+    with session_scope() as session:
+        got = list_images(session, run_id=run_id)
+    assert [(i["step"], i["width"], i["height"]) for i in got["pics"]] == [(1, 3, 2), (2, 3, 2)]
+    assert "short" not in got
