@@ -23,6 +23,7 @@
     view.img.alt = `${view.tag} at step ${image.step}`;
     view.img.width = image.width;
     view.img.height = image.height;
+    view.img.classList.toggle("tb-small", image.width < 256);  // scaled up: keep pixels sharp
     view.output.textContent = `step ${image.step}`;
   };
 
