@@ -73,11 +73,13 @@ def _row(run_id: int, key: str, value: Any, source: str) -> tuple[dict[str, Any]
             number = None
         if number is None or not math.isfinite(number):
             value, number = None, None
-    elif isinstance(value, str) or value is not None:
-        if not isinstance(value, str):
-            value = json.dumps(value, default=str)
-            if len(value) <= MAX_VALUE_CHARS:
-                value = json.loads(value)  # a short list keeps its shape
+    elif value is not None:
+        if not isinstance(value, str):  # a list (config `args`): JSON, kept whole when short
+            try:
+                dumped = json.dumps(value, default=str, allow_nan=False)
+                value = json.loads(dumped) if len(dumped) <= MAX_VALUE_CHARS else dumped
+            except ValueError:  # NaN inside: as text
+                value = str(value)
         if isinstance(value, str):
             value = _clean(value)
             if len(value) > MAX_VALUE_CHARS:
