@@ -606,3 +606,23 @@ def test_tf2_image_tensors_keep_their_first_image(tmp_path: Path) -> None:
         got = list_images(session, run_id=run_id)
     assert [(i["step"], i["width"], i["height"]) for i in got["pics"]] == [(1, 3, 2), (2, 3, 2)]
     assert "short" not in got
+
+
+def test_an_oversized_record_and_a_hostile_plugin_name_are_said_once_on_one_line(
+    tmp_path: Path,
+) -> None:
+    run_id = make_run()
+    evil = tensor_event("t", 1, TensorProto(dtype=DT_FLOAT, float_val=[1.0]), "x\ntorchyard: ok")
+    write_events(
+        tmp_path,
+        evil.SerializeToString(),
+        b"\x00" * (tfrecord.MAX_RECORD_BYTES + 1),  # skipped unread
+        scalar_event("loss", 2.0, 1),
+    )
+    while pump(run_id, tmp_path):
+        pass
+    assert series(run_id)["loss"]["value"] == [2.0]
+    lines = (tmp_path / "output.log").read_text().splitlines()
+    assert len(lines) == 2, lines
+    assert "TensorBoard x?torchyard: ok (tag 't')" in lines[1]
+    assert lines[0].startswith("torchyard: TensorBoard: events over 16 MB (in 'tb/events.")

@@ -69,6 +69,12 @@ _NOT_INGESTED_EVENTS = {
 }
 
 
+def _printable(name: str) -> str:
+    """A plugin's name as the run's log may say it: the job chose it (no line breaks)."""
+    shown = "".join(c if c.isprintable() else "?" for c in name[:64])
+    return shown + ("..." if len(name) > 64 else "")
+
+
 def _tensor_scalar(tensor: Any) -> float | None:
     """The value of a one-element numeric TensorProto; None for anything else."""
     if math.prod(dim.size for dim in tensor.tensor_shape.dim) != 1:
@@ -205,7 +211,7 @@ def decode_events(
                 continue
             elif kind == "tensor":
                 if plugin not in ("", "scalars"):
-                    skipped.setdefault(plugin, v.tag)
+                    skipped.setdefault(_printable(plugin), v.tag)
                     continue
                 value = _tensor_scalar(v.tensor)
                 if value is None:

@@ -199,7 +199,7 @@ def forward_events(
             state.warned_missing_package = True
             log.warning(
                 "run %s wrote TensorBoard event files but the tensorboard package is not "
-                "installed in the worker; its scalars are not ingested (pip install "
+                "installed in the worker; nothing of them is ingested (pip install "
                 "'torchyard[tensorboard]')",
                 run_id,
             )
@@ -207,6 +207,7 @@ def forward_events(
     offsets = dict(run.tb_offsets or {})
     event_dirs = {posixpath.dirname(f) for f in state.files}
     decoded = Decoded()
+    oversized: dict[str, int] = {}  # file -> records over MAX_RECORD_BYTES skipped unread
     consumed, budget = 0, max_bytes
     for rel in state.files:
         if budget <= 0:
@@ -231,7 +232,7 @@ def forward_events(
             file_state = state.per_file[rel] = _FileState(rel, event_dirs)
         decode_events(records.data, file_state.key_of, file_state.plugins, decoded)
         if records.oversized:
-            decoded.skipped.setdefault(f"events over {_mb(MAX_RECORD_BYTES)}", rel)
+            oversized.setdefault(rel, records.oversized)
         offsets[rel] = records.end
         consumed += max(1, len(records.data), records.oversized)
     if not consumed:
@@ -239,6 +240,10 @@ def forward_events(
     notes: dict[str, str] = {}  # what to say in the log, once per run, by what it is about
     for kind, tag in decoded.skipped.items():
         notes[kind] = _skipped_note(kind, tag)
+    for rel in oversized:
+        notes["oversized"] = (
+            f"TensorBoard: events over {_mb(MAX_RECORD_BYTES)} (in {rel!r}) are skipped unread"
+        )
     if decoded.points:
         ingest_points(session, run_id=run_id, points=decoded.points)
     if decoded.hparams:
