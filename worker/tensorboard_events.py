@@ -49,7 +49,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.metrics.ingest import MAX_KEY_LENGTH, Point, ingest_points
+from app.metrics.ingest import MAX_KEY_LENGTH, KeyLimit, Point, ingest_points
+from app.runs.job_files import job_file_size
 from app.runs.models import Run
 from worker.run_log import note_in_log
 from worker.tfrecord import read_records
@@ -268,7 +269,9 @@ def find_event_files(run_dir: Path) -> tuple[list[str], dict[str, int]]:
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
-                    elif entry.name.startswith(EVENT_FILE_MARKER) and entry.is_file():
+                    elif entry.name.startswith(EVENT_FILE_MARKER) and entry.is_file(
+                        follow_symlinks=False
+                    ):
                         files.append(Path(entry.path).relative_to(run_dir).as_posix())
         except OSError:
             continue
@@ -306,7 +309,12 @@ def _tensorboard_available() -> bool:
 
 
 def forward_events(
-    session: Session, *, run_id: int, run_dir: Path, max_bytes: int = MAX_BYTES_PER_CALL
+    session: Session,
+    *,
+    run_id: int,
+    run_dir: Path,
+    max_bytes: int = MAX_BYTES_PER_CALL,
+    key_limit: KeyLimit | None = None,
 ) -> int:
     """One batch of TensorBoard scalars: returns the number of event records consumed (0 when
     no event file has anything new). Points and offsets go into the caller's transaction."""
@@ -335,9 +343,8 @@ def forward_events(
         if budget <= 0:
             break
         start = offsets.get(rel, 0)
-        try:
-            size = os.stat(run_dir / rel).st_size
-        except FileNotFoundError:
+        size = job_file_size(run_dir / rel)  # a regular file, not a link to one
+        if size is None:
             continue
         if size <= start or state.corrupt.get(rel) == (start, size):
             continue
@@ -363,7 +370,7 @@ def forward_events(
     if not consumed:
         return 0
     if points:
-        ingest_points(session, run_id=run_id, points=points)
+        ingest_points(session, run_id=run_id, points=points, key_limit=key_limit)
     run.tb_offsets = offsets  # a new dict: the JSON column sees the change
     session.flush()
     return consumed

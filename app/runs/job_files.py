@@ -131,3 +131,33 @@ def job_file_size(path: Path) -> int | None:
     except OSError:
         return None
     return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def cut_job_file(path: Path, size: int, tail: bytes = b"") -> bool:
+    """Cut a regular file (the job's log) to ``size`` bytes and write ``tail`` there; False,
+    without blocking, when it is not a regular file. Not opened for appending, so ``tail``
+    lands at ``size`` even while the job appends: bytes the job adds meanwhile land after
+    it, and the next cut removes them."""
+    try:
+        dir_fd = os.open(path.parent, _FLAGS | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fd = os.open(
+            path.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return False
+    finally:
+        os.close(dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.ftruncate(fd, size)
+        if tail:
+            os.pwrite(fd, tail, size)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
