@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import posixpath
 import secrets
+import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
