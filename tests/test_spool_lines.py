@@ -17,6 +17,7 @@ from app.runs.notices import notice_lines
 from app.settings import get_settings
 from tests.factories import make_run
 from worker import spool_lines
+from worker import spool_lines as sl
 from worker.forwarder import forward, limit_log
 from worker.spool_lines import BadLine, check_line, parse_spool
 
@@ -37,27 +38,27 @@ def metrics(step: int = 1, **values: object) -> bytes:
 
 # Each shape the issue reproduced, and the reason it is counted under.
 BAD_SHAPES = [
-    (b"[1]", spool_lines.NOT_OBJECT),
-    (b'"text"', spool_lines.NOT_OBJECT),
-    (b"not json {", spool_lines.NOT_JSON),
-    (metrics(**{"k" * 300: 1.0}), spool_lines.BAD_KEY_LENGTH),
-    (metrics(**{"": 1.0}), spool_lines.BAD_KEY_LENGTH),
-    (metrics(a="a string"), spool_lines.BAD_VALUE),
-    (metrics(a=[1]), spool_lines.BAD_VALUE),
-    (metrics(a=10**400), spool_lines.BAD_VALUE),
-    (metrics(step=10**30), spool_lines.BAD_STEP),
-    (metrics(step=2**63), spool_lines.BAD_STEP),
-    (metrics(step=2**64 + 5), spool_lines.BAD_STEP),  # orjson reads it as a float
-    (json.dumps({**GOOD, "step": True}).encode(), spool_lines.BAD_STEP),
-    (json.dumps({**GOOD, "step": "3"}).encode(), spool_lines.BAD_STEP),
-    (b'{"type": "metrics", "step": 1, "time": 1, "values": {"\\ud800": 1.0}}', spool_lines.BAD_KEY_TEXT),
-    (b'{"type": "metrics", "step": 1, "time": 1, "values": {"a\\u0000b": 1.0}}', spool_lines.BAD_KEY_TEXT),
-    (b'{"type": "metrics", "step": 1, "time": Infinity, "values": {"a": 1.0}}', spool_lines.BAD_TIME),
-    (json.dumps({**GOOD, "values": None}).encode(), spool_lines.BAD_VALUES),
-    (json.dumps({k: v for k, v in CKPT.items() if k != "epoch"}).encode(), spool_lines.bad_checkpoint("epoch")),
-    (json.dumps({**CKPT, "epoch": 2**40}).encode(), spool_lines.bad_checkpoint("epoch")),
-    (json.dumps({**CKPT, "name": 5}).encode(), spool_lines.bad_checkpoint("name")),
-    (json.dumps({**CKPT, "size_bytes": -1}).encode(), spool_lines.bad_checkpoint("size_bytes")),
+    (b"[1]", sl.NOT_OBJECT),
+    (b'"text"', sl.NOT_OBJECT),
+    (b"not json {", sl.NOT_JSON),
+    (metrics(**{"k" * 300: 1.0}), sl.BAD_KEY_LENGTH),
+    (metrics(**{"": 1.0}), sl.BAD_KEY_LENGTH),
+    (metrics(a="a string"), sl.BAD_VALUE),
+    (metrics(a=[1]), sl.BAD_VALUE),
+    (metrics(a=10**400), sl.BAD_VALUE),
+    (metrics(step=10**30), sl.BAD_STEP),
+    (metrics(step=2**63), sl.BAD_STEP),
+    (metrics(step=2**64 + 5), sl.BAD_STEP),  # orjson reads it as a float
+    (json.dumps({**GOOD, "step": True}).encode(), sl.BAD_STEP),
+    (json.dumps({**GOOD, "step": "3"}).encode(), sl.BAD_STEP),
+    (b'{"type": "metrics", "step": 1, "time": 1, "values": {"\\ud800": 1.0}}', sl.BAD_KEY_TEXT),
+    (b'{"type": "metrics", "step": 1, "time": 1, "values": {"a\\u0000b": 1.0}}', sl.BAD_KEY_TEXT),
+    (b'{"type": "metrics", "step": 1, "time": Infinity, "values": {"a": 1.0}}', sl.BAD_TIME),
+    (json.dumps({**GOOD, "values": None}).encode(), sl.BAD_VALUES),
+    (json.dumps(dict(CKPT, epoch=None)).encode(), sl.bad_checkpoint("epoch")),
+    (json.dumps({**CKPT, "epoch": 2**40}).encode(), sl.bad_checkpoint("epoch")),
+    (json.dumps({**CKPT, "name": 5}).encode(), sl.bad_checkpoint("name")),
+    (json.dumps({**CKPT, "size_bytes": -1}).encode(), sl.bad_checkpoint("size_bytes")),
 ]  # fmt: skip
 
 
