@@ -12,6 +12,7 @@ import pytest
 
 from app.db import session_scope
 from app.metrics.service import read_series
+from app.runs import notices
 from app.runs.models import Run
 from app.runs.notices import notice_lines
 from app.settings import get_settings
@@ -187,3 +188,25 @@ def test_a_log_past_its_limit_is_cut_with_a_note_and_stays_cut(tmp_path: Path) -
         limit_log(run, log_path=log, max_bytes=4096)
     assert log.read_bytes() == data
     assert run_notices(run_id) == ["log limit reached (4 KiB): the output after it is not kept"]
+
+
+def test_the_notes_are_in_the_runs_api_answer_and_on_its_page(client) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import make_user
+    from tests.test_pages import login
+
+    name, password, headers = make_user()
+    run_id = make_run()
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        notices.add_skipped(run, {"<b>not</b> a JSON object": 2})
+        notices.log_cut(run, limit=1 << 30, kept=(1 << 30) + 90)
+    said = [
+        "2 lines skipped: <b>not</b> a JSON object",
+        "log limit reached (1 GiB): the output after it is not kept",
+    ]
+    assert client.get(f"/api/runs/{run_id}", headers=headers).json()["notices"] == said
+    login(client, name, password)
+    page = client.get(f"/runs/{run_id}").text
+    assert "<li>2 lines skipped: &lt;b&gt;not&lt;/b&gt; a JSON object</li>" in page
+    assert "<li>log limit reached (1 GiB): the output after it is not kept</li>" in page

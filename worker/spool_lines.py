@@ -107,7 +107,9 @@ def _number(value: Any) -> float | None:
 
 
 def check_metrics(record: Mapping[str, Any]) -> Step:
-    step, when, values = record.get("step"), record.get("time"), record.get("values")
+    step: Any = record.get("step")
+    when: Any = record.get("time")
+    values = record.get("values")
     if not _whole(step, INT64):
         raise BadLine(BAD_STEP)
     if type(when) not in (int, float) or not math.isfinite(when):
