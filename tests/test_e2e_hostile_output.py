@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import WORKSPACE_DIR, wait_for_status
+from tests.test_ingest_isolation import refused_key as refused_key  # a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +68,16 @@ with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
         f.flush()
     for step in steps:
         good(f, step)
+time.sleep(600)
+""",
+    "ingest_bug.py": """
+with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+    good(f, STEPS[0])
+f = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+time.sleep(2)
+f.write(json.dumps({"type": "metrics", "step": 2, "time": 1.0,
+                    "values": {"poison/ingest-bug": 1.0}}) + "\\n")
+f.flush()
 time.sleep(600)
 """,
     "long_line.py": """
@@ -142,7 +153,7 @@ def probe(base_url: str, teammate: tuple[str, str]) -> tuple[float, float]:
     return login, write
 
 
-@pytest.mark.parametrize("script", sorted(SCRIPTS))
+@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - {"ingest_bug.py"}))
 def test_a_hostile_jobs_files_stall_nothing_and_lose_no_good_point(
     api, live_stack, scripts, teammate, script: str
 ) -> None:
@@ -199,3 +210,27 @@ def test_a_hostile_jobs_files_stall_nothing_and_lose_no_good_point(
     assert ended["status"] == "cancelled", ended
     assert time.monotonic() - began < 15
     assert probe(live_stack.base_url, teammate)[1] < 1.0
+
+
+@pytest.mark.usefixtures("refused_key")
+def test_a_run_whose_ingestion_fails_keeps_heartbeating_and_can_be_cancelled(api, scripts) -> None:
+    """The database refuses one of the run's rows (a trigger: an error no line check can
+    foresee). The run says so, keeps its heartbeat (the reaper would take it for lost
+    otherwise) and its cancel works."""
+    run_id = launch(api, {"script": f"{scripts}/ingest_bug.py"}, "ingest-bug")
+    wait_for_status(api, run_id, {"running"}, timeout=60)
+    deadline = time.monotonic() + 60
+    while not api.get(f"/api/runs/{run_id}").json()["notices"]:
+        assert time.monotonic() < deadline, "the ingestion error was never said on the run"
+        time.sleep(0.3)
+    run = api.get(f"/api/runs/{run_id}").json()
+    assert run["notices"][0].startswith("ingestion stopped by an error: forward: IntegrityError")
+    stamps = {run["heartbeat_at"]}
+    deadline = time.monotonic() + 30
+    while len(stamps) < 3:  # two more heartbeats after the error
+        assert time.monotonic() < deadline, stamps
+        time.sleep(0.5)
+        stamps.add(api.get(f"/api/runs/{run_id}").json()["heartbeat_at"])
+    assert api.post(f"/api/runs/{run_id}/cancel").status_code == 202
+    assert wait_for_status(api, run_id, FINISHED, timeout=30)["status"] == "cancelled"
+    assert good_points(api, run_id) == {"step": [1], "value": [0.1]}
