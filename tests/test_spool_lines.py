@@ -210,3 +210,18 @@ def test_the_notes_are_in_the_runs_api_answer_and_on_its_page(client) -> None:  
     page = client.get(f"/runs/{run_id}").text
     assert "<li>2 lines skipped: &lt;b&gt;not&lt;/b&gt; a JSON object</li>" in page
     assert "<li>log limit reached (1 GiB): the output after it is not kept</li>" in page
+
+
+def test_lines_just_over_the_limit_are_skipped_and_lines_at_it_kept(tmp_path: Path) -> None:
+    from worker.forwarder import read_complete_lines
+
+    limit = 1000
+    for length in (limit - 1, limit, limit + 1, 2 * limit, 3 * limit + 7):
+        for before in (0, 1, 333, limit // 2):
+            data = b"a" * before + b"\n" + b"x" * length + b"\n" + b"b\n"
+            path = tmp_path / "spool"
+            path.write_bytes(data)
+            read = read_complete_lines(path, 0, limit)
+            kept = [line for line in data.split(b"\n")[:-1] if len(line) <= limit]
+            assert read.chunk == b"".join(line + b"\n" for line in kept), (length, before)
+            assert read.too_long == (length > limit) and read.offset == len(data)
