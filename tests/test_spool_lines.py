@@ -225,3 +225,18 @@ def test_lines_just_over_the_limit_are_skipped_and_lines_at_it_kept(tmp_path: Pa
             kept = [line for line in data.split(b"\n")[:-1] if len(line) <= limit]
             assert read.chunk == b"".join(line + b"\n" for line in kept), (length, before)
             assert read.too_long == (length > limit) and read.offset == len(data)
+
+
+def test_a_line_longer_than_the_read_window_with_the_largest_limit_is_skipped(
+    tmp_path: Path,
+) -> None:
+    from worker.forwarder import MAX_CHUNK_BYTES, read_complete_lines
+
+    path = tmp_path / "spool"
+    path.write_bytes(b"x" * (MAX_CHUNK_BYTES + 5))  # no newline yet
+    read = read_complete_lines(path, 0, MAX_CHUNK_BYTES)
+    assert read.too_long == 1 and read.offset == MAX_CHUNK_BYTES + 1
+    with path.open("ab") as f:
+        f.write(b"\nok\n")
+    read = read_complete_lines(path, read.offset, MAX_CHUNK_BYTES)
+    assert read.chunk == b"ok\n" and read.too_long == 0 and read.offset == path.stat().st_size

@@ -73,7 +73,8 @@ def read_complete_lines(path: Path, offset: int, max_line: int = MAX_CHUNK_BYTES
     try:
         with open_job_file(path) as f:
             f.seek(start)
-            window = f.read(MAX_CHUNK_BYTES + offset - start)
+            # Room for one line over the limit, so a full window is never one waiting line.
+            window = f.read(max(MAX_CHUNK_BYTES, max_line + 1) + offset - start)
     except (FileNotFoundError, FileRefused):
         return SpoolRead(b"", offset, 0)
     data, base = window[offset - start :], offset
