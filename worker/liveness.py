@@ -44,7 +44,8 @@ def salvage_spool(session: Session, run_id: int) -> None:
         log.exception("run %s: salvaging its spool failed", run_id)
         run = session.get(Run, run_id)
         if run is not None:
-            notices.ingest_error(run, f"salvage: {type(exc).__name__}: {exc}")
+            first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
+            notices.ingest_error(run, f"salvage: {type(exc).__name__}: {first}")
 
 
 def reap_once() -> list[Handover]:

@@ -197,7 +197,9 @@ class Ingest:
             log.exception("run %s: %s failed", self.run.run_id, what)
             self.healthy = False
             self._paused_until = time.monotonic() + self.RETRY_AFTER_ERROR
-            self._note(f"{what}: {type(exc).__name__}: {exc}")
+            # The first line only: SQLAlchemy adds the statement and its parameters below it.
+            first = (str(exc).splitlines() or [""])[0]
+            self._note(f"{what}: {type(exc).__name__}: {first}")
             return default
 
     def _note(self, error: str) -> None:
