@@ -107,7 +107,7 @@ def append_to_job_file(path: Path, data: bytes) -> bool:
     except OSError:
         return False
     try:
-        fd = os.open(path.name, flags, 0o644, dir_fd=dir_fd)
+        fd = os.open(path.name, flags, 0o600, dir_fd=dir_fd)
     except OSError:  # a link (ELOOP), a FIFO without a reader (ENXIO), a directory
         return False
     finally:
