@@ -115,3 +115,15 @@ def test_appending_and_cutting_a_regular_file(run_dir: Path) -> None:
     assert log.read_bytes() == b"hel!\n"
     assert append_to_job_file(run_dir / "new.log", b"created\n")
     assert (run_dir / "new.log").read_bytes() == b"created\n"
+
+
+def test_a_file_written_whole_replaces_a_link_or_fifo_without_following_it(
+    run_dir: Path,
+) -> None:
+    from app.runs.job_files import replace_job_file
+
+    quick(lambda: replace_job_file(run_dir / "link", b"{}"))
+    quick(lambda: replace_job_file(run_dir / "fifo", b"[]"))
+    assert (run_dir / "link").read_bytes() == b"{}" and not (run_dir / "link").is_symlink()
+    assert (run_dir / "fifo").read_bytes() == b"[]"
+    assert (run_dir.parent / "secret.db").read_bytes() == b"password hashes"

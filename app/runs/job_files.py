@@ -161,3 +161,17 @@ def cut_job_file(path: Path, size: int, tail: bytes = b"") -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def replace_job_file(path: Path, data: bytes) -> None:
+    """Write ``path`` whole through a new file renamed over it: whatever the job left at that
+    name (a link to the database, a FIFO) is replaced, never written through or waited on."""
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
