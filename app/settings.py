@@ -60,6 +60,14 @@ class Settings(BaseSettings):
     # the forwarder still get the CPU first, so pages and live curves stay responsive.
     job_nice: int = Field(default=10, ge=0, le=19)
     forwarder_interval_seconds: float = 0.1
+    # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
+    # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past
+    # the limit are not stored (a run page with 100,000 curves froze a browser).
+    max_metric_keys_per_run: int = Field(default=10_000, ge=1)
+    # The log: output past this many bytes is cut off (the file truncated, a note at the end).
+    max_log_bytes: int = Field(default=1024**3, ge=4096)
+    # One line of the metrics spool: a longer line is skipped and counted, never read whole.
+    spool_line_max_bytes: int = Field(default=1024**2, ge=1024, le=16 * 1024**2)
     # Threads per worker; the worker CLI raises it to GPUs + 1 so a host with all GPUs leased
     # still has a thread for gpus: 0 runs and for re-checking waiting ones.
     worker_concurrency: int = 2

@@ -60,6 +60,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_job_entry",
         "test_job_errors",
         "test_job_exit",
+        "test_job_files",
         "test_job_imports",
         "test_job_process",
         "test_launcher",

@@ -6,6 +6,7 @@ from pathlib import Path
 from app.db import session_scope
 from app.metrics.service import count_points, read_series
 from app.runs.models import Run
+from app.runs.notices import notice_lines
 from app.runs.service import checkpoints_of
 from tests.factories import make_run
 from worker.forwarder import forward
@@ -95,22 +96,26 @@ def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(tmp_path
         assert read_series(session, run_id=run_id) == {"a": {"step": [1, 2], "value": [1.0, 2.0]}}
 
 
-def test_nan_infinity_and_non_numbers_are_stored_as_null_and_ints_as_floats(
+def test_nan_and_infinity_are_stored_as_null_ints_as_floats_and_a_non_number_skips_its_line(
     tmp_path: Path,
 ) -> None:
     """The job writes null for a non-finite value, but a hand-written line (json.dumps with
-    its defaults) may carry NaN and Infinity, which are not JSON."""
+    its defaults) may carry NaN and Infinity, which are not JSON. A value that is not a number
+    at all (text, a list) makes the line one the job did not write: skipped and counted."""
     run_id = make_run()
     path = tmp_path / "metrics.jsonl"
     nonfinite = line(2, a=float("nan"), b=float("inf"), c=-float("inf"))
-    words = line(3, a="text", b=None, c=[1])  # not numbers: stored as NULL, not a stuck spool
+    words = line(3, a="text", b=None, c=[1])
     path.write_text(line(1, a=1.0, b=2, c=True) + "\n" + nonfinite + "\n" + words + "\n")
     assert pump(run_id, path) == 3
     with session_scope() as session:
         series = read_series(session, run_id=run_id)
+        assert notice_lines(session.get(Run, run_id).notices) == [
+            "1 line skipped: a metric value is not a number"
+        ]
     assert series == {
-        "a": {"step": [1, 2, 3], "value": [1.0, None, None]},
-        "b": {"step": [1, 2, 3], "value": [2.0, None, None]},
-        "c": {"step": [1, 2, 3], "value": [1.0, None, None]},
+        "a": {"step": [1, 2], "value": [1.0, None]},
+        "b": {"step": [1, 2], "value": [2.0, None]},
+        "c": {"step": [1, 2], "value": [1.0, None]},
     }
     assert all(type(v) is float for s in series.values() for v in s["value"] if v is not None)

@@ -19,19 +19,25 @@ import logging
 import os
 import posixpath
 import secrets
+import shutil
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.artifacts import checkpoint_key, renames_atomically, store_fs
 from app.db import session_scope
+from app.runs.job_files import job_file_size, open_job_file
 from app.runs.models import Checkpoint
 from app.runs.service import inside
 from app.settings import get_settings
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +53,28 @@ def upload(store: str, local: Path, *, run_id: int, name: str) -> str:
     """Copy ``local`` to the store as run ``run_id``'s checkpoint ``name``; returns its URI."""
     fs, root = store_fs(store)
     key = checkpoint_key(root, run_id, name)
-    if not renames_atomically(fs):
-        fs.put_file(str(local), key)
-        return str(fs.unstrip_protocol(key))
-    parent = posixpath.dirname(key)
-    fs.makedirs(parent, exist_ok=True)
-    tmp = f"{parent}/.{name}.{secrets.token_hex(4)}.part"
-    try:
-        fs.put_file(str(local), tmp)
-        fs.mv(tmp, key)
-    except BaseException:
-        if fs.exists(tmp):
-            fs.rm_file(tmp)
-        raise
+    # The job wrote it: opened as a regular file without following a link (a link to the
+    # database must not end up in the store), and copied from that descriptor.
+    with open_job_file(local) as source:
+        if not renames_atomically(fs):
+            _copy(source, fs, key)
+            return str(fs.unstrip_protocol(key))
+        parent = posixpath.dirname(key)
+        fs.makedirs(parent, exist_ok=True)
+        tmp = f"{parent}/.{name}.{secrets.token_hex(4)}.part"
+        try:
+            _copy(source, fs, tmp)
+            fs.mv(tmp, key)
+        except BaseException:
+            if fs.exists(tmp):
+                fs.rm_file(tmp)
+            raise
     return str(fs.unstrip_protocol(key))
+
+
+def _copy(source: BinaryIO, fs: AbstractFileSystem, key: str) -> None:
+    with fs.open(key, "wb") as out:
+        shutil.copyfileobj(source, out, 1 << 20)
 
 
 def fetch(uri: str, target: Path) -> None:
@@ -191,7 +205,7 @@ def sync(session: Session, *, run_id: int, run_dir: Path, final: bool) -> int:
         if key in busy or key in _uploads.given_up:
             continue
         local = inside(run_dir, path)
-        if local is None or not local.is_file():
+        if local is None or job_file_size(local) is None:
             _uploads.failed(key, FileNotFoundError(f"{path} is not in {run_dir}"))
             continue
         _uploads.submit(key, store, local)

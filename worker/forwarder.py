@@ -6,33 +6,41 @@ points and records checkpoints, and advances the offset in the same transaction.
 job wrote with TensorBoard's SummaryWriter anywhere under the run directory move with the same
 batch (worker.tensorboard_events).
 
-It also ships output.log: new bytes go to ``run_log_chunks`` with ``runs.log_offset`` advanced
-in the same transaction, so the API serves the log without the worker's disk. While the job
-runs only whole lines go (a line still being written waits); the final drain (``final=True``)
-sends the rest. A call moves at most LOG_SHIP_BYTES, and the small chunks of a quiet log are
-merged once they add up (``_compact_log``), so a long run is a modest number of rows. With an
-artifact store configured, checkpoints go there too (worker.artifacts).
+Everything here is read from files the job wrote, through app.runs.job_files (regular files
+only, no link followed, never blocking on a FIFO), and every spool line is checked
+(worker.spool_lines): a bad line is skipped and counted on the run (app.runs.notices), a line
+longer than ``spool_line_max_bytes`` is skipped without being read whole, and the per-run
+limits (metric keys, log bytes) are applied here, each said on the run when reached.
+
+The log is stored once. On one box (no artifact store) the API reads output.log itself. With
+an artifact store the API is on another host: new bytes go to ``run_log_chunks`` with
+``runs.log_offset`` advanced in the same transaction. While the job runs only whole lines go
+(a line still being written waits); the final drain (``final=True``) sends the rest. A call
+moves at most LOG_SHIP_BYTES, and the small chunks of a quiet log are merged once they add up
+(``_compact_log``), so a long run is a modest number of rows. With an artifact store,
+checkpoints go there too (worker.artifacts).
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import orjson
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.metrics.ingest import Step, ingest_steps
+from app.metrics.ingest import KeyLimit, ingest_steps
+from app.runs import notices
+from app.runs.job_files import FileRefused, cut_job_file, job_file_size, open_job_file
 from app.runs.models import Checkpoint, Run, RunLogChunk
+from app.settings import get_settings
 from torchyard.contract import LOG_FILE
-from worker import artifacts
+from worker import artifacts, spool_lines
+from worker.spool_lines import parse_spool
 from worker.tensorboard_events import forward_events
 
 log = logging.getLogger(__name__)
@@ -46,20 +54,54 @@ LOG_CHUNK_BYTES = 64 * 1024
 LOG_MAX_SMALL_CHUNKS = 64
 
 
-def read_complete_lines(path: Path, offset: int) -> tuple[bytes, int]:
-    """The complete lines after `offset` as one chunk ending in a newline (b"" if none), and
-    the offset after the last of them. A last line without its newline is still being
-    written (the job appends a line in pieces, the newline last): it is not read yet."""
+class SpoolRead(NamedTuple):
+    chunk: bytes  # whole lines, each at most the line limit, ending in a newline (or b"")
+    offset: int  # where the next read starts
+    too_long: int  # lines skipped for their length
+
+
+def read_complete_lines(path: Path, offset: int, max_line: int = MAX_CHUNK_BYTES) -> SpoolRead:
+    """The complete lines after ``offset``, and the offset after the last of them. A last line
+    without its newline is still being written (the job appends a line in pieces, the newline
+    last): it is not read yet, unless it is already longer than ``max_line``.
+
+    A line longer than ``max_line`` is skipped (counted in ``too_long``) without ever being
+    held whole: once it is known too long, the offset moves to the end of what was read, and
+    later reads start in the middle of it (the byte before the offset is not a newline) and
+    drop everything up to its newline."""
+    start = max(0, offset - 1)
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read(MAX_CHUNK_BYTES)
-    except FileNotFoundError:
-        return b"", offset
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return b"", offset
-    return chunk[: end + 1], offset + end + 1
+        with open_job_file(path) as f:
+            f.seek(start)
+            # Room for one line over the limit, so a full window is never one waiting line.
+            window = f.read(max(MAX_CHUNK_BYTES, max_line + 1) + offset - start)
+    except (FileNotFoundError, FileRefused):
+        return SpoolRead(b"", offset, 0)
+    data, base = window[offset - start :], offset
+    if offset > 0 and window[:1] != b"\n":  # inside a line skipped as too long
+        nl = data.find(b"\n")
+        if nl < 0:
+            return SpoolRead(b"", offset + len(data), 0)
+        data, base = data[nl + 1 :], offset + nl + 1
+    end = data.rfind(b"\n") + 1
+    chunk, too_long = data[:end], 0
+    if _may_hold_a_longer_line(chunk, max_line):
+        lines = chunk.split(b"\n")[:-1]
+        if max(map(len, lines)) > max_line:
+            kept = [line for line in lines if len(line) <= max_line]
+            too_long = len(lines) - len(kept)
+            chunk = b"".join(line + b"\n" for line in kept)
+    if len(data) - end > max_line:  # a last line too long already, newline or not
+        return SpoolRead(chunk, base + len(data), too_long + 1)
+    return SpoolRead(chunk, base + end, too_long)
+
+
+def _may_hold_a_longer_line(chunk: bytes, max_line: int) -> bool:
+    """False when no line of ``chunk`` is longer than ``max_line``, checked in a few dozen
+    finds: such a line would cover a whole aligned block of ``max_line // 2 + 1`` bytes, so
+    only a block without a newline is worth splitting the chunk for."""
+    block = max_line // 2 + 1
+    return any(chunk.find(b"\n", i, i + block) < 0 for i in range(0, len(chunk) - block + 1, block))
 
 
 def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = False) -> int:
@@ -74,21 +116,56 @@ def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = 
     run = session.get(Run, run_id)
     if run is None:
         return 0
+    settings = get_settings()
     run_dir = metrics_path.parent
-    moved = _forward_lines(session, run=run, metrics_path=metrics_path)
-    moved += forward_events(session, run_id=run_id, run_dir=run_dir)
-    moved += ship_log(session, run=run, log_path=run_dir / LOG_FILE, final=final)
+    key_limit = KeyLimit(settings.max_metric_keys_per_run)
+    moved = _forward_lines(
+        session,
+        run=run,
+        metrics_path=metrics_path,
+        key_limit=key_limit,
+        max_line=settings.spool_line_max_bytes,
+    )
+    moved += forward_events(session, run_id=run_id, run_dir=run_dir, key_limit=key_limit)
+    notices.add_dropped_points(run, limit=key_limit.max_keys, points=key_limit.dropped_points)
+    log_path = run_dir / LOG_FILE
+    limit_log(run, log_path=log_path, max_bytes=settings.max_log_bytes)
+    if settings.artifact_store:  # the API is elsewhere: it reads the log from the database
+        moved += ship_log(session, run=run, log_path=log_path, final=final)
+    session.flush()
     return moved + artifacts.sync(session, run_id=run_id, run_dir=run_dir, final=final)
+
+
+def limit_log(run: Run, *, log_path: Path, max_bytes: int) -> None:
+    """Keep the log within ``max_bytes``: the first time it is longer, it is cut there and a
+    note ends it (the run says so too); afterwards whatever the job appends is cut off again
+    on each call. The job's descriptor appends, so its writes land at the end either way."""
+    size = job_file_size(log_path)
+    if size is None or size <= max_bytes:
+        return
+    kept = notices.log_kept(run)
+    if kept is None:
+        note = (
+            f"\ntorchyard: the log reached its limit of {notices.size_text(max_bytes)}; "
+            "the rest of this run's output is not kept\n"
+        ).encode()
+        if cut_job_file(log_path, max_bytes, note):
+            notices.log_cut(run, limit=max_bytes, kept=max_bytes + len(note))
+    elif size > kept:
+        cut_job_file(log_path, kept)
 
 
 def ship_log(session: Session, *, run: Run, log_path: Path, final: bool) -> int:
     """Copy the next bytes of output.log after ``run.log_offset`` into one chunk; 1 if it did."""
     offset = run.log_offset
+    end = notices.log_kept(run)  # bytes past a cut are not the run's log
     try:
-        with open(log_path, "rb") as f:
+        with open_job_file(log_path) as f:
             f.seek(offset)
-            data = f.read(LOG_SHIP_BYTES)
-    except FileNotFoundError:
+            data = f.read(
+                LOG_SHIP_BYTES if end is None else max(0, min(LOG_SHIP_BYTES, end - offset))
+            )
+    except (FileNotFoundError, FileRefused):
         return 0
     if not final:
         cut = data.rfind(b"\n") + 1
@@ -137,62 +214,6 @@ def _compact_log(session: Session, *, run_id: int, end: int) -> None:
     )
 
 
-def _non_finite(_constant: str) -> None:
-    return None
-
-
-def _parse_line(raw: bytes) -> Any:
-    """One spool line as JSON; raises ValueError if malformed. NaN and Infinity, which the job
-    never writes (it writes null) but a hand-written line may, become None (stored as NULL):
-    orjson refuses them, so such a line goes through the standard library's parser."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw, parse_constant=_non_finite)
-
-
-def parse_spool(chunk: bytes, *, run_id: int) -> tuple[list[Step], list[dict[str, Any]]]:
-    """The metrics lines (as (step, wall_time, values)) and checkpoint lines of a chunk of
-    complete lines; other record types are ignored, a malformed line is skipped (warned).
-
-    Fast path, the whole chunk at once: the lines joined into one JSON array for one orjson
-    call, the metrics picked out by one comprehension. Parsing line by line with json.loads
-    was the largest share of the forwarder's time (bench/ingest.py). Any line the fast path
-    cannot take (malformed, NaN, not an object, values not an object) sends the chunk through
-    the careful path, line by line, which skips only that line.
-    """
-    steps: list[Step] = []
-    try:
-        records = orjson.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")
-        steps = [
-            (int(r["step"]), float(r["time"]), r["values"])
-            for r in records
-            if r.get("type") == "metrics"
-        ]
-        if not steps or set(map(type, map(itemgetter(2), steps))) == {dict}:
-            if len(steps) == len(records):
-                return steps, []
-            return steps, [r for r in records if r.get("type") == "checkpoint"]
-    except (ValueError, TypeError, KeyError, AttributeError):
-        pass
-    steps.clear()
-    checkpoints: list[dict[str, Any]] = []
-    for raw in chunk.splitlines():
-        try:
-            record = _parse_line(raw)
-            kind = record.get("type")
-            if kind == "metrics":
-                values = record["values"]
-                if not isinstance(values, dict):
-                    raise TypeError("values is not an object")
-                steps.append((int(record["step"]), float(record["time"]), values))
-            elif kind == "checkpoint":
-                checkpoints.append(record)
-        except (ValueError, TypeError, KeyError, AttributeError):
-            log.warning("run %s: skipping a malformed metrics line: %r", run_id, raw[:200])
-    return steps, checkpoints
-
-
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a chunk's objects are built: a full chunk is ~140k
@@ -209,21 +230,29 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _forward_lines(session: Session, *, run: Run, metrics_path: Path) -> int:
-    """The next complete lines of the spool: their points, checkpoints and the new offset, in
-    the caller's transaction; returns the number of lines."""
-    chunk, new_offset = read_complete_lines(metrics_path, run.metrics_offset)
-    if not chunk:
+def _forward_lines(
+    session: Session, *, run: Run, metrics_path: Path, key_limit: KeyLimit, max_line: int
+) -> int:
+    """The next complete lines of the spool: their points, checkpoints, the lines skipped
+    (counted on the run) and the new offset, in the caller's transaction; returns the number
+    of lines."""
+    chunk, new_offset, too_long = read_complete_lines(metrics_path, run.metrics_offset, max_line)
+    if new_offset == run.metrics_offset:
         return 0
     with _gc_paused():
-        steps, checkpoints = parse_spool(chunk, run_id=run.id)
-        if checkpoints:
-            _record_checkpoints(session, run_id=run.id, records=checkpoints)
-        if steps:
-            ingest_steps(session, run_id=run.id, steps=steps)
+        parsed = parse_spool(chunk)
+        if parsed.checkpoints:
+            _record_checkpoints(session, run_id=run.id, records=parsed.checkpoints)
+        if parsed.steps:
+            ingest_steps(session, run_id=run.id, steps=parsed.steps, key_limit=key_limit)
+    if too_long:
+        parsed.skipped[spool_lines.too_long(max_line)] += too_long
+    if parsed.skipped:
+        log.warning("run %s: spool lines skipped: %s", run.id, dict(parsed.skipped))
+        notices.add_skipped(run, parsed.skipped)
     run.metrics_offset = new_offset
     session.flush()
-    return chunk.count(b"\n")
+    return max(1, chunk.count(b"\n") + too_long)  # the offset moved: there may be more
 
 
 def _record_checkpoints(session: Session, *, run_id: int, records: list[dict[str, Any]]) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
+from app.runs.job_files import FileRefused, open_job_file, read_job_file
 from torchyard.contract import ERRORS_DIR, rank_prefix
 
 ERROR_TAIL_LINES = 30
@@ -38,33 +38,25 @@ def run_error(run_dir: Path, log_path: Path, code: int | None) -> str:
 def first_failure(errors_dir: Path) -> dict[str, Any] | None:
     """The earliest well-formed record in ``errors_dir``, None when there is none."""
     found: list[dict[str, Any]] = []
+    if not errors_dir.is_dir() or errors_dir.is_symlink():
+        return None
     try:
         entries = list(os.scandir(errors_dir))
     except OSError:
         return None
     for entry in entries[:1024]:
-        record = _read_record(entry)
+        record = _read_record(errors_dir, entry)
         if record is not None:
             found.append(record)
     return min(found, key=lambda r: (r["time"], r["rank"])) if found else None
 
 
-def _read_record(entry: os.DirEntry[str]) -> dict[str, Any] | None:
+def _read_record(errors_dir: Path, entry: os.DirEntry[str]) -> dict[str, Any] | None:
     if not entry.name.endswith(".json"):
         return None
-    try:
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    raw = read_job_file(errors_dir / entry.name, MAX_RECORD_BYTES)
+    if raw is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD_BYTES:
-            return None
-        raw = os.read(fd, MAX_RECORD_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     try:
         data = json.loads(raw)
     except ValueError:
@@ -91,8 +83,10 @@ def error_tail(log_path: Path) -> str:
     set up the process group itself): the lines are matched by the prefix, once or more.
     """
     try:
-        text = log_path.read_bytes()[-64_000:].decode("utf-8", "replace")
-    except FileNotFoundError:
+        with open_job_file(log_path) as f:  # a FIFO in its place must not stall the worker
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 64_000))
+            text = f.read(64_000).decode("utf-8", "replace")
+    except (FileNotFoundError, FileRefused):
         return ""
     ranked = list(_RANK_TRACEBACK.finditer(text))
     if ranked:

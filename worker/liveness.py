@@ -14,6 +14,8 @@ import threading
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
+from app.runs import notices
+from app.runs.models import Run
 from app.runs.recovery import Handover, reap_lost_runs
 from app.settings import get_settings
 from torchyard.contract import METRICS_FILE
@@ -30,9 +32,20 @@ def salvage_spool(session: Session, run_id: int) -> None:
     metrics_path = get_settings().run_dir(run_id) / METRICS_FILE
     if not metrics_path.parent.is_dir():
         return
-    for _ in range(MAX_SALVAGE_BATCHES):
-        if not forward(session, run_id=run_id, metrics_path=metrics_path):
-            return
+    # In a savepoint: an error in one run's spool is that run's (its points so far are kept,
+    # the rest noted on it); the reaper still hands it over, and every other lost run too.
+    try:
+        for _ in range(MAX_SALVAGE_BATCHES):
+            with session.begin_nested():
+                moved = forward(session, run_id=run_id, metrics_path=metrics_path)
+            if not moved:
+                return
+    except Exception as exc:
+        log.exception("run %s: salvaging its spool failed", run_id)
+        run = session.get(Run, run_id)
+        if run is not None:
+            first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
+            notices.ingest_error(run, f"salvage: {type(exc).__name__}: {first}")
 
 
 def reap_once() -> list[Handover]:

@@ -17,11 +17,14 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from app.runs.job_files import read_job_file
 from app.runs.models import Run
 from torchyard.contract import ENVIRONMENT_FILE
 from worker.workspace import git_state
 
 log = logging.getLogger(__name__)
+
+MAX_RECORD_BYTES = 4 * 1024 * 1024
 
 
 def worker_record(
@@ -45,11 +48,14 @@ def store(session: Session, *, run_id: int, record: dict[str, Any]) -> None:
 def merge_job_record(session: Session, *, run_id: int, run_dir: Path) -> bool:
     """Fold the job's environment.json into the run's record; False while it is not there."""
     path = run_dir / ENVIRONMENT_FILE
-    try:
-        job = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    raw = read_job_file(path, MAX_RECORD_BYTES)  # a regular file only, never blocking
+    if raw is None:
         return False
-    except ValueError:
+    try:
+        job = json.loads(raw)
+    except (ValueError, RecursionError):
+        job = None
+    if not isinstance(job, dict):
         log.warning("run %s: unreadable %s; the record keeps the worker's half", run_id, path)
         return True
     run = session.get(Run, run_id)

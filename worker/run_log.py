@@ -8,14 +8,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from app.runs.job_files import append_to_job_file
 from torchyard.contract import LOG_FILE
 
 log = logging.getLogger(__name__)
 
 
 def note_in_log(run_dir: Path, *lines: str) -> None:
-    try:
-        with open(run_dir / LOG_FILE, "ab") as out:
-            out.write("".join(f"torchyard: {line}\n" for line in lines).encode())
-    except OSError:
-        log.exception("could not write to %s", run_dir / LOG_FILE)
+    text = "".join(f"torchyard: {line}\n" for line in lines).encode()
+    # Only into a regular file: the job may have put a FIFO (opening it would wait for a
+    # reader) or a link to another file in its place.
+    if not append_to_job_file(run_dir / LOG_FILE, text):
+        log.warning("could not write to %s (not a regular file)", run_dir / LOG_FILE)

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from app.db import session_scope
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs import lifecycle
+from app.runs.job_files import replace_job_file
 from app.runs.models import Run, RunStatus
 from app.runs.recovery import HandoverOutcome, hand_over
 from app.settings import get_settings
@@ -134,7 +135,8 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     attempt = claimed.attempt
     run_dir = settings.run_dir(run_id)
     (run_dir / CHECKPOINTS_DIR).mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(claimed.config, indent=2))
+    # A requeued run's folder holds what its last job left: replaced, never written through.
+    replace_job_file(run_dir / CONFIG_FILE, json.dumps(claimed.config, indent=2).encode())
     if attempt > 1:
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from app.runs.job_files import append_to_job_file, cut_job_file, job_file_size
 from app.runs.models import Run
 from torchyard.contract import LOG_FILE, METRICS_FILE
 from worker.tensorboard_events import clear_cache, find_event_files
@@ -26,12 +28,20 @@ log = logging.getLogger(__name__)
 def _continue_log(run: Run, log_path: Path) -> None:
     """The new attempt's output continues the run's log. On another host the local file is
     new, but the log shipped so far (runs.log_offset bytes) is the run's: the local file is
-    extended to that size (a sparse hole, no bytes written) so shipping resumes after it."""
-    size = log_path.stat().st_size if log_path.exists() else 0
-    with open(log_path, "ab") as f:
-        if size < run.log_offset:
-            f.truncate(run.log_offset)
-        f.write(f"=== torchyard: attempt {run.attempt} of run {run.id} ===\n".encode())
+    extended to that size (a sparse hole, no bytes written) so shipping resumes after it.
+    Whatever the last attempt's job left there that is not a regular file (a FIFO, a link)
+    is removed first: the new job's output is opened at that name."""
+    if job_file_size(log_path) is None and os.path.lexists(log_path):
+        if os.path.isdir(log_path) and not os.path.islink(log_path):
+            shutil.rmtree(log_path, ignore_errors=True)
+        else:
+            log_path.unlink(missing_ok=True)
+    append_to_job_file(log_path, b"")
+    if (job_file_size(log_path) or 0) < run.log_offset:
+        cut_job_file(log_path, run.log_offset)
+    append_to_job_file(
+        log_path, f"=== torchyard: attempt {run.attempt} of run {run.id} ===\n".encode()
+    )
 
 
 def start_attempt(session: Session, run_id: int, run_dir: Path) -> None:
@@ -46,6 +56,6 @@ def start_attempt(session: Session, run_id: int, run_dir: Path) -> None:
     run.metrics_offset = 0
     _continue_log(run, run_dir / LOG_FILE)
     files, _dirs = find_event_files(run_dir)
-    run.tb_offsets = {rel: (run_dir / rel).stat().st_size for rel in files}
+    run.tb_offsets = {rel: job_file_size(run_dir / rel) or 0 for rel in files}
     clear_cache()
     session.flush()

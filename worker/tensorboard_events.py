@@ -42,8 +42,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from app.metrics.ingest import clip_key, ingest_points
+from app.metrics.ingest import KeyLimit, clip_key, ingest_points
 from app.runs.images import Caps, ImageLimit, store_images
+from app.runs.job_files import job_file_size
 from app.runs.models import Run
 from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
@@ -145,7 +146,9 @@ def find_event_files(run_dir: Path) -> tuple[list[str], dict[str, int]]:
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
-                    elif entry.name.startswith(EVENT_FILE_MARKER) and entry.is_file():
+                    elif entry.name.startswith(EVENT_FILE_MARKER) and entry.is_file(
+                        follow_symlinks=False
+                    ):
                         files.append(Path(entry.path).relative_to(run_dir).as_posix())
         except OSError:
             continue
@@ -183,7 +186,12 @@ def _tensorboard_available() -> bool:
 
 
 def forward_events(
-    session: Session, *, run_id: int, run_dir: Path, max_bytes: int = MAX_BYTES_PER_CALL
+    session: Session,
+    *,
+    run_id: int,
+    run_dir: Path,
+    max_bytes: int = MAX_BYTES_PER_CALL,
+    key_limit: KeyLimit | None = None,
 ) -> int:
     """One batch of TensorBoard scalars: returns the number of event records consumed (0 when
     no event file has anything new). Points and offsets go into the caller's transaction."""
@@ -213,9 +221,8 @@ def forward_events(
         if budget <= 0:
             break
         start = offsets.get(rel, 0)
-        try:
-            size = os.stat(run_dir / rel).st_size
-        except FileNotFoundError:
+        size = job_file_size(run_dir / rel)  # a regular file, not a link to one
+        if size is None:
             continue
         if size <= start or state.corrupt.get(rel) == (start, size):
             continue
@@ -245,7 +252,7 @@ def forward_events(
             f"TensorBoard: events over {_mb(MAX_RECORD_BYTES)} (in {rel!r}) are skipped unread"
         )
     if decoded.points:
-        ingest_points(session, run_id=run_id, points=decoded.points)
+        ingest_points(session, run_id=run_id, points=decoded.points, key_limit=key_limit)
     if decoded.hparams:
         for param_limit in record_reported(session, run_id=run_id, values=decoded.hparams):
             notes[f"hparams {param_limit.value}"] = _PARAM_NOTES[param_limit]

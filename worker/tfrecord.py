@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.runs.job_files import FileRefused, open_job_file
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
@@ -87,8 +89,8 @@ def read_records(
     it may still be being written, and reading waits)."""
     max_bytes = max(max_bytes, _HEADER + _FOOTER)
     try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+        f = open_job_file(path)  # the job wrote it: a regular file, no link, never blocking
+    except (FileNotFoundError, FileRefused):
         return Records([], offset)
     with f:
         size = os.fstat(f.fileno()).st_size

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
-from app.runs import lifecycle
+from app.runs import lifecycle, notices
 from app.runs.models import Run
 from app.settings import get_settings
 from worker import artifacts, provenance
@@ -86,15 +86,23 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
     recorded = False
     shutdown_deadline: float | None = None
     backoff = Backoff(interval)
+    ingest = Ingest(run)
     while job.poll() is None:
         time.sleep(backoff.delay)
+        if not recorded:
+            recorded = ingest.step(
+                "record the environment",
+                lambda s: provenance.merge_job_record(
+                    s, run_id=run.run_id, run_dir=run.metrics_path.parent
+                ),
+                default=False,
+            )
+        ingest.step(
+            "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
+        )
+        # Its own transaction: whatever ingestion does, the run heartbeats and sees a cancel.
         try:
             with session_scope() as session:
-                if not recorded:
-                    recorded = provenance.merge_job_record(
-                        session, run_id=run.run_id, run_dir=run.metrics_path.parent
-                    )
-                forward(session, run_id=run.run_id, metrics_path=run.metrics_path)
                 if time.monotonic() - last_heartbeat >= heartbeat_every:
                     run.heartbeat(session)
                     last_heartbeat = time.monotonic()
@@ -103,7 +111,7 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
         except Exception as exc:  # the database may be briefly away; the spool keeps everything
             backoff.failed()
             log.warning(
-                "run %s: forwarding failed (%s); retry in %.1f s", run.run_id, exc, backoff.delay
+                "run %s: heartbeat failed (%s); retry in %.1f s", run.run_id, exc, backoff.delay
             )
             continue
         backoff.succeeded()
@@ -134,13 +142,15 @@ def drain(run: Watched) -> None:
     """Move what is left of the spool. The run keeps its GPUs until its final status releases
     them, so its leases (and the run's own heartbeat) are kept fresh here too: a long drain
     must not let them expire and hand the GPUs to the next run while this one is not finished
-    yet. A database that is away for a while (a PostgreSQL restart) is waited for."""
-    with_db(
-        run.run_id,
+    yet. A database that is away for a while (a PostgreSQL restart) is waited for; any other
+    error ends the drain with a note on the run, and the run still gets its final status."""
+    ingest = Ingest(run)
+    ingest.step(
         "record the environment",
         lambda s: provenance.merge_job_record(
             s, run_id=run.run_id, run_dir=run.metrics_path.parent
         ),
+        default=False,
     )
 
     def one_batch(session: Session) -> int:
@@ -152,8 +162,62 @@ def drain(run: Watched) -> None:
             # A moment for an upload between batches, so the drain does not spin; outside
             # any transaction, so no lock (on SQLite the one write lock) is held meanwhile.
             artifacts.wait_for_uploads(run.run_id, timeout=UPLOAD_WAIT_SECONDS)
-        if not with_db(run.run_id, "drain", one_batch):
+        if not ingest.step("drain", one_batch, 0, retry=True) or not ingest.healthy:
             return
+
+
+class Ingest:
+    """Runs one run's ingestion steps so that no error in them reaches the watch loop: a
+    database that is away is retried (the spool keeps everything); anything else (a bug, a
+    row the database refuses) is logged, said once on the run (app.runs.notices), and the
+    step answers ``default``, and is tried again only RETRY_AFTER_ERROR later. The run keeps
+    heartbeating and can still be cancelled."""
+
+    RETRY_AFTER_ERROR = 5.0
+
+    def __init__(self, run: Watched) -> None:
+        self.run = run
+        self.healthy = True
+        self._paused_until = 0.0
+
+    def step(
+        self, what: str, work: Callable[[Session], T], default: T, *, retry: bool = False
+    ) -> T:
+        if time.monotonic() < self._paused_until:
+            return default
+        try:
+            if retry:
+                return with_db(self.run.run_id, what, work)
+            with session_scope() as session:
+                return work(session)
+        except Exception as exc:
+            if _database_away(exc) and not retry:
+                log.warning("run %s: %s failed (%s); will retry", self.run.run_id, what, exc)
+                return default
+            log.exception("run %s: %s failed", self.run.run_id, what)
+            self.healthy = False
+            self._paused_until = time.monotonic() + self.RETRY_AFTER_ERROR
+            # The first line only: SQLAlchemy adds the statement and its parameters below it.
+            first = (str(exc).splitlines() or [""])[0]
+            self._note(f"{what}: {type(exc).__name__}: {first}")
+            return default
+
+    def _note(self, error: str) -> None:
+        try:
+            with session_scope() as session:
+                row = session.get(Run, self.run.run_id)
+                if row is not None:
+                    notices.ingest_error(row, error)
+        except Exception:
+            log.exception("run %s: could not note the ingestion error", self.run.run_id)
+
+
+def _database_away(exc: BaseException) -> bool:
+    """The database cannot be reached right now (a restart, SQLite's lock held too long):
+    worth waiting for, unlike an error in what was sent."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
 
 
 DB_RETRY_SECONDS = 300.0
@@ -172,7 +236,7 @@ def with_db(run_id: int, what: str, work: Callable[[Session], T]) -> T:
             with session_scope() as session:
                 return work(session)
         except DBAPIError as exc:
-            if time.monotonic() > deadline:
+            if not _database_away(exc) or time.monotonic() > deadline:
                 raise
             backoff.failed()
             log.warning("run %s: %s failed (%s); retry in %.1f s", run_id, what, exc, backoff.delay)

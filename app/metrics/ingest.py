@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
 from typing import Any, cast
@@ -83,7 +84,18 @@ def clip_key(key: str) -> str:
     return f"{key[: MAX_KEY_LENGTH - 9]}~{digest}"
 
 
-def ingest_points(session: Session, *, run_id: int, points: Sequence[Point]) -> int:
+@dataclass
+class KeyLimit:
+    """At most ``max_keys`` metric keys per run: the points of keys past it are not stored,
+    and counted in ``dropped_points`` (the forwarder says so on the run)."""
+
+    max_keys: int
+    dropped_points: int = 0
+
+
+def ingest_points(
+    session: Session, *, run_id: int, points: Sequence[Point], key_limit: KeyLimit | None = None
+) -> int:
     """Store (key, step, value, wall_time) points; returns how many were new.
 
     Re-ingesting a point already stored (same key and step) keeps the first one and does not
@@ -91,7 +103,12 @@ def ingest_points(session: Session, *, run_id: int, points: Sequence[Point]) -> 
     """
     if not points:
         return 0
-    key_ids = _key_ids(session, run_id=run_id, keys=set(map(itemgetter(0), points)))
+    keys = set(map(itemgetter(0), points))
+    key_ids = _key_ids(session, run_id=run_id, keys=keys, key_limit=key_limit)
+    if key_limit is not None and not keys <= key_ids.keys():
+        kept = [p for p in points if p[0] in key_ids]
+        key_limit.dropped_points += len(points) - len(kept)
+        points = kept
     rows = [
         (
             key_ids[key],
@@ -104,7 +121,9 @@ def ingest_points(session: Session, *, run_id: int, points: Sequence[Point]) -> 
     return _insert_rows(session, rows)
 
 
-def ingest_steps(session: Session, *, run_id: int, steps: Sequence[Step]) -> int:
+def ingest_steps(
+    session: Session, *, run_id: int, steps: Sequence[Step], key_limit: KeyLimit | None = None
+) -> int:
     """Store the points of metrics lines, (step, wall_time, {key: value}) each, with the
     semantics of ``ingest_points``; returns how many were new.
 
@@ -118,7 +137,11 @@ def ingest_steps(session: Session, *, run_id: int, steps: Sequence[Step]) -> int
     keys: set[str] = set()
     for _step, _wall, values in steps:
         keys.update(values)
-    ids = _key_ids(session, run_id=run_id, keys=keys)
+    ids = _key_ids(session, run_id=run_id, keys=keys, key_limit=key_limit)
+    if key_limit is not None and not keys <= ids.keys():  # keys past the limit: points go
+        before = sum(map(len, map(itemgetter(2), steps)))
+        steps = [(s, w, {k: v for k, v in vals.items() if k in ids}) for s, w, vals in steps]
+        key_limit.dropped_points += before - sum(map(len, map(itemgetter(2), steps)))
     try:
         rows = [
             (ids[key], step, value if value is None or -_INF < value < _INF else None, wall)
@@ -167,9 +190,12 @@ def _insert_sqlite(conn: Connection, rows: list[Row]) -> int:
     return inserted
 
 
-def _key_ids(session: Session, *, run_id: int, keys: set[str]) -> dict[str, int]:
+def _key_ids(
+    session: Session, *, run_id: int, keys: set[str], key_limit: KeyLimit | None = None
+) -> dict[str, int]:
     """Integer ids of the run's keys, creating the missing ones: one SELECT when none is new.
-    Flushes first: the run (and anything else pending) must exist before its rows."""
+    Flushes first: the run (and anything else pending) must exist before its rows. With a
+    ``key_limit``, only as many new keys as fit under it are created (in name order)."""
     too_long = [k for k in keys if not isinstance(k, str) or len(k) > MAX_KEY_LENGTH or not k]
     if too_long:
         raise ValueError(f"metric keys must be 1-{MAX_KEY_LENGTH} characters: {too_long[:3]!r}")
@@ -177,6 +203,8 @@ def _key_ids(session: Session, *, run_id: int, keys: set[str]) -> dict[str, int]
     stmt = select(MetricKey.key, MetricKey.id).where(MetricKey.run_id == run_id)
     ids: dict[str, int] = {k: i for k, i in session.execute(stmt)}
     missing = keys - ids.keys()
+    if key_limit is not None and len(ids) + len(missing) > key_limit.max_keys:
+        missing = set(sorted(missing)[: max(0, key_limit.max_keys - len(ids))])
     if missing:
         dialect = session.get_bind().dialect.name
         insert = pg_insert if dialect == "postgresql" else sqlite_insert

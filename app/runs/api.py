@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -219,8 +218,6 @@ def download_checkpoint(
     run: OwnedRun, name: Annotated[str, PathParam(pattern=NO_NUL)], session: SessionDep
 ) -> Response:
     found = service.checkpoint_file(session, run=run, name=name)
-    if isinstance(found, Path):
-        return FileResponse(found, filename=name, media_type="application/octet-stream")
     headers = {"Content-Disposition": attachment(name)}
     if found.size is not None:
         headers["Content-Length"] = str(found.size)

@@ -4,10 +4,9 @@ served without ever leaving the directory. torchyard's own files (spool, log, co
 beside it in the run directory, so no path here reaches them.
 
 The directory is written by the job, which is someone's code: every path in it is hostile.
-Nothing here follows a symbolic link or opens anything but a regular file: a download walks
-its path one component at a time from the run directory with ``O_NOFOLLOW`` (and
-``O_NONBLOCK``, so a FIFO cannot stall the server) and checks what it opened with
-``fstat``, so a link swapped in between a check and the open (a race) is refused too.
+Nothing here follows a symbolic link or opens anything but a regular file: a download opens
+its path through app.runs.job_files (one component at a time, ``O_NOFOLLOW|O_NONBLOCK``,
+checked with ``fstat``), so a link or FIFO swapped in between a check and the open is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from app.runs.job_files import FileRefused, open_in
+from app.runs.job_files import components as _components
 from app.settings import get_settings
 from torchyard.contract import WORK_DIR
 
@@ -29,10 +30,6 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # A listing stops here: a run that wrote a million files is still listed in a moment.
 MAX_LISTED = 10_000
 CHUNK = 1 << 20
-
-
-class FileRefused(Exception):
-    """A path that is not a run's regular file or folder; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -80,45 +77,6 @@ def list_files(root: Path) -> list[RunFile]:
                 if len(found) >= MAX_LISTED:
                     break
     return sorted(found, key=lambda f: f.path)
-
-
-def _components(relative: str) -> list[str]:
-    if not relative or "\x00" in relative or relative.startswith("/") or "\\" in relative:
-        raise FileRefused(f"{relative!r} is not a path inside the run's directory")
-    parts = relative.strip("/").split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise FileRefused(f"{relative!r} is not a path inside the run's directory")
-    return parts
-
-
-def open_in(root: Path, relative: str) -> tuple[int, os.stat_result]:
-    """An open descriptor of ``root/relative`` and its fstat, reached without following any
-    link; a regular file or a directory, else FileRefused. The caller closes it."""
-    parts = _components(relative)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(root, flags | os.O_DIRECTORY)
-    except OSError as exc:
-        raise FileNotFoundError(relative) from exc
-    try:
-        for part in parts:
-            try:
-                child = os.open(part, flags, dir_fd=fd)
-            except OSError as exc:  # missing, a link (ELOOP), no permission
-                raise FileNotFoundError(relative) from exc
-            os.close(fd)
-            fd = child
-            info = os.fstat(fd)
-            if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-                raise FileRefused(f"{relative!r} is not a regular file")
-        info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode):
-            # Reads of a regular file never block; blocking mode again for plain reads.
-            os.set_blocking(fd, True)
-        return fd, info
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def read_chunks(fd: int) -> Iterator[bytes]:

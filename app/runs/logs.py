@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from sqlalchemy import func, select
 
 from app.db import session_scope
+from app.runs.job_files import FileRefused, job_file_size, open_job_file
 from app.runs.models import Run, RunLogChunk
 from app.runs.service import log_path
 from torchyard.contract import RunSpec, rank_prefix
@@ -53,23 +54,23 @@ class LogSource(Protocol):
 
 
 class FileLogSource:
+    """The file on this machine's disk, read only while it is a regular file (never through a
+    link, never blocking on a FIFO: app.runs.job_files), from the descriptor that was checked."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
+        return job_file_size(self.path) or 0
 
     def read(self, offset: int, n: int) -> bytes:
         if offset >= MAX_OFFSET:
             return b""
         try:
-            with open(self.path, "rb") as f:
+            with open_job_file(self.path) as f:
                 f.seek(offset)
                 return f.read(n)
-        except FileNotFoundError:
+        except (FileNotFoundError, FileRefused):
             return b""
 
 
@@ -128,7 +129,7 @@ class ChunkLogSource:
 def log_source(run_id: int) -> LogSource:
     """The file when this machine has the run directory, else the shipped chunks."""
     path = log_path(run_id)
-    return FileLogSource(path) if path.is_file() else ChunkLogSource(run_id)
+    return FileLogSource(path) if job_file_size(path) is not None else ChunkLogSource(run_id)
 
 
 def _as_source(log: LogSource | Path) -> LogSource:

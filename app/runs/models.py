@@ -88,6 +88,9 @@ class Run(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # Bytes of output.log already shipped to run_log_chunks (the API's copy of the log).
     log_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # What ingestion kept out of the run: spool lines skipped by reason, limits hit, an error
+    # (app.runs.notices); None while there is nothing to say.
+    notices: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Checkpoint(Base):

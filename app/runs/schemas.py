@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.runs.notices import notice_lines
 from app.timeutil import UtcDateTime
 
 
@@ -47,6 +48,14 @@ class RunOut(BaseModel):
     # The config flattened to dotted keys (`params.lr`, `seed`, `resources.nproc`) and the
     # hparams the job reported through TensorBoard (`hparams.<name>`): app/runs/params.py.
     params: dict[str, Any] = Field(default_factory=dict)
+    # What ingestion kept out of the run, as sentences: "3 lines skipped: <reason>", a limit
+    # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/notices.py).
+    notices: list[str] = Field(default_factory=list)
+
+    @field_validator("notices", mode="before")
+    @classmethod
+    def _notice_lines(cls, value: Any) -> Any:
+        return notice_lines(value) if value is None or isinstance(value, dict) else value
 
 
 class CheckpointOut(BaseModel):

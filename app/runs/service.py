@@ -3,8 +3,10 @@ commit."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -15,6 +17,7 @@ from app.errors import conflict, not_found, validation_error
 from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
 from app.runs import lifecycle
+from app.runs.job_files import FileRefused, open_regular
 from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.settings import get_settings
@@ -107,19 +110,24 @@ def inside(base: Path, relative: str) -> Path | None:
     return target if target.is_relative_to(base) else None
 
 
-def checkpoint_file(session: Session, *, run: Run, name: str) -> Path | StoredFile:
-    """The checkpoint's file on this machine's disk when it is there (embedded, or a shared
-    data dir), else its copy in the artifact store."""
+def checkpoint_file(session: Session, *, run: Run, name: str) -> StoredFile:
+    """The checkpoint's bytes: from this machine's disk when it is there (embedded, or a
+    shared data dir), opened once without following links and streamed from that descriptor
+    (a name swapped for a link after a check cannot redirect it), else from its copy in the
+    artifact store."""
     ckpt = session.scalar(
         select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.name == name)
     )
     if ckpt is None:
         raise not_found("checkpoint", f"{name!r} of run {run.id}")
-    path = inside(run_dir(run.id), ckpt.path)
-    if path is None:
-        raise not_found("checkpoint file", f"{name!r} of run {run.id}")
-    if path.is_file():
-        return path
+    try:
+        local = open_regular(run_dir(run.id), ckpt.path)
+    except FileRefused:
+        raise not_found("checkpoint file", f"{name!r} of run {run.id}") from None
+    except FileNotFoundError:
+        local = None
+    if local is not None:
+        return StoredFile(size=os.fstat(local.fileno()).st_size, chunks=_chunks(local))
     stored = open_uri(ckpt.uri, store=get_settings().artifact_store) if ckpt.uri else None
     if stored is not None:
         return stored
@@ -134,6 +142,12 @@ def checkpoint_file(session: Session, *, run: Run, name: str) -> Path | StoredFi
         "checkpoint file",
         f"{name!r} of run {run.id} (neither on this server's disk nor in the artifact store)",
     )
+
+
+def _chunks(f: BinaryIO) -> Iterator[bytes]:
+    with f:
+        while chunk := f.read(1 << 20):
+            yield chunk
 
 
 def log_path(run_id: int) -> Path:

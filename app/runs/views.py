@@ -9,6 +9,7 @@ from app.db import SessionDep
 from app.experiments.models import Experiment
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser
+from app.runs.notices import notice_lines
 from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
@@ -25,4 +26,5 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         run=run,
         experiment=experiment,
         may_write=user.may_write(run.owner_id),
+        notices=notice_lines(run.notices),
     )

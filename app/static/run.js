@@ -257,6 +257,18 @@
     $("run-worker").textContent = r.body.worker_host || "–";
     setStatus({status: r.body.status, started_at: r.body.started_at,
                finished_at: r.body.finished_at, error: r.body.error});
+    showNotices(r.body.notices || []);
+  };
+
+  // What ingestion kept out of the run (lines skipped, a limit reached): text only.
+  const showNotices = (lines) => {
+    const list = $("run-notices");
+    list.replaceChildren(...lines.map((line) => {
+      const li = document.createElement("li");
+      li.textContent = line;
+      return li;
+    }));
+    list.hidden = lines.length === 0;
   };
 
   // Absent for a run the user may only read (another user's, or any for a viewer).

@@ -1,0 +1,177 @@
+"""The one way torchyard opens a file a job wrote: its log, spool, TensorBoard event files,
+error records, environment record, checkpoints and the files it offers for download.
+
+A run directory is written by someone's code, so every name in it is hostile: a symbolic
+link to the database, a named pipe in place of ``output.log`` (a plain ``open()`` of it
+waits for a writer forever, holding whatever lock its caller holds), a directory where a file
+belongs. So a path is walked one component at a time from the run directory with
+``O_NOFOLLOW`` (no link is followed, at any depth) and ``O_NONBLOCK`` (opening a FIFO or a
+device returns at once), each step checked with ``fstat`` on what was actually opened, and
+only a regular file is read, from that same descriptor: a link or pipe swapped in between a
+check and the open (a race) is refused too. Ownership is not checked: a sandboxed job's files
+belong to its own user id; their type is what matters.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+
+class FileRefused(Exception):
+    """A path that is not a run's regular file or folder; the message says why."""
+
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def components(relative: str) -> list[str]:
+    """The names along ``relative``; FileRefused when it would leave its root."""
+    if not relative or "\x00" in relative or relative.startswith("/") or "\\" in relative:
+        raise FileRefused(f"{relative!r} is not a path inside the run's directory")
+    parts = relative.strip("/").split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise FileRefused(f"{relative!r} is not a path inside the run's directory")
+    return parts
+
+
+def open_in(root: Path, relative: str) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``root/relative`` and its fstat, reached without following any
+    link; a regular file or a directory, else FileRefused. Missing, a link or unreadable:
+    FileNotFoundError. The caller closes it."""
+    parts = components(relative)
+    try:
+        fd = os.open(root, _FLAGS | os.O_DIRECTORY)
+    except OSError as exc:
+        raise FileNotFoundError(relative) from exc
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, _FLAGS, dir_fd=fd)
+            except OSError as exc:  # missing, a link (ELOOP), no permission
+                if exc.errno == errno.ENXIO:  # a socket
+                    raise FileRefused(f"{relative!r} is not a regular file") from None
+                raise FileNotFoundError(relative) from exc
+            os.close(fd)
+            fd = child
+            info = os.fstat(fd)
+            if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+                raise FileRefused(f"{relative!r} is not a regular file")
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            # Reads of a regular file never block; blocking mode again for plain reads.
+            os.set_blocking(fd, True)
+        return fd, info
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_regular(root: Path, relative: str) -> BinaryIO:
+    """``root/relative`` opened for reading when it is a regular file reached without a
+    link; FileRefused for anything else there (a FIFO, a device, a directory),
+    FileNotFoundError when nothing (or a link) is there. Never blocks."""
+    fd, info = open_in(root, relative)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise FileRefused(f"{relative!r} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def open_job_file(path: Path) -> BinaryIO:
+    """``open_regular`` of a file directly in its directory (``run_dir / "output.log"``)."""
+    return open_regular(path.parent, path.name)
+
+
+def read_job_file(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of a job's small file (a record it wrote), None when it is not a
+    regular file (missing, a link, a FIFO) or larger than ``limit``."""
+    try:
+        with open_job_file(path) as f:
+            if os.fstat(f.fileno()).st_size > limit:
+                return None
+            return f.read(limit)
+    except (FileNotFoundError, FileRefused, OSError):
+        return None
+
+
+def append_to_job_file(path: Path, data: bytes) -> bool:
+    """Append ``data`` to a regular file the job can also write (its log); False, without
+    blocking, when it is anything else: opening a FIFO for writing would wait for a reader."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        dir_fd = os.open(path.parent, _FLAGS | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fd = os.open(path.name, flags, 0o600, dir_fd=dir_fd)
+    except OSError:  # a link (ELOOP), a FIFO without a reader (ENXIO), a directory
+        return False
+    finally:
+        os.close(dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.set_blocking(fd, True)
+        os.write(fd, data)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def job_file_size(path: Path) -> int | None:
+    """The size of a regular file (not followed if a link), None for anything else."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def cut_job_file(path: Path, size: int, tail: bytes = b"") -> bool:
+    """Cut a regular file (the job's log) to ``size`` bytes and write ``tail`` there; False,
+    without blocking, when it is not a regular file. Not opened for appending, so ``tail``
+    lands at ``size`` even while the job appends: bytes the job adds meanwhile land after
+    it, and the next cut removes them."""
+    try:
+        dir_fd = os.open(path.parent, _FLAGS | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fd = os.open(
+            path.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return False
+    finally:
+        os.close(dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.ftruncate(fd, size)
+        if tail:
+            os.pwrite(fd, tail, size)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def replace_job_file(path: Path, data: bytes) -> None:
+    """Write ``path`` whole through a new file renamed over it: whatever the job left at that
+    name (a link to the database, a FIFO) is replaced, never written through or waited on."""
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,88 @@
+"""What a run kept out, said on the run: spool lines skipped (and why), a per-run limit hit,
+ingestion stopped by an error. The worker records them in ``runs.notices`` in the same
+transaction that moves the spool offset (so a replayed batch is not counted twice); the API
+(``notices`` of GET /api/runs/{id}) and the run page show ``notice_lines``.
+
+Stored as JSON: ``{"skipped": {reason: lines}, "keys": {"limit": n, "points": dropped},
+"log": {"limit": bytes, "kept": bytes}, "error": text}``, every part optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.runs.models import Run
+
+MAX_ERROR_CHARS = 500
+
+
+def size_text(n: int) -> str:
+    """1073741824 -> "1 GiB"; sizes in the notes people read."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _update(run: Run, **parts: Any) -> None:
+    # A new dict each time: the JSON column notices an assignment, not an in-place change.
+    run.notices = {**(run.notices or {}), **parts}
+
+
+def add_skipped(run: Run, reasons: Mapping[str, int]) -> None:
+    """Count spool lines skipped, by reason."""
+    if not reasons:
+        return
+    skipped = dict((run.notices or {}).get("skipped") or {})
+    for reason, lines in reasons.items():
+        skipped[reason] = int(skipped.get(reason, 0)) + lines
+    _update(run, skipped=skipped)
+
+
+def add_dropped_points(run: Run, *, limit: int, points: int) -> None:
+    """Points of metric keys beyond the run's key limit were not stored."""
+    if points <= 0:
+        return
+    before = int(((run.notices or {}).get("keys") or {}).get("points", 0))
+    _update(run, keys={"limit": limit, "points": before + points})
+
+
+def log_kept(run: Run) -> int | None:
+    """Where the log was cut when it reached its limit; None while it has not."""
+    kept = ((run.notices or {}).get("log") or {}).get("kept")
+    return int(kept) if kept is not None else None
+
+
+def log_cut(run: Run, *, limit: int, kept: int) -> None:
+    _update(run, log={"limit": limit, "kept": kept})
+
+
+def ingest_error(run: Run, error: str) -> None:
+    if (run.notices or {}).get("error"):
+        return  # the first error is the one that stopped ingestion
+    _update(run, error=error[:MAX_ERROR_CHARS])
+
+
+def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
+    """The notes as sentences, for the API and the run page."""
+    if not notices:
+        return []
+    lines = []
+    for reason, count in sorted((notices.get("skipped") or {}).items()):
+        lines.append(f"{count} line{'s' if count != 1 else ''} skipped: {reason}")
+    keys = notices.get("keys")
+    if keys:
+        lines.append(
+            f"metric key limit reached ({keys['limit']:,} keys per run): "
+            f"{keys['points']:,} points of further keys not stored"
+        )
+    log = notices.get("log")
+    if log:
+        lines.append(
+            f"log limit reached ({size_text(log['limit'])}): the output after it is not kept"
+        )
+    if notices.get("error"):
+        lines.append(f"ingestion stopped by an error: {notices['error']}")
+    return lines
