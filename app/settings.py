@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
+    # Open event streams (/api/runs/{id}/events) one user may hold per server process; one
+    # more is a 429 that names this limit. A run page holds one.
+    sse_max_streams_per_user: int = Field(default=8, ge=1)
     # An open event stream re-checks its token this often and ends once it is revoked/expired
     # or its user is disabled: within 5 s is promised, with room left for a loaded box.
     sse_auth_recheck_seconds: float = 2.0

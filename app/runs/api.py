@@ -264,10 +264,22 @@ def _last_event_id(
     return events.parse_event_id(last_event_id) if last_event_id else None
 
 
-@router.get("/runs/{run_id}/events", response_class=EventSourceResponse, responses=OWNED_NOT_JSON)
+async def _stream_slot(user: CurrentUser) -> AsyncIterator[int]:
+    """One of the user's open-stream slots, held until the stream's response ends (a
+    request-scoped dependency); 429 naming the limit when all are taken. Gives the user id."""
+    with events.stream_slot(user.id, get_settings().sse_max_streams_per_user):
+        yield user.id
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response_class=EventSourceResponse,
+    responses={**OWNED_NOT_JSON, **error_responses(429, non_json_route=True)},
+)
 async def run_events(
     request: Request,
     run: OwnedRun,
+    user_id: Annotated[int, Depends(_stream_slot)],
     after: Annotated[dict[str, int], Depends(_after_steps)],
     log_offset: Annotated[
         int, Query(ge=0, le=MAX_INT64, description="log position the client has")
@@ -288,6 +300,7 @@ async def run_events(
         log_offset=log_offset,
         refusal=(lambda: token_refusal(token)) if token else None,
         recheck_seconds=settings.sse_auth_recheck_seconds,
+        user_id=user_id,
     ):
         yield event
 
