@@ -59,6 +59,19 @@ def create_run(
     data: RunCreate | None = None,
 ) -> RunOut:
     data = data or RunCreate()
+    ceiling = get_settings().max_user_priority
+    if data.priority > ceiling and not user.is_admin:
+        raise validation_error(
+            [
+                {
+                    "type": "less_than_equal",
+                    "loc": ["body", "priority"],
+                    "msg": f"priority may be at most {ceiling} (TORCHYARD_MAX_USER_PRIORITY) "
+                    "for a non-admin: ask an admin to raise it",
+                    "input": data.priority,
+                }
+            ]
+        )
     run = service.create_run(
         session,
         experiment=experiment,
