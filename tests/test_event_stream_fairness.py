@@ -13,16 +13,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 
 from app.auth.models import User
 from app.cli import server_argv
 from app.db import session_scope
-from app.metrics.models import Metric, MetricKey
 from app.runs.events import KEY_WINDOW
 from app.runs.models import Run
 from tests.conftest import make_user
-from tests.factories import add_run
+from tests.factories import add_metric_keys, add_run
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
 
 KEYS = 100_000
@@ -30,17 +29,11 @@ STREAM_LIMIT = 6
 
 
 def run_of(username: str, keys: int) -> int:
-    """A running run of `username` with `keys` metric keys of one point each, inserted directly."""
+    """A running run of `username` with `keys` metric keys of one point each."""
     with session_scope() as session:
         owner = session.scalars(select(User).where(User.username == username)).one()
         run_id = add_run(session, owner_id=owner.id, status="running")
-        session.execute(
-            insert(MetricKey), [{"run_id": run_id, "key": f"k/{i:06d}"} for i in range(keys)]
-        )
-        ids = session.scalars(select(MetricKey.id).where(MetricKey.run_id == run_id)).all()
-        session.execute(
-            insert(Metric), [{"key_id": i, "step": 1, "value": 0.5, "wall_time": 1.0} for i in ids]
-        )
+        add_metric_keys(session, run_id=run_id, keys=[f"k/{i:06d}" for i in range(keys)])
     return run_id
 
 
