@@ -149,3 +149,8 @@ def test_the_default_cap_is_90_days_and_a_token_cannot_outlive_its_maker(client)
     ).json()["access_token"]
     r = client.post("/api/tokens", json={"name": "y", "ttl_hours": 2}, headers=_bearer(tiny))
     assert r.status_code == 422
+    # asking for no life in particular: the default, cut to what the maker has left
+    r = client.post("/api/tokens", json={"name": "z"}, headers=_bearer(tiny))
+    assert r.status_code == 201
+    life = as_utc_iso(r.json()["expires_at"]) - utcnow()
+    assert timedelta(minutes=58) < life <= timedelta(hours=1)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
@@ -84,15 +83,21 @@ def create_api_token(
 ) -> TokenCreated:
     """A named token for a script or the CLI. The response is the only time its secret is
     shown: only a hash is stored. It lives at most `token_max_ttl_hours`, and never past the
-    token this request came with: a leaked token cannot mint itself a longer-lived heir."""
+    token this request came with: a leaked token cannot mint itself a longer-lived heir (asked
+    for a longer life, 422; given no life, the parent's remaining one)."""
     settings = get_settings()
     ttl = data.ttl_hours if data.ttl_hours is not None else settings.token_ttl_hours
     if ttl > settings.token_max_ttl_hours:
         raise _ttl_error(f"a token may live at most {settings.token_max_ttl_hours:g} hours", data)
     parent = request_token(request)
     parent_expiry = token_expiry(session, token=parent) if parent else None
-    if parent_expiry is not None and utcnow() + timedelta(hours=ttl) > parent_expiry:
-        left = max(0.0, (parent_expiry - utcnow()).total_seconds() / 3600)
+    now = utcnow()
+    left = max(0.0, (parent_expiry - now).total_seconds() / 3600) if parent_expiry else 0.0
+    if parent_expiry is not None and data.ttl_hours is None:
+        # The default life, cut to what the parent has left (a fresh login's token has the
+        # same default life, and asked for nothing in particular).
+        ttl = min(ttl, left)
+    if parent_expiry is not None and ttl > left:
         raise _ttl_error(
             "a token may not outlive the token that creates it: this one expires at "
             f"{parent_expiry.isoformat()} (ask for at most {left:.2f} hours, or log in again)",
