@@ -9,6 +9,7 @@
   // With more charts than this, each is drawn only when scrolled near: a run with 100,000
   // keys otherwise built 100,000 charts at once (the browser froze for over a minute).
   const LAZY_AFTER = 24;
+  const SHOW_STEP = 200;        // charts per group shown at a time with that many
   // The stream's `after` goes in the URL: past this size it is left out (the stream then
   // resends what the page holds, dropped here as already held) instead of an oversized URL.
   const MAX_AFTER_CHARS = 8000;
@@ -44,22 +45,44 @@
     ? d.time.map((t) => (t == null || view.t0 == null ? null : t - view.t0)) : d.step.slice();
 
   // --- charts -------------------------------------------------------------------------------
+  // One box per group (train/, val/, other) with its grid of charts. With many keys, a group
+  // shows SHOW_STEP charts at first and a button for the next SHOW_STEP: a page of 100,000
+  // chart boxes took the browser seconds to lay out even undrawn.
+  const groups = new Map();     // group -> {grid, shown, hidden: [chart], more: button}
   const groupBox = (group) => {
-    let box = document.querySelector(`.chart-group[data-group="${group}"]`);
-    if (box) return box;
-    box = document.createElement("div");
+    let g = groups.get(group);
+    if (g) return g;
+    const box = document.createElement("div");
     box.className = "chart-group";
     box.dataset.group = group;
     const title = document.createElement("h3");
     title.textContent = group === "other" ? "other" : group + "/";
     const grid = document.createElement("div");
     grid.className = "grid";
-    box.append(title, grid);
+    const more = document.createElement("button");
+    more.type = "button";
+    more.className = "show-more";
+    more.hidden = true;
+    box.append(title, grid, more);
+    g = {grid, shown: 0, limit: SHOW_STEP, hidden: [], more};
+    more.addEventListener("click", () => reveal(g));
+    groups.set(group, g);
     const order = ["train", "val", "other"];
     const next = [...document.querySelectorAll(".chart-group")]
-      .find((g) => order.indexOf(g.dataset.group) > order.indexOf(group));
+      .find((b) => order.indexOf(b.dataset.group) > order.indexOf(group));
     $("charts").insertBefore(box, next || null);
-    return box;
+    return g;
+  };
+  const updateMore = (g) => {
+    const n = g.hidden.length;
+    g.more.hidden = n === 0;
+    g.more.textContent = `Show ${Math.min(SHOW_STEP, n)} more (${n} keys not shown)`;
+  };
+  const reveal = (g) => {
+    g.limit += SHOW_STEP;
+    g.hidden.sort((a, b) => (a.key < b.key ? -1 : 1));
+    for (const chart of g.hidden.splice(0, SHOW_STEP)) place(chart, g, true);
+    updateMore(g);
   };
 
   const layoutFor = (key) => ({
@@ -138,20 +161,32 @@
     div.dataset.updates = "0";
     div.setAttribute("role", "img");
     div.setAttribute("aria-label", `chart of ${key}`);
-    const grid = groupBox(groupOf(key)).querySelector(".grid");
-    // Keys mostly come in order: appending is the common case (a search per key over
-    // 100,000 charts was quadratic).
-    const last = grid.lastElementChild;
-    const next = !last || last.dataset.key < key ? null
-      : [...grid.children].find((c) => c.dataset.key > key);
-    grid.insertBefore(div, next || null);
     const chart = {key, div, data: d, shown: d, pending: null, updates: 0, zoom: 0,
                    ema: emaState(), drawn: false};
     charts.set(key, chart);
     if (view.t0 == null && d.time.length) view.t0 = d.time[0];
-    if (lazy) drawWhenNear(chart); else realize(chart);
+    const g = groupBox(groupOf(key));
+    if (lazy && g.shown >= g.limit) {
+      g.hidden.push(chart);
+      updateMore(g);
+    } else {
+      place(chart, g, lazy);
+    }
     $("charts-empty").hidden = true;
     return chart;
+  };
+
+  // Into the group's grid, in key order.
+  const place = (chart, g, lazy) => {
+    const grid = g.grid;
+    // Keys mostly come in order: appending is the common case (a search per key over
+    // 100,000 charts was quadratic).
+    const last = grid.lastElementChild;
+    const next = !last || last.dataset.key < chart.key ? null
+      : [...grid.children].find((c) => c.dataset.key > chart.key);
+    grid.insertBefore(chart.div, next || null);
+    g.shown += 1;
+    if (lazy) drawWhenNear(chart); else realize(chart);
   };
 
   // --- zoom: full resolution inside the range, overview back on autoscale --------------------
