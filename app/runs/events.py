@@ -32,6 +32,7 @@ from anyio.lowlevel import RunVar
 from fastapi import HTTPException, status
 from fastapi.sse import ServerSentEvent
 from sqlalchemy import bindparam, select
+from sqlalchemy.orm import Session
 
 from app.db import session_scope
 from app.errors import validation_error
@@ -117,7 +118,7 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
     return events, done
 
 
-def _read_window(session: Any, cursor: StreamCursor) -> tuple[dict[str, Any], bool]:
+def _read_window(session: Session, cursor: StreamCursor) -> tuple[dict[str, Any], bool]:
     """New points of the keys in the cursor's current window, and whether that window ended
     a sweep over all keys (the cursor then starts the next sweep from the first key)."""
     start, inclusive = cursor.window_start or (None, False)
