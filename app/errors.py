@@ -43,7 +43,7 @@ _ERROR_DESCRIPTIONS = {
     403: "Not yours (another user's), or a cookie-authenticated change without the CSRF token",
     404: "No such resource",
     409: "The resource's state does not allow this",
-    429: "Too many attempts: wait as long as Retry-After says",
+    429: "Too many attempts (or open streams): wait as long as Retry-After says",
 }
 _ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
 

@@ -10,6 +10,7 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import RedirectResponse
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import api_docs, static_files
 from app.auth.api import router as auth_router
@@ -72,6 +73,14 @@ def create_app() -> FastAPI:
     # 4% more bytes; under load that difference was most of the API's p95 (bench/load.py).
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=1)
     app.add_middleware(SecurityHeadersMiddleware)
+    # X-Forwarded-For only from the configured proxies; uvicorn's own proxy handling is off
+    # (app/cli/server.py), since it trusts 127.0.0.1 by default. Outermost: every layer and
+    # the login throttle see the forwarded client.
+    if get_settings().trusted_proxies:
+        app.add_middleware(
+            ProxyHeadersMiddleware,
+            trusted_hosts=[h.strip() for h in get_settings().trusted_proxies.split(",")],
+        )
     # Every API route answers 401 without valid credentials (or with wrong ones, for the
     # password login): documented once here, the routes add their own 403/404/409.
     for api_router in (

@@ -21,7 +21,7 @@ from app.auth.models import User
 from app.templating import render, templates
 from app.timeutil import as_utc, utcnow
 
-_TITLES = {403: "Not yours", 404: "Not found"}
+_TITLES = {403: "Not yours", 404: "Not found", 422: "Not a valid address"}
 
 
 async def page_user(request: Request, user: BrowserUser) -> User:

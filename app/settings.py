@@ -42,12 +42,23 @@ class Settings(BaseSettings):
     token_ttl_hours: float = 24 * 7
     # An invite link (the users page) sets the new user's first password within this time.
     invite_ttl_hours: float = Field(default=72, gt=0)
-    # The longest life a token made through POST /api/tokens may ask for.
-    token_max_ttl_hours: float = 24 * 365
+    # The longest life a token made through POST /api/tokens (or the account page) may ask
+    # for; a token made with a token also never outlives the one that made it.
+    token_max_ttl_hours: float = Field(default=24 * 90, gt=0)
+    # The highest run priority a non-admin may set (422 above it); admins: up to 1000.
+    max_user_priority: int = Field(default=10, ge=-1000, le=1000)
+    # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (comma-separated
+    # addresses or CIDR ranges, e.g. "127.0.0.1" for a proxy on the same box). Empty: none;
+    # the client address is the TCP peer's, whatever headers it sends.
+    trusted_proxies: str = ""
+    # Served over HTTPS (directly or behind a TLS proxy): session and CSRF cookies are then
+    # Secure and named with the __Host- prefix (bound to this host, path /, no Domain).
+    tls: bool = False
     # Password logins (API and form): after this many failures for one username within the
     # window, or login_max_failures_per_client from one client address, further attempts
     # get 429 until the oldest failure leaves the window. Counted in the database, so every
     # API process shares one allowance.
+    # Per username per client (never per username alone: nobody can lock another user out).
     login_max_failures: int = 5
     login_max_failures_per_client: int = 20
     login_window_seconds: float = 15 * 60
@@ -92,6 +103,9 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
+    # Open event streams (/api/runs/{id}/events) one user may hold per server process; one
+    # more is a 429 that names this limit. A run page holds one.
+    sse_max_streams_per_user: int = Field(default=8, ge=1)
     # An open event stream re-checks its token this often and ends once it is revoked/expired
     # or its user is disabled: within 5 s is promised, with room left for a loaded box.
     sse_auth_recheck_seconds: float = 2.0

@@ -2,6 +2,9 @@
 
 Python's json module accepts `NaN` and `Infinity`, which are not JSON: stored in a config they
 break every later response that contains it, and PostgreSQL refuses them (and NUL in strings).
+A number too large for a float (`1e400`) parses to infinity just the same and is refused too;
+so is a string with a lone UTF-16 surrogate (`"\ud800"`): valid JSON text, but no UTF-8
+encoding exists for it, so storing or echoing it failed (a 500).
 Nesting past a sane depth is refused too, with a message instead of a parser's RecursionError.
 A pure ASGI middleware: the body is read once, checked, and handed on unchanged; bodies over
 the size limit are passed through untouched for the app's own 413.
@@ -10,6 +13,7 @@ the size limit are passed through untouched for the app's own 413.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -26,8 +30,28 @@ def _reject_constant(name: str) -> Any:
     raise UnfitJSON(f"{name} is not valid JSON: send a finite number or null")
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise UnfitJSON(f"{text[:40]} is too large for a 64-bit float: send a finite number")
+    return number
+
+
+def _check_text(text: str, what: str) -> None:
+    if "\x00" in text:
+        raise UnfitJSON(f"a JSON {what} contains NUL (\\u0000)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnfitJSON(
+            f"a JSON {what} contains a lone UTF-16 surrogate (\\ud800-\\udfff), "
+            "which is not a character"
+        ) from None
+
+
 def check_value(value: Any) -> None:
-    """Depth and NUL checks, without recursion (a deep value must not crash the checker)."""
+    """Depth, NUL and surrogate checks, without recursion (a deep value must not crash the
+    checker)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -36,17 +60,17 @@ def check_value(value: Any) -> None:
                 raise UnfitJSON(f"JSON nested deeper than {MAX_DEPTH} levels")
             children = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
             for key, child in children:
-                if isinstance(key, str) and "\x00" in key:
-                    raise UnfitJSON("a JSON key contains NUL (\\u0000)")
+                if isinstance(key, str):
+                    _check_text(key, "key")
                 stack.append((child, depth + 1))
-        elif isinstance(item, str) and "\x00" in item:
-            raise UnfitJSON("a JSON string contains NUL (\\u0000)")
+        elif isinstance(item, str):
+            _check_text(item, "string")
 
 
 def problem(body: bytes) -> str | None:
     """Why this body is refused, or None (also for malformed JSON: FastAPI reports that)."""
     try:
-        value = json.loads(body, parse_constant=_reject_constant)
+        value = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
     except UnfitJSON as exc:
         return str(exc)
     except RecursionError:

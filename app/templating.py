@@ -9,7 +9,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from app.auth.deps import CSRF_COOKIE
+from app.auth.deps import csrf_cookie
 from app.auth.models import User
 from app.static_files import plotly_url
 
@@ -27,6 +27,6 @@ def render(
     return templates.TemplateResponse(
         request,
         name,
-        {"user": user, "csrf_token": request.cookies.get(CSRF_COOKIE, ""), **context},
+        {"user": user, "csrf_token": request.cookies.get(csrf_cookie(), ""), **context},
         status_code=status_code,
     )

@@ -146,7 +146,7 @@ def make_user(*, admin: bool = False, role: str = "") -> tuple[str, str, dict[st
             password=password,
             role="admin" if admin else role or "member",
         )
-        token = issue_token(session, user=user, ttl_hours=1)
+        token = issue_token(session, user=user, ttl_hours=24 * 30)
     return username, password, {"Authorization": f"Bearer {token}"}
 
 

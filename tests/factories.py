@@ -50,6 +50,20 @@ def make_run(config: dict | None = None, status: str = "running") -> int:
         )
 
 
+def add_metric_keys(session: Session, *, run_id: int, keys: list[str]) -> None:
+    """One point (step 1) for each key, inserted directly: a run with 100,000 keys in a
+    second, for the tests of what such a run does to streams and pages."""
+    from sqlalchemy import insert, select
+
+    from app.metrics.models import Metric, MetricKey
+
+    session.execute(insert(MetricKey), [{"run_id": run_id, "key": k} for k in keys])
+    ids = session.scalars(select(MetricKey.id).where(MetricKey.run_id == run_id)).all()
+    session.execute(
+        insert(Metric), [{"key_id": i, "step": 1, "value": 0.5, "wall_time": 1.0} for i in ids]
+    )
+
+
 def spooled_points(run_dir: Path) -> int:
     """Every point a run's rank 0 wrote to its spool, all attempts' spools included."""
     count = 0

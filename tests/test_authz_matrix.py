@@ -290,7 +290,9 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/tokens"): Row(
         USER, 200, _get("/api/tokens"), lambda w, r: not set(_ids(r)) & _token_ids(w.owner)
     ),
-    ("POST", "/api/tokens"): Row(USER, 201, lambda w: ("/api/tokens", {"json": {"name": "m"}})),
+    ("POST", "/api/tokens"): Row(
+        USER, 201, lambda w: ("/api/tokens", {"json": {"name": "m", "ttl_hours": 0.5}})
+    ),
     ("DELETE", "/api/tokens/{token_id}"): Row(
         TOKEN, 204, lambda w: (f"/api/tokens/{w.owner_token_id()}", {})
     ),

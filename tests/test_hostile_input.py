@@ -53,6 +53,12 @@ def test_unicode_names_are_stored_and_returned_intact(client, user_headers, name
         (b'{"name": "x", "config": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001, "nested"),
         (b"[" * 100_000 + b"]" * 100_000, "nested"),
         (b'{"name": "a\\u0000b", "config": {"recipe": "tiny_mlp"}}', "NUL"),
+        # a lone surrogate: valid JSON text, no UTF-8 for it (was a 500), in a value or a key
+        (b'{"name": "\\ud800", "config": {"recipe": "tiny_mlp"}}', "surrogate"),
+        (b'{"name": "x", "config": {"recipe": "tiny_mlp", "params": {"\\udfff": 1}}}', "surrogate"),
+        # 1e400 parses to infinity (was stored, and passed to the job as --y=inf)
+        (b'{"name": "x", "config": {"recipe": "tiny_mlp", "params": {"y": 1e400}}}', "1e400"),
+        (b'{"name": "x", "config": {"recipe": "tiny_mlp", "params": {"y": -2E+999}}}', "finite"),
         (b'{"name": "x", "config": {"recipe": "tiny_mlp"}', "JSON decode error"),
         (b"[]", "valid dictionary"),
         (b'"a string"', "valid dictionary"),
@@ -116,3 +122,32 @@ def test_nan_in_run_overrides_is_refused(client, user_headers) -> None:
         headers={**user_headers, "Content-Type": "application/json"},
     )
     assert r.status_code == 422 and "NaN" in r.text
+
+
+def test_a_surrogate_or_1e400_in_run_overrides_is_refused(client, user_headers) -> None:
+    exp = client.post(
+        "/api/experiments", json={"name": "n", "config": TINY}, headers=user_headers
+    ).json()
+    for body in (
+        b'{"overrides": {"params": {"lr": 1e400}}}',
+        b'{"overrides": {"params": {"note": "\\ud83d"}}}',
+    ):
+        r = client.post(
+            f"/api/experiments/{exp['id']}/runs",
+            content=body,
+            headers={**user_headers, "Content-Type": "application/json"},
+        )
+        assert r.status_code == 422, r.text
+
+
+@pytest.mark.parametrize(
+    "path", ["/?page=12345678901234567890", "/compare?runs=12345678901234567890"]
+)
+def test_absurd_page_numbers_and_run_ids_on_pages_are_4xx(client, user_headers, path) -> None:  # type: ignore[no-untyped-def]
+    client.cookies.set("ty_session", user_headers["Authorization"].removeprefix("Bearer "))
+    try:
+        r = client.get(path)
+    finally:
+        client.cookies.clear()
+    assert r.status_code == 422, r.text[:300]
+    assert "go up to" in r.text

@@ -48,3 +48,51 @@ def test_an_unknown_query_parameter_on_the_api_is_a_422_naming_what_the_route_ta
     assert ok.status_code == 200
     typo = client.get("/api/usage", params={"sinse": "2026-01-01T00:00:00Z"}, headers=user_headers)
     assert typo.status_code == 422 and "since" in typo.json()["detail"][0]["msg"]
+
+
+def test_pages_forbid_inline_script_and_api_answers_are_not_stored(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+    page = client.get("/login")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self';" in policy and "unsafe-inline" not in policy.split("style-src")[0]
+    assert "frame-ancestors 'none'" in policy and "object-src 'none'" in policy
+    assert "<script>" not in page.text
+    for path in ("/api/me", "/api/experiments", "/api/health"):
+        assert client.get(path, headers=user_headers).headers["cache-control"] == "no-store"
+    assert client.get("/api/me").headers["cache-control"] == "no-store"  # a 401 too
+    # the API docs allow exactly their own inline scripts, by hash
+    docs = client.get("/docs").headers["content-security-policy"]
+    assert "'sha256-" in docs and "unsafe-inline" not in docs.split("style-src")[0]
+
+
+def test_no_template_has_an_inline_script_or_event_handler() -> None:
+    import re
+    from pathlib import Path
+
+    templates = Path(__file__).resolve().parent.parent / "templates"
+    for path in templates.glob("*.html"):
+        text = path.read_text()
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", text), path.name
+        assert not re.search(r"\son[a-z]+\s*=", text), path.name
+
+
+def test_with_tls_the_cookies_are_secure_and_host_prefixed(app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from app.settings import get_settings
+    from tests.conftest import make_user
+
+    monkeypatch.setattr(get_settings(), "tls", True)
+    username, password, _ = make_user()
+    with TestClient(app, base_url="https://testserver", client=("10.55.0.1", 1)) as c:
+        r = c.post(
+            "/login", data={"username": username, "password": password}, follow_redirects=False
+        )
+        assert r.status_code == 303
+        cookies = r.headers.get_list("set-cookie")
+        assert len(cookies) == 2
+        for cookie in cookies:
+            assert cookie.startswith("__Host-ty_") and "Secure" in cookie and "Path=/" in cookie
+            assert "Domain" not in cookie
+        # and the session works under its new name
+        page = c.get("/account")
+        assert page.status_code == 200 and username in page.text

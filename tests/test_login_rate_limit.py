@@ -157,3 +157,66 @@ def test_failed_attempts_are_recorded_even_though_the_request_fails(limits, addr
             select(LoginAttempt).where(LoginAttempt.username == username.lower())
         ).all()
     assert len(rows) == 1 and not rows[0].succeeded and rows[0].client.startswith("10.9.")
+
+
+# --- nobody locks anyone else out; forwarded addresses only from configured proxies ---------
+
+
+def test_fifty_wrong_admin_passwords_from_one_client_do_not_lock_the_admin_out(app) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import ADMIN_PASSWORD
+
+    with (
+        TestClient(app, client=("10.66.0.1", 1)) as attacker,
+        TestClient(app, client=("10.66.0.2", 1)) as admin,
+    ):
+        codes = [_token(attacker, "admin", f"guess-{i}").status_code for i in range(50)]
+        assert set(codes) <= {401, 429} and codes[-1] == 429  # the guesser is throttled
+        r = _token(admin, "admin", ADMIN_PASSWORD)
+        assert r.status_code == 200, r.text
+        # ... and so is the attacker's address for the admin, still
+        assert _token(attacker, "admin", ADMIN_PASSWORD).status_code == 429
+
+
+def test_x_forwarded_for_from_an_unconfigured_peer_is_ignored(limits, address) -> None:
+    username, password, _ = make_user()
+    for i in range(3):
+        r = address.post(
+            "/api/auth/token",
+            data={"username": username, "password": "wrong"},
+            headers={"X-Forwarded-For": f"198.51.100.{i}"},
+        )
+        assert r.status_code == 401
+    r = address.post(
+        "/api/auth/token",
+        data={"username": username, "password": password},
+        headers={"X-Forwarded-For": "198.51.100.99"},
+    )
+    assert r.status_code == 429  # counted on the peer, whatever it claims
+
+
+def test_x_forwarded_for_from_a_configured_proxy_names_the_client(
+    limits, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.main import create_app
+
+    monkeypatch.setattr(get_settings(), "trusted_proxies", "10.77.0.1")
+    with TestClient(create_app(), client=("10.77.0.1", 1)) as proxy:
+        username, password, _ = make_user()
+        for _ in range(3):
+            r = proxy.post(
+                "/api/auth/token",
+                data={"username": username, "password": "wrong"},
+                headers={"X-Forwarded-For": "203.0.113.5"},
+            )
+            assert r.status_code == 401
+        blocked = {"X-Forwarded-For": "203.0.113.5"}
+        other = {"X-Forwarded-For": "203.0.113.6"}
+        form = {"username": username, "password": password}
+        assert proxy.post("/api/auth/token", data=form, headers=blocked).status_code == 429
+        assert proxy.post("/api/auth/token", data=form, headers=other).status_code == 200
+
+
+def test_the_server_command_leaves_forwarded_headers_to_the_app() -> None:
+    from app.cli import server_argv
+
+    assert "--no-proxy-headers" in server_argv("127.0.0.1", 8000)

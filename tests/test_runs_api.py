@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.settings import get_settings
 from tests.conftest import make_user
 
 
@@ -122,3 +123,25 @@ def test_metrics_of_a_run_without_points_is_empty(client, user_headers) -> None:
     assert r.status_code == 200 and r.json() == {"series": {}}
     bad = client.get(f"/api/runs/{run['id']}/metrics?max_points=1", headers=user_headers)
     assert bad.status_code == 422
+
+
+def test_a_non_admin_cannot_set_a_priority_above_the_ceiling(
+    client, user_headers, admin_headers
+) -> None:  # type: ignore[no-untyped-def]
+    ceiling = get_settings().max_user_priority
+    exp = new_experiment(client, user_headers)
+    r = client.post(
+        f"/api/experiments/{exp['id']}/runs", json={"priority": 1000}, headers=user_headers
+    )
+    assert r.status_code == 422
+    error = r.json()["detail"][0]
+    assert error["loc"] == ["body", "priority"] and f"at most {ceiling}" in error["msg"]
+    ok = client.post(
+        f"/api/experiments/{exp['id']}/runs", json={"priority": ceiling}, headers=user_headers
+    )
+    assert ok.status_code == 201
+    # an admin may (on anyone's experiment)
+    r = client.post(
+        f"/api/experiments/{exp['id']}/runs", json={"priority": 1000}, headers=admin_headers
+    )
+    assert r.status_code == 201 and r.json()["priority"] == 1000

@@ -128,3 +128,29 @@ def test_logout_revokes_the_browser_session_token(client) -> None:
     # the old cookie, replayed, gets the login page and not the app
     r = client.get("/", headers={"Cookie": f"ty_session={session_token}"}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"].startswith("/login")
+
+
+def test_the_default_cap_is_90_days_and_a_token_cannot_outlive_its_maker(client) -> None:
+    from app.settings import Settings
+
+    assert Settings().token_max_ttl_hours == 24 * 90  # a year was the old default
+    _, _, headers = make_user()  # a token that lives 30 days
+    r = client.post("/api/tokens", json={"name": "heir", "ttl_hours": 24 * 60}, headers=headers)
+    assert r.status_code == 422
+    assert "may not outlive the token that creates it" in r.json()["detail"][0]["msg"]
+    r = client.post("/api/tokens", json={"name": "heir", "ttl_hours": 24 * 29}, headers=headers)
+    assert r.status_code == 201
+    # a short token made from it cannot make a longer one in turn
+    short = r.json()["access_token"]
+    r = client.post("/api/tokens", json={"name": "x", "ttl_hours": 24 * 28}, headers=_bearer(short))
+    assert r.status_code == 201
+    tiny = client.post(
+        "/api/tokens", json={"name": "tiny", "ttl_hours": 1}, headers=_bearer(short)
+    ).json()["access_token"]
+    r = client.post("/api/tokens", json={"name": "y", "ttl_hours": 2}, headers=_bearer(tiny))
+    assert r.status_code == 422
+    # asking for no life in particular: the default, cut to what the maker has left
+    r = client.post("/api/tokens", json={"name": "z"}, headers=_bearer(tiny))
+    assert r.status_code == 201
+    life = as_utc_iso(r.json()["expires_at"]) - utcnow()
+    assert timedelta(minutes=58) < life <= timedelta(hours=1)

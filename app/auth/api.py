@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.security import OAuth2PasswordRequestForm
 
-from app.auth.deps import CurrentUser
+from app.auth.deps import CurrentUser, request_token
 from app.auth.schemas import TokenCreate, TokenCreated, TokenInfo, TokenOut
 from app.auth.service import (
     LoginRefused,
@@ -13,18 +13,21 @@ from app.auth.service import (
     issue_token,
     password_login,
     revoke_token_id,
+    token_expiry,
     tokens_of,
 )
 from app.db import SessionDep
 from app.errors import error_responses, not_found, unauthorized, validation_error
 from app.settings import get_settings
+from app.timeutil import utcnow
 from app.users.schemas import UserOut
 
 router = APIRouter(prefix="/api", tags=["auth"])
 
 
 def client_address(request: Request) -> str:
-    """The peer's address (a reverse proxy's, behind one: see docs/security.md)."""
+    """The peer's address; behind a proxy listed in `trusted_proxies`, the address it
+    forwarded (X-Forwarded-For, applied in app/main.py); no other peer can choose its own."""
     return request.client.host if request.client else "unknown"
 
 
@@ -75,25 +78,47 @@ def list_tokens(session: SessionDep, user: CurrentUser) -> list[TokenInfo]:
     response_model=TokenCreated,
     responses=error_responses(400),
 )
-def create_api_token(data: TokenCreate, session: SessionDep, user: CurrentUser) -> TokenCreated:
+def create_api_token(
+    request: Request, data: TokenCreate, session: SessionDep, user: CurrentUser
+) -> TokenCreated:
     """A named token for a script or the CLI. The response is the only time its secret is
-    shown: only a hash is stored."""
+    shown: only a hash is stored. It lives at most `token_max_ttl_hours`, and never past the
+    token this request came with: a leaked token cannot mint itself a longer-lived heir (asked
+    for a longer life, 422; given no life, the parent's remaining one)."""
     settings = get_settings()
     ttl = data.ttl_hours if data.ttl_hours is not None else settings.token_ttl_hours
     if ttl > settings.token_max_ttl_hours:
-        raise validation_error(
-            [
-                {
-                    "type": "less_than_equal",
-                    "loc": ["body", "ttl_hours"],
-                    "msg": f"a token may live at most {settings.token_max_ttl_hours:g} hours",
-                    "input": data.ttl_hours,
-                }
-            ]
+        raise _ttl_error(f"a token may live at most {settings.token_max_ttl_hours:g} hours", data)
+    parent = request_token(request)
+    parent_expiry = token_expiry(session, token=parent) if parent else None
+    now = utcnow()
+    left = max(0.0, (parent_expiry - now).total_seconds() / 3600) if parent_expiry else 0.0
+    if parent_expiry is not None and data.ttl_hours is None:
+        # The default life, cut to what the parent has left (a fresh login's token has the
+        # same default life, and asked for nothing in particular).
+        ttl = min(ttl, left)
+    if parent_expiry is not None and ttl > left:
+        raise _ttl_error(
+            "a token may not outlive the token that creates it: this one expires at "
+            f"{parent_expiry.isoformat()} (ask for at most {left:.2f} hours, or log in again)",
+            data,
         )
     row, secret = create_token(session, user=user, ttl_hours=ttl, name=data.name)
     return TokenCreated(
         **TokenInfo.model_validate(row).model_dump(), access_token=secret, token_type="bearer"
+    )
+
+
+def _ttl_error(message: str, data: TokenCreate) -> HTTPException:
+    return validation_error(
+        [
+            {
+                "type": "less_than_equal",
+                "loc": ["body", "ttl_hours"],
+                "msg": message,
+                "input": data.ttl_hours,
+            }
+        ]
     )
 
 

@@ -22,9 +22,24 @@ from app.auth.models import User
 from app.auth.service import check_token
 from app.db import SessionDep
 from app.errors import forbidden, unauthorized
+from app.settings import get_settings
 
 SESSION_COOKIE = "ty_session"
 CSRF_COOKIE = "ty_csrf"
+# Over TLS (settings.tls) both cookies are Secure and carry this prefix: the browser then only
+# accepts them from this exact host over HTTPS, path /, no Domain (a sibling subdomain or a
+# plain-HTTP page cannot plant or overwrite them).
+HOST_PREFIX = "__Host-"
+
+
+def session_cookie() -> str:
+    return (HOST_PREFIX if get_settings().tls else "") + SESSION_COOKIE
+
+
+def csrf_cookie() -> str:
+    return (HOST_PREFIX if get_settings().tls else "") + CSRF_COOKIE
+
+
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -40,7 +55,7 @@ class LoginRequired(Exception):
 
 
 async def csrf_ok(request: Request) -> bool:
-    expected = request.cookies.get(CSRF_COOKIE)
+    expected = request.cookies.get(csrf_cookie())
     if not expected:
         return False
     sent = request.headers.get(CSRF_HEADER)
@@ -61,7 +76,7 @@ async def _check(session: Session, token: str) -> User | str:
 
 async def _cookie_user(request: Request, session: SessionDep) -> User | str | None:
     """The session cookie's user, why its token is refused, or None without a cookie."""
-    token = request.cookies.get(SESSION_COOKIE)
+    token = request.cookies.get(session_cookie())
     if not token:
         return None
     user = await _check(session, token)
@@ -95,7 +110,7 @@ def request_token(request: Request) -> str | None:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and value:
         return value.strip()
-    return request.cookies.get(SESSION_COOKIE)
+    return request.cookies.get(session_cookie())
 
 
 async def get_browser_user(request: Request, session: SessionDep) -> User:

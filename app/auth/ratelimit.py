@@ -1,11 +1,18 @@
 """Password-login throttling, counted in the `login_attempts` table so that every API process
 (several uvicorn workers, several hosts) shares one allowance.
 
-Two limits, both over a sliding window: failures for one username (since its last successful
-login: the owner who knows the password is not locked out by old typos), and failures from one
-client address whatever the username (a password-spraying client). A refused attempt is not
-recorded and its password is never checked, so the wait ends when the oldest counted failure
-leaves the window. Rows older than the window are deleted as new ones arrive.
+Two limits, both over a sliding window: failures for one username from one client address
+(since that client's last successful login as that user: the owner is not locked out by their
+own old typos), and failures from one client address whatever the username (a
+password-spraying client). There is deliberately no limit on a username alone: then anyone,
+without an account, could lock anyone else (the admin included) out by failing on purpose;
+here a guesser only locks themselves. A refused attempt is not recorded and its password is
+never checked, so the wait ends when the oldest counted failure leaves the window. Rows older
+than the window are deleted as new ones arrive.
+
+The client address is the TCP peer's, or the X-Forwarded-For address only when the peer is one
+of the configured `trusted_proxies` (app/main.py): an unconfigured peer cannot pick its own
+address and so reset its counters.
 """
 
 from __future__ import annotations
@@ -50,9 +57,12 @@ def check(
     window = timedelta(seconds=settings.login_window_seconds)
     since = now - window
     user = username_key(username)
+    peer = client_key(client)
     last_success = session.scalar(
         select(func.max(LoginAttempt.at)).where(
-            LoginAttempt.username == user, LoginAttempt.succeeded.is_(True)
+            LoginAttempt.username == user,
+            LoginAttempt.client == peer,
+            LoginAttempt.succeeded.is_(True),
         )
     )
     user_since = max(since, as_utc(last_success)) if last_success is not None else since
@@ -61,6 +71,7 @@ def check(
             select(LoginAttempt.at)
             .where(
                 LoginAttempt.username == user,
+                LoginAttempt.client == peer,
                 LoginAttempt.succeeded.is_(False),
                 LoginAttempt.at > user_since,
             )
@@ -72,7 +83,7 @@ def check(
         session.scalars(
             select(LoginAttempt.at)
             .where(
-                LoginAttempt.client == client_key(client),
+                LoginAttempt.client == peer,
                 LoginAttempt.succeeded.is_(False),
                 LoginAttempt.at > since,
             )
@@ -87,7 +98,7 @@ def check(
         return None
     seconds = max(1, math.ceil(max(waits)))
     if user_wait is not None and user_wait >= (client_wait or 0):
-        what = f"{settings.login_max_failures} failed logins for this user"
+        what = f"{settings.login_max_failures} failed logins for this user from your address"
     else:
         what = f"{settings.login_max_failures_per_client} failed logins from your address"
     minutes = settings.login_window_seconds / 60

@@ -148,6 +148,12 @@ def check_token(session: Session, *, token: str) -> User | str:
     return user
 
 
+def token_expiry(session: Session, *, token: str) -> datetime | None:
+    """When `token` expires (None: unknown token, or one that never expires)."""
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest(token)))
+    return as_utc(row.expires_at) if row is not None and row.expires_at is not None else None
+
+
 def token_refusal(token: str) -> str | None:
     """Why `token` is refused now (revoked, expired, unknown), or None while it is good; in a
     unit of work of its own (an open event stream re-checks its token with it)."""

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.auth.api import client_address
-from app.auth.deps import CSRF_COOKIE, SESSION_COOKIE, BrowserUser
+from app.auth.deps import BrowserUser, csrf_cookie, session_cookie
 from app.auth.service import (
     BROWSER_SESSION,
     LoginRefused,
@@ -71,18 +71,24 @@ def login(
     )
     response = RedirectResponse(_safe_next(next), status_code=303)
     max_age = int(settings.token_ttl_hours * 3600)
-    response.set_cookie(SESSION_COOKIE, token, max_age=max_age, httponly=True, samesite="lax")
-    response.set_cookie(CSRF_COOKIE, secrets.token_urlsafe(24), max_age=max_age, samesite="strict")
+    secure = settings.tls
+    response.set_cookie(
+        session_cookie(), token, max_age=max_age, httponly=True, samesite="lax", secure=secure
+    )
+    response.set_cookie(
+        csrf_cookie(), secrets.token_urlsafe(24), max_age=max_age, samesite="strict", secure=secure
+    )
     return response
 
 
 @router.post("/logout")
 def logout(request: Request, session: SessionDep, _user: BrowserUser) -> RedirectResponse:
     """BrowserUser has already checked the CSRF token (this is a write)."""
-    token = request.cookies.get(SESSION_COOKIE)
+    token = request.cookies.get(session_cookie())
     if token:
         revoke_token(session, token=token)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(SESSION_COOKIE)
-    response.delete_cookie(CSRF_COOKIE)
+    secure = get_settings().tls
+    response.delete_cookie(session_cookie(), secure=secure, httponly=True, samesite="lax")
+    response.delete_cookie(csrf_cookie(), secure=secure, samesite="strict")
     return response

@@ -91,6 +91,9 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
         str(port),
         "--log-level",
         "info",
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default, so any local proxy (or
+        # process) could pick its client address; the app does it only for trusted_proxies.
+        "--no-proxy-headers",
         *(["--workers", str(workers)] if workers > 1 else []),
     ]
 

@@ -7,11 +7,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
-from app.db import SessionDep
+from app.db import MAX_ID, SessionDep
 from app.experiments.models import Experiment
 from app.metrics.models import MetricKey
 from app.pages import PageRoute, PageUser
@@ -69,6 +69,9 @@ def compare_page(
     run: Annotated[list[str] | None, Query()] = None,
 ) -> HTMLResponse:
     wanted = parse_run_ids([runs, *(run or [])])
+    if any(i > MAX_ID for i in wanted):
+        # No run has such an id, and the database cannot even compare with it (a 500).
+        raise HTTPException(422, f"Run ids go up to {MAX_ID}: check the runs= list.")
     too_many = len(wanted) > MAX_RUNS
     wanted = wanted[:MAX_RUNS]
 

@@ -7,12 +7,12 @@ import shlex
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
 from app.auth.models import User
-from app.db import SessionDep
+from app.db import MAX_ID, SessionDep
 from app.experiments import service
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
@@ -27,13 +27,21 @@ from torchyard.recipes.catalog import RECIPES, Param
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
 PER_PAGE = 20
+MAX_PAGE = MAX_ID // PER_PAGE
 
 
 def _page_number(raw: str | None) -> int:
+    """The page asked for (1 for junk); a number past any real page is a 422 page, not an
+    offset the database cannot hold (a 500)."""
     try:
-        return max(1, int(raw or 1))
+        number = max(1, int(raw or 1))
     except ValueError:
         return 1
+    if number > MAX_PAGE:
+        raise HTTPException(
+            422, f"There is no page {raw[:40] if raw else ''}: pages go up to {MAX_PAGE}."
+        )
+    return number
 
 
 def _usernames(session: SessionDep, user_ids: set[int]) -> dict[int, str]:

@@ -241,20 +241,35 @@ def _whole_series(
     return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows] if with_time else []
 
 
+def key_window(
+    session: Session, *, run_id: int, start: str | None, inclusive: bool, max_keys: int
+) -> list[str]:
+    """Up to `max_keys` of the run's keys in key order from `start` (all from the first when
+    None): the live stream reads a run with many keys a window at a time, so one poll's work
+    is bounded however many keys a job logged (an index range on (run_id, key))."""
+    stmt = select(MetricKey.key).where(MetricKey.run_id == run_id)
+    if start is not None:
+        stmt = stmt.where(MetricKey.key >= start if inclusive else MetricKey.key > start)
+    return list(session.scalars(stmt.order_by(MetricKey.key).limit(max_keys)))
+
+
 def read_new_points(
     session: Session,
     *,
     run_id: int,
     after: Mapping[str, int],
     limit: int = NEW_POINTS_LIMIT,
+    keys: tuple[str, str] | None = None,
 ) -> Series:
     """Points past each key's last seen step, for the live stream.
 
     {key: {"step", "value", "time"}} holds, per key, the points with step > after[key] (every
     point for a key not in `after`), in step order; keys with nothing new are left out. At most
     `limit` points in all, key by key in key order: a client catching up on a long run gets it
-    in bounded chunks. One statement (every live viewer runs this several times a second, and
-    a query per key cost a round trip and a statement's Python overhead each).
+    in bounded chunks. `keys` (first, last) limits the read to that key range (a window from
+    `key_window`; pass only its keys in `after`, the CASE grows with it). One statement (every
+    live viewer runs this several times a second, and a query per key cost a round trip and a
+    statement's Python overhead each).
     """
     last_seen: Any = (
         case(dict(after), value=MetricKey.key, else_=literal(_NO_STEP))
@@ -268,6 +283,8 @@ def read_new_points(
         .order_by(MetricKey.key, Metric.step)
         .limit(limit)
     )
+    if keys is not None:
+        stmt = stmt.where(MetricKey.key >= keys[0], MetricKey.key <= keys[1])
     result: Series = {}
     for key, group in groupby(session.connection().execute(stmt), itemgetter(0)):
         points = list(group)

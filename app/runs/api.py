@@ -60,6 +60,19 @@ def create_run(
     data: RunCreate | None = None,
 ) -> RunOut:
     data = data or RunCreate()
+    ceiling = get_settings().max_user_priority
+    if data.priority > ceiling and not user.is_admin:
+        raise validation_error(
+            [
+                {
+                    "type": "less_than_equal",
+                    "loc": ["body", "priority"],
+                    "msg": f"priority may be at most {ceiling} (TORCHYARD_MAX_USER_PRIORITY) "
+                    "for a non-admin: ask an admin to raise it",
+                    "input": data.priority,
+                }
+            ]
+        )
     run = service.create_run(
         session,
         experiment=experiment,
@@ -269,10 +282,22 @@ def _last_event_id(
     return events.parse_event_id(last_event_id) if last_event_id else None
 
 
-@router.get("/runs/{run_id}/events", response_class=EventSourceResponse, responses=OWNED_NOT_JSON)
+async def _stream_slot(user: CurrentUser) -> AsyncIterator[int]:
+    """One of the user's open-stream slots, held until the stream's response ends (a
+    request-scoped dependency); 429 naming the limit when all are taken. Gives the user id."""
+    with events.stream_slot(user.id, get_settings().sse_max_streams_per_user):
+        yield user.id
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response_class=EventSourceResponse,
+    responses={**OWNED_NOT_JSON, **error_responses(429, non_json_route=True)},
+)
 async def run_events(
     request: Request,
     run: OwnedRun,
+    user_id: Annotated[int, Depends(_stream_slot)],
     after: Annotated[dict[str, int], Depends(_after_steps)],
     log_offset: Annotated[
         int, Query(ge=0, le=MAX_INT64, description="log position the client has")
@@ -293,6 +318,7 @@ async def run_events(
         log_offset=log_offset,
         refusal=(lambda: token_refusal(token)) if token else None,
         recheck_seconds=settings.sse_auth_recheck_seconds,
+        user_id=user_id,
     ):
         yield event
 

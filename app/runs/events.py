@@ -8,6 +8,12 @@ Each poll reads what is new since the last one (points past each key's last step
 past the last offset, the status when it changed) in a short session of its own, so a viewer
 holds no connection while it waits. The stream ends after the run has finished and the last
 points and log lines went out.
+
+Streams cannot starve each other: a stream is a coroutine (no thread of its own); its polls run
+in a small shared thread pool, at most one poll per user at a time, and each poll reads at most
+KEY_WINDOW keys (a run with 100,000 keys is swept a window per poll). So a user with many tabs
+on a huge run holds one pool thread for a short while per poll, and another user's poll gets a
+thread at once. A user may hold at most `sse_max_streams_per_user` open streams (429 beyond).
 """
 
 from __future__ import annotations
@@ -16,22 +22,27 @@ import base64
 import binascii
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.lowlevel import RunVar
+from fastapi import HTTPException, status
 from fastapi.sse import ServerSentEvent
 from sqlalchemy import bindparam, select
+from sqlalchemy.orm import Session
 
 from app.db import session_scope
 from app.errors import validation_error
-from app.metrics.service import read_new_points
+from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
 
 MAX_LOG_CHUNK = 256 * 1024
+# Keys one poll reads: a window of the run's keys (by name), the next window on the next poll.
+KEY_WINDOW = 2000
 
 
 @dataclass
@@ -40,6 +51,13 @@ class StreamCursor:
     last_steps: dict[str, int] = field(default_factory=dict)
     log_offset: int = 0
     status: str | None = None
+    # Where the next poll's key window starts: None at the start of a sweep over all keys;
+    # (key, True) to read that key again (a poll that stopped at the point limit inside it).
+    window_start: tuple[str, bool] | None = None
+    # Whether the run had finished when the current sweep began, and whether the sweep has
+    # found nothing new since: a finished run's stream ends after one whole quiet sweep.
+    sweep_after_finish: bool = False
+    sweep_quiet: bool = True
 
 
 def status_payload(run: Any) -> dict[str, Any]:
@@ -74,14 +92,17 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
         run = session.execute(_STATUS_COLUMNS, {"run_id": cursor.run_id}).one_or_none()
         if run is None:
             return [json_event("status", {"status": "deleted"})], True
-        finished = RunStatus(run.status).finished
-        series = read_new_points(session, run_id=cursor.run_id, after=cursor.last_steps)
+        if cursor.window_start is None:
+            cursor.sweep_after_finish = RunStatus(run.status).finished
+            cursor.sweep_quiet = True
+        series, sweep_done = _read_window(session, cursor)
     if run.status != cursor.status:
         cursor.status = run.status
         status_event: ServerSentEvent | None = json_event("status", status_payload(run))
     else:
         status_event = None
     if series:
+        cursor.sweep_quiet = False
         for key, s in series.items():
             cursor.last_steps[key] = s["step"][-1]
         events.append(json_event("metrics", {"series": series}, id=event_id(cursor)))
@@ -93,7 +114,31 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
         )
     if status_event is not None:
         events.append(status_event)  # after the data, so "finished" comes last
-    return events, finished and not series and not text
+    done = sweep_done and cursor.sweep_after_finish and cursor.sweep_quiet and not text
+    return events, done
+
+
+def _read_window(session: Session, cursor: StreamCursor) -> tuple[dict[str, Any], bool]:
+    """New points of the keys in the cursor's current window, and whether that window ended
+    a sweep over all keys (the cursor then starts the next sweep from the first key)."""
+    start, inclusive = cursor.window_start or (None, False)
+    keys = key_window(
+        session, run_id=cursor.run_id, start=start, inclusive=inclusive, max_keys=KEY_WINDOW
+    )
+    if not keys:
+        cursor.window_start = None
+        return {}, True
+    after = {k: cursor.last_steps[k] for k in keys if k in cursor.last_steps}
+    series = read_new_points(session, run_id=cursor.run_id, after=after, keys=(keys[0], keys[-1]))
+    points = sum(len(s["step"]) for s in series.values())
+    if points >= NEW_POINTS_LIMIT:
+        cursor.window_start = (max(series), True)  # the rest of that key, and on
+        return series, False
+    if len(keys) < KEY_WINDOW:
+        cursor.window_start = None
+        return series, True
+    cursor.window_start = (keys[-1], False)
+    return series, False
 
 
 def _read_log(cursor: StreamCursor) -> str:
@@ -172,6 +217,10 @@ def parse_after(raw: str | None) -> dict[str, int]:
 # a connection stalls everything queued behind it (bench/load.py, docs/performance.md).
 POLL_THREADS = 4
 _POLL_LIMITER: RunVar[anyio.CapacityLimiter] = RunVar("torchyard_sse_poll_limiter")
+# Per user: a limiter of one poll at a time (so one user's streams take at most one of the
+# POLL_THREADS), and the count of open streams. Per event loop, like the shared limiter.
+_USER_LIMITERS: RunVar[dict[int, anyio.CapacityLimiter]] = RunVar("torchyard_sse_user_limiters")
+_OPEN_STREAMS: dict[int, int] = {}
 
 
 def _poll_limiter() -> anyio.CapacityLimiter:
@@ -184,6 +233,50 @@ def _poll_limiter() -> anyio.CapacityLimiter:
         return limiter
 
 
+def _user_limiter(user_id: int) -> anyio.CapacityLimiter:
+    try:
+        limiters = _USER_LIMITERS.get()
+    except LookupError:
+        limiters = {}
+        _USER_LIMITERS.set(limiters)
+    limiter = limiters.get(user_id)
+    if limiter is None:
+        limiter = limiters[user_id] = anyio.CapacityLimiter(1)
+    return limiter
+
+
+@contextmanager
+def stream_slot(user_id: int, limit: int) -> Iterator[None]:
+    """One of the user's `limit` open streams (in this server process), held while the stream
+    is open; 429 naming the limit when they are all taken. A request-scoped dependency holds
+    it (FastAPI closes that after the stream's response ends)."""
+    if _OPEN_STREAMS.get(user_id, 0) >= limit:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            detail=f"too many open event streams: at most {limit} per user "
+            "(TORCHYARD_SSE_MAX_STREAMS_PER_USER); close another run page or stream first",
+            headers={"Retry-After": "5"},
+        )
+    _OPEN_STREAMS[user_id] = _OPEN_STREAMS.get(user_id, 0) + 1
+    try:
+        yield
+    finally:
+        left = _OPEN_STREAMS.get(user_id, 1) - 1
+        if left > 0:
+            _OPEN_STREAMS[user_id] = left
+        else:
+            _OPEN_STREAMS.pop(user_id, None)
+
+
+async def _in_pool(user_id: int | None, func: Callable[..., Any], *args: Any) -> Any:
+    """`func` in the shared poll pool, behind the user's own one-at-a-time limiter first: a
+    user whose polls are slow waits for their own, never holds more than one pool thread."""
+    if user_id is None:
+        return await anyio.to_thread.run_sync(func, *args, limiter=_poll_limiter())
+    async with _user_limiter(user_id):
+        return await anyio.to_thread.run_sync(func, *args, limiter=_poll_limiter())
+
+
 async def stream(
     run_id: int,
     interval: float,
@@ -192,21 +285,23 @@ async def stream(
     log_offset: int = 0,
     refusal: Callable[[], str | None] | None = None,
     recheck_seconds: float = 5.0,
+    user_id: int | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """Everything new since the client's position (by default: every point and the whole log,
     then what follows). ``refusal`` is asked every ``recheck_seconds`` whether the client's
     credentials still hold: a stream outlives its request, and a revoked or expired token
-    must not keep receiving a run's data; the stream then ends with an ``error`` event."""
+    must not keep receiving a run's data; the stream then ends with an ``error`` event.
+    ``user_id``: whose stream it is, for the per-user poll limiter."""
     cursor = StreamCursor(run_id=run_id, last_steps=dict(after or {}), log_offset=log_offset)
     next_check = time.monotonic() + recheck_seconds
     while True:
         if refusal is not None and time.monotonic() >= next_check:
-            reason = await anyio.to_thread.run_sync(refusal, limiter=_poll_limiter())
+            reason = await _in_pool(user_id, refusal)
             if reason is not None:
                 yield ServerSentEvent(event="error", data={"detail": reason})
                 return
             next_check = time.monotonic() + recheck_seconds
-        events, done = await anyio.to_thread.run_sync(poll, cursor, limiter=_poll_limiter())
+        events, done = await _in_pool(user_id, poll, cursor)
         for event in events:
             yield event
         if done:

@@ -22,7 +22,7 @@
   const plot = (div, traces) => {
     div.textContent = "";
     const layout = {
-      title: {text: div.dataset.key, font: {size: 14}, x: 0.02, xanchor: "left"},
+      title: {text: ty.plotlyText(div.dataset.key), font: {size: 14}, x: 0.02, xanchor: "left"},
       margin: {l: 50, r: 16, t: 40, b: 32},
       xaxis: {hoverformat: "d"},
       hovermode: "x unified",

@@ -6,6 +6,13 @@
   if (!root) return;
   const runId = Number(root.dataset.runId);
   const BUDGET = 4000;          // points per series in one view (the server keeps min and max)
+  // With more charts than this, each is drawn only when scrolled near: a run with 100,000
+  // keys otherwise built 100,000 charts at once (the browser froze for over a minute).
+  const LAZY_AFTER = 24;
+  const SHOW_STEP = 200;        // charts per group shown at a time with that many
+  // The stream's `after` goes in the URL: past this size it is left out (the stream then
+  // resends what the page holds, dropped here as already held) instead of an oversized URL.
+  const MAX_AFTER_CHARS = 8000;
   const LOG_CAP = 200 * 1024;   // characters kept in the log tail
   const FINISHED = new Set(["succeeded", "failed", "cancelled", "deleted"]);
   const $ = (id) => document.getElementById(id);
@@ -38,22 +45,48 @@
     ? d.time.map((t) => (t == null || view.t0 == null ? null : t - view.t0)) : d.step.slice();
 
   // --- charts -------------------------------------------------------------------------------
+  // One box per group (train/, val/, other) with its grid of charts. With many keys, a group
+  // shows SHOW_STEP charts at first and a button for the next SHOW_STEP: a page of 100,000
+  // chart boxes took the browser seconds to lay out even undrawn.
+  const groups = new Map();     // group -> {grid, shown, hidden: [chart], more: button}
   const groupBox = (group) => {
-    let box = document.querySelector(`.chart-group[data-group="${group}"]`);
-    if (box) return box;
-    box = document.createElement("div");
+    let g = groups.get(group);
+    if (g) return g;
+    const box = document.createElement("div");
     box.className = "chart-group";
     box.dataset.group = group;
-    box.innerHTML = `<h3>${group === "other" ? "other" : group + "/"}</h3><div class="grid"></div>`;
+    const title = document.createElement("h3");
+    title.textContent = group === "other" ? "other" : group + "/";
+    const grid = document.createElement("div");
+    grid.className = "grid";
+    const more = document.createElement("button");
+    more.type = "button";
+    more.className = "show-more";
+    more.hidden = true;
+    box.append(title, grid, more);
+    g = {grid, shown: 0, limit: SHOW_STEP, hidden: [], more};
+    more.addEventListener("click", () => reveal(g));
+    groups.set(group, g);
     const order = ["train", "val", "other"];
     const next = [...document.querySelectorAll(".chart-group")]
-      .find((g) => order.indexOf(g.dataset.group) > order.indexOf(group));
+      .find((b) => order.indexOf(b.dataset.group) > order.indexOf(group));
     $("charts").insertBefore(box, next || null);
-    return box;
+    return g;
+  };
+  const updateMore = (g) => {
+    const n = g.hidden.length;
+    g.more.hidden = n === 0;
+    g.more.textContent = `Show ${Math.min(SHOW_STEP, n)} more (${n} keys not shown)`;
+  };
+  const reveal = (g) => {
+    g.limit += SHOW_STEP;
+    g.hidden.sort((a, b) => (a.key < b.key ? -1 : 1));
+    for (const chart of g.hidden.splice(0, SHOW_STEP)) place(chart, g, true);
+    updateMore(g);
   };
 
   const layoutFor = (key) => ({
-    title: {text: key, font: {size: 13}, x: 0.02, xanchor: "left"},
+    title: {text: ty.plotlyText(key), font: {size: 13}, x: 0.02, xanchor: "left"},
     margin: {l: 52, r: 12, t: 30, b: 36},
     showlegend: false,
     hovermode: "closest",
@@ -68,10 +101,10 @@
     const x = xsOf(d);
     const mode = d.step.length < 60 ? "lines+markers" : "lines";  // epoch-level series: few points
     return [
-      {type: "scatter", mode, marker: {size: 4}, name: chart.key, x, y: d.value.slice(),
+      {type: "scatter", mode, marker: {size: 4}, name: ty.plotlyText(chart.key), x, y: d.value.slice(),
        line: {width: 1.2, color: "#2456d6"}, opacity: w > 0 ? 0.28 : 1,
        hovertemplate: "%{x}: %{y:.5g}<extra>raw</extra>"},
-      {type: "scatter", mode: "lines", name: `${chart.key} (smoothed)`, x: x.slice(),
+      {type: "scatter", mode: "lines", name: ty.plotlyText(`${chart.key} (smoothed)`), x: x.slice(),
        y: emaAll(d.value, w, chart.ema), line: {width: 1.8, color: "#2456d6"}, visible: w > 0,
        hovertemplate: "%{x}: %{y:.5g}<extra>smoothed</extra>"},
     ];
@@ -82,9 +115,10 @@
     chart.div.dataset.updates = String(chart.updates);
   };
 
-  // Plot `d` (overview or zoomed range) as the chart's data.
+  // Plot `d` (overview or zoomed range) as the chart's data (kept for later when not drawn yet).
   const draw = (chart, d, keepRange) => {
     chart.shown = d;
+    if (!chart.drawn) return;
     const layout = layoutFor(chart.key);
     if (keepRange && chart.div.layout) {
       layout.xaxis.range = chart.div.layout.xaxis.range; layout.xaxis.autorange = false;
@@ -95,7 +129,31 @@
     markCounts(chart);
   };
 
-  const addChart = (key, d) => {
+  // The first draw of a chart (at once, or when it scrolls near with many charts).
+  const realize = (chart) => {
+    if (chart.drawn) return;
+    chart.drawn = true;
+    chart.div.classList.remove("lazy");
+    draw(chart, chart.shown, false);
+    chart.div.on("plotly_relayout", (ev) => onRelayout(chart, ev));
+  };
+  let observer = null;
+  const drawWhenNear = (chart) => {
+    if (!observer) {
+      observer = new IntersectionObserver((entries) => {
+        for (const e of entries) {
+          if (!e.isIntersecting) continue;
+          observer.unobserve(e.target);
+          const c = charts.get(e.target.dataset.key);
+          if (c) realize(c);
+        }
+      }, {rootMargin: "600px 0px"});
+    }
+    chart.div.classList.add("lazy");
+    observer.observe(chart.div);
+  };
+
+  const addChart = (key, d, lazy) => {
     const div = document.createElement("div");
     div.className = "metric-chart";
     div.dataset.key = key;
@@ -103,16 +161,32 @@
     div.dataset.updates = "0";
     div.setAttribute("role", "img");
     div.setAttribute("aria-label", `chart of ${key}`);
-    const grid = groupBox(groupOf(key)).querySelector(".grid");
-    const next = [...grid.children].find((c) => c.dataset.key > key);
-    grid.insertBefore(div, next || null);
-    const chart = {key, div, data: d, shown: d, pending: null, updates: 0, zoom: 0, ema: emaState()};
+    const chart = {key, div, data: d, shown: d, pending: null, updates: 0, zoom: 0,
+                   ema: emaState(), drawn: false};
     charts.set(key, chart);
     if (view.t0 == null && d.time.length) view.t0 = d.time[0];
-    draw(chart, d, false);
-    div.on("plotly_relayout", (ev) => onRelayout(chart, ev));
+    const g = groupBox(groupOf(key));
+    if (lazy && g.shown >= g.limit) {
+      g.hidden.push(chart);
+      updateMore(g);
+    } else {
+      place(chart, g, lazy);
+    }
     $("charts-empty").hidden = true;
     return chart;
+  };
+
+  // Into the group's grid, in key order.
+  const place = (chart, g, lazy) => {
+    const grid = g.grid;
+    // Keys mostly come in order: appending is the common case (a search per key over
+    // 100,000 charts was quadratic).
+    const last = grid.lastElementChild;
+    const next = !last || last.dataset.key < chart.key ? null
+      : [...grid.children].find((c) => c.dataset.key > chart.key);
+    grid.insertBefore(chart.div, next || null);
+    g.shown += 1;
+    if (lazy) drawWhenNear(chart); else realize(chart);
   };
 
   // --- zoom: full resolution inside the range, overview back on autoscale --------------------
@@ -160,6 +234,11 @@
       for (let i = 0; i < p.step.length; i++) {
         d.step.push(p.step[i]); d.value.push(p.value[i]); d.time.push(p.time[i]);
       }
+      if (!chart.drawn) {  // kept for its first draw
+        if (d.step.length > 3 * BUDGET) chart.data = decimate(d, BUDGET);
+        chart.shown = chart.data;
+        continue;
+      }
       if (chart.shown === d && d.step.length > 3 * BUDGET) {
         chart.data = decimate(d, BUDGET);  // keeps each bucket's min and max
         chart.updates += 1;
@@ -186,7 +265,7 @@
       const time = s.time || s.step.map(() => null);
       if (!chart) {
         if (view.t0 == null && time.length) view.t0 = time[0];
-        chart = addChart(key, {step: [], value: [], time: []});
+        chart = addChart(key, {step: [], value: [], time: []}, charts.size >= LAZY_AFTER);
       }
       const last = chart.pending ? chart.pending.step[chart.pending.step.length - 1]
         : chart.data.step[chart.data.step.length - 1];
@@ -210,6 +289,7 @@
     view.smoothing = Math.min(0.99, Math.max(0, Number(e.target.value)));
     $("smoothing-value").textContent = view.smoothing.toFixed(2);
     for (const c of charts.values()) {
+      if (!c.drawn) continue;  // drawn later with the current smoothing
       c.ema = emaState();
       const ys = emaAll(c.div.data[0].y, view.smoothing, c.ema);
       Plotly.restyle(c.div, {y: [ys], visible: [view.smoothing > 0]}, [1]);
@@ -219,6 +299,7 @@
   $("log-scale").addEventListener("change", (e) => {
     view.logY = e.target.checked;
     for (const c of charts.values()) {
+      if (!c.drawn) continue;
       Plotly.relayout(c.div, {"yaxis.type": view.logY ? "log" : "linear", "yaxis.autorange": true});
     }
   });
@@ -401,7 +482,9 @@
       const steps = c.pending && c.pending.step.length ? c.pending.step : c.data.step;
       if (steps.length) after[key] = steps[steps.length - 1];
     }
-    const params = new URLSearchParams({after: JSON.stringify(after), log_offset: logOffset});
+    const afterText = JSON.stringify(after);
+    const params = new URLSearchParams({log_offset: logOffset});
+    if (afterText.length <= MAX_AFTER_CHARS) params.set("after", afterText);
     source = new EventSource(`/api/runs/${runId}/events?${params}`);
     source.addEventListener("open", () => note(status === "running" ? "live" : ""));
     source.addEventListener("metrics", (e) => onMetrics(JSON.parse(e.data).series));
@@ -452,7 +535,10 @@
       }
       const order = {train: 0, val: 1, other: 2};
       series.sort(([a], [b]) => order[groupOf(a)] - order[groupOf(b)] || (a < b ? -1 : 1));
-      for (const [key, s] of series) addChart(key, {step: s.step, value: s.value, time: s.time || []});
+      const lazy = series.length > LAZY_AFTER;
+      for (const [key, s] of series) {
+        addChart(key, {step: s.step, value: s.value, time: s.time || []}, lazy);
+      }
       $("charts-loading").hidden = true;
       $("charts-empty").hidden = charts.size > 0;
     }

@@ -49,6 +49,7 @@ def _account(
         user=user,
         tokens=tokens_of(session, user=user),
         min_length=get_settings().password_min_length,
+        max_token_days=int(get_settings().token_max_ttl_hours // 24),
         status_code=status_code,
         **context,
     )
@@ -86,8 +87,20 @@ def create_token_form(
     session: SessionDep,
     user: PageUser,
     name: Annotated[str, Form(min_length=1, max_length=100)],
-    days: Annotated[float, Form(gt=0, le=365)] = 30,
+    days: Annotated[float, Form(gt=0, allow_inf_nan=False)] = 30,
 ) -> HTMLResponse:
+    """A token from the page (a browser session, CSRF-checked): at most token_max_ttl_hours,
+    like the API; unlike the API it may outlive the session that asks (a session lasts a
+    week, a CLI token for a month is what the form is for)."""
+    cap = get_settings().token_max_ttl_hours
+    if days * 24 > cap:
+        return _account(
+            request,
+            session,
+            user,
+            status_code=422,
+            token_error=f"a token may live at most {cap / 24:g} days",
+        )
     row, secret = create_token(session, user=user, ttl_hours=days * 24, name=name)
     return _account(request, session, user, new_token=secret, new_token_name=row.name)
 
