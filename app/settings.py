@@ -52,6 +52,15 @@ class Settings(BaseSettings):
     # idle CPU cycle either way; when jobs saturate the box, the dashboard, the database and
     # the forwarder still get the CPU first, so pages and live curves stay responsive.
     job_nice: int = Field(default=10, ge=0, le=19)
+    # Jobs in a bubblewrap sandbox (worker/sandbox.py, docs/security.md): "auto" when bwrap
+    # works on this machine (probed once at start; the worker says which and why), "bwrap"
+    # requires it (the worker refuses to start without; the team deployment's setting), "off"
+    # runs jobs as the worker's own user, seeing what it sees.
+    job_isolation: Literal["auto", "bwrap", "off"] = "auto"
+    # A root worker runs each sandboxed run as uid and gid job_uid_base + run id % job_uid_count:
+    # a range no account or other service on the machine uses.
+    job_uid_base: int = Field(default=200_000, ge=1000, le=2**31 - 2**24)
+    job_uid_count: int = Field(default=100_000, ge=1, le=2**24)
     forwarder_interval_seconds: float = 0.1
     # Threads per worker; the worker CLI raises it to GPUs + 1 so a host with all GPUs leased
     # still has a thread for gpus: 0 runs and for re-checking waiting ones.

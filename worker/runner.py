@@ -29,11 +29,18 @@ from app.runs.models import Run, RunStatus
 from app.runs.recovery import HandoverOutcome, hand_over
 from app.settings import get_settings
 from app.timeutil import utcnow
-from torchyard.contract import CHECKPOINTS_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE
-from worker import artifacts, provenance, spool
+from torchyard.contract import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    HOME_DIR,
+    LOG_FILE,
+    METRICS_FILE,
+    RESUME_FROM_VAR,
+)
+from worker import artifacts, provenance, sandbox, spool
 from worker.gpus import Inventory, detect, gpu_stats
 from worker.job_errors import run_error
-from worker.launcher import LaunchSpec, build_launch
+from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.run_files import store_while_heartbeating
 from worker.run_log import note_in_log
@@ -170,6 +177,9 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
         )
     )
     prepare_work_dir(launch.cwd, script.parent if script is not None else None)
+    isolation = job_isolation()
+    if isolation.enabled:
+        launch = _sandboxed(launch, isolation, run_id=run_id, run_dir=run_dir, script=script)
     log_path = run_dir / LOG_FILE
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
     try:
@@ -180,6 +190,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             token=token,
             nice=settings.job_nice,
             stop_grace_seconds=settings.cancel_grace_seconds,
+            sandboxed=isolation.enabled,
         )
     except OSError as exc:
         error = f"could not start the job: {exc}"
@@ -216,6 +227,39 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     return _finish(
         run_id, RunStatus.failed, code, run_error(run_dir, log_path, code), attempt=attempt
     )
+
+
+def job_isolation() -> sandbox.Isolation:
+    """Whether this worker sandboxes its jobs (probed once per process)."""
+    settings = get_settings()
+    return sandbox.decide(settings.job_isolation, settings.job_uid_base)
+
+
+def _sandboxed(
+    launch: Launch, isolation: sandbox.Isolation, *, run_id: int, run_dir: Path, script: Path | None
+) -> Launch:
+    """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
+    is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
+    settings = get_settings()
+    uid = None
+    if isolation.as_root:
+        uid = sandbox.run_uid(run_id, settings.job_uid_base, settings.job_uid_count)
+    home = run_dir / HOME_DIR
+    sandbox.own_run_dir(run_dir, home, uid)
+    workspace = (settings.workspace_dir.expanduser().resolve(),) if script is not None else ()
+    resume = launch.env.get(RESUME_FROM_VAR)
+    spec = sandbox.SandboxSpec(
+        run_dir=run_dir,
+        home=home,
+        read_only=(*sandbox.interpreter_paths(), *workspace),
+        hidden=(settings.resolved_data_dir,),
+        read_only_files=(Path(resume),) if resume else (),
+        devices=sandbox.device_nodes(),
+        uid=uid,
+        bwrap=isolation.bwrap,
+        setpriv=isolation.setpriv,
+    )
+    return sandbox.wrap(launch, spec)
 
 
 def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
