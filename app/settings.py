@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
+PRIVATE_UMASK = 0o077
 
 
 class Settings(BaseSettings):
@@ -95,6 +99,16 @@ class Settings(BaseSettings):
     @property
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser().resolve()
+
+    def make_data_dir(self) -> Path:
+        """The data dir, 0700 (also when an older version made it 755): it holds the database,
+        the broker and every run's files. With the processes' umask 077 (PRIVATE_UMASK) each
+        file in it is 0600."""
+        path = self.resolved_data_dir
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):  # another user's folder: theirs to set
+            path.chmod(0o700)
+        return path
 
     @property
     def runs_dir(self) -> Path:

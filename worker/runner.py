@@ -235,6 +235,21 @@ def job_isolation() -> sandbox.Isolation:
     return sandbox.decide(settings.job_isolation, settings.job_uid_base)
 
 
+def announce_isolation() -> None:
+    """Says at start whether jobs are sandboxed and why; with job_isolation "bwrap" a worker
+    that cannot sandbox refuses to start (exit 2) rather than run jobs unisolated."""
+    isolation = job_isolation()
+    print(sandbox.describe(isolation), file=sys.stderr, flush=True)
+    if not isolation.enabled and get_settings().job_isolation == "bwrap":
+        print(
+            "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
+            "(docs/security.md)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(2)
+
+
 def _sandboxed(
     launch: Launch, isolation: sandbox.Isolation, *, run_id: int, run_dir: Path, script: Path | None
 ) -> Launch:
