@@ -22,7 +22,11 @@ for pid in pids:
     except OSError as exc:
         print(f"checked: environ of {pid}: {exc.strerror}", flush=True)
         continue
-    for name in (b"TORCHYARD_ADMIN_PASSWORD=", b"TORCHYARD_SECRET_KEY=", b"TORCHYARD_DATABASE_URL="):
+    for name in (
+        b"TORCHYARD_ADMIN_PASSWORD=",
+        b"TORCHYARD_SECRET_KEY=",
+        b"TORCHYARD_DATABASE_URL=",
+    ):
         if name in environ:
             print(f"LEAK environ of pid {pid} has {name.decode()}", flush=True)
 
