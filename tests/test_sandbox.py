@@ -16,7 +16,7 @@ import pytest
 
 from worker.launcher import Launch
 from worker.process import JobProcess, pids_in_namespace
-from worker.sandbox import SandboxSpec, decide, interpreter_paths, wrap
+from worker.sandbox import SandboxSpec, decide, interpreter_paths, job_environment, wrap
 
 HAS_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(
@@ -152,6 +152,29 @@ def test_a_data_dir_inside_a_readable_folder_is_masked_before_the_run_dir_is_bou
     ]
 
 
+def test_the_job_gets_none_of_the_services_variables() -> None:
+    worker_env = {
+        "PATH": "/usr/bin",
+        "LANG": "C.UTF-8",
+        "HF_HUB_OFFLINE": "1",
+        "NCCL_DEBUG": "INFO",
+        "TORCHYARD_SECRET_KEY": "s",
+        "TORCHYARD_DATABASE_URL": "postgresql://u:p@db/x",
+        "POSTGRES_PASSWORD": "p",
+        "PGPASSWORD": "p",
+        "AWS_SECRET_ACCESS_KEY": "k",
+        "HF_TOKEN": "hf_x",
+        "WANDB_API_KEY": "w",
+        "my_db_password": "p",
+    }
+    assert job_environment(worker_env) == {
+        "PATH": "/usr/bin",
+        "LANG": "C.UTF-8",
+        "HF_HUB_OFFLINE": "1",
+        "NCCL_DEBUG": "INFO",
+    }
+
+
 def test_the_interpreter_paths_hold_this_python_and_torchyard() -> None:
     import torchyard
 
@@ -230,7 +253,7 @@ import os, sys
 from pathlib import Path
 from worker.launcher import Launch
 from worker.process import JobProcess
-from worker.sandbox import SandboxSpec, decide, interpreter_paths, wrap
+from worker.sandbox import SandboxSpec, decide, interpreter_paths, job_environment, wrap
 isolation = decide("bwrap", 200000)
 assert isolation.enabled and not isolation.as_root, isolation.reason
 run_dir, data = Path({str(run_dir)!r}), Path({str(data)!r})

@@ -279,7 +279,7 @@ def _sandboxed(
 
 def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
     # The job must not inherit the worker's settings (database URLs, secrets).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    env = sandbox.job_environment(os.environ)
     # Exactly the leased GPUs; none at all ("") for a run without GPUs.
     env["CUDA_VISIBLE_DEVICES"] = format_indices(gpu_indices)
     return env

@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from glob import glob
@@ -73,6 +73,12 @@ DROP_PRIVILEGES = (
     "--inh-caps=-all",
 )
 PROBE_TIMEOUT_SECONDS = 30.0
+# The worker's variables a job does not get: torchyard's settings (database and broker URLs,
+# secret key, admin password), the team deployment's .env (POSTGRES_PASSWORD, cloud keys of
+# the artifact store) and anything named like a credential. They are the service's, not the
+# member's whose code runs.
+SERVER_VARIABLE_PREFIXES = ("TORCHYARD_", "POSTGRES", "PG", "REDIS", "AWS_", "AZURE_", "GOOGLE_")
+SERVER_VARIABLE_WORDS = ("PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "API_KEY", "ACCESS_KEY")
 
 Mode = Literal["auto", "bwrap", "off"]
 
@@ -189,6 +195,16 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     env = dict(launch.env)
     env.update(HOME=str(spec.home), TMPDIR="/tmp")
     return replace(launch, argv=[*argv, "--", *inner], env=env)
+
+
+def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The worker's environment without what is the service's own (SERVER_VARIABLE_*)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.upper().startswith(SERVER_VARIABLE_PREFIXES)
+        and not any(word in name.upper() for word in SERVER_VARIABLE_WORDS)
+    }
 
 
 def interpreter_paths() -> tuple[Path, ...]:
