@@ -38,6 +38,7 @@ TEAM_SETTINGS = {
     "worker_concurrency",
     "lease_ttl_seconds",
     "starvation_seconds",
+    "job_isolation",
 }
 # Compose variables of .env.example that are not torchyard settings.
 CONTAINER_VARIABLES = {
@@ -236,3 +237,15 @@ def test_compose_config_when_a_compose_client_is_present(tmp_path: Path) -> None
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_team_worker_requires_the_job_sandbox_and_may_build_it(
+    services: dict[str, Any],
+) -> None:
+    """docs/security.md: a team deployment isolates every job or does not start its worker."""
+    assert env_example()["TORCHYARD_JOB_ISOLATION"] == "bwrap"
+    worker = services["worker"]
+    assert "SYS_ADMIN" in worker["cap_add"]
+    assert {"seccomp=unconfined", "apparmor=unconfined"} <= set(worker["security_opt"])
+    assert "bubblewrap" in (REPO / "worker/Dockerfile").read_text()
+    assert "cap_add" not in services["api"]  # the api runs no job
