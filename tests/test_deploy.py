@@ -47,6 +47,7 @@ CONTAINER_VARIABLES = {
     "POSTGRES_DB",
     "POSTGRES_BIND",
     "REDIS_BIND",
+    "REDIS_PASSWORD",
     "API_BIND",
     "UVICORN_WORKERS",
 }
@@ -177,7 +178,8 @@ def test_env_example_documents_real_settings_and_every_team_setting() -> None:
     # the values are what the compose services are called and what the settings accept
     assert values["TORCHYARD_DATABASE_URL"].startswith("postgresql+psycopg://")
     assert "@postgres:5432/" in values["TORCHYARD_DATABASE_URL"]
-    assert values["TORCHYARD_BROKER_URL"] == "redis://redis:6379/0"
+    assert values["TORCHYARD_BROKER_URL"] == "redis://:change-me-redis@redis:6379/0"
+    assert values["REDIS_PASSWORD"] == "change-me-redis"  # jobs share the worker's network
     assert f":{values['POSTGRES_PASSWORD']}@" in values["TORCHYARD_DATABASE_URL"]
     parsed = Settings.model_validate(
         {n.removeprefix("TORCHYARD_").lower(): v for n, v in values.items() if n in settings}
