@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,7 +25,7 @@ from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
 from app.runs.views import router as runs_views
 from app.security_headers import SecurityHeadersMiddleware
-from app.settings import PRIVATE_UMASK, get_settings
+from app.settings import get_settings
 from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
 from app.users.api import router as users_router
@@ -57,9 +56,6 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app() -> FastAPI:
-    # uvicorn started directly (the team deployment's api) writes uploads and the database
-    # files private too, as `torchyard up` does.
-    os.umask(PRIVATE_UMASK)
     app = FastAPI(
         lifespan=lifespan,
         max_body_size=get_settings().max_body_bytes,

@@ -44,20 +44,29 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()
 
 
-def _pre_exec(nice: int) -> Callable[[], None]:
+# A sandboxed job's umask. Its run folder is 0700 and its own, so 022 opens nothing on the
+# host; it lets the run of another uid that resumes from one of its checkpoints read the file
+# that run's sandbox binds in (the worker's own 077 would make it 0600, the old run's uid's).
+SANDBOXED_UMASK = 0o022
+
+
+def _pre_exec(nice: int, umask: int | None = None) -> Callable[[], None]:
     """What the job's first process does before exec, inherited by every process it starts:
 
     - asks Linux to SIGTERM it when the worker dies. A worker killed with SIGKILL cannot stop
       its jobs; without this they would train on, unwatched, holding GPUs nobody has leased
       any more. SIGTERM (not SIGKILL) lets the job drain its metrics to the spool and lets
       torchrun stop its ranks;
-    - lowers its CPU priority by `nice` (settings.job_nice)."""
+    - lowers its CPU priority by `nice` (settings.job_nice);
+    - a sandboxed job gets SANDBOXED_UMASK instead of the worker's."""
 
     def pre_exec() -> None:
         if _PRCTL is not None:
             _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if nice:
             os.nice(nice)
+        if umask is not None:
+            os.umask(umask)
 
     return pre_exec
 
@@ -159,7 +168,8 @@ class JobProcess:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_pre_exec(nice),  # a prctl and a nice() call, nothing else
+                # a prctl, a nice() and a umask() call, nothing else
+                preexec_fn=_pre_exec(nice, SANDBOXED_UMASK if sandboxed else None),
             )
         except BaseException:
             self._log.close()
