@@ -16,7 +16,14 @@ import pytest
 
 from worker.launcher import Launch
 from worker.process import JobProcess, pids_in_namespace
-from worker.sandbox import SandboxSpec, decide, interpreter_paths, job_environment, wrap
+from worker.sandbox import (
+    SandboxSpec,
+    decide,
+    describe,
+    interpreter_paths,
+    job_environment,
+    wrap,
+)
 
 HAS_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(
@@ -152,6 +159,39 @@ def test_a_data_dir_inside_a_readable_folder_is_masked_before_the_run_dir_is_bou
     ]
 
 
+def test_without_bubblewrap_auto_runs_unisolated_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    decide.cache_clear()
+    try:
+        isolation = decide("auto", 200000)
+    finally:
+        decide.cache_clear()
+    assert not isolation.enabled
+    assert describe(isolation) == (
+        "job isolation: OFF: bubblewrap is not installed (apt-get install bubblewrap). Jobs run "
+        "as this service's own user and can read its database, its environment and every "
+        "run's files"
+    )
+    assert describe(decide("off", 200000)).startswith("job isolation: OFF: job isolation is off")
+
+
+def test_a_worker_that_must_isolate_refuses_to_start_without_bubblewrap(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path), "TORCHYARD_JOB_ISOLATION": "bwrap"}
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "worker", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "job isolation: OFF: bubblewrap is not installed" in done.stderr
+    assert "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox" in done.stderr
+
+
 def test_the_job_gets_none_of_the_services_variables() -> None:
     worker_env = {
         "PATH": "/usr/bin",
@@ -253,7 +293,14 @@ import os, sys
 from pathlib import Path
 from worker.launcher import Launch
 from worker.process import JobProcess
-from worker.sandbox import SandboxSpec, decide, interpreter_paths, job_environment, wrap
+from worker.sandbox import (
+    SandboxSpec,
+    decide,
+    describe,
+    interpreter_paths,
+    job_environment,
+    wrap,
+)
 isolation = decide("bwrap", 200000)
 assert isolation.enabled and not isolation.as_root, isolation.reason
 run_dir, data = Path({str(run_dir)!r}), Path({str(data)!r})
