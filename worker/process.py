@@ -56,7 +56,8 @@ def _pre_exec(nice: int, umask: int | None = None) -> Callable[[], None]:
     - asks Linux to SIGTERM it when the worker dies. A worker killed with SIGKILL cannot stop
       its jobs; without this they would train on, unwatched, holding GPUs nobody has leased
       any more. SIGTERM (not SIGKILL) lets the job drain its metrics to the spool and lets
-      torchrun stop its ranks;
+      torchrun stop its ranks. (A sandboxed job's first process is bwrap, which SIGTERM ends;
+      its `--die-with-parent` then SIGKILLs the namespace: nothing drains, nothing survives);
     - lowers its CPU priority by `nice` (settings.job_nice);
     - a sandboxed job gets SANDBOXED_UMASK instead of the worker's."""
 
