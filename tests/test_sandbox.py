@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from worker.gpus import device_minors
 from worker.launcher import Launch
 from worker.process import JobProcess, pids_in_namespace
 from worker.sandbox import (
     SandboxSpec,
     decide,
     describe,
+    device_nodes,
     interpreter_paths,
     job_environment,
     wrap,
@@ -215,6 +217,37 @@ def test_the_job_gets_none_of_the_services_variables() -> None:
     }
 
 
+class StandInNVML:
+    """pynvml's calls device_minors makes, for a box whose cards' minors are not their indices."""
+
+    MINORS = {0: 3, 1: 0}
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetMinorNumber(self, handle: int) -> int:
+        return self.MINORS[handle]
+
+
+def test_a_run_gets_the_device_nodes_of_its_leased_gpus_only(tmp_path: Path) -> None:
+    for name in ("nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-caps/nvidia-cap1"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).touch()
+    control = [tmp_path / "nvidia-caps/nvidia-cap1", tmp_path / "nvidia-uvm"]
+    control += [tmp_path / "nvidiactl"]
+    minors = device_minors((0,), nvml=StandInNVML())
+    assert minors == (3,)
+    assert device_nodes(minors, dev=tmp_path) == tuple(sorted([*control, tmp_path / "nvidia3"]))
+    assert device_nodes((), dev=tmp_path) == tuple(sorted(control))  # gpus: 0, no card
+    # NVML cannot say (a fake inventory): every card; CUDA_VISIBLE_DEVICES picks
+    cards = [tmp_path / "nvidia0", tmp_path / "nvidia3"]
+    assert device_nodes(None, dev=tmp_path) == tuple(sorted([*control, *cards]))
+
+
 def test_the_interpreter_paths_hold_this_python_and_torchyard() -> None:
     import torchyard
 
@@ -291,12 +324,14 @@ def test_a_worker_that_is_not_root_sandboxes_in_a_user_namespace(box: Path) -> N
     worker_side = f"""
 import os, sys
 from pathlib import Path
+from worker.gpus import device_minors
 from worker.launcher import Launch
 from worker.process import JobProcess
 from worker.sandbox import (
     SandboxSpec,
     decide,
     describe,
+    device_nodes,
     interpreter_paths,
     job_environment,
     wrap,

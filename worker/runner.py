@@ -38,7 +38,7 @@ from torchyard.contract import (
     RESUME_FROM_VAR,
 )
 from worker import artifacts, provenance, sandbox, spool
-from worker.gpus import Inventory, detect, gpu_stats
+from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.job_errors import run_error
 from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
@@ -179,7 +179,14 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     prepare_work_dir(launch.cwd, script.parent if script is not None else None)
     isolation = job_isolation()
     if isolation.enabled:
-        launch = _sandboxed(launch, isolation, run_id=run_id, run_dir=run_dir, script=script)
+        launch = _sandboxed(
+            launch,
+            isolation,
+            run_id=run_id,
+            run_dir=run_dir,
+            script=script,
+            gpus=claimed.gpu_indices,
+        )
     log_path = run_dir / LOG_FILE
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
     try:
@@ -251,7 +258,13 @@ def announce_isolation() -> None:
 
 
 def _sandboxed(
-    launch: Launch, isolation: sandbox.Isolation, *, run_id: int, run_dir: Path, script: Path | None
+    launch: Launch,
+    isolation: sandbox.Isolation,
+    *,
+    run_id: int,
+    run_dir: Path,
+    script: Path | None,
+    gpus: tuple[int, ...],
 ) -> Launch:
     """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
     is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
@@ -269,7 +282,7 @@ def _sandboxed(
         read_only=(*sandbox.interpreter_paths(), *workspace),
         hidden=(settings.resolved_data_dir,),
         read_only_files=(Path(resume),) if resume else (),
-        devices=sandbox.device_nodes(),
+        devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
         uid=uid,
         bwrap=isolation.bwrap,
         setpriv=isolation.setpriv,

@@ -64,8 +64,15 @@ SYSTEM_PATHS = (
     # /etc/resolv.conf is a link into it on systemd-resolved hosts.
     "/run/systemd/resolve",
 )
-# GPU device nodes: NVIDIA's (every card, control and UVM nodes; CUDA_VISIBLE_DEVICES picks).
-DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps/*")
+# NVIDIA's device nodes every CUDA process needs (control, UVM, MIG capabilities); the cards
+# themselves are /dev/nvidia<minor>.
+CONTROL_DEVICE_GLOBS = (
+    "nvidiactl",
+    "nvidia-uvm",
+    "nvidia-uvm-tools",
+    "nvidia-modeset",
+    "nvidia-caps/*",
+)
 DROP_PRIVILEGES = (
     "--clear-groups",
     "--no-new-privs",
@@ -222,8 +229,16 @@ def interpreter_paths() -> tuple[Path, ...]:
     return tuple(sorted(paths))
 
 
-def device_nodes() -> tuple[Path, ...]:
-    return tuple(sorted(Path(p) for pattern in DEVICE_GLOBS for p in glob(pattern)))
+def device_nodes(minors: Iterable[int] | None, dev: Path = Path("/dev")) -> tuple[Path, ...]:
+    """The GPU device nodes a run's sandbox gets: the control nodes, and the cards with these
+    minor numbers (its leased GPUs, worker.gpus.device_minors); every card when the minors are
+    not known (no NVML: CUDA_VISIBLE_DEVICES alone then keeps the job to its lease)."""
+    found = [Path(p) for pattern in CONTROL_DEVICE_GLOBS for p in glob(str(dev / pattern))]
+    if minors is None:
+        found += [p for p in dev.glob("nvidia*") if p.name.removeprefix("nvidia").isdigit()]
+    else:
+        found += [dev / f"nvidia{m}" for m in minors if (dev / f"nvidia{m}").exists()]
+    return tuple(sorted(set(found)))
 
 
 def run_uid(run_id: int, base: int, count: int) -> int:
