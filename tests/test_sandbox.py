@@ -24,6 +24,7 @@ from worker.sandbox import (
     device_nodes,
     interpreter_paths,
     job_environment,
+    open_inside,
     wrap,
 )
 
@@ -53,7 +54,7 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         home=Path("/data/runs/7/home"),
         read_only=(Path("/venv"), Path("/srv/workspace")),
         hidden=(Path("/data"),),
-        read_only_files=(Path("/data/runs/3/checkpoints/last.pt"),),
+        read_only_fds=((9, Path("/data/runs/3/checkpoints/last.pt")),),
         devices=(Path("/dev/nvidia0"), Path("/dev/nvidiactl")),
         uid=200007,
         bwrap="/usr/bin/bwrap",
@@ -94,7 +95,7 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         *make_dirs("/data", "/data/runs"),
         *("--bind", "/data/runs/7", "/data/runs/7"),
         *make_dirs("/data/runs/3", "/data/runs/3/checkpoints"),
-        *("--ro-bind", "/data/runs/3/checkpoints/last.pt", "/data/runs/3/checkpoints/last.pt"),
+        *("--ro-bind-fd", "9", "/data/runs/3/checkpoints/last.pt"),
         "--chdir",
         "/data/runs/7/work",
         "--cap-add",
@@ -119,7 +120,30 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
     # The environment travels as bwrap's own, never in argv (world-readable in /proc).
     assert wrapped.env == {**JOB.env, "HOME": "/data/runs/7/home", "TMPDIR": "/tmp"}
     assert not any("t0k3n" in arg for arg in wrapped.argv)
-    assert wrapped.cwd == JOB.cwd
+    assert wrapped.cwd == JOB.cwd and wrapped.pass_fds == (9,)
+
+
+def test_a_checkpoint_to_resume_from_is_opened_without_following_any_link(tmp_path: Path) -> None:
+    """bwrap binds as root: a link another run's job put in place of its checkpoint (or of a
+    folder on the way) must not bind the database into the resumed run's sandbox."""
+    runs = tmp_path / "runs"
+    (runs / "3" / "checkpoints").mkdir(parents=True)
+    (runs / "3" / "checkpoints" / "last.pt").write_bytes(b"weights")
+    (tmp_path / "torchyard.db").write_bytes(b"secret rows")
+    fd = open_inside(runs, "3/checkpoints/last.pt")
+    try:
+        assert os.read(fd, 100) == b"weights"
+    finally:
+        os.close(fd)
+    (runs / "3" / "checkpoints" / "link.pt").symlink_to(tmp_path / "torchyard.db")
+    (runs / "4").symlink_to(runs / "3")
+    os.mkfifo(runs / "3" / "checkpoints" / "fifo.pt")
+    for relative in ("3/checkpoints/link.pt", "4/checkpoints/last.pt"):
+        with pytest.raises(OSError):
+            open_inside(runs, relative)
+    for relative in ("3/checkpoints/fifo.pt", "3/checkpoints", "../torchyard.db"):
+        with pytest.raises((OSError, ValueError)):
+            open_inside(runs, relative)
 
 
 def test_a_worker_that_is_not_root_uses_a_user_namespace_and_keeps_its_uid() -> None:
@@ -334,6 +358,7 @@ from worker.sandbox import (
     device_nodes,
     interpreter_paths,
     job_environment,
+    open_inside,
     wrap,
 )
 isolation = decide("bwrap", 200000)

@@ -169,12 +169,16 @@ class JobProcess:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=launch.pass_fds,
                 # a prctl, a nice() and a umask() call, nothing else
                 preexec_fn=_pre_exec(nice, SANDBOXED_UMASK if sandboxed else None),
             )
         except BaseException:
             self._log.close()
             raise
+        finally:
+            for fd in launch.pass_fds:  # the job's now (a sandbox's bind sources)
+                os.close(fd)
 
     def __enter__(self) -> JobProcess:
         return self

@@ -35,7 +35,6 @@ from torchyard.contract import (
     HOME_DIR,
     LOG_FILE,
     METRICS_FILE,
-    RESUME_FROM_VAR,
 )
 from worker import artifacts, provenance, sandbox, spool
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
@@ -186,6 +185,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             run_dir=run_dir,
             script=script,
             gpus=claimed.gpu_indices,
+            resume=resume,
         )
     log_path = run_dir / LOG_FILE
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
@@ -265,6 +265,7 @@ def _sandboxed(
     run_dir: Path,
     script: Path | None,
     gpus: tuple[int, ...],
+    resume: str | None,
 ) -> Launch:
     """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
     is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
@@ -275,13 +276,23 @@ def _sandboxed(
     home = run_dir / HOME_DIR
     sandbox.own_run_dir(run_dir, home, uid)
     workspace = (settings.workspace_dir.expanduser().resolve(),) if script is not None else ()
-    resume = launch.env.get(RESUME_FROM_VAR)
+    resume_fds: tuple[tuple[int, Path], ...] = ()
+    if resume and not (settings.runs_dir / resume).is_relative_to(run_dir):
+        try:
+            fd = sandbox.open_inside(settings.runs_dir, resume)
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(
+                f"cannot open the checkpoint to resume from ({resume}): {exc}"
+            ) from exc
+        if os.fstat(fd).st_uid == os.geteuid():  # this worker's copy from the artifact store
+            os.fchmod(fd, 0o644)
+        resume_fds = ((fd, settings.runs_dir / resume),)
     spec = sandbox.SandboxSpec(
         run_dir=run_dir,
         home=home,
         read_only=(*sandbox.interpreter_paths(), *workspace),
         hidden=(settings.resolved_data_dir,),
-        read_only_files=(Path(resume),) if resume else (),
+        read_only_fds=resume_fds,
         devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
         uid=uid,
         bwrap=isolation.bwrap,

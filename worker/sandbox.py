@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -100,8 +101,10 @@ class SandboxSpec:
     read_only: tuple[Path, ...]
     # Hidden even when a read-only folder contains them (the data dir).
     hidden: tuple[Path, ...] = ()
-    # Single read-only files outside the run dir (a checkpoint to resume from).
-    read_only_files: tuple[Path, ...] = ()
+    # Single read-only files outside the run dir, as (descriptor, place in the sandbox): a
+    # checkpoint to resume from, opened by open_inside (bwrap, as root, would follow a link
+    # another run's job put in place of the file after the API checked it).
+    read_only_fds: tuple[tuple[int, Path], ...] = ()
     devices: tuple[Path, ...] = ()
     # The run's uid (and gid) when the worker is root; None: a user namespace, worker's uid.
     uid: int | None = None
@@ -182,9 +185,8 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
         if any(_under(hidden, r) for r in readable):
             mounts.add("--tmpfs", None, hidden, tmpfs=True)
     mounts.add("--bind", spec.run_dir, spec.run_dir)
-    for path in spec.read_only_files:
-        if not _under(path, spec.run_dir):
-            mounts.add("--ro-bind", path, path)
+    for fd, dest in spec.read_only_fds:
+        mounts.add("--ro-bind-fd", Path(str(fd)), dest)
     argv += [*mounts.args, "--chdir", str(launch.cwd)]
     inner = list(launch.argv)
     if spec.uid is not None:
@@ -201,7 +203,31 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
         ]
     env = dict(launch.env)
     env.update(HOME=str(spec.home), TMPDIR="/tmp")
-    return replace(launch, argv=[*argv, "--", *inner], env=env)
+    fds = (*launch.pass_fds, *(fd for fd, _ in spec.read_only_fds))
+    return replace(launch, argv=[*argv, "--", *inner], env=env, pass_fds=fds)
+
+
+def open_inside(root: Path, relative: str) -> int:
+    """A read-only descriptor of the regular file ``root/relative``, opened one component at a
+    time without following any link, so it is under ``root`` whatever a job renamed or linked
+    meanwhile. OSError (ELOOP for a link, ENOTDIR, ...) or ValueError (not a regular file)."""
+    parts = Path(relative).parts
+    if not parts or any(p in ("..", "/") for p in parts):
+        raise ValueError(f"{relative!r} is not a path inside {root}")
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        leaf = os.open(parts[-1], flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise ValueError(f"{relative!r} is not a regular file")
+    return leaf
 
 
 def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
