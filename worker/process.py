@@ -26,6 +26,7 @@ from pathlib import Path
 
 from torchyard.contract import JOB_TOKEN_VAR
 from worker.launcher import Launch
+from worker.run_log import open_run_file
 
 PR_SET_PDEATHSIG = 1
 
@@ -159,7 +160,7 @@ class JobProcess:
         self.sandboxed = sandboxed
         self._init: tuple[int, str] | None = None
         self.stop_grace_seconds = stop_grace_seconds
-        self._log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the job
+        self._log = open_run_file(log_path)  # lives as long as the job
         try:
             self.proc = subprocess.Popen(
                 launch.argv,

@@ -42,7 +42,7 @@ from worker.job_errors import run_error
 from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.run_files import store_while_heartbeating
-from worker.run_log import note_in_log
+from worker.run_log import note_in_log, open_run_file
 from worker.watch import StopReason, Watched, drain, watch, with_db
 from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
 
@@ -140,7 +140,8 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     attempt = claimed.attempt
     run_dir = settings.run_dir(run_id)
     (run_dir / CHECKPOINTS_DIR).mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(claimed.config, indent=2))
+    with open_run_file(run_dir / CONFIG_FILE, truncate=True) as config_file:
+        config_file.write(json.dumps(claimed.config, indent=2).encode())
     if attempt > 1:
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from

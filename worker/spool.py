@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.runs.models import Run
 from torchyard.contract import LOG_FILE, METRICS_FILE
+from worker.run_log import open_run_file
 from worker.tensorboard_events import clear_cache, find_event_files
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ def _continue_log(run: Run, log_path: Path) -> None:
     new, but the log shipped so far (runs.log_offset bytes) is the run's: the local file is
     extended to that size (a sparse hole, no bytes written) so shipping resumes after it."""
     size = log_path.stat().st_size if log_path.exists() else 0
-    with open(log_path, "ab") as f:
+    with open_run_file(log_path) as f:
         if size < run.log_offset:
             f.truncate(run.log_offset)
         f.write(f"=== torchyard: attempt {run.attempt} of run {run.id} ===\n".encode())
