@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from app.artifacts import renames_atomically, store_fs
 from app.db import session_scope
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs import lifecycle
@@ -292,7 +293,7 @@ def _sandboxed(
         run_dir=run_dir,
         home=home,
         read_only=(*sandbox.interpreter_paths(), *workspace),
-        hidden=(settings.resolved_data_dir,),
+        hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
         read_only_fds=resume_fds,
         devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
         uid=uid,
@@ -300,6 +301,15 @@ def _sandboxed(
         setpriv=isolation.setpriv,
     )
     return sandbox.wrap(launch, spec)
+
+
+def _local_store(url: str) -> tuple[Path, ...]:
+    """An artifact store on a local or mounted file system: hidden from jobs like the data dir
+    (it holds every run's checkpoints)."""
+    if not url:
+        return ()
+    fs, root = store_fs(url)
+    return (Path(root).resolve(),) if renames_atomically(fs) else ()
 
 
 def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
