@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test browser compose up test test-embedded test-services lint bench clean
+.PHONY: install install-test browser compose sandbox up test test-embedded test-services lint bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -27,7 +27,7 @@ $(VENV)/.installed-test: pyproject.toml
 	$(call venv_with,$(TEST_EXTRAS))
 	touch $@
 
-install: $(VENV)/.installed-server
+install: $(VENV)/.installed-server sandbox
 
 install-test: $(VENV)/.installed-test
 
@@ -44,6 +44,22 @@ browser:
 			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	fi
+
+# Jobs run in a bubblewrap sandbox (worker/sandbox.py, docs/security.md): Debian's bubblewrap
+# (and util-linux's setpriv, there on every Debian) installed with apt when missing, as root
+# or through sudo. `make test` needs it in CI (CI=true: fails without it, the suite runs every
+# job sandboxed); elsewhere, without root, `torchyard up` says plainly that jobs run
+# unisolated.
+sandbox:
+	@if ! command -v bwrap >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+		else echo "make sandbox: bubblewrap is missing and neither root nor sudo can install it;" \
+			"jobs will run unisolated (docs/security.md)" >&2; \
+			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap util-linux; \
 	fi
 
 # tests/test_deploy.py runs `docker compose config` (or docker-compose) on the compose file
@@ -79,10 +95,10 @@ export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
 # The two-host test's own Redis database (its broker), purged when it starts.
 export TORCHYARD_TEST_REDIS_URL ?= redis://127.0.0.1:6379/3
 
-test-embedded: install-test browser compose
+test-embedded: install-test browser compose sandbox
 	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q
 
-test-services: install-test browser compose
+test-services: install-test browser compose sandbox
 	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 		$(PY) -m pytest -q -m "not local_only"
 

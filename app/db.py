@@ -64,7 +64,7 @@ def make_engine(url: str, *, pooled: bool = True) -> Engine:
 def get_engine() -> Engine:
     settings = get_settings()
     if settings.resolved_database_url.startswith("sqlite"):
-        settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+        settings.make_data_dir()
     return make_engine(settings.resolved_database_url)
 
 

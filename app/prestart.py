@@ -11,7 +11,7 @@ from app.settings import get_settings
 def prestart() -> str:
     """Returns a line that says where the admin's password comes from."""
     settings = get_settings()
-    settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+    settings.make_data_dir()
     migrate.upgrade(settings.resolved_database_url)
     with session_scope() as session:
         generated = ensure_admin(session, password=settings.admin_password)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
+PRIVATE_UMASK = 0o077
 
 
 class Settings(BaseSettings):
@@ -70,6 +74,15 @@ class Settings(BaseSettings):
     # idle CPU cycle either way; when jobs saturate the box, the dashboard, the database and
     # the forwarder still get the CPU first, so pages and live curves stay responsive.
     job_nice: int = Field(default=10, ge=0, le=19)
+    # Jobs in a bubblewrap sandbox (worker/sandbox.py, docs/security.md): "auto" when bwrap
+    # works on this machine (probed once at start; the worker says which and why), "bwrap"
+    # requires it (the worker refuses to start without; the team deployment's setting), "off"
+    # runs jobs as the worker's own user, seeing what it sees.
+    job_isolation: Literal["auto", "bwrap", "off"] = "auto"
+    # A root worker runs each sandboxed run as uid and gid job_uid_base + run id % job_uid_count:
+    # a range no account or other service on the machine uses.
+    job_uid_base: int = Field(default=200_000, ge=1000, le=2**31 - 2**24)
+    job_uid_count: int = Field(default=100_000, ge=1, le=2**24)
     forwarder_interval_seconds: float = 0.1
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past
@@ -115,6 +128,16 @@ class Settings(BaseSettings):
     @property
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser().resolve()
+
+    def make_data_dir(self) -> Path:
+        """The data dir, 0700 (also when an older version made it 755): it holds the database,
+        the broker and every run's files. With the processes' umask 077 (PRIVATE_UMASK) each
+        file in it is 0600."""
+        path = self.resolved_data_dir
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):  # another user's folder: theirs to set
+            path.chmod(0o700)
+        return path
 
     @property
     def runs_dir(self) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -38,6 +39,11 @@ os.environ.update(
     TORCHYARD_WORKSPACE_DIR=str(WORKSPACE_DIR),
     # Tests build "running" runs by hand; only tests/test_liveness.py's own stack reaps.
     TORCHYARD_REAP_INTERVAL_SECONDS="0",
+    # Every job of the live stack runs sandboxed (worker/sandbox.py): the worker refuses to
+    # start without bubblewrap, so the suite fails rather than quietly testing unisolated jobs.
+    # Off only on a machine without bwrap outside CI (`make test` installs it).
+    TORCHYARD_JOB_ISOLATION=os.environ.get("TORCHYARD_JOB_ISOLATION")
+    or ("bwrap" if os.environ.get("CI") == "true" or shutil.which("bwrap") else "auto"),
 )
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)

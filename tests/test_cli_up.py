@@ -48,6 +48,8 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
             lines.append(line)
         out = "".join(lines)
         assert f"http://127.0.0.1:{port}" in out
+        # Says whether jobs are sandboxed (docs/security.md); the suite's machines have bwrap.
+        assert "job isolation: on: jobs run in a bubblewrap sandbox" in out, out
         assert "generated password" in out  # no TORCHYARD_ADMIN_PASSWORD: printed once
         password = out.split("generated password: ")[1].split()[0]
         deadline = time.monotonic() + 60
@@ -63,6 +65,10 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
                 time.sleep(0.2)
         assert r.status_code == 200
         assert (tmp_path / "data" / "torchyard.db").exists()
+        # The data dir and its files are the service's alone.
+        assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
+        for name in ("torchyard.db", "broker.db"):
+            assert (tmp_path / "data" / name).stat().st_mode & 0o777 == 0o600, name
         children = _children(proc.pid)
         assert len(children) == 2  # uvicorn and the Celery worker
         proc.send_signal(signal.SIGINT)

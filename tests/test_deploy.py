@@ -38,6 +38,7 @@ TEAM_SETTINGS = {
     "worker_concurrency",
     "lease_ttl_seconds",
     "starvation_seconds",
+    "job_isolation",
 }
 # Compose variables of .env.example that are not torchyard settings.
 CONTAINER_VARIABLES = {
@@ -46,6 +47,7 @@ CONTAINER_VARIABLES = {
     "POSTGRES_DB",
     "POSTGRES_BIND",
     "REDIS_BIND",
+    "REDIS_PASSWORD",
     "API_BIND",
     "UVICORN_WORKERS",
 }
@@ -176,7 +178,8 @@ def test_env_example_documents_real_settings_and_every_team_setting() -> None:
     # the values are what the compose services are called and what the settings accept
     assert values["TORCHYARD_DATABASE_URL"].startswith("postgresql+psycopg://")
     assert "@postgres:5432/" in values["TORCHYARD_DATABASE_URL"]
-    assert values["TORCHYARD_BROKER_URL"] == "redis://redis:6379/0"
+    assert values["TORCHYARD_BROKER_URL"] == "redis://:change-me-redis@redis:6379/0"
+    assert values["REDIS_PASSWORD"] == "change-me-redis"  # jobs share the worker's network
     assert f":{values['POSTGRES_PASSWORD']}@" in values["TORCHYARD_DATABASE_URL"]
     parsed = Settings.model_validate(
         {n.removeprefix("TORCHYARD_").lower(): v for n, v in values.items() if n in settings}
@@ -236,3 +239,15 @@ def test_compose_config_when_a_compose_client_is_present(tmp_path: Path) -> None
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_team_worker_requires_the_job_sandbox_and_may_build_it(
+    services: dict[str, Any],
+) -> None:
+    """docs/security.md: a team deployment isolates every job or does not start its worker."""
+    assert env_example()["TORCHYARD_JOB_ISOLATION"] == "bwrap"
+    worker = services["worker"]
+    assert "SYS_ADMIN" in worker["cap_add"]
+    assert {"seccomp=unconfined", "apparmor=unconfined"} <= set(worker["security_opt"])
+    assert "bubblewrap" in (REPO / "worker/Dockerfile").read_text()
+    assert "cap_add" not in services["api"]  # the api runs no job

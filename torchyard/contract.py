@@ -62,6 +62,8 @@ TORCHRUN_LOG_DIR = "torchrun"
 # paths resolve as under `python train.py` run from that folder, while what the run writes
 # stays in its own directory (not the shared workspace, not torchyard's files beside it).
 WORK_DIR = "work"
+# A sandboxed job's HOME (caches of pip, Hugging Face, torch hub): outside work/, so not listed.
+HOME_DIR = "home"
 # A rank whose script raised writes errors/rank<N>.json: {"rank", "time", "type", "message",
 # "traceback"} with the traceback's torchyard and runpy frames left out. The worker takes the
 # first by time as the run's error instead of parsing prefixed output.

@@ -8,9 +8,15 @@ are imported before Celery looks (it then finds them loaded), and -P keeps that 
 sys.path for everything else.
 """
 
+import os
 import sys
 
+from app.settings import PRIVATE_UMASK
 from worker import tasks  # noqa: F401  (registers the run task before Celery's own import)
 from worker.celery_app import celery_app
+from worker.runner import announce_isolation
 
+os.umask(PRIVATE_UMASK)
+if sys.argv[1:2] == ["worker"]:
+    announce_isolation()
 sys.exit(celery_app.start(sys.argv[1:]))

@@ -14,7 +14,7 @@ def make_celery() -> Celery:
     settings = get_settings()
     broker = settings.resolved_broker_url
     if broker.startswith("sqla+"):
-        settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+        settings.make_data_dir()
         # The SQL transport polls, 1 s by default: most of a run's launch latency. Its channel
         # hands every transport option to create_engine, so polling_interval cannot go there.
         from kombu.transport import sqlalchemy as kombu_sqla

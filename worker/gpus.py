@@ -111,6 +111,28 @@ def read_gpu_stats(nvml: Any = None) -> list[dict[str, Any]] | None:
         pynvml.nvmlShutdown()
 
 
+def device_minors(indices: tuple[int, ...], nvml: Any = None) -> tuple[int, ...] | None:
+    """The /dev/nvidia<minor> numbers of these NVML indices (a sandboxed run gets only its
+    leased cards' device nodes); None when NVML cannot say."""
+    pynvml = nvml if nvml is not None else _pynvml()
+    if pynvml is None or not indices:
+        return () if pynvml is not None else None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        return tuple(
+            int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(i)))
+            for i in indices
+        )
+    except Exception as exc:
+        log.warning("NVML gave no device minor numbers (%s): every card's node is bound", exc)
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def gpu_stats(inventory: Inventory, nvml: Any = None) -> list[dict[str, Any]] | None:
     """The stats of a NVML inventory; None for a fake or empty one (nothing to measure)."""
     return read_gpu_stats(nvml) if inventory.source == "nvml" else None

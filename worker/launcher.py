@@ -74,6 +74,8 @@ class Launch:
     env: dict[str, str]
     # The job's working directory (<run_dir>/work, worker.workspace.prepare_work_dir).
     cwd: Path
+    # Descriptors the job's first process inherits (a sandbox's bind sources, worker/sandbox.py).
+    pass_fds: tuple[int, ...] = ()
 
 
 def build_launch(spec: LaunchSpec) -> Launch:

@@ -1,8 +1,16 @@
 """Starting a job's processes with their output captured, and stopping every one of them.
 
 torchrun puts each worker in a new session, so signalling the launcher's process group is not
-enough; every process of a run carries the run's job token in its environment, and `stop`
-signals all processes that carry it (the group first, so torchrun can shut down cleanly).
+enough. A sandboxed job (worker/sandbox.py) has a PID namespace of its own: its processes are
+exactly that namespace's, whatever they did to detach (double fork, setsid, a clean
+environment), and killing the namespace's first process (bwrap's init) makes the kernel kill
+all of them. `stop` SIGTERMs every process in it but the init (torchrun and the job drain and
+shut down cleanly), then SIGKILLs the init.
+
+Without isolation (job_isolation off, or no bubblewrap on the machine), the fallback: every
+process of a run carries the run's job token in its environment, and `stop` signals all
+processes that carry it. A process that re-execs with a clean environment escapes that scan:
+one more reason isolation is the default.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from app.runs.job_files import open_job_file_for_append
 from torchyard.contract import JOB_TOKEN_VAR
 from worker.launcher import Launch
 
@@ -36,20 +45,30 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()
 
 
-def _pre_exec(nice: int) -> Callable[[], None]:
+# A sandboxed job's umask. Its run folder is 0700 and its own, so 022 opens nothing on the
+# host; it lets the run of another uid that resumes from one of its checkpoints read the file
+# that run's sandbox binds in (the worker's own 077 would make it 0600, the old run's uid's).
+SANDBOXED_UMASK = 0o022
+
+
+def _pre_exec(nice: int, umask: int | None = None) -> Callable[[], None]:
     """What the job's first process does before exec, inherited by every process it starts:
 
     - asks Linux to SIGTERM it when the worker dies. A worker killed with SIGKILL cannot stop
       its jobs; without this they would train on, unwatched, holding GPUs nobody has leased
       any more. SIGTERM (not SIGKILL) lets the job drain its metrics to the spool and lets
-      torchrun stop its ranks;
-    - lowers its CPU priority by `nice` (settings.job_nice)."""
+      torchrun stop its ranks. (A sandboxed job's first process is bwrap, which SIGTERM ends;
+      its `--die-with-parent` then SIGKILLs the namespace: nothing drains, nothing survives);
+    - lowers its CPU priority by `nice` (settings.job_nice);
+    - a sandboxed job gets SANDBOXED_UMASK instead of the worker's."""
 
     def pre_exec() -> None:
         if _PRCTL is not None:
             _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if nice:
             os.nice(nice)
+        if umask is not None:
+            os.umask(umask)
 
     return pre_exec
 
@@ -74,6 +93,47 @@ def pids_with_token(token: str) -> list[int]:
     return found
 
 
+def _stat_fields(pid: int | str) -> list[bytes]:
+    """/proc/<pid>/stat after the command name: [state, ppid, ...]."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
+
+
+def pid_namespace(pid: int) -> str | None:
+    """The PID namespace's identity (``pid:[4026532...]``), None once the process is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if int(_stat_fields(entry.name)[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def pids_in_namespace(namespace: str) -> list[int]:
+    """Live (non-zombie) processes of this PID namespace, as the worker's /proc numbers them."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or pid_namespace(int(entry.name)) != namespace:
+            continue
+        try:
+            state = _stat_fields(entry.name)[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(entry.name))
+    return found
+
+
 class JobProcess:
     """The running job: its launcher process, its log file and its token.
 
@@ -92,10 +152,15 @@ class JobProcess:
         token: str,
         nice: int = 0,
         stop_grace_seconds: float = 10.0,
+        sandboxed: bool = False,
     ) -> None:
         self.token = token
+        # launch.argv is bwrap's: the job's processes are those of the PID namespace whose
+        # init is bwrap's child (found when first needed, kept while the init lives).
+        self.sandboxed = sandboxed
+        self._init: tuple[int, str] | None = None
         self.stop_grace_seconds = stop_grace_seconds
-        self._log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the job
+        self._log = open_job_file_for_append(log_path)  # lives as long as the job
         try:
             self.proc = subprocess.Popen(
                 launch.argv,
@@ -105,11 +170,16 @@ class JobProcess:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_pre_exec(nice),  # a prctl and a nice() call, nothing else
+                pass_fds=launch.pass_fds,
+                # a prctl, a nice() and a umask() call, nothing else
+                preexec_fn=_pre_exec(nice, SANDBOXED_UMASK if sandboxed else None),
             )
         except BaseException:
             self._log.close()
             raise
+        finally:
+            for fd in launch.pass_fds:  # the job's now (a sandbox's bind sources)
+                os.close(fd)
 
     def __enter__(self) -> JobProcess:
         return self
@@ -117,7 +187,7 @@ class JobProcess:
     def __exit__(self, *exc_info: object) -> None:
         """Whether the block ended normally or raised: nothing of the job outlives it (a
         process the job left behind would hold GPUs nobody leases any more)."""
-        if self.proc.poll() is None or pids_with_token(self.token):
+        if self.proc.poll() is None or self._members():
             self.stop(self.stop_grace_seconds)
         else:
             self.wait()
@@ -139,23 +209,67 @@ class JobProcess:
         self._signal_all(signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None and not pids_with_token(self.token):
+            if self.proc.poll() is not None and not self._members():
                 break
             time.sleep(0.05)
         for _ in range(50):
-            left = pids_with_token(self.token)
+            left = self._members()
             if not left and self.proc.poll() is not None:
                 break
             self._signal_all(signal.SIGKILL)
             time.sleep(0.02)
         return self.wait()
 
+    def _namespace_init(self) -> tuple[int, str] | None:
+        """(pid, namespace) of bwrap's init for this job; None before it exists or once the
+        namespace is gone (its init's death took every process in it along)."""
+        if self._init is not None:
+            pid, namespace = self._init
+            if pid_namespace(pid) == namespace:
+                return self._init
+            return None
+        if self.proc.poll() is not None:
+            return None
+        ours = pid_namespace(os.getpid())
+        for child in children_of(self.proc.pid):
+            found = pid_namespace(child)
+            if found is not None and found != ours:
+                self._init = (child, found)
+                return self._init
+        return None
+
+    def _members(self) -> list[int]:
+        """Every live process of the job."""
+        if not self.sandboxed:
+            return pids_with_token(self.token)
+        init = self._namespace_init()
+        return pids_in_namespace(init[1]) if init is not None else []
+
     def _signal_all(self, sig: signal.Signals) -> None:
+        if self.sandboxed:
+            self._signal_namespace(sig)
+            return
         try:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:
             pass
         for pid in pids_with_token(self.token):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _signal_namespace(self, sig: signal.Signals) -> None:
+        """SIGTERM: each process of the namespace but its init (which would take the rest
+        down with SIGKILL at once). SIGKILL: the init, and the kernel kills the namespace."""
+        init = self._namespace_init()
+        if init is None:
+            targets = [self.proc.pid] if sig == signal.SIGKILL else []
+        elif sig == signal.SIGKILL:
+            targets = [init[0], self.proc.pid]
+        else:
+            targets = [pid for pid in pids_in_namespace(init[1]) if pid != init[0]]
+        for pid in targets:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:

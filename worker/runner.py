@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from app.artifacts import renames_atomically, store_fs
 from app.db import session_scope
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs import lifecycle
@@ -30,11 +31,17 @@ from app.runs.models import Run, RunStatus
 from app.runs.recovery import HandoverOutcome, hand_over
 from app.settings import get_settings
 from app.timeutil import utcnow
-from torchyard.contract import CHECKPOINTS_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE
-from worker import artifacts, provenance, spool
-from worker.gpus import Inventory, detect, gpu_stats
+from torchyard.contract import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    HOME_DIR,
+    LOG_FILE,
+    METRICS_FILE,
+)
+from worker import artifacts, provenance, sandbox, spool
+from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.job_errors import run_error
-from worker.launcher import LaunchSpec, build_launch
+from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.run_files import store_while_heartbeating
 from worker.run_log import note_in_log
@@ -172,6 +179,17 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
         )
     )
     prepare_work_dir(launch.cwd, script.parent if script is not None else None)
+    isolation = job_isolation()
+    if isolation.enabled:
+        launch = _sandboxed(
+            launch,
+            isolation,
+            run_id=run_id,
+            run_dir=run_dir,
+            script=script,
+            gpus=claimed.gpu_indices,
+            resume=resume,
+        )
     log_path = run_dir / LOG_FILE
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
     try:
@@ -182,6 +200,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             token=token,
             nice=settings.job_nice,
             stop_grace_seconds=settings.cancel_grace_seconds,
+            sandboxed=isolation.enabled,
         )
     except OSError as exc:
         error = f"could not start the job: {exc}"
@@ -220,9 +239,83 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     )
 
 
+def job_isolation() -> sandbox.Isolation:
+    """Whether this worker sandboxes its jobs (probed once per process)."""
+    settings = get_settings()
+    return sandbox.decide(settings.job_isolation, settings.job_uid_base)
+
+
+def announce_isolation() -> None:
+    """Says at start whether jobs are sandboxed and why; with job_isolation "bwrap" a worker
+    that cannot sandbox refuses to start (exit 2) rather than run jobs unisolated."""
+    isolation = job_isolation()
+    print(sandbox.describe(isolation), file=sys.stderr, flush=True)
+    if not isolation.enabled and get_settings().job_isolation == "bwrap":
+        print(
+            "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
+            "(docs/security.md)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(2)
+
+
+def _sandboxed(
+    launch: Launch,
+    isolation: sandbox.Isolation,
+    *,
+    run_id: int,
+    run_dir: Path,
+    script: Path | None,
+    gpus: tuple[int, ...],
+    resume: str | None,
+) -> Launch:
+    """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
+    is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
+    settings = get_settings()
+    uid = None
+    if isolation.as_root:
+        uid = sandbox.run_uid(run_id, settings.job_uid_base, settings.job_uid_count)
+    home = run_dir / HOME_DIR
+    sandbox.own_run_dir(run_dir, home, uid)
+    workspace = (settings.workspace_dir.expanduser().resolve(),) if script is not None else ()
+    resume_fds: tuple[tuple[int, Path], ...] = ()
+    if resume and not (settings.runs_dir / resume).is_relative_to(run_dir):
+        try:
+            fd = sandbox.open_inside(settings.runs_dir, resume)
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(
+                f"cannot open the checkpoint to resume from ({resume}): {exc}"
+            ) from exc
+        if os.fstat(fd).st_uid == os.geteuid():  # this worker's copy from the artifact store
+            os.fchmod(fd, 0o644)
+        resume_fds = ((fd, settings.runs_dir / resume),)
+    spec = sandbox.SandboxSpec(
+        run_dir=run_dir,
+        home=home,
+        read_only=(*sandbox.interpreter_paths(), *workspace),
+        hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
+        read_only_fds=resume_fds,
+        devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
+        uid=uid,
+        bwrap=isolation.bwrap,
+        setpriv=isolation.setpriv,
+    )
+    return sandbox.wrap(launch, spec)
+
+
+def _local_store(url: str) -> tuple[Path, ...]:
+    """An artifact store on a local or mounted file system: hidden from jobs like the data dir
+    (it holds every run's checkpoints)."""
+    if not url:
+        return ()
+    fs, root = store_fs(url)
+    return (Path(root).resolve(),) if renames_atomically(fs) else ()
+
+
 def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
     # The job must not inherit the worker's settings (database URLs, secrets).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    env = sandbox.job_environment(os.environ)
     # Exactly the leased GPUs; none at all ("") for a run without GPUs.
     env["CUDA_VISIBLE_DEVICES"] = format_indices(gpu_indices)
     return env

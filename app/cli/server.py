@@ -137,8 +137,10 @@ def up(
     require_server_stack()
     os.environ["TORCHYARD_DATA_DIR"] = os.path.abspath(data_dir)
     from app.prestart import prestart
-    from app.settings import get_settings
+    from app.settings import PRIVATE_UMASK, get_settings
+    from worker import sandbox
 
+    os.umask(PRIVATE_UMASK)  # the data dir 0700, its files 0600; the children inherit it
     get_settings.cache_clear()
     settings = get_settings()
     credentials = prestart()
@@ -151,6 +153,9 @@ def up(
     ]
     print(f"torchyard is up: http://{host}:{port}  (API docs: /docs)", flush=True)
     print(f"data: {settings.resolved_data_dir}", flush=True)
+    # The worker probes the same machine and says it in its log too (and refuses to start
+    # when TORCHYARD_JOB_ISOLATION=bwrap cannot be had).
+    print(sandbox.describe(sandbox.decide(settings.job_isolation, settings.job_uid_base)))
     print(credentials, flush=True)
     print("press Ctrl-C to stop", flush=True)
     raise typer.Exit(_supervise(children))

@@ -98,30 +98,37 @@ def read_job_file(path: Path, limit: int) -> bytes | None:
         return None
 
 
-def append_to_job_file(path: Path, data: bytes) -> bool:
-    """Append ``data`` to a regular file the job can also write (its log); False, without
-    blocking, when it is anything else: opening a FIFO for writing would wait for a reader."""
+def open_job_file_for_append(path: Path) -> BinaryIO:
+    """A run-folder file opened for appending, created if missing (the job's output, the
+    worker's notes): never through a link, and never a FIFO or a device. The folder is the
+    job's (its own uid when the worker is root, worker/sandbox.py): it may have left a link to
+    any file there, which a root worker would write through, or a FIFO, whose open would wait
+    for a reader. OSError (ELOOP, ENXIO, FileRefused) when it is not a regular file."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        dir_fd = os.open(path.parent, _FLAGS | os.O_DIRECTORY)
-    except OSError:
-        return False
+    dir_fd = os.open(path.parent, _FLAGS | os.O_DIRECTORY)
     try:
         fd = os.open(path.name, flags, 0o600, dir_fd=dir_fd)
-    except OSError:  # a link (ELOOP), a FIFO without a reader (ENXIO), a directory
-        return False
     finally:
         os.close(dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
+            raise FileRefused(f"{path} is not a regular file")
         os.set_blocking(fd, True)
-        os.write(fd, data)
-        return True
-    except OSError:
-        return False
-    finally:
+        return os.fdopen(fd, "ab", buffering=0)
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def append_to_job_file(path: Path, data: bytes) -> bool:
+    """Append ``data`` to a regular file the job can also write (its log); False, without
+    blocking, when it is anything else: opening a FIFO for writing would wait for a reader."""
+    try:
+        with open_job_file_for_append(path) as out:
+            out.write(data)
+        return True
+    except (OSError, FileRefused):
+        return False
 
 
 def job_file_size(path: Path) -> int | None:
