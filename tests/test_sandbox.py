@@ -337,8 +337,28 @@ def test_a_root_workers_job_runs_as_the_runs_uid_and_sees_only_its_own(box: Path
     assert (run_dir / "written").stat().st_uid == 200002
 
 
+@pytest.fixture
+def interpreter_reachable_by_others() -> Iterator[None]:
+    """The test's interpreter may live under root's 0700 home (pyenv in /root here and in CI),
+    which a worker running as nobody could not reach; a real non-root worker's interpreter is
+    its own. Each folder on the way gets the others' search bit for the test, then its mode
+    back."""
+    changed = []
+    for folder in reversed(Path(sys.executable).resolve().parents):
+        mode = folder.stat().st_mode & 0o7777
+        if not mode & 0o001:
+            folder.chmod(mode | 0o001)
+            changed.append((folder, mode))
+    try:
+        yield
+    finally:
+        for folder, mode in changed:
+            folder.chmod(mode)
+
+
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user needs root")
+@pytest.mark.usefixtures("interpreter_reachable_by_others")
 def test_a_worker_that_is_not_root_sandboxes_in_a_user_namespace(box: Path) -> None:
     """The worker's part runs as nobody (65534): the probe, the wrap, the job."""
     data, run_dir = box / "data", box / "data" / "runs" / "2"

@@ -252,7 +252,9 @@ def interpreter_paths() -> tuple[Path, ...]:
         module = sys.modules.get(package)
         for folder in getattr(module, "__path__", []) or []:
             paths.add(Path(folder).resolve())
-    return tuple(sorted(paths))
+    # Only folders this process can reach: bwrap refuses to start on a source path it cannot
+    # open (a non-root worker whose interpreter's symlink points into a 0700 /root).
+    return tuple(sorted(p for p in paths if os.path.isdir(p)))
 
 
 def device_nodes(minors: Iterable[int] | None, dev: Path = Path("/dev")) -> tuple[Path, ...]:
