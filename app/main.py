@@ -25,6 +25,7 @@ from app.gpus.views import router as gpus_views
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
 from app.runs.images_api import router as run_images_router
+from app.runs.list_api import router as run_list_router
 from app.runs.views import router as runs_views
 from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
@@ -87,6 +88,7 @@ def create_app() -> FastAPI:
         auth_router,
         experiments_router,
         runs_router,
+        run_list_router,
         run_images_router,
         gpus_router,
         users_router,

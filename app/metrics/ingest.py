@@ -3,7 +3,9 @@
 Every function takes the caller's session, flushes at most, and never commits. A point is
 (key, step, value, wall_time); the key becomes an integer id per run (metric_keys), a point is
 unique per (key id, step) and the first one stored is kept (ON CONFLICT DO NOTHING, so
-replaying the spool is harmless), and a non-finite value is stored as NULL.
+replaying the spool is harmless), and a non-finite value is stored as NULL. Each batch also
+updates the summaries of the keys it touched (app.metrics.summary: one aggregate query, one
+UPDATE per key).
 
 Two entry points with those semantics: ``ingest_steps`` takes metrics lines as the job wrote
 them, (step, wall_time, {key: value}), which is the forwarder's hot path: the rows for the
@@ -37,6 +39,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.metrics.models import MetricKey
+from app.metrics.summary import update_summaries
 
 Point = tuple[str, int, float | None, float]
 # One metrics line: (step, wall_time, {key: value}); a value is a number or None.
@@ -118,7 +121,12 @@ def ingest_points(
         )
         for key, step, value, wall_time in points
     ]
-    return _insert_rows(session, rows)
+    inserted = _insert_rows(session, rows)
+    if rows:
+        steps = [row[1] for row in rows]
+        touched = {key_ids[key] for key in keys if key in key_ids}
+        update_summaries(session, key_ids=touched, lo=min(steps), hi=max(steps))
+    return inserted
 
 
 def ingest_steps(
@@ -154,7 +162,12 @@ def ingest_steps(
             for step, wall, values in steps
             for key, value in values.items()
         ]
-    return _insert_rows(session, rows)
+    inserted = _insert_rows(session, rows)
+    if rows:  # per line, not per point: the hot path pays one pass over the lines
+        numbers = [s for s, _w, _v in steps]
+        touched = {ids[key] for key in keys if key in ids}
+        update_summaries(session, key_ids=touched, lo=min(numbers), hi=max(numbers))
+    return inserted
 
 
 def _number_or_none(value: Any) -> float | None:

@@ -7,19 +7,34 @@ spool idempotent.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Double, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
 
 
 class MetricKey(Base):
+    """A run's metric key and its summary: the last value (at the highest step), the min and
+    the max of the stored points, and that highest step. The summary lives on the key's own
+    row (one per run and key already) and is kept up to date by ingest, one UPDATE per key and
+    batch (app.metrics.summary.update_summaries), so listing runs never scans points. NULL
+    min/max: no finite value yet; NULL last_step: no point yet."""
+
     __tablename__ = "metric_keys"
-    __table_args__ = (UniqueConstraint("run_id", "key"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "key"),
+        Index("ix_metric_keys_key_last", "key", "last_value"),
+        Index("ix_metric_keys_key_min", "key", "min_value"),
+        Index("ix_metric_keys_key_max", "key", "max_value"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     key: Mapped[str] = mapped_column(String(255))
+    last_value: Mapped[float | None] = mapped_column(Double)
+    min_value: Mapped[float | None] = mapped_column(Double)
+    max_value: Mapped[float | None] = mapped_column(Double)
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Metric(Base):

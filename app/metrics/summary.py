@@ -1,17 +1,35 @@
-"""One line per run for tables: the last train/loss and the best val/acc.
+"""Each series' summary (last value, min, max, highest step), kept on its metric_keys row.
 
-A fixed number of queries for any number of runs (two, plus one per chunk of ids): the list
-and experiment pages show dozens of runs, and a query per run would be most of their time.
-The last point of a series is an index seek on the (key_id, step) primary key.
+Ingest calls ``update_summaries`` after each batch of points: ONE aggregate query over the
+batch's step range of the keys it touched, then one UPDATE per key (an executemany). The
+aggregate reads what is STORED in that range, not the batch itself, so a replayed point (which
+ON CONFLICT DO NOTHING did not store) cannot change the summary: the first value kept is the
+one summarised. Merging with the row's old values (min of mins, max of maxes, the last value at
+the higher step) is idempotent, so points outside the batch that fall in its range do no harm.
+
+Readers (the runs list, the experiment page) never scan points: ``summaries_by_run`` is one
+query per chunk of run ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import (
+    BigInteger,
+    Double,
+    Table,
+    and_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.orm import Session
 
 from app.metrics.models import Metric, MetricKey
 
@@ -19,46 +37,105 @@ LOSS_KEY = "train/loss"
 ACC_KEY = "val/acc"
 _CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
 
+_MIN = bindparam("lo_value", type_=Double)
+_MAX = bindparam("hi_value", type_=Double)
+_STEP = bindparam("top_step", type_=BigInteger)
+_KEYS = cast(Table, MetricKey.__table__)
+_AT_TOP = (
+    select(Metric.value).where(Metric.key_id == _KEYS.c.id, Metric.step == _STEP).scalar_subquery()
+)
+_LOWER = and_(_MIN.is_not(None), or_(_KEYS.c.min_value.is_(None), _MIN < _KEYS.c.min_value))
+_HIGHER = and_(_MAX.is_not(None), or_(_KEYS.c.max_value.is_(None), _MAX > _KEYS.c.max_value))
+_NEWER = or_(_KEYS.c.last_step.is_(None), _STEP >= _KEYS.c.last_step)
+_MERGE = (
+    update(_KEYS)
+    .where(_KEYS.c.id == bindparam("key_id_"))
+    .values(
+        min_value=case(
+            (
+                and_(_MIN.is_not(None), or_(_KEYS.c.min_value.is_(None), _MIN < _KEYS.c.min_value)),
+                _MIN,
+            ),
+            else_=_KEYS.c.min_value,
+        ),
+        max_value=case(
+            (
+                and_(_MAX.is_not(None), or_(_KEYS.c.max_value.is_(None), _MAX > _KEYS.c.max_value)),
+                _MAX,
+            ),
+            else_=_KEYS.c.max_value,
+        ),
+        last_value=case((_NEWER, _AT_TOP), else_=_KEYS.c.last_value),
+        last_step=case((_NEWER, _STEP), else_=_KEYS.c.last_step),
+    )
+)
+
+
+def update_summaries(session: Session, *, key_ids: Collection[int], lo: int, hi: int) -> None:
+    """Fold the stored points of ``key_ids`` with steps in [lo, hi] into their summaries."""
+    if not key_ids:
+        return
+    rows = session.execute(
+        select(Metric.key_id, func.min(Metric.value), func.max(Metric.value), func.max(Metric.step))
+        .where(Metric.key_id.in_(list(key_ids)), Metric.step.between(lo, hi))
+        .group_by(Metric.key_id)
+    ).all()
+    if rows:
+        params = [
+            {"key_id_": key_id, "lo_value": mn, "hi_value": mx, "top_step": step}
+            for key_id, mn, mx, step in rows
+        ]
+        session.connection().execute(_MERGE, params)
+
+
+@dataclass(frozen=True)
+class SeriesSummary:
+    last: float | None
+    min: float | None
+    max: float | None
+    step: int
+
+
+def summaries_by_run(
+    session: Session, *, run_ids: Sequence[int], keys: Collection[str] | None = None
+) -> dict[int, dict[str, SeriesSummary]]:
+    """{run_id: {key: summary}} of every series with at least one point (or only ``keys``)."""
+    ids = sorted(set(run_ids))
+    found: dict[int, dict[str, SeriesSummary]] = {i: {} for i in ids}
+    k = MetricKey
+    for start in range(0, len(ids), _CHUNK):
+        stmt = select(k.run_id, k.key, k.last_value, k.min_value, k.max_value, k.last_step).where(
+            k.run_id.in_(ids[start : start + _CHUNK]), k.last_step.is_not(None)
+        )
+        if keys is not None:
+            stmt = stmt.where(k.key.in_(list(keys)))
+        for run_id, key, last, mn, mx, step in session.execute(stmt.order_by(k.run_id, k.key)):
+            found[run_id][key] = SeriesSummary(last=last, min=mn, max=mx, step=step or 0)
+    return found
+
 
 @dataclass(frozen=True)
 class RunSummary:
+    """The two columns of the experiment page's table: last train/loss, best val/acc."""
+
     last_loss: float | None = None
     best_acc: float | None = None
 
 
 def run_summaries(session: Session, *, run_ids: Sequence[int]) -> dict[int, RunSummary]:
     """{run_id: RunSummary} for every id given (all None for a run without those metrics)."""
-    ids = sorted(set(run_ids))
-    last_loss: dict[int, float | None] = {}
-    best_acc: dict[int, float | None] = {}
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        keys = session.execute(
-            select(MetricKey.id, MetricKey.run_id, MetricKey.key).where(
-                MetricKey.run_id.in_(chunk), MetricKey.key.in_([LOSS_KEY, ACC_KEY])
-            )
-        ).all()
-        loss_runs = {key_id: run_id for key_id, run_id, key in keys if key == LOSS_KEY}
-        acc_runs = {key_id: run_id for key_id, run_id, key in keys if key == ACC_KEY}
-        if loss_runs:
-            later = aliased(Metric)
-            last_step = (
-                select(func.max(later.step)).where(later.key_id == Metric.key_id).scalar_subquery()
-            )
-            rows = session.execute(
-                select(Metric.key_id, Metric.value).where(
-                    Metric.key_id.in_(loss_runs), Metric.step == last_step
-                )
-            ).all()
-            last_loss.update({loss_runs[key_id]: value for key_id, value in rows})
-        if acc_runs:
-            rows = session.execute(
-                select(Metric.key_id, func.max(Metric.value))
-                .where(Metric.key_id.in_(acc_runs))
-                .group_by(Metric.key_id)
-            ).all()
-            best_acc.update({acc_runs[key_id]: value for key_id, value in rows})
+    found = summaries_by_run(session, run_ids=run_ids, keys=(LOSS_KEY, ACC_KEY))
+    out: dict[int, RunSummary] = {}
+    for run_id, series in found.items():
+        loss, acc = series.get(LOSS_KEY), series.get(ACC_KEY)
+        out[run_id] = RunSummary(
+            last_loss=loss.last if loss else None, best_acc=acc.max if acc else None
+        )
+    return out
+
+
+def summary_json(summary: dict[str, SeriesSummary]) -> dict[str, dict[str, Any]]:
     return {
-        run_id: RunSummary(last_loss=last_loss.get(run_id), best_acc=best_acc.get(run_id))
-        for run_id in ids
+        key: {"last": s.last, "min": s.min, "max": s.max, "step": s.step}
+        for key, s in summary.items()
     }

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, Header, Query, Request, status
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from sqlalchemy.orm import Session
 
 from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
@@ -18,8 +17,8 @@ from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, files, logs, service
 from app.runs.logs import run_nproc
-from app.runs.models import Run, RunStatus
-from app.runs.params import params_by_run
+from app.runs.models import RunStatus
+from app.runs.out import run_outs
 from app.runs.schemas import (
     CheckpointOut,
     MetricsOut,
@@ -29,8 +28,6 @@ from app.runs.schemas import (
     RunResume,
 )
 from app.settings import get_settings
-from app.users.filters import OwnerQuery
-from app.users.service import resolve_owner
 
 router = APIRouter(prefix="/api", tags=["runs"])
 # A change to another user's run or experiment (or any change by a viewer) is 403, a missing
@@ -80,31 +77,18 @@ def create_run(
         overrides=data.overrides,
         priority=data.priority,
     )
-    return _outs(session, [run])[0]
-
-
-def _outs(session: Session, runs: list[Run]) -> list[RunOut]:
-    """Runs as the API shows them: the row's fields and the run's params."""
-    params = params_by_run(session, [r.id for r in runs])
-    return [RunOut.model_validate(r).model_copy(update={"params": params[r.id]}) for r in runs]
+    return run_outs(session, [run])[0]
 
 
 @router.get("/experiments/{experiment_id}/runs", response_model=list[RunOut], responses=OWNED)
 def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> list[RunOut]:
     runs = service.runs_of_experiment(session, experiment_id=experiment.id)
-    return _outs(session, runs)
-
-
-@router.get("/runs", response_model=list[RunOut])
-def list_runs(session: SessionDep, user: CurrentUser, owner: OwnerQuery = None) -> list[RunOut]:
-    """The newest runs on the box; `owner=me` (or a username) for one owner's."""
-    owner_id = resolve_owner(session, user=user, owner=owner, loc="owner")
-    return _outs(session, service.visible_runs(session, owner_id=owner_id))
+    return run_outs(session, runs)
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)
 def read_run(run: OwnedRun, session: SessionDep) -> RunOut:
-    return _outs(session, [run])[0]
+    return run_outs(session, [run])[0]
 
 
 @router.post(
@@ -114,7 +98,7 @@ def read_run(run: OwnedRun, session: SessionDep) -> RunOut:
     responses=error_responses(403, 404, 409),  # 409: the run has already finished
 )
 def cancel_run(run: OwnedRun, session: SessionDep) -> RunOut:
-    return _outs(session, [service.request_cancel(session, run=run)])[0]
+    return run_outs(session, [service.request_cancel(session, run=run)])[0]
 
 
 @router.post(
@@ -126,7 +110,7 @@ def cancel_run(run: OwnedRun, session: SessionDep) -> RunOut:
 def resume_run(run: OwnedRun, data: RunResume, session: SessionDep, user: CurrentUser) -> RunOut:
     """A new run of the same experiment and config that continues from one checkpoint."""
     new = service.resume_run(session, run=run, checkpoint=data.checkpoint, owner=user)
-    return _outs(session, [new])[0]
+    return run_outs(session, [new])[0]
 
 
 @router.get(

@@ -91,6 +91,23 @@ class Run(Base):
     # What ingestion kept out of the run: spool lines skipped by reason, limits hit, an error
     # (app.runs.notices); None while there is nothing to say.
     notices: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # What people call the run, and what they wrote about it (PATCH /api/runs/{id}); its tags
+    # are rows of run_tags. Limits in app.runs.schemas.RunPatch.
+    name: Mapped[str | None] = mapped_column(String(200))
+    notes: Mapped[str | None] = mapped_column(Text)
+    # The sweep that launched the run (issue 19 adds the sweeps table and its foreign key);
+    # NULL for a run launched by hand, which is every run until then.
+    sweep_id: Mapped[int | None] = mapped_column(Integer, index=True)
+
+
+class RunTag(Base):
+    """One tag of a run; a row per tag so a runs list filters by tag with an index."""
+
+    __tablename__ = "run_tags"
+    __table_args__ = (Index("ix_run_tags_tag", "tag"),)
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True)
 
 
 class Checkpoint(Base):

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from app.runs.notices import notice_lines
 from app.timeutil import UtcDateTime
@@ -21,6 +21,39 @@ class RunResume(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     checkpoint: str = Field(min_length=1, max_length=255, examples=["epoch-0003.pt"])
+
+
+TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/=+-]*$"
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+MAX_NAME_CHARS = 200
+MAX_NOTES_CHARS = 20_000
+
+Tag = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_TAG_CHARS, pattern=TAG_PATTERN),
+]
+
+
+class RunPatch(BaseModel):
+    """What people may change on a run: absent fields stay; ``name``/``notes`` null or "" clear
+    it; ``tags`` replaces the whole set (duplicates fold). Tags are short words of letters,
+    digits and ``_ . : / = + -`` (no spaces: a tag filter and a URL stay unambiguous)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, max_length=MAX_NAME_CHARS, pattern=r"^[^\x00-\x1f\x7f]*$")
+    tags: list[Tag] | None = Field(None, max_length=MAX_TAGS, examples=[["baseline", "lr=0.1"]])
+    notes: str | None = Field(None, max_length=MAX_NOTES_CHARS, pattern=r"^[^\x00]*$")
+
+
+class SummaryOut(BaseModel):
+    # The value at the highest step (null when that point was NaN/inf), min and max of the
+    # finite values (null when there were none), and that highest step.
+    last: float | None
+    min: float | None
+    max: float | None
+    step: int
 
 
 class RunOut(BaseModel):
@@ -48,6 +81,13 @@ class RunOut(BaseModel):
     # The config flattened to dotted keys (`params.lr`, `seed`, `resources.nproc`) and the
     # hparams the job reported through TensorBoard (`hparams.<name>`): app/runs/params.py.
     params: dict[str, Any] = Field(default_factory=dict)
+    name: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    notes: str | None = None
+    # The sweep that launched the run; null for a run launched by hand.
+    sweep_id: int | None = None
+    # Every metric key the run logged (TensorBoard tags too): app/metrics/summary.py.
+    summary: dict[str, SummaryOut] = Field(default_factory=dict)
     # What ingestion kept out of the run, as sentences: "3 lines skipped: <reason>", a limit
     # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/notices.py).
     notices: list[str] = Field(default_factory=list)
@@ -56,6 +96,12 @@ class RunOut(BaseModel):
     @classmethod
     def _notice_lines(cls, value: Any) -> Any:
         return notice_lines(value) if value is None or isinstance(value, dict) else value
+
+
+class RunListOut(BaseModel):
+    runs: list[RunOut]
+    # The cursor of the next page (pass it as `cursor`), null on the last page.
+    next: str | None
 
 
 class CheckpointOut(BaseModel):

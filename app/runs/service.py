@@ -1,14 +1,14 @@
-"""Runs: create (validated, then queued through app.runs.lifecycle), cancel, list. Flush, never
-commit."""
+"""Runs: create (validated, then queued through app.runs.lifecycle), cancel, edit name, tags
+and notes (the list is app.runs.listing). Flush, never commit."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from app.artifacts import StoredFile, open_uri
@@ -19,7 +19,8 @@ from app.experiments.models import Experiment
 from app.runs import lifecycle
 from app.runs.job_files import FileRefused, open_regular
 from app.runs.lifecycle import CancelOutcome
-from app.runs.models import Checkpoint, Run, RunStatus
+from app.runs.models import Checkpoint, Run, RunStatus, RunTag
+from app.runs.schemas import RunPatch
 from app.settings import get_settings
 from torchyard.contract import LOG_FILE
 
@@ -86,12 +87,31 @@ def runs_of_experiment(session: Session, *, experiment_id: int) -> list[Run]:
     return list(session.scalars(stmt))
 
 
-def visible_runs(session: Session, *, owner_id: int | None = None, limit: int = 200) -> list[Run]:
-    """The newest runs on the box (everyone reads them all), or one owner's."""
-    stmt = select(Run).order_by(Run.id.desc()).limit(limit)
-    if owner_id is not None:
-        stmt = stmt.where(Run.owner_id == owner_id)
-    return list(session.scalars(stmt))
+def edit_run(session: Session, *, run: Run, patch: RunPatch) -> Run:
+    """Set what the patch names (app.runs.schemas.RunPatch): an empty name or notes clears it,
+    tags replace the run's set."""
+    given = patch.model_fields_set
+    if "name" in given:
+        run.name = (patch.name or "").strip() or None
+    if "notes" in given:
+        run.notes = patch.notes if patch.notes and patch.notes.strip() else None
+    if "tags" in given:
+        session.execute(delete(RunTag).where(RunTag.run_id == run.id))
+        tags = sorted(set(patch.tags or []))
+        if tags:
+            session.execute(insert(RunTag), [{"run_id": run.id, "tag": t} for t in tags])
+    session.flush()
+    return run
+
+
+def tags_by_run(session: Session, run_ids: Sequence[int]) -> dict[int, list[str]]:
+    """Each run's tags, sorted."""
+    found: dict[int, list[str]] = {i: [] for i in run_ids}
+    if run_ids:
+        stmt = select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(list(run_ids)))
+        for run_id, tag in session.execute(stmt.order_by(RunTag.run_id, RunTag.tag)):
+            found[run_id].append(tag)
+    return found
 
 
 def checkpoints_of(session: Session, *, run_id: int) -> list[Checkpoint]:

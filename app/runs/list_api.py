@@ -1,0 +1,85 @@
+"""GET /api/runs (filtered, sorted, paged: app/runs/listing.py) and PATCH /api/runs/{id}
+(name, tags, notes). Reading is any signed-in user's; the PATCH goes through the one ownership
+check (app/ownership.py: the owner or an admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.auth.deps import CurrentUser
+from app.db import MAX_ID, SessionDep
+from app.errors import error_responses, validation_error
+from app.ownership import OwnedRun
+from app.runs import listing, service
+from app.runs.models import RunStatus
+from app.runs.out import run_outs
+from app.runs.schemas import RunListOut, RunOut, RunPatch
+from app.users.filters import OwnerQuery
+from app.users.service import resolve_owner
+
+router = APIRouter(prefix="/api", tags=["runs"])
+NO_NUL = r"^[^\x00]*$"
+
+
+@router.get("/runs", response_model=RunListOut)
+def list_runs(
+    session: SessionDep,
+    user: CurrentUser,
+    owner: OwnerQuery = None,
+    experiment_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    status: Annotated[list[RunStatus] | None, Query(description="repeat for several")] = None,
+    tag: Annotated[
+        list[str] | None, Query(description="runs with this tag (repeat: with all of them)")
+    ] = None,
+    sweep_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    filters: Annotated[
+        list[str] | None,
+        Query(
+            alias="filter",
+            description="a condition, repeatable (all must hold): "
+            f"{listing.FILTER_SYNTAX}; e.g. `params.params.lr>0.01`, `summary.val/acc.max>=0.9`",
+        ),
+    ] = None,
+    sort: Annotated[str, Query(max_length=600, pattern=NO_NUL, description=listing.SYNTAX)] = "-id",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=4096, description="`next` of the previous page")
+    ] = None,
+) -> RunListOut:
+    """Runs on the box (everyone reads them all), filtered, sorted, a page at a time: see
+    app/runs/listing.py for the sort and filter syntax. `owner=me` (or a username) for one
+    owner's. `next` is null on the last page."""
+    for loc, values in (("tag", tag), ("filter", filters)):
+        for value in values or []:
+            if len(value) > 600 or "\x00" in value:
+                raise validation_error(
+                    [
+                        {
+                            "type": "value_error",
+                            "loc": ["query", loc],
+                            "msg": "at most 600 characters, no NUL",
+                            "input": value[:100],
+                        }
+                    ]
+                )
+    query = listing.RunQuery(
+        sort=sort,
+        limit=limit,
+        cursor=cursor,
+        experiment_id=experiment_id,
+        owner_id=resolve_owner(session, user=user, owner=owner, loc="owner"),
+        statuses=status or (),
+        tags=tag or (),
+        sweep_id=sweep_id,
+        filters=filters or (),
+    )
+    page = listing.list_runs(session, query)
+    return RunListOut(runs=run_outs(session, page.runs), next=page.next)
+
+
+@router.patch("/runs/{run_id}", response_model=RunOut, responses=error_responses(403, 404))
+def edit_run(run: OwnedRun, data: RunPatch, session: SessionDep) -> RunOut:
+    """Name, tags and notes (the owner's or an admin's); absent fields stay as they are."""
+    return run_outs(session, [service.edit_run(session, run=run, patch=data)])[0]

@@ -1,0 +1,231 @@
+"""The runs list: filters, sort and cursor paging of GET /api/runs, all in one SQL query.
+
+Sort (``sort=``): a run field (SORT_FIELDS), ``params.<key>`` (the param's number, then its
+text) or ``summary.<key>.<last|min|max>``; a leading ``-`` sorts descending. Runs without the
+sorted value come last either way, and the run id (in the same direction) breaks ties, so the
+order is total and a cursor is stable under it.
+
+Conditions (``filter=``, repeatable, all must hold): ``<field><op><value>`` with op one of
+``= != > >= < <=``, field ``params.<key>`` or ``summary.<key>.<last|min|max>``. A value that
+reads as a number (or ``true``/``false``, 1/0) compares with the param's number, anything else
+with its text; summaries are numbers only. A run lacking the param or key never matches.
+
+Paging: keyset, not offset. ``next`` is an opaque cursor (base64 of the sort and the last
+row's sort values); the next page is the rows strictly after it in the sort order, so runs
+created or changed meanwhile neither shift nor repeat the pages already read. Bad input is a
+422 naming the parameter (``sort``, ``filter`` or ``cursor``) and what is wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, case, exists, false, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from app.errors import validation_error
+from app.metrics.models import MetricKey
+from app.runs.models import Run, RunParam, RunStatus, RunTag
+
+SORT_FIELDS: dict[str, Any] = {
+    "id": Run.id,
+    "created_at": Run.created_at,
+    "started_at": Run.started_at,
+    "finished_at": Run.finished_at,
+    "name": Run.name,
+    "status": Run.status,
+    "priority": Run.priority,
+    "experiment_id": Run.experiment_id,
+    "owner_id": Run.owner_id,
+}
+SUMMARY_COLUMNS = {"last": "last_value", "min": "min_value", "max": "max_value"}
+MAX_FILTERS = 20
+_SUMMARY = re.compile(r"^summary\.(.+)\.(last|min|max)$", re.DOTALL)
+_CONDITION = re.compile(
+    r"^(?P<field>params\..+?|summary\..+?\.(?:last|min|max))(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$",
+    re.DOTALL,
+)
+_OPS = {
+    "=": lambda c, v: c == v,
+    "!=": lambda c, v: c != v,
+    ">": lambda c, v: c > v,
+    ">=": lambda c, v: c >= v,
+    "<": lambda c, v: c < v,
+    "<=": lambda c, v: c <= v,
+}
+SYNTAX = (
+    "field, params.<key> or summary.<key>.<last|min|max>, with - in front for descending; "
+    f"fields: {', '.join(SORT_FIELDS)}"
+)
+FILTER_SYNTAX = "<params.key|summary.key.last|min|max><op><value>, op one of = != > >= < <="
+
+
+def _refuse(loc: str, message: str, value: Any) -> Exception:
+    return validation_error(
+        [{"type": "value_error", "loc": ["query", loc], "msg": message, "input": value}]
+    )
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """What a caller asks of the runs list (the API's query parameters, parsed)."""
+
+    sort: str = "-id"
+    limit: int = 100
+    cursor: str | None = None
+    experiment_id: int | None = None
+    owner_id: int | None = None
+    statuses: Sequence[RunStatus] = ()
+    tags: Sequence[str] = ()
+    sweep_id: int | None = None
+    filters: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Page:
+    runs: list[Run]
+    next: str | None
+
+
+def _sort_columns(sort: str) -> tuple[list[Any], bool, list[Any]]:
+    """The sort's value columns, whether descending, and the outer joins they need."""
+    desc = sort.startswith("-")
+    name = sort[1:] if desc else sort
+    if name in SORT_FIELDS:
+        return [SORT_FIELDS[name]], desc, []
+    if name.startswith("params.") and len(name) > len("params."):
+        p = aliased(RunParam)
+        join = (p, and_(p.run_id == Run.id, p.key == name))
+        return [p.value_num, p.value_text], desc, [join]
+    match = _SUMMARY.match(name)
+    if match:
+        s = aliased(MetricKey)
+        on = and_(s.run_id == Run.id, s.key == match.group(1))
+        return [getattr(s, SUMMARY_COLUMNS[match.group(2)])], desc, [(s, on)]
+    raise _refuse("sort", f"cannot sort by {name!r}: sort takes a {SYNTAX}", sort)
+
+
+def _literal(text: str) -> float | str:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return 1.0 if low == "true" else 0.0
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
+
+
+def condition(text: str) -> ColumnElement[bool]:
+    """One ``filter=`` condition as an EXISTS over run_params or metric_keys."""
+    match = _CONDITION.match(text)
+    if match is None:
+        raise _refuse("filter", f"cannot read {text!r} as a condition: {FILTER_SYNTAX}", text)
+    field, op, raw = match.group("field", "op", "value")
+    value = _literal(raw)
+    compare = _OPS[op]
+    if field.startswith("params."):
+        column = RunParam.value_num if isinstance(value, float) else RunParam.value_text
+        return exists().where(
+            RunParam.run_id == Run.id, RunParam.key == field, compare(column, value)
+        )
+    summary = _SUMMARY.match(field)
+    assert summary is not None  # the pattern only lets summary.<key>.<col> through
+    if not isinstance(value, float):
+        raise _refuse("filter", f"{field} is a number: {raw!r} is not one", text)
+    key, col = summary.group(1), SUMMARY_COLUMNS[summary.group(2)]
+    return exists().where(
+        MetricKey.run_id == Run.id, MetricKey.key == key, compare(getattr(MetricKey, col), value)
+    )
+
+
+def _encode(sort: str, values: list[Any]) -> str:
+    plain = [{"t": v.isoformat()} if isinstance(v, datetime) else v for v in values]
+    raw = json.dumps({"sort": sort, "v": plain}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str, sort: str, width: int) -> list[Any]:
+    refused = _refuse("cursor", "not a cursor of this list: pass `next` of the last page", cursor)
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        values = data["v"]
+        same = data["sort"] == sort and isinstance(values, list) and len(values) == width
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        raise refused from None
+    if not same:
+        raise _refuse("cursor", "the cursor was made for another sort: keep `sort` the same", sort)
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, dict) and isinstance(v.get("t"), str):
+            try:
+                v = datetime.fromisoformat(v["t"])
+            except ValueError:
+                raise refused from None
+        elif v is not None and not isinstance(v, str | int | float) or isinstance(v, bool):
+            raise refused
+        out.append(v)
+    if not isinstance(out[-1], int):  # the run id closes every sort
+        raise refused
+    return out
+
+
+def _after(columns: list[Any], desc: bool, values: list[Any]) -> Any:
+    """Rows strictly after ``values`` in ORDER BY (col IS NULL), col [DESC], ..., id."""
+    ahead: list[Any] = []
+    equal: list[Any] = []
+    for column, value in zip(columns, values, strict=True):
+        if value is None:  # nulls come last: after a null only a null with a later tail
+            ahead.append(and_(*equal, false()))
+            equal.append(column.is_(None))
+            continue
+        beyond = column < value if desc else column > value
+        ahead.append(and_(*equal, or_(column.is_(None), beyond)))
+        equal.append(column == value)
+    return or_(*ahead)
+
+
+def _filtered(stmt: Select[Any], q: RunQuery) -> Select[Any]:
+    if q.experiment_id is not None:
+        stmt = stmt.where(Run.experiment_id == q.experiment_id)
+    if q.owner_id is not None:
+        stmt = stmt.where(Run.owner_id == q.owner_id)
+    if q.statuses:
+        stmt = stmt.where(Run.status.in_(list(q.statuses)))
+    if q.sweep_id is not None:
+        stmt = stmt.where(Run.sweep_id == q.sweep_id)
+    for tag in q.tags:
+        stmt = stmt.where(exists().where(RunTag.run_id == Run.id, RunTag.tag == tag))
+    if len(q.filters) > MAX_FILTERS:
+        raise _refuse("filter", f"at most {MAX_FILTERS} conditions", len(q.filters))
+    for text in q.filters:
+        stmt = stmt.where(condition(text))
+    return stmt
+
+
+def list_runs(session: Session, q: RunQuery) -> Page:
+    """One page of runs matching ``q``, in its sort order, and the cursor of the next page."""
+    sort_columns, desc, joins = _sort_columns(q.sort)
+    columns = [*sort_columns, Run.id]
+    stmt = select(Run, *columns)
+    for target, on in joins:
+        stmt = stmt.outerjoin(target, on)
+    stmt = _filtered(stmt, q)
+    if q.cursor is not None:
+        stmt = stmt.where(_after(columns, desc, _decode(q.cursor, q.sort, len(columns))))
+    order: list[Any] = []
+    for column in columns:
+        order += [case((column.is_(None), 1), else_=0), column.desc() if desc else column]
+    rows = session.execute(stmt.order_by(*order).limit(q.limit + 1)).all()
+    more = len(rows) > q.limit
+    rows = rows[: q.limit]
+    last = list(rows[-1][1:]) if more else None
+    return Page(runs=[row[0] for row in rows], next=_encode(q.sort, last) if last else None)

@@ -1,0 +1,32 @@
+"""A run as the API shows it: the row's fields, its params, tags and metric summaries."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from app.metrics.summary import summaries_by_run
+from app.runs.models import Run
+from app.runs.params import params_by_run
+from app.runs.schemas import RunOut, SummaryOut
+from app.runs.service import tags_by_run
+
+
+def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
+    """A query each for params, tags and summaries, whatever the number of runs."""
+    ids = [r.id for r in runs]
+    params = params_by_run(session, ids)
+    tags = tags_by_run(session, ids)
+    summaries = summaries_by_run(session, run_ids=ids)
+    return [
+        RunOut.model_validate(r).model_copy(
+            update={
+                "params": params[r.id],
+                "tags": tags[r.id],
+                "summary": {
+                    k: SummaryOut(last=s.last, min=s.min, max=s.max, step=s.step)
+                    for k, s in summaries[r.id].items()
+                },
+            }
+        )
+        for r in runs
+    ]
