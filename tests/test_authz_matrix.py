@@ -286,7 +286,9 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("POST", "/api/experiments"): Row(
         WRITER, 201, lambda w: ("/api/experiments", {"json": {"name": "matrix", "config": TINY}})
     ),
-    ("GET", "/api/runs"): Row(USER, 200, _get("/api/runs"), lambda w, r: w.run_id in _ids(r)),
+    ("GET", "/api/runs"): Row(
+        USER, 200, _get("/api/runs"), lambda w, r: w.run_id in [x["id"] for x in r.json()["runs"]]
+    ),
     ("GET", "/api/tokens"): Row(
         USER, 200, _get("/api/tokens"), lambda w, r: not set(_ids(r)) & _token_ids(w.owner)
     ),
@@ -320,6 +322,9 @@ MATRIX: dict[tuple[str, str], Row] = {
         OWNED, 201, lambda w: (f"/api/experiments/{w.experiment_id}/runs", {"json": {}})
     ),
     ("GET", "/api/runs/{run_id}"): Row(READ, 200, lambda w: (f"/api/runs/{w.run_id}", {})),
+    ("PATCH", "/api/runs/{run_id}"): Row(
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}", {"json": {"tags": ["matrix"]}})
+    ),
     ("POST", "/api/runs/{run_id}/cancel"): Row(
         OWNED, 202, lambda w: (f"/api/runs/{w.queued_run()}/cancel", {})
     ),

@@ -60,7 +60,7 @@ def test_an_admin_resumes_another_users_run_as_the_new_runs_owner(client, user_h
     _name, _password, admin = make_user(admin=True)
     r = client.post(f"/api/runs/{run['id']}/resume", json={"checkpoint": "final.pt"}, headers=admin)
     assert r.status_code == 201, r.text
-    me = client.get("/api/runs", headers=admin).json()
+    me = client.get("/api/runs", headers=admin).json()["runs"]
     assert r.json()["id"] in [x["id"] for x in me] and r.json()["owner_id"] != run["owner_id"]
 
 

@@ -81,7 +81,7 @@ def test_add_hparams_and_lightning_style_hparams_become_reported_params(
         "hparams.nesterov": True,
     }
     assert got["params"]["params.epochs"] == 2  # the config's stay
-    listed_runs = client.get("/api/runs", headers=admin_headers).json()
+    listed_runs = client.get("/api/runs", headers=admin_headers).json()["runs"]
     assert next(r for r in listed_runs if r["id"] == run["id"])["params"] == got["params"]
     log = (tmp_path / "output.log").read_text() if (tmp_path / "output.log").exists() else ""
     assert "hparams" not in log  # taken, so not named as skipped

@@ -131,6 +131,9 @@ class Api:
     def post(self, path: str, **kwargs: Any) -> Any:
         return self._json(self.request("POST", path, **kwargs))
 
+    def patch(self, path: str, **kwargs: Any) -> Any:
+        return self._json(self.request("PATCH", path, **kwargs))
+
     def _json(self, response: httpx.Response) -> Any:
         try:
             return response.json()

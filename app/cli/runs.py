@@ -1,4 +1,4 @@
-"""Client commands that read runs: ls, logs, download."""
+"""Client commands about runs: ls, edit (name, tags, notes), logs, download."""
 
 from __future__ import annotations
 
@@ -95,18 +95,40 @@ def _runs_table(runs: list[dict[str, Any]], experiments: dict[int, dict[str, Any
 
 def ls(
     status: Annotated[Status | None, typer.Option(help="only runs in this state")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="at most this many, newest first")] = 20,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="the runs as JSON (API shape)")] = False,
     owner: Annotated[
         str | None, typer.Option(help="'me' or a username (default: everyone's)")
     ] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="only runs with this tag")] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option("--filter", help="a condition such as params.params.lr>0.01"),
+    ] = None,
+    sort: Annotated[
+        str, typer.Option(help="a field, params.<key> or summary.<key>.<last|min|max>; - desc")
+    ] = "-id",
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """List runs on the box, newest first (the team's; --owner me for yours)."""
+    query: dict[str, Any] = {"sort": sort, "tag": tag or [], "filter": where or []}
+    if owner:
+        query["owner"] = owner
+    if status:
+        query["status"] = status.value
     with connect(server, token) as api:
-        runs = api.get("/api/runs", params={"owner": owner} if owner else None)
-        runs = [r for r in runs if status is None or r["status"] == status][:limit]
+        runs: list[dict[str, Any]] = []
+        cursor = None
+        while len(runs) < limit:  # page by page: the API sends at most 1000 at a time
+            page = api.get(
+                "/api/runs",
+                params={**query, "limit": min(1000, limit - len(runs)), "cursor": cursor},
+            )
+            runs += page["runs"]
+            cursor = page["next"]
+            if cursor is None:
+                break
         if as_json:
             sys.stdout.write(json.dumps(runs, indent=2) + "\n")
             return
@@ -115,6 +137,33 @@ def ls(
         err.print("no runs" + (f" with status {status}" if status else ""))
         return
     out.print(_runs_table(runs, experiments))
+
+
+def edit(
+    run: RunArg,
+    name: Annotated[str | None, typer.Option(help="the run's name ('' clears it)")] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option(help="a tag (repeat); replaces the run's tags")
+    ] = None,
+    clear_tags: Annotated[bool, typer.Option("--clear-tags", help="remove every tag")] = False,
+    notes: Annotated[str | None, typer.Option(help="notes ('' clears them; - reads stdin)")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Set a run's name, tags or notes (yours, or any run as an admin)."""
+    body: dict[str, Any] = {}
+    if name is not None:
+        body["name"] = name
+    if tag or clear_tags:
+        body["tags"] = [] if clear_tags else tag
+    if notes is not None:
+        body["notes"] = sys.stdin.read() if notes == "-" else notes
+    if not body:
+        raise CliError("nothing to change: give --name, --tag, --clear-tags or --notes")
+    with connect(server, token) as api:
+        result = api.patch(f"/api/runs/{run}", json=body)
+    tags = ", ".join(result["tags"]) or "none"
+    out.print(f"run {run}: name {result['name'] or '-'}; tags {tags}")
 
 
 def _read_logs(api: Api, run: int, params: dict[str, Any]) -> tuple[str, int]:
@@ -208,5 +257,5 @@ def _fetch(api: Api, path: str, dest: Path, total: int) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (ls, logs, download):
+    for command in (ls, edit, logs, download):
         app.command(rich_help_panel=CLIENT_PANEL)(command)

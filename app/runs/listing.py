@@ -1,7 +1,8 @@
 """The runs list: filters, sort and cursor paging of GET /api/runs, all in one SQL query.
 
-Sort (``sort=``): a run field (SORT_FIELDS), ``params.<key>`` (the param's number, then its
-text) or ``summary.<key>.<last|min|max>``; a leading ``-`` sorts descending. Runs without the
+Sort (``sort=``): a run field (SORT_FIELDS), ``params.<key>`` with <key> a key of the run's
+``params`` as the API shows them (so ``params.params.lr`` for the config's ``params.lr``,
+``params.seed``, ``params.hparams.lr``; the param's number, then its text), or ``summary.<key>.<last|min|max>``; a leading ``-`` sorts descending. Runs without the
 sorted value come last either way, and the run id (in the same direction) breaks ties, so the
 order is total and a cursor is stable under it.
 
@@ -103,7 +104,7 @@ def _sort_columns(sort: str) -> tuple[list[Any], bool, list[Any]]:
         return [SORT_FIELDS[name]], desc, []
     if name.startswith("params.") and len(name) > len("params."):
         p = aliased(RunParam)
-        join = (p, and_(p.run_id == Run.id, p.key == name))
+        join = (p, and_(p.run_id == Run.id, p.key == name.removeprefix("params.")))
         return [p.value_num, p.value_text], desc, [join]
     match = _SUMMARY.match(name)
     if match:
@@ -135,7 +136,9 @@ def condition(text: str) -> ColumnElement[bool]:
     if field.startswith("params."):
         column = RunParam.value_num if isinstance(value, float) else RunParam.value_text
         return exists().where(
-            RunParam.run_id == Run.id, RunParam.key == field, compare(column, value)
+            RunParam.run_id == Run.id,
+            RunParam.key == field.removeprefix("params."),
+            compare(column, value),
         )
     summary = _SUMMARY.match(field)
     assert summary is not None  # the pattern only lets summary.<key>.<col> through
