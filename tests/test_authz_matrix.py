@@ -323,7 +323,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ),
     ("GET", "/api/runs/{run_id}"): Row(READ, 200, lambda w: (f"/api/runs/{w.run_id}", {})),
     ("PATCH", "/api/runs/{run_id}"): Row(
-        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}", {"json": {"tags": ["matrix"]}})
+        OWNED, 200, lambda w: (f"/api/runs/{w.run_id}", {"json": {"name": _fresh_name()}})
     ),
     ("POST", "/api/runs/{run_id}/cancel"): Row(
         OWNED, 202, lambda w: (f"/api/runs/{w.queued_run()}/cancel", {})
@@ -470,6 +470,7 @@ def fingerprint() -> tuple[object, ...]:
             session.scalar(select(func.count()).select_from(ApiToken)) or 0,
             session.scalar(select(func.count()).where(ApiToken.revoked_at.is_not(None))) or 0,
             hash(tuple(tuple(u) for u in users)),
+            hash(tuple(session.scalars(select(Run.name).order_by(Run.id)))),
         )
 
 

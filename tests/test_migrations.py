@@ -342,6 +342,18 @@ def test_rows_of_a_first_migration_database_survive_upgrade_to_head(kind, tmp_pa
                 ("resources.nproc", "config", 1.0, None),
                 ("seed", "config", 1029.0, None),
             ]
+            # 0009: each series' summary backfilled from its points (NULL points skipped)
+            summaries = conn.execute(
+                sa.text(
+                    "SELECT id, last_value, min_value, max_value, last_step FROM metric_keys"
+                    " ORDER BY id"
+                )
+            )
+            assert [tuple(r) for r in summaries] == [
+                (1, 0.0123, 0.0123, 2.302585, 2**33),
+                (2, 0.975, 0.975, 0.975, 0),
+                (3, 9.5, 9.5, 9.5, 0),
+            ]
 
         # the current ORM reads the old rows, and new rows get fresh ids past the old ones
         with Session(engine) as session:

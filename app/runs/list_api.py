@@ -79,7 +79,11 @@ def list_runs(
     return RunListOut(runs=run_outs(session, page.runs), next=page.next)
 
 
-@router.patch("/runs/{run_id}", response_model=RunOut, responses=error_responses(403, 404))
+@router.patch(
+    "/runs/{run_id}",
+    response_model=RunOut,
+    responses=error_responses(400, 403, 404),  # 400: a body that is not even JSON text
+)
 def edit_run(run: OwnedRun, data: RunPatch, session: SessionDep) -> RunOut:
     """Name, tags and notes (the owner's or an admin's); absent fields stay as they are."""
     return run_outs(session, [service.edit_run(session, run=run, patch=data)])[0]
