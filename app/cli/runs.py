@@ -121,10 +121,8 @@ def ls(
         runs: list[dict[str, Any]] = []
         cursor = None
         while len(runs) < limit:  # page by page: the API sends at most 1000 at a time
-            page = api.get(
-                "/api/runs",
-                params={**query, "limit": min(1000, limit - len(runs)), "cursor": cursor},
-            )
+            params = {**query, "limit": min(1000, limit - len(runs))}
+            page = api.get("/api/runs", params={**params, "cursor": cursor} if cursor else params)
             runs += page["runs"]
             cursor = page["next"]
             if cursor is None:

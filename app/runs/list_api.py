@@ -67,7 +67,7 @@ def list_runs(
     query = listing.RunQuery(
         sort=sort,
         limit=limit,
-        cursor=cursor,
+        cursor=cursor or None,  # an empty cursor: the first page
         experiment_id=experiment_id,
         owner_id=resolve_owner(session, user=user, owner=owner, loc="owner"),
         statuses=status or (),

@@ -1,0 +1,70 @@
+"""`torchyard edit` (name, tags, notes) and `torchyard ls` with tag, filter and sort, as a
+subprocess against the suite's live server (runs and points written straight to its database:
+no job needs to run for this)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from app.db import session_scope
+from app.metrics.ingest import ingest_points
+from app.runs.params import record_config
+from tests.factories import make_run
+from tests.stack import LiveStack
+from tests.test_cli import Cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cli(live_stack: LiveStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    runner = Cli(live_stack, tmp_path_factory.mktemp("cli-runs") / "cli.json")
+    login = runner(
+        "login", "--server", live_stack.base_url, "--username", "admin", "--password-stdin",
+        stdin=live_stack.admin_password + "\n",
+    )  # fmt: skip
+    assert login.returncode == 0, login.stderr
+    yield runner
+
+
+def test_edit_sets_name_tags_notes_and_ls_filters_and_sorts_by_them(cli: Cli) -> None:
+    tag = f"cli-{secrets.token_hex(3)}"
+    runs = []
+    for lr, acc in [(0.001, 0.9), (0.1, 0.7), (0.05, 0.8)]:
+        config = {"recipe": "tiny_mlp", "params": {"lr": lr}, "seed": 1}
+        run_id = make_run(config=config, status="succeeded")
+        with session_scope() as session:
+            record_config(session, run_id=run_id, config=config)
+            ingest_points(session, run_id=run_id, points=[("val/acc", 3, acc, 1.0)])
+        runs.append(run_id)
+    for run_id in runs:
+        done = cli("edit", str(run_id), "--tag", tag, "--tag", "sweep")
+        assert done.returncode == 0, done.stderr
+    named = cli("edit", str(runs[2]), "--name", "the best", "--notes", "-", stdin="warmup\n")
+    assert named.returncode == 0, named.stderr
+    assert f"run {runs[2]}: name the best; tags {tag}, sweep" in named.stdout
+
+    listed = cli(
+        "ls", "--json", "--tag", tag, "--sort", "-summary.val/acc.max",
+        "--filter", "params.params.lr>0.01",
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    got = json.loads(listed.stdout)
+    assert [r["id"] for r in got] == [runs[2], runs[1]]
+    assert got[0]["name"] == "the best" and got[0]["notes"] == "warmup\n"
+    assert got[0]["summary"]["val/acc"]["max"] == 0.8
+
+    cleared = cli("edit", str(runs[0]), "--clear-tags")
+    assert cleared.returncode == 0 and "tags none" in cleared.stdout
+    table = cli("ls", "--tag", tag)
+    assert table.returncode == 0 and str(runs[1]) in table.stdout
+    assert f" {runs[0]} " not in table.stdout
+
+    refused = cli("ls", "--sort", "colour")
+    assert refused.returncode == 1 and "cannot sort by 'colour'" in refused.stderr
+    nothing = cli("edit", str(runs[0]))
+    assert nothing.returncode == 1 and "nothing to change" in nothing.stderr
