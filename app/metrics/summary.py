@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
+from typing import cast as type_cast
 
 from sqlalchemy import (
     BigInteger,
@@ -24,6 +25,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     func,
     or_,
     select,
@@ -37,10 +39,11 @@ LOSS_KEY = "train/loss"
 ACC_KEY = "val/acc"
 _CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
 
-_MIN = bindparam("lo_value", type_=Double)
-_MAX = bindparam("hi_value", type_=Double)
-_STEP = bindparam("top_step", type_=BigInteger)
-_KEYS = cast(Table, MetricKey.__table__)
+# Cast, so PostgreSQL knows a parameter's type even where it is only tested for NULL.
+_MIN = cast(bindparam("lo_value", type_=Double), Double)
+_MAX = cast(bindparam("hi_value", type_=Double), Double)
+_STEP = cast(bindparam("top_step", type_=BigInteger), BigInteger)
+_KEYS = type_cast(Table, MetricKey.__table__)
 _AT_TOP = (
     select(Metric.value).where(Metric.key_id == _KEYS.c.id, Metric.step == _STEP).scalar_subquery()
 )

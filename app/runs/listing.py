@@ -1,10 +1,11 @@
 """The runs list: filters, sort and cursor paging of GET /api/runs, all in one SQL query.
 
 Sort (``sort=``): a run field (SORT_FIELDS), ``params.<key>`` with <key> a key of the run's
-``params`` as the API shows them (so ``params.params.lr`` for the config's ``params.lr``,
-``params.seed``, ``params.hparams.lr``; the param's number, then its text), or ``summary.<key>.<last|min|max>``; a leading ``-`` sorts descending. Runs without the
-sorted value come last either way, and the run id (in the same direction) breaks ties, so the
-order is total and a cursor is stable under it.
+``params`` as the API shows them (``params.params.lr`` for the config's ``params.lr``,
+``params.seed``, ``params.hparams.lr``; the param's number, then its text), or
+``summary.<key>.<last|min|max>``; a leading ``-`` sorts descending. Runs without the sorted
+value come last either way, and the run id (in the same direction) breaks ties, so the order
+is total and a cursor is stable under it.
 
 Conditions (``filter=``, repeatable, all must hold): ``<field><op><value>`` with op one of
 ``= != > >= < <=``, field ``params.<key>`` or ``summary.<key>.<last|min|max>``. A value that
