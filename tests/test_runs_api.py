@@ -88,9 +88,9 @@ def test_other_users_read_a_run_but_only_admins_change_it(
     for path in (f"/api/runs/{run['id']}/cancel", f"/api/experiments/{exp['id']}/runs"):
         r = client.post(path, headers=other)
         assert r.status_code == 403 and "another user" in r.json()["detail"], (path, r.text)
-    assert run["id"] in [x["id"] for x in client.get("/api/runs", headers=other).json()]
+    assert run["id"] in [x["id"] for x in client.get("/api/runs", headers=other).json()["runs"]]
     assert run["id"] not in [
-        x["id"] for x in client.get("/api/runs?owner=me", headers=other).json()
+        x["id"] for x in client.get("/api/runs?owner=me", headers=other).json()["runs"]
     ]
     assert client.post(f"/api/runs/{run['id']}/cancel", headers=admin_headers).status_code == 202
 
