@@ -13,6 +13,8 @@ from torch.utils.tensorboard import SummaryWriter
 from app.auth.models import User
 from app.db import session_scope
 from app.metrics.ingest import ingest_points, ingest_steps
+from app.runs import recovery
+from app.runs.models import Checkpoint, Run, RunStatus
 from app.runs.params import record_config
 from tests.conftest import make_user
 from tests.factories import add_run
@@ -263,3 +265,22 @@ def test_bad_sort_filter_or_cursor_is_a_422_that_names_it(client, user_headers) 
         headers=user_headers,
     )
     assert other_sort.status_code == 422 and "another sort" in other_sort.json()["detail"][0]["msg"]
+
+
+def test_a_requeued_attempt_that_drops_points_recomputes_their_summary(client) -> None:
+    username, _, headers = make_user()
+    (run_id,) = _runs_of(username, 1)
+    with session_scope() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        run.status = RunStatus.running  # as the worker's start would leave it
+        s.add(Checkpoint(run_id=run_id, name="c.pt", epoch=1, step=10, size_bytes=1, path="c.pt"))
+        points = [("loss", step, 100.0 - step if step != 15 else -5.0, 1.0) for step in range(21)]
+        ingest_points(s, run_id=run_id, points=points)
+    assert _summary(client, headers, run_id)["loss"]["min"] == -5.0
+    with session_scope() as s:  # steps past the checkpoint (10) are dropped for the next attempt
+        run = s.get(Run, run_id)
+        assert run is not None and recovery.requeue(s, run=run, reason="worker lost")
+    assert _summary(client, headers, run_id)["loss"] == {
+        "last": 90.0, "min": 90.0, "max": 100.0, "step": 10,
+    }  # fmt: skip

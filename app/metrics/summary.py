@@ -91,6 +91,26 @@ def update_summaries(session: Session, *, key_ids: Collection[int], lo: int, hi:
         session.connection().execute(_MERGE, params)
 
 
+def recompute_summaries(session: Session, *, run_id: int) -> None:
+    """Summaries of a run's keys from their points, for when points were DELETED (a requeued
+    attempt drops the steps past its checkpoint: app.runs.recovery). Reads every point of the
+    run once per column, so only for that rare event, never on the ingest path."""
+    of_key = Metric.key_id == _KEYS.c.id
+    session.connection().execute(
+        update(_KEYS)
+        .where(_KEYS.c.run_id == run_id)
+        .values(
+            min_value=select(func.min(Metric.value)).where(of_key).scalar_subquery(),
+            max_value=select(func.max(Metric.value)).where(of_key).scalar_subquery(),
+            last_step=select(func.max(Metric.step)).where(of_key).scalar_subquery(),
+        )
+    )
+    at_last = select(Metric.value).where(of_key, Metric.step == _KEYS.c.last_step)
+    session.connection().execute(
+        update(_KEYS).where(_KEYS.c.run_id == run_id).values(last_value=at_last.scalar_subquery())
+    )
+
+
 @dataclass(frozen=True)
 class SeriesSummary:
     last: float | None

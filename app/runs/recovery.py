@@ -23,6 +23,7 @@ from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.metrics.models import Metric, MetricKey
+from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
@@ -76,6 +77,7 @@ def requeue(session: Session, *, run: Run, reason: str) -> bool:
     resume_step = ckpt.step if ckpt is not None else 0
     keys = select(MetricKey.id).where(MetricKey.run_id == run.id)
     session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
+    recompute_summaries(session, run_id=run.id)  # their last/max may have been among them
     session.flush()
     log.warning("run %s: %s; requeued as attempt %d", run.id, reason, attempt + 1)
     return True
