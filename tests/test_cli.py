@@ -327,6 +327,8 @@ def test_submit_follow_ls_logs_and_download_through_the_cli(cli: Cli, tmp_path: 
     listed = cli("ls", "--json")
     run = next(r for r in json.loads(listed.stdout) if r["id"] == run_id)
     assert run["status"] == "succeeded" and run["config"]["params"]["lr"] == 0.01
+    # the real worker's forwarder kept the summaries: 3 epochs x 5 steps, val once an epoch
+    assert run["summary"]["train/loss"]["step"] == 15 and run["summary"]["val/acc"]["step"] >= 3
     table = cli("ls", "--limit", "5")
     assert table.returncode == 0 and "smoke" in table.stdout and "succeeded" in table.stdout
 
