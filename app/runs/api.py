@@ -17,6 +17,7 @@ from app.errors import error_responses, not_found, validation_error
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, files, logs, service
+from app.runs.disk import disk_by_run
 from app.runs.logs import run_nproc
 from app.runs.models import Run, RunStatus
 from app.runs.params import params_by_run
@@ -86,7 +87,13 @@ def create_run(
 def _outs(session: Session, runs: list[Run]) -> list[RunOut]:
     """Runs as the API shows them: the row's fields and the run's params."""
     params = params_by_run(session, [r.id for r in runs])
-    return [RunOut.model_validate(r).model_copy(update={"params": params[r.id]}) for r in runs]
+    disks = disk_by_run(session, [r.id for r in runs])
+    return [
+        RunOut.model_validate(r).model_copy(
+            update={"params": params[r.id], "disk_bytes": disks.get(r.id, 0)}
+        )
+        for r in runs
+    ]
 
 
 @router.get("/experiments/{experiment_id}/runs", response_model=list[RunOut], responses=OWNED)

@@ -91,6 +91,9 @@ class Run(Base):
     # What ingestion kept out of the run: spool lines skipped by reason, limits hit, an error
     # (app.runs.notices); None while there is nothing to say.
     notices: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Bytes of the run's folder when it ended, measured by its worker (app.runs.disk); NULL
+    # until then, when its disk use is its checkpoints' sizes.
+    disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Checkpoint(Base):
