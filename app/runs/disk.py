@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
 from app.artifacts import store_fs
@@ -94,6 +94,14 @@ def active_readers(session: Session, run_ids: Iterable[int]) -> dict[str, int]:
         for path, run_id in rows
         if any(str(path).startswith(prefix) for prefix in prefixes)
     }
+
+
+def record_disk_use(session: Session, *, run_id: int, folder: Path) -> int:
+    """Measure the run's folder once, when it has ended (its worker calls this after the final
+    drain), and keep the figure on the row; not a status change."""
+    size = folder_bytes(folder)
+    session.execute(update(Run).where(Run.id == run_id).values(disk_bytes=size))
+    return size
 
 
 def folder_bytes(folder: Path) -> int:
