@@ -55,6 +55,11 @@ class RunOut(BaseModel):
     # checkpoints (app/runs/disk.py).
     disk_bytes: int = 0
 
+    @field_validator("disk_bytes", mode="before")
+    @classmethod
+    def _not_measured_yet(cls, value: Any) -> Any:
+        return 0 if value is None else value  # _outs fills in the checkpoints' sizes
+
     @field_validator("notices", mode="before")
     @classmethod
     def _notice_lines(cls, value: Any) -> Any:
