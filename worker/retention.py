@@ -74,11 +74,12 @@ def policy_of(config: dict[str, Any]) -> Policy:
 
 def kept(candidates: list[Candidate], policy: Policy, values: dict[int, float | None]) -> set[int]:
     """The ids of the checkpoints the policy keeps; ``values``: each one's metric value."""
-    newest = sorted(candidates, key=lambda c: (c.step, c.id), reverse=True)
-    keep = {c.id for c in newest[: policy.keep_last]}
-    keep |= {c.id for c in candidates if c.name == FINAL}
+    keep = {c.id for c in candidates if c.name == FINAL}  # always, and in no other slot
+    others = [c for c in candidates if c.name != FINAL]
+    newest = sorted(others, key=lambda c: (c.step, c.id), reverse=True)
+    keep |= {c.id for c in newest[: policy.keep_last]}
     if policy.metric and policy.keep_best:
-        ranked = [c for c in candidates if (v := values.get(c.id)) is not None and math.isfinite(v)]
+        ranked = [c for c in others if (v := values.get(c.id)) is not None and math.isfinite(v)]
         sign = -1.0 if policy.mode == "max" else 1.0
         ranked.sort(key=lambda c: (sign * float(values[c.id] or 0.0), -c.step))
         keep |= {c.id for c in ranked[: policy.keep_best]}
