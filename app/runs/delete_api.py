@@ -28,8 +28,9 @@ def _freed(freed: int) -> Response:
 def delete_run(run: OwnedRun, session: SessionDep) -> Response:
     """Delete an ended run: its points, logs, files and stored checkpoints."""
     deletion.refuse_if_busy(session, [run])
+    run_id = run.id
     session.rollback()  # the deletion's own short transactions write from here on
-    return _freed(deletion.delete_runs([run]))
+    return _freed(deletion.delete_runs([run_id]))
 
 
 @router.delete(
@@ -42,6 +43,6 @@ def delete_experiment(experiment: OwnedExperiment, session: SessionDep) -> Respo
     """Delete an experiment and every run of it (all must have ended)."""
     runs = service.runs_of_experiment(session, experiment_id=experiment.id)
     deletion.refuse_if_busy(session, runs)
-    experiment_id = experiment.id
+    experiment_id, run_ids = experiment.id, [r.id for r in runs]
     session.rollback()
-    return _freed(deletion.delete_experiment(experiment_id, runs))
+    return _freed(deletion.delete_experiment(experiment_id, run_ids))

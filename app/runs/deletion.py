@@ -52,13 +52,13 @@ def refuse_if_busy(session: Session, runs: Sequence[Run]) -> None:
         raise conflict(f"{named}: wait until it has ended (or cancel it), then delete")
 
 
-def delete_runs(runs: Sequence[Run]) -> int:
-    """Delete ``runs`` (checked with ``refuse_if_busy``); returns the bytes of files freed."""
-    return sum(_delete_run(run.id) for run in runs)
+def delete_runs(run_ids: Sequence[int]) -> int:
+    """Delete the runs (checked with ``refuse_if_busy``); returns the bytes of files freed."""
+    return sum(_delete_run(run_id) for run_id in run_ids)
 
 
-def delete_experiment(experiment_id: int, runs: Sequence[Run]) -> int:
-    freed = delete_runs(runs)
+def delete_experiment(experiment_id: int, run_ids: Sequence[int]) -> int:
+    freed = delete_runs(run_ids)
     with session_scope() as session:
         gone: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             delete(Experiment).where(
