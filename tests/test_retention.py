@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from app.db import session_scope
+from app.runs.models import Run
+from app.runs.service import checkpoints_of
+from app.settings import get_settings
+from tests.factories import make_run
+from worker.forwarder import forward
 from worker.retention import Candidate, Policy, kept, policy_of
 
 
@@ -67,3 +76,55 @@ def test_a_bad_retention_config_is_a_clear_422(client, user_headers) -> None:
         errors = r.json()["detail"]
         assert any(e["loc"][-1] == loc and words in e["msg"] for e in errors), (bad, errors)
         assert all("checkpoints" in e["loc"] for e in errors)
+
+
+def _checkpoint_line(epoch: int) -> str:
+    return json.dumps(
+        {
+            "type": "checkpoint",
+            "name": f"epoch-{epoch:04d}.pt",
+            "path": f"checkpoints/epoch-{epoch:04d}.pt",
+            "epoch": epoch,
+            "step": epoch * 10,
+            "size_bytes": 4,
+            "time": 1.0,
+        }
+    )
+
+
+def _metrics_line(step: int, acc: float) -> str:
+    return json.dumps({"type": "metrics", "step": step, "time": 1.0, "values": {"val/acc": acc}})
+
+
+def test_the_forwarder_drops_files_and_rows_but_keeps_what_a_resume_reads(
+    tmp_path: Path,
+) -> None:
+    config = {"checkpoints": {"keep_last": 1, "keep_best": 1, "metric": "val/acc"}}
+    run_id = make_run(config=config, status="running")
+    reader = make_run(status="queued")
+    with session_scope() as session:
+        row = session.get(Run, reader)
+        assert row is not None
+        row.resume_from = f"{run_id}/checkpoints/epoch-0002.pt"
+    run_dir = get_settings().run_dir(run_id)
+    (run_dir / "checkpoints").mkdir(parents=True)
+    outside = tmp_path / "not-the-runs.txt"
+    outside.write_text("keep me")
+    (run_dir / "checkpoints" / "epoch-0001.pt").symlink_to(outside)  # the job's trick
+    for epoch in (2, 3, 4, 5):
+        (run_dir / "checkpoints" / f"epoch-{epoch:04d}.pt").write_bytes(b"ckpt")
+    lines = []
+    for epoch, acc in ((1, 0.1), (2, 0.2), (3, 0.9), (4, 0.3), (5, 0.4)):
+        lines += [_metrics_line(epoch * 10, acc), _checkpoint_line(epoch)]
+    spool = run_dir / "metrics.jsonl"
+    spool.write_text("\n".join(lines) + "\n")
+
+    with session_scope() as session:
+        forward(session, run_id=run_id, metrics_path=spool)
+
+    # epoch 5: the last; epoch 3: the best val/acc; epoch 2: a queued run resumes from it.
+    expected = ["epoch-0002.pt", "epoch-0003.pt", "epoch-0005.pt"]
+    with session_scope() as session:
+        assert [c.name for c in checkpoints_of(session, run_id=run_id)] == expected
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == expected
+    assert outside.read_text() == "keep me"  # the link went, not what it pointed to

@@ -187,7 +187,8 @@ def replace_job_file(path: Path, data: bytes) -> None:
 def remove_job_file(root: Path, relative: str) -> int:
     """Unlink ``root/relative`` (a file the job wrote, e.g. a checkpoint retention dropped),
     its folder reached without following any link and the name itself unlinked, never what
-    it may point to; returns the bytes freed (0 when it is gone or not a regular file)."""
+    it may point to; returns the bytes freed (0 when it is gone, a link or not a regular
+    file; a directory is left alone)."""
     parts = components(relative)
     if len(parts) > 1:
         fd, info = open_in(root, "/".join(parts[:-1]))
@@ -201,9 +202,9 @@ def remove_job_file(root: Path, relative: str) -> int:
             leaf = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             return 0
-        if not stat.S_ISREG(leaf.st_mode):
+        if stat.S_ISDIR(leaf.st_mode):
             return 0
-        os.unlink(parts[-1], dir_fd=fd)
-        return leaf.st_size
+        os.unlink(parts[-1], dir_fd=fd)  # a link itself goes, never what it points to
+        return leaf.st_size if stat.S_ISREG(leaf.st_mode) else 0
     finally:
         os.close(fd)
