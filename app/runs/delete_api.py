@@ -6,6 +6,8 @@ tell a write by the method)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, status
 from fastapi.responses import Response
 
@@ -17,7 +19,18 @@ from app.runs import deletion, service
 router = APIRouter(prefix="/api", tags=["runs"])
 FREED_HEADER = "X-Freed-Bytes"
 # 409: a run has not ended, or an active run resumes from one of its checkpoints.
-DELETE_RESPONSES = error_responses(403, 404, 409)
+DELETE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **error_responses(403, 404, 409),
+    204: {
+        "description": "Deleted",
+        "headers": {
+            FREED_HEADER: {
+                "description": "bytes of files freed (the run folders and the artifact store)",
+                "schema": {"type": "integer"},
+            }
+        },
+    },
+}
 
 
 def _freed(freed: int) -> Response:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.artifacts import store_fs
@@ -34,50 +34,43 @@ log = logging.getLogger(__name__)
 ACTIVE = (RunStatus.queued, RunStatus.running)
 
 
-def _checkpoint_bytes() -> ColumnElement[Any]:
+def _disk_select(group: Any, ids: list[int]) -> Any:
+    """SELECT group, SUM(disk use) of the runs whose ``group`` column is in ``ids``: a run's
+    measured ``disk_bytes``, else its checkpoints' sizes (a join with their sums by run, not a
+    subquery inside the aggregate, which not every database takes)."""
+    checkpoint_bytes = (
+        select(Checkpoint.run_id, func.sum(Checkpoint.size_bytes).label("size"))
+        .join(Run, Run.id == Checkpoint.run_id)
+        .where(group.in_(ids))
+        .group_by(Checkpoint.run_id)
+        .subquery()
+    )
+    size = func.coalesce(Run.disk_bytes, checkpoint_bytes.c.size, 0)
     return (
-        select(func.coalesce(func.sum(Checkpoint.size_bytes), 0))
-        .where(Checkpoint.run_id == Run.id)
-        .correlate(Run)
-        .scalar_subquery()
+        select(group, func.sum(size))
+        .outerjoin(checkpoint_bytes, checkpoint_bytes.c.run_id == Run.id)
+        .where(group.in_(ids))
+        .group_by(group)
     )
 
 
-def run_disk_expr() -> ColumnElement[Any]:
-    """A run's disk use in bytes, as an SQL expression over ``runs``."""
-    return func.coalesce(Run.disk_bytes, _checkpoint_bytes())
+def _disk_by(group: Any, session: Session, ids: Iterable[int]) -> dict[int, int]:
+    wanted = list(ids)
+    if not wanted:
+        return {}
+    return {key: int(size or 0) for key, size in session.execute(_disk_select(group, wanted))}
 
 
 def disk_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, int]:
-    ids = list(run_ids)
-    if not ids:
-        return {}
-    rows = session.execute(select(Run.id, run_disk_expr()).where(Run.id.in_(ids)))
-    return {run_id: int(size or 0) for run_id, size in rows}
+    return _disk_by(Run.id, session, run_ids)
 
 
 def disk_by_experiment(session: Session, experiment_ids: Iterable[int]) -> dict[int, int]:
-    ids = list(experiment_ids)
-    if not ids:
-        return {}
-    rows = session.execute(
-        select(Run.experiment_id, func.sum(run_disk_expr()))
-        .where(Run.experiment_id.in_(ids))
-        .group_by(Run.experiment_id)
-    )
-    return {experiment_id: int(size or 0) for experiment_id, size in rows}
+    return _disk_by(Run.experiment_id, session, experiment_ids)
 
 
 def disk_by_owner(session: Session, owner_ids: Iterable[int]) -> dict[int, int]:
-    ids = list(owner_ids)
-    if not ids:
-        return {}
-    rows = session.execute(
-        select(Run.owner_id, func.sum(run_disk_expr()))
-        .where(Run.owner_id.in_(ids))
-        .group_by(Run.owner_id)
-    )
-    return {owner_id: int(size or 0) for owner_id, size in rows}
+    return _disk_by(Run.owner_id, session, owner_ids)
 
 
 def active_readers(session: Session, run_ids: Iterable[int]) -> dict[str, int]:
