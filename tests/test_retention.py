@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from app.db import session_scope
 from app.runs.models import Run
 from app.runs.service import checkpoints_of
 from app.settings import get_settings
 from tests.factories import make_run
+from tests.test_artifacts import PAYLOAD, checkpoint_line, drain, uris
 from worker.forwarder import forward
 from worker.retention import Candidate, Policy, kept, policy_of
 
@@ -128,3 +131,35 @@ def test_the_forwarder_drops_files_and_rows_but_keeps_what_a_resume_reads(
         assert [c.name for c in checkpoints_of(session, run_id=run_id)] == expected
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == expected
     assert outside.read_text() == "keep me"  # the link went, not what it pointed to
+
+
+def test_dropped_checkpoints_leave_the_artifact_store_too_even_mid_upload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    monkeypatch.setattr(get_settings(), "artifact_store", str(store))
+    run_id = make_run(config={"checkpoints": {"keep_last": 1, "keep_best": 0}})
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    big = PAYLOAD * 2000  # 34 MB: still moving when the next batch drops it
+    for name in ("epoch-0001.pt", "epoch-0002.pt", "epoch-0003.pt"):
+        (run_dir / "checkpoints" / name).write_bytes(big if name == "epoch-0001.pt" else PAYLOAD)
+    spool = run_dir / "metrics.jsonl"
+    spool.write_text(checkpoint_line("epoch-0001.pt", 10) + "\n")
+    with session_scope() as session:  # epoch 1 recorded, its upload starts
+        forward(session, run_id=run_id, metrics_path=spool)
+    drain(run_id, run_dir)  # epoch 1 is in the store now, its URI recorded
+    with spool.open("a") as f:
+        f.write(checkpoint_line("epoch-0002.pt", 20) + "\n")
+    with session_scope() as session:  # epoch 2 recorded; epoch 1 dropped; 2 starts uploading
+        forward(session, run_id=run_id, metrics_path=spool)
+    with spool.open("a") as f:
+        f.write(checkpoint_line("epoch-0003.pt", 30) + "\n")
+    drain(run_id, run_dir)  # epoch 2 dropped, maybe while its upload was in flight
+
+    assert set(uris(run_id)) == {"epoch-0003.pt"}
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch-0003.pt"]
+    stored = store / "runs" / str(run_id) / "checkpoints"
+    assert sorted(p.name for p in stored.iterdir() if not p.name.startswith(".")) == [
+        "epoch-0003.pt"
+    ]
