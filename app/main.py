@@ -24,6 +24,7 @@ from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
+from app.runs.delete_api import router as run_delete_router
 from app.runs.images_api import router as run_images_router
 from app.runs.list_api import router as run_list_router
 from app.runs.views import router as runs_views
@@ -90,6 +91,7 @@ def create_app() -> FastAPI:
         runs_router,
         run_list_router,
         run_images_router,
+        run_delete_router,
         gpus_router,
         users_router,
     ):

@@ -105,6 +105,24 @@ class World:
             assert self.owner.user_id is not None
             return add_run(session, owner_id=self.owner.user_id, config=TINY, status="queued")
 
+    def ended_run(self) -> int:
+        """A fresh finished run (a delete consumes it), with a file in its folder."""
+        with session_scope() as session:
+            assert self.owner.user_id is not None
+            run_id = add_run(session, owner_id=self.owner.user_id, config=TINY, status="failed")
+        run_dir = get_settings().run_dir(run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "output.log").write_text("bye\n")
+        return run_id
+
+    def ended_experiment(self) -> int:
+        """A fresh experiment with one finished run (a delete consumes it)."""
+        run_id = self.ended_run()
+        with session_scope() as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            return run.experiment_id
+
     def owner_token_id(self) -> int:
         with session_scope() as session:
             user = session.get(User, self.owner.user_id)
@@ -327,6 +345,10 @@ MATRIX: dict[tuple[str, str], Row] = {
     ),
     ("POST", "/api/runs/{run_id}/cancel"): Row(
         OWNED, 202, lambda w: (f"/api/runs/{w.queued_run()}/cancel", {})
+    ),
+    ("DELETE", "/api/runs/{run_id}"): Row(OWNED, 204, lambda w: (f"/api/runs/{w.ended_run()}", {})),
+    ("DELETE", "/api/experiments/{experiment_id}"): Row(
+        OWNED, 204, lambda w: (f"/api/experiments/{w.ended_experiment()}", {})
     ),
     ("POST", "/api/runs/{run_id}/resume"): Row(
         OWNED, 201, lambda w: (f"/api/runs/{w.run_id}/resume", {"json": {"checkpoint": CKPT}})

@@ -373,3 +373,26 @@ def test_a_refused_token_or_a_dead_server_is_one_line_without_traceback(cli: Cli
     assert dead.stderr.startswith("error: cannot reach the torchyard server")
     invalid = cli("submit", "--experiment", "999999", "--set", "params.lr=0.1")
     assert invalid.returncode == 1 and invalid.stderr.startswith("error: not found (404)")
+
+
+@pytest.mark.slow
+def test_runs_delete_and_experiments_delete_need_yes(cli: Cli, tmp_path: Path) -> None:
+    spec = tmp_path / "gone.yaml"
+    spec.write_text(TINY)
+    run_id = int(cli("submit", str(spec), "-q").stdout)
+    with cli.stack.admin_client() as api:
+        run = wait_for_status(api, run_id, {"succeeded"}, timeout=120)
+        asked = cli("runs", "delete", str(run_id))
+        assert asked.returncode == 2 and "--yes" in asked.stdout
+        assert api.get(f"/api/runs/{run_id}").status_code == 200
+
+        deleted = cli("runs", "delete", str(run_id), "--yes")
+        assert deleted.returncode == 0, deleted.stderr
+        assert f"deleted run {run_id};" in deleted.stdout and "freed" in deleted.stdout
+        assert api.get(f"/api/runs/{run_id}").status_code == 404
+
+        experiment = run["experiment_id"]
+        assert cli("experiments", "delete", str(experiment)).returncode == 2
+        gone = cli("experiments", "delete", str(experiment), "-y")
+        assert gone.returncode == 0 and f"deleted experiment {experiment}" in gone.stdout
+        assert api.get(f"/api/experiments/{experiment}").status_code == 404

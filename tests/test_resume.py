@@ -138,7 +138,12 @@ def test_logs_tail_returns_the_last_bytes_and_the_size(client, user_headers) -> 
 
 @pytest.mark.slow
 def test_a_resumed_run_continues_the_curve_where_the_checkpoint_stopped(live_stack) -> None:
-    tiny = {"recipe": "tiny_mlp", "params": {"epochs": 3, "steps_per_epoch": 10}, "seed": 3}
+    tiny = {
+        "recipe": "tiny_mlp",
+        "params": {"epochs": 3, "steps_per_epoch": 10},
+        "seed": 3,
+        "checkpoints": {"keep_last": 3},  # epoch 1 too (the default keeps the latest two)
+    }
     with live_stack.admin_client() as api:
         exp = api.post("/api/experiments", json={"name": "resume-e2e", "config": tiny}).json()
         first = api.post(f"/api/experiments/{exp['id']}/runs").json()

@@ -24,9 +24,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from app.artifacts import checkpoint_key, renames_atomically, store_fs
@@ -35,6 +35,7 @@ from app.runs.job_files import job_file_size, open_job_file
 from app.runs.models import Checkpoint
 from app.runs.service import inside
 from app.settings import get_settings
+from worker.retention import remove_stored
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -188,11 +189,13 @@ def sync(session: Session, *, run_id: int, run_dir: Path, final: bool) -> int:
         except Exception as exc:
             _uploads.failed(key, exc)
             continue
-        session.execute(
+        result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Checkpoint)
             .where(Checkpoint.run_id == run_id, Checkpoint.name == key[1])
             .values(uri=uri)
         )
+        if not result.rowcount:  # retention dropped it while it was uploading
+            remove_stored(store, uri)
         recorded += 1
     waiting = session.execute(
         select(Checkpoint.name, Checkpoint.path).where(

@@ -39,7 +39,7 @@ from app.runs.job_files import FileRefused, cut_job_file, job_file_size, open_jo
 from app.runs.models import Checkpoint, Run, RunLogChunk
 from app.settings import get_settings
 from torchyard.contract import LOG_FILE
-from worker import artifacts, spool_lines
+from worker import artifacts, retention, spool_lines
 from worker.spool_lines import parse_spool
 from worker.tensorboard_events import forward_events
 
@@ -245,6 +245,8 @@ def _forward_lines(
             _record_checkpoints(session, run_id=run.id, records=parsed.checkpoints)
         if parsed.steps:
             ingest_steps(session, run_id=run.id, steps=parsed.steps, key_limit=key_limit)
+        if parsed.checkpoints:  # after the points: the best is ranked by their values
+            retention.apply(session, run=run, run_dir=metrics_path.parent)
     if too_long:
         parsed.skipped[spool_lines.too_long(max_line)] += too_long
     if parsed.skipped:

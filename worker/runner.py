@@ -26,6 +26,7 @@ from app.artifacts import renames_atomically, store_fs
 from app.db import session_scope
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs import lifecycle
+from app.runs.disk import record_disk_use
 from app.runs.job_files import replace_job_file
 from app.runs.models import Run, RunStatus
 from app.runs.recovery import HandoverOutcome, hand_over
@@ -228,6 +229,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             max_bytes=settings.run_files_store_max_bytes,
         )
         drain(watched)  # ships the log line that says what was stored
+    with_db(run_id, "disk use", lambda s: record_disk_use(s, run_id=run_id, folder=run_dir))
     if stopped_by is StopReason.CANCEL:
         return _finish(run_id, RunStatus.cancelled, code, None, attempt=attempt)
     if stopped_by is StopReason.SHUTDOWN:

@@ -51,6 +51,28 @@ class Resources(BaseModel):
         return self
 
 
+class CheckpointRetention(BaseModel):
+    """Which of a run's checkpoints stay on disk as it goes (worker.retention): the newest
+    ``keep_last``, the ``keep_best`` best by ``metric`` (its value at the checkpoint's step),
+    and ``final.pt`` always. The default keeps the latest two, and the best one once a metric
+    is named (Determined's default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_last: int = Field(2, ge=1, le=10_000, description="the newest checkpoints kept")
+    keep_best: int = Field(
+        1, ge=0, le=10_000, description="the best checkpoints by `metric` kept (with a metric)"
+    )
+    metric: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[^\x00]*$",
+        description="the metric key that ranks checkpoints, e.g. val/acc",
+    )
+    mode: Literal["max", "min"] = Field("max", description="whether a larger metric is better")
+
+
 class _ConfigBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -64,6 +86,7 @@ class _ConfigBase(BaseModel):
         description="times a run whose worker was lost or shut down is requeued, resuming "
         "from its last checkpoint",
     )
+    checkpoints: CheckpointRetention = Field(default_factory=CheckpointRetention)
 
 
 def _param_field(param: Param) -> tuple[Any, Any]:

@@ -27,3 +27,5 @@ class ExperimentOut(BaseModel):
     owner: str
     created_at: UtcDateTime
     run_count: int = 0
+    # Bytes its runs hold on disk (app/runs/disk.py).
+    disk_bytes: int = 0

@@ -10,6 +10,7 @@ from app.errors import validation_error
 from app.experiments.config import ConfigInvalid, validate_config
 from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate, ExperimentOut
+from app.runs.disk import disk_by_experiment
 from app.runs.models import Run
 
 
@@ -85,6 +86,7 @@ def to_out(session: Session, experiments: list[Experiment]) -> list[ExperimentOu
         if ids
         else {}
     )
+    disks = disk_by_experiment(session, ids)
     owner_ids = {e.owner_id for e in experiments}
     names = (
         dict(session.execute(select(User.id, User.username).where(User.id.in_(owner_ids))).all())
@@ -101,6 +103,7 @@ def to_out(session: Session, experiments: list[Experiment]) -> list[ExperimentOu
             owner=names.get(e.owner_id, "?"),
             created_at=e.created_at,
             run_count=counts.get(e.id, 0),
+            disk_bytes=disks.get(e.id, 0),
         )
         for e in experiments
     ]

@@ -18,6 +18,7 @@ from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
 from app.ownership import find_experiment
 from app.pages import PageRoute, PageUser
+from app.runs.disk import disk_by_experiment
 from app.runs.service import runs_of_experiment
 from app.settings import get_settings
 from app.templating import render
@@ -254,6 +255,7 @@ def experiment_page(
         experiment=experiment,
         owner=names.get(experiment.owner_id, "?"),
         config_json=json.dumps(experiment.config, indent=2, sort_keys=True),
+        disk_bytes=disk_by_experiment(session, [experiment.id]).get(experiment.id, 0),
         runs=[
             {"run": r, "summary": summaries[r.id], "launched_by": names.get(r.owner_id, "?")}
             for r in runs

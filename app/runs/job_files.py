@@ -182,3 +182,29 @@ def replace_job_file(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_job_file(root: Path, relative: str) -> int:
+    """Unlink ``root/relative`` (a file the job wrote, e.g. a checkpoint retention dropped),
+    its folder reached without following any link and the name itself unlinked, never what
+    it may point to; returns the bytes freed (0 when it is gone, a link or not a regular
+    file; a directory is left alone)."""
+    parts = components(relative)
+    if len(parts) > 1:
+        fd, info = open_in(root, "/".join(parts[:-1]))
+        if not stat.S_ISDIR(info.st_mode):
+            os.close(fd)
+            return 0
+    else:
+        fd = os.open(root, _FLAGS | os.O_DIRECTORY)
+    try:
+        try:
+            leaf = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return 0
+        if stat.S_ISDIR(leaf.st_mode):
+            return 0
+        os.unlink(parts[-1], dir_fd=fd)  # a link itself goes, never what it points to
+        return leaf.st_size if stat.S_ISREG(leaf.st_mode) else 0
+    finally:
+        os.close(fd)

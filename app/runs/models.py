@@ -98,6 +98,9 @@ class Run(Base):
     # The sweep that launched the run (issue 19 adds the sweeps table and its foreign key);
     # NULL for a run launched by hand, which is every run until then.
     sweep_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    # Bytes of the run's folder when it ended, measured by its worker (app.runs.disk); NULL
+    # until then, when its disk use is its checkpoints' sizes.
+    disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class RunTag(Base):

@@ -1,10 +1,11 @@
-"""A run as the API shows it: the row's fields, its params, tags and metric summaries."""
+"""A run as the API shows it: the row's fields, its params, tags, metric summaries and disk use."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
 from app.metrics.summary import summaries_by_run
+from app.runs.disk import disk_by_run
 from app.runs.models import Run
 from app.runs.params import params_by_run
 from app.runs.schemas import RunOut, SummaryOut
@@ -17,11 +18,13 @@ def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
     params = params_by_run(session, ids)
     tags = tags_by_run(session, ids)
     summaries = summaries_by_run(session, run_ids=ids)
+    disks = disk_by_run(session, ids)
     return [
         RunOut.model_validate(r).model_copy(
             update={
                 "params": params[r.id],
                 "tags": tags[r.id],
+                "disk_bytes": disks.get(r.id, 0),
                 "summary": {
                     k: SummaryOut(last=s.last, min=s.min, max=s.max, step=s.step)
                     for k, s in summaries[r.id].items()

@@ -91,6 +91,14 @@ class RunOut(BaseModel):
     # What ingestion kept out of the run, as sentences: "3 lines skipped: <reason>", a limit
     # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/notices.py).
     notices: list[str] = Field(default_factory=list)
+    # Bytes the run holds on disk: its folder as measured when it ended, until then its
+    # checkpoints (app/runs/disk.py).
+    disk_bytes: int = 0
+
+    @field_validator("disk_bytes", mode="before")
+    @classmethod
+    def _not_measured_yet(cls, value: Any) -> Any:
+        return 0 if value is None else value  # _outs fills in the checkpoints' sizes
 
     @field_validator("notices", mode="before")
     @classmethod

@@ -51,8 +51,12 @@ def create_run(
 def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> Run:
     """A new queued run of the same experiment and config (seed included) that starts from
     one of `run`'s checkpoints: its job restores model, optimizer, epoch and step."""
+    # Locked: retention (worker.retention) deletes a dropped checkpoint's row before its file,
+    # and re-checks the runs that resume from it under the same lock.
     ckpt = session.scalar(
-        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.name == checkpoint)
+        select(Checkpoint)
+        .where(Checkpoint.run_id == run.id, Checkpoint.name == checkpoint)
+        .with_for_update()
     )
     if ckpt is None:
         raise not_found("checkpoint", f"{checkpoint!r} of run {run.id}")

@@ -9,6 +9,7 @@ from app.db import SessionDep
 from app.experiments.models import Experiment
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser
+from app.runs.disk import disk_by_run
 from app.runs.notices import notice_lines
 from app.runs.service import tags_by_run
 from app.templating import render
@@ -29,4 +30,5 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         may_write=user.may_write(run.owner_id),
         notices=notice_lines(run.notices),
         tags=tags_by_run(session, [run.id])[run.id],
+        disk_bytes=disk_by_run(session, [run.id]).get(run.id, 0),
     )

@@ -11,6 +11,7 @@ from app.auth.deps import CurrentUser, request_token
 from app.auth.models import User
 from app.db import SessionDep
 from app.errors import error_responses, forbidden
+from app.runs.disk import disk_by_owner
 from app.users import service
 from app.users.schemas import PasswordChange, UserCreate, UserOut, UserUpdate
 
@@ -28,8 +29,8 @@ ADMIN_ONLY = error_responses(403)
 
 
 @router.get("/me", response_model=UserOut)
-def read_me(user: CurrentUser) -> UserOut:
-    return UserOut.of(user)
+def read_me(user: CurrentUser, session: SessionDep) -> UserOut:
+    return UserOut.of(user, disk_bytes=disk_by_owner(session, [user.id]).get(user.id, 0))
 
 
 @router.post(
@@ -55,7 +56,9 @@ def change_my_password(
 
 @router.get("", response_model=list[UserOut], responses=ADMIN_ONLY)
 def list_users(session: SessionDep, _admin: Admin) -> list[UserOut]:
-    return [UserOut.of(u) for u in service.list_users(session)]
+    found = service.list_users(session)
+    disks = disk_by_owner(session, [u.id for u in found])
+    return [UserOut.of(u, disk_bytes=disks.get(u.id, 0)) for u in found]
 
 
 @router.post(

@@ -13,9 +13,11 @@ class UserOut(BaseModel):
     is_admin: bool  # role == admin; kept for clients written before roles
     disabled: bool
     created_at: UtcDateTime
+    # Bytes the user's runs hold on disk (app/runs/disk.py).
+    disk_bytes: int = 0
 
     @classmethod
-    def of(cls, user: User) -> UserOut:
+    def of(cls, user: User, *, disk_bytes: int = 0) -> UserOut:
         return cls(
             id=user.id,
             username=user.username,
@@ -23,6 +25,7 @@ class UserOut(BaseModel):
             is_admin=user.is_admin,
             disabled=not user.is_active,
             created_at=user.created_at,
+            disk_bytes=disk_bytes,
         )
 
 

@@ -17,6 +17,7 @@ from app.auth.service import create_token, revoke_token_id, tokens_of
 from app.db import SessionDep
 from app.errors import forbidden, not_found
 from app.pages import PageRoute, PageUser
+from app.runs.disk import disk_by_owner
 from app.settings import get_settings
 from app.templating import render
 from app.users import service
@@ -48,6 +49,7 @@ def _account(
         "account.html",
         user=user,
         tokens=tokens_of(session, user=user),
+        disk_bytes=disk_by_owner(session, [user.id]).get(user.id, 0),
         min_length=get_settings().password_min_length,
         max_token_days=int(get_settings().token_max_ttl_hours // 24),
         status_code=status_code,
@@ -133,7 +135,8 @@ def _users(
         request,
         "admin_users.html",
         user=user,
-        users=service.list_users(session),
+        users=(listed := service.list_users(session)),
+        disk=disk_by_owner(session, [u.id for u in listed]),
         roles=list(Role),
         min_length=get_settings().password_min_length,
         status_code=status_code,
