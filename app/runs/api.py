@@ -104,7 +104,9 @@ def list_runs(session: SessionDep, user: CurrentUser, owner: OwnerQuery = None) 
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)
 def read_run(run: OwnedRun, session: SessionDep) -> RunOut:
-    return _outs(session, [run])[0]
+    """The run; while it is queued, `queue_reason` says why it waits."""
+    out = _outs(session, [run])[0]
+    return out.model_copy(update={"queue_reason": service.why_queued(session, run=run)})
 
 
 @router.post(

@@ -51,6 +51,9 @@ class RunOut(BaseModel):
     # What ingestion kept out of the run, as sentences: "3 lines skipped: <reason>", a limit
     # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/notices.py).
     notices: list[str] = Field(default_factory=list)
+    # Why a queued run waits, in the scheduler's words (the GPU page's "why it waits"); set by
+    # GET /api/runs/{id} only, and only while the run is queued.
+    queue_reason: str | None = None
 
     @field_validator("notices", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ from app.experiments.models import Experiment
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser
 from app.runs.notices import notice_lines
+from app.runs.service import why_queued
 from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
@@ -27,4 +28,5 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         experiment=experiment,
         may_write=user.may_write(run.owner_id),
         notices=notice_lines(run.notices),
+        queue_reason=why_queued(session, run=run),
     )

@@ -324,6 +324,7 @@
     if ("started_at" in data) times = {started: data.started_at, finished: data.finished_at};
     if (data.error) { $("run-error").textContent = data.error; $("run-error").hidden = false; }
     if (cancelButton) cancelButton.hidden = !(status === "queued" || status === "running");
+    if (status !== "queued") $("run-queue-reason").hidden = true;
     if (charts.size === 0) {
       $("charts-empty").textContent = FINISHED.has(status)
         ? "This run logged no metrics." + (status === "failed" ? " See the error above and the output below." : "")
@@ -339,7 +340,16 @@
     setStatus({status: r.body.status, started_at: r.body.started_at,
                finished_at: r.body.finished_at, error: r.body.error});
     showNotices(r.body.notices || []);
+    showQueueReason(r.body.queue_reason);
   };
+
+  // Why a queued run waits: the scheduler's own words (the GPU page says the same), asked
+  // for again while it waits, since they change as the runs ahead of it start and end.
+  const showQueueReason = (reason) => {
+    $("run-queue-reason-text").textContent = reason || "";
+    $("run-queue-reason").hidden = !reason || status !== "queued";
+  };
+  setInterval(() => { if (status === "queued") refreshRun(); }, 3000);
 
   // What ingestion kept out of the run (lines skipped, a limit reached): text only.
   const showNotices = (lines) => {
