@@ -14,6 +14,7 @@ from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
 from app.errors import error_responses, not_found, validation_error
+from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, files, logs, service
@@ -143,7 +144,7 @@ def read_metrics(
     keys: Annotated[
         str | None, Query(pattern=NO_NUL, description="comma-separated metric keys")
     ] = None,
-    max_points: Annotated[int | None, Query(ge=2, le=1_000_000)] = None,
+    max_points: Annotated[int | None, Query(ge=MIN_MAX_POINTS, le=1_000_000)] = None,
     step_min: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
     step_max: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
     with_time: Annotated[bool, Query(description="add each point's wall time")] = False,
