@@ -10,12 +10,17 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 
+from app.auth.models import User
 from app.db import session_scope
 from app.gpus.scheduler import NO_LIVE_HOST
 from app.gpus.service import StartOutcome, never_startable, queue_reason, touch_host
+from app.runs.models import Checkpoint
+from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.conftest import make_user
+from tests.factories import add_run
 from tests.test_gpu_panel import (
     NEVER_STARVES,
     TOP,
@@ -144,3 +149,28 @@ def test_a_queued_run_says_why_it_waits_in_the_api_and_on_its_page(client, made)
     assert "waiting for 2 free GPUs on one host" in html
     html = client.get(f"/runs/{holder}").text
     assert '<p id="run-queue-reason" class="queue-reason" role="status" hidden>' in html
+
+
+def test_resuming_a_run_no_live_host_could_start_is_refused(client, made) -> None:
+    """The parent's config asks for more GPUs than any live host has now: a resumed run would
+    wait for ever too."""
+    username, _, headers = make_user()
+    live_host(made, [0])
+    with session_scope() as session:
+        owner = session.scalars(select(User).where(User.username == username)).one()
+        config = {"recipe": "tiny_mlp", "params": {}, "resources": {"gpus": 8, "nproc": 1}}
+        run_id = add_run(session, owner_id=owner.id, config=config, status="succeeded")
+        session.add(
+            Checkpoint(
+                run_id=run_id, name="epoch-1.pt", epoch=1, step=10, size_bytes=3, path="epoch-1.pt"
+            )
+        )
+    run_dir = get_settings().run_dir(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "epoch-1.pt").write_bytes(b"pt!")
+    body = {"checkpoint": "epoch-1.pt"}
+    r = client.post(f"/api/runs/{run_id}/resume", json=body, headers=headers)
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "checkpoint"] and error["input"] == 8
+    assert "needs 8 GPUs on one host; no host has that many" in error["msg"]

@@ -3,7 +3,8 @@
   run page and on the compare page, a group's name shown as text;
 - the chart grid has as many columns as the screen holds (4 at 1920 px, 2 at 900 px on the run
   page) and fills the page's width;
-- every time on the pages is in the reader's locale and time zone, with UTC in its title."""
+- every time on the pages is in the reader's locale and time zone, with UTC in its title;
+- a queued run's page says why it waits, in the scheduler's words."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 from datetime import UTC, datetime
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import update
 
 from app.db import session_scope
@@ -169,3 +170,21 @@ def test_times_show_in_the_readers_locale_with_utc_in_the_title(
         assert "02.01.2026, 12:04" in page.locator("main").inner_text()
     finally:
         ctx.close()
+
+
+def test_a_queued_run_page_says_why_it_waits_until_it_does_not(admin_page: Page, api) -> None:
+    """The scheduler's reason on the page (refreshed while queued), gone once it is not."""
+    page = admin_page
+    run_id = make_run(
+        config={"recipe": "tiny_mlp", "params": {}, "seed": 1, "resources": {"gpus": 0}},
+        status="queued",
+    )  # inserted directly: no task, so it stays queued until cancelled
+    page.goto(f"/runs/{run_id}")
+    reason = page.locator("#run-queue-reason")
+    expect(reason).to_be_visible()
+    expected = api.get(f"/api/runs/{run_id}").json()["queue_reason"]
+    assert expected
+    expect(page.locator("#run-queue-reason-text")).to_have_text(expected)
+    assert api.post(f"/api/runs/{run_id}/cancel").status_code == 202
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "cancelled")
+    expect(reason).to_be_hidden()
