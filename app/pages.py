@@ -8,13 +8,14 @@ id in the path) into an HTML page that says what to do, instead of the API's JSO
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from markupsafe import Markup
 
 from app.auth.deps import BrowserUser
 from app.auth.models import User
@@ -64,8 +65,18 @@ class PageRoute(APIRoute):
 # --- formatting for templates --------------------------------------------------------------
 
 
-def when(value: datetime | None) -> str:
-    return as_utc(value).strftime("%Y-%m-%d %H:%M") if value else "–"
+def when(value: datetime | None) -> Markup | str:
+    """A point in time, as a <time> element in UTC that app/static/common.js rewrites into the
+    reader's locale and time zone (the UTC time kept in its title): one format on every page,
+    for the times rendered here and those the scripts add."""
+    if value is None:
+        return "–"
+    utc = as_utc(value).astimezone(UTC)
+    return Markup('<time datetime="{}" title="{} UTC">{} UTC</time>').format(
+        utc.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        utc.strftime("%Y-%m-%d %H:%M:%S"),
+        utc.strftime("%Y-%m-%d %H:%M"),
+    )
 
 
 def duration(start: datetime | None, end: datetime | None) -> str:

@@ -9,11 +9,16 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
+from sqlalchemy import select
 
 from app.cli import server_argv, worker_argv
+from app.db import session_scope
+from app.gpus.models import WorkerHost
+from app.timeutil import as_utc, utcnow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -113,3 +118,21 @@ def running_stack(
     finally:
         stop_process(server)
         stop_process(worker)
+
+
+def wait_for_hosts(names: tuple[str, ...], since: float, timeout: float = 60) -> None:
+    """Until each named worker host has heartbeated (in the suite's database) after `since` (a
+    time.monotonic()): the scheduler, and a GPU request's check, see it live from then on."""
+    deadline = time.monotonic() + timeout
+    started = utcnow() - timedelta(seconds=time.monotonic() - since)
+    while True:
+        with session_scope() as session:
+            seen = {
+                h.host
+                for h in session.scalars(select(WorkerHost).where(WorkerHost.host.in_(names)))
+                if as_utc(h.heartbeat_at) >= started
+            }
+        if seen == set(names):
+            return
+        assert time.monotonic() < deadline, f"workers never heartbeated: {set(names) - seen}"
+        time.sleep(0.2)

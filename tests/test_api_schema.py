@@ -281,7 +281,7 @@ BIG = 2**70  # past every 64-bit integer column
         # driver, datetime arithmetic past year 1) that are 422s now, and what PostgreSQL would
         # refuse (NUL in a string that reaches a query).
         (f"/api/runs/{{run}}/metrics?step_min={BIG}", 422),
-        (f"/api/runs/{{run}}/metrics?step_max={BIG}&max_points=2", 422),
+        (f"/api/runs/{{run}}/metrics?step_max={BIG}&max_points=4", 422),
         ("/api/runs/{run}/metrics?keys=a%00b", 422),
         (f"/api/runs/{{run}}/logs?offset={BIG}", 422),
         (f"/api/runs/{{run}}/logs?tail={BIG}", 422),

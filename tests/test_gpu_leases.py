@@ -29,6 +29,7 @@ from tests.stack import (
     purge_broker,
     start_logged,
     stop_process,
+    wait_for_hosts,
     wait_healthy,
 )
 
@@ -68,7 +69,11 @@ class GpuStack:
         self.workers: dict[str, subprocess.Popen] = {}
 
     def add_worker(self, host: str, gpus: str) -> subprocess.Popen:
+        """Started, and live (heartbeated): a run asking for more GPUs than the live hosts have
+        is refused, so a test asks for this host's GPUs only once the host is live."""
+        since = time.monotonic()
         self.workers[host] = start_worker(host, gpus)
+        wait_for_hosts((host,), since)
         return self.workers[host]
 
 

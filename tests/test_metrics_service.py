@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, select, text
 from sqlalchemy.orm import Session
 
 import app.models as models
@@ -183,10 +183,10 @@ def test_downsampling_keeps_single_step_spikes_within_max_points(
     session: Session, run_id: int
 ) -> None:
     n = 200_000
-    points = pts("loss", range(1, n + 1), f=wave) + pts("acc", range(1, 3001, 1000))
+    points = pts("loss", range(1, n + 1), f=wave) + pts("acc", range(1, 5001, 1000))
     for i in range(0, len(points), 50_000):
         ingest_points(session, run_id=run_id, points=points[i : i + 50_000])
-    for max_points in (1000, 999, 2):
+    for max_points in (1000, 999, 4):
         result = read_series(session, run_id=run_id, max_points=max_points)
         steps, values = result["loss"]["step"], result["loss"]["value"]
         assert len(steps) <= max_points
@@ -194,18 +194,83 @@ def test_downsampling_keeps_single_step_spikes_within_max_points(
         assert values == [wave(s) for s in steps]  # real points only
         assert 123_457 in steps and 7 in steps
         assert len(steps) >= 0.9 * max_points  # min and max of every bucket, not a sample
-    assert result["acc"]["step"] == [1, 2001]  # 3 points > max_points=2: downsampled too
-    assert read_series(session, run_id=run_id, keys=["acc"], max_points=3)["acc"]["step"] == [
+        assert (steps[0], steps[-1]) == (1, n)  # and its ends
+    assert result["acc"]["step"] == [1, 4001]  # 5 points > max_points=4: downsampled too
+    assert read_series(session, run_id=run_id, keys=["acc"], max_points=5)["acc"]["step"] == [
         1,
         1001,
         2001,
+        3001,
+        4001,
     ]
     ranged = read_series(
         session, run_id=run_id, keys=["loss"], max_points=500, step_min=100_000, step_max=150_000
     )["loss"]
     assert len(ranged["step"]) <= 500
-    assert ranged["step"][0] >= 100_000 and ranged["step"][-1] <= 150_000
+    assert (ranged["step"][0], ranged["step"][-1]) == (100_000, 150_000)
     assert 123_457 in ranged["step"]
+
+
+MILLION = 1_000_000
+
+
+def million_points(session: Session, run_id: int, key: str) -> int:
+    """A 1M-point series (steps 0..999,999) inserted by the database itself, in one statement:
+    a value whose bucket extremes are almost never at a bucket's edges ((7919 s mod 1000) /
+    1000), wall time s / 100."""
+    metric_key = MetricKey(run_id=run_id, key=key)
+    session.add(metric_key)
+    session.flush()
+    key_id = metric_key.id
+    if session.get_bind().dialect.name == "postgresql":
+        steps = "SELECT generate_series(0, :last) AS s"
+    else:
+        steps = (
+            "WITH RECURSIVE n(s) AS (SELECT 0 UNION ALL SELECT s + 1 FROM n WHERE s < :last)"
+            " SELECT s FROM n"
+        )
+    session.execute(
+        text(
+            "INSERT INTO metrics (key_id, step, value, wall_time)"
+            f" SELECT :key_id, s, ((s * 7919) % 1000) / 1000.0, s / 100.0 FROM ({steps}) AS steps"
+        ),
+        {"key_id": key_id, "last": MILLION - 1},
+    )
+    return key_id
+
+
+def million_value(step: int) -> float:
+    return ((step * 7919) % 1000) / 1000.0
+
+
+def test_a_downsampled_view_of_a_million_points_includes_its_first_and_last(
+    session: Session, run_id: int
+) -> None:
+    """The issue's case: a 2,000-point view of 1M points covered steps 41 to 999,634. Every
+    read path (whole range, a zoomed range, the live path growing and finished) now starts at
+    the first point and ends at the last, within max_points, with real points only."""
+    from app.metrics.downsample import clear_live_cache
+
+    clear_live_cache()
+    million_points(session, run_id, "loss")
+    reads = {
+        "whole": ({}, 0, MILLION - 1),
+        "zoomed": ({"step_min": 123_457, "step_max": 876_543}, 123_457, 876_543),
+        "live, growing": ({"generation": 1}, 0, MILLION - 1),
+        "live, finished": ({"generation": 1, "growing": False}, 0, MILLION - 1),
+    }
+    for name, (kwargs, first, last) in reads.items():
+        series = read_series(
+            session, run_id=run_id, keys=["loss"], max_points=2000, with_time=True, **kwargs
+        )["loss"]
+        steps = series["step"]
+        assert (steps[0], steps[-1]) == (first, last), name
+        assert len(steps) <= 2000 and steps == sorted(set(steps)), name
+        assert series["value"] == [million_value(s) for s in steps], name
+        assert series["time"] == [s / 100.0 for s in steps], name
+        assert len(steps) >= 0.45 * 2000, name  # still the buckets' extremes, not just the ends
+    # The values' extremes (0.0 and 0.999) are there: every 1000th step holds each.
+    assert {0.0, 0.999} <= set(series["value"])
 
 
 def test_downsampling_shows_a_non_finite_stretch_as_a_gap(session: Session, run_id: int) -> None:
@@ -217,7 +282,10 @@ def test_downsampling_shows_a_non_finite_stretch_as_a_gap(session: Session, run_
     assert len(series["step"]) <= 100
     gap = [s for s, v in zip(series["step"], series["value"], strict=True) if v is None]
     assert gap and all(1001 <= s <= 2000 for s in gap)
-    assert all(v in {0.0, 6.0} for v in series["value"] if v is not None)
+    # The buckets' extremes, between the two ends (1 % 7 and 3000 % 7).
+    assert (series["step"][0], series["step"][-1]) == (1, 3000)
+    assert (series["value"][0], series["value"][-1]) == (1.0, 4.0)
+    assert all(v in {0.0, 6.0} for v in series["value"][1:-1] if v is not None)
 
 
 def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
@@ -227,7 +295,13 @@ def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
     must give exactly what a fresh downsample at the same width gives, as the series grows,
     across width changes, with ties and runs of non-finite values, after the points past a
     step are dropped (a new generation), and once the run is finished (exact width)."""
-    from app.metrics.downsample import _buckets, bucket_width, clear_live_cache, live_width
+    from app.metrics.downsample import (
+        _buckets,
+        bucket_width,
+        clear_live_cache,
+        live_width,
+        with_ends,
+    )
 
     clear_live_cache()
     rng = random.Random(3)
@@ -251,12 +325,13 @@ def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
         whole = read_series(session, run_id=run_id)["x"]
         lo, hi = whole["step"][0], whole["step"][-1]
         width = live_width(lo, hi, 200) if growing else bucket_width(lo, hi, 200)
-        steps, values, _times = _buckets(
-            session.connection(),
-            key_id=read_key_id(session, run_id, "x"),
-            start=lo,
+        conn, key_id = session.connection(), read_key_id(session, run_id, "x")
+        steps, values, _times = with_ends(
+            conn,
+            key_id=key_id,
+            lo=lo,
             hi=hi,
-            width=width,
+            points=_buckets(conn, key_id=key_id, start=lo, hi=hi, width=width),
         )
         return live, {"step": steps, "value": values}
 
@@ -328,7 +403,7 @@ def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
     buckets past them, and equals a fresh downsample."""
     from sqlalchemy import event
 
-    from app.metrics.downsample import _buckets, clear_live_cache, live_width
+    from app.metrics.downsample import _buckets, clear_live_cache, live_width, with_ends
 
     clear_live_cache()
     rng = random.Random(5)
@@ -361,12 +436,13 @@ def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
     finally:
         event.remove(engine, "before_cursor_execute", record)
     assert bucket_starts and min(bucket_starts) >= 180 - live_width(1, 700, 200)
-    steps, values, _times = _buckets(
-        session.connection(),
-        key_id=read_key_id(session, run_id, "x"),
-        start=1,
+    conn, key_id = session.connection(), read_key_id(session, run_id, "x")
+    steps, values, _times = with_ends(
+        conn,
+        key_id=key_id,
+        lo=1,
         hi=700,
-        width=live_width(1, 700, 200),
+        points=_buckets(conn, key_id=key_id, start=1, hi=700, width=live_width(1, 700, 200)),
     )
     assert live == {"step": steps, "value": values}
 
@@ -440,8 +516,9 @@ def test_a_growing_series_keeps_only_the_widths_still_read(
         assert widths() == [downsample.live_width(1, last, 200)], last
     # Two readers at different max_points, both active: each keeps its width.
     monkeypatch.setattr(downsample, "SUPERSEDED_IDLE_SECONDS", 3600.0)
-    for last in (3100, 3200):
+    for last in (3050, 3100):  # the 200-point reader stays at its width of 3000 points
         grow_to(last)
         read_series(session, run_id=run_id, max_points=200, generation=1)
         read_series(session, run_id=run_id, max_points=1000, generation=1)
-    assert widths() == [downsample.live_width(1, 3200, 1000), downsample.live_width(1, 3200, 200)]
+    assert downsample.live_width(1, 3100, 200) == downsample.live_width(1, 3000, 200)
+    assert widths() == [downsample.live_width(1, 3100, 1000), downsample.live_width(1, 3100, 200)]

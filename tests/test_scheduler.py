@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from app.gpus.scheduler import Placement, QueuedRun, pick, queue_order
+from app.gpus.scheduler import NO_LIVE_HOST, Placement, QueuedRun, never_fits, pick, queue_order
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 STARVE = 300.0
@@ -131,3 +131,19 @@ def test_the_2_1_1_2_sequence_on_two_gpus() -> None:
     # One of them done: run 4 cannot fit on the one free GPU; both free: it starts.
     assert starts(queue[3:], {"h": [0]}) == {}
     assert starts(queue[3:], {"h": [0, 1]}) == {4: Placement("h", (0, 1))}
+
+
+def test_never_fits_is_the_one_rule_for_requests_no_host_can_take() -> None:
+    assert never_fits(3, {"a": 2, "b": 1}) == (
+        "needs 3 GPUs on one host; no host has that many (the most on one host: 2)"
+    )
+    assert never_fits(2, {"a": 2, "b": 1}) is None
+    assert never_fits(0, {"cpu": 0}) is None
+    assert never_fits(5, {}) is None  # no host known: a worker may come with any number
+
+
+def test_with_no_host_at_all_every_run_waits_for_a_worker() -> None:
+    queue = [run(1, 0), run(2, 2)]
+    decision = pick(queue, {}, T0, STARVE, capacity_by_host={})
+    assert decision.starts == {}
+    assert decision.waiting == {1: NO_LIVE_HOST, 2: NO_LIVE_HOST}

@@ -15,7 +15,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -25,11 +24,16 @@ from sqlalchemy import select
 
 from app.cli import server_argv, worker_argv
 from app.db import session_scope
-from app.gpus.models import WorkerHost
 from app.runs.models import Checkpoint
-from app.timeutil import as_utc, utcnow
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, WORKSPACE_DIR, wait_for_status
-from tests.stack import LiveStack, free_port, start_logged, stop_process, wait_healthy
+from tests.stack import (
+    LiveStack,
+    free_port,
+    start_logged,
+    stop_process,
+    wait_for_hosts,
+    wait_healthy,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -66,22 +70,6 @@ def env_for(data_dir: Path, store: Path, **extra: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         **extra,
     )
-
-
-def wait_for_hosts(names: tuple[str, ...], since: float, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    started = utcnow() - timedelta(seconds=time.monotonic() - since)
-    while True:
-        with session_scope() as session:
-            seen = {
-                h.host
-                for h in session.scalars(select(WorkerHost).where(WorkerHost.host.in_(names)))
-                if as_utc(h.heartbeat_at) >= started
-            }
-        if seen == set(names):
-            return
-        assert time.monotonic() < deadline, f"workers never heartbeated: {set(names) - seen}"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +116,9 @@ def submit(api: httpx.Client, name: str, resources: dict, params: dict | None = 
 
 def succeeded(api: httpx.Client, run_id: int) -> dict:
     run = wait_for_status(api, run_id, {"succeeded", "failed", "cancelled"}, timeout=90)
-    assert run["status"] == "succeeded", run
+    if run["status"] != "succeeded":
+        tail = api.get(f"/api/runs/{run_id}/logs", params={"tail": 30}).text
+        pytest.fail(f"run {run_id} {run['status']}: {run.get('error')!r}\nlog tail:\n{tail}")
     return run
 
 

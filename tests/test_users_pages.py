@@ -135,8 +135,9 @@ def test_my_account_creates_lists_and_revokes_named_tokens(client) -> None:
         token_id = token.id
     row = re.search(rf'<tr data-token-id="{token_id}">.*?</tr>', page, re.S)
     assert row is not None
-    cells = re.findall(r"<td>([^<]*)</td>", row.group(0))
+    cells = re.findall(r"<td>(.*?)</td>", row.group(0), re.S)
     assert cells[0] == "laptop cli" and cells[2] != "–"  # created, last used (just now)
+    assert cells[2].startswith("<time datetime=")  # app/pages.py `when`
     r = post_form(client, f"/account/tokens/{token_id}/revoke")
     assert r.status_code == 303 and r.headers["location"] == "/account"
     assert (

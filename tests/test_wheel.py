@@ -205,7 +205,11 @@ def test_the_wheel_with_its_server_extra_serves_every_page_and_trains(server_up)
         while status in ("queued", "running") and time.monotonic() < deadline:
             time.sleep(0.5)
             status = http.get(f"/api/runs/{run.json()['id']}").json()["status"]
-        assert status == "succeeded", http.get(f"/api/runs/{run.json()['id']}").json()
+        if status != "succeeded":
+            run_id = run.json()["id"]
+            error = http.get(f"/api/runs/{run_id}").json().get("error")
+            tail = http.get(f"/api/runs/{run_id}/logs", params={"tail": 30}).text
+            pytest.fail(f"run {run_id} {status}: {error!r}\nlog tail:\n{tail}")
 
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0, log.read_text()

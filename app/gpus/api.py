@@ -14,6 +14,7 @@ from app.db import SessionDep
 from app.errors import validation_error
 from app.gpus import service
 from app.gpus.schemas import GpuPanelOut, UsageOut
+from app.gpus.usage import gpu_usage
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
 from app.users.filters import OwnerQuery
@@ -99,5 +100,5 @@ def read_usage(
     now = utcnow()
     start, end = usage_period(since, until, now)
     owner_id = resolve_owner(session, user=user, owner=owner, loc="owner")
-    users = service.gpu_usage(session, since=start, until=end, now=now, owner_id=owner_id)
+    users = gpu_usage(session, since=start, until=end, now=now, owner_id=owner_id)
     return UsageOut(since=start, until=end, users=users)

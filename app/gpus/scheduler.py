@@ -7,8 +7,11 @@ Rules, in this order:
   runs; a host that asks about its own run is preferred for that run);
 - a run that cannot fit yet does not stop smaller runs behind it (backfill), unless it has
   waited longer than `starvation_seconds`: then no GPU run behind it starts before it does;
-- a run that needs more GPUs than any known host has can never fit: it blocks nobody;
-- gpus: 0 runs need nothing and are never blocked.
+- a run that needs more GPUs than any known host has can never fit: it blocks nobody (and a
+  new run like it is refused: `never_fits` is that rule, for both);
+- gpus: 0 runs need nothing and are never blocked;
+- with no host at all (known to be none: `capacity_by_host` empty) nothing starts, and every
+  run waits for a worker to come.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+# Why everything waits when no worker host is live.
+NO_LIVE_HOST = "no worker host is live: it starts once a worker (`torchyard worker`) is running"
 
 
 @dataclass(frozen=True)
@@ -55,10 +61,10 @@ def pick(
     """Every run of `queue` that may start now, and where; `asking` = (run id, host) prefers
     that host for that run when it fits there."""
     free = {host: sorted(set(indices)) for host, indices in free_by_host.items()}
-    # Unknown capacities: assume any run may fit some day.
-    largest = max(capacity_by_host.values(), default=0) if capacity_by_host is not None else None
     starts: dict[int, Placement] = {}
     waiting: dict[int, str] = {}
+    if capacity_by_host is not None and not capacity_by_host:
+        return Decision(starts, {run.id: NO_LIVE_HOST for run in queue})
     blocker: QueuedRun | None = None
     for run in queue_order(queue):
         if run.gpus == 0:
@@ -73,13 +79,27 @@ def pick(
             free[host] = free[host][run.gpus :]
             starts[run.id] = Placement(host, taken)
             continue
-        if largest is not None and run.gpus > largest:
-            waiting[run.id] = f"needs {run.gpus} GPUs on one host; no host has that many"
+        # Unknown capacities: assume any run may fit some day.
+        never = never_fits(run.gpus, capacity_by_host) if capacity_by_host is not None else None
+        if never is not None:
+            waiting[run.id] = never
             continue
         waiting[run.id] = f"waiting for {run.gpus} free GPUs on one host"
         if (now - run.created_at).total_seconds() > starvation_seconds:
             blocker = run
     return Decision(starts, waiting)
+
+
+def never_fits(gpus: int, capacity_by_host: Mapping[str, int]) -> str | None:
+    """Why a run asking for `gpus` GPUs can never start on these hosts (GPUs per host), or
+    None when it may: it needs none, a host has that many, or no host is known at all (a
+    worker may yet come with any number, so nothing says it never will)."""
+    if gpus <= 0 or not capacity_by_host:
+        return None
+    largest = max(capacity_by_host.values())
+    if gpus <= largest:
+        return None
+    return f"needs {gpus} GPUs on one host; no host has that many (the most on one host: {largest})"
 
 
 def _choose_host(

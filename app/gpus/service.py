@@ -17,19 +17,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, func, or_, select, update
+from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.scheduler import Decision, QueuedRun, pick, queue_order
+from app.gpus.scheduler import Decision, QueuedRun, never_fits, pick, queue_order
 from app.gpus.schemas import (
     GpuOut,
     GpuPanelOut,
     GpuState,
     HostOut,
     QueuedRunOut,
-    UserUsageOut,
 )
 from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
@@ -161,6 +160,38 @@ def decide(
     )
 
 
+def never_startable(
+    session: Session, *, gpus: int, now: datetime, lease_ttl_seconds: float
+) -> str | None:
+    """Why a new run asking for `gpus` GPUs could never start on the live hosts (the scheduler's
+    own rule, `never_fits`, over the inventories `decide` uses), or None. With no live host
+    None: a worker may be starting or restarting, and the run waits for it (its reason says
+    so) rather than being refused on an empty view."""
+    hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
+    return never_fits(gpus, {h.host: len(h.gpus) for h in hosts})
+
+
+def queue_reason(
+    session: Session,
+    *,
+    run_id: int,
+    now: datetime,
+    lease_ttl_seconds: float,
+    starvation_seconds: float,
+) -> str:
+    """Why a queued run waits, exactly as the GPU panel says it ("" when it is not queued)."""
+    decision = decide(
+        session,
+        host=None,
+        inventory=None,
+        asking_run=None,
+        now=now,
+        lease_ttl_seconds=lease_ttl_seconds,
+        starvation_seconds=starvation_seconds,
+    )
+    return _reason(decision, run_id)
+
+
 def queued_runs(session: Session) -> list[QueuedRun]:
     rows = session.execute(
         select(Run.id, Run.priority, Run.created_at, Run.config).where(
@@ -230,7 +261,7 @@ def expire_stale_leases(session: Session, *, now: datetime, ttl_seconds: float) 
     return int(result.rowcount)
 
 
-# --- the GPU panel and per-user accounting ----------------------------------------------------
+# --- the GPU panel (per-user accounting: app.gpus.usage) ---------------------------------------
 
 _MB = 1024 * 1024
 
@@ -324,51 +355,3 @@ def _reason(decision: Decision, run_id: int) -> str:
     if placement.host is None:
         return "starting: needs no GPUs, waiting for a free worker slot"
     return f"starting: GPUs {format_indices(placement.gpu_indices)} of {placement.host} are free"
-
-
-def gpu_usage(
-    session: Session,
-    *,
-    since: datetime,
-    until: datetime,
-    now: datetime,
-    owner_id: int | None = None,
-) -> list[UserUsageOut]:
-    """GPU-hours per user over [since, until): each run's running time clipped to the period
-    (a run still running counts until now) times its number of GPUs. Every user who ran
-    something in the period (the team sees each other's usage), or only `owner_id`'s row
-    (there even when it is zero)."""
-    query = (
-        select(Run.owner_id, Run.started_at, Run.finished_at, Run.gpu_indices)
-        .where(Run.started_at.is_not(None), Run.started_at < until)
-        .where(or_(Run.finished_at.is_(None), Run.finished_at > since))
-    )
-    if owner_id is not None:
-        query = query.where(Run.owner_id == owner_id)
-    totals: dict[int, list[float]] = {}  # owner -> [gpu_seconds, runs, gpu_runs]
-    for owner_id, started_at, finished_at, gpu_indices in session.execute(query):
-        if started_at is None:  # excluded by the query; for the type checker
-            continue
-        start = max(as_utc(started_at), since)
-        end = min(as_utc(finished_at) if finished_at else now, until)
-        if end < start:
-            continue
-        gpus = len([i for i in (gpu_indices or "").split(",") if i])
-        row = totals.setdefault(owner_id, [0.0, 0, 0])
-        row[0] += (end - start).total_seconds() * gpus
-        row[1] += 1
-        row[2] += 1 if gpus else 0
-    if owner_id is not None:
-        totals.setdefault(owner_id, [0.0, 0, 0])
-    names = dict(session.execute(select(User.id, User.username).where(User.id.in_(totals))).all())
-    rows = [
-        UserUsageOut(
-            user_id=uid,
-            username=names.get(uid, "?"),
-            gpu_hours=round(seconds / 3600, 4),
-            runs=int(runs),
-            gpu_runs=int(gpu_runs),
-        )
-        for uid, (seconds, runs, gpu_runs) in totals.items()
-    ]
-    return sorted(rows, key=lambda r: (-r.gpu_hours, r.username))

@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from app.db import SessionDep
 from app.gpus import service
+from app.gpus.usage import gpu_usage
 from app.pages import PageRoute, PageUser
 from app.settings import get_settings
 from app.templating import render
@@ -34,7 +35,7 @@ def gpus_page(
         starvation_seconds=settings.starvation_seconds,
     )
     owner_id, owner_name = page_owner(session, user=user, owner=owner)
-    usage = service.gpu_usage(
+    usage = gpu_usage(
         session, since=now - timedelta(days=USAGE_DAYS), until=now, now=now, owner_id=owner_id
     )
     return render(

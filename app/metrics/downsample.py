@@ -4,7 +4,11 @@ Reading 500k rows into Python costs ~0.5 s, so the database does the bucketing: 
 [lo, hi] is cut into buckets of `width` steps and each bucket yields the point with its smallest
 and the point with its largest value, at their real steps. A single-step spike is the max (or
 min) of its bucket, so it always survives. NULL (non-finite) values lose against any finite
-value; a bucket holding only NULLs yields a NULL point, so the chart keeps the gap.
+value; a bucket holding only NULLs yields a NULL point, so the chart keeps the gap. The view's
+first and last points (the series' ends, or the range's) are always in it too (`with_ends`):
+a bucket's extremes are rarely at its edges, and a chart then started late and ended early
+(a 2,000-point view of 1M points covered steps 41 to 999,634). Two of max_points are kept for
+them, so a view is still at most max_points points.
 
 Each dialect gets the shape that measured fastest on it (500k points, 1,000 buckets):
 - SQLite: a recursive CTE lists the buckets; per bucket, two correlated subqueries use SQLite's
@@ -86,23 +90,66 @@ _POSTGRES = text(
 )
 
 
+# The smallest view: the two ends, and one bucket's min and max.
+MIN_MAX_POINTS = 4
+
+Points = tuple[list[int], list[float | None], list[float]]
+
+
 def bucket_width(lo: int, hi: int, max_points: int) -> int:
-    """Steps per bucket so that ceil(span / width) buckets x 2 points <= max_points."""
-    buckets = max(max_points // 2, 1)
+    """Steps per bucket so that ceil(span / width) buckets x 2 points + the 2 ends <=
+    max_points."""
+    buckets = max((max_points - 2) // 2, 1)
     return max(-(-(hi - lo + 1) // buckets), 1)
 
 
-def downsample_timed(
-    conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int
-) -> tuple[list[int], list[float | None], list[float]]:
+def downsample_timed(conn: Connection, *, key_id: int, lo: int, hi: int, max_points: int) -> Points:
     """Per-bucket min and max points of one series between steps lo and hi (both present),
-    with each kept point's wall time (the run page's time axis)."""
-    return _buckets(conn, key_id=key_id, start=lo, hi=hi, width=bucket_width(lo, hi, max_points))
+    and those two, with each kept point's wall time (the run page's time axis)."""
+    width = bucket_width(lo, hi, max_points)
+    return with_ends(
+        conn,
+        key_id=key_id,
+        lo=lo,
+        hi=hi,
+        points=_buckets(conn, key_id=key_id, start=lo, hi=hi, width=width),
+    )
 
 
-def _buckets(
-    conn: Connection, *, key_id: int, start: int, hi: int, width: int
-) -> tuple[list[int], list[float | None], list[float]]:
+def with_ends(conn: Connection, *, key_id: int, lo: int, hi: int, points: Points) -> Points:
+    """`points` (bucket extremes between lo and hi, in step order) with the points at lo and
+    hi added when they are not there yet: one primary-key lookup of at most two rows, and only
+    then. Never stored in the live cache: the series' end moves on as it grows."""
+    steps, values, times = points
+    wanted = [s for s, held in ((lo, steps[:1]), (hi, steps[-1:])) if held != [s]]
+    if not wanted:
+        return points
+    ends = {
+        step: (value, wall_time)
+        for step, value, wall_time in conn.execute(
+            _ENDS, {"key_id": key_id, "lo": wanted[0], "hi": wanted[-1]}
+        )
+    }
+    steps, values, times = list(steps), list(values), list(times)
+    if lo in ends and (not steps or steps[0] != lo):
+        steps.insert(0, lo)
+        values.insert(0, ends[lo][0])
+        times.insert(0, ends[lo][1])
+    if hi in ends and (not steps or steps[-1] != hi):
+        steps.append(hi)
+        values.append(ends[hi][0])
+        times.append(ends[hi][1])
+    return steps, values, times
+
+
+# The two ends (or one: lo == hi), by the (key_id, step) primary key.
+_ENDS = text(
+    "SELECT step, value, wall_time FROM metrics"
+    " WHERE key_id = :key_id AND (step = :lo OR step = :hi)"
+)
+
+
+def _buckets(conn: Connection, *, key_id: int, start: int, hi: int, width: int) -> Points:
     params = {"key_id": key_id, "start": start, "hi": hi, "width": width}
     # On PostgreSQL, 1,000 lateral loops trip JIT (~100 ms of compiling): make_engine turns
     # JIT off for every connection.
@@ -233,7 +280,7 @@ def downsample_live(
         times = kept_times + times
     cut = bisect.bisect_left(steps, last)
     _store((*series, width), _Final(last, steps[:cut], values[:cut], times[:cut]))
-    return steps, values, times
+    return with_ends(conn, key_id=key_id, lo=lo, hi=hi, points=(steps, values, times))
 
 
 def _kept(series: tuple[str, int, int, int], width: int) -> _Final | None:

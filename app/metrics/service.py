@@ -17,6 +17,7 @@ from sqlalchemy import Connection, case, func, literal, select
 from sqlalchemy.orm import Session
 
 from app.metrics.downsample import (
+    MIN_MAX_POINTS,
     downsample_live,
     downsample_timed,
     keep_whole,
@@ -70,15 +71,17 @@ def read_series(
     With with_time, each series also has "time": the points' wall times (Unix seconds).
 
     With max_points, a series with more points than that in [step_min, step_max] is reduced
-    in SQL to per-bucket min and max points (at most max_points, spikes kept); shorter series
-    come back whole. Unknown keys are left out. With a `generation` (the run's attempt: its
-    points change only by being appended within one), a whole-range downsample asks the
-    database only for the buckets that can still have changed (downsample_live); `growing`
-    (the run is not finished) gives it power-of-two bucket widths, so between half and all
-    of max_points points.
+    in SQL to per-bucket min and max points and its first and last points in the range (at
+    most max_points, spikes and ends kept); shorter series come back whole. Unknown keys are
+    left out. With a `generation` (the run's attempt: its points change only by being
+    appended within one), a whole-range downsample asks the database only for the buckets
+    that can still have changed (downsample_live); `growing` (the run is not finished) gives
+    it power-of-two bucket widths, so between half and all of max_points points.
     """
-    if max_points is not None and max_points < 2:
-        raise ValueError("max_points must be at least 2 (one min and one max per bucket)")
+    if max_points is not None and max_points < MIN_MAX_POINTS:
+        raise ValueError(
+            f"max_points must be at least {MIN_MAX_POINTS} (the two ends, one bucket's min and max)"
+        )
     conn = session.connection()
     whole_range = step_min is None and step_max is None
     if max_points is not None and generation is not None and whole_range:

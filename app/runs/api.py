@@ -13,6 +13,7 @@ from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
 from app.errors import error_responses, not_found, validation_error
+from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, files, logs, service
@@ -88,7 +89,9 @@ def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> li
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)
 def read_run(run: OwnedRun, session: SessionDep) -> RunOut:
-    return run_outs(session, [run])[0]
+    """The run; while it is queued, `queue_reason` says why it waits."""
+    out = run_outs(session, [run])[0]
+    return out.model_copy(update={"queue_reason": service.why_queued(session, run=run)})
 
 
 @router.post(
@@ -125,7 +128,7 @@ def read_metrics(
     keys: Annotated[
         str | None, Query(pattern=NO_NUL, description="comma-separated metric keys")
     ] = None,
-    max_points: Annotated[int | None, Query(ge=2, le=1_000_000)] = None,
+    max_points: Annotated[int | None, Query(ge=MIN_MAX_POINTS, le=1_000_000)] = None,
     step_min: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
     step_max: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
     with_time: Annotated[bool, Query(description="add each point's wall time")] = False,

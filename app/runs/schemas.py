@@ -100,6 +100,10 @@ class RunOut(BaseModel):
     def _not_measured_yet(cls, value: Any) -> Any:
         return 0 if value is None else value  # _outs fills in the checkpoints' sizes
 
+    # Why a queued run waits, in the scheduler's words (the GPU page's "why it waits"); set by
+    # GET /api/runs/{id} only, and only while the run is queued.
+    queue_reason: str | None = None
+
     @field_validator("notices", mode="before")
     @classmethod
     def _notice_lines(cls, value: Any) -> Any:

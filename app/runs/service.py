@@ -16,12 +16,14 @@ from app.auth.models import User
 from app.errors import conflict, not_found, validation_error
 from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
+from app.gpus.service import never_startable, queue_reason, run_gpus
 from app.runs import lifecycle
 from app.runs.job_files import FileRefused, open_regular
 from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Checkpoint, Run, RunStatus, RunTag
 from app.runs.schemas import RunPatch
 from app.settings import get_settings
+from app.timeutil import utcnow
 from torchyard.contract import LOG_FILE
 
 
@@ -39,6 +41,8 @@ def create_run(
         )
     except ConfigInvalid as exc:
         raise validation_error(exc.errors) from None
+    gpus_loc = ("body", "overrides", "resources", "gpus")
+    refuse_if_never_startable(session, config=config, loc=gpus_loc)
     return lifecycle.queue(
         session,
         experiment_id=experiment.id,
@@ -67,6 +71,8 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
             f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk"
             " and not in the artifact store"
         )
+    # The parent's config: hosts may have changed since it ran.
+    refuse_if_never_startable(session, config=run.config, loc=("body", "checkpoint"))
     return lifecycle.queue(
         session,
         experiment_id=run.experiment_id,
@@ -75,6 +81,44 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
         resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
         priority=run.priority,
     )
+
+
+def refuse_if_never_startable(
+    session: Session, *, config: dict[str, Any], loc: tuple[str, ...]
+) -> None:
+    """A 422 for a run no live worker host could ever start (more GPUs than any has): it would
+    wait in the queue for ever. Every new run (launched or resumed) passes here."""
+    gpus = run_gpus(config)
+    reason = never_startable(
+        session, gpus=gpus, now=utcnow(), lease_ttl_seconds=get_settings().lease_ttl_seconds
+    )
+    if reason is not None:
+        raise validation_error(
+            [
+                {
+                    "type": "value_error",
+                    "loc": list(loc),
+                    "msg": f"no live worker host could ever start this run: {reason}",
+                    "input": gpus,
+                }
+            ]
+        )
+
+
+def why_queued(session: Session, *, run: Run) -> str | None:
+    """Why a queued run waits: the scheduler's own reason, the words of the GPU page's queue
+    (app.gpus.service.queue_reason). None unless it is queued."""
+    if run.status != RunStatus.queued:
+        return None
+    settings = get_settings()
+    reason = queue_reason(
+        session,
+        run_id=run.id,
+        now=utcnow(),
+        lease_ttl_seconds=settings.lease_ttl_seconds,
+        starvation_seconds=settings.starvation_seconds,
+    )
+    return reason or None
 
 
 def request_cancel(session: Session, *, run: Run) -> Run:

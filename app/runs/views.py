@@ -11,7 +11,7 @@ from app.ownership import find_run
 from app.pages import PageRoute, PageUser
 from app.runs.disk import disk_by_run
 from app.runs.notices import notice_lines
-from app.runs.service import tags_by_run
+from app.runs.service import tags_by_run, why_queued
 from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
@@ -31,4 +31,5 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         notices=notice_lines(run.notices),
         tags=tags_by_run(session, [run.id])[run.id],
         disk_bytes=disk_by_run(session, [run.id]).get(run.id, 0),
+        queue_reason=why_queued(session, run=run),
     )

@@ -37,6 +37,51 @@ ty.errorText = (body) => {
   return typeof body === "string" ? body : JSON.stringify(body);
 };
 
+(() => {
+  // One format for every point in time on every page: the reader's locale and time zone, with
+  // the time in UTC in the element's title. The server renders times as <time datetime="...">
+  // elements in UTC (app/pages.py `when`, readable without scripts), rewritten below; times made
+  // here are ty.timeEl's.
+  const TIME_FORMAT = {dateStyle: "medium", timeStyle: "short"};
+  ty.parseTime = (iso) => {
+    if (!iso) return null;
+    // SQLite hands back naive UTC datetimes: read them as UTC, not local time.
+    const d = new Date(/[zZ]|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z");
+    return isNaN(d.getTime()) ? null : d;
+  };
+  ty.fmtTime = (iso) => {
+    const d = ty.parseTime(iso);
+    return d ? d.toLocaleString(undefined, TIME_FORMAT) : "–";
+  };
+  ty.utcText = (iso) => {
+    const d = ty.parseTime(iso);
+    return d ? `${d.toISOString().slice(0, 19).replace("T", " ")} UTC` : "";
+  };
+  ty.showTime = (el, iso) => {
+    const d = ty.parseTime(iso);
+    el.textContent = ty.fmtTime(iso);
+    if (d) { el.setAttribute("datetime", d.toISOString()); el.title = ty.utcText(iso); }
+    else { el.removeAttribute("datetime"); el.removeAttribute("title"); }
+    return el;
+  };
+  ty.timeEl = (iso) => ty.showTime(document.createElement("time"), iso);
+  for (const el of document.querySelectorAll("time[datetime]")) ty.showTime(el, el.getAttribute("datetime"));
+
+  // Metric keys are grouped by what comes before their first "/" (`train/loss` -> train,
+  // `Loss/train` -> Loss); a key without one is ungrouped (""). Groups show in name order, then
+  // the system series (sys/), then the ungrouped keys. The run page and the compare page both.
+  ty.keyGroup = (key) => {
+    const cut = key.indexOf("/");
+    return cut > 0 ? key.slice(0, cut) : "";
+  };
+  ty.groupTitle = (group) => (group === "" ? "other" : `${group}/`);
+  const groupRank = (group) => (group === "" ? 2 : group === "sys" ? 1 : 0);
+  const byText = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+  ty.compareGroups = (a, b) => groupRank(a) - groupRank(b)
+    || byText(a.toLowerCase(), b.toLowerCase()) || byText(a, b);
+  ty.compareKeys = (a, b) => ty.compareGroups(ty.keyGroup(a), ty.keyGroup(b)) || byText(a, b);
+})();
+
 ty.fmtDuration = (seconds) => {
   if (seconds == null || isNaN(seconds)) return "–";
   const s = Math.round(seconds);

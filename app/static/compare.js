@@ -19,6 +19,27 @@
                   "#17a2b8", "#e83e8c", "#495057", "#6f42c1", "#20c997"];
   const MAX_POINTS = 2000;
 
+  // The server's chart boxes, in key order, into one box per key group (ty.keyGroup), each a
+  // grid of as many columns as the screen holds: the run page's layout.
+  const byGroup = new Map();
+  for (const div of [...charts.querySelectorAll(".metric-chart")]) {
+    const group = ty.keyGroup(div.dataset.key);
+    if (!byGroup.has(group)) byGroup.set(group, []);
+    byGroup.get(group).push(div);
+  }
+  charts.replaceChildren(...[...byGroup.keys()].sort(ty.compareGroups).map((group) => {
+    const box = document.createElement("div");
+    box.className = "chart-group";
+    box.dataset.group = group;
+    const title = document.createElement("h3");
+    title.textContent = ty.groupTitle(group);
+    const grid = document.createElement("div");
+    grid.className = "chart-grid";
+    grid.append(...byGroup.get(group).sort((a, b) => ty.compareKeys(a.dataset.key, b.dataset.key)));
+    box.append(title, grid);
+    return box;
+  }));
+
   const plot = (div, traces) => {
     div.textContent = "";
     const layout = {

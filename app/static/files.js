@@ -57,7 +57,7 @@
       const li = document.createElement("li");
       li.append(link(f.path, f.name), ` ${fmtBytes(f.size_bytes)} `);
       if (f.checkpoint) li.append(badge());
-      li.title = `modified ${new Date(f.modified_at).toLocaleString()}`;
+      li.title = `modified ${ty.fmtTime(f.modified_at)} (${ty.utcText(f.modified_at)})`;
       list.append(li);
     }
     return list;

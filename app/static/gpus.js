@@ -21,7 +21,6 @@
     return node;
   };
   const stateKey = (state) => (state === "busy (external)" ? "external" : state);
-  const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") : "–");
 
   const gpuCard = (gpu) => {
     const key = stateKey(gpu.state);
@@ -32,7 +31,7 @@
       card.append(el("div", {class: "gpu-holder"},
         el("a", {href: `/runs/${gpu.run_id}`, text: `run ${gpu.run_id}`}), " · ",
         el("span", {class: "gpu-owner", text: gpu.owner || "?"}), " · since ",
-        el("span", {class: "gpu-since", text: when(gpu.since)})));
+        el("span", {class: "gpu-since"}, ty.timeEl(gpu.since))));
     }
     const mem = gpu.memory_total_mb != null
       ? `${Math.round(gpu.memory_used_mb)} / ${Math.round(gpu.memory_total_mb)} MiB` : "memory: unknown";
@@ -88,7 +87,7 @@
     if (r.ok) {
       renderHosts(r.body.hosts);
       renderQueue(r.body.queue);
-      updated.textContent = `updated ${when(r.body.generated_at)}`;
+      updated.replaceChildren("updated ", ty.timeEl(r.body.generated_at));
     } else {
       updated.textContent = `not updated: ${ty.errorText(r.body)}`;
     }

@@ -9,7 +9,9 @@
   // With more charts than this, each is drawn only when scrolled near: a run with 100,000
   // keys otherwise built 100,000 charts at once (the browser froze for over a minute).
   const LAZY_AFTER = 24;
-  const SHOW_STEP = 200;        // charts per group shown at a time with that many
+  // With that many, SHOW_STEP charts are shown at first (the first groups' first keys), and
+  // each group with more has a button for its next SHOW_STEP.
+  const SHOW_STEP = 200;
   // The stream's `after` goes in the URL: past this size it is left out (the stream then
   // resends what the page holds, dropped here as already held) instead of an oversized URL.
   const MAX_AFTER_CHARS = 8000;
@@ -28,15 +30,9 @@
   let source = null;
 
   // --- helpers ------------------------------------------------------------------------------
-  const parseTime = (iso) => {
-    if (!iso) return null;
-    // SQLite hands back naive UTC datetimes: read them as UTC, not local time.
-    return new Date(/[zZ]|[+-]\d\d:?\d\d$/.test(iso) ? iso : iso + "Z");
-  };
-  const fmtTime = (iso) => { const d = parseTime(iso); return d ? d.toLocaleString() : "–"; };
+  const parseTime = ty.parseTime;
   const fmtBytes = (n) => n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KB`
     : `${(n / 1048576).toFixed(1)} MB`;
-  const groupOf = (key) => key.startsWith("train/") ? "train" : key.startsWith("val/") ? "val" : "other";
 
   const {lowerBound, emaState, emaPush, emaAll, decimate} = ty.series;
 
@@ -45,10 +41,12 @@
     ? d.time.map((t) => (t == null || view.t0 == null ? null : t - view.t0)) : d.step.slice();
 
   // --- charts -------------------------------------------------------------------------------
-  // One box per group (train/, val/, other) with its grid of charts. With many keys, a group
-  // shows SHOW_STEP charts at first and a button for the next SHOW_STEP: a page of 100,000
+  // One box per key group (ty.keyGroup: the prefix before the first "/") with its grid of
+  // charts, as many columns as the screen holds (CSS). With many keys, SHOW_STEP charts in all
+  // are shown at first and each group has a button for its next SHOW_STEP: a page of 100,000
   // chart boxes took the browser seconds to lay out even undrawn.
-  const groups = new Map();     // group -> {grid, shown, hidden: [chart], more: button}
+  const groups = new Map();     // group -> {box, grid, shown, limit, hidden: [chart], more}
+  let shownAtFirst = 0;         // charts placed under the page's first SHOW_STEP
   const groupBox = (group) => {
     let g = groups.get(group);
     if (g) return g;
@@ -56,21 +54,24 @@
     box.className = "chart-group";
     box.dataset.group = group;
     const title = document.createElement("h3");
-    title.textContent = group === "other" ? "other" : group + "/";
+    title.textContent = ty.groupTitle(group);
     const grid = document.createElement("div");
-    grid.className = "grid";
+    grid.className = "chart-grid";
     const more = document.createElement("button");
     more.type = "button";
     more.className = "show-more";
     more.hidden = true;
     box.append(title, grid, more);
-    g = {grid, shown: 0, limit: SHOW_STEP, hidden: [], more};
+    g = {box, grid, shown: 0, limit: 0, hidden: [], more};
     more.addEventListener("click", () => reveal(g));
-    groups.set(group, g);
-    const order = ["train", "val", "other"];
-    const next = [...document.querySelectorAll(".chart-group")]
-      .find((b) => order.indexOf(b.dataset.group) > order.indexOf(group));
+    // In group order; groups mostly come in order (keys arrive sorted), so appending is the
+    // common case (a search per new group over thousands was quadratic).
+    const boxes = $("charts").children;
+    const last = boxes[boxes.length - 1];
+    const next = !last || ty.compareGroups(last.dataset.group, group) < 0 ? null
+      : [...boxes].find((b) => ty.compareGroups(b.dataset.group, group) > 0);
     $("charts").insertBefore(box, next || null);
+    groups.set(group, g);
     return g;
   };
   const updateMore = (g) => {
@@ -79,7 +80,7 @@
     g.more.textContent = `Show ${Math.min(SHOW_STEP, n)} more (${n} keys not shown)`;
   };
   const reveal = (g) => {
-    g.limit += SHOW_STEP;
+    g.limit = g.shown + SHOW_STEP;
     g.hidden.sort((a, b) => (a.key < b.key ? -1 : 1));
     for (const chart of g.hidden.splice(0, SHOW_STEP)) place(chart, g, true);
     updateMore(g);
@@ -165,12 +166,13 @@
                    ema: emaState(), drawn: false};
     charts.set(key, chart);
     if (view.t0 == null && d.time.length) view.t0 = d.time[0];
-    const g = groupBox(groupOf(key));
-    if (lazy && g.shown >= g.limit) {
+    const g = groupBox(ty.keyGroup(key));
+    if (!lazy || g.shown < g.limit || shownAtFirst < SHOW_STEP) {
+      if (lazy && g.shown >= g.limit) shownAtFirst += 1;
+      place(chart, g, lazy);
+    } else {
       g.hidden.push(chart);
       updateMore(g);
-    } else {
-      place(chart, g, lazy);
     }
     $("charts-empty").hidden = true;
     return chart;
@@ -307,8 +309,8 @@
 
   // --- status, timing, cancel ----------------------------------------------------------------
   const renderTiming = () => {
-    $("run-started").textContent = fmtTime(times.started);
-    $("run-finished").textContent = fmtTime(times.finished);
+    ty.showTime($("run-started-time"), times.started);
+    ty.showTime($("run-finished-time"), times.finished);
     const start = parseTime(times.started);
     const end = parseTime(times.finished) || (status === "running" ? new Date() : null);
     $("run-duration").textContent = start && end ? ty.fmtDuration((end - start) / 1000) : "–";
@@ -324,6 +326,7 @@
     if ("started_at" in data) times = {started: data.started_at, finished: data.finished_at};
     if (data.error) { $("run-error").textContent = data.error; $("run-error").hidden = false; }
     if (cancelButton) cancelButton.hidden = !(status === "queued" || status === "running");
+    if (status !== "queued") $("run-queue-reason").hidden = true;
     if (charts.size === 0) {
       $("charts-empty").textContent = FINISHED.has(status)
         ? "This run logged no metrics." + (status === "failed" ? " See the error above and the output below." : "")
@@ -339,7 +342,16 @@
     setStatus({status: r.body.status, started_at: r.body.started_at,
                finished_at: r.body.finished_at, error: r.body.error});
     showNotices(r.body.notices || []);
+    showQueueReason(r.body.queue_reason);
   };
+
+  // Why a queued run waits: the scheduler's own words (the GPU page says the same), asked
+  // for again while it waits, since they change as the runs ahead of it start and end.
+  const showQueueReason = (reason) => {
+    $("run-queue-reason-text").textContent = reason || "";
+    $("run-queue-reason").hidden = !reason || status !== "queued";
+  };
+  setInterval(() => { if (status === "queued") refreshRun(); }, 3000);
 
   // What ingestion kept out of the run (lines skipped, a limit reached): text only.
   const showNotices = (lines) => {
@@ -381,10 +393,10 @@
       const tr = document.createElement("tr");
       tr.dataset.checkpoint = c.name;
       const href = `/api/runs/${runId}/checkpoints/${encodeURIComponent(c.name)}`;
-      const cells = [c.name, c.epoch, c.step, fmtBytes(c.size_bytes), fmtTime(c.created_at)];
+      const cells = [c.name, c.epoch, c.step, fmtBytes(c.size_bytes), ty.timeEl(c.created_at)];
       cells.forEach((v, i) => {
         const td = document.createElement("td");
-        td.textContent = String(v);
+        if (v instanceof Node) td.append(v); else td.textContent = String(v);
         if (i >= 1 && i <= 3) td.className = "num";
         tr.appendChild(td);
       });
@@ -533,8 +545,7 @@
       for (const [, s] of series) {
         if (s.time && s.time.length && (view.t0 == null || s.time[0] < view.t0)) view.t0 = s.time[0];
       }
-      const order = {train: 0, val: 1, other: 2};
-      series.sort(([a], [b]) => order[groupOf(a)] - order[groupOf(b)] || (a < b ? -1 : 1));
+      series.sort(([a], [b]) => ty.compareKeys(a, b));
       const lazy = series.length > LAZY_AFTER;
       for (const [key, s] of series) {
         addChart(key, {step: s.step, value: s.value, time: s.time || []}, lazy);

@@ -22,9 +22,10 @@ ty.series = (() => {
   };
   const emaAll = (values, w, s) => values.map((v) => emaPush(s, v, w));
 
-  // Client-side min/max decimation, for a live series that outgrew the budget.
+  // Client-side min/max decimation, for a live series that outgrew the budget; like the
+  // server's (app/metrics/downsample.py), the first and last points are always kept too.
   const decimate = (d, budget) => {
-    const n = d.step.length, buckets = Math.max(1, budget >> 1), width = Math.ceil(n / buckets);
+    const n = d.step.length, buckets = Math.max(1, (budget - 2) >> 1), width = Math.ceil(n / buckets);
     const out = {step: [], value: [], time: []};
     for (let b = 0; b < n; b += width) {
       let lo = -1, hi = -1;
@@ -35,7 +36,10 @@ ty.series = (() => {
         if (hi < 0 || v > d.value[hi]) hi = i;
       }
       if (lo < 0) lo = hi = b;
-      for (const i of lo === hi ? [lo] : [Math.min(lo, hi), Math.max(lo, hi)]) {
+      const keep = new Set([lo, hi]);
+      if (b === 0) keep.add(0);
+      if (b + width >= n) keep.add(n - 1);
+      for (const i of [...keep].sort((x, y) => x - y)) {
         out.step.push(d.step[i]); out.value.push(d.value[i]); out.time.push(d.time[i]);
       }
     }
