@@ -73,8 +73,12 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         "/proc",
         "--dev",
         "/dev",
+        "--perms",
+        "1777",
         "--tmpfs",
         "/dev/shm",
+        "--perms",
+        "1777",
         "--tmpfs",
         "/tmp",
         "--dev-bind-try",
@@ -304,6 +308,10 @@ print("pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
 for path in sys.argv[1:]:
     print("exists" if os.path.exists(path) else "absent", path)
 open("written", "w").write("ok")
+import tempfile
+for folder in ("/tmp", "/dev/shm"):  # the run's uid writes its scratch files there
+    with tempfile.NamedTemporaryFile(dir=folder) as scratch:
+        scratch.write(b"x")
 """
 
 

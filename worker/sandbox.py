@@ -137,11 +137,21 @@ class _Mounts:
         )[1]
         return owner[1] and owner[0] != path
 
-    def add(self, option: str, source: Path | None, dest: Path, *, tmpfs: bool = False) -> None:
+    def add(
+        self,
+        option: str,
+        source: Path | None,
+        dest: Path,
+        *,
+        tmpfs: bool = False,
+        perms: str | None = None,
+    ) -> None:
         for parent in reversed(dest.parents[:-1]):  # top down, "/" left out
             if self._needs_dir(parent):
                 self.args += ["--perms", "0755", "--dir", str(parent)]
                 self._made.add(parent)
+        if perms is not None:
+            self.args += ["--perms", perms]
         self.args += [option, *([str(source)] if source is not None else []), str(dest)]
         self._mounts.append((dest, tmpfs))
 
@@ -173,8 +183,10 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     mounts = _Mounts()
     mounts.add("--proc", None, Path("/proc"))
     mounts.add("--dev", None, Path("/dev"), tmpfs=True)
-    mounts.add("--tmpfs", None, Path("/dev/shm"), tmpfs=True)
-    mounts.add("--tmpfs", None, Path("/tmp"), tmpfs=True)
+    # World-writable and sticky, as on the host: bwrap's tmpfs is 0755 root's, where the run's
+    # uid could not write (tempfile, torch's inductor cache in /tmp/torchinductor_<user>).
+    mounts.add("--tmpfs", None, Path("/dev/shm"), tmpfs=True, perms="1777")
+    mounts.add("--tmpfs", None, Path("/tmp"), tmpfs=True, perms="1777")
     for device in spec.devices:
         mounts.add("--dev-bind-try", device, device)
     system = {Path(p) for p in SYSTEM_PATHS}
