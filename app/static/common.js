@@ -103,3 +103,14 @@ ty.collapseCarriageReturns = (text) => {
     return prefix + (shown.length ? shown[shown.length - 1] : "") + (body.endsWith("\r") ? "\r" : "");
   }).join("\n");
 };
+
+// One colour per run on every page (the experiment's runs table, its overlaid curves, the
+// compare page): a fixed palette indexed by the run id, so a run keeps its colour whichever
+// runs are shown beside it.
+ty.RUN_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+  "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a", "#637939", "#7b4173", "#3182bd",
+  "#e6550d"];
+ty.runColor = (runId) => {
+  const n = Math.abs(Math.trunc(Number(runId))) || 0;
+  return ty.RUN_PALETTE[n % ty.RUN_PALETTE.length];
+};
