@@ -19,6 +19,7 @@ from app.metrics.summary import run_summaries
 from app.ownership import find_experiment
 from app.pages import PageRoute, PageUser
 from app.runs.disk import disk_by_experiment
+from app.runs.models import RunStatus
 from app.runs.service import runs_of_experiment
 from app.settings import get_settings
 from app.templating import render
@@ -260,4 +261,8 @@ def experiment_page(
             {"run": r, "summary": summaries[r.id], "launched_by": names.get(r.owner_id, "?")}
             for r in runs
         ],
+        # For the runs table's script (app/static/experiment_runs.js): who launched each run
+        # (the API gives owner ids) and the statuses its filter offers.
+        owners={str(uid): name for uid, name in names.items()},
+        statuses=[s.value for s in RunStatus],
     )

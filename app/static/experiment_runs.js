@@ -1,0 +1,323 @@
+// The experiment page's runs table, rebuilt from GET /api/runs once the page loads (the server's
+// rows are what shows before, and without scripts): the params that differ across the loaded
+// runs as columns, summary columns picked per metric key (last/min/max), sort by any column (in
+// the API's SQL: `sort=`), filters (status, tag, one `filter=` condition: app/runs/listing.py),
+// cursor paging ("Load more"), and the selected runs compared, tagged or deleted.
+// Every name, key and value from a run reaches the page as textContent, never as HTML.
+"use strict";
+(() => {
+  const section = document.getElementById("runs-section");
+  if (!section) return;
+  const experimentId = section.dataset.experimentId;
+  const owners = JSON.parse(section.dataset.owners || "{}");
+  const table = document.getElementById("runs");
+  const $ = (id) => document.getElementById(id);
+  const PAGE = 100;
+
+  const state = {
+    sort: "-id",
+    runs: [],
+    next: null,
+    selected: new Set(),
+    summaries: null, // chosen summary columns, ["train/loss.last", ...]; null: not chosen yet
+  };
+
+  const el = (tag, text, cls) => {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (cls) node.className = cls;
+    return node;
+  };
+  const showError = (text) => {
+    $("runs-error").textContent = text;
+    $("runs-error").hidden = !text;
+  };
+  const showNotice = (text) => {
+    $("runs-notice").textContent = text;
+    $("runs-notice").hidden = !text;
+  };
+  const fmtValue = (v) => {
+    if (v === null || v === undefined) return "–";
+    if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
+    if (typeof v === "string") return v;
+    return JSON.stringify(v);
+  };
+  const seconds = (a, b) => {
+    const start = ty.parseTime(a);
+    if (!start) return null;
+    const end = ty.parseTime(b) || new Date();
+    return (end - start) / 1000;
+  };
+
+  // --- columns ----------------------------------------------------------------------------
+
+  // Params whose values are not the same in every loaded run (a param a run lacks counts as
+  // differing), in key order.
+  const differingParams = (runs) => {
+    const keys = new Set();
+    for (const run of runs) for (const key of Object.keys(run.params || {})) keys.add(key);
+    return [...keys].sort().filter((key) => {
+      const seen = new Set(runs.map((run) => JSON.stringify((run.params || {})[key] ?? null)));
+      return seen.size > 1;
+    });
+  };
+  const summaryKeys = (runs) => {
+    const keys = new Set();
+    for (const run of runs) for (const key of Object.keys(run.summary || {})) keys.add(key);
+    return [...keys].sort(ty.compareKeys);
+  };
+  // Until the reader picks: the last value of the first key naming a loss and the max of the
+  // first naming an accuracy (whatever the script called them), else the first key's last.
+  const defaultSummaries = (keys) => {
+    const loss = keys.find((k) => /loss/i.test(k));
+    const acc = keys.find((k) => /acc/i.test(k));
+    const chosen = [];
+    if (loss) chosen.push(`${loss}.last`);
+    if (acc) chosen.push(`${acc}.max`);
+    if (!chosen.length && keys.length) chosen.push(`${keys[0]}.last`);
+    return chosen;
+  };
+  const splitSummary = (col) => {
+    const cut = col.lastIndexOf(".");
+    return [col.slice(0, cut), col.slice(cut + 1)];
+  };
+
+  const columns = () => {
+    const cols = [
+      {title: "Run", sort: "id", cell: runCell},
+      {title: "Status", sort: "status", cell: (run) => {
+        const td = el("td");
+        td.append(el("span", run.status, `badge status-${run.status}`));
+        return td;
+      }},
+      {title: "Tags", cell: (run) => {
+        const td = el("td", undefined, "run-tags");
+        for (const tag of run.tags || []) td.append(el("span", tag, "badge tag"), " ");
+        return td;
+      }},
+    ];
+    for (const key of differingParams(state.runs)) {
+      cols.push({title: key, sort: `params.${key}`, num: true, param: key,
+                 cell: (run) => el("td", fmtValue((run.params || {})[key]), "num")});
+    }
+    cols.push({title: "Started", sort: "started_at", cell: (run) => {
+      const td = el("td");
+      if (run.started_at) td.append(ty.timeEl(run.started_at));
+      else { const q = el("span", "queued ", "muted"); q.append(ty.timeEl(run.created_at)); td.append(q); }
+      return td;
+    }});
+    cols.push({title: "Duration", num: true, cell: (run) => el("td",
+      run.started_at ? ty.fmtDuration(seconds(run.started_at, run.finished_at)) : "–", "num")});
+    for (const col of state.summaries || []) {
+      const [key, agg] = splitSummary(col);
+      cols.push({title: `${key} (${agg})`, sort: `summary.${key}.${agg}`, num: true, summary: col,
+                 cell: (run) => el("td", fmtValue(((run.summary || {})[key] || {})[agg]), "num")});
+    }
+    cols.push({title: "Launched by", cell: (run) => el("td", owners[String(run.owner_id)] ?? "?")});
+    return cols;
+  };
+
+  function runCell(run) {
+    const td = el("td");
+    const swatch = el("span", undefined, "run-swatch");
+    swatch.style.backgroundColor = ty.runColor(run.id);
+    swatch.setAttribute("aria-hidden", "true");
+    const link = el("a", run.name || `run ${run.id}`);
+    link.href = `/runs/${run.id}`;
+    td.append(swatch, link);
+    if (run.name) td.append(" ", el("span", `#${run.id}`, "muted"));
+    return td;
+  }
+
+  // --- rendering --------------------------------------------------------------------------
+
+  const sortName = () => state.sort.replace(/^-/, "");
+  const render = () => {
+    const cols = columns();
+    const head = el("tr");
+    const all = el("input");
+    all.type = "checkbox";
+    all.id = "runs-select-all";
+    all.setAttribute("aria-label", "Select all runs shown");
+    all.checked = state.runs.length > 0 && state.runs.every((r) => state.selected.has(r.id));
+    all.addEventListener("change", () => {
+      for (const run of state.runs) {
+        if (all.checked) state.selected.add(run.id); else state.selected.delete(run.id);
+      }
+      render();
+    });
+    const allTh = el("th");
+    allTh.append(all);
+    head.append(allTh);
+    for (const col of cols) {
+      const th = el("th", undefined, col.num ? "num" : undefined);
+      if (col.param) th.dataset.param = col.param;
+      if (col.summary) th.dataset.summary = col.summary;
+      if (col.sort) {
+        const button = el("button", col.title, "sort");
+        button.type = "button";
+        button.dataset.sort = col.sort;
+        if (sortName() === col.sort) {
+          const desc = state.sort.startsWith("-");
+          th.setAttribute("aria-sort", desc ? "descending" : "ascending");
+          button.textContent = `${col.title} ${desc ? "▼" : "▲"}`;
+        }
+        button.addEventListener("click", () => {
+          state.sort = sortName() === col.sort && !state.sort.startsWith("-") ? `-${col.sort}` : col.sort;
+          load();
+        });
+        th.append(button);
+      } else {
+        th.textContent = col.title;
+      }
+      head.append(th);
+    }
+    const body = el("tbody");
+    for (const run of state.runs) {
+      const tr = el("tr");
+      tr.dataset.runId = String(run.id);
+      tr.style.setProperty("--run-color", ty.runColor(run.id));
+      const box = el("input", undefined, "run-select");
+      box.type = "checkbox";
+      box.value = String(run.id);
+      box.setAttribute("aria-label", `Select run ${run.id}`);
+      box.checked = state.selected.has(run.id);
+      box.addEventListener("change", () => {
+        if (box.checked) state.selected.add(run.id); else state.selected.delete(run.id);
+        all.checked = state.runs.every((r) => state.selected.has(r.id));
+        updateActions();
+      });
+      const td = el("td");
+      td.append(box);
+      tr.append(td);
+      for (const col of cols) tr.append(col.cell(run));
+      body.append(tr);
+    }
+    const thead = el("thead");
+    thead.append(head);
+    table.replaceChildren(thead, body);
+    $("runs-count").textContent = `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
+      (state.next ? " shown, more to load" : "");
+    $("runs-more").hidden = !state.next;
+    renderPicker();
+    updateActions();
+  };
+
+  const renderPicker = () => {
+    const picker = $("runs-column-picker");
+    const keys = summaryKeys(state.runs);
+    const chosen = new Set(state.summaries || []);
+    for (const col of chosen) { // keep chosen keys listed even when no loaded run has them
+      const [key] = splitSummary(col);
+      if (!keys.includes(key)) keys.push(key);
+    }
+    picker.replaceChildren();
+    if (!keys.length) { picker.append(el("p", "No metrics logged yet.", "hint")); return; }
+    const grid = el("table", undefined, "column-picker");
+    for (const key of keys) {
+      const tr = el("tr");
+      tr.append(el("th", key));
+      for (const agg of ["last", "min", "max"]) {
+        const td = el("td");
+        const label = el("label");
+        const box = el("input");
+        box.type = "checkbox";
+        box.dataset.summary = `${key}.${agg}`;
+        box.checked = chosen.has(`${key}.${agg}`);
+        box.addEventListener("change", () => {
+          const list = (state.summaries || []).filter((c) => c !== box.dataset.summary);
+          if (box.checked) list.push(box.dataset.summary);
+          state.summaries = list;
+          render();
+        });
+        label.append(box, ` ${agg}`);
+        td.append(label);
+        tr.append(td);
+      }
+      grid.append(tr);
+    }
+    picker.append(grid);
+  };
+
+  const selectedIds = () => state.runs.filter((r) => state.selected.has(r.id)).map((r) => r.id);
+  const updateActions = () => {
+    const n = selectedIds().length;
+    $("runs-selected-count").textContent = `${n} selected`;
+    $("runs-compare").disabled = n < 1;
+    for (const id of ["runs-tag-selected", "runs-delete"]) if ($(id)) $(id).disabled = n < 1;
+  };
+
+  // --- loading ----------------------------------------------------------------------------
+
+  const query = (cursor) => {
+    const params = new URLSearchParams({experiment_id: experimentId, sort: state.sort, limit: String(PAGE)});
+    const status = $("runs-status").value;
+    const tag = $("runs-tag").value.trim();
+    const condition = $("runs-filter").value.trim();
+    if (status) params.append("status", status);
+    if (tag) params.append("tag", tag);
+    if (condition) params.append("filter", condition);
+    if (cursor) params.set("cursor", cursor);
+    return `/api/runs?${params}`;
+  };
+
+  let loading = 0; // answers of a superseded request are dropped
+  const load = async (more = false) => {
+    const ticket = ++loading;
+    section.setAttribute("aria-busy", "true");
+    const r = await ty.api("GET", query(more ? state.next : null));
+    if (ticket !== loading) return;
+    section.removeAttribute("aria-busy");
+    if (!r.ok) { showError(`Could not list the runs: ${ty.errorText(r.body)}`); return; }
+    showError("");
+    state.runs = more ? [...state.runs, ...r.body.runs] : r.body.runs;
+    state.next = r.body.next;
+    if (state.summaries === null && state.runs.length) state.summaries = defaultSummaries(summaryKeys(state.runs));
+    render();
+    section.dataset.loaded = String(ticket);
+  };
+
+  // --- actions ----------------------------------------------------------------------------
+
+  $("runs-filters").addEventListener("submit", (event) => { event.preventDefault(); load(); });
+  $("runs-status").addEventListener("change", () => load());
+  $("runs-more").addEventListener("click", () => load(true));
+  $("runs-compare").addEventListener("click", () => {
+    const ids = selectedIds();
+    if (ids.length) window.location.assign(`/compare?runs=${ids.join(",")}`);
+  });
+  $("runs-tag-selected")?.addEventListener("click", async () => {
+    const tag = $("runs-tag-input").value.trim();
+    if (!tag) { showError("Type the tag to add first."); $("runs-tag-input").focus(); return; }
+    showError(""); showNotice("");
+    const failed = [];
+    for (const run of state.runs.filter((r) => state.selected.has(r.id))) {
+      const tags = [...new Set([...(run.tags || []), tag])];
+      const r = await ty.api("PATCH", `/api/runs/${run.id}`, {tags});
+      if (!r.ok) failed.push(`run ${run.id}: ${ty.errorText(r.body)}`);
+    }
+    if (failed.length) showError(`Not tagged: ${failed.join("; ")}`);
+    else showNotice(`Tagged ${selectedIds().length} run(s) "${tag}".`);
+    await load();
+  });
+  $("runs-delete")?.addEventListener("click", async () => {
+    const ids = selectedIds();
+    if (!ids.length) return;
+    if (!confirm(`Delete ${ids.length} run(s) (${ids.map((i) => `run ${i}`).join(", ")})? ` +
+                 "Their metrics, logs, files and checkpoints are removed for good.")) return;
+    showError(""); showNotice("");
+    const failed = [];
+    let freed = 0;
+    let deleted = 0;
+    for (const id of ids) {
+      const result = await ty.deleteObject(`/api/runs/${id}`);
+      if (result.ok) { deleted += 1; freed += result.freed; state.selected.delete(id); }
+      else failed.push(`run ${id}: ${result.error}`);
+    }
+    if (deleted) showNotice(`Deleted ${deleted} run(s): ${ty.fmtSize(freed)} freed.`);
+    if (failed.length) showError(`Not deleted: ${failed.join("; ")}`);
+    await load();
+  });
+
+  load();
+})();
