@@ -1,0 +1,171 @@
+"""The experiment page's runs table: the params that differ as columns, sort by one (in the
+API's SQL), select runs and compare, tag or delete them (app/static/experiment_runs.js)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+from sqlalchemy import select
+
+from app.auth.models import User
+from app.db import session_scope
+from app.metrics.ingest import ingest_points
+from app.runs.models import Run
+from app.runs.params import record_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+LRS = [0.3, 0.1, 0.2, 0.05]
+HOSTILE = '<img src=x onerror="window.pwned=1">'
+
+
+def _sweep(api: httpx.Client, name: str) -> tuple[int, list[int]]:
+    """An experiment and four finished runs of it with different lrs, inserted directly (as
+    app.runs.lifecycle.queue records params) with a loss each: no training needed."""
+    base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
+    exp = api.post("/api/experiments", json={"name": name, "config": base})
+    assert exp.status_code == 201, exp.text
+    ids = []
+    with session_scope() as session:
+        owner = session.scalars(select(User.id).where(User.username == "admin")).one()
+        for i, lr in enumerate(LRS):
+            config = {**base, "params": {"epochs": 1, "lr": lr, HOSTILE: i % 2}}
+            run = Run(
+                experiment_id=exp.json()["id"],
+                owner_id=owner,
+                status="succeeded",
+                config=config,
+                seed=1,
+            )
+            session.add(run)
+            session.flush()
+            record_config(session, run_id=run.id, config=config)
+            ids.append(run.id)
+    for run_id, lr in zip(ids, LRS, strict=True):
+        with session_scope() as session:
+            ingest_points(session, run_id=run_id, points=[("Loss/train", 1, lr * 10, 1.0)])
+    return exp.json()["id"], ids
+
+
+def _shown(page: Page) -> list[int]:
+    rows = page.locator("table#runs tbody tr[data-run-id]")
+    return [int(v) for v in rows.evaluate_all("(rs) => rs.map((r) => r.dataset.runId)")]
+
+
+def test_sort_by_a_param_select_compare_tag_and_delete(admin_page: Page, api: httpx.Client) -> None:
+    exp_id, ids = _sweep(api, "browser-runs-table")
+    by_lr = [run_id for _, run_id in sorted(zip(LRS, ids, strict=True))]
+    page = admin_page
+    page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
+    assert _shown(page) == ids[::-1]  # newest first
+    # The differing params are columns (lr and the hostile key, as text); epochs is the same.
+    expect(page.locator('table#runs th[data-param="params.lr"]')).to_have_count(1)
+    expect(page.locator('table#runs th[data-param="params.epochs"]')).to_have_count(0)
+    params = page.locator("table#runs th[data-param]")
+    assert params.evaluate_all("(ths) => ths.map((t) => t.dataset.param)") == [
+        f"params.{HOSTILE}",
+        "params.lr",
+    ]
+    assert params.first.inner_text() == f"params.{HOSTILE}"  # text, not a tag
+    # The summary of a key no recipe logs is a column by default (loss: its last value).
+    expect(page.locator('table#runs th[data-summary="Loss/train.last"]')).to_have_count(1)
+    # Every row has the same colour on every page: ty.runColor by the run id.
+    swatch = page.locator(f'table#runs tr[data-run-id="{ids[0]}"] .run-swatch')
+    color = page.evaluate(f"ty.runColor({ids[0]})")
+    assert swatch.evaluate("(e) => e.style.backgroundColor") == page.evaluate(
+        "(c) => { const d = document.createElement('div'); d.style.color = c; "
+        "return d.style.color; }",
+        color,
+    )
+
+    page.click('table#runs th[data-param="params.lr"] button.sort')
+    expect(page.locator('table#runs th[data-param="params.lr"]')).to_have_attribute(
+        "aria-sort", "ascending"
+    )
+    assert _shown(page) == by_lr
+    page.click('table#runs th[data-param="params.lr"] button.sort')
+    expect(page.locator('table#runs th[data-param="params.lr"]')).to_have_attribute(
+        "aria-sort", "descending"
+    )
+    assert _shown(page) == by_lr[::-1]
+    assert page.evaluate("window.pwned") is None
+
+    # A param condition through the API's filter= syntax.
+    page.fill("#runs-filter", "params.params.lr>=0.1")
+    page.click("#runs-apply")
+    expect(page.locator("table#runs tbody tr")).to_have_count(3)
+    page.fill("#runs-filter", "")
+    page.click("#runs-apply")
+    expect(page.locator("table#runs tbody tr")).to_have_count(4)
+
+    chosen = by_lr[:3]
+    for run_id in chosen:
+        page.check(f'table#runs tr[data-run-id="{run_id}"] input.run-select')
+    expect(page.locator("#runs-selected-count")).to_have_text("3 selected")
+    page.click("#runs-compare")
+    page.wait_for_url("**/compare?runs=*")
+    assert page.url.split("runs=")[1].split("&")[0].split(",") == [
+        str(i) for i in sorted(chosen, key=by_lr[::-1].index)
+    ]
+    for run_id in chosen:
+        expect(page.locator(f'input[name=run][value="{run_id}"]')).to_be_checked()
+
+    page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
+    tagged = ids[1]
+    page.check(f'table#runs tr[data-run-id="{tagged}"] input.run-select')
+    page.fill("#runs-tag-input", "best-lr")
+    page.click("#runs-tag-selected")
+    expect(page.locator(f'table#runs tr[data-run-id="{tagged}"] .run-tags .badge')).to_have_text(
+        ["best-lr"]
+    )
+    assert api.get(f"/api/runs/{tagged}").json()["tags"] == ["best-lr"]
+    page.select_option("#runs-status", "succeeded")
+    page.fill("#runs-tag", "best-lr")
+    page.click("#runs-apply")
+    expect(page.locator("table#runs tbody tr")).to_have_count(1)
+    page.fill("#runs-tag", "")
+    page.click("#runs-apply")
+    expect(page.locator("table#runs tbody tr")).to_have_count(4)
+
+    # Delete: asks first; a dismissed dialog deletes nothing.
+    gone = ids[2]
+    page.uncheck(f'table#runs tr[data-run-id="{tagged}"] input.run-select')
+    page.check(f'table#runs tr[data-run-id="{gone}"] input.run-select')
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click("#runs-delete")
+    assert api.get(f"/api/runs/{gone}").status_code == 200
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#runs-delete")
+    expect(page.locator(f'table#runs tr[data-run-id="{gone}"]')).to_have_count(0)
+    expect(page.locator("#runs-notice")).to_contain_text("Deleted 1 run")
+    assert api.get(f"/api/runs/{gone}").status_code == 404
+    assert _shown(page) == [i for i in ids[::-1] if i != gone]
+
+
+def test_summary_columns_are_picked_and_sorted_server_side(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    exp_id, ids = _sweep(api, "browser-runs-columns")
+    page = admin_page
+    page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
+    page.click("#runs-columns summary")
+    page.uncheck('#runs-column-picker input[data-summary="Loss/train.last"]')
+    expect(page.locator('table#runs th[data-summary="Loss/train.last"]')).to_have_count(0)
+    page.check('#runs-column-picker input[data-summary="Loss/train.max"]')
+    header = page.locator('table#runs th[data-summary="Loss/train.max"]')
+    header.locator("button.sort").click()
+    expect(header).to_have_attribute("aria-sort", "ascending")
+    assert _shown(page) == [run_id for _, run_id in sorted(zip(LRS, ids, strict=True))]
+    shown = page.evaluate(
+        """() => {
+            const ths = [...document.querySelectorAll("table#runs thead th")];
+            const at = ths.findIndex((th) => th.dataset.summary === "Loss/train.max");
+            return [...document.querySelectorAll("table#runs tbody tr")]
+                .map((tr) => tr.children[at].textContent);
+        }"""
+    )
+    assert shown == ["0.5", "1", "2", "3"]  # lr * 10, the one point's value
