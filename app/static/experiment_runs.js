@@ -199,6 +199,7 @@
     $("runs-count").textContent = `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
       (state.next ? " shown, more to load" : "");
     $("runs-more").hidden = !state.next;
+    $("runs-all").hidden = !state.next;
     renderPicker();
     updateActions();
   };
@@ -262,16 +263,25 @@
   };
 
   let loading = 0; // answers of a superseded request are dropped
-  const load = async (more = false) => {
+  // more: the next page after those loaded; all: every page after (following `next`).
+  const load = async (more = false, all = false) => {
     const ticket = ++loading;
     section.setAttribute("aria-busy", "true");
-    const r = await ty.api("GET", query(more ? state.next : null));
-    if (ticket !== loading) return;
+    let runs = more ? state.runs : [];
+    let cursor = more ? state.next : null;
+    let r;
+    do {
+      r = await ty.api("GET", query(cursor));
+      if (ticket !== loading) return;
+      if (!r.ok) break;
+      runs = [...runs, ...r.body.runs];
+      cursor = r.body.next;
+    } while (all && cursor);
     section.removeAttribute("aria-busy");
     if (!r.ok) { showError(`Could not list the runs: ${ty.errorText(r.body)}`); return; }
     showError("");
-    state.runs = more ? [...state.runs, ...r.body.runs] : r.body.runs;
-    state.next = r.body.next;
+    state.runs = runs;
+    state.next = cursor;
     if (state.summaries === null && state.runs.length) state.summaries = defaultSummaries(summaryKeys(state.runs));
     render();
     section.dataset.loaded = String(ticket);
@@ -282,6 +292,7 @@
   $("runs-filters").addEventListener("submit", (event) => { event.preventDefault(); load(); });
   $("runs-status").addEventListener("change", () => load());
   $("runs-more").addEventListener("click", () => load(true));
+  $("runs-all").addEventListener("click", () => load(true, true));
   $("runs-compare").addEventListener("click", () => {
     const ids = selectedIds();
     if (ids.length) window.location.assign(`/compare?runs=${ids.join(",")}`);

@@ -20,7 +20,7 @@ LRS = [0.3, 0.1, 0.2, 0.05]
 HOSTILE = '<img src=x onerror="window.pwned=1">'
 
 
-def _sweep(api: httpx.Client, name: str) -> tuple[int, list[int]]:
+def _sweep(api: httpx.Client, name: str, lrs: list[float] = LRS) -> tuple[int, list[int]]:
     """An experiment and four finished runs of it with different lrs, inserted directly (as
     app.runs.lifecycle.queue records params) with a loss each: no training needed."""
     base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
@@ -29,7 +29,7 @@ def _sweep(api: httpx.Client, name: str) -> tuple[int, list[int]]:
     ids = []
     with session_scope() as session:
         owner = session.scalars(select(User.id).where(User.username == "admin")).one()
-        for i, lr in enumerate(LRS):
+        for i, lr in enumerate(lrs):
             config = {**base, "params": {"epochs": 1, "lr": lr, HOSTILE: i % 2}}
             run = Run(
                 experiment_id=exp.json()["id"],
@@ -42,7 +42,7 @@ def _sweep(api: httpx.Client, name: str) -> tuple[int, list[int]]:
             session.flush()
             record_config(session, run_id=run.id, config=config)
             ids.append(run.id)
-    for run_id, lr in zip(ids, LRS, strict=True):
+    for run_id, lr in zip(ids, lrs, strict=True):
         with session_scope() as session:
             ingest_points(session, run_id=run_id, points=[("Loss/train", 1, lr * 10, 1.0)])
     return exp.json()["id"], ids
@@ -96,9 +96,13 @@ def test_sort_by_a_param_select_compare_tag_and_delete(admin_page: Page, api: ht
     page.fill("#runs-filter", "params.params.lr>=0.1")
     page.click("#runs-apply")
     expect(page.locator("table#runs tbody tr")).to_have_count(3)
+    page.fill("#runs-filter", "lr is small")  # the API's 422, said where the filter is
+    page.click("#runs-apply")
+    expect(page.locator("#runs-error")).to_contain_text("cannot read 'lr is small'")
     page.fill("#runs-filter", "")
     page.click("#runs-apply")
     expect(page.locator("table#runs tbody tr")).to_have_count(4)
+    expect(page.locator("#runs-error")).to_be_hidden()
 
     chosen = by_lr[:3]
     for run_id in chosen:
@@ -169,3 +173,26 @@ def test_summary_columns_are_picked_and_sorted_server_side(
         }"""
     )
     assert shown == ["0.5", "1", "2", "3"]  # lr * 10, the one point's value
+
+
+def test_more_runs_than_a_page_load_by_the_cursor(admin_page: Page, api: httpx.Client) -> None:
+    """100 a page; "Load more" and "Load all" follow the API's `next` cursor, in sort order."""
+    lrs = [round(0.001 * (i + 1), 6) for i in range(230)]
+    exp_id, ids = _sweep(api, "browser-runs-paging", lrs)
+    page = admin_page
+    page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
+    assert _shown(page) == ids[::-1][:100]
+    page.click("#runs-more")
+    expect(page.locator("table#runs tbody tr")).to_have_count(200)
+    assert _shown(page) == ids[::-1][:200]
+    page.click('table#runs th[data-param="params.lr"] button.sort')  # back to one page
+    expect(page.locator('table#runs th[data-param="params.lr"]')).to_have_attribute(
+        "aria-sort", "ascending"
+    )
+    assert _shown(page) == ids[:100]
+    page.click("#runs-all")
+    expect(page.locator("table#runs tbody tr")).to_have_count(230)
+    assert _shown(page) == ids
+    expect(page.locator("#runs-more")).to_be_hidden()
+    expect(page.locator("#runs-count")).to_have_text("230 runs")
