@@ -21,6 +21,15 @@
     selected: new Set(),
     summaries: null, // chosen summary columns, ["train/loss.last", ...]; null: not chosen yet
   };
+  // The picked summary columns are kept per experiment in this browser, for the next visit.
+  const COLUMNS_KEY = `ty.runs.columns.${experimentId}`;
+  try {
+    const saved = JSON.parse(localStorage.getItem(COLUMNS_KEY) || "null");
+    if (Array.isArray(saved) && saved.every((c) => typeof c === "string")) state.summaries = saved;
+  } catch (_) { /* storage unavailable or junk: the defaults */ }
+  const saveColumns = () => {
+    try { localStorage.setItem(COLUMNS_KEY, JSON.stringify(state.summaries)); } catch (_) { /* ok */ }
+  };
 
   const el = (tag, text, cls) => {
     const node = document.createElement(tag);
@@ -229,6 +238,7 @@
           const list = (state.summaries || []).filter((c) => c !== box.dataset.summary);
           if (box.checked) list.push(box.dataset.summary);
           state.summaries = list;
+          saveColumns();
           render();
         });
         label.append(box, ` ${agg}`);

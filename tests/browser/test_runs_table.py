@@ -173,6 +173,11 @@ def test_summary_columns_are_picked_and_sorted_server_side(
         }"""
     )
     assert shown == ["0.5", "1", "2", "3"]  # lr * 10, the one point's value
+    page.reload()  # the picked columns are remembered for the experiment
+    expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
+    assert page.locator("table#runs th[data-summary]").evaluate_all(
+        "(ths) => ths.map((t) => t.dataset.summary)"
+    ) == ["Loss/train.max"]
 
 
 def test_more_runs_than_a_page_load_by_the_cursor(admin_page: Page, api: httpx.Client) -> None:
