@@ -74,6 +74,11 @@ class World:
     run_ids: list[int]  # every run the fuzzing user can see, plus another user's
     finished_run_ids: list[int]
     image_ids: list[int]  # TensorBoard images of the finished run
+    # What a DELETE is aimed at, so that the rows above outlive the fuzzing: an experiment of
+    # its own with two finished runs (deleted on the first hit, 404 after), another user's
+    # (403) and the queued run (409).
+    deletable_experiment_ids: list[int]
+    deletable_run_ids: list[int]
 
 
 def _seed_world() -> World:
@@ -118,6 +123,10 @@ def _seed_world() -> World:
         ddp = run(me, experiment, "cancelled", ddp_config, finished_at=now, cancel_requested=True)
         queued = run(me, experiment, "queued", config)
         foreign = run(other, theirs, "succeeded", config, finished_at=now)
+        spare = Experiment(name="fuzz: to delete", config=config, owner_id=me.id)
+        session.add(spare)
+        session.flush()
+        spare_runs = [run(me, spare, "succeeded", config, finished_at=now) for _ in range(2)]
 
         points = [("train/loss", s, 1.0 / (s + 1), 1.7e9 + s) for s in range(300)]
         points += [("val/acc", s, None if s == 3 else 0.5, 1.7e9 + s) for s in range(0, 300, 50)]
@@ -160,6 +169,8 @@ def _seed_world() -> World:
             run_ids=[done.id, failed.id, ddp.id, queued.id, foreign.id],
             finished_run_ids=[done.id, failed.id, ddp.id, foreign.id],
             image_ids=[image.id],
+            deletable_experiment_ids=[spare.id, theirs.id],
+            deletable_run_ids=[*(r.id for r in spare_runs), queued.id, foreign.id],
         )
 
 
@@ -214,10 +225,14 @@ def _aim_at_world(case: Case, world: World) -> None:
     params = case.path_parameters
     if params is None:
         return
+    deleting = case.operation.method.upper() == "DELETE"
     if "experiment_id" in params:
-        params["experiment_id"] = _fold(params["experiment_id"], world.experiment_ids)
+        ids = world.deletable_experiment_ids if deleting else world.experiment_ids
+        params["experiment_id"] = _fold(params["experiment_id"], ids)
     if "run_id" in params:
-        if case.operation.path.endswith("/events"):
+        if deleting:
+            params["run_id"] = _fold(params["run_id"], world.deletable_run_ids)
+        elif case.operation.path.endswith("/events"):
             # Only runs whose stream ends: finished ones, or ids that do not exist.
             raw = params["run_id"]
             if isinstance(raw, int) and not isinstance(raw, bool):
