@@ -103,3 +103,10 @@ ty.collapseCarriageReturns = (text) => {
     return prefix + (shown.length ? shown[shown.length - 1] : "") + (body.endsWith("\r") ? "\r" : "");
   }).join("\n");
 };
+
+// One colour per run, the same on every page (tables, the experiment's curves, compare): a
+// fixed palette by run id, so a run keeps its colour whichever runs are shown beside it.
+ty.RUN_COLORS = ["#2456d6", "#d6452b", "#1f8a4c", "#8e44ad", "#b7791f", "#17a2b8", "#e83e8c",
+                 "#495057", "#6f42c1", "#20c997", "#fd7e14", "#0b5394", "#a61c00", "#6aa84f",
+                 "#c27ba0", "#7f6000", "#45818e", "#cc0000", "#3d85c6", "#674ea7"];
+ty.runColor = (runId) => ty.RUN_COLORS[Math.abs(Number(runId)) % ty.RUN_COLORS.length];
