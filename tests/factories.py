@@ -110,7 +110,7 @@ def make_experiment_runs(
         exp_id = exp.id
     for i, run_id in enumerate(ids):
         points = per_run(i) if per_run is not None else series or {}
-        rows = [(key, step, value, 1e9 + step) for key, pts in points.items() for step, value in pts]
+        rows = [(k, step, value, 1e9 + step) for k, pts in points.items() for step, value in pts]
         if rows:
             with session_scope() as session:
                 ingest_points(session, run_id=run_id, points=rows)

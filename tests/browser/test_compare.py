@@ -39,9 +39,10 @@ def sweep(n: int = 3, diverged: int | None = None) -> tuple[int, list[int]]:
 
 TRACES = """(key) => {
     const el = document.querySelector(`div.metric-chart[data-key="${key}"]`);
-    return el && el.data ? {names: el.data.map((t) => t.name), colors: el.data.map((t) => t.line.color),
-                            ytype: el.layout.yaxis.type, yrange: el.layout.yaxis.range || null,
-                            points: el.data.map((t) => t.y.length)} : null;
+    if (!el || !el.data) return null;
+    return {names: el.data.map((t) => t.name), colors: el.data.map((t) => t.line.color),
+            ytype: el.layout.yaxis.type, yrange: el.layout.yaxis.range || null,
+            points: el.data.map((t) => t.y.length)};
 }"""
 
 
