@@ -14,6 +14,10 @@ ty.overlay = (() => {
   // so 100 runs x 2 keys draw ~2 x 30,000 points, not 2 x 400,000.
   const CHART_BUDGET = 30000, MIN_POINTS = 100, MAX_POINTS = 2000;
   const PLOTLY_LEGEND_UP_TO = 10;  // more runs: the page's own legend only
+  // Charts made at most (the first keys in key order; a run page shows them all), and each
+  // drawn only once it scrolls near: a run with thousands of keys otherwise froze the page.
+  const MAX_CHARTS = 48;
+  const LAZY_AFTER = 8;  // up to this many charts are all drawn at once
 
   const fmtValue = (v) => {
     if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
@@ -126,8 +130,28 @@ ty.overlay = (() => {
    * async function giving the runs again (new ones are added) while any is active.
    */
   const mount = (container, runs, opts) => {
-    const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls)};
+    const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls),
+                   loaded: false, near: new Set(), more: 0};
     const charts = () => [...container.querySelectorAll(".metric-chart")];
+    const observer = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        if (!e.isIntersecting || state.near.has(e.target)) continue;
+        state.near.add(e.target);
+        if (state.loaded) draw(e.target);
+      }
+    }, {rootMargin: "400px 0px"});
+    // Keep the first MAX_CHARTS boxes in key order, watch each for when it comes near.
+    const capCharts = () => {
+      const all = charts().sort((a, b) => ty.compareKeys(a.dataset.key, b.dataset.key));
+      for (const div of all.slice(MAX_CHARTS)) div.remove();
+      state.more = Math.max(state.more, all.length - MAX_CHARTS);
+      const kept = all.slice(0, MAX_CHARTS);
+      for (const div of kept) {
+        if (kept.length <= LAZY_AFTER) state.near.add(div);
+        else { observer.unobserve(div); observer.observe(div); }
+      }
+    };
+    const keysParam = () => charts().map((d) => d.dataset.key).join(",");
     const budget = () => Math.max(MIN_POINTS, Math.min(MAX_POINTS,
       Math.floor(CHART_BUDGET / Math.max(1, state.runs.length))));
 
@@ -163,9 +187,10 @@ ty.overlay = (() => {
       const range = v.clip ? clippedRange(traces, v.logY) : null;
       if (range) { layout.yaxis.range = range; layout.yaxis.autorange = false; }
       div.dataset.traces = String(traces.length);
-      return Plotly.react(div, traces, layout, {responsive: true, displaylogo: false});
+      return Plotly.react(div, traces, layout, {responsive: true, displaylogo: false})
+        .then(() => { div.dataset.drawnAt = String(performance.now()); });
     };
-    const drawAll = () => Promise.all(charts().map(draw));
+    const drawAll = () => Promise.all(charts().filter((d) => state.near.has(d)).map(draw));
 
     const showLegend = () => {
       if (!opts.legend) return;
@@ -188,6 +213,7 @@ ty.overlay = (() => {
 
     const fetchRun = async (r) => {
       const q = new URLSearchParams({max_points: budget(), with_time: "true"});
+      if (state.more > 0) q.set("keys", keysParam());  // not the keys left out
       const res = await ty.api("GET", `/api/runs/${r.id}/metrics?${q}`);
       if (res.ok) state.series.set(r.id, res.body.series);
       return res.ok ? null : `run ${r.id}: ${ty.errorText(res.body)}`;
@@ -210,10 +236,11 @@ ty.overlay = (() => {
       const have = new Set(charts().map((d) => d.dataset.key));
       const fresh = new Set();
       for (const s of state.series.values()) for (const k of Object.keys(s)) if (!have.has(k)) fresh.add(k);
-      if (!fresh.size) return;
-      const divs = [...fresh].map(chartDiv);
-      container.append(...divs);
-      for (const d of charts()) Plotly.purge(d);
+      if (!fresh.size || state.more > 0) return;
+      container.append(...[...fresh].map(chartDiv));
+      for (const d of charts()) if (d.data) Plotly.purge(d);
+      state.near.clear();
+      capCharts();
       arrange(container);
     };
 
@@ -267,15 +294,18 @@ ty.overlay = (() => {
     const start = async () => {
       if (typeof Plotly === "undefined") { say("The chart library did not load; reload the page.", true); return; }
       setRuns(state.runs);
+      capCharts();
       arrange(container);
       const failed = (await Promise.all(state.runs.map(fetchRun))).filter(Boolean);
       addKeys();
+      state.loaded = true;
       await drawAll();
       container.dataset.drawn = String(performance.now());
       const live = state.runs.some((r) => ACTIVE.has(r.status));
       say(failed.length
         ? `Some curves could not be loaded (${failed.join("; ")}). Reload to try again.`
-        : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}, up to ${budget()} points per curve (spikes kept)${live ? "; live while a run is active" : ""}. Drag to zoom, double-click to reset.`,
+        : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}, up to ${budget()} points per curve (spikes kept)${live ? "; live while a run is active" : ""}. Drag to zoom, double-click to reset.`
+          + (state.more ? ` ${state.more} more keys are not charted here: open a run's page for them.` : ""),
         failed.length > 0);
       schedule();
     };
