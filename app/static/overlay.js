@@ -151,7 +151,6 @@ ty.overlay = (() => {
         else { observer.unobserve(div); observer.observe(div); }
       }
     };
-    const keysParam = () => charts().map((d) => d.dataset.key).join(",");
     const budget = () => Math.max(MIN_POINTS, Math.min(MAX_POINTS,
       Math.floor(CHART_BUDGET / Math.max(1, state.runs.length))));
 
@@ -211,13 +210,30 @@ ty.overlay = (() => {
       }));
     };
 
-    const fetchRun = async (r) => {
-      const q = new URLSearchParams({max_points: budget(), with_time: "true"});
-      if (state.more > 0) q.set("keys", keysParam());  // not the keys left out
-      const res = await ty.api("GET", `/api/runs/${r.id}/metrics?${q}`);
-      if (res.ok) state.series.set(r.id, res.body.series);
-      return res.ok ? null : `run ${r.id}: ${ty.errorText(res.body)}`;
+    // The charted keys of `runs`, one request per key (GET /api/compare/metrics: every run's
+    // series of that key at once; the server reads the keys in parallel). Keeps each run's
+    // status from the answer. Resolves to the errors.
+    const fetchSeries = async (runs, keys) => {
+      if (!runs.length) return [];
+      const byId = new Map(runs.map((r) => [r.id, r]));
+      const ids = runs.map((r) => r.id).join(",");
+      const errors = await Promise.all(keys.map(async (key) => {
+        const q = new URLSearchParams({runs: ids, keys: key, max_points: budget(), with_time: "true"});
+        const res = await ty.api("GET", `/api/compare/metrics?${q}`);
+        if (!res.ok) return `${key}: ${ty.errorText(res.body)}`;
+        for (const [id, got] of Object.entries(res.body.runs)) {
+          const run = byId.get(Number(id));
+          if (!run) continue;
+          run.status = got.status;
+          if (!state.series.has(run.id)) state.series.set(run.id, {});
+          const held = state.series.get(run.id);
+          if (got.series[key]) held[key] = got.series[key];
+        }
+        return null;
+      }));
+      return errors.filter(Boolean);
     };
+    const chartedKeys = () => charts().map((d) => d.dataset.key);
 
     const say = (text, error) => {
       if (!opts.status) return;
@@ -231,43 +247,40 @@ ty.overlay = (() => {
       showLegend();
     };
 
-    // New keys (a run began logging one): a box for each, in its group.
-    const addKeys = () => {
-      const have = new Set(charts().map((d) => d.dataset.key));
+    // New keys (a run began logging one, per the runs list's summaries): a box for each.
+    const addKeys = (runs) => {
+      const have = new Set(chartedKeys());
       const fresh = new Set();
-      for (const s of state.series.values()) for (const k of Object.keys(s)) if (!have.has(k)) fresh.add(k);
-      if (!fresh.size || state.more > 0) return;
+      for (const r of runs) for (const k of Object.keys(r.summary || {})) if (!have.has(k)) fresh.add(k);
+      if (!fresh.size || state.more > 0) return [];
       container.append(...[...fresh].map(chartDiv));
       for (const d of charts()) if (d.data) Plotly.purge(d);
       state.near.clear();
       capCharts();
       arrange(container);
+      return [...fresh];
     };
 
     let timer = null;
     const poll = async () => {
       timer = null;
+      const active = state.runs.filter((r) => ACTIVE.has(r.status));
       if (opts.refreshRuns) {
         const fresh = await opts.refreshRuns();
         if (fresh) {
           const byId = new Map(fresh.map((r) => [r.id, r]));
-          const active = state.runs.filter((r) => ACTIVE.has(r.status));
           setRuns(fresh);
+          const added = addKeys(fresh);
+          if (added.length) await fetchSeries(fresh, added);
           // the runs active before (one may have just finished) and those new since
           const again = [...active.map((r) => byId.get(r.id)).filter(Boolean),
-                         ...fresh.filter((r) => !state.series.has(r.id))];
-          await Promise.all(again.map(fetchRun));
+                         ...fresh.filter((r) => !state.series.has(r.id) && !active.includes(r))];
+          await fetchSeries([...new Set(again)], chartedKeys());
         }
       } else {
-        const active = state.runs.filter((r) => ACTIVE.has(r.status));
-        await Promise.all(active.map(async (r) => {
-          const res = await ty.api("GET", `/api/runs/${r.id}`);
-          if (res.ok) r.status = res.body.status;
-          await fetchRun(r);
-        }));
-        showLegend();
+        await fetchSeries(active, chartedKeys());
       }
-      addKeys();
+      showLegend();
       await drawAll();
       container.dataset.polls = String(Number(container.dataset.polls || 0) + 1);
       schedule();
@@ -296,8 +309,8 @@ ty.overlay = (() => {
       setRuns(state.runs);
       capCharts();
       arrange(container);
-      const failed = (await Promise.all(state.runs.map(fetchRun))).filter(Boolean);
-      addKeys();
+      const failed = await fetchSeries(state.runs, chartedKeys());
+      showLegend();
       state.loaded = true;
       await drawAll();
       container.dataset.drawn = String(performance.now());
