@@ -108,7 +108,16 @@ def main() -> None:
                     """() => [...document.querySelectorAll("#experiment-charts .metric-chart")]
                         .map((el) => el.data.reduce((n, t) => n + t.y.length, 0))"""
                 )
-                print(f"  load {i + 1}: {times[-1]:.3f} s; points drawn per chart {shown}")
+                fetched = page.evaluate(
+                    """() => performance.getEntriesByType("resource")
+                        .filter((e) => e.name.includes("/api/compare/metrics")
+                                       || e.name.includes("/api/runs?"))
+                        .map((e) => Math.round(e.responseEnd))"""
+                )
+                print(
+                    f"  load {i + 1}: {times[-1]:.3f} s; points drawn per chart {shown}; "
+                    f"runs list and series in at (ms) {fetched}"
+                )
                 context.close()
             median = statistics.median(times)
             print(
