@@ -45,7 +45,8 @@ def seed(runs: int, points: int) -> int:
         rate = points / (3 + i % 7)
         return {
             "train/loss": [
-                (s, 2.0 * math.exp(-s / rate) + 0.05 * math.sin(s + i)) for s in range(1, points + 1)
+                (s, 2.0 * math.exp(-s / rate) + 0.05 * math.sin(s + i))
+                for s in range(1, points + 1)
             ],
             "val/acc": [(s, 0.95 - 0.7 * math.exp(-s / rate)) for s in range(1, points + 1)],
         }
