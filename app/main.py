@@ -16,6 +16,7 @@ from app import api_docs, static_files
 from app.auth.api import router as auth_router
 from app.auth.deps import LoginRequired
 from app.auth.views import router as auth_views
+from app.compare.api import router as compare_router
 from app.compare.views import router as compare_views
 from app.errors import error_responses
 from app.experiments.api import router as experiments_router
@@ -92,6 +93,7 @@ def create_app() -> FastAPI:
         run_list_router,
         run_images_router,
         run_delete_router,
+        compare_router,
         gpus_router,
         users_router,
     ):

@@ -73,3 +73,45 @@ def spooled_points(run_dir: Path) -> int:
             if record["type"] == "metrics":
                 count += len(record["values"])
     return count
+
+
+def make_experiment_runs(
+    configs: list[dict[str, Any]],
+    series: dict[str, list[tuple[int, float]]] | None = None,
+    *,
+    status: str = "succeeded",
+    per_run: Any = None,
+) -> tuple[int, list[int]]:
+    """One experiment of the suite's admin with a run per config, its params recorded as the
+    runs list shows them, and points inserted directly (ingest_points, the forwarder's path):
+    `series` for every run, or `per_run(index)` -> that run's series. For the overlay pages'
+    tests and bench."""
+    from app.metrics.service import ingest_points
+    from app.runs.params import record_config
+
+    with session_scope() as session:
+        owner = session.query(User).filter_by(username="admin").one()
+        exp = Experiment(name="overlay", config=configs[0], owner_id=owner.id)
+        session.add(exp)
+        session.flush()
+        ids = []
+        for config in configs:
+            run = Run(
+                experiment_id=exp.id,
+                owner_id=owner.id,
+                status=status,
+                config=config,
+                seed=config.get("seed", 0),
+            )
+            session.add(run)
+            session.flush()
+            record_config(session, run_id=run.id, config=config)
+            ids.append(run.id)
+        exp_id = exp.id
+    for i, run_id in enumerate(ids):
+        points = per_run(i) if per_run is not None else series or {}
+        rows = [(k, step, value, 1e9 + step) for k, pts in points.items() for step, value in pts]
+        if rows:
+            with session_scope() as session:
+                ingest_points(session, run_id=run_id, points=rows)
+    return exp_id, ids

@@ -356,6 +356,12 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/runs/{run_id}/metrics"): Row(
         READ, 200, lambda w: (f"/api/runs/{w.run_id}/metrics", {})
     ),
+    ("GET", "/api/compare/metrics"): Row(
+        READ,
+        200,
+        lambda w: (f"/api/compare/metrics?runs={w.run_id}&keys=train/loss", {}),
+        lambda w, r: str(w.run_id) in r.json()["runs"],
+    ),
     ("GET", "/api/runs/{run_id}/logs"): Row(
         READ,
         200,

@@ -15,12 +15,14 @@ from app.db import MAX_ID, SessionDep
 from app.experiments.models import Experiment
 from app.metrics.models import MetricKey
 from app.pages import PageRoute, PageUser
-from app.runs.models import Run
+from app.runs import listing
+from app.runs.models import Run, RunStatus
+from app.runs.out import run_outs
 from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
-MAX_RUNS = 10
+MAX_RUNS = 50
 RECENT_RUNS = 50
 _MISSING = object()
 
@@ -67,11 +69,31 @@ def compare_page(
     user: PageUser,
     runs: str = "",
     run: Annotated[list[str] | None, Query()] = None,
+    experiment_id: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    tag: str = "",
+    status: Annotated[list[RunStatus] | None, Query()] = None,
+    filters: Annotated[list[str] | None, Query(alias="filter")] = None,
 ) -> HTMLResponse:
     wanted = parse_run_ids([runs, *(run or [])])
     if any(i > MAX_ID for i in wanted):
         # No run has such an id, and the database cannot even compare with it (a 500).
         raise HTTPException(422, f"Run ids go up to {MAX_ID}: check the runs= list.")
+    # The form's textarea sends one condition a line.
+    conditions = [c.strip() for f in filters or [] for c in f.splitlines() if c.strip()]
+    if "\x00" in tag or any("\x00" in c or len(c) > 600 for c in conditions):
+        raise HTTPException(422, "A filter is at most 600 characters, without NUL.")
+    by_filter = experiment_id is not None or bool(tag.strip() or status or conditions)
+    if by_filter:
+        # The runs list's own filter (GET /api/runs, app/runs/listing.py): its 422 names a
+        # condition it cannot read. Newest first, one more than shown to tell "too many".
+        query = listing.RunQuery(
+            limit=MAX_RUNS + 1,
+            experiment_id=experiment_id,
+            statuses=status or (),
+            tags=[tag.strip()] if tag.strip() else (),
+            filters=conditions,
+        )
+        wanted += [r.id for r in listing.list_runs(session, query).runs if r.id not in wanted]
     too_many = len(wanted) > MAX_RUNS
     wanted = wanted[:MAX_RUNS]
 
@@ -91,9 +113,21 @@ def compare_page(
         ),
         key=lambda k: (not k.startswith(("train/", "val/")), k),
     )
+    outs = run_outs(session, [r for r, _ in chosen])
     return render(
         request,
         "compare.html",
+        runs_data=[
+            {"id": o.id, "name": o.name, "status": o.status, "params": o.params} for o in outs
+        ],
+        form={
+            "experiment_id": experiment_id or "",
+            "tag": tag,
+            "status": [s.value for s in status or []],
+            "filter": "\n".join(conditions),
+            "by_filter": by_filter,
+        },
+        statuses=[s.value for s in RunStatus],
         user=user,
         chosen=chosen,
         chosen_ids=[r.id for r, _ in chosen],

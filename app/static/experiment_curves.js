@@ -1,0 +1,38 @@
+// The experiment page's "all runs' curves": every run of the experiment (the newest MAX_RUNS)
+// overlaid, one chart per metric key, live while a run is active (app/static/overlay.js).
+// Loaded deferred, before the deferred chart library: it starts on DOMContentLoaded, which
+// comes after every deferred script has run.
+"use strict";
+(() => {
+  const section = document.getElementById("experiment-curves");
+  if (!section) return;
+  const MAX_RUNS = 200;
+  const experimentId = section.dataset.experimentId;
+  const charts = document.getElementById("experiment-charts");
+  const status = document.getElementById("experiment-curves-status");
+
+  const listRuns = async () => {
+    const q = new URLSearchParams({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id"});
+    const r = await ty.api("GET", `/api/runs?${q}`);
+    if (!r.ok) { status.textContent = `Could not list the runs: ${ty.errorText(r.body)}`; return null; }
+    return r.body.runs;
+  };
+
+  const start = async () => {
+    const runs = await listRuns();
+    if (!runs) return;
+    if (!runs.length) { status.textContent = "No runs yet: their curves appear here."; return; }
+    const keys = new Set();
+    for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
+    charts.replaceChildren(...[...keys].map(ty.overlay.chartDiv));
+    ty.overlay.mount(charts, runs.slice().reverse(), {
+      controls: "experiment-curves",
+      legend: document.getElementById("experiment-curves-legend"),
+      status,
+      refreshRuns: async () => { const fresh = await listRuns(); return fresh && fresh.slice().reverse(); },
+    });
+  };
+  document.addEventListener("DOMContentLoaded", () => {
+    start().catch((err) => { status.textContent = `The curves could not be drawn: ${err}`; });
+  });
+})();

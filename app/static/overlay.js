@@ -1,0 +1,330 @@
+// Many runs' curves overlaid, one chart per metric key: the compare page and the experiment
+// page both. One trace per run, coloured by ty.runColor, named by the run and the params that
+// differ across the runs shown ("run 12 · lr=0.01 bs=64"). Live by polling, not streaming:
+// 50 runs would need 50 event streams and a user may hold only a few
+// (sse_max_streams_per_user), so only the active runs' downsampled series are asked for
+// again every POLL_MS.
+"use strict";
+window.ty = window.ty || {};
+
+ty.overlay = (() => {
+  const ACTIVE = new Set(["queued", "running"]);
+  const POLL_MS = 3000;
+  // Points per chart in all; each run gets its share (at least MIN_POINTS, at most MAX_POINTS),
+  // so 100 runs x 2 keys draw ~2 x 30,000 points, not 2 x 400,000.
+  const CHART_BUDGET = 30000, MIN_POINTS = 100, MAX_POINTS = 2000;
+  const PLOTLY_LEGEND_UP_TO = 10;  // more runs: the page's own legend only
+  // Charts made at most (the first keys in key order; a run page shows them all), and each
+  // drawn only once it scrolls near: a run with thousands of keys otherwise froze the page.
+  const MAX_CHARTS = 48;
+  const LAZY_AFTER = 8;  // up to this many charts are all drawn at once
+
+  const fmtValue = (v) => {
+    if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
+    const text = typeof v === "string" ? v : JSON.stringify(v);
+    return text.length > 24 ? text.slice(0, 23) + "…" : text;
+  };
+  // "params.lr" -> "lr" unless two differing params end the same; then the whole key.
+  const shortNames = (keys) => {
+    const last = (k) => k.slice(k.lastIndexOf(".") + 1);
+    const count = new Map();
+    for (const k of keys) count.set(last(k), (count.get(last(k)) || 0) + 1);
+    return new Map(keys.map((k) => [k, count.get(last(k)) > 1 ? k : last(k)]));
+  };
+
+  // The params whose values are not all the same across `runs` (a run without one counts as
+  // differing), in key order.
+  const differingParams = (runs) => {
+    const keys = new Set();
+    for (const r of runs) for (const k of Object.keys(r.params || {})) keys.add(k);
+    if (runs.length < 2) return [];
+    return [...keys].sort().filter((k) => {
+      const first = JSON.stringify((runs[0].params || {})[k]);
+      return runs.some((r) => JSON.stringify((r.params || {})[k]) !== first);
+    });
+  };
+
+  // "run 12 · lr=0.01 bs=64" (a named run: "run 12 warmup · ..."); at most 4 params.
+  const labels = (runs) => {
+    const diff = differingParams(runs).slice(0, 4);
+    const names = shortNames(diff);
+    return new Map(runs.map((r) => {
+      const head = r.name ? `run ${r.id} ${r.name}` : `run ${r.id}`;
+      const parts = diff.filter((k) => k in (r.params || {}))
+        .map((k) => `${names.get(k)}=${fmtValue(r.params[k])}`);
+      return [r.id, parts.length ? `${head} · ${parts.join(" ")}` : head];
+    }));
+  };
+
+  // "Clip outliers": each run's curve without its top and bottom 2% (a spike), then the runs
+  // whose range lies far outside the others' (a diverged run: more than 3 typical spans past
+  // the median) left out of the y range, so one run at loss 70 no longer flattens the rest.
+  const clippedRange = (traces, logY) => {
+    const lows = [], highs = [];
+    for (const t of traces) {
+      if (t.visible === "legendonly") continue;
+      const vs = [];
+      for (const v of t.y) if (v !== null && isFinite(v) && (!logY || v > 0)) vs.push(logY ? Math.log10(v) : v);
+      if (!vs.length) continue;
+      vs.sort((a, b) => a - b);
+      const q = (p) => vs[Math.min(vs.length - 1, Math.floor(p * vs.length))];
+      lows.push(q(0.02)); highs.push(q(0.98));
+    }
+    if (!lows.length) return null;
+    const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[(s.length - 1) >> 1]; };
+    const mLow = median(lows), mHigh = median(highs);
+    const span = Math.max(mHigh - mLow, Math.abs(mHigh) * 1e-3, 1e-12);
+    const lo = Math.min(...lows.filter((v) => v >= mLow - 3 * span));
+    const hi = Math.max(...highs.filter((v) => v <= mHigh + 3 * span));
+    const pad = (hi - lo) * 0.08 || span * 0.1;
+    return [lo - pad, hi + pad];
+  };
+
+  // Group the chart boxes under `container` (server-rendered or made by the caller) into the
+  // run page's layout: one box per key group (ty.keyGroup), each a grid of charts.
+  const arrange = (container) => {
+    const byGroup = new Map();
+    for (const div of [...container.querySelectorAll(".metric-chart")]) {
+      const group = ty.keyGroup(div.dataset.key);
+      if (!byGroup.has(group)) byGroup.set(group, []);
+      byGroup.get(group).push(div);
+    }
+    container.replaceChildren(...[...byGroup.keys()].sort(ty.compareGroups).map((group) => {
+      const box = document.createElement("div");
+      box.className = "chart-group";
+      box.dataset.group = group;
+      const title = document.createElement("h3");
+      title.textContent = ty.groupTitle(group);
+      const grid = document.createElement("div");
+      grid.className = "chart-grid";
+      grid.append(...byGroup.get(group).sort((a, b) => ty.compareKeys(a.dataset.key, b.dataset.key)));
+      box.append(title, grid);
+      return box;
+    }));
+  };
+
+  const chartDiv = (key) => {
+    const div = document.createElement("div");
+    div.className = "metric-chart";
+    div.dataset.key = key;
+    div.setAttribute("role", "img");
+    div.setAttribute("aria-label", `${key} of every run`);
+    return div;
+  };
+
+  // The controls (ids under `prefix`): smoothing, log scale, clip outliers, x axis.
+  const readView = (prefix) => {
+    const $ = (name) => document.getElementById(`${prefix}-${name}`);
+    return {
+      smoothing: Math.min(0.99, Math.max(0, Number($("smoothing")?.value || 0))),
+      logY: Boolean($("log-scale")?.checked),
+      clip: Boolean($("clip")?.checked),
+      xMode: $("x-axis")?.value || "step",
+    };
+  };
+
+  /**
+   * Overlay `runs` ({id, name, status, params}) in the `.metric-chart[data-key]` boxes under
+   * `container`. `opts.controls` is the id prefix of the controls, `opts.legend` an element for
+   * the page's legend, `opts.status` one for what is shown, `opts.refreshRuns` (optional) an
+   * async function giving the runs again (new ones are added) while any is active.
+   */
+  const mount = (container, runs, opts) => {
+    const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls),
+                   loaded: false, near: new Set(), more: 0};
+    const charts = () => [...container.querySelectorAll(".metric-chart")];
+    const observer = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        if (!e.isIntersecting || state.near.has(e.target)) continue;
+        state.near.add(e.target);
+        if (state.loaded) draw(e.target);
+      }
+    }, {rootMargin: "400px 0px"});
+    // Keep the first MAX_CHARTS boxes in key order, watch each for when it comes near.
+    const capCharts = () => {
+      const all = charts().sort((a, b) => ty.compareKeys(a.dataset.key, b.dataset.key));
+      for (const div of all.slice(MAX_CHARTS)) div.remove();
+      state.more = Math.max(state.more, all.length - MAX_CHARTS);
+      const kept = all.slice(0, MAX_CHARTS);
+      for (const div of kept) {
+        if (kept.length <= LAZY_AFTER) state.near.add(div);
+        else { observer.unobserve(div); observer.observe(div); }
+      }
+    };
+    const budget = () => Math.max(MIN_POINTS, Math.min(MAX_POINTS,
+      Math.floor(CHART_BUDGET / Math.max(1, state.runs.length))));
+
+    const xs = (run, s) => {
+      if (state.view.xMode === "step" || !s.time) return s.step;
+      if (state.view.xMode === "wall") return s.time.map((t) => (t == null ? null : new Date(t * 1000)));
+      const t0 = s.time.find((t) => t != null);
+      return s.time.map((t) => (t == null || t0 == null ? null : t - t0));
+    };
+
+    const draw = (div) => {
+      const key = div.dataset.key, v = state.view;
+      const traces = [];
+      for (const r of state.runs) {
+        const s = (state.series.get(r.id) || {})[key];
+        if (!s) continue;
+        const y = v.smoothing > 0 ? ty.series.emaAll(s.value, v.smoothing, ty.series.emaState()) : s.value;
+        traces.push({type: "scatter", mode: s.step.length < 60 ? "lines+markers" : "lines",
+                     marker: {size: 4}, x: xs(r, s), y, name: ty.plotlyText(state.labels.get(r.id)),
+                     line: {color: ty.runColor(r.id), width: 1.5},
+                     hovertemplate: "%{x}: %{y:.5g}"});
+      }
+      const layout = {
+        title: {text: ty.plotlyText(key), font: {size: 13}, x: 0.02, xanchor: "left"},
+        margin: {l: 52, r: 12, t: 30, b: 36},
+        hovermode: "closest",
+        showlegend: state.runs.length <= PLOTLY_LEGEND_UP_TO,
+        legend: {orientation: "h", x: 0, y: -0.2, yanchor: "top", font: {size: 10}},
+        xaxis: {title: {text: {step: "step", wall: "wall time", relative: "time since start (s)"}[v.xMode],
+                        font: {size: 11}}, type: v.xMode === "wall" ? "date" : "linear", zeroline: false},
+        yaxis: {type: v.logY ? "log" : "linear", zeroline: false, autorange: true},
+      };
+      const range = v.clip ? clippedRange(traces, v.logY) : null;
+      if (range) { layout.yaxis.range = range; layout.yaxis.autorange = false; }
+      div.dataset.traces = String(traces.length);
+      return Plotly.react(div, traces, layout, {responsive: true, displaylogo: false})
+        .then(() => { div.dataset.drawnAt = String(performance.now()); });
+    };
+    const drawAll = () => Promise.all(charts().filter((d) => state.near.has(d)).map(draw));
+
+    const showLegend = () => {
+      if (!opts.legend) return;
+      opts.legend.replaceChildren(...state.runs.map((r) => {
+        const li = document.createElement("li");
+        li.dataset.runId = String(r.id);
+        const swatch = document.createElement("span");
+        swatch.className = "swatch";
+        swatch.style.background = ty.runColor(r.id);
+        const a = document.createElement("a");
+        a.href = `/runs/${r.id}`;
+        a.textContent = state.labels.get(r.id);
+        const badge = document.createElement("span");
+        badge.className = `badge status-${r.status}`;
+        badge.textContent = r.status;
+        li.append(swatch, a, " ", badge);
+        return li;
+      }));
+    };
+
+    // The charted keys of `runs`, one request per key (GET /api/compare/metrics: every run's
+    // series of that key at once; the server reads the keys in parallel). Keeps each run's
+    // status from the answer. Resolves to the errors.
+    const fetchSeries = async (runs, keys) => {
+      if (!runs.length) return [];
+      const byId = new Map(runs.map((r) => [r.id, r]));
+      const ids = runs.map((r) => r.id).join(",");
+      const errors = await Promise.all(keys.map(async (key) => {
+        const q = new URLSearchParams({runs: ids, keys: key, max_points: budget(), with_time: "true"});
+        const res = await ty.api("GET", `/api/compare/metrics?${q}`);
+        if (!res.ok) return `${key}: ${ty.errorText(res.body)}`;
+        for (const [id, got] of Object.entries(res.body.runs)) {
+          const run = byId.get(Number(id));
+          if (!run) continue;
+          run.status = got.status;
+          if (!state.series.has(run.id)) state.series.set(run.id, {});
+          const held = state.series.get(run.id);
+          if (got.series[key]) held[key] = got.series[key];
+        }
+        return null;
+      }));
+      return errors.filter(Boolean);
+    };
+    const chartedKeys = () => charts().map((d) => d.dataset.key);
+
+    const say = (text, error) => {
+      if (!opts.status) return;
+      opts.status.textContent = text;
+      opts.status.classList.toggle("form-error", Boolean(error));
+    };
+
+    const setRuns = (runs) => {
+      state.runs = runs;
+      state.labels = labels(runs);
+      showLegend();
+    };
+
+    // New keys (a run began logging one, per the runs list's summaries): a box for each.
+    const addKeys = (runs) => {
+      const have = new Set(chartedKeys());
+      const fresh = new Set();
+      for (const r of runs) for (const k of Object.keys(r.summary || {})) if (!have.has(k)) fresh.add(k);
+      if (!fresh.size || state.more > 0) return [];
+      container.append(...[...fresh].map(chartDiv));
+      for (const d of charts()) if (d.data) Plotly.purge(d);
+      state.near.clear();
+      capCharts();
+      arrange(container);
+      return [...fresh];
+    };
+
+    let timer = null;
+    const poll = async () => {
+      timer = null;
+      const active = state.runs.filter((r) => ACTIVE.has(r.status));
+      if (opts.refreshRuns) {
+        const fresh = await opts.refreshRuns();
+        if (fresh) {
+          const byId = new Map(fresh.map((r) => [r.id, r]));
+          setRuns(fresh);
+          const added = addKeys(fresh);
+          if (added.length) await fetchSeries(fresh, added);
+          // the runs active before (one may have just finished) and those new since
+          const again = [...active.map((r) => byId.get(r.id)).filter(Boolean),
+                         ...fresh.filter((r) => !state.series.has(r.id) && !active.includes(r))];
+          await fetchSeries([...new Set(again)], chartedKeys());
+        }
+      } else {
+        await fetchSeries(active, chartedKeys());
+      }
+      showLegend();
+      await drawAll();
+      container.dataset.polls = String(Number(container.dataset.polls || 0) + 1);
+      schedule();
+    };
+    const schedule = () => {
+      if (timer === null && state.runs.some((r) => ACTIVE.has(r.status))) {
+        timer = setTimeout(() => poll().catch(() => schedule()), POLL_MS);
+      }
+    };
+
+    const onControl = () => { state.view = readView(opts.controls); drawAll(); };
+    for (const name of ["smoothing", "log-scale", "clip", "x-axis"]) {
+      const el = document.getElementById(`${opts.controls}-${name}`);
+      if (!el) continue;
+      el.addEventListener(el.type === "range" ? "input" : "change", () => {
+        if (name === "smoothing") {
+          const out = document.getElementById(`${opts.controls}-smoothing-value`);
+          if (out) out.textContent = Number(el.value).toFixed(2);
+        }
+        onControl();
+      });
+    }
+
+    const start = async () => {
+      if (typeof Plotly === "undefined") { say("The chart library did not load; reload the page.", true); return; }
+      setRuns(state.runs);
+      capCharts();
+      arrange(container);
+      const failed = await fetchSeries(state.runs, chartedKeys());
+      showLegend();
+      state.loaded = true;
+      await drawAll();
+      container.dataset.drawn = String(performance.now());
+      const live = state.runs.some((r) => ACTIVE.has(r.status));
+      say(failed.length
+        ? `Some curves could not be loaded (${failed.join("; ")}). Reload to try again.`
+        : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}, up to ${budget()} points per curve (spikes kept)${live ? "; live while a run is active" : ""}. Drag to zoom, double-click to reset.`
+          + (state.more ? ` ${state.more} more keys are not charted here: open a run's page for them.` : ""),
+        failed.length > 0);
+      schedule();
+    };
+    start().catch((err) => say(`The curves could not be drawn: ${err}. Reload to try again.`, true));
+    return state;
+  };
+
+  return {mount, labels, differingParams, clippedRange, chartDiv, arrange};
+})();
