@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -100,6 +101,32 @@ def resume_run(
         resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
         priority=run.priority,
     )
+
+
+@dataclass(frozen=True)
+class ResumedFrom:
+    """Where a resumed run started: the parent run, the checkpoint's name (its file's name when
+    the row is gone) and step (None then: the parent's curve cannot be cut there)."""
+
+    run_id: int
+    checkpoint: str
+    step: int | None
+
+
+def resumed_from(session: Session, *, run: Run) -> ResumedFrom | None:
+    """The parent of a run started with POST /runs/{id}/resume (`resume_from` is
+    "<parent id>/<checkpoint path>"); None for a fresh run and for a restart of the run itself
+    from its own checkpoint (app.runs.recovery)."""
+    head, _, rest = (run.resume_from or "").partition("/")
+    if not head.isdigit() or not rest or int(head) == run.id:
+        return None
+    parent_id = int(head)
+    ckpt = session.scalar(
+        select(Checkpoint).where(Checkpoint.run_id == parent_id, Checkpoint.path == rest)
+    )
+    if ckpt is None:
+        return ResumedFrom(run_id=parent_id, checkpoint=rest.rsplit("/", 1)[-1], step=None)
+    return ResumedFrom(run_id=parent_id, checkpoint=ckpt.name, step=ckpt.step)
 
 
 def refuse_if_nothing_left(*, config: dict[str, Any], checkpoint: Checkpoint) -> None:
