@@ -24,7 +24,10 @@
   const charts = new Map();     // key -> chart state
   // A resumed run: its parent's curve up to the checkpoint's step is drawn first, lighter
   // (step x-axis only: the parent's wall times are not this run's).
-  const parent = {id: Number(root.dataset.parentRun) || null, step: Number(root.dataset.parentStep)};
+  // The step is the checkpoint's; when its row is gone (retention), the step before this run's
+  // first point.
+  const parent = {id: Number(root.dataset.parentRun) || null,
+                  step: root.dataset.parentStep ? Number(root.dataset.parentStep) : NaN};
   let parentSeries = {};        // key -> {step, value} of the parent, steps <= parent.step
   let status = root.dataset.status;
   const mayWrite = root.dataset.mayWrite === "true";
@@ -598,7 +601,7 @@
     renderTiming();
     const logDone = loadLog();
     loadCheckpoints();
-    const parentDone = loadParent();
+    let parentDone = loadParent();
     let body = null;
     try {
       const response = await (window.tyRunPrefetch ||
@@ -608,6 +611,11 @@
     } catch (err) {
       $("charts-loading").hidden = true;
       showChartsError(`Could not load the metrics: ${err.message || err}. Reload the page to try again.`);
+    }
+    if (parent.id && !Number.isFinite(parent.step) && body && body.series) {
+      let first = Infinity;  // a loop, not Math.min(...): runs may have 100,000 keys
+      for (const s of Object.values(body.series)) if (s.step.length && s.step[0] < first) first = s.step[0];
+      if (first !== Infinity) { parent.step = first - 1; parentDone = loadParent(); }
     }
     await parentDone;
     if (body && body.series) {
