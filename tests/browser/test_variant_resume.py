@@ -9,7 +9,10 @@ import re
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
+from sqlalchemy import delete
 
+from app.db import session_scope
+from app.runs.models import Checkpoint
 from tests.browser.conftest import launch
 from tests.conftest import wait_for_status
 
@@ -82,6 +85,20 @@ def test_resume_with_more_epochs_draws_the_parents_curve_first(
     assert len(parent) == 1, traces
     assert parent[0]["x"] == list(range(1, 11))  # the parent's steps up to the checkpoint's
     assert traces[0]["x"] == list(range(11, 21))  # then the child's own
+    # With the checkpoint's row gone (retention), the parent's curve is cut before the child's.
+    with session_scope() as session:
+        session.execute(
+            delete(Checkpoint).where(Checkpoint.run_id == run["id"], Checkpoint.name == "final.pt")
+        )
+    page.reload()
+    expect(page.locator('div.metric-chart[data-key="train/loss"]')).to_have_attribute(
+        "data-points", "10", timeout=15_000
+    )
+    again = page.evaluate(
+        """() => document.querySelector('div.metric-chart[data-key="train/loss"]').data
+              .filter((t) => t.meta === "parent").map((t) => Array.from(t.x))"""
+    )
+    assert again == [list(range(1, 11))]
     # Clicking the link opens the parent.
     link.click()
     page.wait_for_url(re.compile(rf"/runs/{run['id']}$"))
