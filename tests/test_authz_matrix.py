@@ -351,7 +351,13 @@ MATRIX: dict[tuple[str, str], Row] = {
         OWNED, 204, lambda w: (f"/api/experiments/{w.ended_experiment()}", {})
     ),
     ("POST", "/api/runs/{run_id}/resume"): Row(
-        OWNED, 201, lambda w: (f"/api/runs/{w.run_id}/resume", {"json": {"checkpoint": CKPT}})
+        OWNED,
+        201,
+        # The checkpoint is at epoch 1 of TINY's 1: resuming it needs more epochs.
+        lambda w: (
+            f"/api/runs/{w.run_id}/resume",
+            {"json": {"checkpoint": CKPT, "overrides": {"params": {"epochs": 2}}}},
+        ),
     ),
     ("GET", "/api/runs/{run_id}/metrics"): Row(
         READ, 200, lambda w: (f"/api/runs/{w.run_id}/metrics", {})

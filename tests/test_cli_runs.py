@@ -68,3 +68,33 @@ def test_edit_sets_name_tags_notes_and_ls_filters_and_sorts_by_them(cli: Cli) ->
     assert refused.returncode == 1 and "cannot sort by 'colour'" in refused.stderr
     nothing = cli("edit", str(runs[0]))
     assert nothing.returncode == 1 and "nothing to change" in nothing.stderr
+
+
+def test_resume_with_set_overrides_and_the_final_pt_rule(cli: Cli) -> None:
+    from app.runs.models import Checkpoint
+    from app.settings import get_settings
+
+    config = {"recipe": "tiny_mlp", "params": {"epochs": 2, "lr": 0.05}, "seed": 1}
+    run_id = make_run(config=config, status="succeeded")
+    path = get_settings().run_dir(run_id) / "checkpoints" / "final.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not really torch")
+    with session_scope() as session:
+        session.add(
+            Checkpoint(
+                run_id=run_id, name="final.pt", epoch=2, step=10, size_bytes=16,
+                path="checkpoints/final.pt",
+            )
+        )  # fmt: skip
+    refused = cli("resume", str(run_id), "final.pt", "--set", "params.lr=0.01")
+    assert refused.returncode == 1 and "raise params.epochs above 2" in refused.stderr
+    done = cli(
+        "resume", str(run_id), "final.pt", "-q",
+        "--set", "params.epochs=4", "--set", "params.lr=0.01",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    new = int(done.stdout.strip())
+    shown = cli("ls", "--json", "--filter", "params.params.lr=0.01")
+    assert shown.returncode == 0, shown.stderr
+    got = {r["id"]: r for r in json.loads(shown.stdout)}
+    assert got[new]["params"]["params.epochs"] == 4

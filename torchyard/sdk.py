@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchyard.runtime.checkpoint import unwrap_model
+from torchyard.runtime.checkpoint import load_optimizer_state, unwrap_model
 from torchyard.runtime.context import JobContext, get_context
 from torchyard.runtime.seeding import seed_everything
 
@@ -136,13 +136,15 @@ class Run:
         """When this run resumes another, restore model and optimizer from the checkpoint it
         resumes and return it (``epoch``, ``step``, ...): continue at ``epoch + 1`` and
         ``step + 1``. None on a fresh start. Call it on every rank, before wrapping in DDP
-        or after (the unwrapped module is what is loaded)."""
+        or after (the unwrapped module is what is loaded). The optimizer keeps the
+        hyperparameters it was built with (a resume with another lr trains with it); its
+        state (momentum, moments) comes from the checkpoint."""
         state = self._ctx.resume_state()
         if state is None:
             return None
         unwrap_model(model).load_state_dict(state["model"])
         if optimizer is not None and state.get("optimizer") is not None:
-            optimizer.load_state_dict(state["optimizer"])
+            load_optimizer_state(optimizer, state["optimizer"])
         return state
 
     def finish(self) -> None:

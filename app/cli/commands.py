@@ -144,15 +144,24 @@ def resume(
     checkpoint: Annotated[
         str | None, typer.Argument(help="checkpoint name (default: the newest)")
     ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", metavar="KEY=VALUE", help="override, e.g. params.epochs=20 (repeatable)"
+        ),
+    ] = None,
     follow: FollowOpt = False,
     quiet: QuietOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Start a new run that continues RUN from one of its checkpoints."""
+    """Start a new run that continues RUN from one of its checkpoints, with --set overrides
+    (more epochs, another lr); from final.pt, raise params.epochs."""
+    overrides = apply_sets({}, set_ or [])
     with connect(server, token) as api:
         name = find_checkpoint(api, run, checkpoint)["name"]
-        new = api.post(f"/api/runs/{run}/resume", json={"checkpoint": name})
+        body = {"checkpoint": name, "overrides": overrides}
+        new = api.post(f"/api/runs/{run}/resume", json=body)
         _run_created(api, new, f"resuming run {run} from {name}", quiet)
         _follow_or_exit(api, int(new["id"]), follow)
 

@@ -16,7 +16,7 @@ from app.db import MAX_ID, SessionDep
 from app.experiments import service
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
-from app.ownership import find_experiment
+from app.ownership import find_experiment, find_run
 from app.pages import PageRoute, PageUser
 from app.runs.disk import disk_by_experiment
 from app.runs.models import RunStatus
@@ -135,8 +135,9 @@ def _param_field(param: Param, value: Any) -> ParamField:
     )
 
 
-def _form_values(source: Experiment | None) -> dict[str, Any]:
-    """What the form starts with: the catalog's defaults, or a copy of `source`'s config."""
+def _form_values(source: Experiment | None, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the form starts with: the catalog's defaults, or a copy of `source`'s config (or of
+    `config`, a run's resolved config, for a variant of that run)."""
     first = next(iter(RECIPES))
     if source is None:
         return {
@@ -150,7 +151,7 @@ def _form_values(source: Experiment | None) -> dict[str, Any]:
             "max_restarts": 0,
             **_script_values({}),
         }
-    config = source.config
+    config = config if config is not None else source.config
     recipe: str = first
     if config.get("script"):
         recipe = SCRIPT_CHOICE
@@ -194,15 +195,23 @@ def new_experiment_page(
     session: SessionDep,
     user: PageUser,
     from_: Annotated[str | None, Query(alias="from")] = None,
+    variant_of: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
 ) -> HTMLResponse:
+    """The new-experiment form; `?from=E` clones experiment E into a new one, `?variant_of=R`
+    prefills it with run R's resolved config and launches a new run of R's experiment (the
+    form's config sent as that run's overrides) instead of making an experiment."""
     source = None
-    if from_:
+    variant = None
+    if variant_of is not None:
+        variant = find_run(variant_of, session, user, write=False)
+        source = find_experiment(variant.experiment_id, session, user, write=True)
+    elif from_:
         try:
             source_id = int(from_)
         except ValueError:
             source_id = 0
         source = find_experiment(source_id, session, user, write=False)
-    values = _form_values(source)
+    values = _form_values(source, variant.config if variant is not None else None)
     recipes = [
         {
             "name": recipe.name,
@@ -226,6 +235,7 @@ def new_experiment_page(
         recipes=recipes,
         values=values,
         source=source,
+        variant=variant,
         script_choice=SCRIPT_CHOICE,
         workspace=str(get_settings().workspace_dir),
     )

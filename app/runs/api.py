@@ -111,8 +111,12 @@ def cancel_run(run: OwnedRun, session: SessionDep) -> RunOut:
     responses=error_responses(400, 403, 404, 409),  # 409: the checkpoint's file is gone
 )
 def resume_run(run: OwnedRun, data: RunResume, session: SessionDep, user: CurrentUser) -> RunOut:
-    """A new run of the same experiment and config that continues from one checkpoint."""
-    new = service.resume_run(session, run=run, checkpoint=data.checkpoint, owner=user)
+    """A new run of the same experiment that continues from one checkpoint, with the parent's
+    config plus `overrides` (validated as a whole; 422 names the field). A checkpoint that
+    already reached `params.epochs` (final.pt) needs a higher `params.epochs` override."""
+    new = service.resume_run(
+        session, run=run, checkpoint=data.checkpoint, owner=user, overrides=data.overrides
+    )
     return run_outs(session, [new])[0]
 
 

@@ -21,6 +21,12 @@ class RunResume(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     checkpoint: str = Field(min_length=1, max_length=255, examples=["epoch-0003.pt"])
+    # Deep-merged onto the parent run's config (seed included), then validated as a whole:
+    # more epochs, another lr. When the checkpoint already reached the config's epochs (a
+    # final.pt), `params.epochs` must be raised here or the resume is refused (422).
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, examples=[{"params": {"epochs": 20, "lr": 0.01}}]
+    )
 
 
 TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/=+-]*$"

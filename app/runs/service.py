@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -52,9 +53,18 @@ def create_run(
     )
 
 
-def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> Run:
-    """A new queued run of the same experiment and config (seed included) that starts from
-    one of `run`'s checkpoints: its job restores model, optimizer, epoch and step."""
+def resume_run(
+    session: Session,
+    *,
+    run: Run,
+    checkpoint: str,
+    owner: User,
+    overrides: dict[str, Any] | None = None,
+) -> Run:
+    """A new queued run of the same experiment that starts from one of `run`'s checkpoints:
+    its job restores model, optimizer, epoch and step. Its config is the parent's (seed
+    included) with `overrides` deep-merged and validated as a whole; new values (another lr)
+    win over the optimizer state the checkpoint holds (torchyard.runtime.checkpoint)."""
     # Locked: retention (worker.retention) deletes a dropped checkpoint's row before its file,
     # and re-checks the runs that resume from it under the same lock.
     ckpt = session.scalar(
@@ -64,6 +74,15 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
     )
     if ckpt is None:
         raise not_found("checkpoint", f"{checkpoint!r} of run {run.id}")
+    config = run.config
+    if overrides:
+        try:
+            config = validate_config(
+                deep_merge(run.config, overrides), loc_prefix=("body", "overrides")
+            )
+        except ConfigInvalid as exc:
+            raise validation_error(exc.errors) from None
+    refuse_if_nothing_left(config=config, checkpoint=ckpt)
     path = inside(run_dir(run.id), ckpt.path)
     # The worker that runs the new run fetches it from the store when its host lacks the file.
     if path is None or not (path.is_file() or ckpt.uri):
@@ -71,15 +90,67 @@ def resume_run(session: Session, *, run: Run, checkpoint: str, owner: User) -> R
             f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk"
             " and not in the artifact store"
         )
-    # The parent's config: hosts may have changed since it ran.
-    refuse_if_never_startable(session, config=run.config, loc=("body", "checkpoint"))
+    # Hosts may have changed since the parent ran.
+    loc = ("body", "overrides", "resources", "gpus") if overrides else ("body", "checkpoint")
+    refuse_if_never_startable(session, config=config, loc=loc)
     return lifecycle.queue(
         session,
         experiment_id=run.experiment_id,
         owner_id=owner.id,
-        config=run.config,
+        config=with_seed(config),
         resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
         priority=run.priority,
+    )
+
+
+@dataclass(frozen=True)
+class ResumedFrom:
+    """Where a resumed run started: the parent run, the checkpoint's name (its file's name when
+    the row is gone) and step (None then: the parent's curve cannot be cut there)."""
+
+    run_id: int
+    checkpoint: str
+    step: int | None
+
+
+def resumed_from(session: Session, *, run: Run) -> ResumedFrom | None:
+    """The parent of a run started with POST /runs/{id}/resume (`resume_from` is
+    "<parent id>/<checkpoint path>"); None for a fresh run and for a restart of the run itself
+    from its own checkpoint (app.runs.recovery)."""
+    head, _, rest = (run.resume_from or "").partition("/")
+    if not head.isdigit() or not rest or int(head) == run.id:
+        return None
+    parent_id = int(head)
+    ckpt = session.scalar(
+        select(Checkpoint).where(Checkpoint.run_id == parent_id, Checkpoint.path == rest)
+    )
+    if ckpt is None:
+        return ResumedFrom(run_id=parent_id, checkpoint=rest.rsplit("/", 1)[-1], step=None)
+    return ResumedFrom(run_id=parent_id, checkpoint=ckpt.name, step=ckpt.step)
+
+
+def refuse_if_nothing_left(*, config: dict[str, Any], checkpoint: Checkpoint) -> None:
+    """A 422 when the checkpoint already reached the config's `params.epochs` (a final.pt):
+    the job would train nothing and end "succeeded" with an empty curve. Raising the epochs
+    in the overrides is the way on; configs without an integer `params.epochs` (scripts
+    counting otherwise) pass."""
+    params = config.get("params")
+    epochs = params.get("epochs") if isinstance(params, dict) else None
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs > checkpoint.epoch:
+        return
+    raise validation_error(
+        [
+            {
+                "type": "value_error",
+                "loc": ["body", "overrides", "params", "epochs"],
+                "msg": (
+                    f"checkpoint {checkpoint.name!r} already reached epoch {checkpoint.epoch}"
+                    f" of {epochs}: raise params.epochs above {checkpoint.epoch}"
+                    " in the overrides to train on"
+                ),
+                "input": epochs,
+            }
+        ]
     )
 
 

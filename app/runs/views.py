@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
@@ -11,7 +13,7 @@ from app.ownership import find_run
 from app.pages import PageRoute, PageUser
 from app.runs.disk import disk_by_run
 from app.runs.notices import notice_lines
-from app.runs.service import tags_by_run, why_queued
+from app.runs.service import resumed_from, tags_by_run, why_queued
 from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
@@ -21,6 +23,7 @@ router = APIRouter(include_in_schema=False, route_class=PageRoute)
 def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser) -> HTMLResponse:
     run = find_run(run_id, session, user, write=False)  # the API's 404; PageRoute renders it
     experiment = session.get(Experiment, run.experiment_id)
+    config_json = json.dumps(run.config, indent=2, sort_keys=True, ensure_ascii=False)
     return render(
         request,
         "run.html",
@@ -32,4 +35,7 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         tags=tags_by_run(session, [run.id])[run.id],
         disk_bytes=disk_by_run(session, [run.id]).get(run.id, 0),
         queue_reason=why_queued(session, run=run),
+        parent=resumed_from(session, run=run),
+        config_json=config_json,
+        may_launch=experiment is not None and user.may_write(experiment.owner_id),
     )

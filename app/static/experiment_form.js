@@ -144,7 +144,7 @@
     let first = null;
     for (const err of body.detail) {
       const loc = err.loc.slice(err.loc[0] === "body" ? 1 : 0);
-      const field = (loc[0] === "config" ? loc.slice(1) : loc).join(".");
+      const field = (loc[0] === "config" || loc[0] === "overrides" ? loc.slice(1) : loc).join(".");
       const input = field ? form.querySelector(`[name="${CSS.escape(field)}"]`) : null;
       if (!input) {
         showFormError(`${field || "form"}: ${err.msg}.`);
@@ -163,9 +163,36 @@
     if (first) first.focus();
   };
 
+  // A variant (?variant_of=RUN): the run's resolved config with the form's values on top, sent
+  // as the overrides of a new run of the same experiment. The form shows every param, so its
+  // params replace the run's; keys the form has no field for (checkpoints, code...) stay.
+  const variantOf = form.dataset.variantOf;
+  const launchVariant = async () => {
+    const base = JSON.parse(form.dataset.baseConfig || "{}");
+    const edited = buildBody().config;
+    const overrides = {...base, ...edited,
+                       resources: {...(base.resources || {}), ...edited.resources}};
+    if (overrides.seed === null) delete overrides.seed;  // empty: a fresh random seed
+    status.textContent = "Launching the variant…";
+    const r = await ty.api("POST", `/api/experiments/${form.dataset.experimentId}/runs`, {overrides});
+    if (!r.ok) {
+      if (r.status === 422) showErrors(r.body);
+      else showFormError(`Could not launch the variant (${r.status}): ${ty.errorText(r.body)}`);
+      status.textContent = "";
+      return;
+    }
+    status.textContent = "Opening the run…";
+    window.location.assign(`/runs/${r.body.id}`);
+  };
+
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearErrors();
+    if (variantOf) {
+      button.disabled = true;
+      try { await launchVariant(); } finally { button.disabled = false; }
+      return;
+    }
     button.disabled = true;
     status.textContent = "Creating the experiment…";
     try {

@@ -22,6 +22,13 @@
 
   const view = {smoothing: 0, logY: false, xMode: "step", t0: null};
   const charts = new Map();     // key -> chart state
+  // A resumed run: its parent's curve up to the checkpoint's step is drawn first, lighter
+  // (step x-axis only: the parent's wall times are not this run's).
+  // The step is the checkpoint's; when its row is gone (retention), the step before this run's
+  // first point.
+  const parent = {id: Number(root.dataset.parentRun) || null,
+                  step: root.dataset.parentStep ? Number(root.dataset.parentStep) : NaN};
+  let parentSeries = {};        // key -> {step, value} of the parent, steps <= parent.step
   let status = root.dataset.status;
   const mayWrite = root.dataset.mayWrite === "true";
   const cancelButton = $("cancel-run");
@@ -96,6 +103,16 @@
     yaxis: {type: view.logY ? "log" : "linear", autorange: true, zeroline: false},
   });
 
+  // Trace 2 (after the raw and smoothed ones, which live updates address as 0 and 1).
+  const parentTrace = (key) => {
+    const p = parentSeries[key];
+    if (!p || !p.step.length || view.xMode !== "step") return [];
+    return [{type: "scatter", mode: p.step.length < 60 ? "lines+markers" : "lines",
+             marker: {size: 3}, name: `run ${parent.id} (parent)`, x: p.step.slice(),
+             y: p.value.slice(), line: {width: 1.2, color: "#9aa3b2", dash: "dot"}, opacity: 0.8,
+             meta: "parent", hovertemplate: `%{x}: %{y:.5g}<extra>run ${parent.id}</extra>`}];
+  };
+
   const tracesFor = (chart, d) => {
     const w = view.smoothing;
     chart.ema = emaState();
@@ -108,6 +125,7 @@
       {type: "scatter", mode: "lines", name: ty.plotlyText(`${chart.key} (smoothed)`), x: x.slice(),
        y: emaAll(d.value, w, chart.ema), line: {width: 1.8, color: "#2456d6"}, visible: w > 0,
        hovertemplate: "%{x}: %{y:.5g}<extra>smoothed</extra>"},
+      ...parentTrace(chart.key),
     ];
   };
 
@@ -407,7 +425,7 @@
       const resume = document.createElement("button");
       resume.type = "button"; resume.className = "resume";
       resume.textContent = "Resume from this checkpoint";
-      resume.addEventListener("click", () => resumeFrom(c.name, resume));
+      resume.addEventListener("click", () => openResume(c));
       if (mayWrite) actions.append(a, " ", resume);
       else actions.append(a);
       tr.appendChild(actions);
@@ -423,16 +441,58 @@
   };
   setInterval(() => { if (status === "running") loadCheckpoints(); }, 10000);
 
-  const resumeFrom = async (name, button) => {
-    button.disabled = true;
-    const err = $("checkpoints-error");
-    err.hidden = true;
-    const r = await ty.api("POST", `/api/runs/${runId}/resume`, {checkpoint: name});
-    if (r.ok) { window.location.href = `/runs/${r.body.id}`; return; }
-    button.disabled = false;
-    err.textContent = `Could not resume from ${name}: ${ty.errorText(r.body)}`;
-    err.hidden = false;
+  // The resume form (button.resume opens it for that checkpoint): epochs and lr fields for a
+  // recipe's params and a JSON box for any other override; only values that differ from this
+  // run's config are sent. A checkpoint that reached the epochs (final.pt) gets more prefilled:
+  // the server refuses to resume it without (422 on params.epochs).
+  const resumeForm = $("resume-form");
+  let resumeName = null;
+  const openResume = (c) => {
+    if (!resumeForm) return;
+    resumeName = c.name;
+    $("resume-checkpoint").textContent = `${c.name} (epoch ${c.epoch}, step ${c.step})`;
+    const epochs = $("resume-epochs");
+    const current = Number(epochs.dataset.current);
+    epochs.value = epochs.dataset.current && c.epoch >= current ? String(c.epoch + current) : epochs.dataset.current;
+    $("resume-lr").value = $("resume-lr").dataset.current;
+    $("resume-error").hidden = true;
+    resumeForm.hidden = false;
+    epochs.focus();
   };
+  const resumeOverrides = () => {
+    const text = $("resume-overrides").value.trim();
+    const overrides = text ? JSON.parse(text) : {};
+    if (!overrides || typeof overrides !== "object" || Array.isArray(overrides)) {
+      throw new Error("the overrides must be a JSON object, e.g. {\"params\": {\"lr\": 0.01}}");
+    }
+    const params = {...(overrides.params || {})};
+    for (const [id, key] of [["resume-epochs", "epochs"], ["resume-lr", "lr"]]) {
+      const el = $(id);
+      if (el.value.trim() !== "" && el.value !== el.dataset.current) {
+        params[key] = Number.isFinite(Number(el.value)) ? Number(el.value) : el.value;
+      }
+    }
+    if (Object.keys(params).length) overrides.params = params;
+    return overrides;
+  };
+  if (resumeForm) {
+    $("resume-cancel").addEventListener("click", () => { resumeForm.hidden = true; });
+    resumeForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const err = $("resume-error");
+      err.hidden = true;
+      let overrides;
+      try { overrides = resumeOverrides(); } catch (e) {
+        err.textContent = `Overrides: ${e.message}`; err.hidden = false; return;
+      }
+      $("resume-submit").disabled = true;
+      const r = await ty.api("POST", `/api/runs/${runId}/resume`, {checkpoint: resumeName, overrides});
+      if (r.ok) { window.location.href = `/runs/${r.body.id}`; return; }
+      $("resume-submit").disabled = false;
+      err.textContent = `Could not resume from ${resumeName}: ${ty.errorText(r.body)}`;
+      err.hidden = false;
+    });
+  }
 
   // --- log tail ------------------------------------------------------------------------------
   // Under torchrun every line of rank N starts with "[rankN]: "; a single process's lines are
@@ -525,11 +585,23 @@
 
   const showChartsError = (text) => { const e = $("charts-error"); e.textContent = text; e.hidden = false; };
 
+  // The parent's points up to the resume step; a parent that is gone or unreadable just
+  // leaves its curve out.
+  const loadParent = async () => {
+    if (!parent.id || !Number.isFinite(parent.step)) return;
+    try {
+      const r = await fetch(`/api/runs/${parent.id}/metrics?max_points=${BUDGET}&step_max=${parent.step}`,
+                            {credentials: "same-origin"});
+      if (r.ok) parentSeries = (await r.json()).series || {};
+    } catch (err) { /* drawn without it */ }
+  };
+
   // --- start ---------------------------------------------------------------------------------
   const start = async () => {
     renderTiming();
     const logDone = loadLog();
     loadCheckpoints();
+    let parentDone = loadParent();
     let body = null;
     try {
       const response = await (window.tyRunPrefetch ||
@@ -540,6 +612,12 @@
       $("charts-loading").hidden = true;
       showChartsError(`Could not load the metrics: ${err.message || err}. Reload the page to try again.`);
     }
+    if (parent.id && !Number.isFinite(parent.step) && body && body.series) {
+      let first = Infinity;  // a loop, not Math.min(...): runs may have 100,000 keys
+      for (const s of Object.values(body.series)) if (s.step.length && s.step[0] < first) first = s.step[0];
+      if (first !== Infinity) { parent.step = first - 1; parentDone = loadParent(); }
+    }
+    await parentDone;
     if (body && body.series) {
       const series = Object.entries(body.series);
       for (const [, s] of series) {

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
+from torchyard.runtime.checkpoint import load_optimizer_state
 from torchyard.runtime.context import JobContext
 from torchyard.runtime.data import make_loader, set_epoch
 
@@ -154,8 +155,15 @@ def fit(
     if state is not None:
         model.load_state_dict(state["model"])
         if state.get("optimizer") is not None:
-            optimizer.load_state_dict(state["optimizer"])
+            load_optimizer_state(optimizer, state["optimizer"])
         done_epochs, step = int(state["epoch"]), int(state["step"])
+        # The optimizer's own lr after the load: proof in the log that an override took.
+        log.info(
+            "resumed after epoch %d step %d; optimizer lr %g",
+            done_epochs,
+            step,
+            optimizer.param_groups[0]["lr"],
+        )
     train_model: nn.Module = model
     if ctx.distributed:
         device_ids = [device.index] if device.type == "cuda" else None

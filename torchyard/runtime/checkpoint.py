@@ -95,6 +95,18 @@ def load_checkpoint(
     return state
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:
+    """Restore the optimizer's state (momentum buffers, Adam moments, step counts) from a
+    checkpoint but keep the hyperparameters it was just built with (lr, momentum,
+    weight_decay, betas...): ``load_state_dict`` alone would bring back the parent's, and a
+    run resumed with another lr would silently train with the old one."""
+    built = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict(dict(saved))
+    if len(built) == len(optimizer.param_groups):
+        for group, hyper in zip(optimizer.param_groups, built, strict=True):
+            group.update(hyper)
+
+
 def _fsync_dir(directory: Path) -> None:
     """Persist the rename itself: until the directory entry is synced, a power loss can
     bring back the old file even though the new one was fsynced."""
