@@ -223,7 +223,7 @@ def million_points(session: Session, run_id: int, key: str) -> int:
     session.flush()
     key_id = metric_key.id
     if session.get_bind().dialect.name == "postgresql":
-        steps = "SELECT generate_series(0, :last) AS s"
+        steps = "SELECT generate_series(CAST(0 AS BIGINT), CAST(:last AS BIGINT)) AS s"
     else:
         steps = (
             "WITH RECURSIVE n(s) AS (SELECT 0 UNION ALL SELECT s + 1 FROM n WHERE s < :last)"
