@@ -26,20 +26,33 @@ POISON_KEY = "poison/ingest-bug"
 
 @pytest.fixture
 def refused_key() -> Iterator[str]:
-    """The database refuses to store the metric key POISON_KEY (SQLite: a trigger)."""
+    """The database refuses to store the metric key POISON_KEY (a trigger, on either database)."""
     engine = get_engine()
-    if engine.dialect.name != "sqlite":
-        pytest.skip("the refusing trigger is written for SQLite")
+    if engine.dialect.name == "sqlite":
+        create = [
+            "CREATE TRIGGER ty_test_refuse_key BEFORE INSERT ON metric_keys "
+            f"WHEN NEW.key = '{POISON_KEY}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        ]
+        drop = ["DROP TRIGGER ty_test_refuse_key"]
+    else:
+        create = [
+            "CREATE FUNCTION ty_test_refuse_key() RETURNS trigger AS $$ BEGIN "
+            f"IF NEW.key = '{POISON_KEY}' THEN RAISE EXCEPTION 'refused'; END IF; "
+            "RETURN NEW; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER ty_test_refuse_key BEFORE INSERT ON metric_keys "
+            "FOR EACH ROW EXECUTE FUNCTION ty_test_refuse_key()",
+        ]
+        drop = [
+            "DROP TRIGGER ty_test_refuse_key ON metric_keys",
+            "DROP FUNCTION ty_test_refuse_key()",
+        ]
     with engine.begin() as conn:
-        conn.execute(
-            text(
-                "CREATE TRIGGER ty_test_refuse_key BEFORE INSERT ON metric_keys "
-                f"WHEN NEW.key = '{POISON_KEY}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
-            )
-        )
+        for statement in create:
+            conn.execute(text(statement))
     yield POISON_KEY
     with engine.begin() as conn:
-        conn.execute(text("DROP TRIGGER ty_test_refuse_key"))
+        for statement in drop:
+            conn.execute(text(statement))
 
 
 def lost_run_with_spool(*values: dict[str, float]) -> int:
