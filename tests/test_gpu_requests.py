@@ -127,15 +127,18 @@ def test_with_no_live_host_a_gpu_run_is_accepted_and_waits_for_a_worker(made) ->
 
 
 def test_a_queued_run_says_why_it_waits_in_the_api_and_on_its_page(client, made) -> None:
+    """8 GPUs asked for on a box whose 8 are held but one: no other live host of the suite (the
+    shared stack's worker declares 2 fake GPUs) can start it either, so it waits."""
     username, password, headers = make_user()
-    box = live_host(made, [0, 1])
-    holder = queue_run(made, username, 2)
-    assert start_on(holder, box, [0, 1]).outcome is StartOutcome.STARTED
-    waiting = queue_run(made, username, 2, priority=TOP)
+    box = live_host(made, list(range(8)))
+    live_host(made, [0, 1])  # as the suite's stack has: 2 free GPUs that do not help
+    holder = queue_run(made, username, 7)
+    assert start_on(holder, box, list(range(8))).outcome is StartOutcome.STARTED
+    waiting = queue_run(made, username, 8, priority=TOP)
 
     run = client.get(f"/api/runs/{waiting}", headers=headers).json()
     assert run["status"] == "queued"
-    assert run["queue_reason"] == "waiting for 2 free GPUs on one host"
+    assert run["queue_reason"] == "waiting for 8 free GPUs on one host"
     # The GPU page's words, from the same decision.
     panel = client.get("/api/gpus", headers=headers).json()
     (entry,) = [q for q in panel["queue"] if q["run_id"] == waiting]
@@ -146,7 +149,7 @@ def test_a_queued_run_says_why_it_waits_in_the_api_and_on_its_page(client, made)
     login(client, username, password)
     html = client.get(f"/runs/{waiting}").text
     assert '<p id="run-queue-reason" class="queue-reason" role="status">' in html
-    assert "waiting for 2 free GPUs on one host" in html
+    assert "waiting for 8 free GPUs on one host" in html
     html = client.get(f"/runs/{holder}").text
     assert '<p id="run-queue-reason" class="queue-reason" role="status" hidden>' in html
 
