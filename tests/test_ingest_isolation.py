@@ -26,7 +26,8 @@ POISON_KEY = "poison/ingest-bug"
 
 @pytest.fixture
 def refused_key() -> Iterator[str]:
-    """The database refuses to store the metric key POISON_KEY (a trigger, on either database)."""
+    """The database refuses to store the metric key POISON_KEY: a trigger, on either database,
+    raising an integrity error (what a refused row is)."""
     engine = get_engine()
     if engine.dialect.name == "sqlite":
         create = [
@@ -37,7 +38,8 @@ def refused_key() -> Iterator[str]:
     else:
         create = [
             "CREATE FUNCTION ty_test_refuse_key() RETURNS trigger AS $$ BEGIN "
-            f"IF NEW.key = '{POISON_KEY}' THEN RAISE EXCEPTION 'refused'; END IF; "
+            f"IF NEW.key = '{POISON_KEY}' THEN RAISE EXCEPTION 'refused' "
+            "USING ERRCODE = 'check_violation'; END IF; "
             "RETURN NEW; END $$ LANGUAGE plpgsql",
             "CREATE TRIGGER ty_test_refuse_key BEFORE INSERT ON metric_keys "
             "FOR EACH ROW EXECUTE FUNCTION ty_test_refuse_key()",
