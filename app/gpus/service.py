@@ -171,6 +171,22 @@ def never_startable(
     return never_fits(gpus, {h.host: len(h.gpus) for h in hosts})
 
 
+def _panel_decision(
+    session: Session, *, now: datetime, lease_ttl_seconds: float, starvation_seconds: float
+) -> Decision:
+    """The scheduler's decision with no host asking: what the GPU panel and a queued run's
+    reason both show, so they always agree."""
+    return decide(
+        session,
+        host=None,
+        inventory=None,
+        asking_run=None,
+        now=now,
+        lease_ttl_seconds=lease_ttl_seconds,
+        starvation_seconds=starvation_seconds,
+    )
+
+
 def queue_reason(
     session: Session,
     *,
@@ -180,14 +196,8 @@ def queue_reason(
     starvation_seconds: float,
 ) -> str:
     """Why a queued run waits, exactly as the GPU panel says it ("" when it is not queued)."""
-    decision = decide(
-        session,
-        host=None,
-        inventory=None,
-        asking_run=None,
-        now=now,
-        lease_ttl_seconds=lease_ttl_seconds,
-        starvation_seconds=starvation_seconds,
+    decision = _panel_decision(
+        session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
     )
     return _reason(decision, run_id)
 
@@ -310,14 +320,8 @@ def gpu_panel(
         hosts.append(HostOut(host=h.host, heartbeat_at=as_utc(h.heartbeat_at), gpus=gpus))
 
     queue = queue_order(queued_runs(session))
-    decision = decide(
-        session,
-        host=None,
-        inventory=None,
-        asking_run=None,
-        now=now,
-        lease_ttl_seconds=lease_ttl_seconds,
-        starvation_seconds=starvation_seconds,
+    decision = _panel_decision(
+        session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
     )
     details = {
         run_id: (experiment_id, username)
