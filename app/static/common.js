@@ -75,6 +75,18 @@ ty.errorText = (body) => {
     return cut > 0 ? key.slice(0, cut) : "";
   };
   ty.groupTitle = (group) => (group === "" ? "other" : `${group}/`);
+  // A group's box: its title and the grid its charts go in (run page, compare, overlays).
+  ty.chartGroup = (group) => {
+    const box = document.createElement("div");
+    box.className = "chart-group";
+    box.dataset.group = group;
+    const title = document.createElement("h3");
+    title.textContent = ty.groupTitle(group);
+    const grid = document.createElement("div");
+    grid.className = "chart-grid";
+    box.append(title, grid);
+    return {box, grid};
+  };
   const groupRank = (group) => (group === "" ? 2 : group === "sys" ? 1 : 0);
   const byText = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
   ty.compareGroups = (a, b) => groupRank(a) - groupRank(b)

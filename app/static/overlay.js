@@ -90,15 +90,8 @@ ty.overlay = (() => {
       byGroup.get(group).push(div);
     }
     container.replaceChildren(...[...byGroup.keys()].sort(ty.compareGroups).map((group) => {
-      const box = document.createElement("div");
-      box.className = "chart-group";
-      box.dataset.group = group;
-      const title = document.createElement("h3");
-      title.textContent = ty.groupTitle(group);
-      const grid = document.createElement("div");
-      grid.className = "chart-grid";
+      const {box, grid} = ty.chartGroup(group);
       grid.append(...byGroup.get(group).sort((a, b) => ty.compareKeys(a.dataset.key, b.dataset.key)));
-      box.append(title, grid);
       return box;
     }));
   };

@@ -57,18 +57,12 @@
   const groupBox = (group) => {
     let g = groups.get(group);
     if (g) return g;
-    const box = document.createElement("div");
-    box.className = "chart-group";
-    box.dataset.group = group;
-    const title = document.createElement("h3");
-    title.textContent = ty.groupTitle(group);
-    const grid = document.createElement("div");
-    grid.className = "chart-grid";
+    const {box, grid} = ty.chartGroup(group);
     const more = document.createElement("button");
     more.type = "button";
     more.className = "show-more";
     more.hidden = true;
-    box.append(title, grid, more);
+    box.append(more);
     g = {box, grid, shown: 0, limit: 0, hidden: [], more};
     more.addEventListener("click", () => reveal(g));
     // In group order; groups mostly come in order (keys arrive sorted), so appending is the
