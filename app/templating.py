@@ -12,14 +12,14 @@ from fastapi.templating import Jinja2Templates
 from app.auth.deps import csrf_cookie
 from app.auth.models import User
 from app.runs.notices import size_text
-from app.static_files import plotly_url
+from app.static_files import chart_asset_url
 
 # app/templates links to the repository's top-level templates/: in a checkout (and an editable
 # install) it leads there, and a wheel carries the files themselves at this place.
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
-templates.env.globals["plotly_url"] = plotly_url
+templates.env.globals["chart_asset_url"] = chart_asset_url
 templates.env.filters["size"] = size_text  # bytes as people read them: "1.5 MiB"
 
 

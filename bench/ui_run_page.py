@@ -9,8 +9,8 @@ login form.
       (the forwarder's path) into the real database. Time from navigation start to all four
       charts drawn (`.metric-chart[data-points]` > 0, read with performance.now(), whose origin
       is the navigation start): the first run page of a fresh browser profile right after
-      logging in (the experiments list it lands on has run the chart library once, deferred),
-      the same after the list page went idle, and warm loads. Target < 1.5 s.
+      logging in (nothing of the chart library cached: target < 1.2 s), the same after the
+      list page went idle, and warm loads (target < 1.5 s).
 (ii)  Bytes sent for the default view: the compressed (gzip) size of the page's
       /api/runs/{id}/metrics responses (Resource Timing's encodedBodySize), per series, checked
       against a plain httpx request with Accept-Encoding: gzip. Target < 300 KB per series.
@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 KEYS = ("train/loss", "train/acc", "val/loss", "val/acc")
 LOAD_TARGET_S = 1.5
+# A fresh browser (empty cache) opening its first page with charts: issue 17.
+FIRST_LOAD_TARGET_S = 1.2
 BYTES_TARGET = 300 * 1024
 LATENCY_TARGET_S = 1.0
 BATCH = 20_000
@@ -226,8 +228,8 @@ def main() -> None:
         browser = launch_chromium(playwright)
         context = None
         try:
-            # (i) load time: first run-page loads, each in a fresh context (empty cache; login
-            # lands on the list page, which runs plotly.min.js deferred), then warm loads.
+            # (i) load time: first run-page loads, each in a fresh context (empty cache: the
+            # chart library is loaded by chart pages only), then warm loads.
             firsts = []
             for _ in range(args.first):
                 if firsts:
@@ -274,7 +276,7 @@ def main() -> None:
                     f"(i) navigation -> 4 charts drawn, {label} (median of {len(times)}; "
                     f"min {min(times) / 1000:.3f}, max {max(times) / 1000:.3f})",
                     statistics.median(times) / 1000,
-                    LOAD_TARGET_S,
+                    FIRST_LOAD_TARGET_S if times is firsts else LOAD_TARGET_S,
                     "s",
                 )
 

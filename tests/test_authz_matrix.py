@@ -46,7 +46,7 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
 from app.runs.models import Checkpoint, Run, RunImage
 from app.settings import get_settings
-from app.static_files import docs_asset_url, plotly_version
+from app.static_files import chart_asset_url, docs_asset_url
 from app.users import service as users
 from tests.conftest import make_user
 from tests.factories import add_run
@@ -282,8 +282,8 @@ MATRIX: dict[tuple[str, str], Row] = {
         303,
         lambda w: (f"/invite/{w.invite()}", {"data": {"new_password": "long enough pw"}}),
     ),
-    ("GET", "/static/vendor/plotly-{version}.min.js"): Row(
-        PUBLIC, 200, lambda w: (f"/static/vendor/plotly-{plotly_version()}.min.js", {})
+    ("GET", "/static/vendor/chart-{version}/{name}"): Row(
+        PUBLIC, 200, lambda w: (chart_asset_url("uPlot.js"), {})
     ),
     ("GET", "/static/vendor/docs-{version}/{name}"): Row(
         PUBLIC, 200, lambda w: (docs_asset_url("swagger-ui.css"), {})

@@ -255,7 +255,7 @@ def test_compare_diffs_only_differing_keys_and_charts_every_metric(client, user)
     assert f'data-runs="{a["id"]},{b["id"]}"' in html
     for run_id in (a["id"], b["id"]):
         assert re.search(rf'<input type="checkbox" name="run" value="{run_id}" checked>', html)
-    assert 'id="compare-apply"' in html and "/static/vendor/plotly-" in html
+    assert 'id="compare-apply"' in html and "/static/vendor/chart-" in html
 
 
 def test_compare_identical_configs_says_no_differences(client, user) -> None:

@@ -101,7 +101,8 @@ def test_logs_are_the_runs_own(client, user_headers, run_with_traps, suffix) -> 
         "/static/../app/settings.py",
         "/static/%2e%2e/%2e%2e/app/settings.py",
         "/static/..%2f..%2fpyproject.toml",
-        "/static/vendor/plotly-..%2f..%2fsettings.min.js",
+        "/static/vendor/chart-..%2f..%2fsettings.py/uPlot.js",
+        "/static/vendor/chart-1/..%2f..%2fsettings.py",
     ],
 )
 def test_static_files_stay_inside(client, path) -> None:  # type: ignore[no-untyped-def]

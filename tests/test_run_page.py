@@ -46,7 +46,8 @@ def test_run_page_renders_for_its_owner_with_the_dom_hooks(app) -> None:
         'id="cancel-run"',
         f'href="/experiments/{run["experiment_id"]}"',
         "/static/run.js",
-        "/static/vendor/plotly-",
+        "/static/vendor/chart-",
+        "/static/chart.js",
     ):
         assert hook in html, hook
     assert f"Run {run['id']}" in html and ">5</dd>" in html  # id and seed

@@ -2,13 +2,6 @@
 "use strict";
 window.ty = window.ty || {};
 
-// Text for Plotly's titles, trace names and hover labels, which it renders as (a subset of)
-// HTML: a metric key like `<a href=x>hi</a>` became a working link. Entities are shown as the
-// characters they stand for, so the key reads as it was logged.
-// (Quotes need nothing: outside a tag they are text, and no tag is left.)
-ty.plotlyText = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;")
-  .replace(/>/g, "&gt;");
-
 ty.csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
 
 // Calls the API; resolves to {ok, status, body}. Never throws for HTTP errors: callers show

@@ -13,7 +13,6 @@ ty.overlay = (() => {
   // Points per chart in all; each run gets its share (at least MIN_POINTS, at most MAX_POINTS),
   // so 100 runs x 2 keys draw ~2 x 30,000 points, not 2 x 400,000.
   const CHART_BUDGET = 30000, MIN_POINTS = 100, MAX_POINTS = 2000;
-  const PLOTLY_LEGEND_UP_TO = 10;  // more runs: the page's own legend only
   // Charts made at most (the first keys in key order; a run page shows them all), and each
   // drawn only once it scrolls near: a run with thousands of keys otherwise froze the page.
   const MAX_CHARTS = 48;
@@ -149,7 +148,7 @@ ty.overlay = (() => {
 
     const xs = (run, s) => {
       if (state.view.xMode === "step" || !s.time) return s.step;
-      if (state.view.xMode === "wall") return s.time.map((t) => (t == null ? null : new Date(t * 1000)));
+      if (state.view.xMode === "wall") return s.time;  // seconds since the epoch: a date axis
       const t0 = s.time.find((t) => t != null);
       return s.time.map((t) => (t == null || t0 == null ? null : t - t0));
     };
@@ -161,25 +160,19 @@ ty.overlay = (() => {
         const s = (state.series.get(r.id) || {})[key];
         if (!s) continue;
         const y = v.smoothing > 0 ? ty.series.emaAll(s.value, v.smoothing, ty.series.emaState()) : s.value;
-        traces.push({type: "scatter", mode: s.step.length < 60 ? "lines+markers" : "lines",
-                     marker: {size: 4}, x: xs(r, s), y, name: ty.plotlyText(state.labels.get(r.id)),
-                     line: {color: ty.runColor(r.id), width: 1.5},
-                     hovertemplate: "%{x}: %{y:.5g}"});
+        traces.push({mode: s.step.length < 60 ? "lines+markers" : "lines", x: xs(r, s), y,
+                     name: state.labels.get(r.id), line: {color: ty.runColor(r.id), width: 1.5}});
       }
       const layout = {
-        title: {text: ty.plotlyText(key), font: {size: 13}, x: 0.02, xanchor: "left"},
-        margin: {l: 52, r: 12, t: 30, b: 36},
-        hovermode: "closest",
-        showlegend: state.runs.length <= PLOTLY_LEGEND_UP_TO,
-        legend: {orientation: "h", x: 0, y: -0.2, yanchor: "top", font: {size: 10}},
-        xaxis: {title: {text: {step: "step", wall: "wall time", relative: "time since start (s)"}[v.xMode],
-                        font: {size: 11}}, type: v.xMode === "wall" ? "date" : "linear", zeroline: false},
-        yaxis: {type: v.logY ? "log" : "linear", zeroline: false, autorange: true},
+        title: {text: key},
+        xaxis: {title: {text: {step: "step", wall: "wall time", relative: "time since start (s)"}[v.xMode]},
+                type: v.xMode === "wall" ? "date" : "linear"},
+        yaxis: {type: v.logY ? "log" : "linear", autorange: true},
       };
       const range = v.clip ? clippedRange(traces, v.logY) : null;
       if (range) { layout.yaxis.range = range; layout.yaxis.autorange = false; }
       div.dataset.traces = String(traces.length);
-      return Plotly.react(div, traces, layout, {responsive: true, displaylogo: false})
+      return ty.plot.react(div, traces, layout)
         .then(() => { div.dataset.drawnAt = String(performance.now()); });
     };
     const drawAll = () => Promise.all(charts().filter((d) => state.near.has(d)).map(draw));
@@ -247,7 +240,7 @@ ty.overlay = (() => {
       for (const r of runs) for (const k of Object.keys(r.summary || {})) if (!have.has(k)) fresh.add(k);
       if (!fresh.size || state.more > 0) return [];
       container.append(...[...fresh].map(chartDiv));
-      for (const d of charts()) if (d.data) Plotly.purge(d);
+      for (const d of charts()) if (d.data) ty.plot.purge(d);
       state.near.clear();
       capCharts();
       arrange(container);
@@ -298,7 +291,7 @@ ty.overlay = (() => {
     }
 
     const start = async () => {
-      if (typeof Plotly === "undefined") { say("The chart library did not load; reload the page.", true); return; }
+      if (!ty.plot || !ty.plot.loaded()) { say("The chart library did not load; reload the page.", true); return; }
       setRuns(state.runs);
       capCharts();
       arrange(container);

@@ -43,7 +43,7 @@
 
   const {lowerBound, emaState, emaPush, emaAll, decimate} = ty.series;
 
-  // A new array: Plotly keeps (and extendTraces grows) the trace's own arrays.
+  // A new array: the chart keeps (and ty.plot.extend grows) the trace's own arrays.
   const xsOf = (d) => view.xMode === "time"
     ? d.time.map((t) => (t == null || view.t0 == null ? null : t - view.t0)) : d.step.slice();
 
@@ -88,23 +88,18 @@
   };
 
   const layoutFor = (key) => ({
-    title: {text: ty.plotlyText(key), font: {size: 13}, x: 0.02, xanchor: "left"},
-    margin: {l: 52, r: 12, t: 30, b: 36},
-    showlegend: false,
-    hovermode: "closest",
-    xaxis: {title: {text: view.xMode === "time" ? "wall time (s)" : "step", font: {size: 11}},
-            autorange: true, zeroline: false},
-    yaxis: {type: view.logY ? "log" : "linear", autorange: true, zeroline: false},
+    title: {text: key},
+    xaxis: {title: {text: view.xMode === "time" ? "wall time (s)" : "step"}, autorange: true},
+    yaxis: {type: view.logY ? "log" : "linear", autorange: true},
   });
 
   // Trace 2 (after the raw and smoothed ones, which live updates address as 0 and 1).
   const parentTrace = (key) => {
     const p = parentSeries[key];
     if (!p || !p.step.length || view.xMode !== "step") return [];
-    return [{type: "scatter", mode: p.step.length < 60 ? "lines+markers" : "lines",
-             marker: {size: 3}, name: `run ${parent.id} (parent)`, x: p.step.slice(),
-             y: p.value.slice(), line: {width: 1.2, color: "#9aa3b2", dash: "dot"}, opacity: 0.8,
-             meta: "parent", hovertemplate: `%{x}: %{y:.5g}<extra>run ${parent.id}</extra>`}];
+    return [{mode: p.step.length < 60 ? "lines+markers" : "lines", name: `run ${parent.id} (parent)`,
+             x: p.step.slice(), y: p.value.slice(), line: {width: 1.2, color: "#9aa3b2", dash: "dot"},
+             opacity: 0.8, meta: "parent"}];
   };
 
   const tracesFor = (chart, d) => {
@@ -113,12 +108,10 @@
     const x = xsOf(d);
     const mode = d.step.length < 60 ? "lines+markers" : "lines";  // epoch-level series: few points
     return [
-      {type: "scatter", mode, marker: {size: 4}, name: ty.plotlyText(chart.key), x, y: d.value.slice(),
-       line: {width: 1.2, color: "#2456d6"}, opacity: w > 0 ? 0.28 : 1,
-       hovertemplate: "%{x}: %{y:.5g}<extra>raw</extra>"},
-      {type: "scatter", mode: "lines", name: ty.plotlyText(`${chart.key} (smoothed)`), x: x.slice(),
-       y: emaAll(d.value, w, chart.ema), line: {width: 1.8, color: "#2456d6"}, visible: w > 0,
-       hovertemplate: "%{x}: %{y:.5g}<extra>smoothed</extra>"},
+      {mode, name: chart.key, x, y: d.value.slice(), line: {width: 1.2, color: "#2456d6"},
+       opacity: w > 0 ? 0.28 : 1},
+      {mode: "lines", name: `${chart.key} (smoothed)`, x: x.slice(), y: emaAll(d.value, w, chart.ema),
+       line: {width: 1.8, color: "#2456d6"}, visible: w > 0},
       ...parentTrace(chart.key),
     ];
   };
@@ -137,8 +130,7 @@
       layout.xaxis.range = chart.div.layout.xaxis.range; layout.xaxis.autorange = false;
       layout.yaxis.range = chart.div.layout.yaxis.range; layout.yaxis.autorange = false;
     }
-    Plotly.react(chart.div, tracesFor(chart, d), layout,
-                 {responsive: true, displaylogo: false, doubleClick: "autosize"});
+    ty.plot.react(chart.div, tracesFor(chart, d), layout);
     markCounts(chart);
   };
 
@@ -148,7 +140,7 @@
     chart.drawn = true;
     chart.div.classList.remove("lazy");
     draw(chart, chart.shown, false);
-    chart.div.on("plotly_relayout", (ev) => onRelayout(chart, ev));
+    ty.plot.onRelayout(chart.div, (ev) => onRelayout(chart, ev));
   };
   let observer = null;
   const drawWhenNear = (chart) => {
@@ -266,7 +258,7 @@
         chart.shown.step.push(...p.step); chart.shown.value.push(...p.value);
         chart.shown.time.push(...p.time);
       }
-      Plotly.extendTraces(chart.div, {x: [x, x.slice()], y: [y.slice(), ys]}, [0, 1]);
+      ty.plot.extend(chart.div, {x: [x, x.slice()], y: [y.slice(), ys]}, [0, 1]);
       chart.updates += 1;
       markCounts(chart);
     }
@@ -306,15 +298,15 @@
       if (!c.drawn) continue;  // drawn later with the current smoothing
       c.ema = emaState();
       const ys = emaAll(c.div.data[0].y, view.smoothing, c.ema);
-      Plotly.restyle(c.div, {y: [ys], visible: [view.smoothing > 0]}, [1]);
-      Plotly.restyle(c.div, {opacity: [view.smoothing > 0 ? 0.28 : 1]}, [0]);
+      c.div.data[0].opacity = view.smoothing > 0 ? 0.28 : 1;
+      ty.plot.restyle(c.div, {y: [ys], visible: [view.smoothing > 0]}, [1]);
     }
   });
   $("log-scale").addEventListener("change", (e) => {
     view.logY = e.target.checked;
     for (const c of charts.values()) {
       if (!c.drawn) continue;
-      Plotly.relayout(c.div, {"yaxis.type": view.logY ? "log" : "linear", "yaxis.autorange": true});
+      ty.plot.relayout(c.div, {"yaxis.type": view.logY ? "log" : "linear", "yaxis.autorange": true});
     }
   });
   $("x-axis").addEventListener("change", (e) => { view.xMode = e.target.value; redrawAll(); });

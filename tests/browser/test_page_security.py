@@ -90,7 +90,7 @@ def test_a_metric_key_that_is_html_is_shown_as_text(admin_page: Page) -> None:
     page.wait_for_selector("#charts-loading", state="hidden")
     chart = page.locator("div.metric-chart").filter(has_text="big").first
     chart.wait_for()
-    title = chart.locator(".gtitle")
+    title = chart.locator(".chart-title")
     assert title.text_content() == PAYLOAD  # the key, character for character
     assert page.locator("#injected-link").count() == 0
     assert page.locator("a[href='x'], img[src='x']").count() == 0

@@ -61,7 +61,7 @@ def test_run_page_of_a_finished_run(
     final = page.locator('table#checkpoints tr[data-checkpoint="final.pt"] a.download')
     expect(final).to_be_visible()
     assert not page.locator("#cancel-run").is_visible(), "cancel offered on a finished run"
-    page.wait_for_timeout(300)  # let Plotly finish its transitions before the picture
+    page.wait_for_timeout(300)  # let the charts settle (a resize redraw) before the picture
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "run-page.png"), full_page=True)
 
