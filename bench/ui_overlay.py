@@ -99,7 +99,7 @@ def main() -> None:
                 )
                 page = context.new_page()
                 log_in(page, password)
-                page.wait_for_load_state("networkidle")  # the chart library, run once
+                page.wait_for_load_state("networkidle")
                 page.goto(f"/experiments/{exp_id}#experiment-curves", wait_until="commit")
                 handle = page.wait_for_function(
                     DRAWN, arg=[list(KEYS), args.runs], polling="raf", timeout=60_000

@@ -266,7 +266,7 @@ def main() -> None:
             print(f"run {run_id}: {len(KEYS)} series x {args.points:,} points; plotted {points}")
             for label, times in (
                 (
-                    "first run page right after logging in (the list page ran the chart library)",
+                    "first run page of a fresh browser (empty cache), right after logging in",
                     firsts,
                 ),
                 ("first run page after the list page went idle", prefetched),
