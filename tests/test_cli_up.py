@@ -1,4 +1,5 @@
-"""`torchyard up`: one command starts the server and a worker, Ctrl-C stops both."""
+"""`torchyard up`: one command starts the server and a worker, Ctrl-C stops both; a child that
+dies is started again while the other keeps serving (app/cli/supervisor.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import wait_for_status
 from tests.stack import REPO, free_port
 
 pytestmark = pytest.mark.slow
@@ -95,3 +97,101 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _start_up(tmp_path: Path, port: int) -> tuple[subprocess.Popen[str], str]:
+    """`torchyard up` in a fresh data dir; returns it once it says "Ctrl-C", and the password."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "up", "--port", str(port)]
+        + ["--data-dir", str(tmp_path / "data")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    while not any("Ctrl-C" in line for line in lines):
+        line = proc.stdout.readline()
+        assert line, f"torchyard up exited early: {lines}"
+        lines.append(line)
+    return proc, "".join(lines).split("generated password: ")[1].split()[0]
+
+
+def _token(base: str, password: str, deadline: float) -> str:
+    while True:
+        try:
+            r = httpx.post(
+                f"{base}/api/auth/token", data={"username": "admin", "password": password}
+            )
+            return str(r.json()["access_token"])
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, "the server never answered"
+            time.sleep(0.2)
+
+
+def _worker_pid(up_pid: int) -> int:
+    """`python -P -m worker worker ...` among the children of `up`."""
+    return next(p for p in _children(up_pid) if b"\0worker\0" in _cmdline(p))
+
+
+def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc, password = _start_up(tmp_path, port)
+    try:
+        token = _token(base, password, time.monotonic() + 60)
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as api:
+            old = _worker_pid(proc.pid)
+            os.kill(old, signal.SIGKILL)
+            killed_at = time.monotonic()
+            # The web UI keeps answering while the worker is down and comes back.
+            new = None
+            while new is None:
+                assert api.get("/api/health").status_code == 200
+                assert time.monotonic() - killed_at < 10, "no new worker within 10 s"
+                workers = [
+                    p for p in _children(proc.pid) if p != old and b"\0worker\0" in _cmdline(p)
+                ]
+                new = workers[0] if workers else None
+                time.sleep(0.2)
+            # The new worker runs jobs.
+            experiment = api.post(
+                "/api/experiments",
+                json={"name": "after", "config": {"recipe": "tiny_mlp", "params": {"epochs": 1}}},
+            ).json()
+            run = api.post(f"/api/experiments/{experiment['id']}/runs").json()
+            assert wait_for_status(api, run["id"], {"succeeded", "failed"})["status"] == "succeeded"
+            # A killed server is started again too.
+            server = next(p for p in _children(proc.pid) if b"uvicorn" in _cmdline(p))
+            os.kill(server, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if httpx.get(f"{base}/api/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the server was not started again"
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 0
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        assert "the worker (pid" in out and "was killed by SIGKILL" in out, out
+        assert "the server (pid" in out and "torchyard stopped" in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

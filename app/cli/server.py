@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
-import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +20,7 @@ import typer
 
 from app.cli.client import CliError
 
+# How long the server may take to stop; the worker gets its shutdown grace plus this.
 STOP_TIMEOUT_SECONDS = 20.0
 # The folder that holds our `app` package: site-packages, or the checkout (editable install).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -98,33 +97,6 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
     ]
 
 
-def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
-    """Wait until Ctrl-C/SIGTERM or a child dies; then stop all children and wait for them."""
-    stopping = False
-
-    def _stop(_sig: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
-    while not stopping and all(c.poll() is None for c in children):
-        time.sleep(0.2)
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-    for child in children:
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-    print("torchyard stopped", flush=True)
-    failed = [c.returncode for c in children if c.returncode not in (0, -signal.SIGTERM)]
-    return 0 if stopping or not failed else 1
-
-
 def up(
     host: Annotated[str, typer.Option(help="address the server binds to")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port the server listens on")] = 8000,
@@ -133,9 +105,11 @@ def up(
         typer.Option(envvar="TORCHYARD_DATA_DIR", help="database, broker, runs and checkpoints"),
     ] = "torchyard-data",
 ) -> None:
-    """Start the server and one worker (embedded defaults: SQLite, no Redis). Ctrl-C stops both."""
+    """Start the server and one worker (embedded defaults: SQLite, no Redis); either one that
+    dies is started again. Ctrl-C stops both."""
     require_server_stack()
     os.environ["TORCHYARD_DATA_DIR"] = os.path.abspath(data_dir)
+    from app.cli.supervisor import Child, supervise
     from app.prestart import prestart
     from app.settings import PRIVATE_UMASK, get_settings
     from worker import sandbox
@@ -148,8 +122,12 @@ def up(
 
     declare_default_queue()
     children = [
-        subprocess.Popen(worker_argv(worker_concurrency())),
-        subprocess.Popen(server_argv(host, port)),
+        Child(
+            "worker",
+            worker_argv(worker_concurrency()),
+            stop_timeout=settings.shutdown_grace_seconds + STOP_TIMEOUT_SECONDS,
+        ),
+        Child("server", server_argv(host, port), stop_timeout=STOP_TIMEOUT_SECONDS),
     ]
     print(f"torchyard is up: http://{host}:{port}  (API docs: /docs)", flush=True)
     print(f"data: {settings.resolved_data_dir}", flush=True)
@@ -158,7 +136,7 @@ def up(
     print(sandbox.describe(sandbox.decide(settings.job_isolation, settings.job_uid_base)))
     print(credentials, flush=True)
     print("press Ctrl-C to stop", flush=True)
-    raise typer.Exit(_supervise(children))
+    raise typer.Exit(supervise(children))
 
 
 def worker(
