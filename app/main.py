@@ -23,6 +23,7 @@ from app.experiments.api import router as experiments_router
 from app.experiments.views import router as experiments_views
 from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
+from app.ops.ready import router as ready_router
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
 from app.runs.delete_api import router as run_delete_router
@@ -103,6 +104,7 @@ def create_app() -> FastAPI:
             dependencies=[Depends(reject_unknown_query)],
         )
     for router in (
+        ready_router,
         static_files.router,
         api_docs.router,
         auth_views,

@@ -253,6 +253,7 @@ def _same_password(w: World) -> dict[str, Any]:
 MATRIX: dict[tuple[str, str], Row] = {
     # public: the API's health, the docs, the login form and token endpoint, static files
     ("GET", "/api/health"): Row(PUBLIC, 200, _get("/api/health")),
+    ("GET", "/api/ready"): Row(PUBLIC, 200, _get("/api/ready")),
     ("GET", "/openapi.json"): Row(PUBLIC, 200, _get("/openapi.json")),
     ("GET", "/docs"): Row(PUBLIC, 200, _get("/docs")),
     ("GET", "/docs/oauth2-redirect"): Row(PUBLIC, 200, _get("/docs/oauth2-redirect")),

@@ -109,7 +109,7 @@ def test_healthchecks(services: dict[str, Any]) -> None:
     assert "pg_isready" in test_of("postgres")
     assert "redis-cli ping" in test_of("redis")
     api_check = test_of("api")
-    assert "python" in api_check and "urllib" in api_check and "/api/health" in api_check
+    assert "python" in api_check and "urllib" in api_check and "/api/ready" in api_check
     assert ":8000/" in api_check
 
 
