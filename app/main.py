@@ -23,6 +23,8 @@ from app.experiments.api import router as experiments_router
 from app.experiments.views import router as experiments_views
 from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
+from app.ops.prometheus import RequestTimer
+from app.ops.prometheus import router as prometheus_router
 from app.ops.ready import router as ready_router
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
@@ -77,6 +79,7 @@ def create_app() -> FastAPI:
     # 4% more bytes; under load that difference was most of the API's p95 (bench/load.py).
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=1)
     app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(RequestTimer)
     # X-Forwarded-For only from the configured proxies; uvicorn's own proxy handling is off
     # (app/cli/server.py), since it trusts 127.0.0.1 by default. Outermost: every layer and
     # the login throttle see the forwarded client.
@@ -105,6 +108,7 @@ def create_app() -> FastAPI:
         )
     for router in (
         ready_router,
+        prometheus_router,
         static_files.router,
         api_docs.router,
         auth_views,

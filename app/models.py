@@ -4,6 +4,7 @@ from app.auth.models import ApiToken, User
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
+from app.ops.models import OpsCounter
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "GpuLease",
     "Metric",
     "MetricKey",
+    "OpsCounter",
     "Run",
     "RunImage",
     "RunParam",

@@ -291,6 +291,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ),
     # any logged-in user; lists show everyone's things (the team sees each other's work)
     ("GET", "/api/me"): Row(USER, 200, _get("/api/me")),
+    ("GET", "/metrics"): Row(USER, 200, _get("/metrics")),
     ("GET", "/api/users/me"): Row(
         USER, 200, _get("/api/users/me"), lambda w, r: r.json()["username"] == w.other.username
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from enum import StrEnum
@@ -121,6 +122,12 @@ def up(
     from worker.celery_app import declare_default_queue
 
     declare_default_queue()
+    # /metrics sums the request and stream figures of every server process from here
+    # (app/ops/prometheus.py); a dead process's files would count, so it starts empty.
+    metrics_dir = settings.resolved_data_dir / "prometheus"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(mode=0o700)
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
     children = [
         Child(
             "worker",

@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from app.metrics.models import MetricKey
 from app.metrics.summary import update_summaries
+from app.ops import counters
 
 Point = tuple[str, int, float | None, float]
 # One metrics line: (step, wall_time, {key: value}); a value is a number or None.
@@ -122,6 +123,7 @@ def ingest_points(
         for key, step, value, wall_time in points
     ]
     inserted = _insert_rows(session, rows)
+    counters.add(session, name=counters.POINTS_INGESTED, amount=inserted, key=run_id)
     if rows:
         steps = [row[1] for row in rows]
         touched = {key_ids[key] for key in keys if key in key_ids}
@@ -163,6 +165,7 @@ def ingest_steps(
             for key, value in values.items()
         ]
     inserted = _insert_rows(session, rows)
+    counters.add(session, name=counters.POINTS_INGESTED, amount=inserted, key=run_id)
     if rows:  # per line, not per point: the hot path pays one pass over the lines
         numbers = [s for s, _w, _v in steps]
         touched = {ids[key] for key in keys if key in ids}

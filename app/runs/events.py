@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from app.db import session_scope
 from app.errors import validation_error
 from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
+from app.ops.prometheus import EVENT_STREAMS
 from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
 
@@ -258,9 +259,11 @@ def stream_slot(user_id: int, limit: int) -> Iterator[None]:
             headers={"Retry-After": "5"},
         )
     _OPEN_STREAMS[user_id] = _OPEN_STREAMS.get(user_id, 0) + 1
+    EVENT_STREAMS.inc()
     try:
         yield
     finally:
+        EVENT_STREAMS.dec()
         left = _OPEN_STREAMS.get(user_id, 1) - 1
         if left > 0:
             _OPEN_STREAMS[user_id] = left
