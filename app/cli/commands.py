@@ -115,9 +115,7 @@ def submit(
     priority: Annotated[int, typer.Option(min=-1000, max=1000, help="higher starts first")] = 0,
     code: Annotated[
         Path | None,
-        typer.Option(
-            "--code", metavar="DIR", help=CODE_HELP, file_okay=False, show_default=False
-        ),
+        typer.Option("--code", metavar="DIR", help=CODE_HELP, file_okay=False, show_default=False),
     ] = None,
     no_code: Annotated[bool, typer.Option("--no-code", help=NO_CODE_HELP)] = False,
     follow: FollowOpt = False,

@@ -82,7 +82,16 @@ def _git_files(root: Path) -> list[str] | None:
     checkout (or git is missing)."""
     try:
         done = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            [
+                "git",
+                "-C",
+                str(root),
+                "ls-files",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+                "-z",
+            ],
             capture_output=True,
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,
@@ -123,8 +132,11 @@ def _walk_files(root: Path, limits: PackLimits, left_out: list[LeftOut]) -> list
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_size > limits.max_file_bytes:
                 left_out.append(
-                    LeftOut(rel, f"{st.st_size / MiB:.1f} MiB, over the per-file limit "
-                            f"of {limits.max_file_bytes / MiB:.0f} MiB")
+                    LeftOut(
+                        rel,
+                        f"{st.st_size / MiB:.1f} MiB, over the per-file limit "
+                        f"of {limits.max_file_bytes / MiB:.0f} MiB",
+                    )
                 )
                 continue
             names.append(rel)
@@ -159,7 +171,9 @@ def _entry(root: Path, name: str, left_out: list[LeftOut]) -> _Entry | None:
     if stat.S_ISLNK(st.st_mode):
         target = _link_target(root, path)
         if target is None:
-            left_out.append(LeftOut(name, f"a symlink out of the directory (-> {os.readlink(path)})"))
+            left_out.append(
+                LeftOut(name, f"a symlink out of the directory (-> {os.readlink(path)})")
+            )
             return None
         return _Entry(name, path, target, 0, False)
     if stat.S_ISDIR(st.st_mode):
