@@ -146,8 +146,9 @@ def _remote(root: Path) -> str | None:
 def git_state(directory: Path) -> dict[str, Any] | None:
     """Commit, branch, remote (no credentials), dirty flag, uncommitted diff (capped) and
     untracked files of the git checkout that holds ``directory`` (a script's directory: a
-    workspace may hold several checkouts); None when it is not in one, or without git. The whole checkout counts: an
-    edited helper module next to the script changes the run as much as the script does."""
+    workspace may hold several checkouts); None when it is not in one, or without git. The
+    whole checkout counts: an edited helper module next to the script changes the run as much
+    as the script does."""
     top = _git(directory.expanduser().resolve(), "rev-parse", "--show-toplevel")
     if top is None:
         return None

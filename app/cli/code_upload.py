@@ -24,7 +24,7 @@ from rich.progress import (
 
 from app.cli.client import Api, ApiError, CliError
 from app.cli.common import human_size
-from app.cli.pack import PackError, Packed, PackLimits, pack
+from app.cli.pack import Packed, PackError, PackLimits, pack
 from worker.workspace import git_state
 
 PROGRESS_FROM_BYTES = 1024 * 1024  # smaller uploads finish before a bar would help
