@@ -175,8 +175,8 @@ SCRIPT_CHOICE = "__script__"
 
 
 def _script_values(config: dict[str, Any]) -> dict[str, Any]:
-    """A script config as the form shows it (with its code snapshot's digest, if any): args space-separated (quoted when needed), params
-    one ``key=value`` per line."""
+    """A script config as the form shows it (with its code snapshot's digest, if any): args
+    space-separated (quoted when needed), params one ``key=value`` per line."""
     if not config.get("script"):
         return {"script": "", "script_args": "", "script_params": "", "code": ""}
     params = config.get("params") or {}
