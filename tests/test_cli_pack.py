@@ -9,6 +9,7 @@ import io
 import os
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -76,7 +77,8 @@ def test_a_checkout_is_packed_as_git_sees_it(checkout: Path) -> None:
     try:
         names = members(packed.path)
         assert sorted(names) == [".gitignore", "notes.txt", "pkg/helper.py", "run.sh", "train.py"]
-        assert "big.ckpt" not in names  # ignored: stays home
+        assert "big.ckpt" not in names  # ignored: stays home, and the user is told
+        assert [(i.path, i.reason) for i in packed.left_out] == [("big.ckpt", "ignored by git")]
         assert (
             read_member(packed.path, "train.py") == b"import pkg.helper\nprint('v2: uncommitted')\n"
         )
@@ -210,7 +212,8 @@ def test_an_unignored_venv_in_a_checkout_is_left_out(checkout: Path) -> None:
     packed = pack(checkout)
     try:
         assert not any(name.startswith("env/") for name in members(packed.path))
-        assert [item.path for item in packed.left_out] == ["env/"]  # one line, not one per file
+        left = [item.path for item in packed.left_out]
+        assert left == ["big.ckpt", "env/"]  # the venv once, not once per file
     finally:
         packed.path.unlink()
 
@@ -250,7 +253,12 @@ class CodeServer:
         return httpx.Response(201, json={"digest": digest, "size_bytes": len(data)})
 
 
-def test_ship_uploads_the_snapshot_and_returns_the_config_keys(checkout: Path) -> None:
+def test_ship_uploads_the_snapshot_and_returns_the_config_keys(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     server = CodeServer()
     console = Console(file=io.StringIO(), width=200)
     with Api(Target("http://box", "t"), transport=httpx.MockTransport(server)) as api:
@@ -265,7 +273,7 @@ def test_ship_uploads_the_snapshot_and_returns_the_config_keys(checkout: Path) -
     assert keys["code_origin"]["remote"] == "https://git.example.com/team/proj.git"
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "5 files" in text and keys["code"] in text and "uncommitted" in text
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("torchyard-code-*"))
+    assert list(temp.iterdir()) == []  # the packed file is removed once uploaded
 
 
 def test_ship_refuses_a_script_missing_from_the_snapshot_and_explains_a_413(
@@ -298,3 +306,16 @@ def test_submit_ships_the_config_files_directory_only_for_a_new_script_experimen
         _code_dir(script, spec, code=tmp_path, no_code=True, new=True)
     with pytest.raises(typer.BadParameter, match="built-in recipe"):
         _code_dir({"recipe": "digits_cnn"}, spec, code=tmp_path, no_code=False, new=True)
+
+
+def test_a_large_upload_on_a_terminal_shows_a_progress_bar(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "weights.bin").write_bytes(os.urandom(3 * 1024 * 1024))  # over 1 MiB packed
+    server = CodeServer()
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=120)
+    with Api(Target("http://box", "t"), transport=httpx.MockTransport(server)) as api:
+        keys = ship(api, tmp_path, script="train.py", console=console)
+    assert keys["code"] == "sha256:" + hashlib.sha256(server.received[0]).hexdigest()
+    assert "code_origin" not in keys  # not a git checkout
+    assert "uploading code" in screen.getvalue()

@@ -55,6 +55,7 @@ def test_submit_code_from_a_checkout_runs_the_working_tree_and_records_its_git(
     done = cli("submit", "spec.yaml", "--code", ".", "--follow", cwd=repo)
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert "packed . (as git tracks it): 6 files" in done.stderr
+    assert "big.ckpt: ignored by git" in done.stderr
     assert "with uncommitted changes" in done.stderr
     run_id = int(done.stdout.split()[1])
 

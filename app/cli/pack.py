@@ -77,21 +77,12 @@ class _Entry:
     executable: bool
 
 
-def _git_files(root: Path) -> list[str] | None:
-    """Paths git would track under `root`, relative to it; None when `root` is not in a git
-    checkout (or git is missing)."""
+def _ls_files(root: Path, *options: str) -> list[str] | None:
+    """`git ls-files -z OPTIONS` in `root`: paths relative to it, sorted; None when `root` is
+    not in a git checkout (or git is missing)."""
     try:
         done = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(root),
-                "ls-files",
-                "--cached",
-                "--others",
-                "--exclude-standard",
-                "-z",
-            ],
+            ["git", "-C", str(root), "ls-files", "-z", *options],
             capture_output=True,
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,
@@ -102,6 +93,18 @@ def _git_files(root: Path) -> list[str] | None:
         return None
     names = done.stdout.decode("utf-8", "surrogateescape").split("\0")
     return sorted({n for n in names if n})
+
+
+def _git_files(root: Path, left_out: list[LeftOut]) -> list[str] | None:
+    """Paths git would track under `root` (tracked, and untracked but not ignored); what git
+    ignores is noted in `left_out` (an ignored directory once), so the user sees what stayed
+    home. None outside a git checkout."""
+    names = _ls_files(root, "--cached", "--others", "--exclude-standard")
+    if names is None:
+        return None
+    ignored = _ls_files(root, "--others", "--ignored", "--exclude-standard", "--directory")
+    left_out.extend(LeftOut(name, "ignored by git") for name in ignored or [])
+    return names
 
 
 def _walk_files(root: Path, limits: PackLimits, left_out: list[LeftOut]) -> list[str]:
@@ -206,7 +209,7 @@ def _skipped_dir(root: Path, dirs: list[str], cache: dict[str, str | None]) -> s
 
 def _select(root: Path, limits: PackLimits) -> tuple[list[_Entry], bool, list[LeftOut]]:
     left_out: list[LeftOut] = []
-    git_names = _git_files(root)
+    git_names = _git_files(root, left_out)
     in_git = git_names is not None
     names = git_names if git_names is not None else _walk_files(root, limits, left_out)
     entries = []
