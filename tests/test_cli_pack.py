@@ -174,18 +174,26 @@ def test_outside_git_the_junk_and_big_files_are_left_out(tmp_path: Path) -> None
     (root / "absolute-inside").symlink_to(root / "data" / "x.txt")
     (root / "outside").symlink_to(tmp_path)
     (root / "dotdot").symlink_to("../code/../../etc/passwd")
+    (root / "pkg" / "data.txt").symlink_to("../data/x.txt")  # inside, but needs '..': a copy
+    (root / "pkg" / "datadir").symlink_to("../data")  # a directory by '..': left out
+    (root / "datalink").symlink_to("data")  # a directory in its own folder: a link
     packed = pack(root, PackLimits(max_file_bytes=2000))
     try:
         names = members(packed.path)
         assert sorted(names) == [
             "absolute-inside",
             "data/x.txt",
+            "datalink",
             "inside",
+            "pkg/data.txt",
             "pkg/m.py",
             "train.py",
         ]
         assert names["inside"].issym() and names["inside"].linkname == "data/x.txt"
         assert names["absolute-inside"].linkname == "data/x.txt"  # made relative
+        assert names["datalink"].issym() and names["datalink"].linkname == "data"
+        assert names["pkg/data.txt"].isreg()
+        assert read_member(packed.path, "pkg/data.txt") == b"hello\n"
         left = {item.path: item.reason for item in packed.left_out}
         assert set(left) == {
             ".git/",
@@ -196,6 +204,7 @@ def test_outside_git_the_junk_and_big_files_are_left_out(tmp_path: Path) -> None
             "data/huge.bin",
             "outside",
             "dotdot",
+            "pkg/datadir",
         }
         assert "pyvenv.cfg" in left[".venv/"] and "per-file limit" in left["data/huge.bin"]
         assert "symlink out of the directory" in left["outside"]

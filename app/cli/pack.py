@@ -10,9 +10,10 @@ The tar is deterministic: sorted names, mtime 0, uid/gid 0, no owner names, mode
 0644/0755, and gzip with mtime 0 and no file name. The same tree then gives the same bytes,
 so the server's content address (`sha256:...`) stores it once however often it is submitted.
 
-Symlinks are stored only when they stay inside the directory (an absolute target inside is
-rewritten relative); the server refuses links out of the snapshot, so they are left out here
-with a warning instead. Client side only: no server imports.
+Symlinks are stored as the server accepts them: relative and without `..`, so a link stays
+at or below its own folder. One that needs `..` (or is absolute) but lands on a file inside
+the directory is stored as a copy of that file; links out of the directory are left out with
+the reason, instead of the whole upload being refused. Client side only: no server imports.
 """
 
 from __future__ import annotations
@@ -146,20 +147,31 @@ def _walk_files(root: Path, limits: PackLimits, left_out: list[LeftOut]) -> list
     return sorted(names)
 
 
-def _link_target(root: Path, path: Path) -> str | None:
-    """The link's target as stored (relative), or None when it leads out of `root`."""
+def _link(root: Path, name: str, path: Path, left_out: list[LeftOut]) -> _Entry | None:
+    """A symlink as the server accepts it: relative, with no `..` (a link then points at or
+    below its own folder, however links chain). A link that needs `..` (or is absolute) but
+    lands on a file inside `root` is stored as a copy of that file; one out of `root`, or to
+    a directory elsewhere in it, is left out with the reason."""
     raw = os.readlink(path)
-    base = path.parent
-    lexical = Path(os.path.normpath(base / raw))  # where the link points, by its text
     try:
-        resolved = path.resolve()  # and where it really lands, through further links
+        resolved = path.resolve(strict=False)  # where it really lands, through further links
     except (OSError, RuntimeError):  # a loop of links
+        left_out.append(LeftOut(name, f"a symlink that loops (-> {raw})"))
         return None
+    lexical = Path(os.path.normpath(path.parent / raw))  # where it points, by its text
     if not lexical.is_relative_to(root) or not resolved.is_relative_to(root):
+        left_out.append(LeftOut(name, f"a symlink out of the directory (-> {raw})"))
         return None
-    if os.path.isabs(raw):
-        return os.path.relpath(lexical, base)
-    return raw
+    relative = os.path.relpath(lexical, path.parent)
+    if ".." not in Path(relative).parts:  # an absolute target inside is made relative
+        return _Entry(name, path, Path(relative).as_posix(), 0, False)
+    if resolved.is_file():
+        st = resolved.stat()
+        return _Entry(name, resolved, None, st.st_size, bool(st.st_mode & 0o111))
+    left_out.append(
+        LeftOut(name, f"a symlink outside its own folder to a directory or nothing (-> {raw})")
+    )
+    return None
 
 
 def _entry(root: Path, name: str, left_out: list[LeftOut]) -> _Entry | None:
@@ -172,13 +184,7 @@ def _entry(root: Path, name: str, left_out: list[LeftOut]) -> _Entry | None:
         left_out.append(LeftOut(name, f"unreadable: {e.strerror or e}"))
         return None
     if stat.S_ISLNK(st.st_mode):
-        target = _link_target(root, path)
-        if target is None:
-            left_out.append(
-                LeftOut(name, f"a symlink out of the directory (-> {os.readlink(path)})")
-            )
-            return None
-        return _Entry(name, path, target, 0, False)
+        return _link(root, name, path, left_out)
     if stat.S_ISDIR(st.st_mode):
         # git lists a submodule or a nested repository as a directory
         left_out.append(LeftOut(name + "/", "a nested git repository (submodule)"))
