@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.client import Api, ApiError, CliError
+from app.cli.code_upload import ship
 from app.cli.common import (
     CLIENT_PANEL,
     EXIT_INTERRUPTED,
@@ -27,6 +28,14 @@ from app.cli.specs import apply_sets, read_spec
 FOLLOW_HELP = "show progress until the run ends; exit 0 succeeded, 1 failed, 3 cancelled"
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help=FOLLOW_HELP)]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="print only the new run's id")]
+CODE_HELP = (
+    "upload DIR as the run's code: what git tracks there (tracked and untracked-not-ignored "
+    "files; outside git every file but .git, __pycache__, virtual environments, node_modules "
+    "and files over 50 MiB), with the commit, branch, remote and uncommitted diff recorded; "
+    "`script` is then relative to DIR. Default for a config with a `script` and no `code`: "
+    "the CONFIG file's directory"
+)
+NO_CODE_HELP = "upload no code: `script` names a file in the server's workspace, as before"
 
 
 def login(
@@ -104,12 +113,20 @@ def submit(
         typer.Option(help="add a run to this experiment (CONFIG/--set become overrides)"),
     ] = None,
     priority: Annotated[int, typer.Option(min=-1000, max=1000, help="higher starts first")] = 0,
+    code: Annotated[
+        Path | None,
+        typer.Option("--code", metavar="DIR", help=CODE_HELP, file_okay=False, show_default=False),
+    ] = None,
+    no_code: Annotated[bool, typer.Option("--no-code", help=NO_CODE_HELP)] = False,
     follow: FollowOpt = False,
     quiet: QuietOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Submit a run: a new experiment from CONFIG, or a new run of --experiment ID."""
+    """Submit a run: a new experiment from CONFIG, or a new run of --experiment ID.
+
+    A config with a `script` ships its code: CONFIG's directory (or --code DIR) as git sees it.
+    With --no-code the script is one in the server's workspace instead."""
     sets = set_ or []
     if config_file is None and experiment is None:
         raise typer.BadParameter("give a CONFIG file, or --experiment ID", param_hint="CONFIG")
@@ -119,8 +136,19 @@ def submit(
         )
     spec = read_spec(config_file) if config_file is not None else None
     config = apply_sets(spec.config if spec else {}, sets)
+    code_dir = _code_dir(config, config_file, code=code, no_code=no_code, new=experiment is None)
     body: dict[str, Any]
     with connect(server, token) as api:
+        if code_dir is not None:
+            script = config.get("script")
+            config.update(
+                ship(
+                    api,
+                    code_dir,
+                    script=script if isinstance(script, str) else None,
+                    console=err,
+                )
+            )
         if experiment is None:
             assert spec is not None
             body = {"name": name or spec.name, "description": spec.description, "config": config}
@@ -131,6 +159,26 @@ def submit(
         run = api.post(f"/api/experiments/{experiment}/runs", json=body)
         _run_created(api, run, f"experiment {experiment}", quiet)
         _follow_or_exit(api, int(run["id"]), follow)
+
+
+def _code_dir(
+    config: dict[str, Any], config_file: Path | None, *, code: Path | None, no_code: bool, new: bool
+) -> Path | None:
+    """The directory to ship as the run's code, or None (a recipe, a workspace script, a
+    config that already names its `code` snapshot, or --no-code)."""
+    if code is not None and no_code:
+        raise typer.BadParameter("--code and --no-code exclude each other", param_hint="--code")
+    if code is not None:
+        if "recipe" in config:
+            raise typer.BadParameter(
+                "ships a script's code; this config runs a built-in recipe", param_hint="--code"
+            )
+        return code
+    if no_code or not new or config_file is None:
+        return None
+    if "script" in config and "code" not in config:
+        return config_file.parent
+    return None
 
 
 def follow(run: RunArg, server: ServerOpt = None, token: TokenOpt = None) -> None:

@@ -175,13 +175,14 @@ SCRIPT_CHOICE = "__script__"
 
 
 def _script_values(config: dict[str, Any]) -> dict[str, Any]:
-    """A script config as the form shows it: args space-separated (quoted when needed), params
-    one ``key=value`` per line."""
+    """A script config as the form shows it (with its code snapshot's digest, if any): args
+    space-separated (quoted when needed), params one ``key=value`` per line."""
     if not config.get("script"):
-        return {"script": "", "script_args": "", "script_params": ""}
+        return {"script": "", "script_args": "", "script_params": "", "code": ""}
     params = config.get("params") or {}
     return {
         "script": config["script"],
+        "code": config.get("code") or "",  # a clone runs the same uploaded snapshot
         "script_args": shlex.join(config.get("args") or []),
         "script_params": "\n".join(
             f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in params.items()

@@ -104,11 +104,14 @@
     let config;
     if (recipeSelect.value === SCRIPT) {
       config = {
-        script: form.elements.script.value.trim(),
+        // the text field, or the pick from an uploaded snapshot (code_field.js): whichever has the name
+        script: form.querySelector('[name="script"]').value.trim(),
         args: splitArgs(form.elements.args.value),
         params: parseParams(form.elements.params.value),
         ...common,
       };
+      // An uploaded snapshot (code_field.js): the script is relative to it.
+      if (form.elements.code && form.elements.code.value) config.code = form.elements.code.value;
     } else {
       const params = {};
       form.querySelectorAll('fieldset.params:not([disabled]) [data-param]').forEach((el) => {

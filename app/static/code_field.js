@@ -1,0 +1,139 @@
+// The new-experiment form's "Code" field: a picked folder or archive is packed (code_pack.js),
+// uploaded to /api/code with a progress bar, and its digest put in the hidden `code` input that
+// experiment_form.js sends as the config's `code`. Once the snapshot's files are known the
+// script becomes a pick from its .py files (the select then carries name="script", so the
+// server's 422 about `script` shows next to it).
+"use strict";
+(() => {
+  const field = document.getElementById("code-field");
+  if (!field) return;
+  const codeInput = document.getElementById("code");
+  const folderInput = document.getElementById("code-folder");
+  const archiveInput = document.getElementById("code-archive");
+  const clearButton = document.getElementById("code-clear");
+  const progress = document.getElementById("code-progress");
+  const status = document.getElementById("code-status");
+  const leftOutBox = document.getElementById("code-left-out");
+  const scriptInput = document.getElementById("script");
+  const scriptPick = document.getElementById("script-pick");
+  const scriptRoot = document.getElementById("script-root");
+  const submitButton = document.getElementById("create-and-launch");
+  const scriptLabel = document.querySelector('label[for="script"]');
+  const MB = 1000 * 1000;
+  const size = (n) => (n < MB ? `${(n / 1000).toFixed(1)} kB` : `${(n / MB).toFixed(1)} MB`);
+
+  const say = (text, code) => {
+    status.textContent = text;
+    if (code) {
+      const el = document.createElement("code");
+      el.textContent = code;
+      status.append(" ", el);
+    }
+  };
+  const removeError = () => field.querySelectorAll(".field-error").forEach((el) => el.remove());
+
+  // The script as a pick from the snapshot's Python files, or back to a free text field.
+  const usePick = (files) => {
+    const scripts = (files || []).filter((f) => f.endsWith(".py"));
+    if (!scripts.length) {
+      scriptPick.hidden = true;
+      scriptPick.removeAttribute("name");
+      scriptInput.hidden = false;
+      scriptInput.name = "script";
+      scriptLabel.htmlFor = "script";
+      return;
+    }
+    const current = scriptInput.value.trim().replace(/^\.\//, "");
+    const preferred = [current, "train.py", "main.py"].find((f) => scripts.includes(f))
+      || scripts.find((f) => !f.includes("/")) || scripts[0];
+    scriptPick.replaceChildren(...scripts.map((f) => new Option(f, f, false, f === preferred)));
+    scriptInput.value = preferred;
+    scriptInput.hidden = true;
+    scriptInput.removeAttribute("name");
+    scriptPick.hidden = false;
+    scriptPick.name = "script";
+    scriptLabel.htmlFor = "script-pick";
+  };
+  scriptPick.addEventListener("change", () => { scriptInput.value = scriptPick.value; });
+
+  const showLeftOut = (leftOut) => {
+    const list = leftOutBox.querySelector("ul");
+    list.replaceChildren(...leftOut.map((item) => {
+      const li = document.createElement("li");
+      li.textContent = `${item.path}: ${item.reason}`;
+      return li;
+    }));
+    leftOutBox.querySelector("summary").textContent = `left out ${leftOut.length}`;
+    leftOutBox.hidden = !leftOut.length;
+  };
+
+  const clear = () => {
+    codeInput.value = "";
+    folderInput.value = "";
+    archiveInput.value = "";
+    clearButton.hidden = true;
+    progress.hidden = true;
+    showLeftOut([]);
+    usePick(null);
+    scriptRoot.textContent = "the workspace ";
+    const ws = document.createElement("code");
+    ws.textContent = status.dataset.workspace;
+    scriptRoot.append(ws);
+    say("none: the script comes from the server's workspace", status.dataset.workspace);
+  };
+  clearButton.addEventListener("click", clear);
+
+  const ship = async (input, label) => {
+    removeError();
+    codeInput.value = "";
+    submitButton.disabled = true;
+    field.dataset.state = "packing";
+    try {
+      say(`Packing ${label}…`);
+      let packed;
+      try {
+        packed = await ty.packCode(input);
+      } catch (err) {
+        field.dataset.state = "error";
+        say(`Cannot pack ${label}: ${err.message}`);
+        return;
+      }
+      showLeftOut(packed.leftOut);
+      progress.hidden = false;
+      progress.max = packed.blob.size || 1;
+      progress.value = 0;
+      say(`Uploading ${packed.files.length} files (${size(packed.blob.size)})…`);
+      const r = await ty.uploadCode(packed.blob, (loaded, total) => {
+        progress.max = total;
+        progress.value = loaded;
+      });
+      progress.hidden = true;
+      if (!r.ok) {
+        field.dataset.state = "error";
+        say(`The upload was refused (${r.status}): ${ty.errorText(r.body)}`);
+        return;
+      }
+      codeInput.value = r.body.digest;
+      clearButton.hidden = false;
+      field.dataset.state = "uploaded";
+      field.dataset.files = JSON.stringify(packed.files);
+      say(`${label}: ${packed.files.length} files, ${size(packed.blob.size)} compressed, stored as`,
+          r.body.digest);
+      scriptRoot.textContent = `the root of ${label}`;
+      usePick(packed.files);
+    } finally {
+      submitButton.disabled = false;
+    }
+  };
+  folderInput.addEventListener("change", () => {
+    if (!folderInput.files.length) return;
+    archiveInput.value = "";
+    const first = folderInput.files[0].webkitRelativePath || "";
+    ship(folderInput.files, `the folder ${first.split("/")[0] || ""}`.trim());
+  });
+  archiveInput.addEventListener("change", () => {
+    if (!archiveInput.files.length) return;
+    folderInput.value = "";
+    ship(archiveInput.files[0], archiveInput.files[0].name);
+  });
+})();
