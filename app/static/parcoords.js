@@ -1,0 +1,324 @@
+// Parallel coordinates: runs' params against one metric, hand-written SVG (no chart library,
+// so it works beside whichever one the curves use). One vertical axis per param that differs
+// across the runs (ty.differingParams), then one for the metric (a summary key x last/min/max,
+// picked here); one polyline per run, coloured by its metric value (viridis; grey: the run has
+// no value). Numbers sit on a linear axis (log when all > 0 and spanning > 2 decades, like
+// lr), anything else on evenly spaced categories; a run without the value sits at "–" below
+// the axis. Hover a line for the run's values, click it to open the run; drag along an axis
+// to keep the runs inside that range (brushes on several axes combine), double-click the
+// axis to clear its brush. Every name and value reaches the page as text (textContent,
+// createElementNS), never as markup.
+// ty.parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), kept()}; opts:
+// metric ("key.agg"), onBrush(ids | null), onMetric(col).
+"use strict";
+window.ty = window.ty || {};
+
+ty.parcoords = (() => {
+  const SVG = "http://www.w3.org/2000/svg";
+  const HEIGHT = 360, TOP = 56, BOTTOM = 44, LEFT = 80, RIGHT = 120, MIN_GAP = 96;
+  const MISSING = 20; // px below an axis where runs without its value sit
+  const AGGS = ["last", "min", "max"];
+  const VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
+    "#addc30", "#fde725"];
+  const GREY = "#b8bec8";
+  const METRIC = "m"; // the metric axis' brush (a param's is "p:" + its key)
+  let gradients = 0;
+
+  const svgEl = (tag, attrs = {}, text) => {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  };
+  const htmlEl = (tag, text, cls) => {
+    const node = document.createElement(tag);
+    if (text !== undefined) node.textContent = String(text);
+    if (cls) node.className = cls;
+    return node;
+  };
+  const cut = (text, n) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
+
+  // t in [0, 1] -> a colour between the viridis stops.
+  const colorAt = (t) => {
+    const x = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
+    const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+    const rgb = (hex) => [1, 3, 5].map((o) => parseInt(hex.slice(o, o + 2), 16));
+    const a = rgb(VIRIDIS[i]), b = rgb(VIRIDIS[i + 1]);
+    return `rgb(${a.map((v, k) => Math.round(v + (b[k] - v) * (x - i))).join(",")})`;
+  };
+
+  const splitMetric = (col) => {
+    const at = col.lastIndexOf(".");
+    return [col.slice(0, at), col.slice(at + 1)];
+  };
+  const metricValue = (run, col) => {
+    const [key, agg] = splitMetric(col);
+    const v = ((run.summary || {})[key] || {})[agg];
+    return typeof v === "number" && isFinite(v) ? v : null;
+  };
+  const isNum = (v) => typeof v === "number" && isFinite(v);
+  const present = (v) => v !== undefined && v !== null;
+
+  // About 5 round ticks between lo and hi.
+  const linearTicks = (lo, hi) => {
+    const raw = (hi - lo) / 4;
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || raw;
+    const ticks = [];
+    for (let k = Math.ceil(lo / step); k * step <= hi + step * 1e-9; k++) ticks.push(Number((k * step).toPrecision(12)));
+    return ticks;
+  };
+
+  // An axis over `values` (one per run, undefined/null when the run has none): pos(v) gives
+  // 0 (bottom) .. 1 (top), or null for a missing value; ticks: [{at, text}].
+  const makeAxis = (values) => {
+    const have = values.filter(present);
+    if (have.length && have.every(isNum)) {
+      let lo = Math.min(...have), hi = Math.max(...have);
+      if (lo > 0 && hi / lo > 100) {
+        const a = Math.log10(lo), b = Math.log10(hi);
+        const ticks = [];
+        for (let e = Math.ceil(a); e <= Math.floor(b); e++) ticks.push(Math.pow(10, e));
+        return {kind: "log", pos: (v) => (isNum(v) && v > 0 ? (Math.log10(v) - a) / (b - a) : null),
+                ticks: ticks.map((v) => ({at: (Math.log10(v) - a) / (b - a), text: ty.fmtParam(v)}))};
+      }
+      if (lo === hi) { const pad = Math.abs(lo) * 0.1 || 1; lo -= pad; hi += pad; }
+      const pos = (v) => (isNum(v) ? (v - lo) / (hi - lo) : null);
+      return {kind: "linear", pos, ticks: linearTicks(lo, hi).map((v) => ({at: pos(v), text: ty.fmtParam(v)}))};
+    }
+    // Categories: numbers first in order, then the rest by their text.
+    const byText = new Map();
+    for (const v of have) byText.set(JSON.stringify(v), v);
+    const cats = [...byText.entries()].sort(([ta, a], [tb, b]) =>
+      (isNum(a) && isNum(b) ? a - b : isNum(a) ? -1 : isNum(b) ? 1 : ta < tb ? -1 : ta > tb ? 1 : 0));
+    const index = new Map(cats.map(([t], i) => [t, i]));
+    const at = (i) => (cats.length === 1 ? 0.5 : i / (cats.length - 1));
+    const every = Math.ceil(cats.length / 12); // at most ~12 labels
+    return {kind: "category", pos: (v) => (present(v) ? at(index.get(JSON.stringify(v))) : null),
+            ticks: cats.map(([, v], i) => ({at: at(i), text: i % every ? "" : ty.fmtParam(v)}))};
+  };
+
+  const mount = (el, runs, opts = {}) => {
+    const state = {runs: [...runs], metric: opts.metric || null, brushes: new Map(), axes: [],
+                   width: 0, renders: 0};
+    const prefix = el.id || "parcoords";
+    const toolbar = htmlEl("div", undefined, "toolbar");
+    const label = htmlEl("label", "Metric ");
+    const picker = htmlEl("select", undefined, "pc-metric");
+    picker.id = `${prefix}-metric`;
+    label.append(picker);
+    const hint = htmlEl("span", "Drag along an axis to keep a range; double-click it to clear.", "hint");
+    toolbar.append(label, hint);
+    const status = htmlEl("p", undefined, "hint pc-status");
+    status.setAttribute("aria-live", "polite");
+    const chart = htmlEl("div", undefined, "pc-chart");
+    const tip = htmlEl("div", undefined, "pc-tip");
+    tip.hidden = true;
+    el.replaceChildren(toolbar, status, chart);
+
+    picker.addEventListener("change", () => {
+      state.metric = picker.value || null;
+      state.brushes.delete(METRIC);
+      render();
+      if (opts.onMetric) opts.onMetric(state.metric);
+    });
+
+    const fillPicker = () => {
+      const keys = new Set();
+      for (const r of state.runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
+      if (state.metric) keys.add(splitMetric(state.metric)[0]);
+      picker.replaceChildren();
+      for (const key of [...keys].sort(ty.compareKeys)) {
+        const group = document.createElement("optgroup");
+        group.label = key;
+        for (const agg of AGGS) group.append(Object.assign(htmlEl("option", `${key} (${agg})`), {value: `${key}.${agg}`}));
+        picker.append(group);
+      }
+      if (!keys.size) picker.append(Object.assign(htmlEl("option", "no metric logged yet"), {value: ""}));
+      picker.value = state.metric || "";
+    };
+
+    // Pixel geometry of the current render.
+    const geo = {height: HEIGHT, xs: []};
+    const yOf = (p) => (p === null ? HEIGHT - BOTTOM + MISSING : TOP + (1 - p) * (HEIGHT - TOP - BOTTOM));
+    const valueOf = (run, axis) => (axis.metric ? metricValue(run, state.metric) : (run.params || {})[axis.key]);
+    const pointY = (run, axis) => yOf(axis.pos(valueOf(run, axis)));
+
+    const keptIds = () => {
+      if (!state.brushes.size) return null;
+      return state.runs.filter((r) => state.axes.every((axis) => {
+        const b = state.brushes.get(axis.id);
+        if (!b) return true;
+        const y = pointY(r, axis);
+        return y >= b[0] && y <= b[1];
+      })).map((r) => r.id);
+    };
+    const applyBrushes = () => {
+      const kept = keptIds();
+      const set = kept && new Set(kept);
+      for (const g of chart.querySelectorAll("g.pc-run")) g.classList.toggle("pc-out", Boolean(set) && !set.has(Number(g.dataset.runId)));
+      for (const axis of state.axes) {
+        const rect = chart.querySelector(`g.pc-axis[data-index="${axis.index}"] rect.pc-brush`);
+        const b = state.brushes.get(axis.id);
+        rect.setAttribute("visibility", b ? "visible" : "hidden");
+        if (b) { rect.setAttribute("y", b[0]); rect.setAttribute("height", Math.max(1, b[1] - b[0])); }
+      }
+      el.dataset.kept = kept ? String(kept.length) : "";
+      if (opts.onBrush) opts.onBrush(kept);
+    };
+
+    const showTip = (run, event) => {
+      const lines = [state.labels.get(run.id) || `run ${run.id}`,
+        ...state.axes.map((a) => `${a.title}: ${present(valueOf(run, a)) ? ty.fmtParam(valueOf(run, a)) : "–"}`)];
+      tip.replaceChildren(...lines.map((t, i) => htmlEl("div", t, i ? undefined : "pc-tip-head")));
+      tip.hidden = false;
+      const box = chart.getBoundingClientRect();
+      const x = event && event.clientX !== undefined ? event.clientX - box.left + chart.scrollLeft : geo.xs[0];
+      const y = event && event.clientY !== undefined ? event.clientY - box.top : TOP;
+      tip.style.left = `${Math.min(x + 14, chart.scrollWidth - 260)}px`;
+      tip.style.top = `${y + 14}px`;
+    };
+
+    const drawAxis = (svg, axis, x, i, gap, hasMissing) => {
+      const g = svgEl("g", {class: "pc-axis", transform: `translate(${x},0)`, "data-index": i,
+                            "data-kind": axis.metric ? "metric" : axis.kind});
+      g.dataset.key = axis.key;
+      g.append(svgEl("line", {x1: 0, x2: 0, y1: TOP, y2: HEIGHT - BOTTOM, class: "pc-axis-line"}));
+      const room = Math.max(6, Math.floor(gap / 7.5));
+      for (const t of axis.ticks) {
+        const y = yOf(t.at);
+        g.append(svgEl("line", {x1: -4, x2: 0, y1: y, y2: y, class: "pc-tick"}));
+        if (t.text) {
+          const text = svgEl("text", {x: -7, y: y + 4, "text-anchor": "end", class: "pc-tick-label"}, cut(t.text, room));
+          text.append(svgEl("title", {}, t.text));
+          g.append(text);
+        }
+      }
+      if (hasMissing) g.append(svgEl("text", {x: -7, y: yOf(null) + 4, "text-anchor": "end", class: "pc-tick-label"}, "–"));
+      // Long titles alternate between two rows when the axes stand close.
+      const row = gap < 150 && i % 2 ? 16 : 0;
+      const title = svgEl("text", {x: 0, y: TOP - 30 + row, "text-anchor": "middle", class: "pc-axis-title"},
+        cut(axis.title, Math.max(8, Math.floor((gap < 150 ? 2 * gap : gap) / 7.5))));
+      title.append(svgEl("title", {}, axis.title));
+      g.append(title);
+      const brush = svgEl("rect", {x: -8, width: 16, y: TOP, height: 0, class: "pc-brush", visibility: "hidden"});
+      const hit = svgEl("rect", {x: -12, width: 24, y: TOP - 6, height: HEIGHT - BOTTOM + MISSING + 12 - TOP,
+                                 class: "pc-axis-hit"});
+      hit.append(svgEl("title", {}, `${axis.title}: drag to keep a range, double-click to clear`));
+      g.append(brush, hit);
+      let from = null;
+      const yAt = (e) => e.clientY - svg.getBoundingClientRect().top;
+      const clamp = (y) => Math.min(HEIGHT - BOTTOM + MISSING + 6, Math.max(TOP - 6, y));
+      hit.addEventListener("pointerdown", (e) => {
+        e.preventDefault();
+        from = clamp(yAt(e));
+        hit.setPointerCapture(e.pointerId);
+      });
+      hit.addEventListener("pointermove", (e) => {
+        if (from === null) return;
+        const to = clamp(yAt(e));
+        if (Math.abs(to - from) < 3) return;
+        state.brushes.set(axis.id, [Math.min(from, to), Math.max(from, to)]);
+        applyBrushes();
+      });
+      const end = () => { from = null; };
+      hit.addEventListener("pointerup", end);
+      hit.addEventListener("pointercancel", end);
+      hit.addEventListener("dblclick", () => { state.brushes.delete(axis.id); applyBrushes(); });
+      svg.append(g);
+    };
+
+    const drawColorBar = (svg, axis, x, gradientId) => {
+      const defs = svgEl("defs");
+      const grad = svgEl("linearGradient", {id: gradientId, x1: 0, x2: 0, y1: 1, y2: 0});
+      VIRIDIS.forEach((c, i) => grad.append(svgEl("stop", {offset: i / (VIRIDIS.length - 1), "stop-color": c})));
+      defs.append(grad);
+      const g = svgEl("g", {class: "pc-colorbar", transform: `translate(${x},0)`});
+      g.append(svgEl("rect", {x: 0, y: TOP, width: 10, height: HEIGHT - TOP - BOTTOM, fill: `url(#${gradientId})`}));
+      const ends = axis.ticks.length ? [axis.ticks[0], axis.ticks[axis.ticks.length - 1]] : [];
+      for (const t of ends) g.append(svgEl("text", {x: 14, y: yOf(t.at) + 4, class: "pc-tick-label"}, t.text));
+      g.append(svgEl("rect", {x: 0, y: yOf(null) - 5, width: 10, height: 10, fill: GREY}));
+      g.append(svgEl("text", {x: 14, y: yOf(null) + 4, class: "pc-tick-label"}, "no value"));
+      svg.append(defs, g);
+    };
+
+    const render = () => {
+      fillPicker();
+      state.labels = ty.runLabels(state.runs);
+      const params = ty.differingParams(state.runs);
+      const axes = params.map((key) => ({key, id: `p:${key}`, title: key.replace(/^params\./, ""),
+        ...makeAxis(state.runs.map((r) => (r.params || {})[key]))}));
+      if (state.metric) {
+        const [key, agg] = splitMetric(state.metric);
+        axes.push({key: state.metric, id: METRIC, metric: true, title: `${key} (${agg})`,
+                   ...makeAxis(state.runs.map((r) => metricValue(r, state.metric)))});
+      }
+      axes.forEach((a, i) => { a.index = i; });
+      state.axes = axes;
+      for (const id of [...state.brushes.keys()]) if (!axes.some((a) => a.id === id)) state.brushes.delete(id);
+
+      const avail = Math.max(el.clientWidth || 0, 480);
+      const width = Math.max(avail, LEFT + RIGHT + Math.max(0, axes.length - 1) * MIN_GAP);
+      state.width = el.clientWidth;
+      const gap = axes.length > 1 ? (width - LEFT - RIGHT) / (axes.length - 1) : width - LEFT - RIGHT;
+      geo.xs = axes.map((_, i) => (axes.length > 1 ? LEFT + i * gap : (width - RIGHT + LEFT) / 2));
+      const svg = svgEl("svg", {width, height: HEIGHT, class: "pc-svg", role: "group"});
+      svg.setAttribute("aria-label", `Parallel coordinates: ${axes.map((a) => a.title).join(", ")}`);
+      const metricAxis = axes.find((a) => a.metric);
+
+      const lines = svgEl("g", {class: "pc-lines"});
+      const ordered = [...state.runs].sort((a, b) =>
+        Number(metricValue(a, state.metric || "") !== null) - Number(metricValue(b, state.metric || "") !== null));
+      for (const run of state.runs.length ? ordered : []) {
+        const pts = axes.map((a, i) => [geo.xs[i], pointY(run, a)]);
+        const d = pts.length === 1 ? `M${pts[0][0] - 8},${pts[0][1]}H${pts[0][0] + 8}`
+          : pts.map(([x, y], i) => `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`).join("");
+        const m = state.metric ? metricValue(run, state.metric) : null;
+        const color = m === null || !metricAxis ? GREY : colorAt(metricAxis.pos(m));
+        const g = svgEl("g", {class: "pc-run", tabindex: 0, role: "link", "data-run-id": run.id});
+        g.setAttribute("aria-label", state.labels.get(run.id) || `run ${run.id}`);
+        if (m === null) g.classList.add("pc-no-value");
+        g.append(svgEl("path", {d, class: "pc-line", stroke: color}), svgEl("path", {d, class: "pc-hit"}));
+        const enter = (e) => { g.classList.add("pc-hover"); if (lines.lastChild !== g) lines.append(g); showTip(run, e); };
+        const leave = () => { g.classList.remove("pc-hover"); tip.hidden = true; };
+        g.addEventListener("pointerenter", enter);
+        g.addEventListener("pointermove", (e) => showTip(run, e));
+        g.addEventListener("pointerleave", leave);
+        g.addEventListener("focus", () => enter(null));
+        g.addEventListener("blur", leave);
+        g.addEventListener("click", () => window.location.assign(`/runs/${run.id}`));
+        g.addEventListener("keydown", (e) => { if (e.key === "Enter") window.location.assign(`/runs/${run.id}`); });
+        lines.append(g);
+      }
+      svg.append(lines);
+      axes.forEach((a, i) => drawAxis(svg, a, geo.xs[i], i, gap,
+        state.runs.some((r) => a.pos(valueOf(r, a)) === null)));
+      if (metricAxis) drawColorBar(svg, metricAxis, width - RIGHT + 44, `pc-gradient-${++gradients}`);
+      chart.replaceChildren(svg, tip);
+      tip.hidden = true;
+
+      const noValue = state.runs.filter((r) => state.metric && metricValue(r, state.metric) === null).length;
+      status.textContent = !state.runs.length ? "No runs yet: their params and metrics appear here."
+        : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
+          (params.length ? `, ${params.length} param${params.length === 1 ? "" : "s"} that differ` : "; no param differs across them") +
+          (noValue ? `; ${noValue} without ${metricAxis.title} (grey)` : "") + ". Click a line to open its run.";
+      state.renders += 1;
+      el.dataset.renders = String(state.renders);
+      applyBrushes();
+    };
+
+    // Follow the container's width (the page's layout, a resized window).
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver(() => { if (Math.abs(el.clientWidth - state.width) > 2 && state.width) render(); }).observe(el);
+    }
+    render();
+    return {
+      update: (fresh) => { state.runs = [...fresh]; render(); },
+      setMetric: (col) => { state.metric = col || null; state.brushes.delete(METRIC); render(); },
+      metric: () => state.metric,
+      kept: keptIds,
+    };
+  };
+
+  return {mount, makeAxis, colorAt};
+})();
