@@ -197,7 +197,10 @@ ty.parcoords = (() => {
       if (hasMissing) g.append(svgEl("text", {x: -7, y: yOf(null) + 4, "text-anchor": "end", class: "pc-tick-label"}, "–"));
       // Long titles alternate between two rows when the axes stand close.
       const row = gap < 150 && i % 2 ? 16 : 0;
-      const title = svgEl("text", {x: 0, y: TOP - 30 + row, "text-anchor": "middle", class: "pc-axis-title"},
+      // The first axis's title starts at the left edge (centred, a long one would be cut off).
+      const first = i === 0 && axis.title.length * 7 > 2 * (LEFT - 8);
+      const title = svgEl("text", {x: first ? 8 - LEFT : 0, y: TOP - 30 + row, class: "pc-axis-title",
+                                   "text-anchor": first ? "start" : "middle"},
         cut(axis.title, Math.max(8, Math.floor((gap < 150 ? 2 * gap : gap) / 7.5))));
       title.append(svgEl("title", {}, axis.title));
       g.append(title);
@@ -210,7 +213,6 @@ ty.parcoords = (() => {
       const yAt = (e) => e.clientY - svg.getBoundingClientRect().top;
       const clamp = (y) => Math.min(HEIGHT - BOTTOM + MISSING + 6, Math.max(TOP - 6, y));
       hit.addEventListener("pointerdown", (e) => {
-        e.preventDefault();
         from = clamp(yAt(e));
         hit.setPointerCapture(e.pointerId);
       });
