@@ -1,6 +1,7 @@
 """The experiment page's parallel coordinates (app/static/parcoords.js): one axis per param that
 differs plus the picked metric, one line per run, brushing that keeps the runs in range (and
-feeds the runs table's selection), hostile names shown as text, another metric re-rendering."""
+feeds the runs table's selection), hostile names shown as text, another metric re-rendering.
+Writes docs/screenshots/parcoords.png."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.db import session_scope
 from app.metrics.ingest import ingest_points
 from app.runs.models import Run
 from app.runs.params import record_config
+from tests.browser.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -134,6 +136,7 @@ def test_axes_lines_brush_hostile_names_and_metric_picker(
     )
     assert sorted(checked) == sorted(ids[:2])
     expect(page.locator("#runs-compare")).to_be_enabled()
+    page.locator("#parcoords-section").screenshot(path=SCREENSHOTS / "parcoords.png")
 
     # Another metric re-renders: every run has Loss/train, so none is grey; the brush stays.
     renders = int(page.get_attribute("#parcoords", "data-renders") or 0)
@@ -152,7 +155,8 @@ def test_axes_lines_brush_hostile_names_and_metric_picker(
     page.locator("#parcoords svg").scroll_into_view_if_needed()
     x, y = page.evaluate(
         """(id) => {
-            const path = document.querySelector(`#parcoords g.pc-run[data-run-id="${id}"] .pc-line`);
+            const run = document.querySelector(`#parcoords g.pc-run[data-run-id="${id}"]`);
+            const path = run.querySelector(".pc-line");
             const len = path.getTotalLength();
             const p = path.getPointAtLength(len * 0.17);
             const m = path.getScreenCTM();
