@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.auth.models import User
 from app.db import session_scope
@@ -174,3 +174,23 @@ def test_axes_lines_brush_hostile_names_and_metric_picker(
     page.mouse.click(x, y)
     page.wait_for_url(f"**/runs/{run_id}")
     assert page.evaluate("window.pwned") is None
+
+
+def test_redrawn_live_with_the_pages_runs(admin_page: Page, api: httpx.Client) -> None:
+    """While a run is active the page's runs refresh (the curves' poll, every 3 s): the table
+    and the chart take its new summaries without a reload."""
+    exp_id, ids = _sweep(api, "browser-parcoords-live")
+    with session_scope() as session:
+        session.execute(update(Run).where(Run.id == ids[3]).values(status="running"))
+    page = admin_page
+    page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#parcoords g.pc-run")).to_have_count(4)
+    grey = page.locator(f'#parcoords g.pc-run.pc-no-value[data-run-id="{ids[3]}"]')
+    expect(grey).to_have_count(1)
+    with session_scope() as session:
+        ingest_points(session, run_id=ids[3], points=[("val/acc", 2, 0.9, 2.0)])
+    expect(grey).to_have_count(0, timeout=15_000)
+    top = page.locator('#parcoords g.pc-axis[data-kind="metric"] text.pc-tick-label').last
+    expect(top.locator("title")).to_have_text("0.9")  # the metric axis reaches the new value
+    cell = page.locator(f'table#runs tr[data-run-id="{ids[3]}"] .badge.status-running')
+    expect(cell).to_have_count(1)
