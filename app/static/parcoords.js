@@ -100,7 +100,8 @@ ty.parcoords = (() => {
 
   const mount = (el, runs, opts = {}) => {
     const state = {runs: [...runs], metric: opts.metric || null, brushes: new Map(), axes: [],
-                   width: 0, renders: 0};
+                   width: 0, renders: 0, drawn: "", byId: new Map(),
+                   ys: new Map(), out: new Set(), dragging: false, pending: false};
     const prefix = el.id || "parcoords";
     const toolbar = htmlEl("div", undefined, "toolbar");
     const label = htmlEl("label", "Metric ");
@@ -156,6 +157,7 @@ ty.parcoords = (() => {
     const applyBrushes = () => {
       const kept = keptIds();
       const set = kept && new Set(kept);
+      state.out = new Set(set ? state.runs.filter((r) => !set.has(r.id)).map((r) => r.id) : []);
       for (const g of chart.querySelectorAll("g.pc-run")) g.classList.toggle("pc-out", Boolean(set) && !set.has(Number(g.dataset.runId)));
       for (const axis of state.axes) {
         const rect = chart.querySelector(`g.pc-axis[data-index="${axis.index}"] rect.pc-brush`);
@@ -175,9 +177,72 @@ ty.parcoords = (() => {
       const box = chart.getBoundingClientRect();
       const x = event && event.clientX !== undefined ? event.clientX - box.left + chart.scrollLeft : geo.xs[0];
       const y = event && event.clientY !== undefined ? event.clientY - box.top : TOP;
-      tip.style.left = `${Math.min(x + 14, chart.scrollWidth - 260)}px`;
+      tip.style.left = `${Math.max(0, Math.min(x + 14, chart.scrollWidth - 260))}px`;
       tip.style.top = `${y + 14}px`;
     };
+
+    // Hover and click: the line nearest the pointer (within NEAR px, at the pointer's x between
+    // two axes), found from the drawn points, not by the browser's hit test: a thousand thin
+    // lines would each need a wide invisible twin to be hoverable, doubling what is painted.
+    // Keyboard: each run's line is a focusable link (Enter opens it). One listener each on the
+    // chart, whatever the number of runs. The hovered line is drawn again on top
+    // (path.pc-highlight) rather than moved, which would drop its focus.
+    const NEAR = 7;
+    let hovered = null;
+    const gOf = (id) => chart.querySelector(`g.pc-run[data-run-id="${id}"]`);
+    const enter = (run, e) => {
+      const g = gOf(run.id);
+      if (hovered && hovered !== g) hovered.classList.remove("pc-hover");
+      hovered = g;
+      g.classList.add("pc-hover");
+      const line = g.querySelector(".pc-line");
+      geo.highlight.setAttribute("d", line.getAttribute("d"));
+      geo.highlight.setAttribute("stroke", line.getAttribute("stroke"));
+      geo.highlight.setAttribute("visibility", "visible");
+      chart.classList.add("pc-pointing");
+      showTip(run, e);
+    };
+    const leave = () => {
+      if (hovered) hovered.classList.remove("pc-hover");
+      hovered = null;
+      if (geo.highlight) geo.highlight.setAttribute("visibility", "hidden");
+      chart.classList.remove("pc-pointing");
+      tip.hidden = true;
+    };
+    const nearest = (e) => {
+      const svg = chart.querySelector("svg");
+      if (!svg || e.target.closest?.(".pc-axis-hit")) return null;
+      const box = svg.getBoundingClientRect();
+      const x = e.clientX - box.left, y = e.clientY - box.top, xs = geo.xs;
+      let i = xs.length > 1 ? xs.findIndex((v, k) => k < xs.length - 1 && x >= v && x <= xs[k + 1]) : 0;
+      if (i < 0 || (xs.length === 1 && Math.abs(x - xs[0]) > 10)) return null;
+      const t = xs.length > 1 ? (x - xs[i]) / (xs[i + 1] - xs[i]) : 0;
+      if (xs.length === 1) i = 0;
+      let best = null, bestD = NEAR;
+      for (const run of state.runs) {
+        const ys = state.ys.get(run.id);
+        const at = ys.length > 1 ? ys[i] + t * (ys[i + 1] - ys[i]) : ys[0];
+        const d = Math.abs(at - y) + (state.out.has(run.id) ? 3 : 0); // prefer the kept runs
+        if (d < bestD) { best = run; bestD = d; }
+      }
+      return best;
+    };
+    const open = (run) => window.location.assign(`/runs/${run.id}`);
+    chart.addEventListener("pointermove", (e) => {
+      if (state.dragging) return;
+      const run = nearest(e);
+      if (!run) { if (hovered) leave(); return; }
+      if (gOf(run.id) !== hovered) enter(run, e); else showTip(run, e);
+    });
+    chart.addEventListener("pointerleave", leave);
+    chart.addEventListener("click", (e) => { const run = nearest(e); if (run) open(run); });
+    const runOf = (e) => {
+      const g = e.target instanceof Element ? e.target.closest("g.pc-run") : null;
+      return g ? state.byId.get(Number(g.dataset.runId)) : null;
+    };
+    chart.addEventListener("focusin", (e) => { const run = runOf(e); if (run) enter(run, null); });
+    chart.addEventListener("focusout", (e) => { if (runOf(e)) leave(); });
+    chart.addEventListener("keydown", (e) => { const run = runOf(e); if (run && e.key === "Enter") open(run); });
 
     const drawAxis = (svg, axis, x, i, gap, hasMissing) => {
       const g = svgEl("g", {class: "pc-axis", transform: `translate(${x},0)`, "data-index": i,
@@ -214,6 +279,7 @@ ty.parcoords = (() => {
       const clamp = (y) => Math.min(HEIGHT - BOTTOM + MISSING + 6, Math.max(TOP - 6, y));
       hit.addEventListener("pointerdown", (e) => {
         from = clamp(yAt(e));
+        state.dragging = true;
         hit.setPointerCapture(e.pointerId);
       });
       hit.addEventListener("pointermove", (e) => {
@@ -223,7 +289,11 @@ ty.parcoords = (() => {
         state.brushes.set(axis.id, [Math.min(from, to), Math.max(from, to)]);
         applyBrushes();
       });
-      const end = () => { from = null; };
+      const end = () => {
+        from = null;
+        state.dragging = false;
+        if (state.pending) { state.pending = false; render(); }
+      };
       hit.addEventListener("pointerup", end);
       hit.addEventListener("pointercancel", end);
       hit.addEventListener("dblclick", () => { state.brushes.delete(axis.id); applyBrushes(); });
@@ -269,10 +339,12 @@ ty.parcoords = (() => {
       const metricAxis = axes.find((a) => a.metric);
 
       const lines = svgEl("g", {class: "pc-lines"});
+      state.ys = new Map();
       const ordered = [...state.runs].sort((a, b) =>
         Number(metricValue(a, state.metric || "") !== null) - Number(metricValue(b, state.metric || "") !== null));
       for (const run of state.runs.length ? ordered : []) {
         const pts = axes.map((a, i) => [geo.xs[i], pointY(run, a)]);
+        state.ys.set(run.id, pts.map(([, y]) => y));
         const d = pts.length === 1 ? `M${pts[0][0] - 8},${pts[0][1]}H${pts[0][0] + 8}`
           : pts.map(([x, y], i) => `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`).join("");
         const m = state.metric ? metricValue(run, state.metric) : null;
@@ -280,19 +352,13 @@ ty.parcoords = (() => {
         const g = svgEl("g", {class: "pc-run", tabindex: 0, role: "link", "data-run-id": run.id});
         g.setAttribute("aria-label", state.labels.get(run.id) || `run ${run.id}`);
         if (m === null) g.classList.add("pc-no-value");
-        g.append(svgEl("path", {d, class: "pc-line", stroke: color}), svgEl("path", {d, class: "pc-hit"}));
-        const enter = (e) => { g.classList.add("pc-hover"); if (lines.lastChild !== g) lines.append(g); showTip(run, e); };
-        const leave = () => { g.classList.remove("pc-hover"); tip.hidden = true; };
-        g.addEventListener("pointerenter", enter);
-        g.addEventListener("pointermove", (e) => showTip(run, e));
-        g.addEventListener("pointerleave", leave);
-        g.addEventListener("focus", () => enter(null));
-        g.addEventListener("blur", leave);
-        g.addEventListener("click", () => window.location.assign(`/runs/${run.id}`));
-        g.addEventListener("keydown", (e) => { if (e.key === "Enter") window.location.assign(`/runs/${run.id}`); });
+        g.append(svgEl("path", {d, class: "pc-line", stroke: color}));
         lines.append(g);
       }
-      svg.append(lines);
+      geo.highlight = svgEl("path", {class: "pc-highlight", visibility: "hidden"});
+      svg.append(lines, geo.highlight);
+      state.byId = new Map(state.runs.map((r) => [r.id, r]));
+      leave();
       axes.forEach((a, i) => drawAxis(svg, a, geo.xs[i], i, gap,
         state.runs.some((r) => a.pos(valueOf(r, a)) === null)));
       if (metricAxis) drawColorBar(svg, metricAxis, width - RIGHT + 44, `pc-gradient-${++gradients}`);
@@ -304,6 +370,7 @@ ty.parcoords = (() => {
         : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
           (params.length ? `, ${params.length} param${params.length === 1 ? "" : "s"} that differ` : "; no param differs across them") +
           (noValue ? `; ${noValue} without ${metricAxis.title} (grey)` : "") + ". Click a line to open its run.";
+      state.drawn = JSON.stringify(state.runs.map((r) => [r.id, r.name, r.params, r.summary]));
       state.renders += 1;
       el.dataset.renders = String(state.renders);
       applyBrushes();
@@ -315,7 +382,14 @@ ty.parcoords = (() => {
     }
     render();
     return {
-      update: (fresh) => { state.runs = [...fresh]; render(); },
+      update: (fresh) => {
+        // The page refreshes its runs often (live: every few seconds): redraw only when what
+        // is drawn changed, and not under a brush being dragged (its axis would go away).
+        const drawn = JSON.stringify(fresh.map((r) => [r.id, r.name, r.params, r.summary]));
+        if (drawn === state.drawn) return;
+        state.runs = [...fresh];
+        if (state.dragging) state.pending = true; else render();
+      },
       setMetric: (col) => { state.metric = col || null; state.brushes.delete(METRIC); render(); },
       metric: () => state.metric,
       kept: keptIds,
