@@ -8,8 +8,8 @@
 // to keep the runs inside that range (brushes on several axes combine), double-click the
 // axis to clear its brush. Every name and value reaches the page as text (textContent,
 // createElementNS), never as markup.
-// ty.parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), kept()}; opts:
-// metric ("key.agg"), onBrush(ids | null), onMetric(col).
+// ty.parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), metric(), kept()};
+// opts: metric ("key.agg"), onBrush(ids | null), onMetric(col). Reusable by any page of runs.
 "use strict";
 window.ty = window.ty || {};
 
@@ -102,19 +102,16 @@ ty.parcoords = (() => {
     const state = {runs: [...runs], metric: opts.metric || null, brushes: new Map(), axes: [],
                    width: 0, renders: 0, drawn: "", byId: new Map(),
                    ys: new Map(), out: new Set(), dragging: false, pending: false};
-    const prefix = el.id || "parcoords";
     const toolbar = htmlEl("div", undefined, "toolbar");
     const label = htmlEl("label", "Metric ");
     const picker = htmlEl("select", undefined, "pc-metric");
-    picker.id = `${prefix}-metric`;
+    picker.id = `${el.id || "parcoords"}-metric`;
     label.append(picker);
-    const hint = htmlEl("span", "Drag along an axis to keep a range; double-click it to clear.", "hint");
-    toolbar.append(label, hint);
+    toolbar.append(label, htmlEl("span", "Drag along an axis to keep a range; double-click it to clear.", "hint"));
     const status = htmlEl("p", undefined, "hint pc-status");
     status.setAttribute("aria-live", "polite");
     const chart = htmlEl("div", undefined, "pc-chart");
     const tip = htmlEl("div", undefined, "pc-tip");
-    tip.hidden = true;
     el.replaceChildren(toolbar, status, chart);
 
     picker.addEventListener("change", () => {
@@ -139,8 +136,7 @@ ty.parcoords = (() => {
       picker.value = state.metric || "";
     };
 
-    // Pixel geometry of the current render.
-    const geo = {height: HEIGHT, xs: []};
+    const geo = {xs: [], highlight: null}; // the current render's axes' x and hovered line
     const yOf = (p) => (p === null ? HEIGHT - BOTTOM + MISSING : TOP + (1 - p) * (HEIGHT - TOP - BOTTOM));
     const valueOf = (run, axis) => (axis.metric ? metricValue(run, state.metric) : (run.params || {})[axis.key]);
     const pointY = (run, axis) => yOf(axis.pos(valueOf(run, axis)));

@@ -150,6 +150,12 @@ def test_axes_lines_brush_hostile_names_and_metric_picker(
     expect(page.locator("#parcoords[data-renders]")).to_have_count(1)
     expect(page.locator("#parcoords-metric")).to_have_value("Loss/train.last")
 
+    # Keyboard: each line is a focusable link showing the same tooltip.
+    page.focus(f'#parcoords g.pc-run[data-run-id="{ids[0]}"]')
+    expect(page.locator("#parcoords .pc-tip .pc-tip-head")).to_contain_text(f"run {ids[0]} · ")
+    page.keyboard.press("Tab")
+    page.locator("#parcoords-metric").focus()
+    expect(page.locator("#parcoords .pc-tip")).to_be_hidden()
     # Hover a line: its label and values; click: its run page.
     run_id = ids[2]
     page.locator("#parcoords svg").scroll_into_view_if_needed()
