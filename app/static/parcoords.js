@@ -362,7 +362,7 @@ ty.parcoords = (() => {
       tip.hidden = true;
 
       const noValue = state.runs.filter((r) => state.metric && metricValue(r, state.metric) === null).length;
-      status.textContent = !state.runs.length ? "No runs yet: their params and metrics appear here."
+      status.textContent = !state.runs.length ? "No runs to show: their params and metrics appear here."
         : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
           (params.length ? `, ${params.length} param${params.length === 1 ? "" : "s"} that differ` : "; no param differs across them") +
           (noValue ? `; ${noValue} without ${metricAxis.title} (grey)` : "") + ". Click a line to open its run.";
