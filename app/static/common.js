@@ -119,3 +119,40 @@ ty.runColor = (runId) => {
   const n = Math.abs(Math.trunc(Number(runId))) || 0;
   return ty.RUN_PALETTE[n % ty.RUN_PALETTE.length];
 };
+
+// A param or summary value as a short text: numbers to 4 significant digits, anything else as
+// its JSON, cut at 24 characters.
+ty.fmtParam = (v) => {
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
+  const text = typeof v === "string" ? v : JSON.stringify(v);
+  return text.length > 24 ? text.slice(0, 23) + "…" : text;
+};
+
+// The params whose values are not all the same across `runs` (a run without one counts as
+// differing), in key order: the runs table's columns, the overlays' legends, the parallel
+// coordinates' axes.
+ty.differingParams = (runs) => {
+  const keys = new Set();
+  for (const r of runs) for (const k of Object.keys(r.params || {})) keys.add(k);
+  if (runs.length < 2) return [];
+  return [...keys].sort().filter((k) => {
+    const first = JSON.stringify((runs[0].params || {})[k]);
+    return runs.some((r) => JSON.stringify((r.params || {})[k]) !== first);
+  });
+};
+
+// Each run's label, by id: "run 12 · lr=0.01 bs=64" (a named run: "run 12 warmup · ..."), with
+// at most 4 of the params that differ; "params.lr" shows as "lr" unless two differing params
+// end the same.
+ty.runLabels = (runs) => {
+  const diff = ty.differingParams(runs).slice(0, 4);
+  const last = (k) => k.slice(k.lastIndexOf(".") + 1);
+  const count = new Map();
+  for (const k of diff) count.set(last(k), (count.get(last(k)) || 0) + 1);
+  const name = (k) => (count.get(last(k)) > 1 ? k : last(k));
+  return new Map(runs.map((r) => {
+    const head = r.name ? `run ${r.id} ${r.name}` : `run ${r.id}`;
+    const parts = diff.filter((k) => k in (r.params || {})).map((k) => `${name(k)}=${ty.fmtParam(r.params[k])}`);
+    return [r.id, parts.length ? `${head} · ${parts.join(" ")}` : head];
+  }));
+};

@@ -29,7 +29,12 @@
       controls: "experiment-curves",
       legend: document.getElementById("experiment-curves-legend"),
       status,
-      refreshRuns: async () => { const fresh = await listRuns(); return fresh && fresh.slice().reverse(); },
+      refreshRuns: async () => {
+        const fresh = await listRuns();
+        // the runs table and the parallel coordinates refresh from the same answer
+        if (fresh) document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: fresh}}));
+        return fresh && fresh.slice().reverse();
+      },
     });
   };
   document.addEventListener("DOMContentLoaded", () => {

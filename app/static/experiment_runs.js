@@ -19,6 +19,8 @@
     runs: [],
     next: null,
     selected: new Set(),
+    newest: Infinity, // the newest run id the curves' refresh has seen (a higher one: load again)
+    highlight: null, // ids the parallel coordinates' brush keeps (a Set), null: no brush
     summaries: null, // chosen summary columns, ["train/loss.last", ...]; null: not chosen yet
   };
   // The picked summary columns are kept per experiment in this browser, for the next visit.
@@ -60,16 +62,6 @@
 
   // --- columns ----------------------------------------------------------------------------
 
-  // Params whose values are not the same in every loaded run (a param a run lacks counts as
-  // differing), in key order.
-  const differingParams = (runs) => {
-    const keys = new Set();
-    for (const run of runs) for (const key of Object.keys(run.params || {})) keys.add(key);
-    return [...keys].sort().filter((key) => {
-      const seen = new Set(runs.map((run) => JSON.stringify((run.params || {})[key] ?? null)));
-      return seen.size > 1;
-    });
-  };
   const summaryKeys = (runs) => {
     const keys = new Set();
     for (const run of runs) for (const key of Object.keys(run.summary || {})) keys.add(key);
@@ -105,7 +97,7 @@
         return td;
       }},
     ];
-    for (const key of differingParams(state.runs)) {
+    for (const key of ty.differingParams(state.runs)) {
       cols.push({title: key, sort: `params.${key}`, num: true, param: key,
                  cell: (run) => el("td", fmtValue((run.params || {})[key]), "num")});
     }
@@ -186,6 +178,7 @@
       const tr = el("tr");
       tr.dataset.runId = String(run.id);
       tr.style.setProperty("--run-color", ty.runColor(run.id));
+      if (state.highlight) tr.classList.add(state.highlight.has(run.id) ? "brushed" : "brushed-out");
       const box = el("input", undefined, "run-select");
       box.type = "checkbox";
       box.value = String(run.id);
@@ -211,6 +204,8 @@
     $("runs-all").hidden = !state.next;
     renderPicker();
     updateActions();
+    // The page's other views of these runs (the parallel coordinates) follow the table.
+    section.dispatchEvent(new CustomEvent("ty:runs", {detail: {runs: state.runs, summaries: state.summaries}}));
   };
 
   const renderPicker = () => {
@@ -292,6 +287,7 @@
     showError("");
     state.runs = runs;
     state.next = cursor;
+    if (state.newest === Infinity) state.newest = Math.max(0, ...runs.map((run) => run.id));
     if (state.summaries === null && state.runs.length) state.summaries = defaultSummaries(summaryKeys(state.runs));
     render();
     section.dataset.loaded = String(ticket);
@@ -338,6 +334,33 @@
     if (deleted) showNotice(`Deleted ${deleted} run(s): ${ty.fmtSize(freed)} freed.`);
     if (failed.length) showError(`Not deleted: ${failed.join("; ")}`);
     await load();
+  });
+
+  // The parallel coordinates' brush: its runs highlighted here, and selected on request (then
+  // compared, tagged or deleted like runs ticked by hand).
+  section.addEventListener("ty:runs-highlight", (event) => {
+    const ids = event.detail.ids;
+    state.highlight = ids ? new Set(ids) : null;
+    for (const tr of table.querySelectorAll("tbody tr[data-run-id]")) {
+      const id = Number(tr.dataset.runId);
+      tr.classList.toggle("brushed", Boolean(state.highlight) && state.highlight.has(id));
+      tr.classList.toggle("brushed-out", Boolean(state.highlight) && !state.highlight.has(id));
+    }
+  });
+  section.addEventListener("ty:runs-select", (event) => {
+    state.selected = new Set(event.detail.ids);
+    render();
+  });
+  // Live: while a run is active the curves poll the runs list (experiment_curves.js); each
+  // answer refreshes the loaded rows (status, summaries) in place, and a run not loaded yet
+  // lists the runs again (with this table's sort and filters).
+  document.addEventListener("ty:runs-refreshed", (event) => {
+    if (section.getAttribute("aria-busy") === "true") return;
+    const fresh = new Map(event.detail.runs.map((r) => [r.id, r]));
+    const newest = Math.max(0, ...fresh.keys());
+    if (newest > state.newest) { state.newest = newest; load(); return; }
+    state.runs = state.runs.map((r) => fresh.get(r.id) || r);
+    render();
   });
 
   load();

@@ -18,42 +18,11 @@ ty.overlay = (() => {
   const MAX_CHARTS = 48;
   const LAZY_AFTER = 8;  // up to this many charts are all drawn at once
 
-  const fmtValue = (v) => {
-    if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
-    const text = typeof v === "string" ? v : JSON.stringify(v);
-    return text.length > 24 ? text.slice(0, 23) + "…" : text;
-  };
-  // "params.lr" -> "lr" unless two differing params end the same; then the whole key.
-  const shortNames = (keys) => {
-    const last = (k) => k.slice(k.lastIndexOf(".") + 1);
-    const count = new Map();
-    for (const k of keys) count.set(last(k), (count.get(last(k)) || 0) + 1);
-    return new Map(keys.map((k) => [k, count.get(last(k)) > 1 ? k : last(k)]));
-  };
-
-  // The params whose values are not all the same across `runs` (a run without one counts as
-  // differing), in key order.
-  const differingParams = (runs) => {
-    const keys = new Set();
-    for (const r of runs) for (const k of Object.keys(r.params || {})) keys.add(k);
-    if (runs.length < 2) return [];
-    return [...keys].sort().filter((k) => {
-      const first = JSON.stringify((runs[0].params || {})[k]);
-      return runs.some((r) => JSON.stringify((r.params || {})[k]) !== first);
-    });
-  };
-
-  // "run 12 · lr=0.01 bs=64" (a named run: "run 12 warmup · ..."); at most 4 params.
-  const labels = (runs) => {
-    const diff = differingParams(runs).slice(0, 4);
-    const names = shortNames(diff);
-    return new Map(runs.map((r) => {
-      const head = r.name ? `run ${r.id} ${r.name}` : `run ${r.id}`;
-      const parts = diff.filter((k) => k in (r.params || {}))
-        .map((k) => `${names.get(k)}=${fmtValue(r.params[k])}`);
-      return [r.id, parts.length ? `${head} · ${parts.join(" ")}` : head];
-    }));
-  };
+  // The params that differ across runs, and each run's label: ty.differingParams and
+  // ty.runLabels (app/static/common.js), shared with the runs table and the parallel
+  // coordinates.
+  const differingParams = ty.differingParams;
+  const labels = ty.runLabels;
 
   // "Clip outliers": each run's curve without its top and bottom 2% (a spike), then the runs
   // whose range lies far outside the others' (a diverged run: more than 3 typical spans past

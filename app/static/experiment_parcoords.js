@@ -1,0 +1,53 @@
+// The experiment page's parallel coordinates (app/static/parcoords.js) over the runs the table
+// shows: redrawn whenever the table's runs change (a load, a sort, a filter, a live refresh),
+// the brushed runs highlighted in the table and, on request, selected there (then compared,
+// tagged or deleted like runs ticked by hand). The picked metric is kept per experiment in
+// this browser.
+"use strict";
+(() => {
+  const section = document.getElementById("runs-section");
+  const el = document.getElementById("parcoords");
+  if (!section || !el) return;
+  const select = document.getElementById("parcoords-select");
+  const METRIC_KEY = `ty.parcoords.metric.${section.dataset.experimentId}`;
+  let saved = null;
+  try { saved = localStorage.getItem(METRIC_KEY); } catch (_) { /* storage unavailable */ }
+  let chart = null;
+  let kept = null;
+
+  // Until the reader picks: the max of the first validation key (val/acc, Accuracy/val), else
+  // the table's first summary column, else the first key's last value.
+  const defaultMetric = (runs, columns) => {
+    const keys = new Set();
+    for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
+    const sorted = [...keys].sort(ty.compareKeys);
+    const val = sorted.find((k) => /(^|\/)val(id(ation)?)?(\/|$)/i.test(k));
+    if (val) return `${val}.max`;
+    if (columns && columns.length) return columns[0];
+    return sorted.length ? `${sorted[0]}.last` : null;
+  };
+
+  const onBrush = (ids) => {
+    kept = ids;
+    section.dispatchEvent(new CustomEvent("ty:runs-highlight", {detail: {ids}}));
+    select.hidden = !ids;
+    select.disabled = !ids || !ids.length;
+    select.textContent = ids ? `Select these ${ids.length} run${ids.length === 1 ? "" : "s"}` : "";
+  };
+  const onMetric = (col) => {
+    try { if (col) localStorage.setItem(METRIC_KEY, col); } catch (_) { /* ok */ }
+  };
+
+  section.addEventListener("ty:runs", (event) => {
+    const {runs, summaries} = event.detail;
+    if (!chart) {
+      chart = ty.parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), onBrush, onMetric});
+    } else {
+      chart.update(runs);
+      if (!chart.metric()) chart.setMetric(defaultMetric(runs, summaries));
+    }
+  });
+  select.addEventListener("click", () => {
+    if (kept) section.dispatchEvent(new CustomEvent("ty:runs-select", {detail: {ids: kept}}));
+  });
+})();
