@@ -70,10 +70,11 @@ class Pip:
         tail: deque[str] = deque(maxlen=ERROR_TAIL_LINES)
         try:
             assert self._process.stdout is not None
-            for raw in self._process.stdout:
-                line = raw.decode("utf-8", "replace").rstrip()
-                tail.append(line)
-                note_in_log(self.run_dir, f"pip: {line}")
+            with self._process.stdout as output:
+                for raw in output:
+                    line = raw.decode("utf-8", "replace").rstrip()
+                    tail.append(line)
+                    note_in_log(self.run_dir, f"pip: {line}")
             code = self._process.wait()
         finally:
             timer.cancel()

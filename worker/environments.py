@@ -232,7 +232,9 @@ class Cache:
             shutil.rmtree(final)
         tmp = self.root / f".build-{key}-{secrets.token_hex(4)}"
         try:
-            venv.EnvBuilder(symlinks=True, with_pip=False).create(tmp)
+            venv.EnvBuilder(symlinks=True, with_pip=False, prompt=f"torchyard-{key[:8]}").create(
+                tmp
+            )
             lines = [f"import site; site.addsitedir({d!r})" for d in base.site_dirs]
             (site_packages(tmp) / BASE_PTH).write_text("\n".join(lines) + "\n")
             constraints = tmp / ".torchyard-constraints.txt"
