@@ -92,6 +92,19 @@ def test_a_requirement_the_worker_lacks_is_installed_and_reused(api, script) -> 
     print(f"environment built in {built_in:.2f} s, reused in {reused_in:.3f} s")
 
 
+def test_every_rank_of_a_torchrun_job_imports_from_the_environment(api, script) -> None:
+    config = {
+        "script": script,
+        "environment": {"requirements": [PACKAGE]},
+        "resources": {"nproc": 2},
+    }
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert done["status"] == "succeeded", (done, log)
+    key, _how, _seconds = env_time(log)
+    for rank in (0, 1):
+        assert f"[rank{rank}]: tomli_w: {ENV_DIR / key}/lib/" in log, log
+
+
 def test_a_requirement_pip_cannot_satisfy_fails_the_run_with_its_message(api, script) -> None:
     missing = "torchyard-no-such-package-e2e==9.9.9"
     config = {"script": script, "environment": {"requirements": [missing]}}
