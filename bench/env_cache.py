@@ -34,19 +34,20 @@ def main() -> None:
         log_dir = Path(tmp) / "log"
         log_dir.mkdir()
         builds: list[float] = []
-        env: Env | None = None
+        envs: list[Env] = []
         cache = Cache(Path(tmp), 10**12)
         for i in range(args.builds):
             cache = Cache(Path(tmp) / f"cache{i}", 10**12)
-            with cache.use([args.requirement], Pip(log_dir, 600)) as env:
-                assert env.built
-                builds.append(env.seconds)
+            with cache.use([args.requirement], Pip(log_dir, 600)) as built:
+                assert built.built
+                builds.append(built.seconds)
         reuses: list[float] = []
         for _ in range(args.reuses):
-            with cache.use([args.requirement], Pip(log_dir, 600)) as env:
-                assert not env.built
-                reuses.append(env.seconds)
-        assert env is not None
+            with cache.use([args.requirement], Pip(log_dir, 600)) as reused:
+                assert not reused.built
+                reuses.append(reused.seconds)
+                envs.append(reused)
+        env = envs[-1]
         size = (env.path / MARKER).read_text()
         torch_copies = list(env.path.glob("lib/python*/site-packages/torch"))
         print(f"requirement: {args.requirement}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 import textwrap
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -127,3 +129,37 @@ def test_a_url_requirement_is_refused_before_anything_runs(api, script) -> None:
     detail = r.json()["detail"][0]
     assert detail["loc"][-3:] == ["environment", "requirements", 1]
     assert "URL or a local path" in detail["msg"]
+
+
+def test_the_build_streams_into_the_log_and_a_cancel_stops_it(api, script) -> None:
+    """pip's lines reach the run's log while it works (the run heartbeats meanwhile), and a
+    cancel during the build stops pip and ends the run cancelled, nothing half-built left."""
+    config = {"script": script, "environment": {"requirements": ["termcolor"]}}
+    run = launch(api, config)
+    deadline = time.monotonic() + 120
+    log = ""
+    while time.monotonic() < deadline:
+        log = api.get(f"/api/runs/{run['id']}/logs").text
+        if "torchyard: pip: " in log:
+            break
+        time.sleep(0.1)
+    assert "torchyard: pip: " in log, log
+    assert api.get(f"/api/runs/{run['id']}").json()["status"] == "running"
+    assert api.post(f"/api/runs/{run['id']}/cancel").status_code in (200, 202)
+    done = wait_for_status(api, run["id"], FINISHED, timeout=10)
+    assert done["status"] == "cancelled", done
+    assert not list(ENV_DIR.glob(".build-*"))
+    assert not list(ENV_DIR.glob("*/lib/python*/site-packages/termcolor"))
+    assert not pips_installing("termcolor")
+
+
+def pips_installing(name: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pip" in argv and name.encode() in argv:
+            found.append(int(entry.name))
+    return found

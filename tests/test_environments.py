@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,13 @@ def test_a_crashed_build_is_never_taken_for_a_ready_environment(tmp_path: Path) 
         assert env.built and env.key == key
         assert (env.path / MARKER).is_file()
     assert not list(root.glob(".build-*"))
+
+
+def test_a_build_over_its_time_limit_is_stopped_and_left_nowhere(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "envs", max_bytes=10**12)
+    started = time.monotonic()
+    with pytest.raises(BuildFailed, match=r"the build was stopped: took over 0.5 s"):
+        with cache.use([PACKAGE], Pip(tmp_path, timeout=0.5)):
+            pass
+    assert time.monotonic() - started < 5
+    assert not [p for p in (tmp_path / "envs").iterdir() if p.name != ".locks"]

@@ -65,7 +65,7 @@ class Pip:
                 umask=0o022,  # read by a run's own uid (a root worker's sandbox)
                 start_new_session=True,
             )
-        timer = threading.Timer(self.timeout, self.stop, [f"took over {self.timeout:.0f} s"])
+        timer = threading.Timer(self.timeout, self.stop, [f"took over {self.timeout:g} s"])
         timer.start()
         tail: deque[str] = deque(maxlen=ERROR_TAIL_LINES)
         try:
