@@ -151,10 +151,16 @@ class Settings(BaseSettings):
 
     @property
     def resolved_env_dir(self) -> Path:
-        if self.env_dir is not None:
-            return self.env_dir.expanduser().resolve()
         data = self.resolved_data_dir
-        return data.with_name(f"{data.name}-envs")
+        if self.env_dir is None:
+            return data.with_name(f"{data.name}-envs")
+        path = self.env_dir.expanduser().resolve()
+        if path.is_relative_to(data):
+            raise ValueError(
+                f"TORCHYARD_ENV_DIR ({path}) must not be inside the data dir ({data}): the "
+                "sandbox hides the data dir from jobs, and a job runs from its environment"
+            )
+        return path
 
     @property
     def runs_dir(self) -> Path:
