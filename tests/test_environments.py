@@ -107,3 +107,30 @@ def test_a_build_over_its_time_limit_is_stopped_and_left_nowhere(tmp_path: Path)
             pass
     assert time.monotonic() - started < 5
     assert not [p for p in (tmp_path / "envs").iterdir() if p.name != ".locks"]
+
+
+def test_a_requirement_that_depends_on_torch_takes_the_workers(tmp_path: Path) -> None:
+    """rotary-embedding-torch needs torch>=2.4 and einops (which the worker lacks): pip sees
+    the worker's torch as installed and adds einops alone."""
+    cache = Cache(tmp_path / "envs", max_bytes=10**12)
+    with cache.use(["rotary-embedding-torch==0.9.1"], pip(tmp_path)) as env:
+        out = subprocess.run(
+            [
+                str(env.python),
+                "-c",
+                "import rotary_embedding_torch, einops, torch; print(torch.__file__); "
+                "rope = rotary_embedding_torch.RotaryEmbedding(dim=8); "
+                "print(rope.rotate_queries_or_keys(torch.ones(1, 2, 4, 8)).shape)",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+    log = (tmp_path / "output.log").read_text()
+    assert "Requirement already satisfied: torch>=2.4" in log
+    installed = next(line for line in log.splitlines() if "Successfully installed" in line)
+    assert "einops" in installed and "rotary-embedding-torch" in installed
+    assert "torch-" not in installed.replace("rotary-embedding-torch-", "")
+    assert not out[0].startswith(str(tmp_path))
+    assert out[1] == "torch.Size([1, 2, 4, 8])"
+    assert not list(env.path.glob("lib/python*/site-packages/torch"))
