@@ -35,6 +35,19 @@ SCRIPT = textwrap.dedent(
     """
 )
 
+# Imports a module, then waits for a file to appear (its run holds its environment meanwhile).
+WAITS = textwrap.dedent(
+    """
+    import importlib, os, sys, time
+
+    importlib.import_module(sys.argv[1])
+    print("imported", sys.argv[1], flush=True)
+    deadline = time.time() + 120
+    while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+        time.sleep(0.1)
+    """
+)
+
 
 @pytest.fixture(scope="module")
 def api(live_stack):  # type: ignore[no-untyped-def]
@@ -47,6 +60,7 @@ def script() -> str:
     folder = WORKSPACE_DIR / "envs"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "uses_tomli_w.py").write_text(SCRIPT)
+    (folder / "waits.py").write_text(WAITS)
     return "envs/uses_tomli_w.py"
 
 
@@ -163,3 +177,37 @@ def pips_installing(name: str) -> list[int]:
         if b"pip" in argv and name.encode() in argv:
             found.append(int(entry.name))
     return found
+
+
+def test_eviction_by_size_skips_an_environment_a_running_job_uses(api, script) -> None:
+    """The live stack's cap is 1 byte: every new environment evicts the others nobody uses,
+    least recently used first, but never one whose job is running."""
+    flag = WORKSPACE_DIR / "envs" / "release-termcolor"
+    flag.unlink(missing_ok=True)
+    holder = launch(
+        api,
+        {
+            "script": "envs/waits.py",
+            "args": ["termcolor", str(flag)],
+            "environment": {"requirements": ["termcolor"]},
+        },
+    )
+    deadline = time.monotonic() + 120
+    log = ""
+    while "imported termcolor" not in log and time.monotonic() < deadline:
+        log = api.get(f"/api/runs/{holder['id']}/logs").text
+        time.sleep(0.2)
+    held, _, _ = env_time(log)
+    # another environment while the holder runs: over the cap, but the held one stays
+    config = {"script": script, "environment": {"requirements": [PACKAGE]}}
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert done["status"] == "succeeded", (done, log)
+    other, _, _ = env_time(log)
+    assert (ENV_DIR / held).is_dir() and (ENV_DIR / other).is_dir()
+    flag.touch()
+    assert wait_for_status(api, holder["id"], FINISHED, timeout=60)["status"] == "succeeded"
+    # released: the next run's environment (the other, reused) evicts it
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert env_time(log)[:2] == (other, "reused")
+    assert not (ENV_DIR / held).exists()
+    assert (ENV_DIR / other).is_dir()
