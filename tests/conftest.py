@@ -58,13 +58,13 @@ REPO = Path(__file__).resolve().parent.parent
 LOCAL_ONLY_MODULES = frozenset(
     {
         "test_deploy",
-        "test_environments",
         "test_e2e_ddp_exit",
         "test_e2e_environments",
         "test_e2e_hf",
         "test_e2e_job_output",
         "test_e2e_lightning",
         "test_e2e_script_folder",
+        "test_environments",
         "test_job_entry",
         "test_job_errors",
         "test_job_exit",

@@ -21,7 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from sqlalchemy.orm import Session
 
 from app.runs.models import Run
 from app.settings import get_settings
@@ -184,7 +185,7 @@ def _keep_alive(run: Watched, thread: threading.Thread, *, interval: float) -> S
             "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
         )
 
-        def check(session: Any) -> bool:
+        def check(session: Session) -> bool:
             nonlocal last_heartbeat
             if time.monotonic() - last_heartbeat >= heartbeat_every:
                 run.heartbeat(session)
