@@ -11,10 +11,12 @@ said in the log. A failed build raises BuildFailed with pip's own last lines.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -51,6 +53,11 @@ class Pip:
     def install(
         self, python: Path, requirements: list[str], constraints: Path, *, cwd: Path
     ) -> None:
+        if importlib.util.find_spec("pip") is None:  # a worker installed by uv, say
+            raise BuildFailed(
+                "the worker's Python has no pip, which builds run environments: install pip "
+                f"into it ({sys.executable} -m ensurepip)"
+            )
         with self._lock:
             if self.stopped.is_set():
                 raise BuildFailed(self._why_stopped)
