@@ -38,6 +38,7 @@ import fcntl
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -60,6 +61,8 @@ from app.experiments.requirements import (
     parse_requirements_file,
 )
 from app.runs.job_files import FileRefused, read_job_file
+
+log = logging.getLogger(__name__)
 
 REQUIREMENTS_FILE = "requirements.txt"
 MARKER = ".torchyard-env.json"
@@ -280,6 +283,7 @@ class Cache:
                 except OSError:
                     continue
             shutil.rmtree(trash, ignore_errors=True)
+            log.info("run environment %s evicted (%d bytes; cap %d)", key, size, self.max_bytes)
             total -= size
             removed.append(key)
         return removed
