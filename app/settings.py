@@ -83,6 +83,16 @@ class Settings(BaseSettings):
     # a range no account or other service on the machine uses.
     job_uid_base: int = Field(default=200_000, ge=1000, le=2**31 - 2**24)
     job_uid_count: int = Field(default=100_000, ge=1, le=2**24)
+    # Runs' own virtual environments (`environment.requirements`, worker/environments.py),
+    # one per set of requirements, shared by every run on this host that asks for the same.
+    # Empty: a folder beside the data dir (`<data_dir>-envs`). Never inside the data dir: the
+    # sandbox hides that from jobs, and a job reads its environment (bound read-only).
+    env_dir: Path | None = None
+    # The environments' total size on disk: past it, the least recently used ones that no
+    # running job uses are removed after each build.
+    env_cache_max_bytes: int = Field(default=10 * 1024**3, ge=0)
+    # A build (pip) that takes longer fails the run.
+    env_build_timeout_seconds: float = Field(default=1800.0, gt=0)
     forwarder_interval_seconds: float = 0.1
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past
@@ -137,6 +147,19 @@ class Settings(BaseSettings):
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(PermissionError):  # another user's folder: theirs to set
             path.chmod(0o700)
+        return path
+
+    @property
+    def resolved_env_dir(self) -> Path:
+        data = self.resolved_data_dir
+        if self.env_dir is None:
+            return data.with_name(f"{data.name}-envs")
+        path = self.env_dir.expanduser().resolve()
+        if path.is_relative_to(data):
+            raise ValueError(
+                f"TORCHYARD_ENV_DIR ({path}) must not be inside the data dir ({data}): the "
+                "sandbox hides the data dir from jobs, and a job runs from its environment"
+            )
         return path
 
     @property

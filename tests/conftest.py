@@ -59,10 +59,12 @@ LOCAL_ONLY_MODULES = frozenset(
     {
         "test_deploy",
         "test_e2e_ddp_exit",
+        "test_e2e_environments",
         "test_e2e_hf",
         "test_e2e_job_output",
         "test_e2e_lightning",
         "test_e2e_script_folder",
+        "test_environments",
         "test_job_entry",
         "test_job_errors",
         "test_job_exit",
@@ -71,6 +73,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_job_process",
         "test_launcher",
         "test_recipes",
+        "test_requirements",
         "test_runtime_checkpoint",
         "test_runtime_context",
         "test_runtime_output",
@@ -186,7 +189,14 @@ def restore_torch_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def live_stack(database: str) -> Iterator[LiveStack]:
-    env = dict(os.environ, TORCHYARD_BROKER_URL=BROKER_URL, PYTHONUNBUFFERED="1")
+    # Every run environment over the cap: each new one evicts the others no job uses
+    # (tests/test_e2e_environments.py).
+    env = dict(
+        os.environ,
+        TORCHYARD_BROKER_URL=BROKER_URL,
+        PYTHONUNBUFFERED="1",
+        TORCHYARD_ENV_CACHE_MAX_BYTES="1",
+    )
     with running_stack(env, BASE_DIR / "logs", admin_password=ADMIN_PASSWORD) as stack:
         yield stack
 

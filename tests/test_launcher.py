@@ -133,3 +133,16 @@ def test_multi_process_always_goes_through_torchrun() -> None:
 def test_resume_path_is_passed_to_the_job() -> None:
     launch = build_launch(spec(resume_from=Path("/data/runs/3/checkpoints/final.pt")))
     assert launch.env["TORCHYARD_RESUME_FROM"] == "/data/runs/3/checkpoints/final.pt"
+
+
+def test_a_runs_own_environment_runs_torchrun_and_so_every_rank() -> None:
+    """torchrun starts each rank with its own interpreter: the environment's, with its
+    packages (worker/environments.py)."""
+    env_python = "/envs/0123abcd/bin/python"
+    multi = {**CONFIG, "resources": {"nproc": 2, "gpus": 0}}
+    assert build_launch(spec(python=env_python, config=multi)).argv[:3] == [
+        env_python,
+        "-m",
+        "torch.distributed.run",
+    ]
+    assert build_launch(spec(python=env_python)).argv == [env_python, "-m", "torchyard.job"]

@@ -8,6 +8,7 @@ is never held while the job trains.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import renames_atomically, store_fs
 from app.db import session_scope
+from app.experiments.requirements import RequirementRefused
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs import lifecycle
 from app.runs.disk import record_disk_use
@@ -39,7 +41,8 @@ from torchyard.contract import (
     LOG_FILE,
     METRICS_FILE,
 )
-from worker import artifacts, provenance, sandbox, spool
+from worker import artifacts, env_build, provenance, sandbox, spool
+from worker.environments import BuildFailed, Env, requirements_for
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.job_errors import run_error
 from worker.launcher import Launch, LaunchSpec, build_launch
@@ -128,7 +131,8 @@ def execute_run(run_id: int) -> RunStatus | NotRun:
         log.debug("run %s waits: %s", run_id, started.reason)
         return NotRun.WAITING
     try:
-        return _execute_claimed(run_id, started)
+        with contextlib.ExitStack() as held:  # the run's environment, until its job has ended
+            return _execute_claimed(run_id, started, held)
     except Exception as exc:
         # A claimed run must never stay "running" because the worker itself failed. Its job,
         # if it was spawned, is stopped already (JobProcess's block), so the GPUs are free.
@@ -137,7 +141,7 @@ def execute_run(run_id: int) -> RunStatus | NotRun:
         return _finish(run_id, RunStatus.failed, None, error, attempt=started.attempt)
 
 
-def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
+def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitStack) -> RunStatus:
     settings = get_settings()
     assert claimed.config is not None
     attempt = claimed.attempt
@@ -162,6 +166,21 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             script=script,
         )
         provenance.store(session, run_id=run_id, record=record)
+    watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
+    try:
+        wanted = (claimed.config.get("environment") or {}).get("requirements") or []
+        requirements = requirements_for(wanted, None)
+        prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
+    except (RequirementRefused, BuildFailed) as exc:
+        drain(watched)  # pip's lines
+        error = f"could not build the run's environment: {exc}"
+        return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
+    held.callback(prepared.release)
+    if prepared.stopped is not None:
+        drain(watched)
+        if prepared.stopped is StopReason.CANCEL:
+            return _finish(run_id, RunStatus.cancelled, None, None, attempt=attempt)
+        return _hand_over(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
     token = secrets.token_hex(16)
     artifacts.ensure_local(settings.runs_dir, resume)  # a checkpoint another host wrote
     launch = build_launch(
@@ -169,7 +188,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             run_id=run_id,
             run_dir=run_dir,
             config=claimed.config,
-            python=sys.executable,
+            python=str(prepared.env.python) if prepared.env else sys.executable,
             job_token=token,
             master_port=free_port(),
             single_process=settings.single_process_launch,
@@ -190,9 +209,9 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             script=script,
             gpus=claimed.gpu_indices,
             resume=resume,
+            env=prepared.env,
         )
     log_path = run_dir / LOG_FILE
-    watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
     try:
         job = JobProcess(
             launch,
@@ -271,6 +290,7 @@ def _sandboxed(
     script: Path | None,
     gpus: tuple[int, ...],
     resume: str | None,
+    env: Env | None,
 ) -> Launch:
     """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
     is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
@@ -295,7 +315,7 @@ def _sandboxed(
     spec = sandbox.SandboxSpec(
         run_dir=run_dir,
         home=home,
-        read_only=(*sandbox.interpreter_paths(), *workspace),
+        read_only=(*sandbox.interpreter_paths(), *workspace, *([env.path] if env else [])),
         hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
         read_only_fds=resume_fds,
         devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from app.experiments.environment import Environment
 from app.settings import get_settings
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
 from worker.workspace import ScriptPathError, resolve_script
@@ -87,6 +88,7 @@ class _ConfigBase(BaseModel):
         "from its last checkpoint",
     )
     checkpoints: CheckpointRetention = Field(default_factory=CheckpointRetention)
+    environment: Environment = Field(default_factory=Environment)
 
 
 def _param_field(param: Param) -> tuple[Any, Any]:

@@ -1,0 +1,213 @@
+"""A run's own packages through a real server and a real (sandboxed) worker: a requirement the
+worker lacks is installed into an environment layered on the worker's, which a second run
+with the same requirements reuses in under a second; torch is the worker's, never a copy;
+a requirement pip cannot satisfy fails the run with pip's own message."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import DATA_DIR, WORKSPACE_DIR, wait_for_status
+
+pytestmark = pytest.mark.slow
+
+# Pure Python, on this machine's package index, not installed in the worker.
+PACKAGE = "tomli-w==1.2.0"
+ENV_DIR = DATA_DIR.with_name(f"{DATA_DIR.name}-envs")
+FINISHED = {"succeeded", "failed", "cancelled"}
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import tomli_w
+    import torch
+
+    print("tomli_w:", tomli_w.__file__)
+    print("torch:", torch.__file__)
+    print("python:", sys.prefix)
+    print(tomli_w.dumps({"ok": 1}).strip())
+    """
+)
+
+# Imports a module, then waits for a file to appear (its run holds its environment meanwhile).
+WAITS = textwrap.dedent(
+    """
+    import importlib, os, sys, time
+
+    importlib.import_module(sys.argv[1])
+    print("imported", sys.argv[1], flush=True)
+    deadline = time.time() + 120
+    while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+        time.sleep(0.1)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def api(live_stack):  # type: ignore[no-untyped-def]
+    with live_stack.admin_client() as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def script() -> str:
+    folder = WORKSPACE_DIR / "envs"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "uses_tomli_w.py").write_text(SCRIPT)
+    (folder / "waits.py").write_text(WAITS)
+    return "envs/uses_tomli_w.py"
+
+
+def launch(api: httpx.Client, config: dict) -> dict:
+    exp = api.post("/api/experiments", json={"name": "env", "config": config})
+    assert exp.status_code == 201, exp.text
+    run = api.post(f"/api/experiments/{exp.json()['id']}/runs")
+    assert run.status_code == 201, run.text
+    return run.json()
+
+
+def finished_log(api: httpx.Client, run_id: int) -> tuple[dict, str]:
+    done = wait_for_status(api, run_id, FINISHED, timeout=300)
+    return done, api.get(f"/api/runs/{run_id}/logs").text
+
+
+def env_time(log: str) -> tuple[str, str, float]:
+    found = re.search(r"torchyard: environment (\w+) (built|reused) in ([\d.]+) s", log)
+    assert found, log
+    return found[1], found[2], float(found[3])
+
+
+def test_a_requirement_the_worker_lacks_is_installed_and_reused(api, script) -> None:
+    config = {"script": script, "environment": {"requirements": [PACKAGE]}}
+    first, log = finished_log(api, launch(api, config)["id"])
+    assert first["status"] == "succeeded", (first, log)
+    key, how, built_in = env_time(log)
+    assert how == "built"
+    assert "torchyard: pip: Successfully installed tomli-w-1.2.0" in log
+    env = ENV_DIR / key
+    assert f"tomli_w: {env}/lib/" in log
+    assert "ok = 1" in log
+    # torch is the worker's own, and the environment holds no copy of it
+    torch_line = next(line for line in log.splitlines() if line.startswith("torch: "))
+    assert not torch_line.startswith(f"torch: {ENV_DIR}"), torch_line
+    assert not list(env.glob("lib/python*/site-packages/torch"))
+    # a second run with the same requirements (spelled otherwise) reuses it, quickly
+    config["environment"] = {"requirements": ["Tomli_W == 1.2.0"]}
+    second, log = finished_log(api, launch(api, config)["id"])
+    assert second["status"] == "succeeded", (second, log)
+    again, how, reused_in = env_time(log)
+    assert (again, how) == (key, "reused")
+    assert reused_in < 1.0, log
+    assert "torchyard: pip:" not in log
+    print(f"environment built in {built_in:.2f} s, reused in {reused_in:.3f} s")
+
+
+def test_every_rank_of_a_torchrun_job_imports_from_the_environment(api, script) -> None:
+    config = {
+        "script": script,
+        "environment": {"requirements": [PACKAGE]},
+        "resources": {"nproc": 2},
+    }
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert done["status"] == "succeeded", (done, log)
+    key, _how, _seconds = env_time(log)
+    for rank in (0, 1):
+        assert f"[rank{rank}]: tomli_w: {ENV_DIR / key}/lib/" in log, log
+
+
+def test_a_requirement_pip_cannot_satisfy_fails_the_run_with_its_message(api, script) -> None:
+    missing = "torchyard-no-such-package-e2e==9.9.9"
+    config = {"script": script, "environment": {"requirements": [missing]}}
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert done["status"] == "failed"
+    assert done["error"].startswith("could not build the run's environment: pip exited")
+    assert "No matching distribution found for torchyard-no-such-package-e2e" in done["error"]
+    assert "torchyard: environment: the build failed" in log
+    # nothing half-built is left looking ready
+    assert not list(ENV_DIR.glob(".build-*"))
+
+
+def test_a_url_requirement_is_refused_before_anything_runs(api, script) -> None:
+    config = {
+        "script": script,
+        "environment": {"requirements": ["six", "evil @ https://example.com/evil.whl"]},
+    }
+    r = api.post("/api/experiments", json={"name": "env", "config": config})
+    assert r.status_code == 422
+    detail = r.json()["detail"][0]
+    assert detail["loc"][-3:] == ["environment", "requirements", 1]
+    assert "URL or a local path" in detail["msg"]
+
+
+def test_the_build_streams_into_the_log_and_a_cancel_stops_it(api, script) -> None:
+    """pip's lines reach the run's log while it works (the run heartbeats meanwhile), and a
+    cancel during the build stops pip and ends the run cancelled, nothing half-built left."""
+    config = {"script": script, "environment": {"requirements": ["termcolor"]}}
+    run = launch(api, config)
+    deadline = time.monotonic() + 120
+    log = ""
+    while time.monotonic() < deadline:
+        log = api.get(f"/api/runs/{run['id']}/logs").text
+        if "torchyard: pip: " in log:
+            break
+        time.sleep(0.1)
+    assert "torchyard: pip: " in log, log
+    assert api.get(f"/api/runs/{run['id']}").json()["status"] == "running"
+    assert api.post(f"/api/runs/{run['id']}/cancel").status_code in (200, 202)
+    done = wait_for_status(api, run["id"], FINISHED, timeout=10)
+    assert done["status"] == "cancelled", done
+    assert not list(ENV_DIR.glob(".build-*"))
+    assert not list(ENV_DIR.glob("*/lib/python*/site-packages/termcolor"))
+    assert not pips_installing("termcolor")
+
+
+def pips_installing(name: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pip" in argv and name.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_eviction_by_size_skips_an_environment_a_running_job_uses(api, script) -> None:
+    """The live stack's cap is 1 byte: every new environment evicts the others nobody uses,
+    least recently used first, but never one whose job is running."""
+    flag = WORKSPACE_DIR / "envs" / "release-termcolor"
+    flag.unlink(missing_ok=True)
+    holder = launch(
+        api,
+        {
+            "script": "envs/waits.py",
+            "args": ["termcolor", str(flag)],
+            "environment": {"requirements": ["termcolor"]},
+        },
+    )
+    deadline = time.monotonic() + 120
+    log = ""
+    while "imported termcolor" not in log and time.monotonic() < deadline:
+        log = api.get(f"/api/runs/{holder['id']}/logs").text
+        time.sleep(0.2)
+    held, _, _ = env_time(log)
+    # another environment while the holder runs: over the cap, but the held one stays
+    config = {"script": script, "environment": {"requirements": [PACKAGE]}}
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert done["status"] == "succeeded", (done, log)
+    other, _, _ = env_time(log)
+    assert (ENV_DIR / held).is_dir() and (ENV_DIR / other).is_dir()
+    flag.touch()
+    assert wait_for_status(api, holder["id"], FINISHED, timeout=60)["status"] == "succeeded"
+    # released: the next run's environment (the other, reused) evicts it
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert env_time(log)[:2] == (other, "reused")
+    assert not (ENV_DIR / held).exists()
+    assert (ENV_DIR / other).is_dir()

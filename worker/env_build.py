@@ -1,0 +1,206 @@
+"""A run's environment, made ready before its job starts (worker/environments.py builds it).
+
+The run is already running (its GPUs leased) while pip works, which can take minutes, so the
+build runs in a thread while this one does what the watch loop does for a job: heartbeats the
+run and its leases (the reaper must not take it for lost), ships the run's log (pip's lines
+appear on the run page as they come, each as ``torchyard: pip: ...``), and stops the build on
+a cancel or a worker shutdown. The time the environment took (built, or found and reused) is
+said in the log. A failed build raises BuildFailed with pip's own last lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from app.runs.models import Run
+from app.settings import get_settings
+from worker import sandbox
+from worker.environments import BuildFailed, Cache, Env, pip_argv
+from worker.forwarder import forward
+from worker.run_log import note_in_log
+from worker.watch import SHUTTING_DOWN, Ingest, StopReason, Watched
+
+log = logging.getLogger(__name__)
+
+ERROR_TAIL_LINES = 25
+
+
+class Pip:
+    """pip in the environment being built, each line of its output into the run's log."""
+
+    def __init__(self, run_dir: Path, timeout: float) -> None:
+        self.run_dir = run_dir
+        self.timeout = timeout
+        self.stopped = threading.Event()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._why_stopped = ""
+
+    def install(
+        self, python: Path, requirements: list[str], constraints: Path, *, cwd: Path
+    ) -> None:
+        if importlib.util.find_spec("pip") is None:  # a worker installed by uv, say
+            raise BuildFailed(
+                "the worker's Python has no pip, which builds run environments: install pip "
+                f"into it ({sys.executable} -m ensurepip)"
+            )
+        with self._lock:
+            if self.stopped.is_set():
+                raise BuildFailed(self._why_stopped)
+            # The worker's environment without its secrets (the job's rule); PIP_* stay: the
+            # index is the worker's normal pip configuration.
+            self._process = subprocess.Popen(
+                pip_argv(python, requirements, constraints),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=sandbox.job_environment(os.environ),
+                umask=0o022,  # read by a run's own uid (a root worker's sandbox)
+                start_new_session=True,
+            )
+        timer = threading.Timer(self.timeout, self.stop, [f"took over {self.timeout:g} s"])
+        timer.start()
+        tail: deque[str] = deque(maxlen=ERROR_TAIL_LINES)
+        try:
+            assert self._process.stdout is not None
+            with self._process.stdout as output:
+                for raw in output:
+                    line = raw.decode("utf-8", "replace").rstrip()
+                    tail.append(line)
+                    note_in_log(self.run_dir, f"pip: {line}")
+            code = self._process.wait()
+        finally:
+            timer.cancel()
+        if self.stopped.is_set():
+            raise BuildFailed(f"the build was stopped: {self._why_stopped}")
+        if code != 0:
+            raise BuildFailed(f"pip exited with code {code}:\n" + "\n".join(tail))
+
+    def stop(self, why: str) -> None:
+        with self._lock:
+            self._why_stopped = why
+            self.stopped.set()
+            if self._process is not None and self._process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._process.pid, signal.SIGKILL)
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The run's environment (kept from eviction until ``release`` is called, when its job has
+    ended), or None when it asks for no packages; ``stopped`` when a cancel or a worker
+    shutdown came first."""
+
+    env: Env | None
+    stopped: StopReason | None = None
+    release: Callable[[], None] = field(default=_nothing)
+
+
+class _Building:
+    """Cache.use entered in a thread; whoever comes last (the thread, or the run that gave
+    up waiting) leaves it, so the shared lock is never held by nobody's run."""
+
+    def __init__(self, cache: Cache, requirements: list[str], pip: Pip) -> None:
+        self._use = cache.use(requirements, pip)
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self.env: Env | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            env = self._use.__enter__()
+        except BaseException as exc:
+            self.error = exc
+            return
+        with self._lock:
+            self.env = env
+            if self._abandoned:
+                self.release()
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            if self.env is not None:
+                self.release()
+
+    def release(self) -> None:
+        self._use.__exit__(None, None, None)
+
+
+def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared:
+    """The environment for ``requirements``; BuildFailed (pip's message) when it could not
+    be built."""
+    if not requirements:
+        return Prepared(None)
+    settings = get_settings()
+    cache = Cache(settings.resolved_env_dir, settings.env_cache_max_bytes)
+    pip = Pip(run_dir, settings.env_build_timeout_seconds)
+    note_in_log(run_dir, f"environment: {' '.join(requirements)}")
+    building = _Building(cache, requirements, pip)
+    thread = threading.Thread(target=building.run, name=f"run-{run.run_id}-env", daemon=True)
+    thread.start()
+    stopped = _keep_alive(run, thread, interval=settings.forwarder_interval_seconds)
+    if stopped is not None:
+        pip.stop(f"the run was {'cancelled' if stopped is StopReason.CANCEL else 'handed back'}")
+        building.abandon()
+        return Prepared(None, stopped)
+    if building.error is not None:
+        if isinstance(building.error, BuildFailed | OSError):
+            note_in_log(run_dir, f"environment: the build failed: {building.error}")
+            raise BuildFailed(str(building.error)) from building.error
+        raise building.error
+    env = building.env
+    assert env is not None
+    what = "built" if env.built else "reused"
+    note_in_log(run_dir, f"environment {env.key} {what} in {env.seconds:.2f} s: {env.path}")
+    log.info("run %s: environment %s %s in %.2f s", run.run_id, env.key, what, env.seconds)
+    return Prepared(env, release=building.release)
+
+
+def _keep_alive(run: Watched, thread: threading.Thread, *, interval: float) -> StopReason | None:
+    """Heartbeat, ship the log and watch for a cancel until ``thread`` ends."""
+    settings = get_settings()
+    heartbeat_every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
+    last_heartbeat = time.monotonic()
+    ingest = Ingest(run)
+    delay = max(interval, 0.05)
+    while True:
+        thread.join(timeout=delay)
+        if not thread.is_alive():
+            return None
+        ingest.step(
+            "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
+        )
+
+        def check(session: Session) -> bool:
+            nonlocal last_heartbeat
+            if time.monotonic() - last_heartbeat >= heartbeat_every:
+                run.heartbeat(session)
+                last_heartbeat = time.monotonic()
+            row = session.get(Run, run.run_id)
+            return row is None or bool(row.cancel_requested)
+
+        if ingest.step("heartbeat", check, False):
+            return StopReason.CANCEL
+        if SHUTTING_DOWN.is_set():
+            return StopReason.SHUTDOWN
