@@ -18,11 +18,14 @@ import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.artifacts import renames_atomically, store_fs
+from app.code.store import SnapshotMissing
+from app.code.tarcheck import TarRefused
 from app.db import session_scope
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs import lifecycle
@@ -40,6 +43,7 @@ from torchyard.contract import (
     METRICS_FILE,
 )
 from worker import artifacts, provenance, sandbox, spool
+from worker import code as code_copy
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.job_errors import run_error
 from worker.launcher import Launch, LaunchSpec, build_launch
@@ -149,10 +153,11 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from
     script: Path | None = None
+    code = claimed.config.get("code")
     if claimed.config.get("script"):
         try:
-            script = resolve_script(settings.workspace_dir, str(claimed.config["script"]))
-        except ScriptPathError as exc:
+            script = _script(run_dir, claimed.config)
+        except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
             error = f"cannot run the script: {exc}"
             return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     with session_scope() as session:
@@ -160,6 +165,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             worker_host=inventory().host,
             gpu_indices=claimed.gpu_indices,
             script=script,
+            code=claimed.config if code else None,
         )
         provenance.store(session, run_id=run_id, record=record)
     token = secrets.token_hex(16)
@@ -176,10 +182,14 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             resume_from=settings.runs_dir / resume if resume else None,
             base_env=_job_base_env(claimed.gpu_indices),
             script=script,
-            workspace=settings.workspace_dir.expanduser().resolve() if script else None,
+            workspace=settings.workspace_dir.expanduser().resolve()
+            if script and not code
+            else None,
+            from_snapshot=bool(code),
         )
     )
-    prepare_work_dir(launch.cwd, script.parent if script is not None else None)
+    if not code:  # a snapshot's copy is its own work dir already (worker.code)
+        prepare_work_dir(launch.cwd, script.parent if script is not None else None)
     isolation = job_isolation()
     if isolation.enabled:
         launch = _sandboxed(
@@ -187,7 +197,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             isolation,
             run_id=run_id,
             run_dir=run_dir,
-            script=script,
+            script=script if not code else None,  # a snapshot's job needs no workspace
             gpus=claimed.gpu_indices,
             resume=resume,
         )
@@ -239,6 +249,14 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
     return _finish(
         run_id, RunStatus.failed, code, run_error(run_dir, log_path, code), attempt=attempt
     )
+
+
+def _script(run_dir: Path, config: dict[str, Any]) -> Path:
+    """The script's path: in the run's fresh copy of its code snapshot (extracted here, every
+    member checked again), else checked inside the workspace."""
+    if config.get("code"):
+        return code_copy.prepare(run_dir, str(config["code"]), str(config["script"]))
+    return resolve_script(get_settings().workspace_dir, str(config["script"]))
 
 
 def job_isolation() -> sandbox.Isolation:

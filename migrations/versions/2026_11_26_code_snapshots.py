@@ -41,5 +41,6 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("digest", name=op.f("pk_code_snapshots")),
     )
 
+
 def downgrade() -> None:
     op.drop_table("code_snapshots")
