@@ -18,11 +18,12 @@ from fastapi import APIRouter, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
 
 from app.code import service, store, upload
 from app.code.tarcheck import Limits, TarRefused, scan
 from app.code.zipnorm import EMPTY_ZIP_MAGIC, GZIP_MAGIC, ZIP_MAGIC, zip_to_tar_gz
-from app.db import SessionDep, session_scope
+from app.db import SessionDep
 from app.errors import error_responses, not_found, validation_error
 from app.ownership import OwnedRun, Writer
 from app.settings import get_settings
@@ -64,17 +65,19 @@ class CodeOut(BaseModel):
         }
     },
 )
-async def upload_code(request: Request, user: Writer) -> Any:
+async def upload_code(request: Request, user: Writer, session: SessionDep) -> Any:
     """Upload a code snapshot (multipart field `file`: a .tar.gz or a .zip of your folder);
     name its digest as the config's `code`, with `script` relative to the snapshot."""
     received = await upload.receive(request, max_bytes=get_settings().max_code_bytes)
-    registered = await run_in_threadpool(_store, received, user.id)
+    # The request's session (the caller commits): the authentication may hold SQLite's write
+    # lock in it already. Used from one thread at a time, as the sync dependencies do.
+    registered = await run_in_threadpool(_store, session, received, user.id)
     body = CodeOut(digest=registered.digest, size_bytes=registered.size_bytes)
     code = status.HTTP_201_CREATED if registered.created else status.HTTP_200_OK
     return JSONResponse(body.model_dump(), status_code=code)
 
 
-def _store(received: upload.Received, user_id: int) -> service.Registered:
+def _store(session: Session, received: upload.Received, user_id: int) -> service.Registered:
     limits = Limits.from_settings()
     archive, digest, size = received.path, received.digest, received.size_bytes
     converted: Path | None = None
@@ -92,10 +95,9 @@ def _store(received: upload.Received, user_id: int) -> service.Registered:
         contents = scan(archive, limits)
         if not store.exists(digest):
             store.put(archive, digest)
-        with session_scope() as session:
-            return service.register(
-                session, digest=digest, size_bytes=size, contents=contents, user_id=user_id
-            )
+        return service.register(
+            session, digest=digest, size_bytes=size, contents=contents, user_id=user_id
+        )
     except TarRefused as exc:
         raise validation_error(
             [

@@ -29,9 +29,11 @@ def zip_to_tar_gz(source: Path, target: Path, limits: Limits) -> None:
         archive = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError) as exc:
         raise TarRefused(f"not a readable zip archive ({exc})") from None
-    with archive, gzip.GzipFile(target, "wb", mtime=0) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            _copy_members(archive, tar, limits)
+    # No name and no time in the gzip header: the same zip gives the same bytes.
+    with archive, target.open("wb") as out:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                _copy_members(archive, tar, limits)
 
 
 def _copy_members(archive: zipfile.ZipFile, tar: tarfile.TarFile, limits: Limits) -> None:
