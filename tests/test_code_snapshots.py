@@ -81,7 +81,9 @@ def test_a_zip_is_normalised_to_the_same_tar_gz_every_time(client, user_headers)
 
 
 @pytest.mark.parametrize("shape", sorted(MALICIOUS))
-def test_each_malicious_shape_is_refused_naming_the_member(client, user_headers, shape: str) -> None:  # type: ignore[no-untyped-def]
+def test_each_malicious_shape_is_refused_naming_the_member(
+    client, user_headers, shape: str
+) -> None:  # type: ignore[no-untyped-def]
     members, problem = MALICIOUS[shape]
     before = sorted(os.listdir(store.code_dir())) if store.code_dir().is_dir() else []
     got = _upload(client, user_headers, tar_gz(members))
@@ -243,3 +245,21 @@ def test_the_worker_extracts_a_fresh_copy(tmp_path: Path) -> None:
     assert os.readlink(root / "README") == "data/x.txt"
     with pytest.raises(ValueError, match="not a file in code snapshot"):
         code_copy.prepare(tmp_path, digest, "other.py")
+
+
+def test_the_run_page_lists_the_snapshot_and_links_the_download(app, client) -> None:  # type: ignore[no-untyped-def]
+    from tests.test_run_page import logged_in
+
+    browser, headers = logged_in(app)
+    data = _good(b"# page\n")
+    digest = _digest(client, headers, data)
+    config = {"script": "train.py", "code": digest, "seed": 1}
+    with session_scope() as session:
+        run_id = add_run(session, owner_id=_owner_id(headers), config=config, status="failed")
+    page = browser.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+    assert "<code>data/x.txt</code></td><td>18</td>" in page.text
+    assert f'href="/api/runs/{run_id}/code"' in page.text
+    got = client.get(f"/api/runs/{run_id}/code", headers=headers)
+    assert got.status_code == 200 and got.content == data
+    assert got.headers["content-type"] == "application/gzip"

@@ -90,6 +90,32 @@ def run_code(run: Run) -> str | None:
     return code if isinstance(code, str) and store.is_digest(code) else None
 
 
+PAGE_FILES = 500
+
+
+@dataclass(frozen=True)
+class CodeView:
+    """The run page's "Code" section: the snapshot's files (the first PAGE_FILES) and size."""
+
+    digest: str
+    stored: bool
+    files: list[tuple[str, int]]
+    file_count: int
+    size_bytes: int
+    unpacked_bytes: int
+
+
+def code_view(session: Session, run: Run) -> CodeView | None:
+    digest = run_code(run)
+    if digest is None:
+        return None
+    row = session.get(CodeSnapshot, digest)
+    if row is None:
+        return CodeView(digest, False, [], 0, 0, 0)
+    files = [(str(p), int(s)) for p, s in (row.files or [])[:PAGE_FILES]]
+    return CodeView(digest, True, files, row.file_count, row.size_bytes, row.unpacked_bytes)
+
+
 def _referenced(digest: Any) -> Any:
     """Whether any run's or experiment's config names ``digest`` (a column or a value)."""
     return exists().where(cast(Run.config, String).contains(digest)) | exists().where(
