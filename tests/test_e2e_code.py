@@ -7,6 +7,7 @@ the last run (and experiment) that uses it removes it."""
 from __future__ import annotations
 
 import hashlib
+import os
 
 import pytest
 
@@ -29,7 +30,7 @@ run = init()
 print("helper:", helper.GREETING)
 print("data:", Path("./data/x.txt").read_text().strip())
 print("cwd is the snapshot copy:", Path.cwd() == Path(__file__).resolve().parent)
-print("workspace visible:", os.path.exists(os.environ.get("TY_WORKSPACE_PROBE", "/nonexistent")))
+print("workspace visible:", os.path.exists(sys.argv[1]))
 Path("out.txt").write_text("written by the run")
 Path("data/x.txt").write_text("edited by the run")
 run.log({"code/ok": 1.0}, step=1)
@@ -60,6 +61,7 @@ def test_a_run_from_an_uploaded_snapshot(live_stack, client, monkeypatch) -> Non
         ]
     )
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    sandboxed = os.environ.get("TORCHYARD_JOB_ISOLATION") == "bwrap"
     with live_stack.admin_client() as api:
         up = api.post("/api/code", files={"file": ("code.tar.gz", data)})
         assert up.status_code in (200, 201), up.text
@@ -69,6 +71,7 @@ def test_a_run_from_an_uploaded_snapshot(live_stack, client, monkeypatch) -> Non
             "code": digest,
             "code_origin": ORIGIN,
             "seed": 5,
+            "args": [str(WORKSPACE_DIR)],
         }
         exp = api.post("/api/experiments", json={"name": "from code", "config": config})
         assert exp.status_code == 201, exp.text
@@ -81,6 +84,8 @@ def test_a_run_from_an_uploaded_snapshot(live_stack, client, monkeypatch) -> Non
             # each run has a fresh copy: the first run's edit is not the second's data
             assert "data: beside the script" in log
             assert "cwd is the snapshot copy: True" in log
+            if sandboxed:  # a snapshot's job does not see the server's workspace
+                assert "workspace visible: False" in log
         run_id = runs[0]["id"]
         files = {f["path"] for f in api.get(f"/api/runs/{run_id}/files").json()}
         assert {"nested/out.txt", "nested/train.py", "nested/data/x.txt"} <= files
