@@ -34,6 +34,9 @@ router = APIRouter(prefix="/api", tags=["code"])
 UNLIMITED_BODY = 2**62
 
 
+_ERROR_JSON = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+
+
 class CodeOut(BaseModel):
     digest: str = Field(examples=["sha256:" + "0" * 64])
     size_bytes: int
@@ -47,8 +50,16 @@ class CodeOut(BaseModel):
     responses={
         200: {"description": "These bytes were stored already", "model": CodeOut},
         **error_responses(400, 403),
-        413: {"description": "Larger than max_code_bytes"},
-        415: {"description": "Not multipart/form-data"},
+        413: {"description": "Larger than max_code_bytes", "content": _ERROR_JSON},
+        415: {"description": "Not multipart/form-data", "content": _ERROR_JSON},
+        422: {
+            "description": "The archive is refused: the message names the member and why",
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": "#/components/schemas/HTTPValidationError"}
+                }
+            },
+        },
     },
     openapi_extra={
         "requestBody": {
