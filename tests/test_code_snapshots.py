@@ -67,6 +67,14 @@ def test_upload_stores_once_by_digest(client, user_headers) -> None:  # type: ig
     assert _leftovers() == []
 
 
+def test_an_upload_past_the_apps_json_body_limit_is_taken(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+    data = tar_gz([("weights.bin", "file", os.urandom(3 * 1024 * 1024))])
+    assert len(data) > get_settings().max_body_bytes
+    got = _upload(client, user_headers, data)
+    assert got.status_code == 201, got.text
+    assert got.json()["size_bytes"] == len(data)
+
+
 def test_a_zip_is_normalised_to_the_same_tar_gz_every_time(client, user_headers) -> None:  # type: ignore[no-untyped-def]
     data = zip_bytes({"train.py": TRAIN, "pkg/mod.py": b"X = 1\n"})
     first = _upload(client, user_headers, data, "code.zip")
