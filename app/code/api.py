@@ -55,9 +55,7 @@ class CodeOut(BaseModel):
         422: {
             "description": "The archive is refused: the message names the member and why",
             "content": {
-                "application/json": {
-                    "schema": {"$ref": "#/components/schemas/HTTPValidationError"}
-                }
+                "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
             },
         },
     },
@@ -103,6 +101,9 @@ def _store(session: Session, received: upload.Received, user_id: int) -> service
             size = converted.stat().st_size
         elif not magic.startswith(GZIP_MAGIC):
             raise TarRefused("not a gzipped tar archive nor a zip (by its first bytes)")
+        if store.exists(digest) and service.touch(session, digest):
+            # Checked when first stored: only marked used now.
+            return service.Registered(digest, size, created=False)
         contents = scan(archive, limits)
         if not store.exists(digest):
             store.put(archive, digest)

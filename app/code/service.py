@@ -45,10 +45,7 @@ def register(
     """Record a checked archive (already put in place by the caller) once; a second upload of
     the same bytes only marks the snapshot used now."""
     now = utcnow()
-    touched: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        update(CodeSnapshot).where(CodeSnapshot.digest == digest).values(last_used_at=now)
-    )
-    if touched.rowcount:
+    if touch(session, digest):
         return Registered(digest, size_bytes, created=False)
     row = CodeSnapshot(
         digest=digest,
@@ -68,13 +65,19 @@ def register(
     return Registered(digest, size_bytes, created=True)
 
 
-def use(session: Session, digest: str) -> set[str] | None:
-    """A config names ``digest``: the snapshot's file paths (and it is marked used now, which
-    keeps a concurrent deletion off it), or None when there is no such snapshot."""
+def touch(session: Session, digest: str) -> bool:
+    """Mark the snapshot used now (a deletion leaves it alone for the grace period); False
+    when there is no such snapshot."""
     touched: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         update(CodeSnapshot).where(CodeSnapshot.digest == digest).values(last_used_at=utcnow())
     )
-    if not touched.rowcount:
+    return bool(touched.rowcount)
+
+
+def use(session: Session, digest: str) -> set[str] | None:
+    """A config names ``digest``: the snapshot's file paths (and it is marked used now, which
+    keeps a concurrent deletion off it), or None when there is no such snapshot."""
+    if not touch(session, digest):
         return None
     files = session.scalar(select(CodeSnapshot.files).where(CodeSnapshot.digest == digest))
     return {str(entry[0]) for entry in files or []}
