@@ -271,3 +271,34 @@ def test_the_run_page_lists_the_snapshot_and_links_the_download(app, client) -> 
     got = client.get(f"/api/runs/{run_id}/code", headers=headers)
     assert got.status_code == 200 and got.content == data
     assert got.headers["content-type"] == "application/gzip"
+
+
+def test_team_mode_stores_on_the_artifact_store_and_the_worker_checks_what_it_fetches(
+    client,  # type: ignore[no-untyped-def]
+    user_headers,
+    monkeypatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setattr(get_settings(), "artifact_store", str(tmp_path / "store"))
+    data = _good(b"# team\n")
+    digest = _digest(client, user_headers, data)
+    hex_ = digest.removeprefix("sha256:")
+    stored = tmp_path / "store" / "code" / f"{hex_}.tar.gz"
+    assert stored.read_bytes() == data
+    assert not store.local_path(digest).exists()  # the API host keeps no copy
+    owner = _owner_id(user_headers)
+    config = {"script": "train.py", "code": digest, "seed": 1}
+    with session_scope() as session:
+        run_id = add_run(session, owner_id=owner, config=config, status="succeeded")
+    got = client.get(f"/api/runs/{run_id}/code", headers=user_headers)
+    assert got.status_code == 200 and got.content == data
+    # A worker on another host fetches it, checks the digest, extracts, keeps no copy.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run2").mkdir()
+    script = code_copy.prepare(tmp_path / "run", digest, "train.py")
+    assert script.read_bytes() == TRAIN + b"# team\n"
+    assert _leftovers() == [] and not store.local_path(digest).exists()
+    stored.write_bytes(_good(b"# tampered\n"))
+    with pytest.raises(store.SnapshotMissing, match="other bytes"):
+        code_copy.prepare(tmp_path / "run2", digest, "train.py")
+    assert not (tmp_path / "run2" / "work").exists() and _leftovers() == []
