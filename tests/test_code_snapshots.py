@@ -302,3 +302,36 @@ def test_team_mode_stores_on_the_artifact_store_and_the_worker_checks_what_it_fe
     with pytest.raises(store.SnapshotMissing, match="other bytes"):
         code_copy.prepare(tmp_path / "run2", digest, "train.py")
     assert not (tmp_path / "run2" / "work").exists() and _leftovers() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("../escape.py", "'..'"), ("/abs/escape.py", "absolute"), ("link", "symbolic link")],
+)
+def test_a_zip_gets_the_same_checks(client, user_headers, name: str, problem: str) -> None:  # type: ignore[no-untyped-def]
+    import io
+    import stat
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        info = zipfile.ZipInfo(name)
+        if name == "link":
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(info, b"/etc/passwd")
+    got = _upload(client, user_headers, buf.getvalue(), "c.zip")
+    assert got.status_code == 422 and problem in got.text and name in got.text
+    assert _leftovers() == []
+
+
+def test_an_oversized_extended_header_is_refused_before_it_is_read(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("train.py")
+        info.pax_headers = {"comment": "x" * (2 * 1024 * 1024)}
+        tar.addfile(info, io.BytesIO(b""))
+    got = _upload(client, user_headers, buf.getvalue())
+    assert got.status_code == 422 and "extended header" in got.text
