@@ -59,6 +59,7 @@ MALICIOUS: dict[str, tuple[list[Member], str]] = {
     "device file": ([("dev", "chr", None)], "device file"),
     "fifo": ([("pipe", "fifo", None)], "FIFO"),
     "duplicate": ([("a.py", "file", b"1"), ("a.py", "file", b"2")], "twice"),
+    "file over a folder": ([("a/b.py", "file", b"1"), ("a", "file", b"2")], "also a folder"),
 }
 
 GOOD_SNAPSHOT: list[Member] = [

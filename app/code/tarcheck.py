@@ -127,6 +127,8 @@ class _Checker:
             raise TarRefused("the snapshot root must be a directory", member.name)
         if path in self.seen and not (member.isdir() and self.seen[path] == "dir"):
             raise TarRefused("appears twice in the archive", member.name)
+        if not member.isdir() and path in self.parents:
+            raise TarRefused("is also a folder of earlier members", member.name)
         for parent in _parents(path):
             if self.seen.get(parent) in ("link", "file"):
                 raise TarRefused(f"lies under {parent!r}, which is not a directory", member.name)
