@@ -335,3 +335,14 @@ def test_an_oversized_extended_header_is_refused_before_it_is_read(client, user_
         tar.addfile(info, io.BytesIO(b""))
     got = _upload(client, user_headers, buf.getvalue())
     assert got.status_code == 422 and "extended header" in got.text
+
+
+def test_a_damaged_archive_is_a_422(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+    data = bytearray(_good(b"# damaged\n"))
+    data[40:60] = bytes(20)  # inside the deflate stream
+    got = _upload(client, user_headers, bytes(data))
+    assert got.status_code == 422 and got.json()["detail"][0]["type"] == "code_archive"
+    assert "zlib" in got.text or "damaged archive" in got.text
+    truncated = _upload(client, user_headers, _good(b"# cut\n")[:-30])
+    assert truncated.status_code == 422 and "archive" in truncated.text
+    assert _leftovers() == []

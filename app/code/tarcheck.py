@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 import tarfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -201,7 +202,7 @@ def _open_stream(path: Path) -> tuple[gzip.GzipFile, tarfile.TarFile]:
     raw = gzip.open(path, "rb")
     try:
         tar = tarfile.open(fileobj=raw, mode="r|", tarinfo=_CheckedInfo, bufsize=COPY_BLOCK)
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raw.close()
         raise TarRefused(f"not a gzipped tar archive ({exc})") from None
     return raw, tar
@@ -215,7 +216,7 @@ def scan(path: Path, limits: Limits) -> Contents:
         with raw, tar:
             for member in tar:
                 checker.check(member)
-    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise TarRefused(f"a damaged archive ({exc})") from None
     return checker.contents
 
@@ -256,7 +257,7 @@ def _extract_into(path: Path, dest: Path, limits: Limits) -> Contents:
                     data = tar.extractfile(member)
                     assert data is not None  # a regular member always has data
                     _write_new(target, data, _mode(member))
-    except (tarfile.TarError, EOFError, gzip.BadGzipFile) as exc:
+    except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TarRefused(f"a damaged archive ({exc})") from None
     for rel, linkname in links:
         (dest / rel).parent.mkdir(mode=0o755, parents=True, exist_ok=True)

@@ -73,5 +73,6 @@ def _copy_members(archive: zipfile.ZipFile, tar: tarfile.TarFile, limits: Limits
             # more bytes than declared.
             with archive.open(info) as data:
                 tar.addfile(entry, data)
-        except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError) as exc:
+        # RuntimeError: an encrypted member (no password to give)
+        except (zipfile.BadZipFile, NotImplementedError, RuntimeError, OSError, EOFError) as exc:
             raise TarRefused(f"cannot be read from the zip ({exc})", info.filename) from None
