@@ -16,6 +16,7 @@ from app import api_docs, static_files
 from app.auth.api import router as auth_router
 from app.auth.deps import LoginRequired
 from app.auth.views import router as auth_views
+from app.code.api import router as code_router
 from app.compare.api import router as compare_router
 from app.compare.views import router as compare_views
 from app.errors import error_responses
@@ -97,6 +98,7 @@ def create_app() -> FastAPI:
         run_list_router,
         run_images_router,
         run_delete_router,
+        code_router,
         compare_router,
         gpus_router,
         users_router,

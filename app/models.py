@@ -1,6 +1,7 @@
 """Imports every domain's models so that Base.metadata is complete (Alembic, tests)."""
 
 from app.auth.models import ApiToken, User
+from app.code.models import CodeSnapshot
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
@@ -10,6 +11,7 @@ from app.runs.models import Checkpoint, Run, RunImage, RunParam
 __all__ = [
     "ApiToken",
     "Checkpoint",
+    "CodeSnapshot",
     "Experiment",
     "GpuLease",
     "Metric",

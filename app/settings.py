@@ -134,6 +134,16 @@ class Settings(BaseSettings):
     sse_auth_recheck_seconds: float = 2.0
     # Largest request body the API reads (413 above it); configs and forms are a few KB.
     max_body_bytes: int = 1024 * 1024
+    # Code snapshots (POST /api/code, app/code/): the largest upload (a gzipped tar or a zip;
+    # 413 above it), and what its contents may unpack to (a gzip bomb is refused with a 4xx):
+    # members and total bytes. The worker applies the same caps when it extracts a run's copy.
+    max_code_bytes: int = Field(default=200 * 1024**2, ge=1024)
+    max_code_unpacked_bytes: int = Field(default=1024**3, ge=1024)
+    max_code_members: int = Field(default=20_000, ge=1)
+    # A snapshot no run or experiment refers to is removed when a deletion leaves it unused,
+    # once it was last uploaded or chosen for a config this long ago (a config being saved
+    # in a concurrent transaction is not yet visible to the deletion's check).
+    code_unused_grace_seconds: float = Field(default=600.0, ge=0)
 
     @property
     def resolved_data_dir(self) -> Path:

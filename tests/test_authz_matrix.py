@@ -30,6 +30,7 @@ header (refused with 403, nothing changed) and with it (allowed).
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from sqlalchemy import func, select
 
 from app.auth.models import ApiToken, Role, User
 from app.auth.service import create_token
+from app.code import store as code_store
+from app.code.models import CodeSnapshot
 from app.db import session_scope
 from app.experiments import service as experiments
 from app.experiments.models import Experiment
@@ -48,6 +51,7 @@ from app.runs.models import Checkpoint, Run, RunImage
 from app.settings import get_settings
 from app.static_files import chart_asset_url, docs_asset_url
 from app.users import service as users
+from tests.code_archives import tar_gz
 from tests.conftest import make_user
 from tests.factories import add_run
 
@@ -84,6 +88,7 @@ class World:
     experiment_id: int = 0
     run_id: int = 0
     image_id: int = 0
+    code_run_id: int = 0
     actor: Actor | None = None
 
     @property
@@ -122,6 +127,24 @@ class World:
             run = session.get(Run, run_id)
             assert run is not None
             return run.experiment_id
+
+    def code_archive(self) -> bytes:
+        return tar_gz([("train.py", "file", f"# {self.marker}\n".encode())])
+
+    def code_run(self) -> int:
+        """A finished run of the owner's from a stored code snapshot (made once)."""
+        if not self.code_run_id:
+            data = self.code_archive()
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            code_store.local_path(digest).parent.mkdir(parents=True, exist_ok=True)
+            code_store.local_path(digest).write_bytes(data)
+            config = {"script": "train.py", "code": digest, "seed": 1}
+            with session_scope() as session:
+                assert self.owner.user_id is not None
+                self.code_run_id = add_run(
+                    session, owner_id=self.owner.user_id, config=config, status="succeeded"
+                )
+        return self.code_run_id
 
     def owner_token_id(self) -> int:
         with session_scope() as session:
@@ -241,6 +264,11 @@ def _token_ids(actor: Actor) -> set[int]:
         return set(session.scalars(select(ApiToken.id).where(ApiToken.user_id == actor.user_id)))
 
 
+def _fresh_archive() -> bytes:
+    """A snapshot never uploaded before: an allowed upload adds a row."""
+    return tar_gz([("train.py", "file", f"# {secrets.token_hex(8)}\n".encode())])
+
+
 def _fresh_name() -> str:
     return f"new-{secrets.token_hex(4)}"
 
@@ -305,6 +333,9 @@ MATRIX: dict[tuple[str, str], Row] = {
     ),
     ("POST", "/api/experiments"): Row(
         WRITER, 201, lambda w: ("/api/experiments", {"json": {"name": "matrix", "config": TINY}})
+    ),
+    ("POST", "/api/code"): Row(
+        WRITER, 201, lambda w: ("/api/code", {"files": {"file": ("c.tar.gz", _fresh_archive())}})
     ),
     ("GET", "/api/runs"): Row(
         USER, 200, _get("/api/runs"), lambda w, r: w.run_id in [x["id"] for x in r.json()["runs"]]
@@ -387,6 +418,12 @@ MATRIX: dict[tuple[str, str], Row] = {
         200,
         lambda w: (f"/api/runs/{w.run_id}/checkpoints/{CKPT}", {}),
         lambda w, r: r.content == b"checkpoint bytes",
+    ),
+    ("GET", "/api/runs/{run_id}/code"): Row(
+        READ,
+        200,
+        lambda w: (f"/api/runs/{w.code_run()}/code", {}),
+        lambda w, r: r.content == w.code_archive(),
     ),
     ("GET", "/api/runs/{run_id}/files"): Row(
         READ,
@@ -501,6 +538,7 @@ def fingerprint() -> tuple[object, ...]:
         ).all()
         return (
             session.scalar(select(func.count()).select_from(Experiment)) or 0,
+            session.scalar(select(func.count()).select_from(CodeSnapshot)) or 0,
             session.scalar(select(func.count()).select_from(Run)) or 0,
             session.scalar(select(func.count()).where(Run.cancel_requested.is_(True))) or 0,
             session.scalar(select(func.count()).select_from(ApiToken)) or 0,

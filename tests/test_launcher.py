@@ -146,3 +146,25 @@ def test_a_runs_own_environment_runs_torchrun_and_so_every_rank() -> None:
         "torch.distributed.run",
     ]
     assert build_launch(spec(python=env_python)).argv == [env_python, "-m", "torchyard.job"]
+
+
+def test_a_snapshot_script_starts_in_its_folder_without_the_client_git_state() -> None:
+    config = {
+        "script": "nested/train.py",
+        "code": "sha256:" + "a" * 64,
+        "code_origin": {"commit": "c0ffee", "diff": "x" * 200_000},
+        "args": [],
+        "params": {"lr": 0.1},
+        "seed": 5,
+        "resources": {"nproc": 1, "gpus": 0},
+    }
+    script = Path("/data/runs/7/work/nested/train.py")
+    launch = build_launch(spec(config=config, script=script, from_snapshot=True))
+    assert launch.argv == ["/py", "-m", "torchyard.job"]
+    assert launch.cwd == Path("/data/runs/7/work/nested")
+    job_config = json.loads(launch.env["TORCHYARD_CONFIG"])
+    # The diff may be 512 KiB; one environment variable may hold only 128 KiB (MAX_ARG_STRLEN).
+    assert "code_origin" not in job_config and job_config["code"] == config["code"]
+    assert launch.env["TORCHYARD_SCRIPT"] == str(script)
+    assert json.loads(launch.env["TORCHYARD_SCRIPT_ARGV"]) == ["--lr=0.1"]
+    assert "TORCHYARD_WORKSPACE" not in launch.env

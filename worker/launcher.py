@@ -66,6 +66,9 @@ class LaunchSpec:
     # A user script: its resolved path (worker.workspace.resolve_script) and the workspace.
     script: Path | None = None
     workspace: Path | None = None
+    # The script is in the run's copy of a code snapshot (worker.code): the job starts in the
+    # script's folder there instead of in <run_dir>/work.
+    from_snapshot: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,16 +81,25 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
 
 
+def job_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config as the job sees it: without ``code_origin``, the client's git state (its
+    diff may be 512 KiB, and one environment variable may hold only 128 KiB on Linux; the run's
+    environment record has it)."""
+    return {k: v for k, v in config.items() if k != "code_origin"}
+
+
 def build_launch(spec: LaunchSpec) -> Launch:
     run = RunSpec.from_config(spec.config)
     cwd = spec.run_dir / WORK_DIR
+    if spec.from_snapshot and spec.script is not None:
+        cwd = spec.script.parent
     nproc = run.nproc
     env = dict(spec.base_env)
     env.update(
         {
             RUN_ID_VAR: str(spec.run_id),
             RUN_DIR_VAR: str(spec.run_dir),
-            CONFIG_VAR: json.dumps(spec.config, sort_keys=True),
+            CONFIG_VAR: json.dumps(job_config(spec.config), sort_keys=True),
             JOB_TOKEN_VAR: spec.job_token,
             "PYTHONHASHSEED": str(spec.config["seed"]),
             "PYTHONUNBUFFERED": "1",

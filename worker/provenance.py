@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,14 @@ MAX_RECORD_BYTES = 4 * 1024 * 1024
 
 
 def worker_record(
-    *, worker_host: str, gpu_indices: tuple[int, ...], script: Path | None
+    *,
+    worker_host: str,
+    gpu_indices: tuple[int, ...],
+    script: Path | None,
+    code: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``code``: the config of a run from a code snapshot; its git state is then the client's
+    (``code_origin``, recorded when the snapshot was packed), not the server workspace's."""
     record: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "worker_host": worker_host,
@@ -37,8 +44,28 @@ def worker_record(
     }
     if script is not None:
         record["script"] = str(script)
-        record["git"] = git_state(script.parent)
+        record["git"] = git_state(script.parent) if code is None else client_git(code)
+    if code is not None:
+        record["code"] = code.get("code")
     return record
+
+
+def client_git(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The client's git state from ``code_origin``, in the shape of worker.workspace.git_state
+    (None when the snapshot was packed outside a git checkout, or without one)."""
+    origin = config.get("code_origin")
+    if not isinstance(origin, Mapping) or not origin.get("commit"):
+        return None
+    return {
+        "source": "client",
+        "commit": origin.get("commit"),
+        "branch": origin.get("branch") or "",
+        "remote": origin.get("remote"),
+        "dirty": bool(origin.get("dirty")),
+        "diff": origin.get("diff") or "",
+        "diff_truncated": bool(origin.get("diff_truncated")),
+        "untracked": [],
+    }
 
 
 def store(session: Session, *, run_id: int, record: dict[str, Any]) -> None:

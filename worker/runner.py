@@ -19,11 +19,14 @@ import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from app.artifacts import renames_atomically, store_fs
+from app.code.store import SnapshotMissing
+from app.code.tarcheck import TarRefused
 from app.db import session_scope
 from app.experiments.requirements import RequirementRefused
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
@@ -42,6 +45,7 @@ from torchyard.contract import (
     METRICS_FILE,
 )
 from worker import artifacts, env_build, provenance, sandbox, spool
+from worker import code as code_copy
 from worker.environments import BuildFailed, Env, requirements_for
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.job_errors import run_error
@@ -153,10 +157,11 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from
     script: Path | None = None
+    code = claimed.config.get("code")
     if claimed.config.get("script"):
         try:
-            script = resolve_script(settings.workspace_dir, str(claimed.config["script"]))
-        except ScriptPathError as exc:
+            script = _script(run_dir, claimed.config)
+        except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
             error = f"cannot run the script: {exc}"
             return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     with session_scope() as session:
@@ -164,12 +169,15 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             worker_host=inventory().host,
             gpu_indices=claimed.gpu_indices,
             script=script,
+            code=claimed.config if code else None,
         )
         provenance.store(session, run_id=run_id, record=record)
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
     try:
         wanted = (claimed.config.get("environment") or {}).get("requirements") or []
-        requirements = requirements_for(wanted, None)
+        # a requirements.txt at the root of the run's code snapshot counts too
+        snapshot = code_copy.snapshot_root(run_dir) if code else None
+        requirements = requirements_for(wanted, snapshot)
         prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
     except (RequirementRefused, BuildFailed) as exc:
         drain(watched)  # pip's lines
@@ -195,10 +203,14 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             resume_from=settings.runs_dir / resume if resume else None,
             base_env=_job_base_env(claimed.gpu_indices),
             script=script,
-            workspace=settings.workspace_dir.expanduser().resolve() if script else None,
+            workspace=settings.workspace_dir.expanduser().resolve()
+            if script and not code
+            else None,
+            from_snapshot=bool(code),
         )
     )
-    prepare_work_dir(launch.cwd, script.parent if script is not None else None)
+    if not code:  # a snapshot's copy is its own work dir already (worker.code)
+        prepare_work_dir(launch.cwd, script.parent if script is not None else None)
     isolation = job_isolation()
     if isolation.enabled:
         launch = _sandboxed(
@@ -206,7 +218,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             isolation,
             run_id=run_id,
             run_dir=run_dir,
-            script=script,
+            script=script if not code else None,  # a snapshot's job needs no workspace
             gpus=claimed.gpu_indices,
             resume=resume,
             env=prepared.env,
@@ -258,6 +270,14 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     return _finish(
         run_id, RunStatus.failed, code, run_error(run_dir, log_path, code), attempt=attempt
     )
+
+
+def _script(run_dir: Path, config: dict[str, Any]) -> Path:
+    """The script's path: in the run's fresh copy of its code snapshot (extracted here, every
+    member checked again), else checked inside the workspace."""
+    if config.get("code"):
+        return code_copy.prepare(run_dir, str(config["code"]), str(config["script"]))
+    return resolve_script(get_settings().workspace_dir, str(config["script"]))
 
 
 def job_isolation() -> sandbox.Isolation:

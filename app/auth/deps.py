@@ -62,7 +62,11 @@ async def csrf_ok(request: Request) -> bool:
     if sent is None and request.headers.get("content-type", "").startswith(
         ("application/x-www-form-urlencoded", "multipart/form-data")
     ):
-        sent = str((await request.form()).get("csrf_token", ""))
+        form = await request.form()
+        try:
+            sent = str(form.get("csrf_token", ""))
+        finally:
+            await form.close()  # a multipart form's files (an upload sent without the header)
     return sent is not None and secrets.compare_digest(sent, expected)
 
 

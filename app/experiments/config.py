@@ -8,7 +8,7 @@ module turns it into pydantic models, one per recipe, joined by a discriminated 
 from __future__ import annotations
 
 import secrets
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -25,7 +25,10 @@ from pydantic import (
 from app.experiments.environment import Environment
 from app.settings import get_settings
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
-from worker.workspace import ScriptPathError, resolve_script
+from worker.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 MAX_SEED = 2**32 - 1
 
@@ -131,14 +134,52 @@ ParamName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_leng
 ParamValue = bool | int | float | Annotated[str, Field(max_length=1000)]
 
 
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"  # app.code.store's, without importing the server
+
+
+class CodeOrigin(BaseModel):
+    """Where an uploaded snapshot came from: the client's git state when it packed it (shown
+    as the run's git state, instead of the server workspace's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    commit: str | None = Field(None, max_length=100)
+    branch: str | None = Field(None, max_length=255)
+    remote: str | None = Field(None, max_length=2000)
+    dirty: bool = False
+    diff: str = Field("", description=f"uncommitted changes, at most {MAX_DIFF_BYTES} bytes")
+    diff_truncated: bool = False
+
+    @model_validator(mode="after")
+    def _diff_capped(self) -> CodeOrigin:
+        size = len(self.diff.encode("utf-8", "surrogatepass"))
+        if size > MAX_DIFF_BYTES:
+            raise ValueError(
+                f"diff is {size} bytes; cut it to {MAX_DIFF_BYTES} and set diff_truncated"
+            )
+        return self
+
+
 class ScriptConfig(_ConfigBase):
-    """A user script from the workspace, started exactly like a built-in recipe."""
+    """A user script from the workspace, or from an uploaded code snapshot (``code``),
+    started exactly like a built-in recipe."""
 
     script: str = Field(
         min_length=1,
         max_length=500,
-        description="path of a .py file relative to the workspace directory",
+        description="path of a .py file relative to the workspace directory, or to the code "
+        "snapshot when `code` is given",
         examples=["train.py"],
+    )
+    code: str | None = Field(
+        None,
+        pattern=DIGEST_PATTERN,
+        description="a code snapshot's digest (POST /api/code): the job runs in a fresh copy "
+        "of it, in the script's folder",
+        examples=["sha256:" + "0" * 64],
+    )
+    code_origin: CodeOrigin | None = Field(
+        None, description="the client's git state when it packed `code` (only with `code`)"
     )
     args: list[Annotated[str, Field(max_length=1000)]] = Field(
         default_factory=list, max_length=256, description="command-line arguments, as given"
@@ -148,6 +189,12 @@ class ScriptConfig(_ConfigBase):
         max_length=256,
         description="passed after args as --key=value flags (true: --key, false: left out)",
     )
+
+    @model_validator(mode="after")
+    def _origin_needs_code(self) -> ScriptConfig:
+        if self.code_origin is not None and self.code is None:
+            raise ValueError("code_origin describes a code snapshot: give `code` too")
+        return self
 
 
 def _config_tag(value: Any) -> str | None:
@@ -186,10 +233,13 @@ class ConfigInvalid(Exception):
         self.errors = errors
 
 
-def validate_config(raw: Any, *, loc_prefix: tuple[str | int, ...]) -> dict[str, Any]:
+def validate_config(
+    raw: Any, *, loc_prefix: tuple[str | int, ...], session: Session | None = None
+) -> dict[str, Any]:
     """Return the complete config (defaults filled in) as plain JSON, or raise ConfigInvalid.
 
-    A script must also be a .py file inside this server's workspace (worker.workspace)."""
+    A script must also be a .py file inside this server's workspace (worker.workspace), or,
+    with ``code``, a file of that stored snapshot (looked up in ``session``)."""
     if isinstance(raw, dict) and SCRIPT_TAG in raw and "recipe" in raw:
         raise ConfigInvalid(
             [
@@ -209,7 +259,10 @@ def validate_config(raw: Any, *, loc_prefix: tuple[str | int, ...]) -> dict[str,
         ) from None
     if isinstance(model, ScriptConfig):
         try:
-            resolve_script(get_settings().workspace_dir, model.script)
+            if model.code is None:
+                resolve_script(get_settings().workspace_dir, model.script)
+            else:
+                _check_code(model, session, loc_prefix)
         except ScriptPathError as exc:
             raise ConfigInvalid(
                 [
@@ -221,7 +274,34 @@ def validate_config(raw: Any, *, loc_prefix: tuple[str | int, ...]) -> dict[str,
                     }
                 ]
             ) from None
-    return model.model_dump(mode="json")  # type: ignore[no-any-return]
+    dumped: dict[str, Any] = model.model_dump(mode="json")
+    for key in ("code", "code_origin"):  # a workspace script's config stays as it was
+        if key in dumped and dumped[key] is None:
+            del dumped[key]
+    return dumped
+
+
+def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | int, ...]) -> None:
+    """The snapshot exists (422 naming ``code``) and holds the script (ScriptPathError)."""
+    from app.code.service import use
+    from worker.code import script_in_snapshot
+
+    assert model.code is not None
+    files = use(session, model.code) if session is not None else None
+    if files is None:
+        raise ConfigInvalid(
+            [
+                {
+                    "type": "code_unknown",
+                    "loc": [*loc, "code"],
+                    "msg": f"no code snapshot {model.code} on this server: upload it with "
+                    "POST /api/code (torchyard submit --code DIR does) and use the digest "
+                    "it answers",
+                    "input": model.code,
+                }
+            ]
+        )
+    script_in_snapshot(model.script, files, model.code)
 
 
 def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> dict[str, Any]:

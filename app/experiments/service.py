@@ -16,7 +16,7 @@ from app.runs.models import Run
 
 def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) -> Experiment:
     try:
-        config = validate_config(data.config, loc_prefix=("body", "config"))
+        config = validate_config(data.config, loc_prefix=("body", "config"), session=session)
     except ConfigInvalid as exc:
         raise validation_error(exc.errors) from None
     experiment = Experiment(

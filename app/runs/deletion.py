@@ -14,7 +14,8 @@ what a late forwarder added meanwhile, and deletes the run row only while the ru
 (a conditional DELETE: a run is never removed from under a worker). A finished status is final,
 so nothing requeues the run between the batches and that last transaction. Files go after the
 commit: the run's folder (app.runs.disk, no link followed) and its prefix in the artifact store
-(checkpoints, the stored work files).
+(checkpoints, the stored work files), and then the code snapshots no run or experiment refers
+to any more (app.code.service.remove_unused).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sqlalchemy import CursorResult, delete, exists, select
 from sqlalchemy.orm import Session
 
 from app.artifacts import store_fs
+from app.code import service as code_snapshots
 from app.db import session_scope
 from app.errors import conflict
 from app.experiments.models import Experiment
@@ -53,12 +55,14 @@ def refuse_if_busy(session: Session, runs: Sequence[Run]) -> None:
 
 
 def delete_runs(run_ids: Sequence[int]) -> int:
-    """Delete the runs (checked with ``refuse_if_busy``); returns the bytes of files freed."""
-    return sum(_delete_run(run_id) for run_id in run_ids)
+    """Delete the runs (checked with ``refuse_if_busy``), then the code snapshots nothing uses
+    any more; returns the bytes of files freed."""
+    freed = sum(_delete_run(run_id) for run_id in run_ids)
+    return freed + code_snapshots.remove_unused()
 
 
 def delete_experiment(experiment_id: int, run_ids: Sequence[int]) -> int:
-    freed = delete_runs(run_ids)
+    freed = sum(_delete_run(run_id) for run_id in run_ids)
     with session_scope() as session:
         gone: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             delete(Experiment).where(
@@ -71,7 +75,7 @@ def delete_experiment(experiment_id: int, run_ids: Sequence[int]) -> int:
                 f"a run of experiment {experiment_id} was started while it was being deleted:"
                 " its other runs are gone; cancel the new run, then delete again"
             )
-    return freed
+    return freed + code_snapshots.remove_unused()
 
 
 def _delete_run(run_id: int) -> int:

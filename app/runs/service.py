@@ -38,7 +38,9 @@ def create_run(
 ) -> Run:
     try:
         config = validate_config(
-            deep_merge(experiment.config, overrides), loc_prefix=("body", "overrides")
+            deep_merge(experiment.config, overrides),
+            loc_prefix=("body", "overrides"),
+            session=session,
         )
     except ConfigInvalid as exc:
         raise validation_error(exc.errors) from None
@@ -78,7 +80,9 @@ def resume_run(
     if overrides:
         try:
             config = validate_config(
-                deep_merge(run.config, overrides), loc_prefix=("body", "overrides")
+                deep_merge(run.config, overrides),
+                loc_prefix=("body", "overrides"),
+                session=session,
             )
         except ConfigInvalid as exc:
             raise validation_error(exc.errors) from None

@@ -7,6 +7,7 @@ import json
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from app.code.service import code_view
 from app.db import SessionDep
 from app.experiments.models import Experiment
 from app.ownership import find_run
@@ -37,5 +38,6 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         queue_reason=why_queued(session, run=run),
         parent=resumed_from(session, run=run),
         config_json=config_json,
+        code=code_view(session, run),
         may_launch=experiment is not None and user.may_write(experiment.owner_id),
     )

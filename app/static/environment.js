@@ -35,9 +35,15 @@
       : `${det.deterministic} (cudnn.benchmark ${det.cudnn_benchmark}, ` +
         `PYTHONHASHSEED ${det.pythonhashseed})`, "env-deterministic");
     add("Script", env.script, "env-script");
+    add("Code snapshot", env.code, "env-code");
     if (env.git) {
+      // A code snapshot's git state is the client's checkout, when it was packed.
+      const where = env.git.source === "client"
+        ? ` (your checkout${env.git.remote ? `, ${env.git.remote}` : ""})` : "";
       add("Git", `${env.git.commit.slice(0, 12)} on ${env.git.branch}` +
-        (env.git.dirty ? " (uncommitted changes)" : " (clean)"), "env-git");
+        (env.git.dirty ? " (uncommitted changes)" : " (clean)") + where, "env-git");
+    } else if (env.code) {
+      add("Git", "the code snapshot was not packed from a git checkout", "env-git");
     } else if (env.script) {
       add("Git", "the workspace is not a git checkout", "env-git");
     }

@@ -1,0 +1,68 @@
+"""A run's own copy of its code snapshot (config ``code``): where it goes, and the script in it.
+
+The snapshot is extracted into the run's working directory, ``<run_dir>/work/``, which is
+then the snapshot root (``snapshot_root``); the job's working directory is the script's folder
+inside it, so ``./data/x.txt`` and a helper module beside the script resolve as under
+``python train.py`` in the user's checkout, and what the run writes stays in its own folder,
+listed and served by the run's files API like any script run's. The copy is fresh per run
+(never shared, so a run that edits its code changes nothing of another's) and extracted with
+every member checked again (app.code.tarcheck): the worker trusts neither the upload path nor
+the store. A requeued attempt keeps the copy its first attempt extracted (and what it wrote).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from app.code.store import local_archive
+from app.code.tarcheck import Limits, extract
+from torchyard.contract import WORK_DIR
+from worker.workspace import MAX_SCRIPT_PATH, ScriptPathError
+
+
+def snapshot_root(run_dir: Path) -> Path:
+    """The root of a run's working copy of its snapshot (e.g. where a ``requirements.txt`` of
+    the snapshot is: ``snapshot_root(run_dir) / "requirements.txt"``)."""
+    return run_dir / WORK_DIR
+
+
+def clean_script(script: str) -> str:
+    """The script's path in the snapshot, normalised, or ScriptPathError saying why not."""
+    if not script or not script.strip() or "\x00" in script or len(script) > MAX_SCRIPT_PATH:
+        raise ScriptPathError("give the script's path relative to the code snapshot, e.g. train.py")
+    if script.startswith("/") or "\\" in script:
+        raise ScriptPathError(
+            f"{script!r}: give a path relative to the code snapshot, with '/' between folders"
+        )
+    parts = [p for p in PurePosixPath(script).parts if p != "."]
+    if ".." in parts:
+        raise ScriptPathError(f"{script!r} leaves the code snapshot ('..' is not allowed)")
+    if not script.endswith(".py"):
+        raise ScriptPathError(f"{script!r} is not a Python file (.py)")
+    return "/".join(parts)
+
+
+def script_in_snapshot(script: str, files: Iterable[str], digest: str) -> str:
+    """The API's check: ``script`` is a regular file of the snapshot (ScriptPathError if not)."""
+    path = clean_script(script)
+    if path not in set(files):
+        raise ScriptPathError(f"{script!r} is not a file in code snapshot {digest}")
+    return path
+
+
+def prepare(run_dir: Path, digest: str, script: str) -> Path:
+    """Extract the snapshot into the run's working directory (first attempt only) and return
+    the script's path in it; raises SnapshotMissing, TarRefused or ScriptPathError."""
+    root = snapshot_root(run_dir)
+    if not root.exists():
+        staging = run_dir / f".code-{secrets.token_hex(4)}"
+        with local_archive(digest) as archive:
+            extract(archive, staging, Limits.from_settings())
+        staging.rename(root)
+    path = root / clean_script(script)
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root.resolve()) or not resolved.is_file():
+        raise ScriptPathError(f"{script!r} is not a file in code snapshot {digest}")
+    return path
