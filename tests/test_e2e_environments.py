@@ -211,3 +211,23 @@ def test_eviction_by_size_skips_an_environment_a_running_job_uses(api, script) -
     assert env_time(log)[:2] == (other, "reused")
     assert not (ENV_DIR / held).exists()
     assert (ENV_DIR / other).is_dir()
+
+
+def test_a_snapshots_requirements_txt_builds_the_runs_environment(api) -> None:
+    """A requirements.txt at the root of the run's code snapshot (POST /api/code) is read by
+    the worker, with the same checks as `environment.requirements`."""
+    from tests.code_archives import tar_gz
+
+    archive = tar_gz(
+        [
+            ("requirements.txt", "file", f"# the run's own packages\n{PACKAGE}\n".encode()),
+            ("src/uses_tomli_w.py", "file", SCRIPT.encode()),
+        ]
+    )
+    up = api.post("/api/code", files={"file": ("code.tar.gz", archive, "application/gzip")})
+    assert up.status_code in (200, 201), up.text
+    config = {"code": up.json()["digest"], "script": "src/uses_tomli_w.py"}
+    done, log = finished_log(api, launch(api, config)["id"])
+    assert done["status"] == "succeeded", (done, log)
+    key, _how, _seconds = env_time(log)
+    assert f"tomli_w: {ENV_DIR / key}/lib/" in log
