@@ -187,7 +187,7 @@ class _Final:
     cache was most of the server's memory growth under load); NULL is kept as NaN, which
     the database never returns for a value (non-finite values are stored as NULL)."""
 
-    __slots__ = ("until", "used", "_steps", "_values", "_times")
+    __slots__ = ("until", "used", "size", "_steps", "_values", "_times")
 
     def __init__(
         self,
@@ -201,6 +201,7 @@ class _Final:
         self._steps = array("q", steps)
         self._values = array("d", (_NAN if v is None else v for v in values))
         self._times = array("d", times)
+        self.size = len(self._steps)  # what it costs the cache's budget (MAX_CACHED_POINTS)
 
     def points(self) -> tuple[list[int], list[float | None], list[float]]:
         values = [None if v != v else v for v in self._values]  # NaN != NaN
@@ -213,11 +214,18 @@ _NAN = float("nan")
 # (database, key id, first step, generation, width) -> the final buckets. Readers asking for
 # different max_points (the run page, the compare page) keep an entry each.
 _FINAL: OrderedDict[tuple[str, int, int, int, int], _Final] = OrderedDict()
+_FINAL_POINTS = [0]  # the points _FINAL holds, all entries together (under _FINAL_LOCK)
 # (database, key id, first step, generation) -> a count the series is known to exceed: within
 # a generation a series only grows, so once it had more than max_points points it still has.
 _LONGER_THAN: OrderedDict[tuple[str, int, int, int], int] = OrderedDict()
 _FINAL_LOCK = threading.Lock()
-MAX_CACHED_SERIES = 128  # each holds at most max_points points
+# The cache is bounded by the points it holds (24 bytes each in its arrays: ~24 MB), not by a
+# count of series: it was 128 series, fewer than the experiment page's overlay reads (100 runs
+# x 2 keys), so an LRU read in order evicted every series before it was read again and every
+# load was cold (~2.7 s for the two requests). 200 series of 300 points are 60,000 points; a
+# run page's 4,000-point view of 8 keys 32,000.
+MAX_CACHED_POINTS = 1_000_000
+MAX_KNOWN_LENGTHS = 100_000  # _LONGER_THAN entries: one int each
 # A narrower width's buckets unread for this long are dropped when a wider width of the same
 # series is kept: a growing series' reader never goes back to them, and held until the LRU
 # pushed them out they made the server's memory grow with every doubling (the load bench:
@@ -250,7 +258,7 @@ def note_longer_than(
     with _FINAL_LOCK:
         _LONGER_THAN[key] = max(count, _LONGER_THAN.get(key, 0))
         _LONGER_THAN.move_to_end(key)
-        while len(_LONGER_THAN) > MAX_CACHED_SERIES:
+        while len(_LONGER_THAN) > MAX_KNOWN_LENGTHS:
             _LONGER_THAN.popitem(last=False)
 
 
@@ -330,13 +338,22 @@ def _store(key: tuple[str, int, int, int, int], final: _Final) -> None:
     series, width = key[:4], key[4]
     idle_since = final.used - SUPERSEDED_IDLE_SECONDS
     with _FINAL_LOCK:
+        replaced = _FINAL.pop(key, None)
         _FINAL[key] = final
-        _FINAL.move_to_end(key)
+        _FINAL_POINTS[0] += final.size - (replaced.size if replaced is not None else 0)
         for k in [k for k in _FINAL if k[:4] == series and k[4] < width]:
             if _FINAL[k].used <= idle_since:
-                del _FINAL[k]
-        while len(_FINAL) > MAX_CACHED_SERIES:
-            _FINAL.popitem(last=False)
+                _FINAL_POINTS[0] -= _FINAL.pop(k).size
+        # Least recently used first; the entry just stored stays even when it alone is over
+        # the budget (the next store of anything evicts it).
+        while _FINAL_POINTS[0] > MAX_CACHED_POINTS and len(_FINAL) > 1:
+            _FINAL_POINTS[0] -= _FINAL.popitem(last=False)[1].size
+
+
+def cached_points() -> int:
+    """The points the live cache holds (its budget is MAX_CACHED_POINTS)."""
+    with _FINAL_LOCK:
+        return _FINAL_POINTS[0]
 
 
 def _widened(final: _Final, *, lo: int, width: int) -> _Final:
@@ -376,4 +393,5 @@ def _widened(final: _Final, *, lo: int, width: int) -> _Final:
 def clear_live_cache() -> None:
     with _FINAL_LOCK:
         _FINAL.clear()
+        _FINAL_POINTS[0] = 0
         _LONGER_THAN.clear()
