@@ -71,6 +71,7 @@ def main() -> None:
             """Both requests, one after the other (the browser sends them together, and the
             server reads them on two threads; one after the other is the sum of the work)."""
             took = []
+            cpu0 = time.process_time()
             for key in KEYS:
                 query = {"runs": runs, "keys": key, "max_points": args.max_points}
                 t0 = time.perf_counter()
@@ -84,20 +85,24 @@ def main() -> None:
                 for s in series:
                     assert s["step"][0] == 1 and s["step"][-1] == args.points, "ends kept"
                     assert len(s["step"]) <= args.max_points
+            cpu.append(time.process_time() - cpu0)
             return took
 
+        cpu: list[float] = []  # this process's CPU time per page (the box is shared)
         results: dict[str, list[list[float]]] = {"cold": [], "warm": []}
         for _ in range(args.repeats):
             clear_live_cache()
             results["cold"].append(page())
             results["warm"].append(page())
-        for name, rounds in results.items():
+        for offset, (name, rounds) in enumerate(results.items()):
             totals = [sum(r) for r in rounds]
+            cpus = cpu[offset::2]
             each = [f"{statistics.median(r[i] for r in rounds) * 1000:.0f}" for i in range(2)]
             print(
                 f"{name}: both requests {statistics.median(totals) * 1000:.0f} ms "
                 f"(min {min(totals) * 1000:.0f}, max {max(totals) * 1000:.0f}; "
-                f"per key {' + '.join(each)} ms), median of {len(totals)}"
+                f"per key {' + '.join(each)} ms; CPU {statistics.median(cpus) * 1000:.0f} ms), "
+                f"median of {len(totals)}"
             )
         print(f"cache after the page: {cached_points():,} points")
     data_dir.cleanup()

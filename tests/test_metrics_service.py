@@ -396,13 +396,12 @@ def test_a_live_read_probes_a_series_length_once_per_generation(
 
 
 def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
-    session: Session, run_id: int
+    session: Session, run_id: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A live series read whole while short is kept as its raw points; when it grows past
     max_points its first downsample regroups them and asks the database only for the
     buckets past them, and equals a fresh downsample."""
-    from sqlalchemy import event
-
+    from app.metrics import downsample
     from app.metrics.downsample import _buckets, clear_live_cache, live_width, with_ends
 
     clear_live_cache()
@@ -423,18 +422,14 @@ def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
     assert short["step"] == list(range(1, 181))
     add(181, 700)
     bucket_starts: list[int] = []
-    engine = session.get_bind()
 
-    def record(conn, cursor, statement, parameters, *args) -> None:  # noqa: ANN001
-        if "RECURSIVE" in statement.upper() or "GENERATE_SERIES" in statement.upper():
-            start = parameters["start"] if isinstance(parameters, dict) else parameters[0]
-            bucket_starts.append(start)
+    def record(conn, *, start, **kw):  # noqa: ANN001, ANN003, ANN202
+        bucket_starts.append(start)  # the buckets' SQL reads from the driver's own cursor
+        return _buckets(conn, start=start, **kw)
 
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        live = read_series(session, run_id=run_id, max_points=200, generation=1)["x"]
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    monkeypatch.setattr(downsample, "_buckets", record)
+    live = read_series(session, run_id=run_id, max_points=200, generation=1)["x"]
+    monkeypatch.undo()
     assert bucket_starts and min(bucket_starts) >= 180 - live_width(1, 700, 200)
     conn, key_id = session.connection(), read_key_id(session, run_id, "x")
     steps, values, _times = with_ends(
