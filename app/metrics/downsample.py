@@ -257,7 +257,7 @@ _FINAL_LOCK = threading.Lock()
 # load was cold (~2.7 s for the two requests). 200 series of 300 points are 60,000 points; a
 # run page's 4,000-point view of 8 keys 32,000.
 MAX_CACHED_POINTS = 1_000_000
-MAX_KNOWN_LENGTHS = 100_000  # _LONGER_THAN entries: one int each
+MAX_KNOWN_LENGTHS = 20_000  # _LONGER_THAN entries (~200 bytes each): 100 pages of 200 series
 # A narrower width's buckets unread for this long are dropped when a wider width of the same
 # series is kept: a growing series' reader never goes back to them, and held until the LRU
 # pushed them out they made the server's memory grow with every doubling (the load bench:
