@@ -1,4 +1,4 @@
-"""The live downsample cache (app/metrics/downsample.py) against real databases: bounded by the
+"""The live downsample cache (app/metrics/live_downsample.py) against real databases: bounded by the
 points it holds, a whole view answered again without reading points while the series has not
 moved, new points read (and the ends still there) as soon as it has.
 
@@ -19,15 +19,9 @@ from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session
 
 import app.models as models
-from app.metrics import downsample
-from app.metrics.downsample import (
-    _buckets,
-    bucket_width,
-    cached_points,
-    clear_live_cache,
-    live_width,
-    with_ends,
-)
+from app.metrics import downsample, live_downsample
+from app.metrics.downsample import bucket_extremes, bucket_width, with_ends
+from app.metrics.live_downsample import cached_points, clear_live_cache, live_width
 from app.metrics.models import MetricKey
 from app.metrics.service import LiveRun, ingest_points, read_runs_series, read_series
 from tests.databases import KINDS, own_database
@@ -83,14 +77,14 @@ def fresh(session: Session, run_id: int, key: str, *, width: int) -> dict[str, l
         key_id=key_id,
         lo=lo,
         hi=hi,
-        points=_buckets(conn, key_id=key_id, start=lo, hi=hi, width=width),
+        points=bucket_extremes(conn, key_id=key_id, start=lo, hi=hi, width=width),
     )
     return {"step": steps, "value": values}
 
 
 class Reads:
     """Counts the statements that read points: the buckets' SQL (from the driver's own
-    cursor, so counted at `_buckets`) and every statement through SQLAlchemy on `metrics`
+    cursor, so counted at `bucket_extremes`) and every statement through SQLAlchemy on `metrics`
     other than the one that finds the series and their first and last steps."""
 
     def __init__(self, session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,9 +94,9 @@ class Reads:
 
         def counted(conn: Any, **kw: Any) -> Any:
             self.buckets += 1
-            return _buckets(conn, **kw)
+            return bucket_extremes(conn, **kw)
 
-        monkeypatch.setattr(downsample, "_buckets", counted)
+        monkeypatch.setattr(downsample, "bucket_extremes", counted)
         event.listen(self.engine, "before_cursor_execute", self._record)
         self._monkeypatch = monkeypatch
 
@@ -134,7 +128,7 @@ def test_a_page_of_200_series_is_read_again_without_reading_a_point(
         add(session, run_id, "loss", 1, 2000, seed=i)
     first = overlay(session, run_ids)
     held = cached_points()
-    assert 0 < held <= downsample.MAX_CACHED_POINTS
+    assert 0 < held <= live_downsample.MAX_CACHED_POINTS
     reads = Reads(session, monkeypatch)
     try:
         second = overlay(session, run_ids)
@@ -161,10 +155,10 @@ def test_the_cache_is_bounded_by_points_least_recently_used_first(
     overlay(session, run_ids[:1])
     per_series = cached_points()  # the final buckets and the whole view of one series
     assert per_series > 300
-    monkeypatch.setattr(downsample, "MAX_CACHED_POINTS", 3 * per_series + per_series // 2)
+    monkeypatch.setattr(live_downsample, "MAX_CACHED_POINTS", 3 * per_series + per_series // 2)
     clear_live_cache()
     first = overlay(session, run_ids)
-    assert cached_points() <= downsample.MAX_CACHED_POINTS
+    assert cached_points() <= live_downsample.MAX_CACHED_POINTS
     assert cached_points() >= 3 * per_series * 9 // 10  # three series fit, the newest ones
     reads = Reads(session, monkeypatch)
     try:
@@ -175,7 +169,7 @@ def test_the_cache_is_bounded_by_points_least_recently_used_first(
     finally:
         reads.close()
     assert again[run_ids[0]] == first[run_ids[0]]
-    assert cached_points() <= downsample.MAX_CACHED_POINTS
+    assert cached_points() <= live_downsample.MAX_CACHED_POINTS
 
 
 @pytest.mark.parametrize("growing", [True, False])

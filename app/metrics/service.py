@@ -17,16 +17,15 @@ from typing import Any
 from sqlalchemy import Connection, case, func, literal, select
 from sqlalchemy.orm import Session
 
-from app.metrics.downsample import (
-    MIN_MAX_POINTS,
+from app.metrics.downsample import MIN_MAX_POINTS, downsample_timed
+from app.metrics.ingest import Point as Point
+from app.metrics.ingest import ingest_points as ingest_points
+from app.metrics.live_downsample import (
     downsample_live,
-    downsample_timed,
     keep_whole,
     known_longer_than,
     note_longer_than,
 )
-from app.metrics.ingest import Point as Point
-from app.metrics.ingest import ingest_points as ingest_points
 from app.metrics.models import Metric, MetricKey
 
 Series = dict[str, dict[str, list[Any]]]
