@@ -492,7 +492,7 @@ def test_a_growing_series_keeps_only_the_widths_still_read(
     downsample.clear_live_cache()
 
     def widths() -> list[int]:
-        return sorted(k[4] for k in downsample._FINAL)
+        return sorted(k[-1] for k in downsample._FINAL)  # (*series, width)
 
     def grow_to(last: int) -> None:
         first = len(read_series(session, run_id=run_id).get("x", {}).get("step", [])) + 1

@@ -87,16 +87,21 @@ class _Final(_Arrays):
 _NAN = float("nan")
 
 
-# (database, key id, first step, generation, width) -> the final buckets. Readers asking for
-# different max_points (the run page, the compare page) keep an entry each.
-_FINAL: OrderedDict[tuple[str, int, int, int, int], _Final] = OrderedDict()
+# A series: (database, key id, first step, generation, the first point's wall time). The wall
+# time tells a series from an older one that had the same key id: SQLite gives a new row the
+# highest id + 1, so the keys of a deleted newest run come back as a new run's, with the same
+# first step and generation 1.
+SeriesId = tuple[str, int, int, int, float]
+# (*series, width) -> the final buckets. Readers asking for different max_points (the run
+# page, the compare page) keep an entry each.
+_FINAL: OrderedDict[tuple[str, int, int, int, float, int], _Final] = OrderedDict()
 _FINAL_POINTS = [0]  # the points _FINAL holds, all entries together (under _FINAL_LOCK)
-# (database, key id, first step, generation) -> the widths _FINAL holds of it, so a store finds
+# series -> the widths _FINAL holds of it, so a store finds
 # a series' narrower widths without a walk over the whole cache (thousands of entries).
-_WIDTHS: dict[tuple[str, int, int, int], set[int]] = {}
-# (database, key id, first step, generation) -> a count the series is known to exceed: within
+_WIDTHS: dict[SeriesId, set[int]] = {}
+# series -> a count it is known to exceed: within
 # a generation a series only grows, so once it had more than max_points points it still has.
-_LONGER_THAN: OrderedDict[tuple[str, int, int, int], int] = OrderedDict()
+_LONGER_THAN: OrderedDict[SeriesId, int] = OrderedDict()
 _FINAL_LOCK = threading.Lock()
 # The cache is bounded by the points it holds (24 bytes each in its arrays: ~24 MB), not by a
 # count of series: it was 128 series, fewer than the experiment page's overlay reads (100 runs
@@ -121,19 +126,19 @@ def live_width(lo: int, hi: int, max_points: int) -> int:
 
 
 def known_longer_than(
-    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
+    conn: Connection, *, key_id: int, lo: int, generation: int, origin: float, count: int
 ) -> bool:
     """Whether the series is known (from an earlier `note_longer_than`) to hold more than
     `count` points, which saves the probe that would find out."""
     with _FINAL_LOCK:
-        known = _LONGER_THAN.get((str(conn.engine.url), key_id, lo, generation))
+        known = _LONGER_THAN.get((str(conn.engine.url), key_id, lo, generation, origin))
     return known is not None and known >= count
 
 
 def note_longer_than(
-    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
+    conn: Connection, *, key_id: int, lo: int, generation: int, origin: float, count: int
 ) -> None:
-    key = (str(conn.engine.url), key_id, lo, generation)
+    key = (str(conn.engine.url), key_id, lo, generation, origin)
     with _FINAL_LOCK:
         _LONGER_THAN[key] = max(count, _LONGER_THAN.get(key, 0))
         _LONGER_THAN.move_to_end(key)
@@ -149,14 +154,16 @@ def downsample_live(
     hi: int,
     max_points: int,
     generation: int,
+    origin: float,
     growing: bool = True,
 ) -> tuple[list[int], list[float | None], list[float]]:
     """Like `downsample_timed`, asking the database only for the buckets that may have changed
     since the last call. A `growing` series gets `live_width` buckets; a finished one the
-    exact width (its width no longer changes, so the cache holds after one full read)."""
+    exact width (its width no longer changes, so the cache holds after one full read).
+    `origin` is the wall time of the series' first point (see SeriesId)."""
     width = live_width(lo, hi, max_points) if growing else bucket_width(lo, hi, max_points)
     last = lo + ((hi - lo) // width) * width  # the last bucket's start: it may still grow
-    series = (str(conn.engine.url), key_id, lo, generation)
+    series = (str(conn.engine.url), key_id, lo, generation, origin)
     final = _kept(series, width)
     if final is not None and final.view is not None and final.view_hi == hi:
         return final.view.points()
@@ -176,7 +183,7 @@ def downsample_live(
     return view
 
 
-def _kept(series: tuple[str, int, int, int], width: int) -> _Final | None:
+def _kept(series: SeriesId, width: int) -> _Final | None:
     """The final buckets kept for this width, else those of the widest narrower power-of-two
     divisor of it, else the raw points (width 1, `keep_whole`), regrouped (exact: see
     `_widened`)."""
@@ -201,6 +208,7 @@ def keep_whole(
     key_id: int,
     lo: int,
     generation: int,
+    origin: float,
     steps: list[int],
     values: list[float | None],
     times: list[float],
@@ -214,13 +222,13 @@ def keep_whole(
     hi = steps[-1]
     cut = bisect.bisect_left(steps, hi)  # the last step's bucket is not final yet
     _store(
-        (str(conn.engine.url), key_id, lo, generation, 1),
+        (str(conn.engine.url), key_id, lo, generation, origin, 1),
         _Final(hi, steps[:cut], values[:cut], times[:cut]),
     )
 
 
-def _store(key: tuple[str, int, int, int, int], final: _Final) -> None:
-    series, width = key[:4], key[4]
+def _store(key: tuple[str, int, int, int, float, int], final: _Final) -> None:
+    series, width = key[:5], key[5]
     idle_since = final.used - SUPERSEDED_IDLE_SECONDS
     with _FINAL_LOCK:
         _drop(key)
@@ -237,17 +245,17 @@ def _store(key: tuple[str, int, int, int, int], final: _Final) -> None:
             _drop(next(iter(_FINAL)))
 
 
-def _drop(key: tuple[str, int, int, int, int]) -> None:
+def _drop(key: tuple[str, int, int, int, float, int]) -> None:
     """Forget one entry, if held (the caller holds _FINAL_LOCK)."""
     final = _FINAL.pop(key, None)
     if final is None:
         return
     _FINAL_POINTS[0] -= final.size
-    widths = _WIDTHS.get(key[:4])
+    widths = _WIDTHS.get(key[:5])
     if widths is not None:
-        widths.discard(key[4])
+        widths.discard(key[5])
         if not widths:
-            del _WIDTHS[key[:4]]
+            del _WIDTHS[key[:5]]
 
 
 def cached_points() -> int:

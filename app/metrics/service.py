@@ -136,12 +136,13 @@ def _read_live(
     is short (steps are unique), by what an earlier read found out, and only else by a probe
     (which walks max_points index entries: half of a warm read's time on PostgreSQL)."""
     result: Series = {}
-    for _run_id, key_id, key, lo, hi in conn.execute(_spans([run_id], keys)).all():
+    for _run_id, key_id, key, lo, hi, origin in conn.execute(_spans([run_id], keys)).all():
         steps, values, times = _live_series(
             conn,
             key_id=key_id,
             lo=lo,
             hi=hi,
+            origin=origin,
             max_points=max_points,
             generation=generation,
             growing=growing,
@@ -181,13 +182,14 @@ def read_runs_series(
     result: dict[int, Series] = {run.id: {} for run in runs}
     if not by_id or not keys:
         return result
-    for run_id, key_id, key, lo, hi in conn.execute(_spans(list(by_id), keys)).all():
+    for run_id, key_id, key, lo, hi, origin in conn.execute(_spans(list(by_id), keys)).all():
         run = by_id[run_id]
         steps, values, times = _live_series(
             conn,
             key_id=key_id,
             lo=lo,
             hi=hi,
+            origin=origin,
             max_points=max_points,
             generation=run.generation,
             growing=run.growing,
@@ -197,7 +199,8 @@ def read_runs_series(
 
 
 def _spans(run_ids: list[int], keys: Sequence[str] | None) -> Any:
-    """(run id, key id, key, first step, last step) of the runs' keys (all, or `keys`)."""
+    """(run id, key id, key, first step, last step, the first point's wall time) of the runs'
+    keys (all, or `keys`): three primary-key lookups per key."""
     in_range = [Metric.key_id == MetricKey.id]
     stmt = select(
         MetricKey.run_id,
@@ -205,6 +208,7 @@ def _spans(run_ids: list[int], keys: Sequence[str] | None) -> Any:
         MetricKey.key,
         select(func.min(Metric.step)).where(*in_range).scalar_subquery(),
         select(func.max(Metric.step)).where(*in_range).scalar_subquery(),
+        select(Metric.wall_time).where(*in_range).order_by(Metric.step).limit(1).scalar_subquery(),
     ).where(MetricKey.run_id.in_(run_ids))
     if keys is not None:
         stmt = stmt.where(MetricKey.key.in_(list(keys)))
@@ -217,16 +221,21 @@ def _live_series(
     key_id: int,
     lo: int | None,
     hi: int | None,
+    origin: float | None,
     max_points: int,
     generation: int,
     growing: bool,
 ) -> tuple[list[int], list[float | None], list[float]]:
-    """One whole series of a generation, downsampled when longer than max_points."""
-    if lo is None or hi is None:
+    """One whole series of a generation, downsampled when longer than max_points. `origin`
+    (its first point's wall time) tells it from an older series with the same key id."""
+    if lo is None or hi is None or origin is None:
         return [], [], []
+    series: dict[str, Any] = {
+        "key_id": key_id, "lo": lo, "generation": generation, "origin": origin
+    }  # fmt: skip
     longer = hi - lo + 1 > max_points and (
-        known_longer_than(conn, key_id=key_id, lo=lo, generation=generation, count=max_points)
-        or _probe_longer_than(conn, key_id=key_id, lo=lo, generation=generation, count=max_points)
+        known_longer_than(conn, **series, count=max_points)
+        or _probe_longer_than(conn, **series, count=max_points)
     )
     if longer:
         return downsample_live(
@@ -236,23 +245,24 @@ def _live_series(
             hi=hi,
             max_points=max_points,
             generation=generation,
+            origin=origin,
             growing=growing,
         )
     steps, values, times = _whole_series(
         conn, key_id=key_id, step_min=None, step_max=None, with_time=True
     )
-    keep_whole(
-        conn, key_id=key_id, lo=lo, generation=generation, steps=steps, values=values, times=times
-    )
+    keep_whole(conn, **series, steps=steps, values=values, times=times)
     return steps, values, times
 
 
 def _probe_longer_than(
-    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
+    conn: Connection, *, key_id: int, lo: int, generation: int, origin: float, count: int
 ) -> bool:
     found = conn.execute(_step_past([Metric.key_id == key_id], count)).scalar() is not None
     if found:
-        note_longer_than(conn, key_id=key_id, lo=lo, generation=generation, count=count)
+        note_longer_than(
+            conn, key_id=key_id, lo=lo, generation=generation, origin=origin, count=count
+        )
     return found
 
 
