@@ -15,7 +15,7 @@ from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, case, func, literal, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from app.metrics.downsample import MIN_MAX_POINTS, downsample_timed
 from app.metrics.ingest import Point as Point
@@ -200,15 +200,22 @@ def read_runs_series(
 
 def _spans(run_ids: list[int], keys: Sequence[str] | None) -> Any:
     """(run id, key id, key, first step, last step, the first point's wall time) of the runs'
-    keys (all, or `keys`): three primary-key lookups per key."""
+    keys (all, or `keys`): primary-key lookups only."""
     in_range = [Metric.key_id == MetricKey.id]
+    first = aliased(Metric)
     stmt = select(
         MetricKey.run_id,
         MetricKey.id,
         MetricKey.key,
         select(func.min(Metric.step)).where(*in_range).scalar_subquery(),
         select(func.max(Metric.step)).where(*in_range).scalar_subquery(),
-        select(Metric.wall_time).where(*in_range).order_by(Metric.step).limit(1).scalar_subquery(),
+        select(Metric.wall_time)
+        .where(
+            *in_range,
+            Metric.step
+            == select(func.min(first.step)).where(first.key_id == Metric.key_id).scalar_subquery(),
+        )
+        .scalar_subquery(),
     ).where(MetricKey.run_id.in_(run_ids))
     if keys is not None:
         stmt = stmt.where(MetricKey.key.in_(list(keys)))
