@@ -213,7 +213,10 @@ def _spans(run_ids: list[int], keys: Sequence[str] | None) -> Any:
         .where(
             *in_range,
             Metric.step
-            == select(func.min(first.step)).where(first.key_id == Metric.key_id).scalar_subquery(),
+            == select(func.min(first.step))
+            .where(first.key_id == MetricKey.id)
+            .correlate(MetricKey)
+            .scalar_subquery(),
         )
         .scalar_subquery(),
     ).where(MetricKey.run_id.in_(run_ids))
