@@ -249,7 +249,7 @@ def test_a_downsampled_view_of_a_million_points_includes_its_first_and_last(
     """The issue's case: a 2,000-point view of 1M points covered steps 41 to 999,634. Every
     read path (whole range, a zoomed range, the live path growing and finished) now starts at
     the first point and ends at the last, within max_points, with real points only."""
-    from app.metrics.downsample import clear_live_cache
+    from app.metrics.live_downsample import clear_live_cache
 
     clear_live_cache()
     million_points(session, run_id, "loss")
@@ -295,13 +295,8 @@ def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
     must give exactly what a fresh downsample at the same width gives, as the series grows,
     across width changes, with ties and runs of non-finite values, after the points past a
     step are dropped (a new generation), and once the run is finished (exact width)."""
-    from app.metrics.downsample import (
-        _buckets,
-        bucket_width,
-        clear_live_cache,
-        live_width,
-        with_ends,
-    )
+    from app.metrics.downsample import bucket_extremes, bucket_width, with_ends
+    from app.metrics.live_downsample import clear_live_cache, live_width
 
     clear_live_cache()
     rng = random.Random(3)
@@ -331,7 +326,7 @@ def test_a_growing_series_downsampled_live_equals_a_fresh_downsample(
             key_id=key_id,
             lo=lo,
             hi=hi,
-            points=_buckets(conn, key_id=key_id, start=lo, hi=hi, width=width),
+            points=bucket_extremes(conn, key_id=key_id, start=lo, hi=hi, width=width),
         )
         return live, {"step": steps, "value": values}
 
@@ -366,7 +361,7 @@ def test_a_live_read_probes_a_series_length_once_per_generation(
     short series (step span within max_points) never needs it."""
     from sqlalchemy import event
 
-    from app.metrics.downsample import clear_live_cache
+    from app.metrics.live_downsample import clear_live_cache
 
     clear_live_cache()
     ingest_points(session, run_id=run_id, points=pts("long", range(1, 3001)))
@@ -396,14 +391,14 @@ def test_a_live_read_probes_a_series_length_once_per_generation(
 
 
 def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
-    session: Session, run_id: int
+    session: Session, run_id: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A live series read whole while short is kept as its raw points; when it grows past
     max_points its first downsample regroups them and asks the database only for the
     buckets past them, and equals a fresh downsample."""
-    from sqlalchemy import event
-
-    from app.metrics.downsample import _buckets, clear_live_cache, live_width, with_ends
+    from app.metrics import downsample
+    from app.metrics.downsample import bucket_extremes, with_ends
+    from app.metrics.live_downsample import clear_live_cache, live_width
 
     clear_live_cache()
     rng = random.Random(5)
@@ -423,18 +418,14 @@ def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
     assert short["step"] == list(range(1, 181))
     add(181, 700)
     bucket_starts: list[int] = []
-    engine = session.get_bind()
 
-    def record(conn, cursor, statement, parameters, *args) -> None:  # noqa: ANN001
-        if "RECURSIVE" in statement.upper() or "GENERATE_SERIES" in statement.upper():
-            start = parameters["start"] if isinstance(parameters, dict) else parameters[0]
-            bucket_starts.append(start)
+    def record(conn, *, start, **kw):  # noqa: ANN001, ANN003, ANN202
+        bucket_starts.append(start)  # the buckets' SQL reads from the driver's own cursor
+        return bucket_extremes(conn, start=start, **kw)
 
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        live = read_series(session, run_id=run_id, max_points=200, generation=1)["x"]
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    monkeypatch.setattr(downsample, "bucket_extremes", record)
+    live = read_series(session, run_id=run_id, max_points=200, generation=1)["x"]
+    monkeypatch.undo()
     assert bucket_starts and min(bucket_starts) >= 180 - live_width(1, 700, 200)
     conn, key_id = session.connection(), read_key_id(session, run_id, "x")
     steps, values, _times = with_ends(
@@ -442,13 +433,14 @@ def test_a_series_read_whole_while_short_is_downsampled_from_memory_once_long(
         key_id=key_id,
         lo=1,
         hi=700,
-        points=_buckets(conn, key_id=key_id, start=1, hi=700, width=live_width(1, 700, 200)),
+        points=bucket_extremes(conn, key_id=key_id, start=1, hi=700, width=live_width(1, 700, 200)),
     )
     assert live == {"step": steps, "value": values}
 
 
 def test_live_widths_only_double_as_a_series_grows() -> None:
-    from app.metrics.downsample import bucket_width, live_width
+    from app.metrics.downsample import bucket_width
+    from app.metrics.live_downsample import live_width
 
     previous = 1
     for hi in range(1, 200_000, 997):
@@ -495,12 +487,12 @@ def test_a_growing_series_keeps_only_the_widths_still_read(
     """When a series' width doubles, the narrower widths' kept buckets that nobody reads any
     more are dropped (held until the LRU evicted them, they grew the server's memory with
     every doubling); a reader still at a narrower width (another max_points) keeps its own."""
-    from app.metrics import downsample
+    from app.metrics import live_downsample as downsample
 
     downsample.clear_live_cache()
 
     def widths() -> list[int]:
-        return sorted(k[4] for k in downsample._FINAL)
+        return sorted(k[-1] for k in downsample._FINAL)  # (*series, width)
 
     def grow_to(last: int) -> None:
         first = len(read_series(session, run_id=run_id).get("x", {}).get("step", [])) + 1

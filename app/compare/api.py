@@ -17,7 +17,7 @@ from app.compare.views import parse_run_ids
 from app.db import MAX_ID, SessionDep
 from app.errors import validation_error
 from app.metrics.downsample import MIN_MAX_POINTS
-from app.metrics.service import read_series
+from app.metrics.service import LiveRun, read_runs_series
 from app.runs.models import Run, RunStatus
 from app.runs.schemas import SeriesOut
 
@@ -62,17 +62,22 @@ def read_many_runs_metrics(
                     }
                 ]
             )
-    found = session.scalars(select(Run).where(Run.id.in_(ids))).all()
-    out: dict[int, RunSeriesOut] = {}
-    for run in sorted(found, key=lambda r: ids.index(r.id)):
-        series = read_series(
-            session,
-            run_id=run.id,
-            keys=wanted,
-            max_points=max_points,
-            with_time=with_time,
-            generation=run.attempt,
-            growing=not RunStatus(run.status).finished,
-        )
-        out[run.id] = RunSeriesOut.model_validate({"status": run.status, "series": series})
-    return ManyRunsMetricsOut(runs=out)
+    found = sorted(
+        session.scalars(select(Run).where(Run.id.in_(ids))).all(), key=lambda r: ids.index(r.id)
+    )
+    series = read_runs_series(
+        session,
+        runs=[
+            LiveRun(id=run.id, generation=run.attempt, growing=not RunStatus(run.status).finished)
+            for run in found
+        ],
+        keys=wanted,
+        max_points=max_points,
+        with_time=with_time,
+    )
+    return ManyRunsMetricsOut(
+        runs={
+            run.id: RunSeriesOut.model_validate({"status": run.status, "series": series[run.id]})
+            for run in found
+        }
+    )

@@ -27,11 +27,7 @@ Each dialect gets the shape that measured fastest on it (500k points, 1,000 buck
 
 from __future__ import annotations
 
-import bisect
-import threading
-import time
-from array import array
-from collections import OrderedDict
+import re
 
 from sqlalchemy import Connection, text
 
@@ -112,14 +108,15 @@ def downsample_timed(conn: Connection, *, key_id: int, lo: int, hi: int, max_poi
         key_id=key_id,
         lo=lo,
         hi=hi,
-        points=_buckets(conn, key_id=key_id, start=lo, hi=hi, width=width),
+        points=bucket_extremes(conn, key_id=key_id, start=lo, hi=hi, width=width),
     )
 
 
 def with_ends(conn: Connection, *, key_id: int, lo: int, hi: int, points: Points) -> Points:
     """`points` (bucket extremes between lo and hi, in step order) with the points at lo and
     hi added when they are not there yet: one primary-key lookup of at most two rows, and only
-    then. Never stored in the live cache: the series' end moves on as it grows."""
+    then. The live cache keeps a view with its ends only together with the last step it was
+    made for (app/metrics/live_downsample.py): the series' end moves on as it grows."""
     steps, values, times = points
     wanted = [s for s, held in ((lo, steps[:1]), (hi, steps[-1:])) if held != [s]]
     if not wanted:
@@ -149,231 +146,21 @@ _ENDS = text(
 )
 
 
-def _buckets(conn: Connection, *, key_id: int, start: int, hi: int, width: int) -> Points:
+def bucket_extremes(conn: Connection, *, key_id: int, start: int, hi: int, width: int) -> Points:
+    """The buckets' extremes, straight from the driver: SQLAlchemy's rows cost about as much
+    as the SQL for a 300-point view (the overlay reads 200 of them)."""
     params = {"key_id": key_id, "start": start, "hi": hi, "width": width}
     # On PostgreSQL, 1,000 lateral loops trip JIT (~100 ms of compiling): make_engine turns
     # JIT off for every connection.
-    postgres = conn.dialect.name == "postgresql"
-    steps: list[int] = []
-    values: list[float | None] = []
-    times: list[float] = []
-    for step, value, wall_time in conn.execute(_POSTGRES if postgres else _SQLITE, params):
-        steps.append(step)
-        values.append(value)
-        times.append(wall_time)
-    return steps, values, times
+    sql = _POSTGRES_SQL if conn.dialect.name == "postgresql" else _SQLITE.text
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
 
-# --- live series: only the buckets that can still change -------------------------------------
-#
-# A live run's page (and every viewer's) asks for the same downsampled series again and again
-# while points are appended at its end. While the bucket width stays the same, every bucket but
-# the last is final: its min and max cannot change. So the final buckets' points are kept per
-# (database, key, first step, generation) and only the buckets from the last one on are asked
-# from the database. `generation` changes whenever a run's points may change other than by
-# appending (a requeued attempt drops the points past its checkpoint).
-#
-# The width has to grow with the series, and a new width used to mean asking the database for
-# every bucket again (~40 ms for 4 x 15k points on PostgreSQL, idle; the load bench saw it on
-# nearly every read, since a run logging 250 steps/s crossed a width every ~4 s). A growing
-# series therefore gets power-of-two widths: a bucket of width 2w is exactly two buckets of
-# width w, so the kept points, regrouped, are the kept points of the wider buckets (the min of
-# two minima is the minimum), and no width change goes back to the database. The price is
-# resolution: between half and all of max_points points, where the exact width gives all.
-
-
-class _Final:
-    """Kept points in typed arrays (8 bytes a number instead of a Python object each: the
-    cache was most of the server's memory growth under load); NULL is kept as NaN, which
-    the database never returns for a value (non-finite values are stored as NULL)."""
-
-    __slots__ = ("until", "used", "_steps", "_values", "_times")
-
-    def __init__(
-        self,
-        until: int,  # buckets starting before this step are final
-        steps: list[int],
-        values: list[float | None],
-        times: list[float],
-    ) -> None:
-        self.until = until
-        self.used = time.monotonic()  # last read at this very width (see `_store`)
-        self._steps = array("q", steps)
-        self._values = array("d", (_NAN if v is None else v for v in values))
-        self._times = array("d", times)
-
-    def points(self) -> tuple[list[int], list[float | None], list[float]]:
-        values = [None if v != v else v for v in self._values]  # NaN != NaN
-        return list(self._steps), values, list(self._times)
-
-
-_NAN = float("nan")
-
-
-# (database, key id, first step, generation, width) -> the final buckets. Readers asking for
-# different max_points (the run page, the compare page) keep an entry each.
-_FINAL: OrderedDict[tuple[str, int, int, int, int], _Final] = OrderedDict()
-# (database, key id, first step, generation) -> a count the series is known to exceed: within
-# a generation a series only grows, so once it had more than max_points points it still has.
-_LONGER_THAN: OrderedDict[tuple[str, int, int, int], int] = OrderedDict()
-_FINAL_LOCK = threading.Lock()
-MAX_CACHED_SERIES = 128  # each holds at most max_points points
-# A narrower width's buckets unread for this long are dropped when a wider width of the same
-# series is kept: a growing series' reader never goes back to them, and held until the LRU
-# pushed them out they made the server's memory grow with every doubling (the load bench:
-# ~3 MB/min). A reader still at the narrower width (another max_points, read within that
-# time) keeps them; one that comes back later reads its buckets from the database again.
-SUPERSEDED_IDLE_SECONDS = 2.0
-
-
-def live_width(lo: int, hi: int, max_points: int) -> int:
-    """The exact width rounded up to a power of two: widths of a growing series then only
-    ever double, and each doubling is derived from the buckets already kept."""
-    exact = bucket_width(lo, hi, max_points)
-    return 1 << (exact - 1).bit_length()
-
-
-def known_longer_than(
-    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
-) -> bool:
-    """Whether the series is known (from an earlier `note_longer_than`) to hold more than
-    `count` points, which saves the probe that would find out."""
-    with _FINAL_LOCK:
-        known = _LONGER_THAN.get((str(conn.engine.url), key_id, lo, generation))
-    return known is not None and known >= count
-
-
-def note_longer_than(
-    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
-) -> None:
-    key = (str(conn.engine.url), key_id, lo, generation)
-    with _FINAL_LOCK:
-        _LONGER_THAN[key] = max(count, _LONGER_THAN.get(key, 0))
-        _LONGER_THAN.move_to_end(key)
-        while len(_LONGER_THAN) > MAX_CACHED_SERIES:
-            _LONGER_THAN.popitem(last=False)
-
-
-def downsample_live(
-    conn: Connection,
-    *,
-    key_id: int,
-    lo: int,
-    hi: int,
-    max_points: int,
-    generation: int,
-    growing: bool = True,
-) -> tuple[list[int], list[float | None], list[float]]:
-    """Like `downsample_timed`, asking the database only for the buckets that may have changed
-    since the last call. A `growing` series gets `live_width` buckets; a finished one the
-    exact width (its width no longer changes, so the cache holds after one full read)."""
-    width = live_width(lo, hi, max_points) if growing else bucket_width(lo, hi, max_points)
-    last = lo + ((hi - lo) // width) * width  # the last bucket's start: it may still grow
-    series = (str(conn.engine.url), key_id, lo, generation)
-    final = _kept(series, width)
-    start = final.until if final is not None and final.until <= last else lo
-    steps, values, times = _buckets(conn, key_id=key_id, start=start, hi=hi, width=width)
-    if start > lo and final is not None:
-        kept_steps, kept_values, kept_times = final.points()
-        steps = kept_steps + steps
-        values = kept_values + values
-        times = kept_times + times
-    cut = bisect.bisect_left(steps, last)
-    _store((*series, width), _Final(last, steps[:cut], values[:cut], times[:cut]))
-    return with_ends(conn, key_id=key_id, lo=lo, hi=hi, points=(steps, values, times))
-
-
-def _kept(series: tuple[str, int, int, int], width: int) -> _Final | None:
-    """The final buckets kept for this width, else those of the widest narrower power-of-two
-    divisor of it, else the raw points (width 1, `keep_whole`), regrouped (exact: see
-    `_widened`)."""
-    narrower = width
-    with _FINAL_LOCK:
-        while True:
-            final = _FINAL.get((*series, narrower))
-            if final is not None:
-                _FINAL.move_to_end((*series, narrower))
-                if narrower == width:
-                    final.used = time.monotonic()
-                break
-            if narrower == 1:
-                return None
-            narrower = narrower // 2 if narrower % 2 == 0 else 1
-    return final if narrower == width else _widened(final, lo=series[2], width=width)
-
-
-def keep_whole(
-    conn: Connection,
-    *,
-    key_id: int,
-    lo: int,
-    generation: int,
-    steps: list[int],
-    values: list[float | None],
-    times: list[float],
-) -> None:
-    """Keep a whole series just read (short enough to be sent raw) as its width-1 buckets:
-    each point is its own bucket's min and max. When the series grows past max_points, its
-    first downsample is then regrouped from these, not read bucket by bucket from the
-    database (that first read was the slowest of the load bench's metrics reads)."""
-    if not steps:
-        return
-    hi = steps[-1]
-    cut = bisect.bisect_left(steps, hi)  # the last step's bucket is not final yet
-    _store(
-        (str(conn.engine.url), key_id, lo, generation, 1),
-        _Final(hi, steps[:cut], values[:cut], times[:cut]),
-    )
-
-
-def _store(key: tuple[str, int, int, int, int], final: _Final) -> None:
-    series, width = key[:4], key[4]
-    idle_since = final.used - SUPERSEDED_IDLE_SECONDS
-    with _FINAL_LOCK:
-        _FINAL[key] = final
-        _FINAL.move_to_end(key)
-        for k in [k for k in _FINAL if k[:4] == series and k[4] < width]:
-            if _FINAL[k].used <= idle_since:
-                del _FINAL[k]
-        while len(_FINAL) > MAX_CACHED_SERIES:
-            _FINAL.popitem(last=False)
-
-
-def _widened(final: _Final, *, lo: int, width: int) -> _Final:
-    """The kept buckets regrouped into buckets `width` wide, when that is exact: the new width
-    is a multiple of the kept one. Each new bucket takes the smallest and the largest of its
-    old buckets' points (NULL losing against any value, the earliest step on ties), as the
-    SQL would from the raw rows; the last new bucket that the kept ones do not fill entirely
-    is left to the database."""
-    until = lo + ((final.until - lo) // width) * width
-    old_steps, old_values, old_times = final.points()
-    steps: list[int] = []
-    values: list[float | None] = []
-    times: list[float] = []
-    end = bisect.bisect_left(old_steps, until)
-    i = 0
-    while i < end:
-        bucket = (old_steps[i] - lo) // width
-        j = i
-        low = high = i
-        while j < end and (old_steps[j] - lo) // width == bucket:
-            value = old_values[j]
-            if value is not None:
-                low_value, high_value = old_values[low], old_values[high]
-                if low_value is None or value < low_value:
-                    low = j
-                if high_value is None or value > high_value:
-                    high = j
-            j += 1
-        for k in sorted({low, high} if old_values[high] is not None else {low}):
-            steps.append(old_steps[k])
-            values.append(old_values[k])
-            times.append(old_times[k])
-        i = j
-    return _Final(until, steps, values, times)
-
-
-def clear_live_cache() -> None:
-    with _FINAL_LOCK:
-        _FINAL.clear()
-        _LONGER_THAN.clear()
+# The same statement in the driver's own placeholders (psycopg: %(name)s; sqlite3 takes :name).
+_POSTGRES_SQL = re.sub(r"(?<!:):(\w+)", r"%(\1)s", _POSTGRES.text)

@@ -9,23 +9,23 @@ app.metrics.ingest; ``ingest_points`` and ``Point`` stay importable from here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, case, func, literal, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
-from app.metrics.downsample import (
-    MIN_MAX_POINTS,
+from app.metrics.downsample import MIN_MAX_POINTS, downsample_timed
+from app.metrics.ingest import Point as Point
+from app.metrics.ingest import ingest_points as ingest_points
+from app.metrics.live_downsample import (
     downsample_live,
-    downsample_timed,
     keep_whole,
     known_longer_than,
     note_longer_than,
 )
-from app.metrics.ingest import Point as Point
-from app.metrics.ingest import ingest_points as ingest_points
 from app.metrics.models import Metric, MetricKey
 
 Series = dict[str, dict[str, list[Any]]]
@@ -135,57 +135,144 @@ def _read_live(
     whether a series holds more than max_points points is decided by its step span when it
     is short (steps are unique), by what an earlier read found out, and only else by a probe
     (which walks max_points index entries: half of a warm read's time on PostgreSQL)."""
-    in_range = [Metric.key_id == MetricKey.id]
-    columns: list[Any] = [
-        MetricKey.id,
-        MetricKey.key,
-        select(func.min(Metric.step)).where(*in_range).scalar_subquery(),
-        select(func.max(Metric.step)).where(*in_range).scalar_subquery(),
-    ]
     result: Series = {}
-    for key_id, key, lo, hi in conn.execute(_keys_of(run_id, keys, columns)).all():
-        if lo is None:
-            _add(result, key, [], [], [], with_time)
-            continue
-        longer = hi - lo + 1 > max_points and (
-            known_longer_than(conn, key_id=key_id, lo=lo, generation=generation, count=max_points)
-            or _probe_longer_than(
-                conn, key_id=key_id, lo=lo, generation=generation, count=max_points
-            )
+    for _run_id, key_id, key, lo, hi, origin in conn.execute(_spans([run_id], keys)).all():
+        steps, values, times = _live_series(
+            conn,
+            key_id=key_id,
+            lo=lo,
+            hi=hi,
+            origin=origin,
+            max_points=max_points,
+            generation=generation,
+            growing=growing,
         )
-        if longer:
-            steps, values, times = downsample_live(
-                conn,
-                key_id=key_id,
-                lo=lo,
-                hi=hi,
-                max_points=max_points,
-                generation=generation,
-                growing=growing,
-            )
-        else:
-            steps, values, times = _whole_series(
-                conn, key_id=key_id, step_min=None, step_max=None, with_time=True
-            )
-            keep_whole(
-                conn,
-                key_id=key_id,
-                lo=lo,
-                generation=generation,
-                steps=steps,
-                values=values,
-                times=times,
-            )
         _add(result, key, steps, values, times, with_time)
     return result
 
 
+@dataclass(frozen=True)
+class LiveRun:
+    """A run whose whole series `read_runs_series` reads: its attempt (the generation of its
+    points) and whether it still grows (not finished)."""
+
+    id: int
+    generation: int
+    growing: bool
+
+
+def read_runs_series(
+    session: Session,
+    *,
+    runs: Sequence[LiveRun],
+    keys: Sequence[str],
+    max_points: int,
+    with_time: bool = False,
+) -> dict[int, Series]:
+    """read_series(run_id=..., keys=keys, max_points=max_points, generation=..., growing=...)
+    of many runs, with every run's series found, first and last steps, in one statement (a
+    statement per run was most of a warm 100-run overlay's time). {run id: series}, a run
+    without any of `keys` has {}."""
+    if max_points < MIN_MAX_POINTS:
+        raise ValueError(
+            f"max_points must be at least {MIN_MAX_POINTS} (the two ends, one bucket's min and max)"
+        )
+    conn = session.connection()
+    by_id = {run.id: run for run in runs}
+    result: dict[int, Series] = {run.id: {} for run in runs}
+    if not by_id or not keys:
+        return result
+    for run_id, key_id, key, lo, hi, origin in conn.execute(_spans(list(by_id), keys)).all():
+        run = by_id[run_id]
+        steps, values, times = _live_series(
+            conn,
+            key_id=key_id,
+            lo=lo,
+            hi=hi,
+            origin=origin,
+            max_points=max_points,
+            generation=run.generation,
+            growing=run.growing,
+        )
+        _add(result[run_id], key, steps, values, times, with_time)
+    return result
+
+
+def _spans(run_ids: list[int], keys: Sequence[str] | None) -> Any:
+    """(run id, key id, key, first step, last step, the first point's wall time) of the runs'
+    keys (all, or `keys`): primary-key lookups only."""
+    in_range = [Metric.key_id == MetricKey.id]
+    first = aliased(Metric)
+    stmt = select(
+        MetricKey.run_id,
+        MetricKey.id,
+        MetricKey.key,
+        select(func.min(Metric.step)).where(*in_range).scalar_subquery(),
+        select(func.max(Metric.step)).where(*in_range).scalar_subquery(),
+        select(Metric.wall_time)
+        .where(
+            *in_range,
+            Metric.step
+            == select(func.min(first.step))
+            .where(first.key_id == MetricKey.id)
+            .correlate(MetricKey)
+            .scalar_subquery(),
+        )
+        .scalar_subquery(),
+    ).where(MetricKey.run_id.in_(run_ids))
+    if keys is not None:
+        stmt = stmt.where(MetricKey.key.in_(list(keys)))
+    return stmt.order_by(MetricKey.run_id, MetricKey.key)
+
+
+def _live_series(
+    conn: Connection,
+    *,
+    key_id: int,
+    lo: int | None,
+    hi: int | None,
+    origin: float | None,
+    max_points: int,
+    generation: int,
+    growing: bool,
+) -> tuple[list[int], list[float | None], list[float]]:
+    """One whole series of a generation, downsampled when longer than max_points. `origin`
+    (its first point's wall time) tells it from an older series with the same key id."""
+    if lo is None or hi is None or origin is None:
+        return [], [], []
+    series: dict[str, Any] = {
+        "key_id": key_id, "lo": lo, "generation": generation, "origin": origin
+    }  # fmt: skip
+    longer = hi - lo + 1 > max_points and (
+        known_longer_than(conn, **series, count=max_points)
+        or _probe_longer_than(conn, **series, count=max_points)
+    )
+    if longer:
+        return downsample_live(
+            conn,
+            key_id=key_id,
+            lo=lo,
+            hi=hi,
+            max_points=max_points,
+            generation=generation,
+            origin=origin,
+            growing=growing,
+        )
+    steps, values, times = _whole_series(
+        conn, key_id=key_id, step_min=None, step_max=None, with_time=True
+    )
+    keep_whole(conn, **series, steps=steps, values=values, times=times)
+    return steps, values, times
+
+
 def _probe_longer_than(
-    conn: Connection, *, key_id: int, lo: int, generation: int, count: int
+    conn: Connection, *, key_id: int, lo: int, generation: int, origin: float, count: int
 ) -> bool:
     found = conn.execute(_step_past([Metric.key_id == key_id], count)).scalar() is not None
     if found:
-        note_longer_than(conn, key_id=key_id, lo=lo, generation=generation, count=count)
+        note_longer_than(
+            conn, key_id=key_id, lo=lo, generation=generation, origin=origin, count=count
+        )
     return found
 
 
