@@ -6,7 +6,7 @@
 (() => {
   const section = document.getElementById("experiment-curves");
   if (!section) return;
-  const MAX_RUNS = 200;
+  const MAX_RUNS = 200;  // app/experiments/views.py CURVE_RUNS
   const experimentId = section.dataset.experimentId;
   const charts = document.getElementById("experiment-charts");
   const status = document.getElementById("experiment-curves-status");
@@ -18,8 +18,14 @@
     return r.body.runs;
   };
 
+  // The page holds the first list (app/experiments/views.py); later refreshes ask the API.
+  const embedded = () => {
+    const el = document.getElementById("experiment-curves-runs");
+    try { return el ? JSON.parse(el.textContent) : null; } catch (_) { return null; }
+  };
+
   const start = async () => {
-    const runs = await listRuns();
+    const runs = embedded() || await listRuns();
     if (!runs) return;
     if (!runs.length) { status.textContent = "No runs yet: their curves appear here."; return; }
     const keys = new Set();
