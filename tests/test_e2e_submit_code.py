@@ -2,9 +2,7 @@
 checkout with an ignored 1 MB file, an untracked helper file and an uncommitted edit, as a real
 CLI process against the real server and worker. The snapshot leaves the ignored file out and
 carries the edit; the run imports the helper module and reads ./data/x.txt; its environment
-shows the client's commit, branch, remote (no credentials) and diff.
-
-Needs the server's `POST /api/code` (the "code" branch): skipped where that is not merged."""
+shows the client's commit, branch, remote (no credentials) and diff."""
 
 from __future__ import annotations
 
@@ -18,7 +16,6 @@ import pytest
 from tests.test_cli import Cli, cli  # noqa: F401  (the logged-in CLI fixture)
 from tests.test_cli_pack import git
 
-pytest.importorskip("app.code.api", reason="the server side of code snapshots is not here")
 pytestmark = pytest.mark.slow
 
 TRAIN = """\
