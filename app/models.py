@@ -5,6 +5,7 @@ from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
+from app.sweeps.models import Sweep, SweepTrial
 
 __all__ = [
     "ApiToken",
@@ -16,6 +17,8 @@ __all__ = [
     "Run",
     "RunImage",
     "RunParam",
+    "Sweep",
+    "SweepTrial",
     "User",
     "WorkerHost",
 ]

@@ -19,6 +19,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -162,6 +163,7 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             script=script,
         )
         provenance.store(session, run_id=run_id, record=record)
+        in_sweep = session.scalar(select(Run.sweep_id).where(Run.id == run_id)) is not None
     token = secrets.token_hex(16)
     artifacts.ensure_local(settings.runs_dir, resume)  # a checkpoint another host wrote
     launch = build_launch(
@@ -192,7 +194,9 @@ def _execute_claimed(run_id: int, claimed: StartResult) -> RunStatus:
             resume=resume,
         )
     log_path = run_dir / LOG_FILE
-    watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
+    watched = Watched(
+        run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices), in_sweep=in_sweep
+    )
     try:
         job = JobProcess(
             launch,
