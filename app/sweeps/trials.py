@@ -22,7 +22,7 @@ def trials_of(session: Session, *, sweep_id: int) -> list[tuple[SweepTrial, Run 
         .where(SweepTrial.sweep_id == sweep_id)
         .order_by(SweepTrial.number)
     )
-    return [(t, r) for t, r in session.execute(stmt).tuples()]
+    return [(t, r) for t, r in session.execute(stmt)]
 
 
 def is_active(run: Run | None) -> bool:
