@@ -60,7 +60,7 @@ class Sweep(Base):
     max_concurrent: Mapped[int] = mapped_column(Integer)
     # {"type": "median"|"asha", ...its knobs}; NULL: every trial runs to its end.
     early_stop: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    # The samplers' seed: trial N is sampled with seed + N (app.sweeps.sampling).
+    # The samplers' seed: trial N's sampler is seeded from (seed, N) (app.sweeps.sampling).
     seed: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -4,8 +4,8 @@ study rebuilt in memory from the sweep's trials each time.
 Why rebuilt and not Optuna's RDB storage: the trials already are our runs (their params and
 their metric in our own tables), so a second copy in Optuna's dozen tables would be a second
 truth to keep in step, with its own migrations; a study of a few hundred trials rebuilds in
-milliseconds. Restart-safe by construction: trial N is sampled with seed + N from the trials
-that had ended by then, so nothing lives in a process's memory.
+milliseconds. Restart-safe by construction: trial N is sampled from the trials
+that had ended by then (seeded from (seed, N)), so nothing lives in a process's memory.
 
 Grid: trial N is the grid's N-th point in the spec's order (the first parameter varies
 slowest), so a grid sweep runs exactly its points, each once, whatever restarts happen; a
@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import (
     BaseDistribution,
@@ -143,6 +144,12 @@ def study_of(
     return study
 
 
+def trial_seed(seed: int, number: int) -> int:
+    """Trial `number`'s sampler seed: mixed from both (a plain seed + number would give the
+    sweep seeded 1 the draws of the sweep seeded 2, one trial later)."""
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+
+
 def next_params(
     *,
     method: str,
@@ -161,7 +168,7 @@ def next_params(
         observed,
         goal=goal,
         parameters=parameters,
-        sampler=sampler(method, seed=(seed + number) % MAX_SEED, max_runs=max_runs),
+        sampler=sampler(method, seed=trial_seed(seed, number), max_runs=max_runs),
     )
     trial = study.ask(distributions(parameters))
     return {path: trial.params[path] for path in parameters}
