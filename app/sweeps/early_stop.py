@@ -131,6 +131,7 @@ def check(session: Session, *, run_id: int) -> str | None:
 
     run = session.get(Run, run_id)
     if run is None or run.sweep_id is None or run.status != RunStatus.running:
+        _judged.pop(run_id, None)
         return None
     sweep = session.get(Sweep, run.sweep_id)
     if sweep is None or sweep.early_stop is None or sweep.status != SweepStatus.running:
