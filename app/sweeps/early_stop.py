@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -26,18 +25,23 @@ from app.sweeps.models import Sweep, SweepStatus, SweepTrial
 from app.sweeps.sampling import Observed, State, study_of
 from app.timeutil import utcnow
 
+if TYPE_CHECKING:
+    import optuna
+
 # The last step judged per run, in this process: a batch without a new point of the metric
 # needs no new judgement (only an optimisation: a restarted worker judges again).
 _judged: dict[int, int] = {}
 
 
 def pruner(early_stop: dict[str, Any]) -> optuna.pruners.BasePruner:
+    from optuna import pruners
+
     if early_stop["type"] == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(
+        return pruners.SuccessiveHalvingPruner(
             min_resource=early_stop.get("min_steps", 1),
             reduction_factor=early_stop.get("reduction_factor", 3),
         )
-    return optuna.pruners.MedianPruner(
+    return pruners.MedianPruner(
         n_startup_trials=early_stop.get("min_trials", 3),
         n_warmup_steps=early_stop.get("warmup_steps", 0),
     )
@@ -72,9 +76,9 @@ def decide(
             trial.report(value, step)
             if early_stop["type"] == "asha":
                 trial.should_prune()
-        if other.state != State.RUNNING:
-            final = other.value if other.state == State.COMPLETE else None
-            study.tell(trial, final, state=other.state)
+        if other.state is not State.RUNNING:
+            final = other.value if other.state is State.COMPLETE else None
+            study.tell(trial, final, state=other.state.optuna)
     trial = study.ask()
     verdicts = []
     for step, value in sorted(curve.items()):
@@ -102,7 +106,7 @@ def reason(
             f"stopped early by the sweep (successive halving: {metric} {value:.4g} at step "
             f"{step} was not in the top 1/{rf} of the trials at that rung)"
         )
-    at_step = [o.curve[step] for o in others if o.state == State.COMPLETE and step in o.curve]
+    at_step = [o.curve[step] for o in others if o.state is State.COMPLETE and step in o.curve]
     median = statistics.median(at_step) if at_step else math.nan
     pick = max if goal == "maximize" else min
     best = pick(v for v in curve.values())

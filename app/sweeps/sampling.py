@@ -14,33 +14,41 @@ shuffled order would buy nothing with every point run anyway.
 
 from __future__ import annotations
 
+import enum
+import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
-from optuna.study import StudyDirection
-from optuna.trial import TrialState, create_trial
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+if TYPE_CHECKING:  # imported where used: Optuna (and numpy) would stay in every idle
+    # worker and API process for nothing (tests/test_job_imports.py keeps numpy out of them)
+    import optuna
+    from optuna.distributions import BaseDistribution
+    from optuna.trial import TrialState
 
 MAX_SEED = 2**32 - 1
 
 
-class State:
-    """How a trial ended, in Optuna's terms."""
+class State(enum.Enum):
+    """How a trial ended, in Optuna's terms (TrialState of the same name)."""
 
-    COMPLETE = TrialState.COMPLETE  # the run succeeded with a value of the metric
-    PRUNED = TrialState.PRUNED  # stopped early (or cancelled): judged on its curve so far
-    FAIL = TrialState.FAIL  # failed, or ended without a value
-    RUNNING = TrialState.RUNNING  # queued or running
+    COMPLETE = "COMPLETE"  # the run succeeded with a value of the metric
+    PRUNED = "PRUNED"  # stopped early (or cancelled): judged on its curve so far
+    FAIL = "FAIL"  # failed, or ended without a value
+    RUNNING = "RUNNING"  # queued or running
+
+    @property
+    def optuna(self) -> TrialState:
+        from optuna.trial import TrialState
+
+        return TrialState[self.value]
+
+
+def _optuna() -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
 
 
 @dataclass
@@ -48,7 +56,7 @@ class Observed:
     """A trial as a sampler or pruner sees it."""
 
     params: dict[str, Any]
-    state: TrialState
+    state: State
     value: float | None = None
     curve: dict[int, float] = field(default_factory=dict)  # step -> value (nan: non-finite)
 
@@ -83,6 +91,12 @@ def planned_runs(method: str, parameters: dict[str, Any], max_runs: int) -> int:
 
 
 def distributions(parameters: dict[str, Any]) -> dict[str, BaseDistribution]:
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
     out: dict[str, BaseDistribution] = {}
     for path, spec in parameters.items():
         if spec.get("values") is not None:
@@ -102,9 +116,10 @@ def tpe_startup_trials(max_runs: int) -> int:
 
 
 def sampler(method: str, *, seed: int, max_runs: int) -> optuna.samplers.BaseSampler:
+    samplers = _optuna().samplers
     if method == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(max_runs))
-    return optuna.samplers.RandomSampler(seed=seed)
+        return samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(max_runs))
+    return samplers.RandomSampler(seed=seed)
 
 
 def _fits(dist: BaseDistribution, value: Any) -> bool:
@@ -123,19 +138,23 @@ def study_of(
     pruner: optuna.pruners.BasePruner | None = None,
 ) -> optuna.Study:
     """An in-memory study holding the ended trials (running ones are left to the caller)."""
+    optuna = _optuna()
+    from optuna.study import StudyDirection
+    from optuna.trial import create_trial
+
     direction = StudyDirection.MAXIMIZE if goal == "maximize" else StudyDirection.MINIMIZE
     study = optuna.create_study(direction=direction, sampler=sampler, pruner=pruner)
     dists = distributions(parameters)
     for trial in observed:
-        if trial.state == TrialState.RUNNING:
+        if trial.state is State.RUNNING:
             continue
         params = {k: v for k, v in trial.params.items() if k in dists}
         if not all(k in params and _fits(dists[k], params[k]) for k in dists):
             continue  # values outside the spec (cannot happen for our own trials): skipped
         study.add_trial(
             create_trial(
-                state=trial.state,
-                value=trial.value if trial.state == TrialState.COMPLETE else None,
+                state=trial.state.optuna,
+                value=trial.value if trial.state is State.COMPLETE else None,
                 params=params,
                 distributions=dists,
                 intermediate_values=trial.curve,
@@ -147,7 +166,8 @@ def study_of(
 def trial_seed(seed: int, number: int) -> int:
     """Trial `number`'s sampler seed: mixed from both (a plain seed + number would give the
     sweep seeded 1 the draws of the sweep seeded 2, one trial later)."""
-    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+    digest = hashlib.sha256(f"{seed}:{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def next_params(
