@@ -1,5 +1,6 @@
 """A 20-trial sweep of digits_cnn on CPU, without and with early stopping (issue 19): the total
-CPU-seconds each costs and the best val/acc each finds.
+CPU-seconds each costs (and trial-seconds: the sum of its runs' started-to-finished times)
+and the best val/acc each finds.
 
 Each sweep runs on its own real server + Celery worker (SQLite database and broker, a fresh
 temporary data dir); CPU-seconds are those of the whole stack (server, worker and every job),
@@ -16,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,14 @@ def sweep_once(args: argparse.Namespace, early_stop: dict[str, Any] | None) -> d
         after.children_system - before.children_system
     )
     stopped = sum(1 for t in sweep["trials"] if t["stopped_early"])
+    trained = sum(
+        datetime.fromisoformat(r["finished_at"]).timestamp()
+        - datetime.fromisoformat(r["started_at"]).timestamp()
+        for r in sweep["runs"]
+        if r["started_at"] and r["finished_at"]
+    )
     return {
+        "trained": trained,
         "cpu": cpu,
         "wall": wall,
         "best": sweep["best"]["value"] if sweep["best"] else float("nan"),
@@ -85,7 +94,7 @@ def main() -> None:
         got = sweep_once(args, rule)
         print(
             f"{label}: {args.trials} trials of digits_cnn ({args.epochs} epochs), "
-            f"{got['cpu']:.0f} CPU-s, {got['wall']:.0f} s wall, best val/acc {got['best']:.4f}, "
+            f"{got['cpu']:.0f} CPU-s, {got['trained']:.0f} trial-seconds, {got['wall']:.0f} s wall, best val/acc {got['best']:.4f}, "
             f"{got['stopped']} stopped early, {got['counts']}",
             flush=True,
         )
