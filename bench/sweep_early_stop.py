@@ -94,7 +94,8 @@ def main() -> None:
         got = sweep_once(args, rule)
         print(
             f"{label}: {args.trials} trials of digits_cnn ({args.epochs} epochs), "
-            f"{got['cpu']:.0f} CPU-s, {got['trained']:.0f} trial-seconds, {got['wall']:.0f} s wall, best val/acc {got['best']:.4f}, "
+            f"{got['cpu']:.0f} CPU-s, {got['trained']:.0f} trial-seconds, "
+            f"{got['wall']:.0f} s wall, best val/acc {got['best']:.4f}, "
             f"{got['stopped']} stopped early, {got['counts']}",
             flush=True,
         )
