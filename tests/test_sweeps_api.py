@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from app.db import session_scope
 from app.runs import lifecycle
-from app.runs.models import Run
+from app.runs.models import Run, RunStatus
 from app.sweeps.models import Sweep, SweepTrial
 from app.sweeps.sampling import grid_point, grid_size
 from app.sweeps.service import advance
@@ -253,3 +253,50 @@ def test_another_member_reads_but_may_not_sweep_or_cancel(
     assert client.post(f"/api/sweeps/{sweep_id}/cancel", headers=other).status_code == 403
     assert client.get("/api/sweeps/999999", headers=other).status_code == 404
     client.post(f"/api/sweeps/{sweep_id}/cancel", headers=user_headers)
+
+
+def _trained(session, run_id: int, values: list[float]) -> None:  # type: ignore[no-untyped-def]
+    """The run started and logged val/acc once per epoch (10 steps each)."""
+    from app.metrics.ingest import ingest_points
+    from app.timeutil import utcnow
+
+    assert lifecycle.start(session, run_id=run_id, host="h", gpu_indices="", started_at=utcnow())
+    points = [("val/acc", 10 * (i + 1), v, 1.0) for i, v in enumerate(values)]
+    ingest_points(session, run_id=run_id, points=points)
+
+
+def test_a_failed_trial_counts_and_the_best_is_the_best_succeeded_one(
+    client, user_headers, experiment_id
+) -> None:
+    body = spec(
+        experiment_id,
+        method="grid",
+        parameters={LR: {"values": [0.01, 0.1, 0.3]}},
+        max_runs=3,
+        max_concurrent=3,
+    )
+    sweep_id = client.post("/api/sweeps", json=body, headers=user_headers).json()["id"]
+    trials = client.get(f"/api/sweeps/{sweep_id}", headers=user_headers).json()["trials"]
+    ids = [t["run_id"] for t in trials]
+    with session_scope() as session:
+        for run_id, curve in zip(ids, ([0.5, 0.7], [0.6, 0.9], [0.8, 0.99]), strict=True):
+            _trained(session, run_id, curve)
+        for run_id in ids[:2]:
+            assert lifecycle.finish(
+                session,
+                run_id=run_id,
+                attempt=1,
+                status=RunStatus.succeeded,
+                exit_code=0,
+                error=None,
+            )
+        # The best curve of all, but its run failed: it counts, and is never the best.
+        assert lifecycle.fail(session, run_id=ids[2], attempt=1, reason="boom")
+    with session_scope() as session:
+        assert advance(session, sweep_id=sweep_id) == []
+    got = client.get(f"/api/sweeps/{sweep_id}", headers=user_headers).json()
+    assert got["status"] == "succeeded" and got["finished_at"]
+    assert got["counts"] == {"succeeded": 2, "failed": 1}
+    assert got["best"] == {"run_id": ids[1], "value": 0.9, "params": {LR: 0.1}}
+    assert [(t["value"], t["steps"]) for t in got["trials"]] == [(0.7, 20), (0.9, 20), (0.99, 20)]
+    assert [r["summary"]["val/acc"]["last"] for r in got["runs"]] == [0.7, 0.9, 0.99]
