@@ -23,6 +23,7 @@ from app.runs import lifecycle, notices
 from app.runs.models import Run, RunStatus
 from app.sweeps.models import Sweep, SweepStatus, SweepTrial
 from app.sweeps.sampling import Observed, State, study_of
+from app.sweeps.trials import observe, trials_of
 from app.timeutil import utcnow
 
 if TYPE_CHECKING:
@@ -120,8 +121,6 @@ def observed_trials(
     session: Session, *, sweep: Sweep, trials: list[tuple[SweepTrial, Run | None]]
 ) -> list[Observed]:
     """The trials as Optuna sees them, in trial order: curves from the stored points."""
-    from app.sweeps.trials import observe
-
     by_run = curves(
         session, metric=sweep.metric, run_ids=[r.id for _, r in trials if r is not None]
     )
@@ -131,8 +130,6 @@ def observed_trials(
 def check(session: Session, *, run_id: int) -> str | None:
     """Judge a running trial; when it should stop, request its cancel with the reason said on
     the run, and return the reason. None: it goes on (or it is no sweep's, or no rule)."""
-    from app.sweeps.trials import trials_of
-
     run = session.get(Run, run_id)
     if run is None or run.sweep_id is None or run.status != RunStatus.running:
         _judged.pop(run_id, None)
