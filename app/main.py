@@ -37,6 +37,8 @@ from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
 from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
+from app.sweeps.api import router as sweeps_router
+from app.sweeps.driver import advance_running_sweeps
 from app.users.api import router as users_router
 from app.users.views import router as users_views
 from worker.liveness import reap_forever
@@ -58,6 +60,8 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     stop = threading.Event()
     reaper = threading.Thread(target=reap_forever, args=(stop,), name="reaper", daemon=True)
     reaper.start()
+    # Sweeps go on after a restart even before a worker's own pass (app/sweeps/driver.py).
+    threading.Thread(target=advance_running_sweeps, name="sweeps", daemon=True).start()
     try:
         yield
     finally:
@@ -102,6 +106,7 @@ def create_app() -> FastAPI:
         compare_router,
         gpus_router,
         users_router,
+        sweeps_router,
     ):
         app.include_router(
             api_router,

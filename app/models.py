@@ -7,6 +7,7 @@ from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
 from app.ops.models import OpsCounter
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
+from app.sweeps.models import Sweep, SweepTrial
 
 __all__ = [
     "ApiToken",
@@ -20,6 +21,8 @@ __all__ = [
     "Run",
     "RunImage",
     "RunParam",
+    "Sweep",
+    "SweepTrial",
     "User",
     "WorkerHost",
 ]

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
+    # Sweeps: the most trials one may plan, and how often each worker re-advances the running
+    # sweeps (the safety net behind the advance a trial's end enqueues; 0: only at start).
+    sweep_max_runs: int = Field(default=1000, ge=1)
+    sweep_advance_seconds: float = 60.0
     # Open event streams (/api/runs/{id}/events) one user may hold per server process; one
     # more is a 429 that names this limit. A run page holds one.
     sse_max_streams_per_user: int = Field(default=8, ge=1)

@@ -80,6 +80,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_runtime_reporter",
         "test_runtime_seeding",
         "test_scheduler",
+        "test_sweep_rules",
         "test_tensorboard_defaults",
         "test_wheel",
         "test_workspace",

@@ -50,6 +50,8 @@ from app.experiments.schemas import ExperimentCreate
 from app.runs.models import Checkpoint, Run, RunImage
 from app.settings import get_settings
 from app.static_files import chart_asset_url, docs_asset_url
+from app.sweeps import service as sweeps
+from app.sweeps.schemas import SweepCreate
 from app.users import service as users
 from tests.code_archives import tar_gz
 from tests.conftest import make_user
@@ -146,11 +148,31 @@ class World:
                 )
         return self.code_run_id
 
+    def running_sweep(self) -> int:
+        """A fresh sweep of the owner's experiment, one trial queued (a cancel consumes it)."""
+        with session_scope() as session:
+            owner = session.get(User, self.owner.user_id)
+            exp = session.get(Experiment, self.experiment_id)
+            assert owner is not None and exp is not None
+            data = SweepCreate.model_validate(sweep_spec(self))
+            return sweeps.create_sweep(session, experiment=exp, owner=owner, data=data).id
+
     def owner_token_id(self) -> int:
         with session_scope() as session:
             user = session.get(User, self.owner.user_id)
             assert user is not None
             return create_token(session, user=user, ttl_hours=1, name="to-revoke")[0].id
+
+
+def sweep_spec(w: World) -> dict[str, Any]:
+    return {
+        "experiment_id": w.experiment_id,
+        "method": "grid",
+        "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": {"params.lr": {"values": [0.01, 0.1]}},
+        "max_runs": 2,
+        "max_concurrent": 1,
+    }
 
 
 def _actor(name: str, *, admin: bool = False, role: str = "") -> Actor:
@@ -452,6 +474,23 @@ MATRIX: dict[tuple[str, str], Row] = {
     # a finished run's stream sends what there is and ends
     ("GET", "/api/runs/{run_id}/events"): Row(
         READ, 200, lambda w: (f"/api/runs/{w.run_id}/events", {})
+    ),
+    # sweeps: of the owner's experiment; everyone reads, the owner and admins start and cancel
+    ("POST", "/api/sweeps"): Row(OWNED, 201, lambda w: ("/api/sweeps", {"json": sweep_spec(w)})),
+    ("GET", "/api/sweeps"): Row(
+        USER,
+        200,
+        lambda w: (f"/api/sweeps?experiment_id={w.experiment_id}", {}),
+        lambda w, r: all(s["experiment_id"] == w.experiment_id for s in r.json()),
+    ),
+    ("GET", "/api/sweeps/{sweep_id}"): Row(
+        READ,
+        200,
+        lambda w: (f"/api/sweeps/{w.running_sweep()}", {}),
+        lambda w, r: len(r.json()["runs"]) == 1,
+    ),
+    ("POST", "/api/sweeps/{sweep_id}/cancel"): Row(
+        OWNED, 200, lambda w: (f"/api/sweeps/{w.running_sweep()}/cancel", {})
     ),
     # pages
     ("GET", "/"): Row(PAGE_USER, 200, _get("/"), lambda w, r: w.marker in r.text),

@@ -7,6 +7,7 @@ from celery import Celery
 from app.settings import get_settings
 
 RUN_TASK = "torchyard.run"
+SWEEP_ADVANCE_TASK = "sweeps.advance"
 POLLING_INTERVAL = 0.05
 
 

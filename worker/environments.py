@@ -47,11 +47,11 @@ import stat
 import sys
 import time
 import venv
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.experiments.requirements import (
     MAX_REQUIREMENTS_FILE_BYTES,
@@ -83,6 +83,12 @@ def requirements_for(config_requirements: list[str], snapshot_root: Path | None)
             lines += from_file
             source = f"environment.requirements and {REQUIREMENTS_FILE}"
     return check_requirements(lines, source=source)
+
+
+def run_requirements(config: Mapping[str, Any], snapshot_root: Path | None) -> list[str]:
+    """requirements_for a run's whole config (its `environment.requirements`, if any)."""
+    wanted = (config.get("environment") or {}).get("requirements") or []
+    return requirements_for(list(wanted), snapshot_root)
 
 
 def _requirements_file(path: Path) -> list[str] | None:

@@ -46,7 +46,7 @@ from torchyard.contract import (
 )
 from worker import artifacts, env_build, provenance, sandbox, spool
 from worker import code as code_copy
-from worker.environments import BuildFailed, Env, requirements_for
+from worker.environments import BuildFailed, Env, run_requirements
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.job_errors import run_error
 from worker.launcher import Launch, LaunchSpec, build_launch
@@ -172,12 +172,11 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             code=claimed.config if code else None,
         )
         provenance.store(session, run_id=run_id, record=record)
-    watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices))
+    in_sweep = claimed.sweep_id is not None
+    watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices), in_sweep)
     try:
-        wanted = (claimed.config.get("environment") or {}).get("requirements") or []
-        # a requirements.txt at the root of the run's code snapshot counts too
-        snapshot = code_copy.snapshot_root(run_dir) if code else None
-        requirements = requirements_for(wanted, snapshot)
+        snapshot = code_copy.snapshot_root(run_dir) if code else None  # its requirements.txt
+        requirements = run_requirements(claimed.config, snapshot)
         prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
     except (RequirementRefused, BuildFailed) as exc:
         drain(watched)  # pip's lines

@@ -10,7 +10,8 @@ from celery import Task
 from celery.signals import worker_ready, worker_shutting_down
 
 from app.settings import get_settings
-from worker.celery_app import RUN_TASK, celery_app
+from app.sweeps.driver import advance_forever, advance_sweep
+from worker.celery_app import RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
 from worker.liveness import reap_forever
 from worker.runner import NotRun, execute_run, heartbeat_host
 from worker.watch import SHUTTING_DOWN
@@ -25,6 +26,10 @@ def _start_host_heartbeat(**_kwargs: Any) -> None:
     ).start()
     threading.Thread(
         target=reap_forever, args=(_HOST_HEARTBEAT_STOP,), name="reaper", daemon=True
+    ).start()
+    # Sweeps whose trials ended while no worker was up (or whose advance was lost) go on.
+    threading.Thread(
+        target=advance_forever, args=(_HOST_HEARTBEAT_STOP,), name="sweeps", daemon=True
     ).start()
 
 
@@ -50,3 +55,9 @@ def run_training(self: Task, run_id: int) -> str | None:
     if not SHUTTING_DOWN.is_set():
         time.sleep(get_settings().schedule_retry_seconds)
     raise self.retry(countdown=0, max_retries=None)
+
+
+@celery_app.task(name=SWEEP_ADVANCE_TASK, acks_late=True)
+def advance(sweep_id: int) -> list[int]:
+    """A trial of the sweep ended: launch the next ones, or end the sweep (idempotent)."""
+    return advance_sweep(sweep_id)

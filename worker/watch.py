@@ -24,6 +24,7 @@ from app.db import session_scope
 from app.runs import lifecycle, notices
 from app.runs.models import Run
 from app.settings import get_settings
+from app.sweeps import early_stop
 from worker import artifacts, provenance
 from worker.forwarder import forward
 from worker.process import JobProcess
@@ -50,6 +51,8 @@ class Watched:
     attempt: int
     metrics_path: Path
     has_leases: bool
+    # A sweep's trial: judged by the sweep's early-stopping rule as its points arrive.
+    in_sweep: bool = False
 
     def heartbeat(self, session: Session) -> bool:
         return lifecycle.heartbeat(
@@ -97,9 +100,12 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
                 ),
                 default=False,
             )
-        ingest.step(
+        moved = ingest.step(
             "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
         )
+        if moved and run.in_sweep:
+            # Its own transaction, committed before the cancel check below sees the request.
+            ingest.step("early stop", lambda s: early_stop.check(s, run_id=run.run_id), None)
         # Its own transaction: whatever ingestion does, the run heartbeats and sees a cancel.
         try:
             with session_scope() as session:

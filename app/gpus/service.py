@@ -53,6 +53,7 @@ class StartResult:
     resume_from: str | None = None
     reason: str = ""
     attempt: int = 1
+    sweep_id: int | None = None  # a sweep's trial (judged by its early-stopping rule)
 
 
 def run_gpus(config: dict[str, Any]) -> int:
@@ -122,6 +123,7 @@ def try_start(
         config=run.config,
         resume_from=run.resume_from,
         attempt=run.attempt,
+        sweep_id=run.sweep_id,
     )
 
 

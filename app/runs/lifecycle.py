@@ -21,7 +21,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Update, update
+from sqlalchemy import CursorResult, Update, select, update
 from sqlalchemy.orm import Session
 
 from app.db import after_commit
@@ -58,6 +58,20 @@ def enqueue_run(run_id: int) -> None:
     celery_app.send_task(RUN_TASK, args=[run_id])
 
 
+def enqueue_sweep_advance(sweep_id: int) -> None:
+    """A trial ended: its sweep may launch the next one (app.sweeps.service.advance)."""
+    from worker.celery_app import SWEEP_ADVANCE_TASK, celery_app
+
+    celery_app.send_task(SWEEP_ADVANCE_TASK, args=[sweep_id])
+
+
+def _ended(session: Session, run_id: int) -> None:
+    """After a run's final status: a sweep's trial advances its sweep once this commits."""
+    sweep_id = session.scalar(select(Run.sweep_id).where(Run.id == run_id))
+    if sweep_id is not None:
+        after_commit(session, lambda: enqueue_sweep_advance(sweep_id))
+
+
 def queue(
     session: Session,
     *,
@@ -66,6 +80,7 @@ def queue(
     config: dict[str, Any],
     resume_from: str | None = None,
     priority: int = 0,
+    sweep_id: int | None = None,
 ) -> Run:
     """A new run, queued; its task goes to the broker once the caller commits (a worker must
     never be handed a run id the database does not have yet)."""
@@ -77,6 +92,7 @@ def queue(
         seed=config["seed"],
         resume_from=resume_from,
         priority=priority,
+        sweep_id=sweep_id,
     )
     session.add(run)
     session.flush()
@@ -157,6 +173,7 @@ def finish(
     )
     if done:
         release_leases(session, run_id=run_id)
+        _ended(session, run_id)
     else:
         log.warning("run %s: attempt %s no longer runs; its status stays", run_id, attempt)
     session.flush()
@@ -211,6 +228,7 @@ def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> Can
         .where(Run.id == run_id, Run.status == RunStatus.queued)
         .values(status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True),
     ):
+        _ended(session, run_id)
         return CancelOutcome.CANCELLED
     if _took_effect(
         session,

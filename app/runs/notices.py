@@ -4,12 +4,15 @@ transaction that moves the spool offset (so a replayed batch is not counted twic
 (``notices`` of GET /api/runs/{id}) and the run page show ``notice_lines``.
 
 Stored as JSON: ``{"skipped": {reason: lines}, "keys": {"limit": n, "points": dropped},
-"log": {"limit": bytes, "kept": bytes}, "error": text}``, every part optional.
+"log": {"limit": bytes, "kept": bytes}, "error": text, "stopped_early": {"reason": text,
+"at": ISO time}}``, every part optional. ``stopped_early`` is no ingestion note: the sweep's
+early-stopping rule cancelled the run (app.sweeps.early_stop), said where people look.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from app.runs.models import Run
@@ -65,6 +68,16 @@ def ingest_error(run: Run, error: str) -> None:
     _update(run, error=error[:MAX_ERROR_CHARS])
 
 
+def stopped_early(run: Run, reason: str, *, at: datetime) -> None:
+    _update(run, stopped_early={"reason": reason[:MAX_ERROR_CHARS], "at": at.isoformat()})
+
+
+def stopped_early_reason(notices: Mapping[str, Any] | None) -> str | None:
+    """Why a sweep stopped the run early; None when it did not."""
+    part = (notices or {}).get("stopped_early")
+    return str(part["reason"]) if isinstance(part, dict) and part.get("reason") else None
+
+
 def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
     """The notes as sentences, for the API and the run page."""
     if not notices:
@@ -85,4 +98,7 @@ def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
         )
     if notices.get("error"):
         lines.append(f"ingestion stopped by an error: {notices['error']}")
+    early = stopped_early_reason(notices)
+    if early:
+        lines.append(early)
     return lines

@@ -2,7 +2,7 @@
 gives the same totals from every API process and counts every worker host's ingestion
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-11-26 01:00:00
 
 A counter is split into shards (a run's shard is its id modulo a few) so that forwarders of
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | None = "0011"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

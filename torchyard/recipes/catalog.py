@@ -36,6 +36,10 @@ class Recipe:
         return {p.name: p.default for p in self.params}
 
 
+# What every built-in recipe logs (torchyard.recipes.training): train/* per step, val/* and
+# epoch at the step that ends each epoch. A sweep's metric on a recipe must be one of them.
+METRIC_KEYS = ("train/loss", "train/acc", "val/loss", "val/acc", "epoch")
+
 _COMMON_TRAINING = (
     Param("epochs", int, 10, "passes over the training split", ge=1, le=100_000),
     Param(
