@@ -10,6 +10,7 @@ Nothing comes from a CDN: the pages work on a box without internet.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata, resources
 from pathlib import Path
@@ -20,64 +21,81 @@ from fastapi.staticfiles import StaticFiles
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 IMMUTABLE = "public, max-age=31536000, immutable"
-# The API docs' files: URL name -> media type, all under fastapi_offline/static.
-DOCS_ASSETS = {
-    "swagger-ui-bundle.js": "text/javascript",
-    "swagger-ui.css": "text/css",
-    "redoc.standalone.js": "text/javascript",
-}
 
 router = APIRouter(include_in_schema=False)
 
 
-# The chart library's files: URL name -> (file in uplot-python's static folder, media type).
-CHART_ASSETS = {
-    "uPlot.js": ("uPlot.iife.js", "text/javascript"),
-    "uPlot.css": ("uPlot.min.css", "text/css"),
-}
+@dataclass(frozen=True)
+class Vendor:
+    """Files served straight from an installed package, under a URL that carries the
+    package's version: a new release is a new URL, so the year-long cache is never stale."""
+
+    prefix: str  # the URL is /static/vendor/{prefix}-{version}/{name}
+    distribution: str  # whose version goes in the URL
+    folder: tuple[str, ...]  # the importable package, then the folders holding the files
+    files: dict[str, tuple[str, str]]  # URL name -> (file name there, media type)
+
+    @property
+    def version(self) -> str:
+        return _version(self.distribution)
+
+    def url(self, name: str) -> str:
+        if name not in self.files:
+            raise KeyError(name)
+        return f"/static/vendor/{self.prefix}-{self.version}/{name}"
+
+    def path(self, name: str) -> Path:
+        package, *folders = self.folder
+        return Path(str(resources.files(package).joinpath(*folders, self.files[name][0])))
+
+
+CHARTS = Vendor(
+    "chart",
+    "uplot-python",
+    ("uplot", "static"),
+    {
+        "uPlot.js": ("uPlot.iife.js", "text/javascript"),
+        "uPlot.css": ("uPlot.min.css", "text/css"),
+    },
+)
+DOCS = Vendor(
+    "docs",
+    "fastapi-offline",
+    ("fastapi_offline", "static"),
+    {
+        name: (name, media_type)
+        for name, media_type in (
+            ("swagger-ui-bundle.js", "text/javascript"),
+            ("swagger-ui.css", "text/css"),
+            ("redoc.standalone.js", "text/javascript"),
+        )
+    },
+)
+VENDORS = {vendor.prefix: vendor for vendor in (CHARTS, DOCS)}
 
 
 @lru_cache
-def chart_version() -> str:
-    return metadata.version("uplot-python")
+def _version(distribution: str) -> str:
+    return metadata.version(distribution)
 
 
 def chart_asset_url(name: str) -> str:
-    """Versioned URL of one of CHART_ASSETS: a new uplot-python release is a new URL."""
-    if name not in CHART_ASSETS:
-        raise KeyError(name)
-    return f"/static/vendor/chart-{chart_version()}/{name}"
-
-
-@router.get("/static/vendor/chart-{version}/{name}")
-def chart_asset(version: str, name: str) -> FileResponse:
-    found = CHART_ASSETS.get(name)
-    if found is None:
-        raise HTTPException(status_code=404, detail=f"no chart asset named {name!r}")
-    file_name, media_type = found
-    path = Path(str(resources.files("uplot") / "static" / file_name))
-    return FileResponse(path, media_type=media_type, headers={"Cache-Control": IMMUTABLE})
-
-
-@lru_cache
-def docs_assets_version() -> str:
-    return metadata.version("fastapi-offline")
+    return CHARTS.url(name)
 
 
 def docs_asset_url(name: str) -> str:
-    """Versioned URL of one of DOCS_ASSETS: a new fastapi-offline release is a new URL."""
-    if name not in DOCS_ASSETS:
-        raise KeyError(name)
-    return f"/static/vendor/docs-{docs_assets_version()}/{name}"
+    return DOCS.url(name)
 
 
-@router.get("/static/vendor/docs-{version}/{name}")
-def docs_asset(version: str, name: str) -> FileResponse:
-    media_type = DOCS_ASSETS.get(name)
-    if media_type is None:
-        raise HTTPException(status_code=404, detail=f"no API docs asset named {name!r}")
-    path = Path(str(resources.files("fastapi_offline") / "static" / name))
-    return FileResponse(path, media_type=media_type, headers={"Cache-Control": IMMUTABLE})
+@router.get("/static/vendor/{prefix}-{version}/{name}")
+def vendor_file(prefix: str, version: str, name: str) -> FileResponse:
+    vendor = VENDORS.get(prefix)
+    if vendor is None or name not in vendor.files:
+        raise HTTPException(status_code=404, detail=f"no vendor file {prefix}/{name}")
+    media_type = vendor.files[name][1]
+    return FileResponse(
+        vendor.path(name), media_type=media_type, headers={"Cache-Control": IMMUTABLE}
+    )
 
 
 def static_app() -> StaticFiles:

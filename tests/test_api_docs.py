@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from app.static_files import DOCS_ASSETS
+from app.static_files import DOCS
 
 # src="..." and href="..." in the HTML, and the `url: '...'` Swagger UI fetches the schema from.
 URL = re.compile(r"""(?:src|href)="([^"]+)"|url: '([^']+)'|spec-url="([^"]+)\"""")
@@ -32,7 +32,7 @@ def test_api_docs_load_only_local_urls_and_each_answers(client, page: str) -> No
 
 def test_docs_assets_are_the_bundles_and_cached_for_good(client) -> None:  # type: ignore[no-untyped-def]
     html = client.get("/docs").text + client.get("/redoc").text
-    for name, media_type in DOCS_ASSETS.items():
+    for name, (_file, media_type) in DOCS.files.items():
         url = next(u for u in referenced_urls(html) if u.endswith("/" + name))
         r = client.get(url)
         assert r.headers["content-type"].startswith(media_type)

@@ -49,7 +49,7 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
 from app.runs.models import Checkpoint, Run, RunImage
 from app.settings import get_settings
-from app.static_files import chart_asset_url, docs_asset_url
+from app.static_files import chart_asset_url
 from app.sweeps import service as sweeps
 from app.sweeps.schemas import SweepCreate
 from app.users import service as users
@@ -333,11 +333,8 @@ MATRIX: dict[tuple[str, str], Row] = {
         303,
         lambda w: (f"/invite/{w.invite()}", {"data": {"new_password": "long enough pw"}}),
     ),
-    ("GET", "/static/vendor/chart-{version}/{name}"): Row(
+    ("GET", "/static/vendor/{prefix}-{version}/{name}"): Row(
         PUBLIC, 200, lambda w: (chart_asset_url("uPlot.js"), {})
-    ),
-    ("GET", "/static/vendor/docs-{version}/{name}"): Row(
-        PUBLIC, 200, lambda w: (docs_asset_url("swagger-ui.css"), {})
     ),
     # any logged-in user; lists show everyone's things (the team sees each other's work)
     ("GET", "/api/me"): Row(USER, 200, _get("/api/me")),
