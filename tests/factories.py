@@ -81,6 +81,7 @@ def make_experiment_runs(
     *,
     status: str = "succeeded",
     per_run: Any = None,
+    name: str = "overlay",
 ) -> tuple[int, list[int]]:
     """One experiment of the suite's admin with a run per config, its params recorded as the
     runs list shows them, and points inserted directly (ingest_points, the forwarder's path):
@@ -91,7 +92,7 @@ def make_experiment_runs(
 
     with session_scope() as session:
         owner = session.query(User).filter_by(username="admin").one()
-        exp = Experiment(name="overlay", config=configs[0], owner_id=owner.id)
+        exp = Experiment(name=name, config=configs[0], owner_id=owner.id)
         session.add(exp)
         session.flush()
         ids = []

@@ -8,14 +8,13 @@ from __future__ import annotations
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
-from sqlalchemy import select, update
+from sqlalchemy import update
 
-from app.auth.models import User
 from app.db import session_scope
 from app.metrics.ingest import ingest_points
 from app.runs.models import Run
-from app.runs.params import record_config
 from tests.browser.conftest import SCREENSHOTS
+from tests.factories import make_experiment_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -29,32 +28,18 @@ def _sweep(api: httpx.Client, name: str) -> tuple[int, list[int]]:
     does not), inserted as app.runs.lifecycle.queue records params; each logs Loss/train, all
     but the last val/acc."""
     base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
-    exp = api.post("/api/experiments", json={"name": name, "config": base})
-    assert exp.status_code == 201, exp.text
-    ids = []
-    with session_scope() as session:
-        owner = session.scalars(select(User.id).where(User.username == "admin")).one()
-        for i, (lr, opt) in enumerate(zip(LRS, OPTIMIZERS, strict=True)):
-            params = {"epochs": 1, "lr": lr, "optimizer": opt, HOSTILE: i % 2}
-            config = {**base, "params": params}
-            run = Run(
-                experiment_id=exp.json()["id"],
-                owner_id=owner,
-                status="succeeded",
-                config=config,
-                seed=1,
-            )
-            session.add(run)
-            session.flush()
-            record_config(session, run_id=run.id, config=config)
-            ids.append(run.id)
-    for i, run_id in enumerate(ids):
-        points = [("Loss/train", 1, LRS[i] * 10, 1.0)]
+    configs = [
+        {**base, "params": {"epochs": 1, "lr": lr, "optimizer": opt, HOSTILE: i % 2}}
+        for i, (lr, opt) in enumerate(zip(LRS, OPTIMIZERS, strict=True))
+    ]
+
+    def series(i: int) -> dict[str, list[tuple[int, float]]]:
+        found = {"Loss/train": [(1, LRS[i] * 10)]}
         if i < 3:
-            points.append(("val/acc", 1, 0.5 + 0.1 * i, 1.0))
-        with session_scope() as session:
-            ingest_points(session, run_id=run_id, points=points)
-    return exp.json()["id"], ids
+            found["val/acc"] = [(1, 0.5 + 0.1 * i)]
+        return found
+
+    return make_experiment_runs(configs, per_run=series, name=name)
 
 
 def _axes(page: Page) -> list[str]:

@@ -6,13 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
-from sqlalchemy import select
 
-from app.auth.models import User
-from app.db import session_scope
-from app.metrics.ingest import ingest_points
-from app.runs.models import Run
-from app.runs.params import record_config
+from tests.factories import make_experiment_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -24,28 +19,12 @@ def _sweep(api: httpx.Client, name: str, lrs: list[float] = LRS) -> tuple[int, l
     """An experiment and four finished runs of it with different lrs, inserted directly (as
     app.runs.lifecycle.queue records params) with a loss each: no training needed."""
     base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
-    exp = api.post("/api/experiments", json={"name": name, "config": base})
-    assert exp.status_code == 201, exp.text
-    ids = []
-    with session_scope() as session:
-        owner = session.scalars(select(User.id).where(User.username == "admin")).one()
-        for i, lr in enumerate(lrs):
-            config = {**base, "params": {"epochs": 1, "lr": lr, HOSTILE: i % 2}}
-            run = Run(
-                experiment_id=exp.json()["id"],
-                owner_id=owner,
-                status="succeeded",
-                config=config,
-                seed=1,
-            )
-            session.add(run)
-            session.flush()
-            record_config(session, run_id=run.id, config=config)
-            ids.append(run.id)
-    for run_id, lr in zip(ids, lrs, strict=True):
-        with session_scope() as session:
-            ingest_points(session, run_id=run_id, points=[("Loss/train", 1, lr * 10, 1.0)])
-    return exp.json()["id"], ids
+    configs = [
+        {**base, "params": {"epochs": 1, "lr": lr, HOSTILE: i % 2}} for i, lr in enumerate(lrs)
+    ]
+    return make_experiment_runs(
+        configs, per_run=lambda i: {"Loss/train": [(1, lrs[i] * 10)]}, name=name
+    )
 
 
 def _shown(page: Page) -> list[int]:
