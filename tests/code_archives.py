@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import tarfile
 import zipfile
@@ -12,8 +13,11 @@ Member = tuple[str, str, Any]
 
 
 def tar_gz(members: list[Member]) -> bytes:
+    """The same members give the same bytes (gzip's header time is 0, not now): a test that
+    builds an archive twice, for its digest and then to compare, must get equal bytes even
+    across a second's boundary (the authz matrix's code row failed 1 run in CI that way)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, kind, payload in members:
             info = tarfile.TarInfo(name)
             info.mtime = 1_700_000_000
@@ -32,7 +36,7 @@ def tar_gz(members: list[Member]) -> bytes:
             if kind in ("sym", "lnk"):
                 info.linkname = payload
             tar.addfile(info)
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0)
 
 
 def zip_bytes(files: dict[str, bytes]) -> bytes:

@@ -346,3 +346,13 @@ def test_a_damaged_archive_is_a_422(client, user_headers) -> None:  # type: igno
     truncated = _upload(client, user_headers, _good(b"# cut\n")[:-30])
     assert truncated.status_code == 422 and "archive" in truncated.text
     assert _leftovers() == []
+
+
+def test_the_tests_archives_are_the_same_bytes_across_a_second() -> None:
+    """tests.code_archives.tar_gz once wrote gzip's header time: an archive built for its
+    digest and built again to compare differed across a second's boundary (a CI flake)."""
+    import time
+
+    first = tar_gz([("a.py", "file", b"x")])
+    time.sleep(1.1)
+    assert tar_gz([("a.py", "file", b"x")]) == first
