@@ -413,8 +413,6 @@ seed: 5
 def test_sweep_from_a_spec_file_follows_to_the_best_and_a_bad_spec_names_the_field(
     cli: Cli, tmp_path: Path
 ) -> None:
-    config = tmp_path / "sweepbase.yaml"
-    config.write_text("recipe: tiny_mlp\nparams:\n  epochs: 1\n  steps_per_epoch: 3\nseed: 3\n")
     with cli.stack.admin_client() as api:
         body = {"name": "sweepbase", "config": {"recipe": "tiny_mlp", "params": {"epochs": 1}}}
         experiment = api.post("/api/experiments", json=body).json()["id"]
