@@ -39,8 +39,8 @@ from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
 from app.sweeps.api import router as sweeps_router
 from app.sweeps.driver import advance_running_sweeps
-from app.users.api import router as users_router
 from app.sweeps.views import router as sweeps_views
+from app.users.api import router as users_router
 from app.users.views import router as users_views
 from worker.liveness import reap_forever
 
