@@ -50,6 +50,7 @@ def test_the_sweep_page_links_and_cancel_button(client) -> None:  # type: ignore
 
     listed = client.get(f"/experiments/{experiment['id']}").text
     assert f'<tr data-sweep-id="{sweep_id}">' in listed and f'href="/sweeps/{sweep_id}"' in listed
+    assert 'id="sweep-form"' in listed and "/static/sweep_form.js" in listed
     run_page = client.get(f"/runs/{run_id}").text
     assert f'<a id="sweep-link" href="/sweeps/{sweep_id}">' in run_page
 
@@ -58,6 +59,7 @@ def test_the_sweep_page_links_and_cancel_button(client) -> None:  # type: ignore
     other, other_password, _ = make_user()
     login(client, other, other_password)
     assert 'id="cancel-sweep"' not in client.get(f"/sweeps/{sweep_id}").text
+    assert 'id="sweep-form"' not in client.get(f"/experiments/{experiment['id']}").text
     missing = client.get("/sweeps/999999")
     assert missing.status_code == 404 and "sweep 999999 not found" in missing.text
     assert client.get("/sweeps/abc").status_code == 404
