@@ -105,13 +105,14 @@ def test_new_sweep_form_shows_each_422_next_to_its_field(
     expect(page.locator('.field-error[data-field="metric.name"]')).to_contain_text("never logs")
 
     row.locator(".param-path").fill("params.warmup")
+    row.locator(".param-min").fill("0.01")  # the range is checked before the path
     page.locator("#start-sweep").click()
+    expect(min_error).to_have_count(0)
     expect(page.locator('.field-error[data-field="parameters.params.warmup"]')).to_contain_text(
         "unknown config path"
     )
 
     row.locator(".param-path").fill("params.lr")
-    row.locator(".param-min").fill("0.01")
     page.locator("#sweep-metric-name").fill("val/acc")
     page.locator("#sweep-max-runs").fill("1")
     page.locator("#sweep-max-concurrent").fill("1")
