@@ -112,7 +112,7 @@
     }));
   };
 
-  // metric vs param: numbers on a linear axis (log for a log_uniform param), anything else on
+  // metric vs param: numbers on a linear or log axis, anything else on
   // evenly spaced categories; the best trial ringed.
   const W = 320, H = 220, L = 56, R = 12, T = 12, B = 40;
   const scale = (lo, hi, a, b, log) => {
@@ -125,7 +125,9 @@
     const pts = (s.trials || []).filter((t) => isNum(t.value) && (t.params || {})[key] !== undefined);
     const xs = pts.map((t) => t.params[key]);
     const numeric = xs.length > 0 && xs.every(isNum);
-    const log = numeric && spec.distribution === "log_uniform" && xs.every((x) => x > 0);
+    // log for a log_uniform param, or numbers all > 0 spanning > 2 decades (as the parcoords)
+    const log = numeric && xs.every((x) => x > 0) &&
+      (spec.distribution === "log_uniform" || Math.max(...xs) / Math.min(...xs) > 100);
     const ys = pts.map((t) => t.value);
     const svg = svgEl("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img"});
     svg.append(svgEl("title", {}, `${s.metric.name} against ${key}`));
