@@ -39,6 +39,7 @@ from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
 from app.sweeps.api import router as sweeps_router
 from app.sweeps.driver import advance_running_sweeps
+from app.sweeps.views import router as sweeps_views
 from app.users.api import router as users_router
 from app.users.views import router as users_views
 from worker.liveness import reap_forever
@@ -124,6 +125,7 @@ def create_app() -> FastAPI:
         compare_views,
         gpus_views,
         users_views,
+        sweeps_views,
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")

@@ -511,6 +511,13 @@ MATRIX: dict[tuple[str, str], Row] = {
         lambda w: (f"/runs/{w.run_id}", {}),
         lambda w, r: 'id="cancel-run"' not in r.text,
     ),
+    ("GET", "/sweeps/{sweep_id}"): Row(
+        PAGE_USER,
+        200,
+        lambda w: (f"/sweeps/{w.running_sweep()}", {}),
+        # another member reads the sweep without its Cancel button
+        lambda w, r: 'id="sweep-data"' in r.text and 'id="cancel-sweep"' not in r.text,
+    ),
     ("GET", "/account"): Row(PAGE_USER, 200, _get("/account")),
     ("POST", "/account/password"): Row(
         PAGE_USER, 200, lambda w: ("/account/password", {"data": _same_password(w)})

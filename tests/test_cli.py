@@ -396,3 +396,42 @@ def test_runs_delete_and_experiments_delete_need_yes(cli: Cli, tmp_path: Path) -
         gone = cli("experiments", "delete", str(experiment), "-y")
         assert gone.returncode == 0 and f"deleted experiment {experiment}" in gone.stdout
         assert api.get(f"/api/experiments/{experiment}").status_code == 404
+
+
+SWEEP = """experiment_id: {experiment}
+method: random
+metric: {{name: val/acc, goal: maximize}}
+parameters:
+  params.lr: {{distribution: log_uniform, min: 1e-3, max: {top}}}
+max_runs: 2
+max_concurrent: 2
+seed: 5
+"""
+
+
+@pytest.mark.slow
+def test_sweep_from_a_spec_file_follows_to_the_best_and_a_bad_spec_names_the_field(
+    cli: Cli, tmp_path: Path
+) -> None:
+    with cli.stack.admin_client() as api:
+        body = {"name": "sweepbase", "config": {"recipe": "tiny_mlp", "params": {"epochs": 1}}}
+        experiment = api.post("/api/experiments", json=body).json()["id"]
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(SWEEP.format(experiment=experiment, top="1e-1"))
+    done = cli("sweep", str(spec), "--follow")
+    assert done.returncode == 0, done.stderr
+    sweep_id = int(done.stdout.split()[1])  # "sweep 3 running: http://.../sweeps/3"
+    assert f"{cli.stack.base_url}/sweeps/{sweep_id}" in done.stdout
+    with cli.stack.admin_client() as api:
+        sweep = api.get(f"/api/sweeps/{sweep_id}").json()
+    assert sweep["status"] == "succeeded" and len(sweep["trials"]) == 2
+    best = sweep["best"]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"sweep {sweep_id} succeeded: 2/2 done"), done.stderr
+    assert f"best val/acc {best['value']:.4g} (run {best['run_id']}: params.lr=" in last
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SWEEP.format(experiment=experiment, top="1e-3"))  # min == max
+    refused = cli("sweep", str(bad))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith("error: invalid request (422): parameters.params.lr.min:")

@@ -1,7 +1,7 @@
 """The `torchyard` console script.
 
 Server commands (`up`, `worker`, `db`, `admin`) run on the torchyard host; client commands
-(`login`, `submit`, `follow`, `ls`, `logs`, `cancel`, `download`, `resume`, `users`,
+(`login`, `submit`, `sweep`, `follow`, `ls`, `logs`, `cancel`, `download`, `resume`, `users`,
 `runs delete`, `experiments delete`) speak
 only the REST API, so they work from a laptop against the team box. `main` returns the exit
 code instead of exiting, so tests and the console-script wrapper share it.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import httpx
 import typer
 
-from app.cli import admin, commands, delete, runs, server, users
+from app.cli import admin, commands, delete, runs, server, sweeps, users
 from app.cli.client import CliError
 from app.cli.common import CLIENT_PANEL, err
 from app.cli.config import ConfigError
@@ -37,6 +37,7 @@ app = typer.Typer(
 server.register(app)
 commands.register(app)
 runs.register(app)
+sweeps.register(app)
 delete.register(app, CLIENT_PANEL)
 users.register(app)
 admin.register(app)

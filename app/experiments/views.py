@@ -24,9 +24,11 @@ from app.runs.models import RunStatus
 from app.runs.out import run_outs
 from app.runs.service import runs_of_experiment
 from app.settings import get_settings
+from app.sweeps.out import sweep_briefs
+from app.sweeps.service import sweeps_of
 from app.templating import render
 from app.users.filters import page_owner
-from torchyard.recipes.catalog import RECIPES, Param
+from torchyard.recipes.catalog import METRIC_KEYS, RECIPES, Param
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
@@ -278,6 +280,9 @@ def experiment_page(
         # (the API gives owner ids) and the statuses its filter offers.
         owners={str(uid): name for uid, name in names.items()},
         statuses=[s.value for s in RunStatus],
+        # The experiment's sweeps, newest first, as GET /api/sweeps?experiment_id= gives them.
+        sweeps=sweep_briefs(session, sweeps_of(session, experiment_id=experiment.id)),
+        sweep_metric_keys=METRIC_KEYS if "recipe" in experiment.config else (),
         # The overlaid curves' runs (app/static/experiment_curves.js), as GET /api/runs gives
         # them: in the page, so the curves' series are asked for at once, not after a list
         # request (a round trip that was a third of the page's time with 100 runs).

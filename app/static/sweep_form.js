@@ -1,0 +1,140 @@
+// "New sweep" on the experiment page (templates/experiment.html, form#sweep-form): method,
+// metric and goal, one row per param (config path, distribution, min/max or a values list),
+// budget and early stopping; POSTs /api/sweeps and shows each 422 next to its field (the
+// error's loc without "body": a param row's inputs are named parameters.<path>.min|max|values|
+// distribution as the form is sent, its path input parameters.<path>), then opens the sweep.
+"use strict";
+(() => {
+  const form = document.getElementById("sweep-form");
+  if (!form) return;
+  const rows = form.querySelector("#sweep-params tbody");
+  const rowTemplate = document.getElementById("sweep-param-row");
+  const formError = form.querySelector(".form-error");
+  const status = document.getElementById("sweep-form-status");
+
+  const showDist = (row) => {
+    const dist = row.querySelector(".param-dist").value;
+    row.querySelector(".param-values").disabled = dist !== "values";
+    row.querySelector(".param-min").disabled = dist === "values";
+    row.querySelector(".param-max").disabled = dist === "values";
+  };
+  const addRow = (path, dist, min, max, values) => {
+    const row = rowTemplate.content.firstElementChild.cloneNode(true);
+    row.querySelector(".param-path").value = path || "";
+    row.querySelector(".param-dist").value = dist || "values";
+    row.querySelector(".param-min").value = min ?? "";
+    row.querySelector(".param-max").value = max ?? "";
+    row.querySelector(".param-values").value = values || "";
+    row.querySelector(".param-dist").addEventListener("change", () => showDist(row));
+    row.querySelector(".param-remove").addEventListener("click", () => row.remove());
+    showDist(row);
+    rows.append(row);
+    return row;
+  };
+  addRow("params.lr", "log_uniform", "0.0001", "0.1");
+  document.getElementById("sweep-add-param").addEventListener("click", () => {
+    addRow().querySelector(".param-path").focus();
+  });
+
+  // "0.1" -> 0.1, "true" -> true, anything else stays the text typed; blank -> null.
+  const scalar = (raw) => {
+    const text = raw.trim();
+    if (text === "") return null;
+    if (text === "true" || text === "false") return text === "true";
+    const n = Number(text);
+    return Number.isFinite(n) ? n : text;
+  };
+
+  const buildBody = () => {
+    const parameters = {};
+    for (const row of rows.querySelectorAll("tr.sweep-param")) {
+      const path = row.querySelector(".param-path").value.trim();
+      const dist = row.querySelector(".param-dist");
+      const [min, max, values] = [".param-min", ".param-max", ".param-values"].map((s) => row.querySelector(s));
+      row.querySelector(".param-path").name = `parameters.${path}`;
+      dist.name = `parameters.${path}.distribution`;
+      min.name = `parameters.${path}.min`;
+      max.name = `parameters.${path}.max`;
+      values.name = `parameters.${path}.values`;
+      if (dist.value === "values") {
+        parameters[path] = {values: values.value.split(",").map(scalar).filter((v) => v !== null)};
+      } else {
+        parameters[path] = {distribution: dist.value, min: scalar(min.value), max: scalar(max.value)};
+      }
+    }
+    const early = form.elements.early_stop.value;
+    const seed = scalar(form.elements.seed.value);
+    const body = {
+      experiment_id: Number(form.dataset.experimentId),
+      method: form.elements.method.value,
+      metric: {name: form.elements["metric.name"].value.trim(), goal: form.elements["metric.goal"].value},
+      parameters,
+      max_runs: scalar(form.elements.max_runs.value),
+      max_concurrent: scalar(form.elements.max_concurrent.value),
+      early_stop: early ? {type: early} : null,
+    };
+    if (seed !== null) body.seed = seed;
+    return body;
+  };
+
+  const clearErrors = () => {
+    form.querySelectorAll(".field-error").forEach((el) => el.remove());
+    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+    formError.hidden = true;
+    formError.textContent = "";
+  };
+  const showFormError = (text) => {
+    formError.hidden = false;
+    formError.textContent = formError.textContent ? `${formError.textContent} ${text}` : text;
+  };
+  // FastAPI's 422: [{loc: ["body", "parameters", "params.lr", "min"], msg}] -> next to the
+  // input named "parameters.params.lr.min" (else the nearest named parent: the row's path).
+  const showErrors = (body) => {
+    if (!body || !Array.isArray(body.detail)) {
+      showFormError(ty.errorText(body));
+      return;
+    }
+    let first = null;
+    for (const err of body.detail) {
+      const loc = err.loc.slice(err.loc[0] === "body" ? 1 : 0).map(String);
+      let input = null;
+      let field = "";
+      for (let n = loc.length; n > 0 && !input; n--) {
+        field = loc.slice(0, n).join(".");
+        input = form.querySelector(`[name="${CSS.escape(field)}"]`);
+      }
+      if (!input) {
+        showFormError(`${loc.join(".") || "form"}: ${err.msg}.`);
+        continue;
+      }
+      const note = document.createElement("span");
+      note.className = "field-error";
+      note.dataset.field = loc.join(".");
+      note.id = "error-" + note.dataset.field.replace(/\W/g, "-");
+      note.textContent = err.msg;
+      input.setAttribute("aria-invalid", "true");
+      input.setAttribute("aria-errormessage", note.id);
+      input.insertAdjacentElement("afterend", note);
+      first = first || input;
+    }
+    if (first) first.focus();
+  };
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors();
+    const button = document.getElementById("start-sweep");
+    button.disabled = true;
+    status.textContent = "Starting…";
+    const r = await ty.api("POST", "/api/sweeps", buildBody());
+    button.disabled = false;
+    if (r.ok) {
+      status.textContent = `Sweep ${r.body.id} started.`;
+      window.location.href = `/sweeps/${r.body.id}`;
+      return;
+    }
+    status.textContent = "";
+    if (r.status === 422) showErrors(r.body);
+    else showFormError(ty.errorText(r.body));
+  });
+})();

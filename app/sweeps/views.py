@@ -1,0 +1,40 @@
+"""The sweep page, GET /sweeps/{id}: progress, the best run so far, the trials' runs with
+what each tried, a parallel-coordinates chart and one metric-vs-param scatter per param.
+
+The page starts from the same SweepOut as GET /api/sweeps/{id} (in the page as JSON, so it
+draws at once), then app/static/sweep.js polls that endpoint every 3 s while it is running.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from app.db import MAX_ID, SessionDep
+from app.errors import not_found
+from app.experiments.models import Experiment
+from app.pages import PageRoute, PageUser
+from app.sweeps.models import Sweep
+from app.sweeps.out import sweep_out
+from app.templating import render
+
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
+
+
+@router.get("/sweeps/{sweep_id}", response_class=HTMLResponse)
+def sweep_page(
+    request: Request, sweep_id: int, session: SessionDep, user: PageUser
+) -> HTMLResponse:
+    sweep = session.get(Sweep, sweep_id) if 0 < sweep_id <= MAX_ID else None
+    if sweep is None:
+        raise not_found("sweep", sweep_id)
+    experiment = session.get(Experiment, sweep.experiment_id)
+    return render(
+        request,
+        "sweep.html",
+        user=user,
+        sweep=sweep,
+        experiment=experiment,
+        data=sweep_out(session, sweep).model_dump(mode="json"),
+        may_cancel=user.may_write(sweep.owner_id),
+    )
