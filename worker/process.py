@@ -15,7 +15,6 @@ one more reason isolation is the default.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -23,54 +22,57 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from app.runs.job_files import open_job_file_for_append
 from torchyard.contract import JOB_TOKEN_VAR
+from worker.keeper import read_exit_file
 from worker.launcher import Launch
-
-PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    """The prctl call of the pre-exec hook, loaded here in the parent: the child, between fork
-    and exec, only calls it. None off Linux or without libc."""
-    if sys.platform != "linux":
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
 
 # A sandboxed job's umask. Its run folder is 0700 and its own, so 022 opens nothing on the
 # host; it lets the run of another uid that resumes from one of its checkpoints read the file
 # that run's sandbox binds in (the worker's own 077 would make it 0600, the old run's uid's).
 SANDBOXED_UMASK = 0o022
 
+# The job's exit status when its keeper vanished without writing one (killed with its job).
+KEEPER_LOST = -int(signal.SIGKILL)
+
 
 def _pre_exec(nice: int, umask: int | None = None) -> Callable[[], None]:
-    """What the job's first process does before exec, inherited by every process it starts:
-
-    - asks Linux to SIGTERM it when the worker dies. A worker killed with SIGKILL cannot stop
-      its jobs; without this they would train on, unwatched, holding GPUs nobody has leased
-      any more. SIGTERM (not SIGKILL) lets the job drain its metrics to the spool and lets
-      torchrun stop its ranks. (A sandboxed job's first process is bwrap, which SIGTERM ends;
-      its `--die-with-parent` then SIGKILLs the namespace: nothing drains, nothing survives);
-    - lowers its CPU priority by `nice` (settings.job_nice);
-    - a sandboxed job gets SANDBOXED_UMASK instead of the worker's."""
+    """What the keeper does before exec, inherited by the job and every process it starts:
+    a CPU priority lowered by `nice` (settings.job_nice), and a sandboxed job's umask
+    (SANDBOXED_UMASK instead of the worker's). No death signal: the job outlives its worker
+    (worker.keeper), and the next worker on the host re-adopts it."""
 
     def pre_exec() -> None:
-        if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if nice:
             os.nice(nice)
         if umask is not None:
             os.umask(umask)
 
     return pre_exec
+
+
+def keeper_argv(launch: Launch, exit_file: Path | None) -> list[str]:
+    """The keeper (worker.keeper) in front of the launcher's argv."""
+    argv = [sys.executable, "-I", "-m", "worker.keeper"]
+    if exit_file is not None:
+        argv += ["--exit-file", str(exit_file)]
+    if launch.pass_fds:
+        argv += ["--fds", ",".join(str(fd) for fd in launch.pass_fds)]
+    return [*argv, "--", *launch.argv]
+
+
+def keeper_start_ticks(pid: int) -> int | None:
+    """A live process's start time (clock ticks after boot, /proc/<pid>/stat field 22): with
+    the pid, it names one process for good. None once it is gone or a zombie."""
+    try:
+        fields = _stat_fields(pid)
+    except OSError:
+        return None
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
 
 
 def pids_with_token(token: str) -> list[int]:
@@ -135,13 +137,15 @@ def pids_in_namespace(namespace: str) -> list[int]:
 
 
 class JobProcess:
-    """The running job: its launcher process, its log file and its token.
+    """The running job: its keeper (worker.keeper, the job's parent), its log file and token.
 
     It owns the job's cleanup from the moment it is spawned: used as a context manager
     (`with JobProcess(...) as job:`, nothing in between), leaving the block stops every process
-    of the job that is still alive. So when anything after the spawn raises (recording the pid,
-    the watch loop), the job is gone before the caller records the failure and releases the
-    GPUs; a job left training on GPUs the scheduler hands to the next run is the worst case."""
+    of the job that is still alive, unless the job was handed on with `detach()` (a worker
+    that stops leaves its jobs to the next one). So when anything after the spawn raises
+    (recording the pid, the watch loop), the job is gone before the caller records the failure
+    and releases the GPUs; a job left training on GPUs the scheduler hands to the next run is
+    the worst case. `JobProcess.adopt` takes over a job another worker launched."""
 
     def __init__(
         self,
@@ -153,17 +157,22 @@ class JobProcess:
         nice: int = 0,
         stop_grace_seconds: float = 10.0,
         sandboxed: bool = False,
+        exit_file: Path | None = None,
     ) -> None:
         self.token = token
         # launch.argv is bwrap's: the job's processes are those of the PID namespace whose
         # init is bwrap's child (found when first needed, kept while the init lives).
         self.sandboxed = sandboxed
+        self.exit_file = exit_file
         self._init: tuple[int, str] | None = None
+        self._code: int | None = None
+        self._detached = False
+        self._keeper_start: int | None = None
         self.stop_grace_seconds = stop_grace_seconds
-        self._log = open_job_file_for_append(log_path)  # lives as long as the job
+        self._log: IO[bytes] | None = open_job_file_for_append(log_path)  # while the job runs
         try:
-            self.proc = subprocess.Popen(
-                launch.argv,
+            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                keeper_argv(launch, exit_file),
                 env=launch.env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
@@ -171,7 +180,7 @@ class JobProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 pass_fds=launch.pass_fds,
-                # a prctl, a nice() and a umask() call, nothing else
+                # a nice() and a umask() call, nothing else
                 preexec_fn=_pre_exec(nice, SANDBOXED_UMASK if sandboxed else None),
             )
         except BaseException:
@@ -180,41 +189,106 @@ class JobProcess:
         finally:
             for fd in launch.pass_fds:  # the job's now (a sandbox's bind sources)
                 os.close(fd)
+        self._pid = self.proc.pid
+
+    @classmethod
+    def adopt(
+        cls,
+        *,
+        keeper_pid: int,
+        keeper_start: int,
+        token: str,
+        sandboxed: bool,
+        exit_file: Path,
+        stop_grace_seconds: float = 10.0,
+    ) -> JobProcess:
+        """A job another worker launched, whose keeper still runs (worker.adoption checked
+        that it is that keeper: same boot, same start time)."""
+        job = cls.__new__(cls)
+        job.token = token
+        job.sandboxed = sandboxed
+        job.exit_file = exit_file
+        job._init = None
+        job._code = None
+        job._detached = False
+        job._keeper_start = keeper_start
+        job.stop_grace_seconds = stop_grace_seconds
+        job._log = None
+        job.proc = None
+        job._pid = keeper_pid
+        return job
 
     def __enter__(self) -> JobProcess:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         """Whether the block ended normally or raised: nothing of the job outlives it (a
-        process the job left behind would hold GPUs nobody leases any more)."""
-        if self.proc.poll() is None or self._members():
+        process the job left behind would hold GPUs nobody leases any more), unless the
+        job was detached on purpose."""
+        if self._detached:
+            return
+        if self.poll() is None or self._members():
             self.stop(self.stop_grace_seconds)
         else:
             self.wait()
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        """The keeper's: the job's first process as the worker sees it."""
+        return self._pid
+
+    def start_ticks(self) -> int | None:
+        """The keeper's start time, recorded so the next worker knows it is the same one."""
+        if self._keeper_start is None:
+            self._keeper_start = keeper_start_ticks(self._pid)
+        return self._keeper_start
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        """The job's exit status once it ended (its keeper's record of it), else None."""
+        if self._code is not None:
+            return self._code
+        if self.proc is not None:
+            keeper_code = self.proc.poll()
+            if keeper_code is None:
+                return None
+        elif keeper_start_ticks(self._pid) == self._keeper_start:
+            return None
+        else:
+            keeper_code = KEEPER_LOST
+        written = read_exit_file(self.exit_file) if self.exit_file is not None else None
+        self._code = written if written is not None else keeper_code
+        return self._code
 
     def wait(self) -> int:
-        code = self.proc.wait()
-        self._log.close()
+        if self.proc is not None:
+            self.proc.wait()
+        while (code := self.poll()) is None:
+            time.sleep(0.1)
+        self._close_log()
         return code
+
+    def detach(self) -> None:
+        """Leave the job running for the next worker (its keeper is in a session of its own
+        and outlives this process): the block's end no longer stops it."""
+        self._detached = True
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def stop(self, grace_seconds: float) -> int:
         """SIGTERM everything of the job, SIGKILL what is left after the grace period."""
         self._signal_all(signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None and not self._members():
+            if self.poll() is not None and not self._members():
                 break
             time.sleep(0.05)
         for _ in range(50):
             left = self._members()
-            if not left and self.proc.poll() is not None:
+            if not left and self.poll() is not None:
                 break
             self._signal_all(signal.SIGKILL)
             time.sleep(0.02)
@@ -222,20 +296,25 @@ class JobProcess:
 
     def _namespace_init(self) -> tuple[int, str] | None:
         """(pid, namespace) of bwrap's init for this job; None before it exists or once the
-        namespace is gone (its init's death took every process in it along)."""
+        namespace is gone (its init's death took every process in it along). The init is the
+        first process below the keeper (keeper -> bwrap -> init) in another PID namespace."""
         if self._init is not None:
             pid, namespace = self._init
             if pid_namespace(pid) == namespace:
                 return self._init
             return None
-        if self.proc.poll() is not None:
+        if self.poll() is not None:
             return None
         ours = pid_namespace(os.getpid())
-        for child in children_of(self.proc.pid):
-            found = pid_namespace(child)
-            if found is not None and found != ours:
-                self._init = (child, found)
-                return self._init
+        level = [self._pid]
+        for _ in range(3):
+            below = [child for pid in level for child in children_of(pid)]
+            for child in below:
+                found = pid_namespace(child)
+                if found is not None and found != ours:
+                    self._init = (child, found)
+                    return self._init
+            level = below
         return None
 
     def _members(self) -> list[int]:
@@ -250,7 +329,7 @@ class JobProcess:
             self._signal_namespace(sig)
             return
         try:
-            os.killpg(self.proc.pid, sig)
+            os.killpg(self._pid, sig)  # the keeper's session: it and the launcher
         except ProcessLookupError:
             pass
         for pid in pids_with_token(self.token):
@@ -264,9 +343,9 @@ class JobProcess:
         down with SIGKILL at once). SIGKILL: the init, and the kernel kills the namespace."""
         init = self._namespace_init()
         if init is None:
-            targets = [self.proc.pid] if sig == signal.SIGKILL else []
+            targets = [self._pid] if sig == signal.SIGKILL else []
         elif sig == signal.SIGKILL:
-            targets = [init[0], self.proc.pid]
+            targets = [init[0], self._pid]
         else:
             targets = [pid for pid in pids_in_namespace(init[1]) if pid != init[0]]
         for pid in targets:

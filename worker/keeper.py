@@ -1,0 +1,90 @@
+"""The job's keeper: a tiny parent between the worker and the job, so the job outlives the
+worker (`python -I -m worker.keeper [--exit-file F] [--fds 3,4] -- ARGV...`).
+
+A worker that stops (Ctrl-C of `torchyard up`, an upgrade, an OOM kill) must not take its
+running jobs with it: the next worker on the host re-adopts them (worker.adoption). But only a
+process's parent learns its exit status, and the worker that learns it may be gone by then.
+So the worker starts this keeper in a session of its own; the keeper starts the job (the
+launcher's argv, bwrap's when sandboxed, whose --die-with-parent now watches the keeper),
+waits for it, and writes its exit status to the exit file the worker named (in the data
+dir, out of the job's sight) before it exits with the same status: a signal that ended the
+job ends the keeper too, so a parent that is still there sees exactly what it saw before.
+
+The keeper ignores SIGTERM, SIGINT and SIGHUP (as Python handlers, so the job starts with
+the default ones): stopping a job is the worker's business (worker.process signals the job's
+processes), and the keeper must outlive the job to report it. Standard library only; `-I`
+keeps a `worker/` folder in the job's working directory from standing in for this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def write_exit_file(path: Path, returncode: int) -> None:
+    """Atomically: a reader never sees half a number."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{returncode}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_exit_file(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _end_like(returncode: int) -> None:
+    """Exit as the job did: its code, or death by the same signal (no core file)."""
+    if returncode >= 0:
+        os._exit(returncode)
+    sig = -returncode
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):  # SIGKILL, SIGSTOP: default already
+        pass
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="worker.keeper")
+    parser.add_argument("--exit-file", type=Path)
+    parser.add_argument("--fds", default="")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command")
+    for sig in IGNORED_SIGNALS:
+        signal.signal(sig, lambda *_: None)
+    fds = tuple(int(fd) for fd in args.fds.split(",") if fd)
+    try:
+        job = subprocess.Popen(command, pass_fds=fds)
+    except OSError as exc:
+        print(f"torchyard: could not start the job: {exc}", file=sys.stderr, flush=True)
+        returncode = 127
+    else:
+        for fd in fds:
+            os.close(fd)
+        returncode = job.wait()
+    if args.exit_file is not None:
+        write_exit_file(args.exit_file, returncode)
+    _end_like(returncode)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
