@@ -118,9 +118,16 @@ class Settings(BaseSettings):
     # How often the API and each worker look for lost runs (0: never; tests that build runs
     # by hand turn it off).
     reap_interval_seconds: float = 5.0
-    # Warm shutdown (SIGTERM): running jobs get this long to finish before they are stopped
-    # and requeued (max_restarts) or failed.
+    # A worker that stops (Ctrl-C of `torchyard up`, SIGTERM, an upgrade) leaves its running
+    # jobs training; the next worker on the host re-adopts them (worker.adoption). Off: warm
+    # shutdown gives them shutdown_grace_seconds to finish, then stops them, and their runs
+    # are requeued (max_restarts) or failed.
+    keep_jobs_on_worker_stop: bool = True
     shutdown_grace_seconds: float = 30.0
+    # A job its worker left that is gone when the next worker looks (the host rebooted, the
+    # container was recreated): its run is requeued from its newest checkpoint even without
+    # restarts left (it did nothing wrong); off, the max_restarts rule decides.
+    requeue_after_host_restart: bool = True
     # A queued GPU run that cannot fit for this long stops smaller runs from starting past it.
     starvation_seconds: float = 300.0
     # How long a run that may not start yet waits before its task is re-queued to ask again.

@@ -47,9 +47,10 @@ class Stack:
         self.engine = engine
         self.workers: list[subprocess.Popen] = []
 
-    def start_server(self, port: int) -> None:
+    def start_server(self, port: int, **extra: str) -> None:
         self.port = port
-        self.server = start_logged(server_argv("127.0.0.1", port), self.env, ROOT / "server.log")
+        env = {**self.env, **extra}
+        self.server = start_logged(server_argv("127.0.0.1", port), env, ROOT / "server.log")
         wait_healthy(f"http://127.0.0.1:{port}", self.server, ROOT / "server.log")
 
     def start_worker(self, **extra: str) -> subprocess.Popen:
@@ -148,19 +149,17 @@ def kill_worker(worker: subprocess.Popen) -> float:
 
 
 def test_a_killed_workers_run_fails_as_worker_lost_with_every_spooled_point_kept(stack) -> None:
+    """No worker comes back: the API's reaper (on the same host) stops the job that trains on
+    unwatched, keeps every spooled point and fails the run."""
     worker = stack.start_worker()
-    run_id = submit(stack.api, max_restarts=0)
+    run_id = submit(stack.api, max_restarts=0, epochs=8)
     wait_until(stack.api, run_id, lambda r: r["status"] == "running", timeout=90)
     wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
     killed_at = kill_worker(worker)
-
-    # The job does not train on unwatched: the worker's death stops it (PDEATHSIG).
-    deadline = time.monotonic() + 10
-    while job_pids(run_id) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert job_pids(run_id) == []
+    assert job_pids(run_id), "the job trains on after its worker's death (worker.keeper)"
 
     run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=60)
+    assert job_pids(run_id) == []  # the reaper stopped it before handing the run over
     assert time.monotonic() - killed_at < LOST_AFTER + 10
     assert run["status"] == "failed" and run["error"].startswith("worker lost"), run
     assert "box-a" in run["error"]
@@ -204,10 +203,14 @@ def test_with_max_restarts_a_killed_workers_run_resumes_on_the_next_worker(stack
     assert "resuming from" in logs
 
 
+KEEP_NO_JOBS = {"TORCHYARD_KEEP_JOBS_ON_WORKER_STOP": "false"}
+
+
 def test_a_warm_shutdown_requeues_a_run_that_may_restart_and_fails_one_that_may_not(
     stack,
 ) -> None:
-    worker = stack.start_worker()
+    """With keep_jobs_on_worker_stop off: the grace, then the job is stopped."""
+    worker = stack.start_worker(**KEEP_NO_JOBS)
     keep = submit(stack.api, max_restarts=1, epochs=3, steps=40)
     wait_until(
         stack.api,
@@ -222,7 +225,7 @@ def test_a_warm_shutdown_requeues_a_run_that_may_restart_and_fails_one_that_may_
     assert "worker shut down" in run["error"]
     assert job_pids(keep) == []
 
-    stack.start_worker()
+    stack.start_worker(**KEEP_NO_JOBS)
     done = wait_until(stack.api, keep, lambda r: r["status"] in FINISHED, timeout=120)
     assert done["status"] == "succeeded" and done["attempt"] == 2, done
     assert stored(stack.api, keep)["train/loss"]["step"] == list(range(1, 3 * 40 + 1))
@@ -234,6 +237,91 @@ def test_a_warm_shutdown_requeues_a_run_that_may_restart_and_fails_one_that_may_
     worker.wait(timeout=60)
     run = stack.api.get(f"/api/runs/{lose}").json()
     assert run["status"] == "failed" and "worker shut down" in run["error"], run
+
+
+def wait_for_checkpoints(stack: Stack, run_id: int, count: int) -> None:
+    wait_until(
+        stack.api,
+        run_id,
+        lambda r: len(stack.api.get(f"/api/runs/{run_id}/checkpoints").json()) >= count,
+        timeout=120,
+    )
+
+
+def assert_trained_through(stack: Stack, run_id: int, *, attempt: int, steps: int) -> None:
+    run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=120)
+    assert run["status"] == "succeeded" and run["attempt"] == attempt, run
+    loss = stored(stack.api, run_id)["train/loss"]
+    assert loss["step"] == list(range(1, steps + 1))  # continuous, no point twice
+    assert job_pids(run_id) == []
+
+
+# A worker's start takes seconds on a loaded box: the re-adoption tests give the reapers (the
+# API's, the new worker's) the production patience, so the run is re-adopted, not reaped.
+PATIENT = {"TORCHYARD_RUN_LOST_SECONDS": "60"}
+
+
+@pytest.fixture
+def patient(stack: Stack) -> Iterator[Stack]:
+    stop_process(stack.server)
+    stack.start_server(stack.port, **PATIENT)
+    try:
+        yield stack
+    finally:
+        stop_process(stack.server)
+        stack.start_server(stack.port)
+
+
+def test_a_stopped_worker_leaves_its_job_training_and_the_next_one_re_adopts_it(
+    patient: Stack,
+) -> None:
+    stack = patient
+    worker = stack.start_worker(**PATIENT)
+    run_id = submit(stack.api, max_restarts=0, epochs=5, steps=40)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=30)  # at once: nothing to wait for, the job trains on
+    assert job_pids(run_id)
+    left = stack.api.get(f"/api/runs/{run_id}").json()
+    assert left["status"] == "running" and left["attempt"] == 1, left
+    time.sleep(1.0)  # it trains on while no worker watches
+
+    stack.start_worker(**PATIENT)
+    assert_trained_through(stack, run_id, attempt=1, steps=5 * 40)
+    assert stack.api.get(f"/api/runs/{run_id}").json()["error"] is None
+
+
+def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack) -> None:
+    stack = patient
+    worker = stack.start_worker(**PATIENT)
+    run_id = submit(stack.api, max_restarts=0, epochs=5, steps=40)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    kill_worker(worker)
+    assert job_pids(run_id)
+    stack.start_worker(**PATIENT)
+    assert_trained_through(stack, run_id, attempt=1, steps=5 * 40)
+
+
+def test_a_job_gone_with_its_host_is_requeued_from_its_newest_checkpoint(patient: Stack) -> None:
+    """A reboot (or a recreated container) takes the job: the record the worker left names a
+    keeper that is gone, without an exit status. The run had no restarts left, but it has a
+    checkpoint: it resumes from it (requeue_after_host_restart)."""
+    stack = patient
+    worker = stack.start_worker(**PATIENT)
+    run_id = submit(stack.api, max_restarts=0, epochs=4, steps=40)
+    wait_for_checkpoints(stack, run_id, 1)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=30)
+    for pid in job_pids(run_id):  # the "reboot": every process of the job, keeper first
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while job_pids(run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    stack.start_worker(**PATIENT)
+    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
+    assert "host restarted" in requeued["error"] and requeued["resume_from"].endswith(".pt")
+    assert_trained_through(stack, run_id, attempt=2, steps=4 * 40)
 
 
 def read_stream(

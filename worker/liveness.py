@@ -19,7 +19,10 @@ from app.runs.models import Run
 from app.runs.recovery import Handover, reap_lost_runs
 from app.settings import get_settings
 from torchyard.contract import METRICS_FILE
+from worker import job_records
 from worker.forwarder import forward
+from worker.gpus import host_name
+from worker.process import JobProcess
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +51,36 @@ def salvage_spool(session: Session, run_id: int) -> None:
             notices.ingest_error(run, f"salvage: {type(exc).__name__}: {first}")
 
 
+def stop_orphan(run_id: int) -> None:
+    """A lost run's job that still trains on this host (its worker stopped and none came back
+    in time): stopped before the run is handed over, so it neither holds GPUs nobody leases
+    nor writes into the folder of the run's next attempt."""
+    settings = get_settings()
+    record = job_records.find(run_id, host_name(settings))
+    if record is None:
+        return
+    if record.alive():
+        log.warning("run %s: stopping its job, which trains on with no worker", run_id)
+        JobProcess.adopt(
+            keeper_pid=record.keeper_pid,
+            keeper_start=record.keeper_start,
+            token=record.token,
+            sandboxed=record.sandboxed,
+            exit_file=record.exit_path,
+        ).stop(settings.cancel_grace_seconds)
+    record.remove()
+
+
+def salvage_lost_run(session: Session, run_id: int) -> None:
+    stop_orphan(run_id)
+    salvage_spool(session, run_id)
+
+
 def reap_once() -> list[Handover]:
     settings = get_settings()
     with session_scope() as session:
         return reap_lost_runs(
-            session, lost_after_seconds=settings.run_lost_seconds, salvage=salvage_spool
+            session, lost_after_seconds=settings.run_lost_seconds, salvage=salvage_lost_run
         )
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.orm import Session
 
 from app.artifacts import renames_atomically, store_fs
 from app.code.store import SnapshotMissing
@@ -30,11 +29,8 @@ from app.code.tarcheck import TarRefused
 from app.db import session_scope
 from app.experiments.requirements import RequirementRefused
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
-from app.runs import lifecycle
-from app.runs.disk import record_disk_use
 from app.runs.job_files import replace_job_file
-from app.runs.models import Run, RunStatus
-from app.runs.recovery import HandoverOutcome, hand_over
+from app.runs.models import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
 from torchyard.contract import (
@@ -44,21 +40,23 @@ from torchyard.contract import (
     LOG_FILE,
     METRICS_FILE,
 )
-from worker import artifacts, env_build, provenance, sandbox, spool
+from worker import artifacts, env_build, job_records, provenance, sandbox, spool
 from worker import code as code_copy
 from worker.environments import BuildFailed, Env, run_requirements
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
-from worker.job_errors import run_error
 from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
-from worker.run_files import store_while_heartbeating
-from worker.run_log import note_in_log
-from worker.watch import StopReason, Watched, drain, watch, with_db
+from worker.supervise import (
+    WORKER_SHUTDOWN_REASON,
+    finish,
+    hand_over_stopped,
+    remember,
+    supervise,
+)
+from worker.watch import StopReason, Watched, drain, with_db
 from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
 
 log = logging.getLogger(__name__)
-
-WORKER_SHUTDOWN_REASON = "the worker shut down while the run was training"
 
 
 def free_port() -> int:
@@ -142,7 +140,7 @@ def execute_run(run_id: int) -> RunStatus | NotRun:
         # if it was spawned, is stopped already (JobProcess's block), so the GPUs are free.
         log.exception("run %s: the worker failed while running it", run_id)
         error = f"worker error: {exc!r}"
-        return _finish(run_id, RunStatus.failed, None, error, attempt=started.attempt)
+        return finish(run_id, RunStatus.failed, None, error, attempt=started.attempt)
 
 
 def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitStack) -> RunStatus:
@@ -163,7 +161,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             script = _script(run_dir, claimed.config)
         except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
             error = f"cannot run the script: {exc}"
-            return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
+            return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     with session_scope() as session:
         record = provenance.worker_record(
             worker_host=inventory().host,
@@ -181,13 +179,13 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     except (RequirementRefused, BuildFailed) as exc:
         drain(watched)  # pip's lines
         error = f"could not build the run's environment: {exc}"
-        return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
+        return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     held.callback(prepared.release)
     if prepared.stopped is not None:
         drain(watched)
         if prepared.stopped is StopReason.CANCEL:
-            return _finish(run_id, RunStatus.cancelled, None, None, attempt=attempt)
-        return _hand_over(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
+            return finish(run_id, RunStatus.cancelled, None, None, attempt=attempt)
+        return hand_over_stopped(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
     token = secrets.token_hex(16)
     artifacts.ensure_local(settings.runs_dir, resume)  # a checkpoint another host wrote
     launch = build_launch(
@@ -222,53 +220,24 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             resume=resume,
             env=prepared.env,
         )
-    log_path = run_dir / LOG_FILE
     try:
         job = JobProcess(
             launch,
-            log_path=log_path,
+            log_path=run_dir / LOG_FILE,
             cwd=launch.cwd,
             token=token,
             nice=settings.job_nice,
             stop_grace_seconds=settings.cancel_grace_seconds,
             sandboxed=isolation.enabled,
+            exit_file=job_records.prepare_exit_path(run_id),
         )
     except OSError as exc:
         error = f"could not start the job: {exc}"
-        return _finish(run_id, RunStatus.failed, None, error, attempt=attempt)
+        return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     with job:  # from here on, anything that raises stops every process of the job first
-        with session_scope() as session:
-            lifecycle.record_pid(session, run_id=run_id, attempt=attempt, pid=job.pid)
-        log.info("run %s started: pid %s, %s", run_id, job.pid, " ".join(launch.argv))
-        stopped_by = watch(
-            watched,
-            job,
-            interval=settings.forwarder_interval_seconds,
-            grace=settings.cancel_grace_seconds,
-        )
-        code = job.wait()
-    if stopped_by is StopReason.CANCEL:
-        # Said in the run's own log (shipped by the drain): the job itself saw only a SIGTERM.
-        note_in_log(run_dir, "the run was cancelled; every process of it stopped")
-    drain(watched)
-    if settings.artifact_store:  # the API reads the run's files from the store
-        store_while_heartbeating(
-            settings.artifact_store,
-            watched,
-            run_dir=run_dir,
-            max_bytes=settings.run_files_store_max_bytes,
-        )
-        drain(watched)  # ships the log line that says what was stored
-    with_db(run_id, "disk use", lambda s: record_disk_use(s, run_id=run_id, folder=run_dir))
-    if stopped_by is StopReason.CANCEL:
-        return _finish(run_id, RunStatus.cancelled, code, None, attempt=attempt)
-    if stopped_by is StopReason.SHUTDOWN:
-        return _hand_over(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
-    if code == 0:
-        return _finish(run_id, RunStatus.succeeded, code, None, attempt=attempt)
-    return _finish(
-        run_id, RunStatus.failed, code, run_error(run_dir, log_path, code), attempt=attempt
-    )
+        remember(job, watched, host=inventory().host)
+        log.info("run %s started: keeper pid %s, %s", run_id, job.pid, " ".join(launch.argv))
+        return supervise(watched, job)
 
 
 def _script(run_dir: Path, config: dict[str, Any]) -> Path:
@@ -360,40 +329,3 @@ def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
     # Exactly the leased GPUs; none at all ("") for a run without GPUs.
     env["CUDA_VISIBLE_DEVICES"] = format_indices(gpu_indices)
     return env
-
-
-def _finish(
-    run_id: int, status: RunStatus, code: int | None, error: str | None, *, attempt: int
-) -> RunStatus:
-    """The final status, written only while the run is still this worker's (running, same
-    attempt): a run the reaper already handed over (failed "worker lost", or requeued after a
-    long database outage) is not overwritten. Leases go in the same transaction."""
-    with_db(
-        run_id,
-        "finish",
-        lambda s: lifecycle.finish(
-            s, run_id=run_id, attempt=attempt, status=status, exit_code=code, error=error
-        ),
-    )
-    log.info("run %s %s (exit code %s)", run_id, status.value, code)
-    return status
-
-
-_HANDED_OVER_AS = {
-    HandoverOutcome.REQUEUED: RunStatus.queued,
-    HandoverOutcome.CANCELLED: RunStatus.cancelled,
-}
-
-
-def _hand_over(run_id: int, *, attempt: int, reason: str) -> RunStatus:
-    """A run stopped by a worker shutdown: requeued (max_restarts) or failed with the reason."""
-
-    def hand(session: Session) -> HandoverOutcome:
-        run = session.get(Run, run_id, populate_existing=True)
-        if run is None or run.status != RunStatus.running or run.attempt != attempt:
-            return HandoverOutcome.GONE
-        return hand_over(session, run=run, reason=reason)
-
-    outcome = with_db(run_id, "hand over", hand)
-    log.info("run %s: %s (%s)", run_id, outcome.value, reason)
-    return _HANDED_OVER_AS.get(outcome, RunStatus.failed)

@@ -11,9 +11,10 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from app.settings import get_settings
 from app.sweeps.driver import advance_forever, advance_sweep
+from worker.adoption import adopt_jobs
 from worker.celery_app import RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
 from worker.liveness import reap_forever
-from worker.runner import NotRun, execute_run, heartbeat_host
+from worker.runner import NotRun, execute_run, heartbeat_host, inventory
 from worker.watch import SHUTTING_DOWN
 
 _HOST_HEARTBEAT_STOP = threading.Event()
@@ -21,6 +22,9 @@ _HOST_HEARTBEAT_STOP = threading.Event()
 
 @worker_ready.connect
 def _start_host_heartbeat(**_kwargs: Any) -> None:
+    # First of all: the jobs the previous worker on this host left training (their runs
+    # heartbeat again before a reaper could count them lost).
+    adopt_jobs(inventory().host)
     threading.Thread(
         target=heartbeat_host, args=(_HOST_HEARTBEAT_STOP,), name="host-heartbeat", daemon=True
     ).start()

@@ -31,8 +31,9 @@ from worker.process import JobProcess
 
 log = logging.getLogger(__name__)
 
-# Set when the worker begins a warm shutdown: running jobs get shutdown_grace_seconds to end,
-# then are stopped, and their runs requeued (max_restarts) or failed with the reason.
+# Set when the worker begins a warm shutdown: running jobs are left to train on for the next
+# worker (keep_jobs_on_worker_stop), or get shutdown_grace_seconds to end, then are stopped,
+# and their runs requeued (max_restarts) or failed with the reason.
 SHUTTING_DOWN = threading.Event()
 
 
@@ -41,6 +42,7 @@ class StopReason(enum.Enum):
 
     CANCEL = "cancel"  # the run's cancel was requested
     SHUTDOWN = "shutdown"  # the worker shuts down and the grace period is over
+    DETACH = "detach"  # the worker stops and leaves the job to the next one (it trains on)
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
             job.stop(grace)
             return StopReason.CANCEL
         if SHUTTING_DOWN.is_set():
+            if settings.keep_jobs_on_worker_stop:
+                return StopReason.DETACH
             if shutdown_deadline is None:
                 shutdown_deadline = time.monotonic() + settings.shutdown_grace_seconds
                 log.warning(

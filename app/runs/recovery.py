@@ -84,11 +84,20 @@ def requeue(session: Session, *, run: Run, reason: str) -> bool:
 
 
 def hand_over(
-    session: Session, *, run: Run, reason: str, now: datetime | None = None
+    session: Session,
+    *,
+    run: Run,
+    reason: str,
+    now: datetime | None = None,
+    requeue_from_checkpoint: bool = False,
 ) -> HandoverOutcome:
     """Requeue the run when it has restarts left, else fail it; a run whose cancel was
     requested is cancelled instead (requeued, it would wait forever: the scheduler skips
-    cancelled-on-request runs). Each only while it still runs as the attempt seen."""
+    cancelled-on-request runs). Each only while it still runs as the attempt seen.
+
+    ``requeue_from_checkpoint``: the run is requeued whenever it has a checkpoint, restarts
+    left or not (a host that restarted under it, when `requeue_after_host_restart` is on: the
+    run did nothing wrong, and it loses only what came after that checkpoint)."""
     now = now or utcnow()
     if run.cancel_requested:
         cancelled = lifecycle.finish(
@@ -101,7 +110,8 @@ def hand_over(
             now=now,
         )
         return HandoverOutcome.CANCELLED if cancelled else HandoverOutcome.GONE
-    if restarts_left(run):
+    resumable = requeue_from_checkpoint and newest_checkpoint(session, run_id=run.id) is not None
+    if restarts_left(run) or resumable:
         requeued = requeue(session, run=run, reason=reason)
         return HandoverOutcome.REQUEUED if requeued else HandoverOutcome.GONE
     if lifecycle.fail(session, run_id=run.id, attempt=run.attempt, reason=reason, now=now):

@@ -1,0 +1,148 @@
+"""A worker that starts takes over the jobs the previous worker on its host left running.
+
+Each job's record (worker.job_records) names its keeper exactly. For each record of this
+host, before the worker takes any task:
+
+- the run still runs as that attempt and the keeper is alive: ADOPT. The run heartbeats at
+  once, its GPU leases are taken again if they expired meanwhile, and a thread supervises the
+  job exactly as the launching worker would have (worker.supervise): forwarding resumes from
+  the offsets stored on the run, so no point is lost or doubled, and the attempt stays the
+  same;
+- the keeper ended while nobody watched and wrote the job's exit status: adopted the same
+  way; the watch loop finds it ended, drains the spool and writes the final status;
+- the keeper is gone without an exit status (the host rebooted, the container was
+  recreated): re-adoption is impossible; the run is handed over as a host restart (requeued
+  from its newest checkpoint by default, `requeue_after_host_restart`);
+- the run is not running as that attempt any more (a reaper handed it over while no worker
+  was up, it was cancelled, deleted): the job is stale; it is stopped if it still runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db import session_scope
+from app.gpus.models import GpuLease
+from app.runs import lifecycle
+from app.runs.models import Run, RunStatus
+from app.settings import get_settings
+from app.timeutil import utcnow
+from torchyard.contract import METRICS_FILE
+from worker.job_records import JobRecord, records
+from worker.process import JobProcess
+from worker.supervise import forget, hand_over_stopped, supervise
+from worker.watch import Watched
+
+log = logging.getLogger(__name__)
+
+HOST_RESTART_REASON = "the host restarted while the run was training; its job is gone"
+
+
+class Found(enum.Enum):
+    ADOPTED = "adopted"
+    HOST_RESTARTED = "host restarted"
+    STALE = "stale"
+
+
+def _parse_indices(text: str | None) -> list[int]:
+    return [int(i) for i in text.split(",") if i] if text else []
+
+
+def _claim(session: Session, record: JobRecord, host: str) -> Run | None:
+    """The run, heartbeating again with its leases back, while it still runs as the record's
+    attempt; None otherwise."""
+    run = session.get(Run, record.run_id, populate_existing=True)
+    if run is None or run.status != RunStatus.running or run.attempt != record.attempt:
+        return None
+    gpus = _parse_indices(run.gpu_indices)
+    held = set(session.scalars(select(GpuLease.gpu_index).where(GpuLease.run_id == run.id)))
+    now = utcnow()
+    for index in gpus:
+        if index not in held:  # expired while no worker renewed it
+            session.add(GpuLease(host=host, gpu_index=index, run_id=run.id, acquired_at=now))
+    session.flush()
+    lifecycle.heartbeat(
+        session, run_id=run.id, attempt=record.attempt, renew_leases=bool(gpus), now=now
+    )
+    return run
+
+
+def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | None]:
+    settings = get_settings()
+    job = JobProcess.adopt(
+        keeper_pid=record.keeper_pid,
+        keeper_start=record.keeper_start,
+        token=record.token,
+        sandboxed=record.sandboxed,
+        exit_file=record.exit_path,
+        stop_grace_seconds=settings.cancel_grace_seconds,
+    )
+    alive = record.alive()
+    try:
+        with session_scope() as session:
+            run = _claim(session, record, host)
+            in_sweep = run is not None and run.sweep_id is not None
+            has_leases = run is not None and bool(run.gpu_indices)
+    except IntegrityError:  # a GPU of its went to another run while nobody renewed it
+        run = None
+    if run is None:
+        if alive:
+            log.warning("run %s: its job is not this run's any more; stopping it", record.run_id)
+            job.stop(settings.cancel_grace_seconds)
+        record.remove()
+        return Found.STALE, None
+    if not alive and record.exit_code() is None:
+        hand_over_stopped(
+            record.run_id,
+            attempt=record.attempt,
+            reason=HOST_RESTART_REASON,
+            requeue_from_checkpoint=settings.requeue_after_host_restart,
+        )
+        forget(record.run_id)
+        return Found.HOST_RESTARTED, None
+    watched = Watched(
+        record.run_id,
+        record.attempt,
+        settings.run_dir(record.run_id) / METRICS_FILE,
+        has_leases,
+        in_sweep,
+    )
+    thread = threading.Thread(
+        target=_supervise_adopted, args=(watched, job), name=f"run-{record.run_id}", daemon=True
+    )
+    thread.start()
+    log.info("run %s: re-adopted its job (keeper pid %s)", record.run_id, record.keeper_pid)
+    return Found.ADOPTED, thread
+
+
+def _supervise_adopted(watched: Watched, job: JobProcess) -> None:
+    try:
+        with job:
+            supervise(watched, job)
+    except Exception:  # the job is stopped by its block; the run must not stay "running"
+        log.exception("run %s: supervising the re-adopted job failed", watched.run_id)
+        hand_over_stopped(watched.run_id, attempt=watched.attempt, reason="worker error")
+
+
+ADOPTED: list[threading.Thread] = []
+
+
+def adopt_jobs(host: str) -> dict[int, Found]:
+    """Every job this host's previous worker left (run at worker start, before any task)."""
+    found: dict[int, Found] = {}
+    for record in records(host):
+        try:
+            outcome, thread = adopt_one(record, host)
+        except Exception:  # one bad record must not keep the worker from starting
+            log.exception("run %s: could not re-adopt its job", record.run_id)
+            continue
+        found[record.run_id] = outcome
+        if thread is not None:
+            ADOPTED.append(thread)
+    return found

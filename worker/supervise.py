@@ -1,0 +1,147 @@
+"""A spawned job from then on, whichever worker launched it: watch it, drain its spool, store
+its files, write its final status. worker.runner calls it right after the spawn; a worker
+that re-adopts a job left running by the previous one (worker.adoption) calls it too, so a
+re-adopted run ends exactly as one that was never left.
+
+When the worker stops while the job trains, the job is detached (left running, its run still
+"running" as the same attempt, its leases kept) unless `keep_jobs_on_worker_stop` is off.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.orm import Session
+
+from app.db import session_scope
+from app.runs import lifecycle
+from app.runs.disk import record_disk_use
+from app.runs.models import Run, RunStatus
+from app.runs.recovery import HandoverOutcome, hand_over
+from app.settings import get_settings
+from torchyard.contract import LOG_FILE
+from worker import job_records
+from worker.job_errors import run_error
+from worker.process import JobProcess
+from worker.run_files import store_while_heartbeating
+from worker.run_log import note_in_log
+from worker.watch import StopReason, Watched, drain, watch, with_db
+
+log = logging.getLogger(__name__)
+
+WORKER_SHUTDOWN_REASON = "the worker shut down while the run was training"
+
+
+def remember(job: JobProcess, run: Watched, *, host: str) -> None:
+    """The job's record for the next worker on this host (worker.job_records), written as soon
+    as the keeper runs, and its pid on the run."""
+    start = job.start_ticks()
+    if start is not None:
+        job_records.JobRecord(
+            run_id=run.run_id,
+            attempt=run.attempt,
+            host=host,
+            boot_id=job_records.boot_id(),
+            keeper_pid=job.pid,
+            keeper_start=start,
+            token=job.token,
+            sandboxed=job.sandboxed,
+        ).save()
+    with session_scope() as session:
+        lifecycle.record_pid(session, run_id=run.run_id, attempt=run.attempt, pid=job.pid)
+
+
+def supervise(run: Watched, job: JobProcess) -> RunStatus:
+    """From a running job to the run's final status (RunStatus.running: the job was left to
+    the next worker). Used inside the job's block (`with job:`)."""
+    settings = get_settings()
+    run_dir = run.metrics_path.parent
+    log_path = run_dir / LOG_FILE
+    stopped_by = watch(
+        run,
+        job,
+        interval=settings.forwarder_interval_seconds,
+        grace=settings.cancel_grace_seconds,
+    )
+    if stopped_by is StopReason.DETACH:
+        job.detach()
+        log.warning(
+            "run %s: the worker stops; its job (keeper pid %s) trains on for the next worker",
+            run.run_id,
+            job.pid,
+        )
+        return RunStatus.running
+    code = job.wait()
+    if stopped_by is StopReason.CANCEL:
+        # Said in the run's own log (shipped by the drain): the job itself saw only a SIGTERM.
+        note_in_log(run_dir, "the run was cancelled; every process of it stopped")
+    drain(run)
+    if settings.artifact_store:  # the API reads the run's files from the store
+        store_while_heartbeating(
+            settings.artifact_store,
+            run,
+            run_dir=run_dir,
+            max_bytes=settings.run_files_store_max_bytes,
+        )
+        drain(run)  # ships the log line that says what was stored
+    with_db(run.run_id, "disk use", lambda s: record_disk_use(s, run_id=run.run_id, folder=run_dir))
+    attempt = run.attempt
+    if stopped_by is StopReason.CANCEL:
+        status = finish(run.run_id, RunStatus.cancelled, code, None, attempt=attempt)
+    elif stopped_by is StopReason.SHUTDOWN:
+        status = hand_over_stopped(run.run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
+    elif code == 0:
+        status = finish(run.run_id, RunStatus.succeeded, code, None, attempt=attempt)
+    else:
+        error = run_error(run_dir, log_path, code)
+        status = finish(run.run_id, RunStatus.failed, code, error, attempt=attempt)
+    forget(run.run_id)
+    return status
+
+
+def forget(run_id: int) -> None:
+    job_records.record_path(run_id).unlink(missing_ok=True)
+    job_records.exit_path(run_id).unlink(missing_ok=True)
+
+
+def finish(
+    run_id: int, status: RunStatus, code: int | None, error: str | None, *, attempt: int
+) -> RunStatus:
+    """The final status, written only while the run is still this worker's (running, same
+    attempt): a run the reaper already handed over (failed "worker lost", or requeued after a
+    long database outage) is not overwritten. Leases go in the same transaction."""
+    with_db(
+        run_id,
+        "finish",
+        lambda s: lifecycle.finish(
+            s, run_id=run_id, attempt=attempt, status=status, exit_code=code, error=error
+        ),
+    )
+    log.info("run %s %s (exit code %s)", run_id, status.value, code)
+    return status
+
+
+_HANDED_OVER_AS = {
+    HandoverOutcome.REQUEUED: RunStatus.queued,
+    HandoverOutcome.CANCELLED: RunStatus.cancelled,
+}
+
+
+def hand_over_stopped(
+    run_id: int, *, attempt: int, reason: str, requeue_from_checkpoint: bool = False
+) -> RunStatus:
+    """A run whose job was stopped under it (a worker shutdown without keeping jobs, a host
+    that restarted): requeued (max_restarts, or ``requeue_from_checkpoint`` and it has one) or
+    failed with the reason."""
+
+    def hand(session: Session) -> HandoverOutcome:
+        run = session.get(Run, run_id, populate_existing=True)
+        if run is None or run.status != RunStatus.running or run.attempt != attempt:
+            return HandoverOutcome.GONE
+        return hand_over(
+            session, run=run, reason=reason, requeue_from_checkpoint=requeue_from_checkpoint
+        )
+
+    outcome = with_db(run_id, "hand over", hand)
+    log.info("run %s: %s (%s)", run_id, outcome.value, reason)
+    return _HANDED_OVER_AS.get(outcome, RunStatus.failed)
