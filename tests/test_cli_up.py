@@ -117,7 +117,8 @@ def _start_up(tmp_path: Path, port: int) -> tuple[subprocess.Popen[str], str]:
         line = proc.stdout.readline()
         assert line, f"torchyard up exited early: {lines}"
         lines.append(line)
-    return proc, "".join(lines).split("generated password: ")[1].split()[0]
+    out = "".join(lines)
+    return proc, out.split("generated password: ")[1].split()[0] if "password: " in out else ""
 
 
 def _token(base: str, password: str, deadline: float) -> str:
@@ -195,3 +196,58 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_ctrl_c_and_up_again_mid_run_the_run_trains_on_as_attempt_1(tmp_path: Path) -> None:
+    """An upgrade or a config change: Ctrl-C, then `torchyard up` again. The job trains on
+    meanwhile (worker.keeper), the new worker re-adopts it (worker.adoption): the run ends
+    succeeded on attempt 1, its curve continuous with no point twice, never failed."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc, password = _start_up(tmp_path, port)
+    try:
+        token = _token(base, password, time.monotonic() + 60)
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as api:
+            config = {
+                "recipe": "tiny_mlp",
+                "params": {"epochs": 4, "steps_per_epoch": 40, "step_sleep": 0.06},
+            }
+            experiment = api.post("/api/experiments", json={"name": "up", "config": config})
+            run_id = api.post(f"/api/experiments/{experiment.json()['id']}/runs").json()["id"]
+            deadline = time.monotonic() + 90
+            while not api.get(f"/api/runs/{run_id}/metrics").json()["series"].get("train/loss"):
+                assert time.monotonic() < deadline, "the run never reported"
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 0
+        assert proc.stdout is not None
+        proc.stdout.close()
+        # The job trains on with no torchyard running; its record names it for the next worker.
+        assert (tmp_path / "data" / "jobs" / f"{run_id}.json").exists()
+
+        proc, _ = _start_up(tmp_path, port)
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as api:
+            _token(base, password, time.monotonic() + 60)  # the server answers again
+            statuses = set()
+            deadline = time.monotonic() + 120
+            while (run := api.get(f"/api/runs/{run_id}").json())["status"] not in (
+                "succeeded",
+                "failed",
+                "cancelled",
+            ):
+                statuses.add((run["status"], run["attempt"]))
+                assert time.monotonic() < deadline, run
+                time.sleep(0.2)
+            assert run["status"] == "succeeded" and run["attempt"] == 1, run
+            assert statuses <= {("running", 1)}, statuses
+            steps = api.get(f"/api/runs/{run_id}/metrics").json()["series"]["train/loss"]["step"]
+            assert steps == list(range(1, 4 * 40 + 1))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
