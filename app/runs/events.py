@@ -52,6 +52,7 @@ class StreamCursor:
     last_steps: dict[str, int] = field(default_factory=dict)
     log_offset: int = 0
     status: str | None = None
+    attempt: int | None = None  # with status: a new attempt is news even at the same status
     # Where the next poll's key window starts: None at the start of a sweep over all keys;
     # (key, True) to read that key again (a poll that stopped at the point limit inside it).
     window_start: tuple[str, bool] | None = None
@@ -69,11 +70,14 @@ def status_payload(run: Any) -> dict[str, Any]:
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "exit_code": run.exit_code,
         "error": run.error,
+        # The attempt the server knows now: the page shows no other (a requeue by a lost
+        # worker's reaper counts it up).
+        "attempt": run.attempt,
     }
 
 
 _STATUS_COLUMNS = select(
-    Run.status, Run.started_at, Run.finished_at, Run.exit_code, Run.error
+    Run.status, Run.started_at, Run.finished_at, Run.exit_code, Run.error, Run.attempt
 ).where(Run.id == bindparam("run_id"))
 
 
@@ -97,8 +101,9 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
             cursor.sweep_after_finish = RunStatus(run.status).finished
             cursor.sweep_quiet = True
         series, sweep_done = _read_window(session, cursor)
-    if run.status != cursor.status:
+    if (run.status, run.attempt) != (cursor.status, cursor.attempt):
         cursor.status = run.status
+        cursor.attempt = run.attempt
         status_event: ServerSentEvent | None = json_event("status", status_payload(run))
     else:
         status_event = None

@@ -11,9 +11,30 @@
   const charts = document.getElementById("experiment-charts");
   const status = document.getElementById("experiment-curves-status");
 
+  // While the server does not answer, the page says so instead of "live" (the status line,
+  // the runs table through ty:runs-link) and marks what it shows as of the last answer; the
+  // next answer puts the line back.
+  let lostSince = null, liveText = "";
+  const linkChanged = (since) => {
+    document.dispatchEvent(new CustomEvent("ty:runs-link", {detail: {lostSince: since}}));
+    ty.markStale([document.getElementById("experiment-curves-legend")], since);
+  };
   const listRuns = async () => {
     const q = new URLSearchParams({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id"});
     const r = await ty.api("GET", `/api/runs?${q}`);
+    if (!r.ok && ty.serverDown(r)) {
+      if (lostSince === null) { lostSince = new Date(); liveText = status.textContent; }
+      status.textContent = `${ty.lostText(lostSince)}: the runs' statuses and curves are as of then.`;
+      status.dataset.link = "lost";
+      linkChanged(lostSince);
+      return null;
+    }
+    if (lostSince !== null) {
+      lostSince = null;
+      status.textContent = liveText;
+      delete status.dataset.link;
+      linkChanged(null);
+    }
     if (!r.ok) { status.textContent = `Could not list the runs: ${ty.errorText(r.body)}`; return null; }
     return r.body.runs;
   };
