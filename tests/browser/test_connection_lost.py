@@ -1,7 +1,8 @@
 """The run page never claims what the server has not confirmed: "live" shows only while its
 event stream is up and the run is running; a killed server makes the page say the connection
 is lost and mark the status, attempt and worker as unconfirmed; once the server is back the page
-re-reads the run (its attempt moved on meanwhile) and is live again.
+re-reads the run (its attempt moved on meanwhile) and is live again. The experiment page (its
+runs table and curves poll) and the GPU panel say the same while the server is gone.
 
 A server of its own (tests/own_server.py), killed with SIGKILL and started again on its port;
 the run is made running by hand (no worker: nothing else changes it under the test)."""
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.runs import lifecycle
+from app.runs.models import Run
 from app.timeutil import utcnow
 from tests.browser.conftest import VIEWPORT, log_in
 from tests.factories import add_run
@@ -50,6 +52,7 @@ def test_a_killed_server_takes_live_away_and_its_return_brings_the_confirmed_att
         owner = session.scalars(select(User).where(User.username == "alice")).one()
         config = {"recipe": "tiny_mlp", "params": {}, "seed": 1, "max_restarts": 2}
         run_id = add_run(session, owner_id=owner.id, config=config)
+        experiment_id = session.get(Run, run_id).experiment_id  # type: ignore[union-attr]
         session.commit()
     _start(server, run_id)
 
@@ -60,6 +63,13 @@ def test_a_killed_server_takes_live_away_and_its_return_brings_the_confirmed_att
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
         log_in(page, "alice", password)
+        experiment_page = context.new_page()
+        experiment_page.on("pageerror", lambda exc: errors.append(str(exc)))
+        experiment_page.goto(f"/experiments/{experiment_id}")
+        expect(experiment_page.locator("#experiment-curves-status")).to_contain_text("live")
+        gpu_page = context.new_page()
+        gpu_page.on("pageerror", lambda exc: errors.append(str(exc)))
+        gpu_page.goto("/gpus")
         page.goto(f"/runs/{run_id}")
         note = page.locator("#stream-note")
         expect(note).to_have_text("live")
@@ -74,6 +84,15 @@ def test_a_killed_server_takes_live_away_and_its_return_brings_the_confirmed_att
         for fact in ("#run-status", "#run-attempt", "#run-worker"):
             expect(page.locator(fact)).to_have_attribute("data-stale", "true")
         expect(page.locator("#run-attempt-stale")).to_contain_text("unconfirmed")
+        # The experiment page polls while a run is active; the GPU panel every 2.5 s.
+        curves = experiment_page.locator("#experiment-curves-status")
+        expect(curves).to_contain_text(LOST)
+        expect(curves).not_to_contain_text("live while")
+        expect(experiment_page.locator("#runs-link")).to_contain_text(LOST)
+        badge = experiment_page.locator(f'#runs tr[data-run-id="{run_id}"] .badge')
+        expect(badge).to_have_attribute("data-stale", "true")
+        expect(gpu_page.locator("#gpus-updated")).to_contain_text(LOST)
+        expect(gpu_page.locator("#gpu-queue")).to_have_attribute("data-stale", "true")
 
         # While the page is cut off, the run's worker is lost and it starts again as attempt 2.
         with Session(server.engine) as session:
@@ -93,6 +112,11 @@ def test_a_killed_server_takes_live_away_and_its_return_brings_the_confirmed_att
         for fact in ("#run-status", "#run-attempt", "#run-worker"):
             expect(page.locator(fact)).not_to_have_attribute("data-stale", "true")
         expect(page.locator("#run-attempt-stale")).to_be_hidden()
+        expect(curves).to_contain_text("live while a run is active")
+        expect(experiment_page.locator("#runs-link")).to_be_hidden()
+        expect(gpu_page.locator("#gpus-updated")).to_contain_text("updated")
+        expect(gpu_page.locator("#gpus-updated")).not_to_contain_text(LOST)
+        expect(gpu_page.locator("#gpu-queue")).not_to_have_attribute("data-stale", "true")
     finally:
         context.close()
     assert not errors, f"uncaught JavaScript errors on the page: {errors}"
