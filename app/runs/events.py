@@ -42,6 +42,11 @@ from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
 
 MAX_LOG_CHUNK = 256 * 1024
+# A quiet stream sends a `ping` event this often (keep-alive comments in between, which a
+# browser's EventSource never shows to the page): a page that hears nothing for a few of these
+# knows the server is gone even when no connection reset told it (a cut network, a frozen
+# proxy), and stops saying "live" (app/static/run.js).
+PING_SECONDS = 10.0
 # Keys one poll reads: a window of the run's keys (by name), the next window on the next poll.
 KEY_WINDOW = 2000
 
@@ -302,6 +307,7 @@ async def stream(
     ``user_id``: whose stream it is, for the per-user poll limiter."""
     cursor = StreamCursor(run_id=run_id, last_steps=dict(after or {}), log_offset=log_offset)
     next_check = time.monotonic() + recheck_seconds
+    last_sent = time.monotonic()
     while True:
         if refusal is not None and time.monotonic() >= next_check:
             reason = await _in_pool(user_id, refusal)
@@ -314,6 +320,11 @@ async def stream(
             yield event
         if done:
             return
-        if not events:
+        if events:
+            last_sent = time.monotonic()
+        elif time.monotonic() - last_sent >= PING_SECONDS:
+            yield json_event("ping", {})
+            last_sent = time.monotonic()
+        else:
             yield ServerSentEvent(comment="keep-alive")
         await anyio.sleep(interval)

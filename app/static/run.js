@@ -42,6 +42,10 @@
   // and it is running: a page cut off from a stopped server never claims it.
   let link = "connecting";
   let lostSince = null;
+  // A quiet stream still sends a ping every 10 s (app/runs/events.py PING_SECONDS): nothing
+  // heard for SILENT_MS means the server is gone even without a connection reset.
+  const SILENT_MS = 30000;
+  let lastHeard = Date.now();
 
   // --- helpers ------------------------------------------------------------------------------
   const parseTime = ty.parseTime;
@@ -593,6 +597,9 @@
     const params = new URLSearchParams({log_offset: logOffset});
     if (afterText.length <= MAX_AFTER_CHARS) params.set("after", afterText);
     source = new EventSource(`/api/runs/${runId}/events?${params}`);
+    for (const name of ["open", "metrics", "log", "status", "ping"]) {
+      source.addEventListener(name, () => { lastHeard = Date.now(); });
+    }
     // Open is not yet confirmation: the run is re-read first (its first status event or the
     // re-fetch), so "live" never shows for a run the server no longer runs.
     source.addEventListener("open", () => { link = "up"; renderLink(); refreshRun(); });
@@ -610,16 +617,20 @@
       refreshRun();
       loadCheckpoints();
     });
-    source.addEventListener("error", () => {
-      if (!source) return;
-      source.close();  // reconnect ourselves, from what we hold (no duplicates)
-      source = null;
-      if (FINISHED.has(status)) return;
-      link = "down";
-      onLost();
-      setTimeout(connect, 2000);
-    });
+    source.addEventListener("error", dropped);
   };
+  // The stream dropped (an error, or silence): say so, and reconnect ourselves from what we
+  // hold (no duplicates).
+  const dropped = () => {
+    if (!source) return;
+    source.close();
+    source = null;
+    if (FINISHED.has(status)) return;
+    link = "down";
+    onLost();
+    setTimeout(connect, 2000);
+  };
+  setInterval(() => { if (link === "up" && source && Date.now() - lastHeard > SILENT_MS) dropped(); }, 5000);
 
   const showChartsError = (text) => { const e = $("charts-error"); e.textContent = text; e.hidden = false; };
 
