@@ -9,6 +9,7 @@ the run is made running by hand (no worker: nothing else changes it under the te
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,3 +121,37 @@ def test_a_killed_server_takes_live_away_and_its_return_brings_the_confirmed_att
     finally:
         context.close()
     assert not errors, f"uncaught JavaScript errors on the page: {errors}"
+
+
+def test_a_frozen_server_that_resets_nothing_takes_live_away_too(
+    browser: Browser, server: OwnServer
+) -> None:
+    """SIGSTOP: the server's connections stay open and silent (as behind a cut network): the
+    page hears no ping for 30 s (the page's clock is run forward) and stops saying live."""
+    password, _ = server.user("bob")
+    with Session(server.engine) as session:
+        owner = session.scalars(select(User).where(User.username == "bob")).one()
+        run_id = add_run(session, owner_id=owner.id, config={"recipe": "tiny_mlp", "params": {}})
+        session.commit()
+    _start(server, run_id)
+    context = browser.new_context(viewport=VIEWPORT, base_url=server.base_url)
+    context.set_default_timeout(20_000)
+    page: Page = context.new_page()
+    page.clock.install()
+    assert server.proc is not None
+    try:
+        log_in(page, "bob", password)
+        page.goto(f"/runs/{run_id}")
+        note = page.locator("#stream-note")
+        expect(note).to_have_text("live")
+        server.proc.send_signal(signal.SIGSTOP)
+        page.clock.run_for(40_000)
+        expect(note).to_have_text(LOST)
+        expect(page.locator("#run-status")).to_have_attribute("data-stale", "true")
+        server.proc.send_signal(signal.SIGCONT)
+        page.clock.run_for(5_000)  # the reconnect's timer
+        expect(note).to_have_text("live")
+    finally:
+        if server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGCONT)
+        context.close()
