@@ -11,30 +11,21 @@
   const charts = document.getElementById("experiment-charts");
   const status = document.getElementById("experiment-curves-status");
 
-  // While the server does not answer, the page says so instead of "live" (the status line,
-  // the runs table through ty:runs-link) and marks what it shows as of the last answer; the
-  // next answer puts the line back.
-  let lostSince = null, liveText = "";
-  const linkChanged = (since) => {
-    document.dispatchEvent(new CustomEvent("ty:runs-link", {detail: {lostSince: since}}));
-    ty.markStale([document.getElementById("experiment-curves-legend")], since);
+  // While the server does not answer, the runs table (through ty:runs-link) and the legend are
+  // marked as of its last answer, and the overlay's status line says so (markDown); the next
+  // answer clears them.
+  let lostSince = null;
+  const linkChanged = () => {
+    document.dispatchEvent(new CustomEvent("ty:runs-link", {detail: {lostSince}}));
+    ty.markStale([document.getElementById("experiment-curves-legend")], lostSince);
   };
-  const listRuns = async () => {
+  const listRuns = async (markDown) => {
     const q = new URLSearchParams({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id"});
     const r = await ty.api("GET", `/api/runs?${q}`);
-    if (!r.ok && ty.serverDown(r)) {
-      if (lostSince === null) { lostSince = new Date(); liveText = status.textContent; }
-      status.textContent = `${ty.lostText(lostSince)}: the runs' statuses and curves are as of then.`;
-      status.dataset.link = "lost";
-      linkChanged(lostSince);
-      return null;
-    }
-    if (lostSince !== null) {
-      lostSince = null;
-      status.textContent = liveText;
-      delete status.dataset.link;
-      linkChanged(null);
-    }
+    const down = !r.ok && ty.serverDown(r);
+    if (down && lostSince === null) { lostSince = new Date(); linkChanged(); }
+    if (!down && lostSince !== null) { lostSince = null; linkChanged(); }
+    if (down && markDown) { markDown(); return null; }
     if (!r.ok) { status.textContent = `Could not list the runs: ${ty.errorText(r.body)}`; return null; }
     return r.body.runs;
   };
@@ -56,8 +47,8 @@
       controls: "experiment-curves",
       legend: document.getElementById("experiment-curves-legend"),
       status,
-      refreshRuns: async () => {
-        const fresh = await listRuns();
+      refreshRuns: async (markDown) => {
+        const fresh = await listRuns(markDown);
         // the runs table and the parallel coordinates refresh from the same answer
         if (fresh) document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: fresh}}));
         return fresh && fresh.slice().reverse();
