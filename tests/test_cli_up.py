@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -158,6 +159,13 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
                 ]
                 new = workers[0] if workers else None
                 time.sleep(0.2)
+            # ... and is up within 10 s: it heartbeats (the scheduler, and a queued run's
+            # reason, see a live worker again), the UI answering all the while.
+            killed_wall = time.time()
+            while not _heartbeat_after(api, killed_wall - (time.monotonic() - killed_at)):
+                assert api.get("/api/health").status_code == 200
+                assert time.monotonic() - killed_at < 10, "the new worker not up within 10 s"
+                time.sleep(0.2)
             # The new worker runs jobs.
             experiment = api.post(
                 "/api/experiments",
@@ -189,6 +197,12 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _heartbeat_after(api: httpx.Client, since: float) -> bool:
+    """Whether a worker host heartbeated after `since` (a time.time()): GET /api/gpus."""
+    hosts = api.get("/api/gpus").json()["hosts"]
+    return any(datetime.fromisoformat(h["heartbeat_at"]).timestamp() > since for h in hosts)
 
 
 def _cmdline(pid: int) -> bytes:

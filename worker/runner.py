@@ -98,10 +98,9 @@ def start(run_id: int) -> StartResult:
 
 
 def heartbeat_host(stop: threading.Event) -> None:
-    """Keep this host in the scheduler's view of live hosts while the worker is idle."""
-    settings = get_settings()
+    """Keep this host live for the scheduler while the worker is idle, from the start at once."""
     inv = inventory()
-    while not stop.wait(max(0.5, settings.lease_ttl_seconds / 3)):
+    while True:
         try:
             with session_scope() as session:
                 touch_host(
@@ -113,6 +112,8 @@ def heartbeat_host(stop: threading.Event) -> None:
                 )
         except Exception:
             log.exception("host heartbeat failed; will retry")
+        if stop.wait(max(0.5, get_settings().lease_ttl_seconds / 3)):
+            return
 
 
 class NotRun(enum.Enum):

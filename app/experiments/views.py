@@ -22,7 +22,7 @@ from app.runs import listing
 from app.runs.disk import disk_by_experiment
 from app.runs.models import RunStatus
 from app.runs.out import run_outs
-from app.runs.service import runs_of_experiment
+from app.runs.service import runs_of_experiment, why_queued_many
 from app.settings import get_settings
 from app.sweeps.out import sweep_briefs
 from app.sweeps.service import sweeps_of
@@ -264,6 +264,7 @@ def experiment_page(
     runs = runs_of_experiment(session, experiment_id=experiment.id)
     summaries = run_summaries(session, run_ids=[r.id for r in runs])
     names = _usernames(session, {r.owner_id for r in runs} | {experiment.owner_id})
+    reasons = why_queued_many(session, runs=runs)  # the scheduler's words for queued runs
     return render(
         request,
         "experiment.html",
@@ -273,7 +274,12 @@ def experiment_page(
         config_json=json.dumps(experiment.config, indent=2, sort_keys=True),
         disk_bytes=disk_by_experiment(session, [experiment.id]).get(experiment.id, 0),
         runs=[
-            {"run": r, "summary": summaries[r.id], "launched_by": names.get(r.owner_id, "?")}
+            {
+                "run": r,
+                "summary": summaries[r.id],
+                "launched_by": names.get(r.owner_id, "?"),
+                "queue_reason": reasons.get(r.id),
+            }
             for r in runs
         ],
         # For the runs table's script (app/static/experiment_runs.js): who launched each run

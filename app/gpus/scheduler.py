@@ -20,8 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-# Why everything waits when no worker host is live.
-NO_LIVE_HOST = "no worker host is live: it starts once a worker (`torchyard worker`) is running"
+# Why everything waits when no worker host is live (no host heartbeat within the lease ttl):
+# the run page, the experiment page's runs table and the GPU panel all show these words.
+NO_LIVE_HOST = (
+    "no worker is running: start one with `torchyard up` / `torchyard worker`; "
+    "the run starts once one is"
+)
 
 
 @dataclass(frozen=True)

@@ -198,10 +198,30 @@ def queue_reason(
     starvation_seconds: float,
 ) -> str:
     """Why a queued run waits, exactly as the GPU panel says it ("" when it is not queued)."""
+    return queue_reasons(
+        session,
+        run_ids=[run_id],
+        now=now,
+        lease_ttl_seconds=lease_ttl_seconds,
+        starvation_seconds=starvation_seconds,
+    ).get(run_id, "")
+
+
+def queue_reasons(
+    session: Session,
+    *,
+    run_ids: Collection[int],
+    now: datetime,
+    lease_ttl_seconds: float,
+    starvation_seconds: float,
+) -> dict[int, str]:
+    """`queue_reason` of several runs from one decision (a page of the runs list): each
+    queued one's reason, the others left out."""
     decision = _panel_decision(
         session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
     )
-    return _reason(decision, run_id)
+    reasons = {run_id: _reason(decision, run_id) for run_id in run_ids}
+    return {run_id: reason for run_id, reason in reasons.items() if reason}
 
 
 def queued_runs(session: Session) -> list[QueuedRun]:

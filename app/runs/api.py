@@ -90,8 +90,7 @@ def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> li
 @router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)
 def read_run(run: OwnedRun, session: SessionDep) -> RunOut:
     """The run; while it is queued, `queue_reason` says why it waits."""
-    out = run_outs(session, [run])[0]
-    return out.model_copy(update={"queue_reason": service.why_queued(session, run=run)})
+    return run_outs(session, [run])[0]
 
 
 @router.post(

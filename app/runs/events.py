@@ -42,6 +42,11 @@ from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
 
 MAX_LOG_CHUNK = 256 * 1024
+# A quiet stream sends a `ping` event this often (keep-alive comments in between, which a
+# browser's EventSource never shows to the page): a page that hears nothing for a few of these
+# knows the server is gone even when no connection reset told it (a cut network, a frozen
+# proxy), and stops saying "live" (app/static/run.js).
+PING_SECONDS = 10.0
 # Keys one poll reads: a window of the run's keys (by name), the next window on the next poll.
 KEY_WINDOW = 2000
 
@@ -52,6 +57,7 @@ class StreamCursor:
     last_steps: dict[str, int] = field(default_factory=dict)
     log_offset: int = 0
     status: str | None = None
+    attempt: int | None = None  # with status: a new attempt is news even at the same status
     # Where the next poll's key window starts: None at the start of a sweep over all keys;
     # (key, True) to read that key again (a poll that stopped at the point limit inside it).
     window_start: tuple[str, bool] | None = None
@@ -69,11 +75,14 @@ def status_payload(run: Any) -> dict[str, Any]:
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "exit_code": run.exit_code,
         "error": run.error,
+        # The attempt the server knows now: the page shows no other (a requeue by a lost
+        # worker's reaper counts it up).
+        "attempt": run.attempt,
     }
 
 
 _STATUS_COLUMNS = select(
-    Run.status, Run.started_at, Run.finished_at, Run.exit_code, Run.error
+    Run.status, Run.started_at, Run.finished_at, Run.exit_code, Run.error, Run.attempt
 ).where(Run.id == bindparam("run_id"))
 
 
@@ -97,8 +106,9 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
             cursor.sweep_after_finish = RunStatus(run.status).finished
             cursor.sweep_quiet = True
         series, sweep_done = _read_window(session, cursor)
-    if run.status != cursor.status:
+    if (run.status, run.attempt) != (cursor.status, cursor.attempt):
         cursor.status = run.status
+        cursor.attempt = run.attempt
         status_event: ServerSentEvent | None = json_event("status", status_payload(run))
     else:
         status_event = None
@@ -297,6 +307,7 @@ async def stream(
     ``user_id``: whose stream it is, for the per-user poll limiter."""
     cursor = StreamCursor(run_id=run_id, last_steps=dict(after or {}), log_offset=log_offset)
     next_check = time.monotonic() + recheck_seconds
+    last_sent = time.monotonic()
     while True:
         if refusal is not None and time.monotonic() >= next_check:
             reason = await _in_pool(user_id, refusal)
@@ -309,6 +320,11 @@ async def stream(
             yield event
         if done:
             return
-        if not events:
+        if events:
+            last_sent = time.monotonic()
+        elif time.monotonic() - last_sent >= PING_SECONDS:
+            yield json_event("ping", {})
+            last_sent = time.monotonic()
+        else:
             yield ServerSentEvent(comment="keep-alive")
         await anyio.sleep(interval)

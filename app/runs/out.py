@@ -1,4 +1,5 @@
-"""A run as the API shows it: the row's fields, its params, tags, metric summaries and disk use."""
+"""A run as the API shows it: the row's fields, its params, tags, metric summaries, disk use
+and, while it is queued, why it waits."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from app.runs.disk import disk_by_run
 from app.runs.models import Run
 from app.runs.params import params_by_run
 from app.runs.schemas import RunOut, SummaryOut
-from app.runs.service import tags_by_run
+from app.runs.service import tags_by_run, why_queued_many
 
 
 def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
@@ -19,12 +20,14 @@ def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
     tags = tags_by_run(session, ids)
     summaries = summaries_by_run(session, run_ids=ids)
     disks = disk_by_run(session, ids)
+    reasons = why_queued_many(session, runs=runs)
     return [
         RunOut.model_validate(r).model_copy(
             update={
                 "params": params[r.id],
                 "tags": tags[r.id],
                 "disk_bytes": disks.get(r.id, 0),
+                "queue_reason": reasons.get(r.id),
                 "summary": {
                     k: SummaryOut(last=s.last, min=s.min, max=s.max, step=s.step)
                     for k, s in summaries[r.id].items()

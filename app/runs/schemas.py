@@ -106,8 +106,8 @@ class RunOut(BaseModel):
     def _not_measured_yet(cls, value: Any) -> Any:
         return 0 if value is None else value  # _outs fills in the checkpoints' sizes
 
-    # Why a queued run waits, in the scheduler's words (the GPU page's "why it waits"); set by
-    # GET /api/runs/{id} only, and only while the run is queued.
+    # Why a queued run waits, in the scheduler's words (the GPU page's "why it waits"), "no
+    # worker is running: ..." when no worker host heartbeats; null unless the run is queued.
     queue_reason: str | None = None
 
     @field_validator("notices", mode="before")

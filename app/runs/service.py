@@ -17,7 +17,7 @@ from app.auth.models import User
 from app.errors import conflict, not_found, validation_error
 from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
-from app.gpus.service import never_startable, queue_reason, run_gpus
+from app.gpus.service import never_startable, queue_reasons, run_gpus
 from app.runs import lifecycle
 from app.runs.job_files import FileRefused, open_regular
 from app.runs.lifecycle import CancelOutcome
@@ -183,17 +183,24 @@ def refuse_if_never_startable(
 def why_queued(session: Session, *, run: Run) -> str | None:
     """Why a queued run waits: the scheduler's own reason, the words of the GPU page's queue
     (app.gpus.service.queue_reason). None unless it is queued."""
-    if run.status != RunStatus.queued:
-        return None
+    return why_queued_many(session, runs=[run]).get(run.id)
+
+
+def why_queued_many(session: Session, *, runs: Sequence[Run]) -> dict[int, str]:
+    """`why_queued` of each queued run of `runs`, from one scheduler decision (a list page of
+    runs asks once, not once per run); runs not queued are left out, and nothing is asked
+    when none is queued. "No worker is running" is one of these reasons (NO_LIVE_HOST)."""
+    queued = [r.id for r in runs if r.status == RunStatus.queued]
+    if not queued:
+        return {}
     settings = get_settings()
-    reason = queue_reason(
+    return queue_reasons(
         session,
-        run_id=run.id,
+        run_ids=queued,
         now=utcnow(),
         lease_ttl_seconds=settings.lease_ttl_seconds,
         starvation_seconds=settings.starvation_seconds,
     )
-    return reason or None
 
 
 def request_cancel(session: Session, *, run: Run) -> Run:

@@ -156,3 +156,39 @@ ty.runLabels = (runs) => {
     return [r.id, parts.length ? `${head} · ${parts.join(" ")}` : head];
   }));
 };
+
+// --- what a page says about its link to the server -------------------------------------------
+// A page never claims what the server has not confirmed: "live" only while the server answers
+// and has confirmed what is shown; when it stops answering the page says so, keeps what it last
+// heard marked as stale (with when that was), and asks again until the server is back. The run
+// page (its event stream), the experiment page (its polling) and the GPU panel all use these.
+ty.LOST_TEXT = "connection lost — reconnecting…";
+
+// Whether an API answer (ty.api) means the server did not answer for itself: unreachable (ty.api
+// gives status 0 when fetch threw) or failing behind a proxy (5xx). A 4xx is the server talking.
+ty.serverDown = (r) => r.status === 0 || r.status >= 500;
+
+ty.clockText = (date) => date.toLocaleTimeString(undefined, {hour: "2-digit", minute: "2-digit", second: "2-digit"});
+
+// "connection lost — reconnecting… (shown as of 09:01:02)".
+ty.lostText = (since) => (since ? `${ty.LOST_TEXT} (shown as of ${ty.clockText(since)})` : ty.LOST_TEXT);
+
+// Marks each element as not confirmed by the server since `since` (a Date), or clears the mark
+// (`since` null): class and data-stale for styling and tests, a title that says since when (the
+// element's own title is kept aside and put back).
+ty.markStale = (elements, since) => {
+  for (const el of elements) {
+    if (!el) continue;
+    const was = el.dataset.stale === "true";
+    el.classList.toggle("stale", Boolean(since));
+    if (since) {
+      if (!was) el.dataset.titleBefore = el.getAttribute("title") || "";
+      el.dataset.stale = "true";
+      el.title = `not confirmed by the server since ${ty.clockText(since)}: the connection is lost`;
+    } else if (was) {
+      delete el.dataset.stale;
+      if (el.dataset.titleBefore) el.title = el.dataset.titleBefore; else el.removeAttribute("title");
+      delete el.dataset.titleBefore;
+    }
+  }
+};

@@ -11,9 +11,21 @@
   const charts = document.getElementById("experiment-charts");
   const status = document.getElementById("experiment-curves-status");
 
-  const listRuns = async () => {
+  // While the server does not answer, the runs table (through ty:runs-link) and the legend are
+  // marked as of its last answer, and the overlay's status line says so (markDown); the next
+  // answer clears them.
+  let lostSince = null;
+  const linkChanged = () => {
+    document.dispatchEvent(new CustomEvent("ty:runs-link", {detail: {lostSince}}));
+    ty.markStale([document.getElementById("experiment-curves-legend")], lostSince);
+  };
+  const listRuns = async (markDown) => {
     const q = new URLSearchParams({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id"});
     const r = await ty.api("GET", `/api/runs?${q}`);
+    const down = !r.ok && ty.serverDown(r);
+    if (down && lostSince === null) { lostSince = new Date(); linkChanged(); }
+    if (!down && lostSince !== null) { lostSince = null; linkChanged(); }
+    if (down && markDown) { markDown(); return null; }
     if (!r.ok) { status.textContent = `Could not list the runs: ${ty.errorText(r.body)}`; return null; }
     return r.body.runs;
   };
@@ -35,8 +47,8 @@
       controls: "experiment-curves",
       legend: document.getElementById("experiment-curves-legend"),
       status,
-      refreshRuns: async () => {
-        const fresh = await listRuns();
+      refreshRuns: async (markDown) => {
+        const fresh = await listRuns(markDown);
         // the runs table and the parallel coordinates refresh from the same answer
         if (fresh) document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: fresh}}));
         return fresh && fresh.slice().reverse();

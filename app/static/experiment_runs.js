@@ -20,6 +20,7 @@
     next: null,
     selected: new Set(),
     newest: Infinity, // the newest run id the curves' refresh has seen (a higher one: load again)
+    lostSince: null, // when the server stopped answering (a Date), null while it answers
     highlight: null, // ids the parallel coordinates' brush keeps (a Set), null: no brush
     summaries: null, // chosen summary columns, ["train/loss.last", ...]; null: not chosen yet
   };
@@ -105,6 +106,10 @@
       const td = el("td");
       if (run.started_at) td.append(ty.timeEl(run.started_at));
       else { const q = el("span", "queued ", "muted"); q.append(ty.timeEl(run.created_at)); td.append(q); }
+      // Why it waits, in the scheduler's words ("no worker is running: ..." among them).
+      if (run.status === "queued" && run.queue_reason) {
+        td.append(el("span", `waiting: ${run.queue_reason}`, "queue-reason-inline muted"));
+      }
       return td;
     }});
     cols.push({title: "Duration", num: true, cell: (run) => el("td",
@@ -198,6 +203,7 @@
     const thead = el("thead");
     thead.append(head);
     table.replaceChildren(thead, body);
+    markStale();
     $("runs-count").textContent = `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
       (state.next ? " shown, more to load" : "");
     $("runs-more").hidden = !state.next;
@@ -354,6 +360,18 @@
   // Live: while a run is active the curves poll the runs list (experiment_curves.js); each
   // answer refreshes the loaded rows (status, summaries) in place, and a run not loaded yet
   // lists the runs again (with this table's sort and filters).
+  // While the server does not answer (experiment_curves.js polls it), the statuses shown are
+  // the last it confirmed: marked stale, with a note, until it answers again.
+  const markStale = () => {
+    ty.markStale([...table.querySelectorAll("tbody .badge[class*='status-']")], state.lostSince);
+    const note = $("runs-link");
+    note.hidden = !state.lostSince;
+    note.textContent = state.lostSince ? `${ty.lostText(state.lostSince)}: statuses as of then.` : "";
+  };
+  document.addEventListener("ty:runs-link", (event) => {
+    state.lostSince = event.detail.lostSince;
+    markStale();
+  });
   document.addEventListener("ty:runs-refreshed", (event) => {
     if (section.getAttribute("aria-busy") === "true") return;
     const fresh = new Map(event.detail.runs.map((r) => [r.id, r]));

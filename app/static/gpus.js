@@ -82,15 +82,25 @@
       el("td", {class: "num", text: String(u.gpu_runs)}))));
   };
 
+  // While the server does not answer, the hosts and the queue shown are the last it confirmed:
+  // marked stale and said so, until its next answer.
+  let lostSince = null;
   const refreshPanel = async () => {
     const r = await ty.api("GET", "/api/gpus");
     if (r.ok) {
+      lostSince = null;
       renderHosts(r.body.hosts);
       renderQueue(r.body.queue);
       updated.replaceChildren("updated ", ty.timeEl(r.body.generated_at));
+      delete updated.dataset.link;
+    } else if (ty.serverDown(r)) {
+      if (lostSince === null) lostSince = new Date();
+      updated.textContent = `${ty.lostText(lostSince)}: hosts and queue as of then`;
+      updated.dataset.link = "lost";
     } else {
       updated.textContent = `not updated: ${ty.errorText(r.body)}`;
     }
+    ty.markStale([hostsEl, document.getElementById("gpu-queue")], lostSince);
   };
 
   const refreshUsage = async () => {

@@ -88,11 +88,15 @@ ty.overlay = (() => {
    * Overlay `runs` ({id, name, status, params}) in the `.metric-chart[data-key]` boxes under
    * `container`. `opts.controls` is the id prefix of the controls, `opts.legend` an element for
    * the page's legend, `opts.status` one for what is shown, `opts.refreshRuns` (optional) an
-   * async function giving the runs again (new ones are added) while any is active.
+   * async function giving the runs again (new ones are added) while any is active, null when it
+   * could not (calling its argument when the server did not answer: the status line says so).
    */
   const mount = (container, runs, opts) => {
     const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls),
-                   loaded: false, near: new Set(), more: 0};
+                   loaded: false, near: new Set(), more: 0,
+                   // The link: whether this poll found the server unreachable, since when it has
+                   // been, and the status line to put back once it answers again.
+                   down: false, lostSince: null, liveText: ""};
     const charts = () => [...container.querySelectorAll(".metric-chart")];
     const observer = new IntersectionObserver((entries) => {
       for (const e of entries) {
@@ -175,6 +179,7 @@ ty.overlay = (() => {
       const errors = await Promise.all(keys.map(async (key) => {
         const q = new URLSearchParams({runs: ids, keys: key, max_points: budget(), with_time: "true"});
         const res = await ty.api("GET", `/api/compare/metrics?${q}`);
+        if (!res.ok && ty.serverDown(res)) state.down = true;
         if (!res.ok) return `${key}: ${ty.errorText(res.body)}`;
         for (const [id, got] of Object.entries(res.body.runs)) {
           const run = byId.get(Number(id));
@@ -216,25 +221,42 @@ ty.overlay = (() => {
       return [...fresh];
     };
 
+    // "live" in the status line only while the server answers: while it does not, the line says
+    // so and since when the curves are as of; the first answer after puts the line back.
+    const showLink = () => {
+      if (!opts.status) return;
+      if (state.down) {
+        if (state.lostSince === null) { state.lostSince = new Date(); state.liveText = opts.status.textContent; }
+        say(`${ty.lostText(state.lostSince)}: the curves and statuses are as of then.`);
+        opts.status.dataset.link = "lost";
+      } else if (state.lostSince !== null) {
+        state.lostSince = null;
+        say(state.liveText);
+        delete opts.status.dataset.link;
+      }
+    };
+
     let timer = null;
     const poll = async () => {
       timer = null;
+      state.down = false;
       const active = state.runs.filter((r) => ACTIVE.has(r.status));
-      if (opts.refreshRuns) {
-        const fresh = await opts.refreshRuns();
-        if (fresh) {
-          const byId = new Map(fresh.map((r) => [r.id, r]));
-          setRuns(fresh);
-          const added = addKeys(fresh);
-          if (added.length) await fetchSeries(fresh, added);
-          // the runs active before (one may have just finished) and those new since
-          const again = [...active.map((r) => byId.get(r.id)).filter(Boolean),
-                         ...fresh.filter((r) => !state.series.has(r.id) && !active.includes(r))];
-          await fetchSeries([...new Set(again)], chartedKeys());
-        }
+      // A refreshRuns that could not list the runs gives null (and calls its argument when the
+      // server did not answer): the active runs' curves are asked for anyway.
+      const fresh = opts.refreshRuns ? await opts.refreshRuns(() => { state.down = true; }) : null;
+      if (fresh) {
+        const byId = new Map(fresh.map((r) => [r.id, r]));
+        setRuns(fresh);
+        const added = addKeys(fresh);
+        if (added.length) await fetchSeries(fresh, added);
+        // the runs active before (one may have just finished) and those new since
+        const again = [...active.map((r) => byId.get(r.id)).filter(Boolean),
+                       ...fresh.filter((r) => !state.series.has(r.id) && !active.includes(r))];
+        await fetchSeries([...new Set(again)], chartedKeys());
       } else {
         await fetchSeries(active, chartedKeys());
       }
+      showLink();
       showLegend();
       await drawAll();
       container.dataset.polls = String(Number(container.dataset.polls || 0) + 1);

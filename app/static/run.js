@@ -35,6 +35,17 @@
   let times = {started: root.dataset.started, finished: root.dataset.finished};
   let logOffset = 0;
   let source = null;
+  // The link to the server. `link`: "connecting" until the stream first opens, "up" while it is
+  // open, "down" from its drop until it opens again, "closed" once the run finished. `lostSince`:
+  // when the server last confirmed the status and attempt shown, while it has not since the link
+  // dropped (null: confirmed). "live" shows only while the link is up, the run was confirmed since
+  // and it is running: a page cut off from a stopped server never claims it.
+  let link = "connecting";
+  let lostSince = null;
+  // A quiet stream still sends a ping every 10 s (app/runs/events.py PING_SECONDS): nothing
+  // heard for SILENT_MS means the server is gone even without a connection reset.
+  const SILENT_MS = 30000;
+  let lastHeard = Date.now();
 
   // --- helpers ------------------------------------------------------------------------------
   const parseTime = ty.parseTime;
@@ -320,8 +331,49 @@
     $("run-duration").textContent = start && end ? ty.fmtDuration((end - start) / 1000) : "–";
   };
 
+  // The attempt as the server gave it ("2 of 3" with restarts allowed).
+  const showAttempt = (attempt) => {
+    const el = $("run-attempt");
+    if (typeof attempt !== "number") return;
+    el.dataset.attempt = String(attempt);
+    const max = el.dataset.maxAttempts;
+    el.textContent = max ? `${attempt} of ${max}` : String(attempt);
+  };
+
+  // What the page says about its link: the note by the charts ("live" or the loss), the banner,
+  // and the facts that may have changed unseen (status, attempt, worker) marked stale.
+  const renderLink = () => {
+    const down = link === "down" && !FINISHED.has(status);
+    const stale = down && lostSince !== null ? lostSince : null;
+    const live = link === "up" && lostSince === null && status === "running";
+    const noteEl = $("stream-note");
+    noteEl.textContent = live ? "live" : down ? ty.LOST_TEXT : "";
+    noteEl.classList.toggle("live", live);
+    noteEl.dataset.link = live ? "live" : down ? "lost" : link;
+    const banner = $("run-connection");
+    banner.hidden = !down;
+    banner.textContent = down ? `${ty.lostText(lostSince)}: the server does not answer. `
+      + "The status, attempt and worker below are the last the server confirmed; "
+      + "the page catches up once it is back." : "";
+    ty.markStale([$("run-status"), $("run-attempt"), $("run-worker")], stale);
+    const attemptNote = $("run-attempt-stale");
+    attemptNote.hidden = !stale;
+    attemptNote.textContent = stale ? `(last confirmed ${ty.clockText(stale)}; unconfirmed)` : "";
+  };
+  // The server said nothing it could be held to: from now on what is shown is as of then.
+  const onLost = () => {
+    if (lostSince === null) lostSince = new Date();
+    renderLink();
+  };
+  // The server answered with the run's current state.
+  const onConfirmed = () => {
+    lostSince = null;
+    renderLink();
+  };
+
   const setStatus = (data) => {
     status = data.status;
+    if ("attempt" in data) showAttempt(data.attempt);
     const badge = $("run-status");
     badge.className = `badge status-${status}`;
     badge.dataset.status = status;
@@ -339,12 +391,14 @@
     renderTiming();
   };
 
+  // The run as the server has it now (after a reconnect too: the attempt may have moved on).
   const refreshRun = async () => {
     const r = await ty.api("GET", `/api/runs/${runId}`);
-    if (!r.ok) return;
+    if (!r.ok) { if (ty.serverDown(r)) onLost(); return; }
     $("run-worker").textContent = r.body.worker_host || "–";
     setStatus({status: r.body.status, started_at: r.body.started_at,
-               finished_at: r.body.finished_at, error: r.body.error});
+               finished_at: r.body.finished_at, error: r.body.error, attempt: r.body.attempt});
+    onConfirmed();
     showNotices(r.body.notices || []);
     showQueueReason(r.body.queue_reason);
   };
@@ -533,7 +587,6 @@
   });
 
   // --- the stream ----------------------------------------------------------------------------
-  const note = (text) => { $("stream-note").textContent = text; };
   const connect = () => {
     const after = {};
     for (const [key, c] of charts) {
@@ -544,7 +597,12 @@
     const params = new URLSearchParams({log_offset: logOffset});
     if (afterText.length <= MAX_AFTER_CHARS) params.set("after", afterText);
     source = new EventSource(`/api/runs/${runId}/events?${params}`);
-    source.addEventListener("open", () => note(status === "running" ? "live" : ""));
+    for (const name of ["open", "metrics", "log", "status", "ping"]) {
+      source.addEventListener(name, () => { lastHeard = Date.now(); });
+    }
+    // Open is not yet confirmation: the run is re-read first (its first status event or the
+    // re-fetch), so "live" never shows for a run the server no longer runs.
+    source.addEventListener("open", () => { link = "up"; renderLink(); refreshRun(); });
     source.addEventListener("metrics", (e) => onMetrics(JSON.parse(e.data).series));
     source.addEventListener("log", (e) => {
       const d = JSON.parse(e.data);
@@ -554,20 +612,25 @@
     source.addEventListener("status", (e) => {
       const d = JSON.parse(e.data);
       setStatus(d);
+      if (FINISHED.has(d.status)) { source.close(); source = null; link = "closed"; }
+      onConfirmed();  // the stream's status event is the server's word (status and attempt)
       refreshRun();
       loadCheckpoints();
-      if (FINISHED.has(d.status)) { source.close(); source = null; note(""); }
-      else note(d.status === "running" ? "live" : "");
     });
-    source.addEventListener("error", () => {
-      if (!source) return;
-      source.close();  // reconnect ourselves, from what we hold (no duplicates)
-      source = null;
-      if (FINISHED.has(status)) return;
-      note("reconnecting…");
-      setTimeout(connect, 2000);
-    });
+    source.addEventListener("error", dropped);
   };
+  // The stream dropped (an error, or silence): say so, and reconnect ourselves from what we
+  // hold (no duplicates).
+  const dropped = () => {
+    if (!source) return;
+    source.close();
+    source = null;
+    if (FINISHED.has(status)) return;
+    link = "down";
+    onLost();
+    setTimeout(connect, 2000);
+  };
+  setInterval(() => { if (link === "up" && source && Date.now() - lastHeard > SILENT_MS) dropped(); }, 5000);
 
   const showChartsError = (text) => { const e = $("charts-error"); e.textContent = text; e.hidden = false; };
 

@@ -196,9 +196,17 @@
   const error = document.getElementById("sweep-error");
   const showError = (text) => { error.textContent = text; error.hidden = !text; };
   let timer = null;
+  // While the server does not answer, what the page shows is as of its last answer: said so,
+  // and the progress and trials marked stale until it answers again.
+  let lostSince = null;
   const poll = async () => {
     const r = await ty.api("GET", `/api/sweeps/${id}`);
-    if (r.ok) { showError(""); draw(r.body); } else showError(ty.errorText(r.body));
+    const down = !r.ok && ty.serverDown(r);
+    if (down && lostSince === null) lostSince = new Date();
+    if (!down) lostSince = null;
+    if (r.ok) { showError(""); draw(r.body); }
+    else showError(down ? `${ty.lostText(lostSince)}: the sweep as of then.` : ty.errorText(r.body));
+    ty.markStale([...document.querySelectorAll("#sweep-progress, #sweep-trials")], lostSince);
     schedule(r.ok ? r.body.status : "running");
   };
   const schedule = (status) => {
