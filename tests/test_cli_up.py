@@ -146,6 +146,8 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
     try:
         token = _token(base, password, time.monotonic() + 60)
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as api:
+            # A run in training when the worker is killed: the next worker re-adopts it.
+            training = _submit_and_wait_for_points(api, epochs=4)
             old = _worker_pid(proc.pid)
             os.kill(old, signal.SIGKILL)
             killed_at = time.monotonic()
@@ -166,6 +168,7 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
                 assert api.get("/api/health").status_code == 200
                 assert time.monotonic() - killed_at < 10, "the new worker not up within 10 s"
                 time.sleep(0.2)
+            _assert_trained_on_as_attempt_1(api, training, steps=4 * 40)
             # The new worker runs jobs.
             experiment = api.post(
                 "/api/experiments",
@@ -223,16 +226,7 @@ def test_ctrl_c_and_up_again_mid_run_the_run_trains_on_as_attempt_1(tmp_path: Pa
         token = _token(base, password, time.monotonic() + 60)
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base, headers=headers, timeout=30) as api:
-            config = {
-                "recipe": "tiny_mlp",
-                "params": {"epochs": 4, "steps_per_epoch": 40, "step_sleep": 0.06},
-            }
-            experiment = api.post("/api/experiments", json={"name": "up", "config": config})
-            run_id = api.post(f"/api/experiments/{experiment.json()['id']}/runs").json()["id"]
-            deadline = time.monotonic() + 90
-            while not api.get(f"/api/runs/{run_id}/metrics").json()["series"].get("train/loss"):
-                assert time.monotonic() < deadline, "the run never reported"
-                time.sleep(0.2)
+            run_id = _submit_and_wait_for_points(api, epochs=4)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
         assert proc.stdout is not None
@@ -243,20 +237,7 @@ def test_ctrl_c_and_up_again_mid_run_the_run_trains_on_as_attempt_1(tmp_path: Pa
         proc, _ = _start_up(tmp_path, port)
         with httpx.Client(base_url=base, headers=headers, timeout=30) as api:
             _token(base, password, time.monotonic() + 60)  # the server answers again
-            statuses = set()
-            deadline = time.monotonic() + 120
-            while (run := api.get(f"/api/runs/{run_id}").json())["status"] not in (
-                "succeeded",
-                "failed",
-                "cancelled",
-            ):
-                statuses.add((run["status"], run["attempt"]))
-                assert time.monotonic() < deadline, run
-                time.sleep(0.2)
-            assert run["status"] == "succeeded" and run["attempt"] == 1, run
-            assert statuses <= {("running", 1)}, statuses
-            steps = api.get(f"/api/runs/{run_id}/metrics").json()["series"]["train/loss"]["step"]
-            assert steps == list(range(1, 4 * 40 + 1))
+            _assert_trained_on_as_attempt_1(api, run_id, steps=4 * 40)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
     finally:
@@ -265,3 +246,35 @@ def test_ctrl_c_and_up_again_mid_run_the_run_trains_on_as_attempt_1(tmp_path: Pa
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _submit_and_wait_for_points(api: httpx.Client, *, epochs: int) -> int:
+    config = {
+        "recipe": "tiny_mlp",
+        "params": {"epochs": epochs, "steps_per_epoch": 40, "step_sleep": 0.06},
+    }
+    experiment = api.post("/api/experiments", json={"name": "up", "config": config})
+    run_id = int(api.post(f"/api/experiments/{experiment.json()['id']}/runs").json()["id"])
+    deadline = time.monotonic() + 90
+    while not api.get(f"/api/runs/{run_id}/metrics").json()["series"].get("train/loss"):
+        assert time.monotonic() < deadline, "the run never reported"
+        time.sleep(0.2)
+    return run_id
+
+
+def _assert_trained_on_as_attempt_1(api: httpx.Client, run_id: int, *, steps: int) -> None:
+    """Never anything but running as attempt 1 until it succeeds, its curve continuous."""
+    seen = set()
+    deadline = time.monotonic() + 120
+    while (run := api.get(f"/api/runs/{run_id}").json())["status"] not in (
+        "succeeded",
+        "failed",
+        "cancelled",
+    ):
+        seen.add((run["status"], run["attempt"]))
+        assert time.monotonic() < deadline, run
+        time.sleep(0.2)
+    assert run["status"] == "succeeded" and run["attempt"] == 1, run
+    assert seen <= {("running", 1)}, seen
+    series = api.get(f"/api/runs/{run_id}/metrics").json()["series"]
+    assert series["train/loss"]["step"] == list(range(1, steps + 1))
