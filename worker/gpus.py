@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from app.settings import Settings
+from app.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,10 @@ def parse_fake_gpus(value: str) -> tuple[int, ...]:
 
 
 def _pynvml() -> ModuleType | None:
+    """pynvml, or the stand-in that settings.nvml_module names (the one place NVML is
+    imported, so a stand-in replaces every NVML call of the worker); None when missing."""
     try:
-        return importlib.import_module("pynvml")
+        return importlib.import_module(get_settings().nvml_module)
     except ImportError:
         return None
 
@@ -72,8 +74,8 @@ def detect(settings: Settings) -> Inventory:
 
 
 def read_gpu_stats(nvml: Any = None) -> list[dict[str, Any]] | None:
-    """Each GPU's memory (bytes), utilization (%) and compute process ids, as NVML reports them
-    now; None when NVML is not there. `nvml`: the pynvml module (default) or a stand-in."""
+    """Each GPU's memory (bytes), utilization (%), power draw (W) and compute process ids, as
+    NVML reports them now; None when NVML is not there. `nvml`: the pynvml module (default) or a stand-in."""
     pynvml = nvml if nvml is not None else _pynvml()
     if pynvml is None:
         return None
@@ -94,6 +96,10 @@ def read_gpu_stats(nvml: Any = None) -> list[dict[str, Any]] | None:
                 pass
             try:
                 stat["utilization"] = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except Exception:
+                pass
+            try:  # milliwatts
+                stat["power_w"] = float(pynvml.nvmlDeviceGetPowerUsage(handle)) / 1000
             except Exception:
                 pass
             # A process NVML cannot list makes the GPU look free: list failures as unknown.
