@@ -110,7 +110,8 @@ class Settings(BaseSettings):
     # job runs on CPU. Empty: ask NVML (nvidia-ml-py), and no NVML means no GPUs.
     fake_gpus: str = ""
     # The module worker.gpus imports for NVML's calls: pynvml (nvidia-ml-py), or a stand-in
-    # with the same functions (tests/nvml_standin.py gives a fake inventory GPU stats on CPU).
+    # with the same functions, by module name or .py path (tests/nvml_standin.py gives a fake
+    # inventory GPU stats on CPU).
     nvml_module: str = "pynvml"
     # How often the worker samples a training job's system series (sys/cpu_percent,
     # sys/rss_mb, per leased GPU sys/gpu<i>/util, mem_mb, power_w: worker/system_metrics.py).

@@ -117,8 +117,13 @@ def test_the_nvml_module_setting_replaces_every_nvml_call(monkeypatch) -> None:
     assert gpus.nvml_gpus() == tuple(range(8))
     stats = gpus.read_gpu_stats()
     assert stats is not None and stats[2]["power_w"] == 52.0 and stats[2]["utilization"] == 30.0
+    # By path: a worker started with -P (no current directory on sys.path) loads it too.
+    monkeypatch.setattr(get_settings(), "nvml_module", standin.__file__)
+    assert gpu_values((0,), None)["sys/gpu0/power_w"] == 50.0
     monkeypatch.setattr(get_settings(), "nvml_module", "no_such_nvml_module")
     assert gpus.read_gpu_stats() is None and gpus.nvml_gpus() == ()
+    monkeypatch.setattr(get_settings(), "nvml_module", "/nonexistent/nvml.py")
+    assert gpus.read_gpu_stats() is None
 
 
 def test_points_are_stored_at_whole_seconds_since_the_run_started(children) -> None:

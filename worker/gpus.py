@@ -11,6 +11,7 @@ busy (external) and is not handed out (app.gpus.service.external_gpus).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import socket
 from dataclasses import dataclass
@@ -38,12 +39,26 @@ def parse_fake_gpus(value: str) -> tuple[int, ...]:
 
 
 def _pynvml() -> ModuleType | None:
-    """pynvml, or the stand-in that settings.nvml_module names (the one place NVML is
-    imported, so a stand-in replaces every NVML call of the worker); None when missing."""
+    """pynvml, or the stand-in that settings.nvml_module names, a module or a .py file (the
+    one place NVML is imported, so a stand-in replaces every NVML call of the worker); None
+    when missing."""
+    name = get_settings().nvml_module
     try:
-        return importlib.import_module(get_settings().nvml_module)
-    except ImportError:
+        if not name.endswith(".py"):
+            return importlib.import_module(name)
+        if name not in _STANDINS:
+            spec = importlib.util.spec_from_file_location("torchyard_nvml_standin", name)
+            if spec is None or spec.loader is None:
+                return None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _STANDINS[name] = module
+        return _STANDINS[name]
+    except (ImportError, OSError):
         return None
+
+
+_STANDINS: dict[str, ModuleType] = {}
 
 
 def nvml_gpus() -> tuple[int, ...]:
