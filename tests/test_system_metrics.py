@@ -80,20 +80,27 @@ def test_the_tree_sampler_sums_cpu_over_wall_time_and_rss(children) -> None:
 def test_a_process_started_between_samples_counts_whole_and_a_gone_one_not() -> None:
     sampler = ProcessTreeSampler()
     assert sampler.sample([]) == {CPU_PERCENT: 0.0, RSS_MB: 0.0}
-    # Spins ~0.5 s, then idles: all of that CPU falls in the next window.
+    window = time.monotonic()
+    # Spins 0.3 s of CPU (however long a loaded box takes), then idles: all of that CPU
+    # falls in the next window.
     child = subprocess.Popen(
-        [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.5: pass\n"
-         "time.sleep(30)"]
+        [sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass\n"
+         "print('spun', flush=True)\ntime.sleep(30)"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        time.sleep(1.2)
+        assert child.stdout is not None and child.stdout.readline().strip() == "spun"
         proc = read_proc(child.pid)
-        assert proc is not None and proc.cpu_seconds >= 0.2
         got = sampler.sample([child.pid])
-        assert got[CPU_PERCENT] >= 100 * 0.2 / 1.5, got
+        elapsed = time.monotonic() - window
+        assert proc is not None and proc.cpu_seconds >= 0.25  # /proc counts in ticks
+        assert got[CPU_PERCENT] >= 100 * proc.cpu_seconds / elapsed * 0.9, (got, elapsed)
     finally:
         child.kill()
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
     assert read_proc(child.pid) is None
     assert sampler.sample([child.pid]) == {CPU_PERCENT: 0.0, RSS_MB: 0.0}
 
