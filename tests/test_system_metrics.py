@@ -84,8 +84,12 @@ def test_a_process_started_between_samples_counts_whole_and_a_gone_one_not() -> 
     # Spins 0.3 s of CPU (however long a loaded box takes), then idles: all of that CPU
     # falls in the next window.
     child = subprocess.Popen(
-        [sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass\n"
-         "print('spun', flush=True)\ntime.sleep(30)"],
+        [
+            sys.executable,
+            "-c",
+            "import time\nwhile time.process_time() < 0.3: pass\n"
+            "print('spun', flush=True)\ntime.sleep(30)",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -90,7 +90,8 @@ def detect(settings: Settings) -> Inventory:
 
 def read_gpu_stats(nvml: Any = None) -> list[dict[str, Any]] | None:
     """Each GPU's memory (bytes), utilization (%), power draw (W) and compute process ids, as
-    NVML reports them now; None when NVML is not there. `nvml`: the pynvml module (default) or a stand-in."""
+    NVML reports them now; None when NVML is not there. `nvml`: the pynvml module (default)
+    or a stand-in."""
     pynvml = nvml if nvml is not None else _pynvml()
     if pynvml is None:
         return None
