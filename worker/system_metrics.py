@@ -33,13 +33,14 @@ from sqlalchemy.orm import Session
 from app.metrics.ingest import Point, ingest_points
 from app.runs.models import Run
 from app.timeutil import as_utc
+from torchyard.contract import SYSTEM_KEY_PREFIX
 from worker import gpus
 
 log = logging.getLogger(__name__)
 
-PREFIX = "sys/"
-CPU_PERCENT = "sys/cpu_percent"
-RSS_MB = "sys/rss_mb"
+PREFIX = SYSTEM_KEY_PREFIX
+CPU_PERCENT = f"{PREFIX}cpu_percent"
+RSS_MB = f"{PREFIX}rss_mb"
 MB = 1024 * 1024
 
 _TICKS = os.sysconf("SC_CLK_TCK")

@@ -62,7 +62,8 @@ ty.errorText = (body) => {
 
   // Metric keys are grouped by what comes before their first "/" (`train/loss` -> train,
   // `Loss/train` -> Loss); a key without one is ungrouped (""). Groups show in name order, then
-  // the system series (sys/), then the ungrouped keys. The run page and the compare page both.
+  // the ungrouped keys, then the system series (sys/, "System"). The run page and the compare
+  // page both.
   ty.keyGroup = (key) => {
     const cut = key.indexOf("/");
     return cut > 0 ? key.slice(0, cut) : "";
