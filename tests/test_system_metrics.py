@@ -18,7 +18,9 @@ from sqlalchemy import update
 
 import tests.nvml_standin as standin
 from app.db import session_scope
-from app.metrics.service import list_keys, read_series
+from app.metrics.ingest import ingest_points
+from app.metrics.service import count_points, list_keys, read_series
+from app.runs import lifecycle, recovery
 from app.runs.models import Run
 from app.settings import get_settings
 from app.timeutil import utcnow
@@ -165,6 +167,31 @@ def test_points_are_stored_at_whole_seconds_since_the_run_started(children) -> N
     assert got["sys/rss_mb"]["step"][0] in (42, 43)
     assert got["sys/rss_mb"]["value"][0] >= 200
     assert got["sys/gpu2/util"]["value"] == [30.0]
+
+
+def test_a_requeued_run_keeps_its_series_and_the_next_attempt_continues_after_them() -> None:
+    run_id = make_run(status="running")
+    first = utcnow() - timedelta(seconds=200)
+    with session_scope() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(started_at=first))
+        t0 = first.timestamp()
+        points = [(k, s, 1.0, t0 + s) for k in (CPU_PERCENT, RSS_MB) for s in range(61)]
+        points += [("train/loss", s, 1.0, t0 + s) for s in range(1, 6)]
+        ingest_points(session, run_id=run_id, points=points)
+    with session_scope() as session:  # no checkpoint: every training step goes
+        run = session.get(Run, run_id)
+        assert run is not None and recovery.requeue(session, run=run, reason="worker lost")
+    with session_scope() as session:
+        assert count_points(session, run_id=run_id, key="train/loss") == 0
+        assert count_points(session, run_id=run_id, key=CPU_PERCENT) == 61  # seconds, kept
+        again = utcnow() - timedelta(seconds=5)
+        assert lifecycle.start(session, run_id=run_id, host="h", gpu_indices="", started_at=again)
+    series = SystemSeries(run_id, interval=10.0)
+    with session_scope() as session:
+        assert series.record(session, [os.getpid()]) == 2
+    with session_scope() as session:
+        steps = read_series(session, run_id=run_id, keys=[CPU_PERCENT])[CPU_PERCENT]["step"]
+    assert steps[:61] == list(range(61)) and steps[61:] in ([66], [67])  # 61 + 5 s
 
 
 # --- end to end: the live stack's worker samples every second ---------------------------------

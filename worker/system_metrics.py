@@ -9,11 +9,16 @@ and what its leased GPUs do.
     sys/gpu<i>/power_w   power draw of leased GPU i (W)
 
 The worker writes the points straight into the run's metrics (never into the spool, which is
-the job's alone). A point's step is whole seconds since the run's `started_at`: a watch loop
-that starts again for the same attempt continues the same axis, and the run page charts them
-in their own group ("System"). CPU and memory come from /proc (stdlib: no psutil for two
-numbers), GPU stats from the NVML edge (worker.gpus.read_gpu_stats), so settings.nvml_module's
-stand-in gives a fake inventory GPU series on CPU.
+the job's alone; a job's line with a sys/ key is refused: worker.spool_lines). A point's step
+is whole seconds since the run's `started_at` (a later attempt's after the earlier attempts'
+seconds): a watch loop that starts again for the same attempt continues the same axis, and
+the run page charts them in their own group ("System") below the training charts.
+
+CPU and memory come from /proc (stdlib: psutil would add a dependency for two numbers), GPU
+stats from the NVML edge (worker.gpus.read_gpu_stats), so settings.nvml_module's stand-in
+gives a fake inventory GPU series on CPU. RSS is summed as each process reports it: pages
+that forked dataloader workers share with their parent count once per process (PSS would
+not, at the price of reading every process's smaps).
 
 The pids are the worker's view of the job (worker.process.JobProcess.members: the sandbox's
 PID namespace, or the processes carrying the job's token), asked anew every sample.
@@ -28,9 +33,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.metrics.ingest import Point, ingest_points
+from app.metrics.models import Metric, MetricKey
 from app.runs.models import Run
 from app.timeutil import as_utc
 from torchyard.contract import SYSTEM_KEY_PREFIX
@@ -162,14 +169,32 @@ class SystemSeries:
         return True
 
     def run_facts(self, session: Session) -> tuple[float, tuple[int, ...]] | None:
-        """(started_at as a Unix time, leased GPU indices), read once; None when the run has
-        no start (nothing to count seconds from)."""
+        """(the Unix time of step 0, leased GPU indices), read once; None when the run has
+        no start (nothing to count seconds from).
+
+        Step 0 is the attempt's `started_at`, moved back past the series of the run's earlier
+        attempts (a requeue keeps them: app.runs.recovery): the next attempt's seconds follow
+        the last one's instead of landing on its steps (the first point of a step is kept).
+        Both come from the database, so a watch loop that starts again for the same attempt
+        counts from the same step 0."""
         if self._run is None:
             row = session.get(Run, self.run_id)
             if row is None or row.started_at is None:
                 return None
+            started = as_utc(row.started_at).timestamp()
+            earlier = session.scalar(
+                select(func.max(Metric.step))
+                .join(MetricKey, Metric.key_id == MetricKey.id)
+                .where(
+                    MetricKey.run_id == self.run_id,
+                    MetricKey.key.in_([CPU_PERCENT, RSS_MB]),
+                    Metric.wall_time < started,
+                )
+            )
+            if earlier is not None:
+                started -= earlier + 1
             indices = tuple(int(i) for i in (row.gpu_indices or "").split(",") if i.strip())
-            self._run = (as_utc(row.started_at).timestamp(), indices)
+            self._run = (started, indices)
         return self._run
 
     def sample(self, pids: Iterable[int], gpu_indices: Iterable[int] = ()) -> dict[str, float]:
