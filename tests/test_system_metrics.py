@@ -81,7 +81,7 @@ def test_the_tree_sampler_sums_cpu_over_wall_time_and_rss(children) -> None:
 
 def test_a_process_started_between_samples_counts_whole_and_a_gone_one_not() -> None:
     sampler = ProcessTreeSampler()
-    assert sampler.sample([]) == {CPU_PERCENT: 0.0, RSS_MB: 0.0}
+    assert sampler.sample([]) == {}  # nothing alive: no point (not a 0 MiB one)
     window = time.monotonic()
     # Spins 0.3 s of CPU (however long a loaded box takes), then idles: all of that CPU
     # falls in the next window.
@@ -108,7 +108,7 @@ def test_a_process_started_between_samples_counts_whole_and_a_gone_one_not() -> 
         if child.stdout is not None:
             child.stdout.close()
     assert read_proc(child.pid) is None
-    assert sampler.sample([child.pid]) == {CPU_PERCENT: 0.0, RSS_MB: 0.0}
+    assert sampler.sample([child.pid]) == {}
 
 
 def test_gpu_values_are_the_leased_gpus_from_the_nvml_edge() -> None:

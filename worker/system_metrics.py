@@ -109,6 +109,7 @@ class ProcessTreeSampler:
         self._cpu: dict[tuple[int, int], float] = {}
 
     def sample(self, pids: Iterable[int]) -> dict[str, float]:
+        """CPU percent and RSS MiB of these processes now; nothing when none is alive."""
         now = self._clock()
         procs = [p for p in map(read_proc, set(pids)) if p is not None]
         rate = 0.0  # CPU seconds per wall second
@@ -122,6 +123,8 @@ class ProcessTreeSampler:
                 rate += proc.cpu_seconds / (now - proc.started)
         self._cpu = {p.key: p.cpu_seconds for p in procs}
         self._last = now
+        if not procs:  # the job's processes are gone (it is ending): no 0 MiB point
+            return {}
         return {
             CPU_PERCENT: round(100.0 * rate, 2),
             RSS_MB: round(sum(p.rss_bytes for p in procs) / MB, 2),
