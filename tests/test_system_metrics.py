@@ -24,7 +24,7 @@ from app.runs import lifecycle, recovery
 from app.runs.models import Run
 from app.settings import get_settings
 from app.timeutil import utcnow
-from tests.conftest import wait_for_status
+from tests.conftest import WORKSPACE_DIR, wait_for_status
 from tests.factories import make_run
 from worker import gpus
 from worker.system_metrics import (
@@ -230,3 +230,39 @@ def assert_series_every_second(got: dict, run: dict) -> None:
         assert steps == sorted(set(steps)), steps
         assert len(steps) >= max(2, int(seconds * 2 / 3) - 2), (key, steps, seconds)
         assert 0 <= steps[0] and steps[-1] <= seconds + 1, (key, steps, seconds)
+
+
+# A script whose memory is in a detached grandchild (its own session, as a daemon or a
+# dataloader worker could be): the worker's series count the job's whole process tree.
+TREE_SCRIPT = """
+import subprocess, sys, time
+HOLD = (
+    "b = bytearray(512 * 1024 * 1024)\\n"
+    "for i in range(0, len(b), 4096): b[i] = 1\\n"
+    "print('held', flush=True)\\n"
+    "import time; time.sleep(60)"
+)
+hold = subprocess.Popen([sys.executable, "-c", HOLD], start_new_session=True,
+                        stdout=subprocess.PIPE, text=True)
+assert hold.stdout.readline().strip() == "held"
+time.sleep(4)
+hold.kill()
+hold.wait()
+"""
+
+
+@pytest.mark.slow
+def test_the_series_count_a_detached_grandchild_of_the_job(live_stack) -> None:
+    folder = WORKSPACE_DIR / "sysmetrics"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tree.py").write_text(TREE_SCRIPT)
+    with live_stack.admin_client() as api:
+        config = {"script": "sysmetrics/tree.py"}
+        exp = api.post("/api/experiments", json={"name": "sys-tree", "config": config})
+        assert exp.status_code == 201, exp.text
+        run = api.post(f"/api/experiments/{exp.json()['id']}/runs", json={}).json()
+        done = wait_for_status(api, run["id"], {"succeeded", "failed", "cancelled"}, timeout=180)
+        assert done["status"] == "succeeded", done
+        rss = api.get(f"/api/runs/{run['id']}/metrics", params={"keys": RSS_MB}).json()
+    values = rss["series"][RSS_MB]["value"]
+    assert max(values) >= 512, values  # the grandchild's 512 MiB, held for 4 s
