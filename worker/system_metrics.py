@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +103,7 @@ class ProcessTreeSampler:
     lived and died between two samples is not seen at all: its share is lost, which at a
     10 s interval is a short-lived helper, not a rank."""
 
-    def __init__(self, clock: Any = boot_clock) -> None:
+    def __init__(self, clock: Callable[[], float] = boot_clock) -> None:
         self._clock = clock
         self._last: float | None = None
         self._cpu: dict[tuple[int, int], float] = {}
