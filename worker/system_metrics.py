@@ -75,17 +75,17 @@ def read_proc(pid: int) -> ProcSample | None:
         with open(f"/proc/{pid}/stat", "rb") as f:
             # After the command name (which may hold spaces and parentheses): state is [0].
             fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+        if fields[0] in (b"Z", b"X"):
+            return None
+        start_ticks = int(fields[19])
+        return ProcSample(
+            key=(pid, start_ticks),
+            cpu_seconds=(int(fields[11]) + int(fields[12])) / _TICKS,
+            started=start_ticks / _TICKS,
+            rss_bytes=int(fields[21]) * _PAGE,
+        )
+    except (OSError, IndexError, ValueError):  # gone, or not a process's stat
         return None
-    if fields[0] in (b"Z", b"X"):
-        return None
-    start_ticks = int(fields[19])
-    return ProcSample(
-        key=(pid, start_ticks),
-        cpu_seconds=(int(fields[11]) + int(fields[12])) / _TICKS,
-        started=start_ticks / _TICKS,
-        rss_bytes=int(fields[21]) * _PAGE,
-    )
 
 
 def boot_clock() -> float:
