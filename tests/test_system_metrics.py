@@ -1,8 +1,10 @@
 """A run's system series (worker/system_metrics.py): the sampler over a real process tree
 (a busy child, a child holding memory), the GPU series from the NVML stand-in, the points as
-the worker stores them, and end to end through the real worker (a CPU run of the live stack,
-which samples every second: tests/conftest.py). The GPU series end to end, on a fake
-inventory with the stand-in, is in tests/test_gpu_leases.py."""
+the worker stores them (and across a requeue), and end to end through the real worker (a CPU
+run of the live stack, which samples every second: tests/conftest.py; a job whose memory is
+in a detached grandchild). The GPU series end to end, on a fake inventory with the stand-in,
+is in tests/test_gpu_leases.py; a job's own sys/ keys are refused in test_spool_lines.py and
+test_tensorboard_events.py."""
 
 from __future__ import annotations
 
