@@ -109,6 +109,14 @@ class Settings(BaseSettings):
     # A fake GPU inventory ("0,1"): allocation, leases and CUDA_VISIBLE_DEVICES are real, the
     # job runs on CPU. Empty: ask NVML (nvidia-ml-py), and no NVML means no GPUs.
     fake_gpus: str = ""
+    # The module worker.gpus imports for NVML's calls: pynvml (nvidia-ml-py), or a stand-in
+    # with the same functions, by module name or .py path (tests/nvml_standin.py gives a fake
+    # inventory GPU stats on CPU).
+    nvml_module: str = "pynvml"
+    # How often the worker samples a training job's system series (sys/cpu_percent,
+    # sys/rss_mb, per leased GPU sys/gpu<i>/util, mem_mb, power_w: worker/system_metrics.py).
+    # At least 1: the series' x is whole seconds since the run started.
+    system_metrics_interval_seconds: float = Field(default=10.0, ge=1)
     # A lease not heartbeated for this long belongs to a dead worker and is freed.
     lease_ttl_seconds: float = 15.0
     # Every run in training is stamped this often; one silent for run_lost_seconds lost its

@@ -191,12 +191,14 @@ def restore_torch_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def live_stack(database: str) -> Iterator[LiveStack]:
     # Every run environment over the cap: each new one evicts the others no job uses
-    # (tests/test_e2e_environments.py).
+    # (tests/test_e2e_environments.py). System series every second, so a run of a few
+    # seconds has some (tests/test_system_metrics.py).
     env = dict(
         os.environ,
         TORCHYARD_BROKER_URL=BROKER_URL,
         PYTHONUNBUFFERED="1",
         TORCHYARD_ENV_CACHE_MAX_BYTES="1",
+        TORCHYARD_SYSTEM_METRICS_INTERVAL_SECONDS="1",
     )
     with running_stack(env, BASE_DIR / "logs", admin_password=ADMIN_PASSWORD) as stack:
         yield stack

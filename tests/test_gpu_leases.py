@@ -22,6 +22,7 @@ from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.gpus.models import GpuLease
 from app.timeutil import as_utc
+from tests import nvml_standin
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, BROKER_URL, pids_of_run, wait_for_status
 from tests.stack import (
     LiveStack,
@@ -47,10 +48,13 @@ LOG_DIR = BASE_DIR / "logs-gpus"
 
 
 def stack_env(**extra: str) -> dict[str, str]:
+    # NVML's stand-in: the fake GPUs have stats, so runs record GPU series on CPU.
     return dict(
         os.environ,
         TORCHYARD_BROKER_URL=GPU_BROKER_URL,
         TORCHYARD_LEASE_TTL_SECONDS=str(LEASE_TTL),
+        TORCHYARD_NVML_MODULE=str(Path(nvml_standin.__file__)),
+        TORCHYARD_SYSTEM_METRICS_INTERVAL_SECONDS="1",
         PYTHONUNBUFFERED="1",
         **extra,
     )
@@ -190,6 +194,22 @@ def test_2_1_1_2_runs_never_share_a_gpu_start_in_order_and_backfill(api) -> None
     # Scheduling latency: each run started soon after the GPUs it needed came free.
     assert when(e, "started_at") - when(b, "finished_at") < timedelta(seconds=5)
     assert leases_of(list(ids.values())) == []
+    # System series (tests/test_system_metrics.py): each leased GPU's, from NVML's stand-in.
+    assert_gpu_series(api, a, (0, 1))
+    assert_gpu_series(api, c, (int(c["gpu_indices"]),))
+
+
+def assert_gpu_series(api: httpx.Client, run: dict, indices: tuple[int, ...]) -> None:
+    """The run recorded util, memory and power of exactly its leased GPUs, as NVML said."""
+    gpu_keys = {k for k in run["summary"] if k.startswith("sys/gpu")}
+    assert gpu_keys == {f"sys/gpu{i}/{w}" for i in indices for w in ("util", "mem_mb", "power_w")}
+    wanted = ",".join(sorted(gpu_keys))
+    series = api.get(f"/api/runs/{run['id']}/metrics", params={"keys": wanted}).json()["series"]
+    for i in indices:
+        assert set(series[f"sys/gpu{i}/util"]["value"]) == {nvml_standin.utilization(i)}
+        assert set(series[f"sys/gpu{i}/mem_mb"]["value"]) == {(i + 1) * 1024.0}
+        assert set(series[f"sys/gpu{i}/power_w"]["value"]) == {nvml_standin.power_mw(i) / 1000}
+        assert len(series[f"sys/gpu{i}/util"]["step"]) >= 2  # a run of seconds, every second
 
 
 def test_the_leases_of_a_killed_worker_expire_and_are_handed_out_again(

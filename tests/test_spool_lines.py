@@ -44,6 +44,7 @@ BAD_SHAPES = [
     (b"not json {", sl.NOT_JSON),
     (metrics(**{"k" * 300: 1.0}), sl.BAD_KEY_LENGTH),
     (metrics(**{"": 1.0}), sl.BAD_KEY_LENGTH),
+    (metrics(**{"train/loss": 0.5, "sys/cpu_percent": 1.0}), sl.RESERVED_KEY),
     (metrics(a="a string"), sl.BAD_VALUE),
     (metrics(a=[1]), sl.BAD_VALUE),
     (metrics(a=10**400), sl.BAD_VALUE),

@@ -626,3 +626,22 @@ def test_an_oversized_record_and_a_hostile_plugin_name_are_said_once_on_one_line
     assert len(lines) == 2, lines
     assert "TensorBoard x?torchyard: ok (tag 't')" in lines[1]
     assert lines[0].startswith("torchyard: TensorBoard: events over 16 MB (in 'tb/events.")
+
+
+def test_scalars_under_sys_are_not_stored_and_said_once(tmp_path: Path) -> None:
+    """sys/ is the worker's system series (worker/system_metrics.py): a script's own
+    `sys/...` tag must neither forge nor block them."""
+    run_id = make_run()
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("sys/cpu_percent", 999.0, 1)
+    writer.add_scalar("loss", 1.0, 1)
+    writer.flush()
+    assert pump(run_id, tmp_path) > 0
+    writer.add_scalar("sys/rss_mb", 1.0, 2)
+    writer.flush()
+    assert pump(run_id, tmp_path) > 0
+    writer.close()
+    with session_scope() as session:
+        assert list_keys(session, run_id=run_id) == ["loss"]
+    lines = (tmp_path / "output.log").read_text().splitlines()
+    assert len(lines) == 1 and "TensorBoard scalars under sys/ (tag 'sys/cpu_percent')" in lines[0]

@@ -50,6 +50,12 @@ DISTRIBUTED_VARS = (
     "TORCHELASTIC_USE_AGENT_STORE",
 )
 
+# --- metric keys ----------------------------------------------------------------------------
+# The worker's system series of a run (sys/cpu_percent, sys/rss_mb, sys/gpu<i>/...: step =
+# seconds since the run started). Only the worker writes them: a spool line of the job with
+# a key under it is refused (worker.spool_lines), so a job cannot forge or block them.
+SYSTEM_KEY_PREFIX = "sys/"
+
 # --- files inside a run directory ---------------------------------------------------------
 METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "output.log"

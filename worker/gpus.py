@@ -11,13 +11,14 @@ busy (external) and is not handed out (app.gpus.service.external_gpus).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import socket
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from app.settings import Settings
+from app.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,26 @@ def parse_fake_gpus(value: str) -> tuple[int, ...]:
 
 
 def _pynvml() -> ModuleType | None:
+    """pynvml, or the stand-in that settings.nvml_module names, a module or a .py file (the
+    one place NVML is imported, so a stand-in replaces every NVML call of the worker); None
+    when missing."""
+    name = get_settings().nvml_module
     try:
-        return importlib.import_module("pynvml")
-    except ImportError:
+        if not name.endswith(".py"):
+            return importlib.import_module(name)
+        if name not in _STANDINS:
+            spec = importlib.util.spec_from_file_location("torchyard_nvml_standin", name)
+            if spec is None or spec.loader is None:
+                return None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _STANDINS[name] = module
+        return _STANDINS[name]
+    except (ImportError, OSError):
         return None
+
+
+_STANDINS: dict[str, ModuleType] = {}
 
 
 def nvml_gpus() -> tuple[int, ...]:
@@ -72,8 +89,9 @@ def detect(settings: Settings) -> Inventory:
 
 
 def read_gpu_stats(nvml: Any = None) -> list[dict[str, Any]] | None:
-    """Each GPU's memory (bytes), utilization (%) and compute process ids, as NVML reports them
-    now; None when NVML is not there. `nvml`: the pynvml module (default) or a stand-in."""
+    """Each GPU's memory (bytes), utilization (%), power draw (W) and compute process ids, as
+    NVML reports them now; None when NVML is not there. `nvml`: the pynvml module (default)
+    or a stand-in."""
     pynvml = nvml if nvml is not None else _pynvml()
     if pynvml is None:
         return None
@@ -94,6 +112,10 @@ def read_gpu_stats(nvml: Any = None) -> list[dict[str, Any]] | None:
                 pass
             try:
                 stat["utilization"] = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except Exception:
+                pass
+            try:  # milliwatts
+                stat["power_w"] = float(pynvml.nvmlDeviceGetPowerUsage(handle)) / 1000
             except Exception:
                 pass
             # A process NVML cannot list makes the GPU look free: list failures as unknown.

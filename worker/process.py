@@ -317,6 +317,11 @@ class JobProcess:
             level = below
         return None
 
+    def members(self) -> list[int]:
+        """Every live process of the job, as the worker's /proc numbers them (its system
+        series sample exactly these: worker.system_metrics)."""
+        return self._members()
+
     def _members(self) -> list[int]:
         """Every live process of the job."""
         if not self.sandboxed:

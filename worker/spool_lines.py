@@ -10,9 +10,11 @@ beyond its 64-bit column, text that is not UTF-8).
     {"type": "checkpoint", "name": str, "path": str, "epoch": int32, "step": int64,
      "size_bytes": int64 >= 0, ...}
 
-A key is 1-255 characters of valid text (no lone surrogate, no NUL). A value is a number, a
-bool (stored as 0/1) or null; NaN and Infinity (not JSON, but a hand-written line may carry
-them) become null. Another ``type`` is ignored (a newer job's record), not counted.
+A key is 1-255 characters of valid text (no lone surrogate, no NUL), not under `sys/` (the
+worker's system series, worker/system_metrics.py: a job must not forge or block them). A
+value is a number, a bool (stored as 0/1) or null; NaN and Infinity (not JSON, but a
+hand-written line may carry them) become null. Another ``type`` is ignored (a newer job's
+record), not counted.
 
 ``parse_spool`` takes a chunk of whole lines the fast way (one orjson call for the chunk,
 bulk type checks) and, when anything in it is off, line by line with ``check_line``.
@@ -32,6 +34,7 @@ import orjson
 
 from app.metrics.ingest import MAX_KEY_LENGTH, Step
 from app.runs.notices import size_text
+from torchyard.contract import SYSTEM_KEY_PREFIX
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
@@ -46,6 +49,7 @@ BAD_VALUES = "values is not an object"
 BAD_KEY_LENGTH = f"a metric key is empty or longer than {MAX_KEY_LENGTH} characters"
 BAD_KEY_TEXT = "a metric key is not valid text (a lone surrogate or NUL)"
 BAD_VALUE = "a metric value is not a number"
+RESERVED_KEY = f"a metric key under {SYSTEM_KEY_PREFIX} (the worker's system series)"
 
 
 def too_long(limit: int) -> str:
@@ -87,6 +91,8 @@ def check_key(key: Any) -> None:
         raise BadLine(BAD_KEY_LENGTH)
     if not _valid_text(key):
         raise BadLine(BAD_KEY_TEXT)
+    if key.startswith(SYSTEM_KEY_PREFIX):
+        raise BadLine(RESERVED_KEY)
 
 
 def _whole(value: Any, bounds: tuple[int, int]) -> bool:

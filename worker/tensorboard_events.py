@@ -48,6 +48,7 @@ from app.runs.job_files import job_file_size
 from app.runs.models import Run
 from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
+from torchyard.contract import SYSTEM_KEY_PREFIX
 from worker.run_log import note_in_log
 from worker.tensorboard_decode import Decoded, decode_events
 from worker.tfrecord import MAX_RECORD_BYTES, read_records
@@ -251,8 +252,17 @@ def forward_events(
         notes["oversized"] = (
             f"TensorBoard: events over {_mb(MAX_RECORD_BYTES)} (in {rel!r}) are skipped unread"
         )
-    if decoded.points:
-        ingest_points(session, run_id=run_id, points=decoded.points, key_limit=key_limit)
+    points = decoded.points
+    if any(key.startswith(SYSTEM_KEY_PREFIX) for key, _s, _v, _t in points):
+        # The worker's system series: a job may neither forge nor block them.
+        tag = next(key for key, _s, _v, _t in points if key.startswith(SYSTEM_KEY_PREFIX))
+        points = [p for p in points if not p[0].startswith(SYSTEM_KEY_PREFIX)]
+        notes["reserved"] = (
+            f"TensorBoard scalars under {SYSTEM_KEY_PREFIX} (tag {tag!r}) are not stored: "
+            "those keys are the worker's system series of the run"
+        )
+    if points:
+        ingest_points(session, run_id=run_id, points=points, key_limit=key_limit)
     if decoded.hparams:
         for param_limit in record_reported(session, run_id=run_id, values=decoded.hparams):
             notes[f"hparams {param_limit.value}"] = _PARAM_NOTES[param_limit]

@@ -28,6 +28,7 @@ from app.sweeps import early_stop
 from worker import artifacts, provenance
 from worker.forwarder import forward
 from worker.process import JobProcess
+from worker.system_metrics import SystemSeries
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,11 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
     shutdown_deadline: float | None = None
     backoff = Backoff(interval)
     ingest = Ingest(run)
+    system = SystemSeries(run.run_id, interval=settings.system_metrics_interval_seconds)
     while job.poll() is None:
         time.sleep(backoff.delay)
+        if system.due():  # the job's CPU, memory and GPUs, written by the worker (not spooled)
+            ingest.step("system series", lambda s: system.record(s, job.members()), 0)
         if not recorded:
             recorded = ingest.step(
                 "record the environment",

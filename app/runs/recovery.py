@@ -27,7 +27,7 @@ from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
-from torchyard.contract import RunSpec
+from torchyard.contract import SYSTEM_KEY_PREFIX, RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,12 @@ def requeue(session: Session, *, run: Run, reason: str) -> bool:
     ):
         return False
     resume_step = ckpt.step if ckpt is not None else 0
-    keys = select(MetricKey.id).where(MetricKey.run_id == run.id)
+    # The worker's system series are kept: their steps are seconds, not training steps (the
+    # next attempt's continue after them: worker.system_metrics).
+    keys = select(MetricKey.id).where(
+        MetricKey.run_id == run.id,
+        func.substr(MetricKey.key, 1, len(SYSTEM_KEY_PREFIX)) != SYSTEM_KEY_PREFIX,
+    )
     session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
     recompute_summaries(session, run_id=run.id)  # their last/max may have been among them
     session.flush()

@@ -62,12 +62,17 @@ ty.errorText = (body) => {
 
   // Metric keys are grouped by what comes before their first "/" (`train/loss` -> train,
   // `Loss/train` -> Loss); a key without one is ungrouped (""). Groups show in name order, then
-  // the system series (sys/), then the ungrouped keys. The run page and the compare page both.
+  // the ungrouped keys, then the system series (sys/, "System"). The run page and the compare
+  // page both.
   ty.keyGroup = (key) => {
     const cut = key.indexOf("/");
     return cut > 0 ? key.slice(0, cut) : "";
   };
-  ty.groupTitle = (group) => (group === "" ? "other" : `${group}/`);
+  // sys/: the run's system series, recorded by the worker (worker/system_metrics.py).
+  ty.groupTitle = (group) => (group === "" ? "other" : group === "sys" ? "System" : `${group}/`);
+  // A system series' step is whole seconds since the run started, not a training step.
+  ty.isSystemKey = (key) => key.startsWith("sys/");
+  ty.stepTitle = (key) => (ty.isSystemKey(key) ? "seconds since start" : "step");
   // A group's box: its title and the grid its charts go in (run page, compare, overlays).
   ty.chartGroup = (group) => {
     const box = document.createElement("div");
@@ -80,7 +85,8 @@ ty.errorText = (body) => {
     box.append(title, grid);
     return {box, grid};
   };
-  const groupRank = (group) => (group === "" ? 2 : group === "sys" ? 1 : 0);
+  // The training charts first (named groups, then "other"), the System group below them.
+  const groupRank = (group) => (group === "sys" ? 2 : group === "" ? 1 : 0);
   const byText = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
   ty.compareGroups = (a, b) => groupRank(a) - groupRank(b)
     || byText(a.toLowerCase(), b.toLowerCase()) || byText(a, b);

@@ -138,7 +138,8 @@ ty.overlay = (() => {
       }
       const layout = {
         title: {text: key},
-        xaxis: {title: {text: {step: "step", wall: "wall time", relative: "time since start (s)"}[v.xMode]},
+        xaxis: {title: {text: {step: ty.stepTitle(key), wall: "wall time",
+                               relative: "time since start (s)"}[v.xMode]},
                 type: v.xMode === "wall" ? "date" : "linear"},
         yaxis: {type: v.logY ? "log" : "linear", autorange: true},
       };

@@ -100,14 +100,16 @@
 
   const layoutFor = (key) => ({
     title: {text: key},
-    xaxis: {title: {text: view.xMode === "time" ? "wall time (s)" : "step"}, autorange: true},
+    xaxis: {title: {text: view.xMode === "time" ? "wall time (s)" : ty.stepTitle(key)},
+            autorange: true},
     yaxis: {type: view.logY ? "log" : "linear", autorange: true},
   });
 
   // Trace 2 (after the raw and smoothed ones, which live updates address as 0 and 1).
   const parentTrace = (key) => {
     const p = parentSeries[key];
-    if (!p || !p.step.length || view.xMode !== "step") return [];
+    // Not a system series: the parent's seconds are not this run's, nor training steps.
+    if (!p || !p.step.length || view.xMode !== "step" || ty.isSystemKey(key)) return [];
     return [{mode: p.step.length < 60 ? "lines+markers" : "lines", name: `run ${parent.id} (parent)`,
              x: p.step.slice(), y: p.value.slice(), line: {width: 1.2, color: "#9aa3b2", dash: "dot"},
              opacity: 0.8, meta: "parent"}];

@@ -35,16 +35,20 @@ KEYS = [
     "sys/cpu_percent",
     f"{PAYLOAD_GROUP}/x",
 ]
-# Groups in name order (case aside), then sys/, then the keys without a prefix ("other").
+# Groups in name order (case aside), then the keys without a prefix ("other"), then the
+# worker's system series (sys/) below the training charts, titled "System".
 EXPECTED_GROUPS = [
     [PAYLOAD_GROUP, f"{PAYLOAD_GROUP}/", [f"{PAYLOAD_GROUP}/x"]],
     ["a", "a/", ["a/b/c"]],
     ["Accuracy", "Accuracy/", ["Accuracy/val"]],
     ["Loss", "Loss/", ["Loss/train", "Loss/val"]],
     ["train", "train/", ["train/loss"]],
-    ["sys", "sys/", ["sys/cpu_percent"]],
     ["", "other", ["/leading-slash", "lr"]],
+    ["sys", "System", ["sys/cpu_percent"]],
 ]
+# Each chart's x axis title (the layout chart.js keeps on its element).
+X_TITLES = """() => Object.fromEntries([...document.querySelectorAll(".metric-chart")]
+    .filter((c) => c.layout).map((c) => [c.dataset.key, c.layout.xaxis.title.text]))"""
 GROUPS = """() => [...document.querySelectorAll(".chart-group")].map((g) => [
     g.dataset.group, g.querySelector("h3").textContent,
     [...g.querySelectorAll(".metric-chart")].map((c) => c.dataset.key)])"""
@@ -79,9 +83,18 @@ def test_charts_are_grouped_by_any_key_prefix_on_the_run_and_compare_pages(
     run_id = run_with_keys(KEYS)
     open_run(page, run_id)
     assert page.evaluate(GROUPS) == EXPECTED_GROUPS
+    # A system series' x is seconds since the run started, not a training step.
+    titles = page.evaluate(X_TITLES)
+    assert titles["sys/cpu_percent"] == "seconds since start" and titles["Loss/val"] == "step"
     page.goto(f"/compare?runs={run_id}")
     page.wait_for_selector(".chart-group .metric-chart")
     assert page.evaluate(GROUPS) == EXPECTED_GROUPS
+    page.locator(".metric-chart[data-key='sys/cpu_percent']").scroll_into_view_if_needed()
+    page.wait_for_function(
+        "() => document.querySelector(\".metric-chart[data-key='sys/cpu_percent']\").layout"
+    )
+    titles = page.evaluate(X_TITLES)
+    assert titles["sys/cpu_percent"] == "seconds since start"
     # A group's name is text: nothing of it became an element.
     assert page.locator("#injected").count() == 0
     assert page.evaluate("() => window.__xss") is None

@@ -76,6 +76,24 @@ def test_create_launch_watch_live_curve_succeed_and_download_checkpoint(
     assert state is not None and state["traces"][0] == total, state
     assert state["updates"] >= 2, state  # live updates applied, per the page's own count
 
+    # The worker's system series (every second on the live stack) arrived live as well, in
+    # their own group below the training charts.
+    system = page.locator('#charts > .chart-group[data-group="sys"]')
+    expect(system.locator("h3")).to_have_text("System")
+    for key in ("sys/cpu_percent", "sys/rss_mb"):
+        expect(system.locator(f'div.metric-chart[data-key="{key}"]')).to_have_count(1)
+    assert (
+        int(
+            system.locator('div.metric-chart[data-key="sys/rss_mb"]').get_attribute("data-points")
+            or 0
+        )
+        >= 2
+    )
+    groups = page.evaluate(
+        "() => [...document.querySelectorAll('#charts > .chart-group')].map((g) => g.dataset.group)"
+    )
+    assert groups[-1] == "sys" and "train" in groups, groups
+
     link = page.locator('table#checkpoints tr[data-checkpoint="final.pt"] a.download')
     expect(link).to_be_visible(timeout=10_000)
     with page.expect_download() as download_info:

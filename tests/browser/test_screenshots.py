@@ -54,7 +54,8 @@ def test_run_page_of_a_finished_run(
     page = admin_page
     page.goto(f"/runs/{run_id}")
     expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded")
-    for key in ("train/loss", "train/acc", "val/loss", "val/acc"):
+    # The training charts, and the worker's system series below them (every second here).
+    for key in ("train/loss", "train/acc", "val/loss", "val/acc", "sys/cpu_percent", "sys/rss_mb"):
         wait_for_chart(page, key)
     state = chart_state(page, "train/loss")
     assert state is not None and state["points"] == STEPS, state

@@ -1,0 +1,222 @@
+"""A run's system series, sampled by the worker while the job trains: what the job's whole
+process tree costs the host (torchrun, every rank, dataloader workers, whatever they started)
+and what its leased GPUs do.
+
+    sys/cpu_percent      CPU time of every process of the job over wall time; 100 = one core
+    sys/rss_mb           resident memory of every process of the job, summed (MiB)
+    sys/gpu<i>/util      NVML utilization of leased GPU i (%)
+    sys/gpu<i>/mem_mb    memory used on leased GPU i (MiB; every process on it, as NVML says)
+    sys/gpu<i>/power_w   power draw of leased GPU i (W)
+
+The worker writes the points straight into the run's metrics (never into the spool, which is
+the job's alone; a job's line with a sys/ key is refused: worker.spool_lines). A point's step
+is whole seconds since the run's `started_at` (a later attempt's after the earlier attempts'
+seconds): a watch loop that starts again for the same attempt continues the same axis, and
+the run page charts them in their own group ("System") below the training charts.
+
+CPU and memory come from /proc (stdlib: psutil would add a dependency for two numbers), GPU
+stats from the NVML edge (worker.gpus.read_gpu_stats), so settings.nvml_module's stand-in
+gives a fake inventory GPU series on CPU. RSS is summed as each process reports it: pages
+that forked dataloader workers share with their parent count once per process (PSS would
+not, at the price of reading every process's smaps).
+
+The pids are the worker's view of the job (worker.process.JobProcess.members: the sandbox's
+PID namespace, or the processes carrying the job's token), asked anew every sample.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.metrics.ingest import Point, ingest_points
+from app.metrics.models import Metric, MetricKey
+from app.runs.models import Run
+from app.timeutil import as_utc
+from torchyard.contract import SYSTEM_KEY_PREFIX
+from worker import gpus
+
+log = logging.getLogger(__name__)
+
+PREFIX = SYSTEM_KEY_PREFIX
+CPU_PERCENT = f"{PREFIX}cpu_percent"
+RSS_MB = f"{PREFIX}rss_mb"
+MB = 1024 * 1024
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def gpu_key(index: int, what: str) -> str:
+    """`sys/gpu<i>/<what>`, `what` one of util, mem_mb, power_w."""
+    return f"{PREFIX}gpu{index}/{what}"
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """One process as /proc/<pid>/stat shows it now."""
+
+    key: tuple[int, int]  # (pid, start time in ticks): a reused pid is another process
+    cpu_seconds: float  # utime + stime
+    started: float  # seconds since boot (CLOCK_BOOTTIME, as /proc counts)
+    rss_bytes: int
+
+
+def read_proc(pid: int) -> ProcSample | None:
+    """The process's CPU time, start and RSS; None once it is gone (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # After the command name (which may hold spaces and parentheses): state is [0].
+            fields = f.read().rsplit(b")", 1)[1].split()
+        if fields[0] in (b"Z", b"X"):
+            return None
+        start_ticks = int(fields[19])
+        return ProcSample(
+            key=(pid, start_ticks),
+            cpu_seconds=(int(fields[11]) + int(fields[12])) / _TICKS,
+            started=start_ticks / _TICKS,
+            rss_bytes=int(fields[21]) * _PAGE,
+        )
+    except (OSError, IndexError, ValueError):  # gone, or not a process's stat
+        return None
+
+
+def boot_clock() -> float:
+    """Seconds since boot on the clock /proc's start times use (suspend included)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+class ProcessTreeSampler:
+    """CPU percent and RSS of a changing set of processes, from one sample to the next.
+
+    CPU percent is the CPU seconds every process used since the last sample over the wall
+    seconds between the two. A process that started since then counts whole (all its CPU time
+    is in the window); one seen for the first time that is older (the first sample, or a pid
+    the job's listing missed before) counts at its average since it started. A process that
+    lived and died between two samples is not seen at all: its share is lost, which at a
+    10 s interval is a short-lived helper, not a rank."""
+
+    def __init__(self, clock: Callable[[], float] = boot_clock) -> None:
+        self._clock = clock
+        self._last: float | None = None
+        self._cpu: dict[tuple[int, int], float] = {}
+
+    def sample(self, pids: Iterable[int]) -> dict[str, float]:
+        """CPU percent and RSS MiB of these processes now; nothing when none is alive."""
+        now = self._clock()
+        procs = [p for p in map(read_proc, set(pids)) if p is not None]
+        rate = 0.0  # CPU seconds per wall second
+        for proc in procs:
+            previous = self._cpu.get(proc.key)
+            if previous is not None and self._last is not None and now > self._last:
+                rate += max(0.0, proc.cpu_seconds - previous) / (now - self._last)
+            elif self._last is not None and proc.started >= self._last and now > self._last:
+                rate += proc.cpu_seconds / (now - self._last)
+            elif now > proc.started:
+                rate += proc.cpu_seconds / (now - proc.started)
+        self._cpu = {p.key: p.cpu_seconds for p in procs}
+        self._last = now
+        if not procs:  # the job's processes are gone (it is ending): no 0 MiB point
+            return {}
+        return {
+            CPU_PERCENT: round(100.0 * rate, 2),
+            RSS_MB: round(sum(p.rss_bytes for p in procs) / MB, 2),
+        }
+
+
+def gpu_values(indices: Iterable[int], nvml: Any = None) -> dict[str, float]:
+    """The leased GPUs' utilization, memory and power from NVML (or the stand-in); nothing
+    for a GPU NVML does not list or a stat it does not support, nothing without NVML."""
+    wanted = set(indices)
+    if not wanted:
+        return {}
+    values: dict[str, float] = {}
+    for stat in gpus.read_gpu_stats(nvml) or []:
+        index = stat.get("index")
+        if index not in wanted:
+            continue
+        if "utilization" in stat:
+            values[gpu_key(index, "util")] = float(stat["utilization"])
+        if "memory_used" in stat:
+            values[gpu_key(index, "mem_mb")] = round(stat["memory_used"] / MB, 2)
+        if "power_w" in stat:
+            values[gpu_key(index, "power_w")] = round(float(stat["power_w"]), 2)
+    return values
+
+
+class SystemSeries:
+    """One run attempt's system series for the watch loop: `due()` says when the interval has
+    passed (the first time at once), `record(session, pids)` samples the job and the run's
+    leased GPUs and stores the points at whole seconds since the run started."""
+
+    def __init__(self, run_id: int, *, interval: float, nvml: Any = None) -> None:
+        self.run_id = run_id
+        self.interval = interval
+        self.nvml = nvml  # None: worker.gpus's NVML (pynvml or settings.nvml_module)
+        self.tree = ProcessTreeSampler()
+        self._next = 0.0
+        self._run: tuple[float, tuple[int, ...]] | None = None  # (started_at, gpu indices)
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.interval
+        return True
+
+    def run_facts(self, session: Session) -> tuple[float, tuple[int, ...]] | None:
+        """(the Unix time of step 0, leased GPU indices), read once; None when the run has
+        no start (nothing to count seconds from).
+
+        Step 0 is the attempt's `started_at`, moved back past the series of the run's earlier
+        attempts (a requeue keeps them: app.runs.recovery): the next attempt's seconds follow
+        the last one's instead of landing on its steps (the first point of a step is kept).
+        Both come from the database, so a watch loop that starts again for the same attempt
+        counts from the same step 0."""
+        if self._run is None:
+            row = session.get(Run, self.run_id)
+            if row is None or row.started_at is None:
+                return None
+            started = as_utc(row.started_at).timestamp()
+            earlier = session.scalar(
+                select(func.max(Metric.step))
+                .join(MetricKey, Metric.key_id == MetricKey.id)
+                .where(
+                    MetricKey.run_id == self.run_id,
+                    MetricKey.key.in_([CPU_PERCENT, RSS_MB]),
+                    Metric.wall_time < started,
+                )
+            )
+            if earlier is not None:
+                started -= earlier + 1
+            indices = tuple(int(i) for i in (row.gpu_indices or "").split(",") if i.strip())
+            self._run = (started, indices)
+        return self._run
+
+    def sample(self, pids: Iterable[int], gpu_indices: Iterable[int] = ()) -> dict[str, float]:
+        values = self.tree.sample(pids)
+        try:
+            values.update(gpu_values(gpu_indices, self.nvml))
+        except Exception as exc:  # a GPU series is never worth the watch loop
+            log.warning("run %s: reading GPU stats failed (%s)", self.run_id, exc)
+        return values
+
+    def record(self, session: Session, pids: Iterable[int]) -> int:
+        """Sample now and store the points; how many were new (a second already stored, as
+        after a watch loop restarted within it, keeps its first point)."""
+        facts = self.run_facts(session)
+        if facts is None:
+            return 0
+        started, indices = facts
+        values = self.sample(pids, indices)
+        now = time.time()
+        step = max(0, int(now - started))
+        points: list[Point] = [(key, step, value, now) for key, value in sorted(values.items())]
+        return ingest_points(session, run_id=self.run_id, points=points)
