@@ -103,9 +103,10 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
         moved = ingest.step(
             "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
         )
+        stopped_early = False
         if moved and run.in_sweep:
             # Its own transaction, committed before the cancel check below sees the request.
-            ingest.step("early stop", lambda s: early_stop.check(s, run_id=run.run_id), None)
+            stopped_early = early_stop_requested(ingest, run.run_id)
         # Its own transaction: whatever ingestion does, the run heartbeats and sees a cancel.
         try:
             with session_scope() as session:
@@ -123,7 +124,9 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
         backoff.succeeded()
         if cancel:
             log.info("run %s: cancel requested, stopping its processes", run.run_id)
-            job.stop(grace)
+            # A trial stopped early is discarded (its points are stored already): killed at
+            # once, so its GPUs are free within moments of the decision, not after a grace.
+            job.stop(0.0 if stopped_early else grace)
             return StopReason.CANCEL
         if SHUTTING_DOWN.is_set():
             if shutdown_deadline is None:
@@ -138,6 +141,12 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
                 job.stop(grace)
                 return StopReason.SHUTDOWN
     return None
+
+
+def early_stop_requested(ingest: Ingest, run_id: int) -> bool:
+    """Judge a sweep's trial by its sweep's early-stopping rule (app.sweeps.early_stop): True
+    when it was just stopped (its cancel requested, the reason said on the run)."""
+    return ingest.step("early stop", lambda s: early_stop.check(s, run_id=run_id), None) is not None
 
 
 # How long the final drain waits for a checkpoint upload before it heartbeats again.
