@@ -84,7 +84,17 @@
 
   // The trials are THE runs table's rows (experiment_runs.js, filtered by sweep_id): each
   // poll's runs refresh it, as the curves' poll does on the experiment page.
+  // The best trial's row is marked whenever the table draws its rows.
+  let bestRun = null;
+  const markBest = () => {
+    for (const tr of document.querySelectorAll("#runs tbody tr[data-run-id]")) {
+      tr.classList.toggle("best", Number(tr.dataset.runId) === bestRun);
+    }
+  };
+  document.getElementById("runs-section")?.addEventListener("ty:runs", markBest);
   const refreshRuns = (s) => {
+    bestRun = s.best ? s.best.run_id : null;
+    markBest();
     document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: s.runs || []}}));
   };
 
