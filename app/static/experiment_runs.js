@@ -75,14 +75,17 @@
   };
   // Until the reader picks: the last value of the first key naming a loss and the max of the
   // first naming an accuracy (whatever the script called them), else the first key's last.
+  // A sweep's page puts its metric first (data-default-summary, e.g. "val/acc.last").
   const defaultSummaries = (keys) => {
     const loss = keys.find((k) => /loss/i.test(k));
     const acc = keys.find((k) => /acc/i.test(k));
     const chosen = [];
+    const first = section.dataset.defaultSummary;
+    if (first && keys.includes(splitSummary(first)[0])) chosen.push(first);
     if (loss) chosen.push(`${loss}.last`);
     if (acc) chosen.push(`${acc}.max`);
     if (!chosen.length && keys.length) chosen.push(`${keys[0]}.last`);
-    return chosen;
+    return [...new Set(chosen)];
   };
   const splitSummary = (col) => {
     const cut = col.lastIndexOf(".");
@@ -279,6 +282,13 @@
     return `/api/runs?${params}`;
   };
 
+  // Until the reader picks, once some run has logged a metric (a page loaded before the first
+  // point gets its columns with the first refresh that brings one).
+  const pickDefaultSummaries = () => {
+    const keys = summaryKeys(state.runs);
+    if (state.summaries === null && keys.length) state.summaries = defaultSummaries(keys);
+  };
+
   let loading = 0; // answers of a superseded request are dropped
   // more: the next page after those loaded; all: every page after (following `next`).
   const load = async (more = false, all = false) => {
@@ -300,7 +310,7 @@
     state.runs = runs;
     state.next = cursor;
     if (state.newest === Infinity) state.newest = Math.max(0, ...runs.map((run) => run.id));
-    if (state.summaries === null && state.runs.length) state.summaries = defaultSummaries(summaryKeys(state.runs));
+    pickDefaultSummaries();
     render();
     section.dataset.loaded = String(ticket);
   };
@@ -373,6 +383,7 @@
     const newest = Math.max(0, ...fresh.keys());
     if (newest > state.newest) { state.newest = newest; load(); return; }
     state.runs = state.runs.map((r) => fresh.get(r.id) || r);
+    pickDefaultSummaries();
     render();
   });
 

@@ -68,6 +68,8 @@ def test_sweep_page_shows_progress_best_charts_and_the_trial_stopped_early(
     rows = page.locator("#runs tbody tr")
     expect(rows).to_have_count(3)
     expect(page.locator('#runs th[data-param="params.lr"]')).to_have_count(1)
+    # the sweep's metric is a column, though the page loaded before any trial logged it
+    expect(page.locator('#runs th[data-summary="val/acc.last"]')).to_have_count(1)
     for trial in sweep["trials"]:
         row = page.locator(f'#runs tr[data-run-id="{trial["run_id"]}"]')
         expect(row.locator(".badge").first).to_have_text(trial["status"])
