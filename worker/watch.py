@@ -90,6 +90,7 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
     shutdown_deadline: float | None = None
     backoff = Backoff(interval)
     ingest = Ingest(run)
+    stopped_early = False  # kept: the cancel check may miss a round (the database away)
     while job.poll() is None:
         time.sleep(backoff.delay)
         if not recorded:
@@ -103,8 +104,7 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
         moved = ingest.step(
             "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
         )
-        stopped_early = False
-        if moved and run.in_sweep:
+        if moved and run.in_sweep and not stopped_early:
             # Its own transaction, committed before the cancel check below sees the request.
             stopped_early = early_stop_requested(ingest, run.run_id)
         # Its own transaction: whatever ingestion does, the run heartbeats and sees a cancel.

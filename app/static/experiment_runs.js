@@ -75,13 +75,14 @@
   };
   // Until the reader picks: the last value of the first key naming a loss and the max of the
   // first naming an accuracy (whatever the script called them), else the first key's last.
-  // A sweep's page puts its metric first (data-default-summary, e.g. "val/acc.last").
+  // A sweep's page puts its metric first (data-default-summary, e.g. "val/acc.last"), even
+  // before a trial logged it (a recipe logs val/* only at an epoch's end).
   const defaultSummaries = (keys) => {
     const loss = keys.find((k) => /loss/i.test(k));
     const acc = keys.find((k) => /acc/i.test(k));
     const chosen = [];
     const first = section.dataset.defaultSummary;
-    if (first && keys.includes(splitSummary(first)[0])) chosen.push(first);
+    if (first) chosen.push(first);
     if (loss) chosen.push(`${loss}.last`);
     if (acc) chosen.push(`${acc}.max`);
     if (!chosen.length && keys.length) chosen.push(`${keys[0]}.last`);
