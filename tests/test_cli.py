@@ -435,3 +435,46 @@ def test_sweep_from_a_spec_file_follows_to_the_best_and_a_bad_spec_names_the_fie
     refused = cli("sweep", str(bad))
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith("error: invalid request (422): parameters.params.lr.min:")
+
+
+@pytest.mark.slow
+def test_sweep_show_ls_and_cancel_a_running_sweep(cli: Cli, tmp_path: Path) -> None:
+    """What a W&B user reaches for after `sweep SPEC`: its state, the list, and a cancel (its
+    queued trials cancelled, the running one stopped); a second cancel is the API's 409."""
+    config = {"recipe": "tiny_mlp", "params": {"epochs": 1, "steps_per_epoch": 200}}
+    with cli.stack.admin_client() as api:
+        body = {"name": "sweepcancel", "config": {**config, "params": {**config["params"]}}}
+        body["config"]["params"]["step_sleep"] = 0.05  # 10 s a trial: still running below
+        experiment = api.post("/api/experiments", json=body).json()["id"]
+    spec = tmp_path / "long.yaml"
+    spec.write_text(
+        SWEEP.format(experiment=experiment, top="1e-1")
+        .replace("max_runs: 2", "max_runs: 3")
+        .replace("max_concurrent: 2", "max_concurrent: 1")
+    )
+    started = cli("sweep", "start", str(spec), "--quiet")
+    assert started.returncode == 0, started.stderr
+    sweep_id = int(started.stdout)
+
+    shown = cli("sweep", "show", str(sweep_id))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"sweep {sweep_id} running: 0/3 done"), shown.stdout
+    assert "best: none yet" in shown.stdout
+    listed = cli("sweep", "ls", "--experiment", str(experiment), "--json")
+    assert [s["id"] for s in json.loads(listed.stdout)] == [sweep_id]
+    table = cli("sweep", "ls")
+    rows = [line.split()[:3] for line in table.stdout.splitlines()]
+    assert [str(sweep_id), f"#{experiment}", "running"] in rows, table.stdout
+
+    cancelled = cli("sweep", "cancel", str(sweep_id))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.startswith(f"sweep {sweep_id} cancelled:"), cancelled.stdout
+    with cli.stack.admin_client() as api:
+        sweep = api.get(f"/api/sweeps/{sweep_id}").json()
+        assert sweep["status"] == "cancelled" and len(sweep["trials"]) == 1
+        wait_for_status(api, sweep["trials"][0]["run_id"], {"cancelled"}, timeout=60)
+    again = cli("sweep", "cancel", str(sweep_id))
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert "(409)" in again.stderr and "already ended (cancelled)" in again.stderr, again.stderr
+    missing = cli("sweep", "show", "999999")
+    assert missing.returncode == 1 and "(404)" in missing.stderr, missing.stderr

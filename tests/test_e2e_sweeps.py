@@ -167,8 +167,10 @@ def test_median_rule_stops_a_clearly_bad_trial_early(api) -> None:
     # The lease goes with the final status (lifecycle.finish): within 2 s of the decision.
     with_decision = _decision_time(bad["run_id"])
     freed = at(run["finished_at"]) - with_decision
-    # Measured 1.8-2.0 s on the shared 2-core box, most of it the job's own exit after SIGTERM.
-    assert freed < 3.0, f"lease freed {freed:.2f} s after the decision"
+    # The trial is killed at once (no cancel grace): measured 0.08-0.39 s on the shared 2-core box
+    # (was 1.8-2.0 s while the job got a SIGTERM and its exit was waited for).
+    print(f"lease freed {freed:.2f} s after the decision")  # shown by pytest -rP
+    assert freed < 2.0, f"lease freed {freed:.2f} s after the decision (limit 2 s)"
     assert sweep["best"]["run_id"] in {t["run_id"] for t in sweep["trials"][:2]}
 
 

@@ -48,8 +48,13 @@ def test_the_sweep_page_links_and_cancel_button(client) -> None:  # type: ignore
     assert [t["run_id"] for t in data["trials"]] == [run_id]
     assert 'id="cancel-sweep"' in page.text and "/static/sweep.js" in page.text
 
+    # The trials are THE runs table, scoped to the sweep (app/static/experiment_runs.js)
+    assert f'<section id="runs-section" data-sweep-id="{sweep_id}"' in page.text
+    assert f'<tr data-run-id="{run_id}">' in page.text and "/static/experiment_runs.js" in page.text
     listed = client.get(f"/experiments/{experiment['id']}").text
-    assert f'<tr data-sweep-id="{sweep_id}">' in listed and f'href="/sweeps/{sweep_id}"' in listed
+    assert f'<tr data-sweep-id="{sweep_id}" data-status="running">' in listed
+    assert f'href="/sweeps/{sweep_id}"' in listed and "/static/experiment_sweeps.js" in listed
+    assert '<td class="num sweep-progress">0 / 3</td>' in listed
     assert 'id="sweep-form"' in listed and "/static/sweep_form.js" in listed
     run_page = client.get(f"/runs/{run_id}").text
     assert f'<a id="sweep-link" href="/sweeps/{sweep_id}">' in run_page
@@ -63,3 +68,30 @@ def test_the_sweep_page_links_and_cancel_button(client) -> None:  # type: ignore
     missing = client.get("/sweeps/999999")
     assert missing.status_code == 404 and "sweep 999999 not found" in missing.text
     assert client.get("/sweeps/abc").status_code == 404
+
+
+def test_a_trial_stopped_early_is_marked_in_the_runs_table_and_the_api(client) -> None:  # type: ignore[no-untyped-def]
+    """The mark comes from the run's notice (app/sweeps/early_stop.py writes it): the sweep
+    page's server rows carry it, and GET /api/runs?sweep_id= gives the reason for the script."""
+    from app.db import session_scope
+    from app.runs import notices
+    from app.runs.models import Run
+    from app.timeutil import utcnow
+
+    username, password, headers = make_user()
+    login(client, username, password)
+    experiment = new_experiment(client, headers, name="stopped", params={"epochs": 1})
+    sweep = start_sweep(client, headers, experiment["id"])
+    run_id = sweep["trials"][0]["run_id"]
+    reason = "stopped early by the sweep (median rule: <b>worse</b> than the median)"
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        notices.stopped_early(run, reason, at=utcnow())
+
+    listed = client.get("/api/runs", params={"sweep_id": sweep["id"]}, headers=headers).json()
+    assert [(r["id"], r["stopped_early"]) for r in listed["runs"]] == [(run_id, reason)]
+    page = client.get(f"/sweeps/{sweep['id']}").text
+    assert f'<tr data-run-id="{run_id}" class="stopped-early">' in page
+    assert f'title="{html.escape(reason)}">stopped early</span>' in page
+    assert "<b>worse</b>" not in page  # the reason is text, never markup

@@ -94,6 +94,7 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
     backoff = Backoff(interval)
     ingest = Ingest(run)
     system = SystemSeries(run.run_id, interval=settings.system_metrics_interval_seconds)
+    stopped_early = False  # kept: the cancel check may miss a round (the database away)
     while job.poll() is None:
         time.sleep(backoff.delay)
         if system.due():  # the job's CPU, memory and GPUs, written by the worker (not spooled)
@@ -109,9 +110,9 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
         moved = ingest.step(
             "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
         )
-        if moved and run.in_sweep:
+        if moved and run.in_sweep and not stopped_early:
             # Its own transaction, committed before the cancel check below sees the request.
-            ingest.step("early stop", lambda s: early_stop.check(s, run_id=run.run_id), None)
+            stopped_early = early_stop_requested(ingest, run.run_id)
         # Its own transaction: whatever ingestion does, the run heartbeats and sees a cancel.
         try:
             with session_scope() as session:
@@ -129,7 +130,9 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
         backoff.succeeded()
         if cancel:
             log.info("run %s: cancel requested, stopping its processes", run.run_id)
-            job.stop(grace)
+            # A trial stopped early is discarded (its points are stored already): killed at
+            # once, so its GPUs are free within moments of the decision, not after a grace.
+            job.stop(0.0 if stopped_early else grace)
             return StopReason.CANCEL
         if SHUTTING_DOWN.is_set():
             if settings.keep_jobs_on_worker_stop:
@@ -146,6 +149,12 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
                 job.stop(grace)
                 return StopReason.SHUTDOWN
     return None
+
+
+def early_stop_requested(ingest: Ingest, run_id: int) -> bool:
+    """Judge a sweep's trial by its sweep's early-stopping rule (app.sweeps.early_stop): True
+    when it was just stopped (its cancel requested, the reason said on the run)."""
+    return ingest.step("early stop", lambda s: early_stop.check(s, run_id=run_id), None) is not None
 
 
 # How long the final drain waits for a checkpoint upload before it heartbeats again.

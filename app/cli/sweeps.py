@@ -5,6 +5,11 @@ Following polls GET /api/sweeps/{id} (a sweep has no event stream: its news is a
 every few seconds at most) and draws a bar over the trials (done of planned) with the running,
 stopped-early and failed counts and the best value so far. Exit 0 when the sweep finished, 3
 when it was cancelled; a failed trial does not fail the sweep (it counts, the sweep goes on).
+
+The rest of what the API offers, as a W&B user looks for it (`wandb sweep config.yaml`,
+`wandb sweep --cancel ID`): `sweep ls` (GET /api/sweeps), `sweep show ID [--follow]` (GET
+/api/sweeps/{id}: progress, best, trials) and `sweep cancel ID` (POST .../cancel). `sweep` is a
+group whose default command is the start, so `torchyard sweep spec.yaml` stays as it was.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from typer.core import TyperGroup
 
 from app.cli.client import Api, Unreachable
 from app.cli.common import CLIENT_PANEL, EXIT_INTERRUPTED, ServerOpt, TokenOpt, connect, err, out
@@ -119,7 +126,7 @@ def follow_sweep(api: Api, sweep_id: int, *, console: Console) -> int:
     return EXIT_CANCELLED if sweep["status"] == "cancelled" else 0
 
 
-def sweep(
+def start(
     spec_file: Annotated[
         Path,
         typer.Argument(
@@ -161,5 +168,117 @@ def sweep(
         raise typer.Exit(code)
 
 
+class StartByDefault(TyperGroup):
+    """`sweep SPEC ...` is `sweep start SPEC ...`: a first word that names no subcommand (nor
+    asks for help) is the spec file, as in `wandb sweep config.yaml`."""
+
+    # ctx: typer's own click Context (typer bundles click; its module is private)
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["start", *args]
+        return super().parse_args(ctx, args)
+
+
+sweep_app = typer.Typer(
+    name="sweep",
+    cls=StartByDefault,
+    help="Hyperparameter sweeps: `sweep SPEC [--follow]` starts one; ls, show, cancel.",
+    no_args_is_help=True,
+)
+SweepArg = Annotated[int, typer.Argument(metavar="SWEEP", help="sweep id", show_default=False)]
+
+
+def sweeps_table(sweeps: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("id", "experiment", "status", "method", "progress", "best"):
+        table.add_column(column, justify="right" if column == "id" else "left")
+    for found in sweeps:
+        s = summary(found)
+        best = found.get("best")
+        table.add_row(
+            str(found["id"]),
+            f"#{found['experiment_id']}",
+            found["status"],
+            found["method"],
+            f"{s['done']}/{s['planned']}",
+            f"{_number(best['value'])} (run {best['run_id']})" if best else "",
+        )
+    return table
+
+
+def ls(
+    experiment: Annotated[
+        int | None, typer.Option("--experiment", "-e", min=1, help="only this experiment's")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the sweeps as JSON (API shape)")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """List sweeps, newest first: status, trials done of planned, best value."""
+    params = {"experiment_id": experiment} if experiment else None
+    with connect(server, token) as api:
+        found = api.get("/api/sweeps", params=params)
+    if as_json:
+        out.print_json(data=found)
+    elif not found:
+        out.print("no sweeps")
+    else:
+        out.print(sweeps_table(found))
+
+
+def trials_table(sweep: dict[str, Any]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("trial", "run", "status", "steps", sweep["metric"]["name"], "params"):
+        table.add_column(column)
+    for trial in sweep["trials"]:
+        value = trial.get("value")
+        status = "stopped early" if trial.get("stopped_early") else trial["status"]
+        table.add_row(
+            str(trial["number"]),
+            str(trial["run_id"] or ""),
+            status,
+            str(trial.get("steps") or ""),
+            "" if value is None else _number(value),
+            format_params(trial.get("params") or {}),
+        )
+    return table
+
+
+def show(
+    sweep_id: SweepArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="then follow it as `sweep SPEC --follow` does")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="the sweep as JSON (API shape)")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """A sweep's status, progress, best so far and trials (the stopped-early ones said)."""
+    with connect(server, token) as api:
+        found = api.get(f"/api/sweeps/{sweep_id}")
+        if as_json:
+            out.print_json(data=found)
+        else:
+            out.print(f"sweep {sweep_id} {found['status']}: {progress_line(found)}", markup=False)
+            out.print(best_line(found), markup=False)
+            if found["trials"]:
+                out.print(trials_table(found))
+        if follow and found["status"] == "running":
+            try:
+                code = follow_sweep(api, sweep_id, console=err)
+            except KeyboardInterrupt:
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(code)
+
+
+def cancel(sweep_id: SweepArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
+    """Cancel a sweep: no new trials, queued ones cancelled, running ones stopped."""
+    with connect(server, token) as api:
+        found = api.post(f"/api/sweeps/{sweep_id}/cancel")
+    out.print(f"sweep {sweep_id} {found['status']}: {progress_line(found)}", markup=False)
+
+
 def register(app: typer.Typer) -> None:
-    app.command(rich_help_panel=CLIENT_PANEL)(sweep)
+    for command in (start, ls, show, cancel):
+        sweep_app.command()(command)
+    app.add_typer(sweep_app, rich_help_panel=CLIENT_PANEL)

@@ -1,5 +1,6 @@
 """A run as the API shows it: the row's fields, its params, tags, metric summaries, disk use
 and, while it is queued, why it waits."""
+and why its sweep stopped it early (if it did)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from sqlalchemy.orm import Session
 from app.metrics.summary import summaries_by_run
 from app.runs.disk import disk_by_run
 from app.runs.models import Run
+from app.runs.notices import stopped_early_reason
 from app.runs.params import params_by_run
 from app.runs.schemas import RunOut, SummaryOut
 from app.runs.service import tags_by_run, why_queued_many
@@ -28,6 +30,7 @@ def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
                 "tags": tags[r.id],
                 "disk_bytes": disks.get(r.id, 0),
                 "queue_reason": reasons.get(r.id),
+                "stopped_early": stopped_early_reason(r.notices),
                 "summary": {
                     k: SummaryOut(last=s.last, min=s.min, max=s.max, step=s.step)
                     for k, s in summaries[r.id].items()

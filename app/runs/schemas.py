@@ -97,6 +97,9 @@ class RunOut(BaseModel):
     # What ingestion kept out of the run, as sentences: "3 lines skipped: <reason>", a limit
     # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/notices.py).
     notices: list[str] = Field(default_factory=list)
+    # Why the run's sweep stopped it early (also one of the notices); null when it did not.
+    # The runs table marks these runs (app/static/experiment_runs.js).
+    stopped_early: str | None = None
     # Bytes the run holds on disk: its folder as measured when it ended, until then its
     # checkpoints (app/runs/disk.py).
     disk_bytes: int = 0

@@ -1,14 +1,20 @@
-// The experiment page's runs table, rebuilt from GET /api/runs once the page loads (the server's
+// THE runs table (templates/_runs_table.html), of an experiment's page or a sweep's (its
+// trials: the section's data-experiment-id or data-sweep-id is the GET /api/runs filter),
+// rebuilt from GET /api/runs once the page loads (the server's
 // rows are what shows before, and without scripts): the params that differ across the loaded
 // runs as columns, summary columns picked per metric key (last/min/max), sort by any column (in
 // the API's SQL: `sort=`), filters (status, tag, one `filter=` condition: app/runs/listing.py),
-// cursor paging ("Load more"), and the selected runs compared, tagged or deleted.
+// cursor paging ("Load more"), and the selected runs compared, tagged or deleted. A run its
+// sweep stopped early is marked next to its status, the reason in the mark's title.
 // Every name, key and value from a run reaches the page as textContent, never as HTML.
 "use strict";
 (() => {
   const section = document.getElementById("runs-section");
   if (!section) return;
-  const experimentId = section.dataset.experimentId;
+  // One of the two: the runs of an experiment, or the trials of a sweep.
+  const scope = section.dataset.sweepId
+    ? {key: "sweep_id", id: section.dataset.sweepId, columns: `sweep.${section.dataset.sweepId}`}
+    : {key: "experiment_id", id: section.dataset.experimentId, columns: section.dataset.experimentId};
   const owners = JSON.parse(section.dataset.owners || "{}");
   const table = document.getElementById("runs");
   const $ = (id) => document.getElementById(id);
@@ -25,7 +31,7 @@
     summaries: null, // chosen summary columns, ["train/loss.last", ...]; null: not chosen yet
   };
   // The picked summary columns are kept per experiment in this browser, for the next visit.
-  const COLUMNS_KEY = `ty.runs.columns.${experimentId}`;
+  const COLUMNS_KEY = `ty.runs.columns.${scope.columns}`;
   try {
     const saved = JSON.parse(localStorage.getItem(COLUMNS_KEY) || "null");
     if (Array.isArray(saved) && saved.every((c) => typeof c === "string")) state.summaries = saved;
@@ -70,14 +76,18 @@
   };
   // Until the reader picks: the last value of the first key naming a loss and the max of the
   // first naming an accuracy (whatever the script called them), else the first key's last.
+  // A sweep's page puts its metric first (data-default-summary, e.g. "val/acc.last"), even
+  // before a trial logged it (a recipe logs val/* only at an epoch's end).
   const defaultSummaries = (keys) => {
     const loss = keys.find((k) => /loss/i.test(k));
     const acc = keys.find((k) => /acc/i.test(k));
     const chosen = [];
+    const first = section.dataset.defaultSummary;
+    if (first) chosen.push(first);
     if (loss) chosen.push(`${loss}.last`);
     if (acc) chosen.push(`${acc}.max`);
     if (!chosen.length && keys.length) chosen.push(`${keys[0]}.last`);
-    return chosen;
+    return [...new Set(chosen)];
   };
   const splitSummary = (col) => {
     const cut = col.lastIndexOf(".");
@@ -90,6 +100,11 @@
       {title: "Status", sort: "status", cell: (run) => {
         const td = el("td");
         td.append(el("span", run.status, `badge status-${run.status}`));
+        if (run.stopped_early) {
+          const mark = el("span", "stopped early", "badge stopped-early");
+          mark.title = run.stopped_early;
+          td.append(" ", mark);
+        }
         return td;
       }},
       {title: "Tags", cell: (run) => {
@@ -183,6 +198,7 @@
       const tr = el("tr");
       tr.dataset.runId = String(run.id);
       tr.style.setProperty("--run-color", ty.runColor(run.id));
+      if (run.stopped_early) tr.classList.add("stopped-early");
       if (state.highlight) tr.classList.add(state.highlight.has(run.id) ? "brushed" : "brushed-out");
       const box = el("input", undefined, "run-select");
       box.type = "checkbox";
@@ -262,7 +278,7 @@
   // --- loading ----------------------------------------------------------------------------
 
   const query = (cursor) => {
-    const params = new URLSearchParams({experiment_id: experimentId, sort: state.sort, limit: String(PAGE)});
+    const params = new URLSearchParams({[scope.key]: scope.id, sort: state.sort, limit: String(PAGE)});
     const status = $("runs-status").value;
     const tag = $("runs-tag").value.trim();
     const condition = $("runs-filter").value.trim();
@@ -271,6 +287,13 @@
     if (condition) params.append("filter", condition);
     if (cursor) params.set("cursor", cursor);
     return `/api/runs?${params}`;
+  };
+
+  // Until the reader picks, once some run has logged a metric (a page loaded before the first
+  // point gets its columns with the first refresh that brings one).
+  const pickDefaultSummaries = () => {
+    const keys = summaryKeys(state.runs);
+    if (state.summaries === null && keys.length) state.summaries = defaultSummaries(keys);
   };
 
   let loading = 0; // answers of a superseded request are dropped
@@ -294,7 +317,7 @@
     state.runs = runs;
     state.next = cursor;
     if (state.newest === Infinity) state.newest = Math.max(0, ...runs.map((run) => run.id));
-    if (state.summaries === null && state.runs.length) state.summaries = defaultSummaries(summaryKeys(state.runs));
+    pickDefaultSummaries();
     render();
     section.dataset.loaded = String(ticket);
   };
@@ -357,9 +380,10 @@
     state.selected = new Set(event.detail.ids);
     render();
   });
-  // Live: while a run is active the curves poll the runs list (experiment_curves.js); each
-  // answer refreshes the loaded rows (status, summaries) in place, and a run not loaded yet
-  // lists the runs again (with this table's sort and filters).
+  // Live: while a run is active the curves poll the runs list (experiment_curves.js; on a
+  // sweep's page sweep.js, with the sweep's runs); each answer refreshes the loaded rows
+  // (status, summaries) in place, and a run not loaded yet lists the runs again (with this
+  // table's sort and filters).
   // While the server does not answer (experiment_curves.js polls it), the statuses shown are
   // the last it confirmed: marked stale, with a note, until it answers again.
   const markStale = () => {
@@ -378,6 +402,7 @@
     const newest = Math.max(0, ...fresh.keys());
     if (newest > state.newest) { state.newest = newest; load(); return; }
     state.runs = state.runs.map((r) => fresh.get(r.id) || r);
+    pickDefaultSummaries();
     render();
   });
 

@@ -1,5 +1,5 @@
 // The sweep page (templates/sweep.html): progress over the trials, the best run so far, the
-// trials' table (each param, the metric, "stopped early" with its reason), the parallel
+// trials in the runs table (experiment_runs.js; "stopped early" marked there), the parallel
 // coordinates (ty.parcoords) of the params against the metric, and one hand-written SVG
 // scatter per param (metric vs param). Drawn from the page's JSON (GET /api/sweeps/{id}'s
 // body), then polled every 3 s while the sweep runs. Every name and value from the sweep
@@ -82,34 +82,20 @@
     box.replaceChildren(head, dl);
   };
 
-  const drawTable = (s) => {
-    const keys = Object.keys(s.parameters || {});
-    const head = document.getElementById("sweep-trials-head");
-    head.replaceChildren(el("th", "#"), el("th", "Run"), el("th", "Status"),
-      ...keys.map((k) => { const th = el("th", k); th.dataset.param = k; return th; }),
-      el("th", s.metric.name, "num"), el("th", "Steps", "num"), el("th", "Stopped early"));
-    const body = document.querySelector("#sweep-trials tbody");
-    const best = s.best ? s.best.run_id : null;
-    body.replaceChildren(...[...(s.trials || [])].reverse().map((t) => {
-      const tr = el("tr");
-      tr.dataset.trial = String(t.number);
-      if (t.run_id !== null) tr.dataset.runId = String(t.run_id);
-      if (t.run_id !== null && t.run_id === best) tr.classList.add("best");
-      const run = el("td");
-      run.append(t.run_id !== null ? runLink(t.run_id) : el("span", "deleted", "muted"));
-      const status = el("td");
-      status.append(el("span", t.status, `badge status-${t.status}`));
-      const stop = el("td");
-      if (t.stopped_early) {
-        tr.classList.add("stopped-early");
-        stop.append(el("span", "stopped early", "badge stopped-early"), " ",
-          el("span", t.stopped_early, "stop-reason"));
-      }
-      tr.append(el("td", t.number), run, status,
-        ...keys.map((k) => { const td = el("td", fmt((t.params || {})[k])); td.dataset.param = k; return td; }),
-        el("td", fmt(t.value), "num"), el("td", fmt(t.steps), "num"), stop);
-      return tr;
-    }));
+  // The trials are THE runs table's rows (experiment_runs.js, filtered by sweep_id): each
+  // poll's runs refresh it, as the curves' poll does on the experiment page.
+  // The best trial's row is marked whenever the table draws its rows.
+  let bestRun = null;
+  const markBest = () => {
+    for (const tr of document.querySelectorAll("#runs tbody tr[data-run-id]")) {
+      tr.classList.toggle("best", Number(tr.dataset.runId) === bestRun);
+    }
+  };
+  document.getElementById("runs-section")?.addEventListener("ty:runs", markBest);
+  const refreshRuns = (s) => {
+    bestRun = s.best ? s.best.run_id : null;
+    markBest();
+    document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: s.runs || []}}));
   };
 
   // metric vs param: numbers on a linear or log axis, anything else on
@@ -188,7 +174,7 @@
   const draw = (s) => {
     drawProgress(s);
     drawBest(s);
-    drawTable(s);
+    refreshRuns(s);
     drawScatters(s);
     drawParcoords(s);
   };

@@ -4,9 +4,11 @@ metric as the runs reported it (the stored points), and the stop itself.
 The worker's watch loop calls `check` after each forwarded batch of a sweep's run. The study
 is rebuilt from the stored points each time (the sweep's state is the database's, as for
 sampling): the other trials replayed in trial order (ASHA records its rungs as it goes), then
-this run's curve. A stop is the ordinary cancel (app.runs.lifecycle: the worker stops the job
-and finishes it cancelled, its GPU leases released in that transaction) with the reason said
-on the run (app.runs.notices), which the run page, GET /api/runs/{id} and the sweep show.
+this run's curve. A stop is the ordinary cancel request (app.runs.lifecycle) with the reason
+said on the run (app.runs.notices), which the run page, the runs table, GET /api/runs and the
+sweep show; the worker's watch loop, seeing that `check` stopped the trial, kills its job at
+once (no cancel grace: the trial is discarded, its points stored) and finishes it cancelled,
+its GPU leases released in that transaction (measured ~0.3 s after the decision).
 """
 
 from __future__ import annotations

@@ -63,13 +63,23 @@ def test_sweep_page_shows_progress_best_charts_and_the_trial_stopped_early(
     expect(page.locator('#sweep-best-params dd[data-key="params.lr"]')).to_have_text(
         str(best["params"]["params.lr"])
     )
-    rows = page.locator("#sweep-trials tbody tr")
+    # the trials are THE runs table (experiment_runs.js), listed by sweep_id, live to the end
+    expect(page.locator("#runs-section")).to_have_attribute("data-sweep-id", str(sweep_id))
+    rows = page.locator("#runs tbody tr")
     expect(rows).to_have_count(3)
-    stopped = page.locator("#sweep-trials tr.stopped-early")
+    expect(page.locator('#runs th[data-param="params.lr"]')).to_have_count(1)
+    # the sweep's metric is a column, though the page loaded before any trial logged it
+    expect(page.locator('#runs th[data-summary="val/acc.last"]')).to_have_count(1)
+    for trial in sweep["trials"]:
+        row = page.locator(f'#runs tr[data-run-id="{trial["run_id"]}"]')
+        expect(row.locator(".badge").first).to_have_text(trial["status"])
+    stopped = page.locator("#runs tr.stopped-early")
     expect(stopped).to_have_count(1)
     expect(stopped).to_have_attribute("data-run-id", str(bad["run_id"]))
-    expect(stopped.locator(".stop-reason")).to_have_text(bad["stopped_early"])
-    expect(page.locator(f'#sweep-trials tr.best[data-run-id="{best["run_id"]}"]')).to_have_count(1)
+    mark = stopped.locator(".badge.stopped-early")
+    expect(mark).to_have_text("stopped early")
+    expect(mark).to_have_attribute("title", bad["stopped_early"])
+    expect(page.locator(f'#runs tr.best[data-run-id="{best["run_id"]}"]')).to_have_count(1)
 
     expect(page.locator("#sweep-parcoords g.pc-run")).to_have_count(3)
     expect(page.locator('#sweep-parcoords g.pc-axis[data-key="params.lr"]')).to_have_count(1)
@@ -83,7 +93,38 @@ def test_sweep_page_shows_progress_best_charts_and_the_trial_stopped_early(
     page.goto(f"/runs/{bad['run_id']}")
     expect(page.locator("#sweep-link")).to_have_attribute("href", f"/sweeps/{sweep_id}")
     page.goto(f"/experiments/{body['experiment_id']}")
-    expect(page.locator(f'#sweeps tr[data-sweep-id="{sweep_id}"] .badge')).to_have_text("succeeded")
+    listed = page.locator(f'#sweeps tr[data-sweep-id="{sweep_id}"]')
+    expect(listed.locator(".badge")).to_have_text("succeeded")
+    expect(listed.locator(".sweep-progress")).to_have_text("3 / 3")
+    expect(listed.locator(".sweep-best a")).to_have_attribute("href", f"/runs/{best['run_id']}")
+
+
+def test_the_experiment_page_lists_its_sweeps_live(admin_page: Page, api: httpx.Client) -> None:
+    """A sweep running when the page loaded is redrawn every 3 s (progress, status, best)
+    until it ends, with no reload."""
+    page = admin_page
+    config = {**TINY, "params": {**TINY["params"], "epochs": 1, "step_sleep": 0.1}}
+    experiment_id = _experiment(api, "sweeps live", config)
+    body = {
+        "experiment_id": experiment_id,
+        "method": "random",
+        "metric": {"name": "val/acc", "goal": "maximize"},
+        "parameters": {"params.lr": {"distribution": "log_uniform", "min": 1e-2, "max": 0.3}},
+        "max_runs": 2,
+        "max_concurrent": 1,
+        "seed": 4,
+    }
+    created = api.post("/api/sweeps", json=body)
+    assert created.status_code == 201, created.text
+    sweep_id = created.json()["id"]
+    page.goto(f"/experiments/{experiment_id}")
+    row = page.locator(f'#sweeps tr[data-sweep-id="{sweep_id}"]')
+    expect(row).to_have_attribute("data-status", "running")
+    expect(row.locator(".sweep-progress")).to_have_text("0 / 2")
+    expect(row).to_have_attribute("data-status", "succeeded", timeout=120_000)
+    expect(row.locator(".sweep-progress")).to_have_text("2 / 2")
+    best = api.get(f"/api/sweeps/{sweep_id}").json()["best"]
+    expect(row.locator(".sweep-best a")).to_have_text(f"run {best['run_id']}")
 
 
 def test_new_sweep_form_shows_each_422_next_to_its_field(
