@@ -146,8 +146,11 @@ def post_webhook(url: str, body: dict[str, Any], settings: Settings) -> str:
     try:
         conn.request("POST", path, body=data, headers=headers)
         response = conn.getresponse()
-        status = response.status
-        excerpt = response.read(1024).decode("utf-8", "replace") if status >= 300 else ""
+        try:
+            status = response.status
+            excerpt = response.read(1024).decode("utf-8", "replace") if status >= 300 else ""
+        finally:
+            response.close()
     except (OSError, http.client.HTTPException) as exc:
         raise SendError(f"{type(exc).__name__}: {exc}") from None
     finally:

@@ -143,13 +143,12 @@ def record(
         for channel, target in channels(row)
     ]
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    result = session.execute(
-        insert(Delivery).on_conflict_do_nothing(
-            index_elements=["run_id", "event", "detail", "channel"]
-        ),
-        values,
+    stmt = insert(Delivery.__table__).on_conflict_do_nothing(  # type: ignore[arg-type]
+        index_elements=["run_id", "event", "detail", "channel"]
     )
-    inserted = int(getattr(result, "rowcount", 0) or 0)
+    inserted = 0
+    for value in values:  # one statement per channel (two at most): each rowcount is exact
+        inserted += max(0, session.connection().execute(stmt, value).rowcount)
     if inserted:
         from app.notifications.delivery import wake
 
