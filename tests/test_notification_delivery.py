@@ -6,7 +6,6 @@ gives up on a destination it refuses."""
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Iterator
 from datetime import timedelta
@@ -279,4 +278,12 @@ def test_a_disabled_owner_or_no_settings_records_nothing() -> None:
         lifecycle.fail(session, run_id=run_id, attempt=1, reason="x")
         assert session.get(NotificationSettings, owner) is not None
     assert deliveries(run_id) == []
-    assert json.dumps([])  # nothing else to check: no row, no delivery
+
+
+def test_the_spool_parser_says_whether_a_batch_has_a_null_at_no_cost() -> None:
+    from worker.spool_lines import parse_spool
+
+    finite = (line(1, '{"a": 1.0}') + "\n").encode()
+    assert parse_spool(finite).nulls is False  # the forwarder skips the NaN check
+    assert parse_spool(finite + (line(2, '{"a": null}') + "\n").encode()).nulls is True
+    assert parse_spool((line(3, '{"a": NaN}') + "\n").encode()).nulls is True  # the slow path

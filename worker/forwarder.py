@@ -246,7 +246,8 @@ def _forward_lines(
             _record_checkpoints(session, run_id=run.id, records=parsed.checkpoints)
         if parsed.steps:
             ingest_steps(session, run_id=run.id, steps=parsed.steps, key_limit=key_limit)
-            metrics_arrived(session, run_id=run.id, steps=parsed.steps)  # NaN/inf: outbox only
+        if parsed.nulls:  # a NaN/inf value (written as null): its owner may be told
+            metrics_arrived(session, run_id=run.id, steps=parsed.steps)
         if parsed.checkpoints:  # after the points: the best is ranked by their values
             retention.apply(session, run=run, run_dir=metrics_path.parent)
     if too_long:
