@@ -160,9 +160,12 @@ def notify_forever(stop: threading.Event) -> None:
         _WAKE.clear()
         try:
             checks.run()
+        except Exception:  # the database may be away for a moment; the next round retries
+            log.exception("notifications: the periodic checks failed; will retry")
+        try:
             while deliver_due():
                 if stop.is_set():
                     return
-        except Exception:  # the database may be away for a moment; the next round retries
-            log.exception("notifications: a round failed; will retry")
+        except Exception:
+            log.exception("notifications: a delivery round failed; will retry")
         _WAKE.wait(interval)

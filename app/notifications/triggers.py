@@ -19,7 +19,8 @@ caller's transaction (app.notifications.service.record); nothing here touches th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,12 +48,24 @@ _END_EVENTS = {
 }
 
 
+@contextmanager
+def best_effort(what: str, run_id: int) -> Iterator[None]:
+    """A trigger inside someone else's transaction (a run's final status, a batch of points)
+    must never cost it: in a savepoint, and an error is logged and dropped with it."""
+    try:
+        yield
+    except Exception:
+        log.exception("run %s: recording the %s notification failed", run_id, what)
+
+
 def run_ended(session: Session, *, run_id: int, status: RunStatus) -> None:
     event = _END_EVENTS.get(status)
-    run = session.get(Run, run_id, populate_existing=True)
-    if event is None or run is None:
+    if event is None:
         return
-    record(session, run=run, event=event)
+    with best_effort(event.value, run_id), session.begin_nested():
+        run = session.get(Run, run_id, populate_existing=True)
+        if run is not None:
+            record(session, run=run, event=event)
 
 
 def non_finite(steps: Sequence[tuple[int, float, Mapping[str, Any]]]) -> tuple[int, set[str]]:
@@ -74,6 +87,11 @@ def metrics_arrived(
     step, keys = non_finite(steps)
     if not keys:
         return
+    with best_effort(Event.non_finite.value, run_id), session.begin_nested():
+        _record_non_finite(session, run_id=run_id, step=step, keys=keys)
+
+
+def _record_non_finite(session: Session, *, run_id: int, step: int, keys: set[str]) -> None:
     run = session.get(Run, run_id)
     if run is None or subscriber(session, run, Event.non_finite) is None:
         return
