@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from email.message import Message
 
 import pytest
 from sqlalchemy import select
 
 from app.db import session_scope
-from app.gpus.models import GpuLease, WorkerHost
+from app.gpus.models import GpuLease
+from app.gpus.service import touch_host
 from app.metrics.ingest import ingest_points
 from app.notifications import service
 from app.notifications.delivery import deliver_due
@@ -29,7 +30,9 @@ from app.timeutil import utcnow
 from tests.conftest import make_user
 from tests.factories import add_run
 from tests.notify_receivers import SmtpReceiver, smtp_receiver, wait_until, webhook_receiver
+from tests.test_gpu_panel import fake_nvml
 from worker.forwarder import forward
+from worker.gpus import read_gpu_stats
 
 
 @pytest.fixture
@@ -234,12 +237,13 @@ def test_a_leased_gpu_at_zero_utilisation_for_n_minutes_is_told_once() -> None:
     host = f"gpu-host-{secrets.token_hex(3)}"
     t0 = utcnow()
 
-    def stats(util: int, at: object) -> None:
+    def stats(util: float, at: datetime) -> None:
+        """The host heartbeat's write, with GPU 0 at `util` and GPU 1 busy, read through the
+        NVML edge's stand-in."""
+        nvml = fake_nvml([], [4242])
+        nvml.gpus[0]["util"] = util
         with session_scope() as session:
-            row = session.get(WorkerHost, host) or WorkerHost(host=host, gpus=[0, 1])
-            row.gpu_stats = [{"index": 0, "utilization": util}, {"index": 1, "utilization": 80}]
-            row.heartbeat_at = at  # type: ignore[assignment]
-            session.add(row)
+            touch_host(session, host=host, gpus=[0, 1], now=at, gpu_stats=read_gpu_stats(nvml))
 
     stats(0, t0)
     with session_scope() as session:
