@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
@@ -176,6 +177,14 @@ class Settings(BaseSettings):
     # The address people open the dashboard at ("https://gpu.example.com"): messages link to
     # the run's page when it is set.
     public_url: str = ""
+
+    @field_validator("notify_webhook_allow_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        """A typo here would otherwise surface only as failed deliveries."""
+        for network in filter(None, (n.strip() for n in value.split(","))):
+            ipaddress.ip_network(network, strict=False)  # ValueError: the process refuses to start
+        return value
 
     @property
     def resolved_data_dir(self) -> Path:
