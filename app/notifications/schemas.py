@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.notifications.models import SUBSCRIBABLE, Channel, DeliveryStatus, Event
-from app.notifications.senders import url_problem
+from app.notifications.senders import host_problem, url_problem
+from app.settings import get_settings
 from app.timeutil import UtcDateTime
 
 # Deliberately plain: one @, no spaces, quotes, angle brackets, commas or control characters
@@ -41,7 +42,7 @@ class NotificationSettingsIn(BaseModel):
     @field_validator("webhook_url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and (problem := url_problem(value)):
+        if value is not None and (problem := url_problem(value) or host_problem(value)):
             raise ValueError(problem)
         return value
 
@@ -50,6 +51,8 @@ class NotificationSettingsIn(BaseModel):
     def _email(cls, value: str | None) -> str | None:
         if value is not None and not _EMAIL.match(value):
             raise ValueError("not an e-mail address (name@example.com)")
+        if value is not None and not get_settings().smtp_host:
+            raise ValueError("this server cannot send e-mail (no TORCHYARD_SMTP_HOST is set)")
         return value
 
     @field_validator("events")

@@ -23,7 +23,7 @@ from email.message import EmailMessage
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from app.settings import Settings
+from app.settings import Settings, get_settings
 
 MAX_URL = 2000
 USER_AGENT = "torchyard-notifications/1"
@@ -80,8 +80,9 @@ def address_allowed(address: str, settings: Settings) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def host_problem(url: str, settings: Settings) -> str | None:
+def host_problem(url: str, settings: Settings | None = None) -> str | None:
     """Why the URL's host is refused, judged without DNS (a literal address, localhost)."""
+    settings = settings or get_settings()
     host = urlsplit(url).hostname or ""
     literal = _literal_ip(host)
     if host.lower() == "localhost":

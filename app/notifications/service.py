@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.db import after_commit
-from app.errors import validation_error
 from app.notifications import messages
 from app.notifications.models import (
     Channel,
@@ -27,7 +26,6 @@ from app.notifications.schemas import (
     NotificationSettingsIn,
     NotificationSettingsOut,
 )
-from app.notifications.senders import host_problem
 from app.runs.models import Run
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
@@ -54,26 +52,9 @@ def out(row: NotificationSettings | None) -> NotificationSettingsOut:
     )
 
 
-def problems(data: NotificationSettingsIn) -> list[dict[str, Any]]:
-    """What the schema alone cannot judge (it needs this server's settings), as 422 errors."""
-    found: list[dict[str, Any]] = []
-    if data.webhook_url and (problem := host_problem(data.webhook_url, get_settings())):
-        found.append({"loc": ["body", "webhook_url"], "msg": problem, "type": "value_error"})
-    if data.email and not get_settings().smtp_host:
-        found.append(
-            {
-                "loc": ["body", "email"],
-                "msg": "this server cannot send e-mail (no TORCHYARD_SMTP_HOST is set)",
-                "type": "value_error",
-            }
-        )
-    return found
-
-
 def save(session: Session, *, user: User, data: NotificationSettingsIn) -> NotificationSettings:
-    """Replace the user's settings; 422 naming the field the server refuses."""
-    if found := problems(data):
-        raise validation_error(found)
+    """Replace the user's settings (NotificationSettingsIn has checked them, this server's
+    rules included: the networks a webhook may reach, whether it can send e-mail)."""
     row = settings_of(session, user.id) or NotificationSettings(user_id=user.id)
     row.webhook_url = data.webhook_url
     row.email = data.email
