@@ -24,6 +24,9 @@ from app.experiments.api import router as experiments_router
 from app.experiments.views import router as experiments_views
 from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
+from app.notifications.api import router as notifications_router
+from app.notifications.delivery import notify_forever
+from app.notifications.views import router as notifications_views
 from app.ops.prometheus import RequestTimer
 from app.ops.prometheus import router as prometheus_router
 from app.ops.ready import router as ready_router
@@ -63,6 +66,8 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     reaper.start()
     # Sweeps go on after a restart even before a worker's own pass (app/sweeps/driver.py).
     threading.Thread(target=advance_running_sweeps, name="sweeps", daemon=True).start()
+    # Notifications go out from the API too (a run cancelled while queued has no worker).
+    threading.Thread(target=notify_forever, args=(stop,), name="notify", daemon=True).start()
     try:
         yield
     finally:
@@ -106,6 +111,7 @@ def create_app() -> FastAPI:
         code_router,
         compare_router,
         gpus_router,
+        notifications_router,
         users_router,
         sweeps_router,
     ):
@@ -125,6 +131,7 @@ def create_app() -> FastAPI:
         compare_views,
         gpus_views,
         users_views,
+        notifications_views,
         sweeps_views,
     ):
         app.include_router(router)

@@ -5,6 +5,7 @@ from app.code.models import CodeSnapshot
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
+from app.notifications.models import Delivery, NotificationSettings
 from app.ops.models import OpsCounter
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
 from app.sweeps.models import Sweep, SweepTrial
@@ -13,10 +14,12 @@ __all__ = [
     "ApiToken",
     "Checkpoint",
     "CodeSnapshot",
+    "Delivery",
     "Experiment",
     "GpuLease",
     "Metric",
     "MetricKey",
+    "NotificationSettings",
     "OpsCounter",
     "Run",
     "RunImage",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
@@ -163,6 +164,42 @@ class Settings(BaseSettings):
     # once it was last uploaded or chosen for a config this long ago (a config being saved
     # in a concurrent transaction is not yet visible to the deletion's check).
     code_unused_grace_seconds: float = Field(default=600.0, ge=0)
+
+    # Notifications (app/notifications/). E-mail goes through this box's SMTP server (empty
+    # host: no e-mail; the settings page says so); user and password only when it wants a login.
+    smtp_host: str = ""
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    smtp_from: str = "torchyard@localhost"
+    smtp_user: str = ""
+    smtp_password: str = ""
+    smtp_starttls: bool = False
+    # Each delivery is tried up to this many times; the delays between tries start at
+    # notify_retry_seconds and double. A try waits at most notify_timeout_seconds.
+    notify_max_attempts: int = Field(default=4, ge=1, le=20)
+    notify_retry_seconds: float = Field(default=15.0, ge=0)
+    notify_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    # How often each API process and worker sends what is due and runs the periodic checks
+    # (stalled runs, idle GPUs); 0: never (a process that should not deliver).
+    notify_poll_seconds: float = Field(default=5.0, ge=0)
+    # How long one of the users' "N minutes" (stalled, GPU idle) lasts: tests shrink it.
+    notify_minute_seconds: float = Field(default=60.0, gt=0)
+    # Webhooks reach public addresses only (no loopback, private, link-local, ... address: a
+    # user's URL must not make the server call its own network). Comma-separated CIDR ranges
+    # listed here are allowed too ("10.1.2.0/24" for a Mattermost on the LAN).
+    notify_webhook_allow_networks: str = ""
+    # "Send test" at most once per this many seconds per user (it is a request to send mail).
+    notify_test_cooldown_seconds: float = Field(default=10.0, ge=0)
+    # The address people open the dashboard at ("https://gpu.example.com"): messages link to
+    # the run's page when it is set.
+    public_url: str = ""
+
+    @field_validator("notify_webhook_allow_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        """A typo here would otherwise surface only as failed deliveries."""
+        for network in filter(None, (n.strip() for n in value.split(","))):
+            ipaddress.ip_network(network, strict=False)  # ValueError: the process refuses to start
+        return value
 
     @property
     def resolved_data_dir(self) -> Path:

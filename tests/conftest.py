@@ -39,6 +39,9 @@ os.environ.update(
     TORCHYARD_WORKSPACE_DIR=str(WORKSPACE_DIR),
     # Tests build "running" runs by hand; only tests/test_liveness.py's own stack reaps.
     TORCHYARD_REAP_INTERVAL_SECONDS="0",
+    # Nor does anything deliver notifications, but the stacks of tests/test_e2e_notifications.py
+    # (a delivery thread with this process's settings would send their messages elsewhere).
+    TORCHYARD_NOTIFY_POLL_SECONDS="0",
     # Every job of the live stack runs sandboxed (worker/sandbox.py): the worker refuses to
     # start without bubblewrap, so the suite fails rather than quietly testing unisolated jobs.
     # Off only on a machine without bwrap outside CI (`make test` installs it).

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from app.auth.models import ApiToken, Role, User
 from app.auth.service import create_token
@@ -47,6 +47,7 @@ from app.db import session_scope
 from app.experiments import service as experiments
 from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
+from app.notifications.models import Delivery, NotificationSettings
 from app.runs.models import Checkpoint, Run, RunImage
 from app.settings import get_settings
 from app.static_files import chart_asset_url
@@ -156,6 +157,19 @@ class World:
             assert owner is not None and exp is not None
             data = SweepCreate.model_validate(sweep_spec(self))
             return sweeps.create_sweep(session, experiment=exp, owner=owner, data=data).id
+
+    def notify_ready(self) -> str:
+        """The sender has a channel to test (a webhook the server refuses to call: no network
+        I/O) and no test moments ago (the cooldown)."""
+        user_id = self.sender.user_id
+        with session_scope() as session:
+            session.merge(
+                NotificationSettings(
+                    user_id=user_id, webhook_url="http://127.0.0.1:9/hook", events=["failed"]
+                )
+            )
+            session.execute(delete(Delivery).where(Delivery.user_id == user_id))
+        return "/api/users/me/notifications/test"
 
     def owner_token_id(self) -> int:
         with session_scope() as session:
@@ -341,6 +355,14 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/metrics"): Row(USER, 200, _get("/metrics")),
     ("GET", "/api/users/me"): Row(
         USER, 200, _get("/api/users/me"), lambda w, r: r.json()["username"] == w.other.username
+    ),
+    ("GET", "/api/users/me/notifications"): Row(USER, 200, _get("/api/users/me/notifications")),
+    ("PUT", "/api/users/me/notifications"): Row(
+        USER, 200, lambda w: ("/api/users/me/notifications", {"json": {"stalled_minutes": 12}})
+    ),
+    ("POST", "/api/users/me/notifications/test"): Row(USER, 200, lambda w: (w.notify_ready(), {})),
+    ("GET", "/api/users/me/notifications/deliveries"): Row(
+        USER, 200, _get("/api/users/me/notifications/deliveries")
     ),
     ("POST", "/api/users/me/password"): Row(
         USER, 204, lambda w: ("/api/users/me/password", {"json": _same_password(w)})
@@ -528,6 +550,13 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("POST", "/account/tokens/{token_id}/revoke"): Row(
         PAGE_TOKEN, 303, lambda w: (f"/account/tokens/{w.owner_token_id()}/revoke", {})
     ),
+    ("GET", "/account/notifications"): Row(PAGE_USER, 200, _get("/account/notifications")),
+    ("POST", "/account/notifications"): Row(
+        PAGE_USER, 200, lambda w: ("/account/notifications", {"data": {"stalled_minutes": "12"}})
+    ),
+    ("POST", "/account/notifications/test"): Row(
+        PAGE_USER, 200, lambda w: (w.notify_ready() and "/account/notifications/test", {})
+    ),
     ("GET", "/admin/users"): Row(PAGE_ADMIN, 200, _get("/admin/users")),
     ("POST", "/admin/users"): Row(
         PAGE_ADMIN,
@@ -588,6 +617,8 @@ def fingerprint() -> tuple[object, ...]:
             session.scalar(select(func.count()).where(ApiToken.revoked_at.is_not(None))) or 0,
             hash(tuple(tuple(u) for u in users)),
             hash(tuple(session.scalars(select(Run.name).order_by(Run.id)))),
+            session.scalar(select(func.count()).select_from(Delivery)) or 0,
+            hash(tuple(session.scalars(select(NotificationSettings.updated_at)))),
         )
 
 

@@ -34,6 +34,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.metrics.ingest import KeyLimit, ingest_steps
+from app.notifications.triggers import metrics_arrived
 from app.runs import notices
 from app.runs.job_files import FileRefused, cut_job_file, job_file_size, open_job_file
 from app.runs.models import Checkpoint, Run, RunLogChunk
@@ -245,6 +246,8 @@ def _forward_lines(
             _record_checkpoints(session, run_id=run.id, records=parsed.checkpoints)
         if parsed.steps:
             ingest_steps(session, run_id=run.id, steps=parsed.steps, key_limit=key_limit)
+        if parsed.nulls:  # a NaN/inf value (written as null): its owner may be told
+            metrics_arrived(session, run_id=run.id, steps=parsed.steps)
         if parsed.checkpoints:  # after the points: the best is ranked by their values
             retention.apply(session, run=run, run_dir=metrics_path.parent)
     if too_long:

@@ -73,6 +73,10 @@ class Parsed:
     steps: list[Step] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    # False only when no metrics value is null (non-finite): known for free on the fast path
+    # (the set of value types), so the NaN notification (app.notifications.triggers) walks
+    # the lines only of a batch that has one.
+    nulls: bool = True
 
 
 _NUMBER_TYPES = frozenset({float, int, bool, type(None)})
@@ -186,6 +190,7 @@ def _fast(chunk: bytes, lines: int) -> Parsed | None:
         values = [r["values"] for r in metrics]
     except KeyError:
         return None
+    kinds: set[type] = set()
     if metrics:
         if set(map(type, steps_)) != {int} or max(steps_) > INT64[1]:
             return None  # orjson gives ints down to -2**63 and up to 2**64 - 1
@@ -193,14 +198,18 @@ def _fast(chunk: bytes, lines: int) -> Parsed | None:
             return None
         if set(map(type, values)) != {dict}:
             return None
-        if not set(map(type, chain.from_iterable(map(dict.values, values)))) <= _NUMBER_TYPES:
+        kinds = set(map(type, chain.from_iterable(map(dict.values, values))))
+        if not kinds <= _NUMBER_TYPES:
             return None
         try:
             for key in set(chain.from_iterable(values)):
                 check_key(key)
         except BadLine:
             return None
-    parsed = Parsed(steps=[(s, float(t), v) for s, t, v in zip(steps_, times, values, strict=True)])
+    parsed = Parsed(
+        steps=[(s, float(t), v) for s, t, v in zip(steps_, times, values, strict=True)],
+        nulls=type(None) in kinds,
+    )
     if len(metrics) != len(records):
         try:
             parsed.checkpoints = [

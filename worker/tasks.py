@@ -9,6 +9,7 @@ from typing import Any
 from celery import Task
 from celery.signals import worker_ready, worker_shutting_down
 
+from app.notifications.delivery import notify_forever
 from app.settings import get_settings
 from app.sweeps.driver import advance_forever, advance_sweep
 from worker.adoption import adopt_jobs
@@ -30,6 +31,10 @@ def _start_host_heartbeat(**_kwargs: Any) -> None:
     ).start()
     threading.Thread(
         target=reap_forever, args=(_HOST_HEARTBEAT_STOP,), name="reaper", daemon=True
+    ).start()
+    # The outbox: notifications recorded by this worker's runs (and anyone's) go out.
+    threading.Thread(
+        target=notify_forever, args=(_HOST_HEARTBEAT_STOP,), name="notify", daemon=True
     ).start()
     # Sweeps whose trials ended while no worker was up (or whose advance was lost) go on.
     threading.Thread(

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from app.db import after_commit
 from app.gpus.leases import heartbeat_leases, release_leases
+from app.notifications.triggers import run_ended
 from app.runs.models import Run, RunStatus
 from app.runs.params import record_config
 from app.timeutil import utcnow
@@ -65,8 +66,11 @@ def enqueue_sweep_advance(sweep_id: int) -> None:
     celery_app.send_task(SWEEP_ADVANCE_TASK, args=[sweep_id])
 
 
-def _ended(session: Session, run_id: int) -> None:
-    """After a run's final status: a sweep's trial advances its sweep once this commits."""
+def _ended(session: Session, run_id: int, status: RunStatus) -> None:
+    """After a run's final status: its owner's notification goes into the outbox (sent by a
+    delivery thread after the commit: no network I/O in this transaction), and a sweep's trial
+    advances its sweep once this commits."""
+    run_ended(session, run_id=run_id, status=status)
     sweep_id = session.scalar(select(Run.sweep_id).where(Run.id == run_id))
     if sweep_id is not None:
         after_commit(session, lambda: enqueue_sweep_advance(sweep_id))
@@ -173,7 +177,7 @@ def finish(
     )
     if done:
         release_leases(session, run_id=run_id)
-        _ended(session, run_id)
+        _ended(session, run_id, status)
     else:
         log.warning("run %s: attempt %s no longer runs; its status stays", run_id, attempt)
     session.flush()
@@ -228,7 +232,7 @@ def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> Can
         .where(Run.id == run_id, Run.status == RunStatus.queued)
         .values(status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True),
     ):
-        _ended(session, run_id)
+        _ended(session, run_id, RunStatus.cancelled)
         return CancelOutcome.CANCELLED
     if _took_effect(
         session,
