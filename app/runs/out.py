@@ -1,6 +1,5 @@
-"""A run as the API shows it: the row's fields, its params, tags, metric summaries, disk use
-and, while it is queued, why it waits."""
-and why its sweep stopped it early (if it did)."""
+"""A run as the API shows it: the row's fields, its params, tags, metric summaries, disk use;
+while it is queued, why it waits, and why its sweep stopped it early (if it did)."""
 
 from __future__ import annotations
 
