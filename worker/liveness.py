@@ -22,7 +22,6 @@ from torchyard.contract import METRICS_FILE
 from worker import job_records
 from worker.forwarder import forward
 from worker.gpus import host_name
-from worker.process import JobProcess
 
 log = logging.getLogger(__name__)
 
@@ -51,36 +50,22 @@ def salvage_spool(session: Session, run_id: int) -> None:
             notices.ingest_error(run, f"salvage: {type(exc).__name__}: {first}")
 
 
-def stop_orphan(run_id: int) -> None:
-    """A lost run's job that still trains on this host (its worker stopped and none came back
-    in time): stopped before the run is handed over, so it neither holds GPUs nobody leases
-    nor writes into the folder of the run's next attempt."""
-    settings = get_settings()
-    record = job_records.find(run_id, host_name(settings))
-    if record is None:
-        return
-    if record.alive():
-        log.warning("run %s: stopping its job, which trains on with no worker", run_id)
-        JobProcess.adopt(
-            keeper_pid=record.keeper_pid,
-            keeper_start=record.keeper_start,
-            token=record.token,
-            sandboxed=record.sandboxed,
-            exit_file=record.exit_path,
-        ).stop(settings.cancel_grace_seconds)
-    record.remove()
-
-
-def salvage_lost_run(session: Session, run_id: int) -> None:
-    stop_orphan(run_id)
-    salvage_spool(session, run_id)
+def still_training(run_id: int) -> bool:
+    """The run's job still trains on this machine (its keeper is the one its worker
+    recorded): its worker stopped, but the job is not lost. The host's next worker re-adopts
+    it (worker.adoption), however long the upgrade takes; until then the run stays running."""
+    record = job_records.find(run_id, host_name(get_settings()))
+    return record is not None and record.alive()
 
 
 def reap_once() -> list[Handover]:
     settings = get_settings()
     with session_scope() as session:
         return reap_lost_runs(
-            session, lost_after_seconds=settings.run_lost_seconds, salvage=salvage_lost_run
+            session,
+            lost_after_seconds=settings.run_lost_seconds,
+            salvage=salvage_spool,
+            still_training=still_training,
         )
 
 

@@ -131,9 +131,12 @@ def reap_lost_runs(
     lost_after_seconds: float,
     now: datetime | None = None,
     salvage: Callable[[Session, int], None] | None = None,
+    still_training: Callable[[int], bool] | None = None,
 ) -> list[Handover]:
     """Fail or requeue every running run whose worker stopped heartbeating. ``salvage`` is
-    given each claimed run first (worker.liveness moves what is left of its spool)."""
+    given each claimed run first (worker.liveness moves what is left of its spool).
+    ``still_training`` names runs whose job is seen alive on this machine: not lost, only
+    waiting for the host's next worker to re-adopt it (an upgrade may take minutes)."""
     now = now or utcnow()
     cutoff = now - timedelta(seconds=lost_after_seconds)
     stamp = func.coalesce(Run.heartbeat_at, Run.started_at)
@@ -144,6 +147,8 @@ def reap_lost_runs(
     ).all()
     done: list[Handover] = []
     for run_id, seen in stale:
+        if still_training is not None and still_training(run_id):
+            continue
         # Claim it by touching the stamp: a second reaper's UPDATE no longer sees it stale.
         claimed = session.execute(
             update(Run)
