@@ -18,10 +18,11 @@ from app.runs import notices
 from app.runs.models import Run
 from app.runs.recovery import Handover, reap_lost_runs
 from app.settings import get_settings
-from torchyard.contract import METRICS_FILE
+from torchyard.contract import LOG_FILE, METRICS_FILE
 from worker import job_records
 from worker.forwarder import forward
 from worker.gpus import host_name
+from worker.job_errors import run_error
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,22 @@ def still_training(run_id: int) -> bool:
     return record is not None and record.alive()
 
 
+def ended_unwatched(run_id: int) -> tuple[int, str | None] | None:
+    """(exit status, error) of the run's job when it ended on this machine while no worker
+    watched it (its keeper wrote the status), e.g. during an upgrade longer than
+    run_lost_seconds; the spool is moved first (salvage_spool)."""
+    settings = get_settings()
+    record = job_records.find(run_id, host_name(settings))
+    if record is None or record.alive():
+        return None
+    code = record.exit_code()
+    if code is None:
+        return None
+    run_dir = settings.run_dir(run_id)
+    record.remove()
+    return code, run_error(run_dir, run_dir / LOG_FILE, code) if code else None
+
+
 def reap_once() -> list[Handover]:
     settings = get_settings()
     with session_scope() as session:
@@ -66,6 +83,7 @@ def reap_once() -> list[Handover]:
             lost_after_seconds=settings.run_lost_seconds,
             salvage=salvage_spool,
             still_training=still_training,
+            ended_unwatched=ended_unwatched,
         )
 
 

@@ -39,6 +39,7 @@ class HandoverOutcome(enum.Enum):
     FAILED = "failed"  # no restarts left
     CANCELLED = "cancelled"  # its cancel had been requested: it ends as asked, not requeued
     GONE = "gone"  # not running as that attempt any more: someone else handled it
+    ENDED = "ended"  # its job ended while no worker watched it: its own exit status decides
 
 
 @dataclass(frozen=True)
@@ -132,11 +133,14 @@ def reap_lost_runs(
     now: datetime | None = None,
     salvage: Callable[[Session, int], None] | None = None,
     still_training: Callable[[int], bool] | None = None,
+    ended_unwatched: Callable[[int], tuple[int, str | None] | None] | None = None,
 ) -> list[Handover]:
     """Fail or requeue every running run whose worker stopped heartbeating. ``salvage`` is
     given each claimed run first (worker.liveness moves what is left of its spool).
     ``still_training`` names runs whose job is seen alive on this machine: not lost, only
-    waiting for the host's next worker to re-adopt it (an upgrade may take minutes)."""
+    waiting for the host's next worker to re-adopt it (an upgrade may take minutes).
+    ``ended_unwatched`` gives (exit status, error) of a job that ended on this machine while
+    no worker watched it: the run ends as its job did, not as "worker lost"."""
     now = now or utcnow()
     cutoff = now - timedelta(seconds=lost_after_seconds)
     stamp = func.coalesce(Run.heartbeat_at, Run.started_at)
@@ -163,7 +167,31 @@ def reap_lost_runs(
             salvage(session, run_id)
         run = session.get(Run, run_id, populate_existing=True)
         assert run is not None
+        ended = ended_unwatched(run_id) if ended_unwatched is not None else None
+        if ended is not None:
+            done.append(Handover(run_id, _end_as_its_job(session, run=run, ended=ended, now=now)))
+            continue
         silent = f"{(now - as_utc(seen)).total_seconds():.0f} s" if seen else "ever"
         reason = f"{WORKER_LOST}: no heartbeat from {run.worker_host or 'its worker'} for {silent}"
         done.append(Handover(run_id, hand_over(session, run=run, reason=reason, now=now)))
     return done
+
+
+def _end_as_its_job(
+    session: Session, *, run: Run, ended: tuple[int, str | None], now: datetime
+) -> HandoverOutcome:
+    code, error = ended
+    if run.cancel_requested:
+        status = RunStatus.cancelled
+    else:
+        status = RunStatus.succeeded if code == 0 else RunStatus.failed
+    took = lifecycle.finish(
+        session,
+        run_id=run.id,
+        attempt=run.attempt,
+        status=status,
+        exit_code=code,
+        error=None if status is RunStatus.succeeded else error,
+        now=now,
+    )
+    return HandoverOutcome.ENDED if took else HandoverOutcome.GONE
