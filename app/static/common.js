@@ -30,6 +30,49 @@ ty.errorText = (body) => {
   return typeof body === "string" ? body : JSON.stringify(body);
 };
 
+// A form's errors next to its fields. FastAPI's 422 body is [{loc: ["body", ...], msg}];
+// `names(loc)` (loc without "body") lists the input names to try for one error, the first
+// found wins and the first name labels an error no input takes, which goes to `formError`.
+ty.formErrors = (form, formError, names) => {
+  const showFormError = (text) => {
+    formError.hidden = false;
+    formError.textContent = formError.textContent ? `${formError.textContent} ${text}` : text;
+  };
+  const clear = () => {
+    form.querySelectorAll(".field-error").forEach((el) => el.remove());
+    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+    formError.hidden = true;
+    formError.textContent = "";
+  };
+  const show = (body) => {
+    if (!body || !Array.isArray(body.detail)) {
+      showFormError(ty.errorText(body));
+      return;
+    }
+    let first = null;
+    for (const err of body.detail) {
+      const candidates = names(err.loc.slice(err.loc[0] === "body" ? 1 : 0).map(String));
+      const field = candidates.find((name) => name && form.querySelector(`[name="${CSS.escape(name)}"]`));
+      if (!field) {
+        showFormError(`${candidates[0] || "form"}: ${err.msg}.`);
+        continue;
+      }
+      const input = form.querySelector(`[name="${CSS.escape(field)}"]`);
+      const note = document.createElement("span");
+      note.className = "field-error";
+      note.dataset.field = candidates[0];
+      note.id = "error-" + note.dataset.field.replace(/\W/g, "-");
+      note.textContent = err.msg;
+      input.setAttribute("aria-invalid", "true");
+      input.setAttribute("aria-errormessage", note.id);
+      input.insertAdjacentElement("afterend", note);
+      first = first || input;
+    }
+    if (first) first.focus();
+  };
+  return {clear, show, showFormError};
+};
+
 (() => {
   // One format for every point in time on every page: the reader's locale and time zone, with
   // the time in UTC in the element's title. The server renders times as <time datetime="...">

@@ -126,45 +126,12 @@
     };
   };
 
-  function clearErrors() {
-    form.querySelectorAll(".field-error").forEach((el) => el.remove());
-    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
-    formError.hidden = true;
-    formError.textContent = "";
-  }
-
-  const showFormError = (text) => {
-    formError.hidden = false;
-    formError.textContent = formError.textContent ? formError.textContent + " " + text : text;
-  };
-
   // FastAPI's 422: [{loc: ["body", "config", "params", "lr"], msg}] -> next to [name="params.lr"].
-  const showErrors = (body) => {
-    if (!body || !Array.isArray(body.detail)) {
-      showFormError(ty.errorText(body));
-      return;
-    }
-    let first = null;
-    for (const err of body.detail) {
-      const loc = err.loc.slice(err.loc[0] === "body" ? 1 : 0);
-      const field = (loc[0] === "config" || loc[0] === "overrides" ? loc.slice(1) : loc).join(".");
-      const input = field ? form.querySelector(`[name="${CSS.escape(field)}"]`) : null;
-      if (!input) {
-        showFormError(`${field || "form"}: ${err.msg}.`);
-        continue;
-      }
-      const note = document.createElement("span");
-      note.className = "field-error";
-      note.dataset.field = field;
-      note.id = "error-" + field.replace(/\W/g, "-");
-      note.textContent = err.msg;
-      input.setAttribute("aria-invalid", "true");
-      input.setAttribute("aria-errormessage", note.id);
-      input.insertAdjacentElement("afterend", note);
-      first = first || input;
-    }
-    if (first) first.focus();
-  };
+  const errors = ty.formErrors(form, formError, (loc) =>
+    [(loc[0] === "config" || loc[0] === "overrides" ? loc.slice(1) : loc).join(".")]);
+  function clearErrors() { errors.clear(); }
+  const showFormError = errors.showFormError;
+  const showErrors = errors.show;
 
   // A variant (?variant_of=RUN): the run's resolved config with the form's values on top, sent
   // as the overrides of a new run of the same experiment. The form shows every param, so its

@@ -77,48 +77,13 @@
     return body;
   };
 
-  const clearErrors = () => {
-    form.querySelectorAll(".field-error").forEach((el) => el.remove());
-    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
-    formError.hidden = true;
-    formError.textContent = "";
-  };
-  const showFormError = (text) => {
-    formError.hidden = false;
-    formError.textContent = formError.textContent ? `${formError.textContent} ${text}` : text;
-  };
   // FastAPI's 422: [{loc: ["body", "parameters", "params.lr", "min"], msg}] -> next to the
   // input named "parameters.params.lr.min" (else the nearest named parent: the row's path).
-  const showErrors = (body) => {
-    if (!body || !Array.isArray(body.detail)) {
-      showFormError(ty.errorText(body));
-      return;
-    }
-    let first = null;
-    for (const err of body.detail) {
-      const loc = err.loc.slice(err.loc[0] === "body" ? 1 : 0).map(String);
-      let input = null;
-      let field = "";
-      for (let n = loc.length; n > 0 && !input; n--) {
-        field = loc.slice(0, n).join(".");
-        input = form.querySelector(`[name="${CSS.escape(field)}"]`);
-      }
-      if (!input) {
-        showFormError(`${loc.join(".") || "form"}: ${err.msg}.`);
-        continue;
-      }
-      const note = document.createElement("span");
-      note.className = "field-error";
-      note.dataset.field = loc.join(".");
-      note.id = "error-" + note.dataset.field.replace(/\W/g, "-");
-      note.textContent = err.msg;
-      input.setAttribute("aria-invalid", "true");
-      input.setAttribute("aria-errormessage", note.id);
-      input.insertAdjacentElement("afterend", note);
-      first = first || input;
-    }
-    if (first) first.focus();
-  };
+  const errors = ty.formErrors(form, formError, (loc) =>
+    loc.map((_, i) => loc.slice(0, loc.length - i).join(".")));
+  const clearErrors = errors.clear;
+  const showFormError = errors.showFormError;
+  const showErrors = errors.show;
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
