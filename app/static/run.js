@@ -664,8 +664,12 @@
       showChartsError(`Could not load the metrics: ${err.message || err}. Reload the page to try again.`);
     }
     if (parent.id && !Number.isFinite(parent.step) && body && body.series) {
-      let first = Infinity;  // a loop, not Math.min(...): runs may have 100,000 keys
-      for (const s of Object.values(body.series)) if (s.step.length && s.step[0] < first) first = s.step[0];
+      // The child's first training step (a loop, not Math.min(...): runs may have 100,000
+      // keys); the worker's sys/ series count seconds, not steps.
+      let first = Infinity;
+      for (const [key, s] of Object.entries(body.series)) {
+        if (!ty.isSystemKey(key) && s.step.length && s.step[0] < first) first = s.step[0];
+      }
       if (first !== Infinity) { parent.step = first - 1; parentDone = loadParent(); }
     }
     await parentDone;
