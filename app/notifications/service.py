@@ -124,12 +124,16 @@ def record(
         for channel, target in channels(row)
     ]
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    stmt = insert(Delivery.__table__).on_conflict_do_nothing(  # type: ignore[arg-type]
-        index_elements=["run_id", "event", "detail", "channel"]
+    table = Delivery.__table__
+    stmt = (
+        insert(table)  # type: ignore[arg-type]
+        .on_conflict_do_nothing(index_elements=["run_id", "event", "detail", "channel"])
+        .returning(table.c.id)  # type: ignore[attr-defined]
     )
     inserted = 0
-    for value in values:  # one statement per channel (two at most): each rowcount is exact
-        inserted += max(0, session.connection().execute(stmt, value).rowcount)
+    for value in values:  # one statement per channel (two at most); rowcount is -1 on
+        # psycopg for an INSERT it sends as one with RETURNING: the rows returned are exact
+        inserted += len(session.connection().execute(stmt, value).all())
     if inserted:
         from app.notifications.delivery import wake
 
