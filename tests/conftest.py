@@ -81,8 +81,10 @@ LOCAL_ONLY_MODULES = frozenset(
         # the launcher, the in-job runtime and recipes, how a job starts, ends and writes its
         # output, third-party training code, pure scheduling, path checks, packaging
         "test_api_docs",  # static files of /docs and /redoc
+        "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
         "test_cli_imports",  # what the client CLI imports
         "test_cli_pack",  # packing a code folder, against a stand-in server
+        "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_runs_list)
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
         "test_e2e_code",  # a job in its own copy of a snapshot (snapshots: test_code_snapshots)
