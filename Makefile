@@ -10,12 +10,13 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
-# Without an NVIDIA GPU, the CPU build of torch goes in first: the server extra's bare torch
-# requirement would otherwise pull a multi-GB CUDA build.
+# Without an NVIDIA GPU, the CPU build of torch is pinned in the same pip command: the server
+# extra's bare torch requirement would otherwise pull a multi-GB CUDA build. One command, so pip
+# resolves (and checks every installed package) once, not once for torch and again for the rest.
+CPU_TORCH := $(shell command -v nvidia-smi >/dev/null 2>&1 || echo '"torch==2.13.0"')
 define venv_with
 $(PYTHON) -m venv $(VENV)
-if ! command -v nvidia-smi >/dev/null 2>&1; then $(PIP) install -q "torch==2.13.0"; fi
-$(PIP) install -q -e ".[$(1)]"
+$(PIP) install -q $(CPU_TORCH) -e ".[$(1)]"
 endef
 TEST_EXTRAS := server,test
 
@@ -34,7 +35,10 @@ install-test: $(VENV)/.installed-test
 # The browser tests and bench/ui_run_page.py drive Debian's chromium through Playwright for
 # Python (never `playwright install`: browser downloads are not reachable here). Installed
 # with apt when missing: as root, or through sudo when there is one. Without it the browser
-# tests fail in CI (CI=true) and are skipped elsewhere.
+# tests fail in CI (CI=true) and are skipped elsewhere. Every apt install here skips
+# Recommends: chromium's pull in systemd, avahi, CUPS and printer tools (a hundred packages a
+# headless browser never uses; fonts-liberation, the one that changes what pages render, is
+# named), docker-compose's a whole Docker engine (docker.io) that `config` does not need.
 CHROMIUM ?= /usr/bin/chromium
 browser:
 	@if [ ! -x $(CHROMIUM) ]; then \
@@ -43,7 +47,7 @@ browser:
 		else echo "make browser: $(CHROMIUM) is missing and neither root nor sudo can install it" >&2; \
 			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-liberation; \
 	fi
 
 # Jobs run in a bubblewrap sandbox (worker/sandbox.py, docs/security.md): Debian's bubblewrap
@@ -59,7 +63,7 @@ sandbox:
 			"jobs will run unisolated (docs/security.md)" >&2; \
 			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap util-linux; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap util-linux; \
 	fi
 
 # tests/test_deploy.py runs `docker compose config` (or docker-compose) on the compose file
@@ -73,7 +77,7 @@ compose:
 		else echo "make compose: cannot install docker-compose (no root, no sudo)" >&2; \
 			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-compose; \
 	fi
 
 up: install
@@ -96,11 +100,11 @@ export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
 export TORCHYARD_TEST_REDIS_URL ?= redis://127.0.0.1:6379/3
 
 test-embedded: install-test browser compose sandbox
-	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q
+	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q --durations=25
 
 test-services: install-test browser compose sandbox
 	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
-		$(PY) -m pytest -q -m "not local_only"
+		$(PY) -m pytest -q --durations=25 -m "not local_only"
 
 bench: install-test browser
 	$(PY) bench/log_overhead.py

@@ -52,22 +52,57 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 WORKSPACE_DIR.mkdir(parents=True, exist_ok=True)
 REPO = Path(__file__).resolve().parent.parent
 
-# Test modules whose subject is not the database or the broker (the launcher, the in-job
-# runtime and recipes, how a job starts, ends and writes its output, third-party training
-# code, pure scheduling, path checks, the compose file, the wheel): most touch neither, and
-# what the rest do with them is the same on either stack. The PostgreSQL + Redis pass
-# (`make test-services`) leaves them out with `-m "not local_only"`, since they would only
-# repeat what the first pass showed.
+# Test modules whose subject is not the database or the broker, named by their path under
+# tests/ (dots for slashes: the browser tests' names repeat some of the others'). The PostgreSQL
+# + Redis pass (`make test-services`) leaves them out with `-m "not local_only"`, since they
+# would only repeat what the first pass showed; each says why it is here. What stays in both
+# passes is what exercises the database or the broker: the API in-process, ingest, listing,
+# leases, lifecycle, liveness, the sweeps driver, deletion, migrations, PG restart, separate
+# hosts, and one browser run end to end (browser.test_run_lifecycle).
 LOCAL_ONLY_MODULES = frozenset(
     {
-        "test_deploy",
-        "test_e2e_ddp_exit",
-        "test_e2e_environments",
-        "test_e2e_hf",
-        "test_e2e_job_output",
-        "test_e2e_lightning",
-        "test_e2e_script_folder",
-        "test_environments",
+        # the UI in a real browser: its DOM, charts and forms over an API tested on both stacks
+        "browser.test_api_docs",  # Swagger UI / ReDoc served from our static files
+        "browser.test_chart_layout",  # chart grouping and layout, the time format
+        "browser.test_chart_zoom",  # chart.js zoom over uPlot
+        "browser.test_code_upload",  # the tar code_pack.js writes
+        "browser.test_compare",  # the compare page's drawing
+        "browser.test_delete",  # the delete buttons (deletion itself: test_deletion)
+        "browser.test_new_experiment_form",  # the form shows the API's 422 next to the field
+        "browser.test_page_security",  # CSP, text escaping in the DOM
+        "browser.test_pages",  # the DOM contract of docs/ui.md
+        "browser.test_parcoords",  # parcoords.js
+        "browser.test_run_files",  # the files tree (the API: test_run_files)
+        "browser.test_run_images",  # the images section (the reader: test_tensorboard_media)
+        "browser.test_run_label",  # inline edit (PATCH: test_runs_list)
+        "browser.test_runs_table",  # the table's columns and selection (sort SQL: test_runs_list)
+        "browser.test_screenshots",  # docs/screenshots
+        "browser.test_spike",  # the run page draws one spike among 200,000 points
+        "browser.test_sweep_page",  # sweep.js (the sweeps driver: test_e2e_sweeps)
+        "browser.test_team",  # the users page (authz: test_authz_matrix, test_users_api)
+        "browser.test_variant_resume",  # the variant/resume forms (resume: test_resume*)
+        # the launcher, the in-job runtime and recipes, how a job starts, ends and writes its
+        # output, third-party training code, pure scheduling, path checks, packaging
+        "test_api_docs",  # static files of /docs and /redoc
+        "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
+        "test_cli_imports",  # what the client CLI imports
+        "test_cli_pack",  # packing a code folder, against a stand-in server
+        "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_runs_list)
+        "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
+        "test_deploy",  # the compose file and Dockerfiles
+        "test_e2e_code",  # a job in its own copy of a snapshot (snapshots: test_code_snapshots)
+        "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process
+        "test_e2e_ddp_exit",  # DDP scripts end when their work ends
+        "test_e2e_environments",  # pip environments built for a run
+        "test_e2e_hf",  # Hugging Face Trainer, unmodified
+        "test_e2e_isolation",  # the bwrap sandbox around jobs
+        "test_e2e_job_output",  # a script's logging and errors in its log
+        "test_e2e_lightning",  # PyTorch Lightning, unmodified
+        "test_e2e_script_folder",  # a script's own folder first on sys.path
+        "test_e2e_scripts",  # SummaryWriter / SDK / DDP user scripts
+        "test_e2e_submit_code",  # the CLI's git capture and packing, end to end
+        "test_e2e_tensorboard_media",  # SummaryWriter hparams and images through a job
+        "test_environments",  # the host's environment cache (pip, file locks)
         "test_job_entry",
         "test_job_errors",
         "test_job_exit",
@@ -75,20 +110,30 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_job_imports",
         "test_job_process",
         "test_launcher",
+        "test_local_only",  # this list itself
+        "test_module_size",  # line counts
         "test_recipes",
         "test_requirements",
+        "test_run_log",  # the worker's writes into a run's folder
         "test_runtime_checkpoint",
         "test_runtime_context",
         "test_runtime_output",
         "test_runtime_reporter",
         "test_runtime_seeding",
+        "test_sandbox",  # bwrap argv and real sandboxes
         "test_scheduler",
         "test_sweep_rules",
         "test_tensorboard_defaults",
+        "test_tensorboard_events",  # the event-file parser on hostile bytes
         "test_wheel",
         "test_workspace",
     }
 )
+
+
+def module_key(module_name: str) -> str:
+    """`tests.browser.test_pages` -> `browser.test_pages`: the key LOCAL_ONLY_MODULES uses."""
+    return module_name.removeprefix("tests.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -99,9 +144,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in (
-            LOCAL_ONLY_MODULES
-        ):
+        if item.module is not None and module_key(item.module.__name__) in (LOCAL_ONLY_MODULES):
             item.add_marker(pytest.mark.local_only)
 
 

@@ -11,6 +11,7 @@ import json
 import secrets
 import textwrap
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -117,12 +118,26 @@ def teammate(api: httpx.Client) -> tuple[str, str]:
     return name, password
 
 
+LAUNCHED: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def cancel_what_is_left(api: httpx.Client) -> Iterator[None]:
+    """A hostile job sleeps 600 s: when an assertion stops a test before its cancel, the run
+    would hold one of the shared live stack's two worker slots for 10 minutes, and every later
+    test's runs would queue behind it (and fail on their own timeouts)."""
+    yield
+    while LAUNCHED:
+        api.post(f"/api/runs/{LAUNCHED.pop()}/cancel")
+
+
 def launch(api: httpx.Client, config: dict, name: str) -> int:
     exp = api.post("/api/experiments", json={"name": name, "config": config})
     assert exp.status_code == 201, exp.text
     run = api.post(f"/api/experiments/{exp.json()['id']}/runs")
     assert run.status_code == 201, run.text
-    return int(run.json()["id"])
+    LAUNCHED.append(int(run.json()["id"]))
+    return LAUNCHED[-1]
 
 
 def good_points(api: httpx.Client, run_id: int) -> dict:

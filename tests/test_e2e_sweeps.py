@@ -215,6 +215,9 @@ def test_a_sweep_survives_a_restart_of_api_and_worker() -> None:
     assert sum(t["status"] == "succeeded" for t in sweep["trials"]) >= 3, sweep["trials"]
 
 
+# The samplers' quality, not the driver's: the trials run one at a time, so what each sampler
+# asks is the same on either stack (the driver itself is the tests above); first pass only.
+@pytest.mark.local_only
 def test_tpe_beats_random_on_a_synthetic_objective(api) -> None:
     """Same script, same budget (20 trials), same seed: TPE's best beats random's (trials
     sequential, so the result is deterministic). Both start with the same 5 random draws (TPE's
