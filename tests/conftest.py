@@ -58,7 +58,8 @@ REPO = Path(__file__).resolve().parent.parent
 # would only repeat what the first pass showed; each says why it is here. What stays in both
 # passes is what exercises the database or the broker: the API in-process, ingest, listing,
 # leases, lifecycle, liveness, the sweeps driver, deletion, migrations, PG restart, separate
-# hosts, and one browser run end to end (browser.test_run_lifecycle).
+# hosts. Single tests whose subject is not the database are marked `local_only` where they are
+# (test_e2e_runs: training quality and seeding; test_e2e_sweeps: the samplers' quality).
 LOCAL_ONLY_MODULES = frozenset(
     {
         # the UI in a real browser: its DOM, charts and forms over an API tested on both stacks
@@ -76,6 +77,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "browser.test_parcoords",  # parcoords.js
         "browser.test_run_files",  # the files tree (the API: test_run_files)
         "browser.test_run_images",  # the images section (the reader: test_tensorboard_media)
+        "browser.test_run_lifecycle",  # the form and the live curve (SSE: test_sse_resume)
         "browser.test_run_label",  # inline edit (PATCH: test_runs_list)
         "browser.test_runs_table",  # the table's columns and selection (sort SQL: test_runs_list)
         "browser.test_screenshots",  # docs/screenshots
@@ -90,6 +92,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_imports",  # what the client CLI imports
         "test_cli_pack",  # packing a code folder, against a stand-in server
         "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_runs_list)
+        "test_cli_users",  # the CLI; its reset-password boxes are SQLite in either pass
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
         "test_e2e_code",  # a job in its own copy of a snapshot (snapshots: test_code_snapshots)

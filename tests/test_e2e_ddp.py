@@ -14,8 +14,11 @@ from tests.test_e2e_runs import launch, series
 
 pytestmark = pytest.mark.slow
 
-# Default params: 10 epochs, global batch 64 (split 32 + 32 across the two ranks).
-DIGITS = {"recipe": "digits_cnn", "params": {}, "seed": 1029, "deterministic": True}
+# 5 epochs, not the recipe's 10: with no LR schedule they are the first 5 of the 10, and the
+# check holds there already (val/acc 0.9889 on 1 process, 0.9944 on 2, measured); global batch
+# 64 (split 32 + 32 across the two ranks).
+EPOCHS = 5
+DIGITS = {"recipe": "digits_cnn", "params": {"epochs": EPOCHS}, "seed": 1029, "deterministic": True}
 RANK_LINE = re.compile(r"^\[rank(\d+)\]: ", re.MULTILINE)
 
 
@@ -38,11 +41,11 @@ def test_two_process_digits_cnn_is_one_run_that_matches_the_single_process_run(a
     loss_1 = series(api, single["id"], "train/loss")
     loss_2 = series(api, ddp["id"], "train/loss")
     n = len(loss_1["step"])
-    assert n == 230 and loss_1["step"] == list(range(1, n + 1))
+    assert n == 23 * EPOCHS and loss_1["step"] == list(range(1, n + 1))
     assert loss_2["step"] == list(range(1, n + 1))
     acc_1 = series(api, single["id"], "val/acc")["value"]
     acc_2 = series(api, ddp["id"], "val/acc")["value"]
-    assert len(acc_1) == len(acc_2) == 10
+    assert len(acc_1) == len(acc_2) == EPOCHS
     assert abs(acc_2[-1] - acc_1[-1]) <= 0.01, (acc_1[-1], acc_2[-1])
     assert acc_2[-1] >= 0.95
 
@@ -51,7 +54,8 @@ def test_two_process_digits_cnn_is_one_run_that_matches_the_single_process_run(a
     full = api.get(url).text
     assert {m.group(1) for m in RANK_LINE.finditer(full)} == {"0", "1"}
     assert "[rank0]: " in full and "[rank1]: " in full
-    assert re.search(r"^\[rank0\]: .*epoch 10/10 step 230", full, re.MULTILINE)  # rank 0 reports
+    last_epoch = rf"^\[rank0\]: .*epoch {EPOCHS}/{EPOCHS} step {n}\b"
+    assert re.search(last_epoch, full, re.MULTILINE)  # rank 0 reports
     rank1 = api.get(url, params={"rank": 1})
     assert rank1.status_code == 200
     lines = rank1.text.splitlines()
@@ -65,7 +69,7 @@ def test_two_process_digits_cnn_is_one_run_that_matches_the_single_process_run(a
     blob = api.get(f"/api/runs/{ddp['id']}/checkpoints/final.pt")
     assert blob.status_code == 200
     state = torch.load(io.BytesIO(blob.content), weights_only=True)
-    assert state["step"] == n and state["epoch"] == 10
+    assert state["step"] == n and state["epoch"] == EPOCHS
     assert not any(k.startswith("module.") for k in state["model"])
     model = build_model()
     model.load_state_dict(state["model"])  # strict: every key matches

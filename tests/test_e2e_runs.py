@@ -37,6 +37,9 @@ def api(live_stack):  # type: ignore[no-untyped-def]
 DIGITS = {"recipe": "digits_cnn", "params": {"epochs": 10}, "seed": 1029, "deterministic": True}
 
 
+# The recipe's accuracy and the seeding are the same on either stack: first pass only (the
+# checkpoint rows and downloads: test_e2e_retention, test_resume, in both).
+@pytest.mark.local_only
 def test_digits_cnn_trains_to_97_percent_and_its_checkpoint_scores_the_same(api) -> None:
     from torchyard.recipes.digits_cnn import build_model, evaluate, load_split
 
@@ -69,6 +72,7 @@ def test_digits_cnn_trains_to_97_percent_and_its_checkpoint_scores_the_same(api)
     assert acc == pytest.approx(val_acc["value"][-1], abs=1e-9)
 
 
+@pytest.mark.local_only
 def test_same_seed_gives_the_same_curve_and_another_seed_another(api) -> None:
     config = {**DIGITS, "params": {"epochs": 2}}
     runs = [
