@@ -7,6 +7,7 @@ the runs other tests build by hand: real uvicorn server, real Celery workers, re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -193,7 +194,8 @@ def test_with_max_restarts_a_killed_workers_run_resumes_on_the_next_worker(stack
     time.sleep(0.5)
     kill_worker(worker)
     for pid in job_pids(run_id):  # the job dies too (a crash of the whole process tree)
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # gone with the keeper
+            os.kill(pid, signal.SIGKILL)
     requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
     assert requeued["status"] == "queued", requeued
     assert "worker lost" in requeued["error"] and requeued["resume_from"].endswith(".pt")
@@ -323,7 +325,8 @@ def test_a_job_gone_with_its_host_is_requeued_from_its_newest_checkpoint(patient
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=30)
     for pid in job_pids(run_id):  # the "reboot": every process of the job, keeper first
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # gone with the keeper
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while job_pids(run_id) and time.monotonic() < deadline:
         time.sleep(0.1)
