@@ -298,7 +298,7 @@ def _negative_only_before_sending(exc: BaseException, case: Case) -> bool:
     (schemathesis issue 3962, fixed after the 4.32 we pin). Excused only when every failure is
     such an AcceptedNegativeData, the request has no body, and every query value as sent
     fits its declared schema."""
-    from jsonschema import Draft202012Validator
+    from jsonschema_rs import Draft202012Validator
     from schemathesis.core.failures import AcceptedNegativeData
 
     failures = getattr(exc, "exceptions", None)
