@@ -195,11 +195,7 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
         assert "the worker (pid" in out and "was killed by SIGKILL" in out, out
         assert "the server (pid" in out and "torchyard stopped" in out, out
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _end(proc)
 
 
 def _heartbeat_after(api: httpx.Client, since: float) -> bool:
@@ -241,11 +237,7 @@ def test_ctrl_c_and_up_again_mid_run_the_run_trains_on_as_attempt_1(tmp_path: Pa
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        _end(proc)
 
 
 def _submit_and_wait_for_points(api: httpx.Client, *, epochs: int) -> int:
@@ -278,3 +270,12 @@ def _assert_trained_on_as_attempt_1(api: httpx.Client, run_id: int, *, steps: in
     assert seen <= {("running", 1)}, seen
     series = api.get(f"/api/runs/{run_id}/metrics").json()["series"]
     assert series["train/loss"]["step"] == list(range(1, steps + 1))
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Whatever the test did: `up` is gone and its pipe closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
