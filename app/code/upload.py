@@ -108,7 +108,7 @@ async def receive(request: Request, *, max_bytes: int) -> Received:
             parts = _Parts(out, max_bytes)
             parser = MultipartParser(
                 boundary,
-                {  # type: ignore[arg-type]
+                {
                     "on_part_begin": parts.on_part_begin,
                     "on_header_field": parts.on_header_field,
                     "on_header_value": parts.on_header_value,

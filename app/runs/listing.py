@@ -25,7 +25,7 @@ import binascii
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -55,7 +55,8 @@ _CONDITION = re.compile(
     r"^(?P<field>params\..+?|summary\..+?\.(?:last|min|max))(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$",
     re.DOTALL,
 )
-_OPS = {
+# A column (or column expression) and a literal -> the SQL comparison.
+_OPS: dict[str, Callable[[Any, Any], ColumnElement[bool]]] = {
     "=": lambda c, v: c == v,
     "!=": lambda c, v: c != v,
     ">": lambda c, v: c > v,
