@@ -20,7 +20,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
+from tests.databases import rolled_back, savepoint_engine
 from tests.stack import LiveStack, running_stack
 
 BASE_DIR = Path(tempfile.mkdtemp(prefix="torchyard-tests-"))
@@ -175,6 +178,30 @@ def database() -> Iterator[str]:
     from app.db import get_engine
 
     get_engine().dispose()
+
+
+@pytest.fixture(scope="session")
+def rollback_engine(database: str) -> Iterator[Engine]:
+    engine = savepoint_engine(database)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def db_sessions(rollback_engine: Engine) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the suite's database whose writes, commits included, are rolled back when
+    the test ends (tests.databases.rolled_back): for tests that call services with a session.
+    Not for tests whose code opens its own session or serves the API: they need committed
+    rows (and on SQLite they would wait for this test's write lock)."""
+    with rolled_back(rollback_engine) as sessions:
+        yield sessions
+
+
+@pytest.fixture
+def db(db_sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """One session of db_sessions: commit() inside a test releases a SAVEPOINT, no more."""
+    with db_sessions() as session:
+        yield session
 
 
 @pytest.fixture(scope="session")

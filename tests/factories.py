@@ -38,16 +38,22 @@ def add_run(
     return run.id
 
 
+def admin_run(session: Session, config: dict | None = None, status: str = "running") -> int:
+    """A run of the suite's admin; flushes, the caller commits (or the `db` fixture rolls it
+    back)."""
+    owner = session.query(User).filter_by(username="admin").one()
+    return add_run(
+        session,
+        owner_id=owner.id,
+        status=status,
+        config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
+    )
+
+
 def make_run(config: dict | None = None, status: str = "running") -> int:
-    """A run of the suite's admin in the suite's database."""
+    """A run of the suite's admin in the suite's database, committed."""
     with session_scope() as session:
-        owner = session.query(User).filter_by(username="admin").one()
-        return add_run(
-            session,
-            owner_id=owner.id,
-            status=status,
-            config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
-        )
+        return admin_run(session, config, status)
 
 
 def add_metric_keys(session: Session, *, run_id: int, keys: list[str]) -> None:
