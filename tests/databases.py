@@ -91,6 +91,16 @@ def savepoint_engine(url: str) -> Engine:
 
 
 @contextmanager
+def savepoints_on(engine: Engine) -> Iterator[Engine]:
+    """savepoint_engine() on the database of `engine` (an own_database()'s), disposed after."""
+    rollback = savepoint_engine(engine.url.render_as_string(hide_password=False))
+    try:
+        yield rollback
+    finally:
+        rollback.dispose()
+
+
+@contextmanager
 def rolled_back(engine: Engine) -> Iterator[sessionmaker[Session]]:
     """Sessions that all join one outer transaction, rolled back at the end: nothing written
     through them outlives the block (SQLAlchemy 2's "join a session into an external
