@@ -14,7 +14,6 @@ import secrets
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tests.databases import rolled_back, savepoint_engine
 from tests.stack import LiveStack, running_stack
+from tests.waits import wait_for
 
 BASE_DIR = Path(tempfile.mkdtemp(prefix="torchyard-tests-"))
 DATA_DIR = BASE_DIR / "data"
@@ -285,13 +285,14 @@ def live_stack(database: str) -> Iterator[LiveStack]:
 def wait_for_status(
     client: httpx.Client, run_id: int, statuses: set[str], timeout: float = 120
 ) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = client.get(f"/api/runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} still {run['status']} after {timeout}s: {run}")
+    """The run as the API shows it once its status is one of `statuses`."""
+    seen: list[dict] = [{}]
+
+    def reached() -> dict | None:
+        seen[0] = client.get(f"/api/runs/{run_id}").json()
+        return seen[0] if seen[0]["status"] in statuses else None
+
+    return wait_for(reached, timeout=timeout, every=0.1, what=lambda: f"run {run_id}: {seen[0]}")
 
 
 def pids_of_run(run_id: int) -> list[int]:

@@ -19,6 +19,7 @@ from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.gpus.models import WorkerHost
 from app.timeutil import as_utc, utcnow
+from tests.waits import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,16 +90,15 @@ def purge_broker(broker_url: str) -> None:
 
 
 def wait_healthy(base_url: str, server: subprocess.Popen, log_file: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
+    def healthy() -> bool:
+        if server.poll() is not None:
+            raise RuntimeError(f"server exited:\n{log_file.read_text()}")
         try:
-            if httpx.get(f"{base_url}/api/health", timeout=1).status_code == 200:
-                return
+            return httpx.get(f"{base_url}/api/health", timeout=1).status_code == 200
         except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            raise RuntimeError(f"server did not come up:\n{log_file.read_text()}")
-        time.sleep(0.1)
+            return False
+
+    wait_for(healthy, timeout=60, every=0.1, what=lambda: f"server up:\n{log_file.read_text()}")
 
 
 @contextmanager
@@ -123,16 +123,19 @@ def running_stack(
 def wait_for_hosts(names: tuple[str, ...], since: float, timeout: float = 60) -> None:
     """Until each named worker host has heartbeated (in the suite's database) after `since` (a
     time.monotonic()): the scheduler, and a GPU request's check, see it live from then on."""
-    deadline = time.monotonic() + timeout
     started = utcnow() - timedelta(seconds=time.monotonic() - since)
-    while True:
+    seen: set[str] = set()
+
+    def all_seen() -> bool:
         with session_scope() as session:
-            seen = {
+            seen.clear()
+            seen.update(
                 h.host
                 for h in session.scalars(select(WorkerHost).where(WorkerHost.host.in_(names)))
                 if as_utc(h.heartbeat_at) >= started
-            }
-        if seen == set(names):
-            return
-        assert time.monotonic() < deadline, f"workers never heartbeated: {set(names) - seen}"
-        time.sleep(0.2)
+            )
+        return seen == set(names)
+
+    wait_for(
+        all_seen, timeout=timeout, every=0.2, what=lambda: f"heartbeats of {set(names) - seen}"
+    )
