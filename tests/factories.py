@@ -38,7 +38,9 @@ def add_run(
     return run.id
 
 
-def admin_run(session: Session, config: dict | None = None, status: str = "running") -> int:
+def admin_run(
+    session: Session, config: dict[str, Any] | None = None, status: str = "running"
+) -> int:
     """A run of the suite's admin; flushes, the caller commits (or the `db` fixture rolls it
     back)."""
     owner = session.query(User).filter_by(username="admin").one()
@@ -50,7 +52,7 @@ def admin_run(session: Session, config: dict | None = None, status: str = "runni
     )
 
 
-def make_run(config: dict | None = None, status: str = "running") -> int:
+def make_run(config: dict[str, Any] | None = None, status: str = "running") -> int:
     """A run of the suite's admin in the suite's database, committed."""
     with session_scope() as session:
         return admin_run(session, config, status)

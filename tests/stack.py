@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import select
@@ -66,12 +67,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_logged(argv: list[str], env: dict[str, str], log_file: Path) -> subprocess.Popen:
+def start_logged(argv: list[str], env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
     with open(log_file, "ab") as out:
         return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -89,7 +90,7 @@ def purge_broker(broker_url: str) -> None:
         redis.Redis.from_url(broker_url).delete("celery")
 
 
-def wait_healthy(base_url: str, server: subprocess.Popen, log_file: Path) -> None:
+def wait_healthy(base_url: str, server: subprocess.Popen[Any], log_file: Path) -> None:
     def healthy() -> bool:
         if server.poll() is not None:
             raise RuntimeError(f"server exited:\n{log_file.read_text()}")
