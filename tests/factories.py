@@ -20,14 +20,18 @@ def add_run(
     owner_id: int,
     config: dict[str, Any] | None = None,
     status: str = "queued",
+    experiment_id: int | None = None,
 ) -> int:
-    """An experiment and one run of it, owned by `owner_id`; flushes, the caller commits."""
+    """A run owned by `owner_id`, of `experiment_id` or of a new experiment; flushes, the
+    caller commits."""
     config = config if config is not None else {}
-    exp = Experiment(name="factory", config=config, owner_id=owner_id)
-    session.add(exp)
-    session.flush()
+    if experiment_id is None:
+        exp = Experiment(name="factory", config=config, owner_id=owner_id)
+        session.add(exp)
+        session.flush()
+        experiment_id = exp.id
     run = Run(
-        experiment_id=exp.id,
+        experiment_id=experiment_id,
         owner_id=owner_id,
         status=status,
         config=config,
@@ -39,7 +43,10 @@ def add_run(
 
 
 def admin_run(
-    session: Session, config: dict[str, Any] | None = None, status: str = "running"
+    session: Session,
+    config: dict[str, Any] | None = None,
+    status: str = "running",
+    experiment_id: int | None = None,
 ) -> int:
     """A run of the suite's admin; flushes, the caller commits (or the `db` fixture rolls it
     back)."""
@@ -49,13 +56,18 @@ def admin_run(
         owner_id=owner.id,
         status=status,
         config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
+        experiment_id=experiment_id,
     )
 
 
-def make_run(config: dict[str, Any] | None = None, status: str = "running") -> int:
+def make_run(
+    config: dict[str, Any] | None = None,
+    status: str = "running",
+    experiment_id: int | None = None,
+) -> int:
     """A run of the suite's admin in the suite's database, committed."""
     with session_scope() as session:
-        return admin_run(session, config, status)
+        return admin_run(session, config, status, experiment_id)
 
 
 def add_metric_keys(session: Session, *, run_id: int, keys: list[str]) -> None:
