@@ -27,6 +27,7 @@ from app.http_errors import error_responses, install_error_handlers
 from app.notifications.api import router as notifications_router
 from app.notifications.delivery import notify_forever
 from app.notifications.views import router as notifications_views
+from app.ops import shutdown
 from app.ops.prometheus import RequestTimer
 from app.ops.prometheus import router as prometheus_router
 from app.ops.ready import router as ready_router
@@ -60,6 +61,8 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             f"database schema is at {current!r}, this server needs {head!r}: "
             "run `torchyard db upgrade` first"
         )
+    # A SIGTERM ends the event streams at once, not after their runs (app/ops/shutdown.py).
+    shutdown.install()
     # Lost runs are found even when no worker is left to find them.
     stop = threading.Event()
     reaper = threading.Thread(target=reap_forever, args=(stop,), name="reaper", daemon=True)
