@@ -13,6 +13,7 @@ from fastapi.responses import RedirectResponse
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import api_docs, static_files
+from app.auth import token_use
 from app.auth.api import router as auth_router
 from app.auth.deps import LoginRequired
 from app.auth.views import router as auth_views
@@ -71,10 +72,16 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     threading.Thread(target=advance_running_sweeps, name="sweeps", daemon=True).start()
     # Notifications go out from the API too (a run cancelled while queued has no worker).
     threading.Thread(target=notify_forever, args=(stop,), name="notify", daemon=True).start()
+    # Token use is written here, off the request path (app/auth/token_use.py).
+    flusher = threading.Thread(
+        target=token_use.flush_forever, args=(stop,), name="token-use", daemon=True
+    )
+    flusher.start()
     try:
         yield
     finally:
         stop.set()
+        flusher.join(timeout=2)  # its last flush: this process's unwritten token uses
 
 
 def create_app() -> FastAPI:
