@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from fastapi.testclient import TestClient
 from sqlalchemy import event, select
 
 from app.auth import token_use
@@ -51,7 +52,7 @@ def _stored_last_use(token_id: int) -> Any:
 
 
 def test_get_requests_write_nothing_and_token_use_is_flushed_later(
-    client, user_headers
+    client: TestClient, user_headers: dict[str, str]
 ) -> None:
     token_use.flush()  # other tests' uses: this one counts only its own requests
     run_id = make_run(status="queued")
