@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -98,6 +99,17 @@ def session_scope() -> Iterator[Session]:
         session.close()
     for callback in callbacks:
         callback()
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database is away for a moment rather than that we have a bug:
+    its connection was cut (pg_terminate_backend, a restart, a failover), it refuses
+    connections while it starts, SQLite's write lock timed out. A request then answers 503 with
+    Retry-After (app/http_errors.py), an event stream polls again (app/runs/events.py); the
+    pool's pre-ping replaces the dead connections before the next checkout."""
+    return isinstance(exc, OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
 
 
 def get_db() -> Iterator[Session]:

@@ -31,9 +31,10 @@ import anyio
 from anyio.lowlevel import RunVar
 from fastapi.sse import ServerSentEvent
 from sqlalchemy import bindparam, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.db import session_scope
+from app.db import session_scope, unavailable
 from app.errors import Invalid, TooMany
 from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.ops import shutdown
@@ -303,12 +304,26 @@ async def stream(
     last_sent = time.monotonic()
     while not shutdown.requested():
         if refusal is not None and time.monotonic() >= next_check:
-            reason = await _in_pool(user_id, refusal)
+            try:
+                reason = await _in_pool(user_id, refusal)
+            except DBAPIError as e:
+                if not unavailable(e):
+                    raise
+                reason = None  # checked again at the next recheck
             if reason is not None:
                 yield ServerSentEvent(event="error", data={"detail": reason})
                 return
             next_check = time.monotonic() + recheck_seconds
-        events, done = await _in_pool(user_id, poll, cursor)
+        try:
+            events, done = await _in_pool(user_id, poll, cursor)
+        except DBAPIError as e:
+            if not unavailable(e):
+                raise
+            # The database is away for a moment (a cut connection, a restart): poll again
+            # on a fresh connection. The sweep starts over, so points that poll read and
+            # never sent are read again (last_steps moved only for what was sent).
+            cursor.window_start = None
+            events, done = [], False
         for event in events:
             yield event
         if done:
