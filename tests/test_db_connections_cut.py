@@ -12,6 +12,7 @@ import json
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -136,13 +137,13 @@ def test_cut_connections_answer_no_500_and_the_stream_ends_with_the_final_status
             loads = [Load(api, write, stop) for write in (False, True, False, True)]
             for load in loads:
                 load.start()
+
+            def answered(more: int) -> Callable[[], bool]:
+                enough = sum(load.done() for load in loads) + more
+                return lambda: sum(load.done() for load in loads) >= enough
+
             for _ in range(CUTS):
-                before = sum(load.done() for load in loads)
-                wait_for(
-                    lambda before=before: sum(load.done() for load in loads) >= before + 10,
-                    timeout=30,
-                    what="ten more requests answered",
-                )
+                wait_for(answered(10), timeout=30, what="ten more requests answered")
                 assert _terminate_connections(admin, engine.url.database or "") > 0
             # The API goes on: every kind of request answers again after the last cut.
             after = [load.done() for load in loads]
