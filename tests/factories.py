@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.db import session_scope
+from app.db import get_sessionmaker, session_scope
 from app.experiments.models import Experiment
 from app.runs.models import Run
 
@@ -36,6 +39,22 @@ def add_run(
     session.add(run)
     session.flush()
     return run.id
+
+
+def admin_id(session: Session) -> int:
+    """The suite's admin (bootstrapped with the schema), who owns the runs tests make."""
+    return int(session.scalars(select(User.id).where(User.username == "admin")).one())
+
+
+@contextmanager
+def rolled_back() -> Iterator[Session]:
+    """A session whose whole transaction is rolled back at the end: a unit test of a service
+    that flushes leaves nothing behind (nothing it does may commit)."""
+    with get_sessionmaker()() as session:
+        try:
+            yield session
+        finally:
+            session.rollback()
 
 
 def make_run(config: dict | None = None, status: str = "running") -> int:
