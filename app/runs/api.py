@@ -17,6 +17,7 @@ from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, logs, service, work_dir
+from app.runs.job_files import FileRefused
 from app.runs.models import RunStatus
 from app.runs.out import run_outs
 from app.runs.schemas import (
@@ -336,7 +337,7 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
 def download_run_file(run: OwnedRun, path: Annotated[str, PathParam(pattern=NO_NUL)]) -> Response:
     try:
         found = work_dir.download(run.id, path)
-    except work_dir.FileRefused as exc:
+    except FileRefused as exc:
         raise validation_error(
             [{"type": "value_error", "loc": ["path", "path"], "msg": str(exc), "input": path}]
         ) from None
