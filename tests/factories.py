@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.db import get_sessionmaker, session_scope
+from app.db import session_scope
 from app.experiments.models import Experiment
 from app.runs.models import Run
 
@@ -45,35 +42,32 @@ def add_run(
     return run.id
 
 
-def admin_id(session: Session) -> int:
-    """The suite's admin (bootstrapped with the schema), who owns the runs tests make."""
-    return int(session.scalars(select(User.id).where(User.username == "admin")).one())
-
-
-@contextmanager
-def rolled_back() -> Iterator[Session]:
-    """A session whose whole transaction is rolled back at the end: a unit test of a service
-    that flushes leaves nothing behind (nothing it does may commit)."""
-    with get_sessionmaker()() as session:
-        try:
-            yield session
-        finally:
-            session.rollback()
+def admin_run(
+    session: Session,
+    config: dict[str, Any] | None = None,
+    status: str = "running",
+    experiment_id: int | None = None,
+) -> int:
+    """A run of the suite's admin; flushes, the caller commits (or the `db` fixture rolls it
+    back)."""
+    owner = session.query(User).filter_by(username="admin").one()
+    return add_run(
+        session,
+        owner_id=owner.id,
+        status=status,
+        config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
+        experiment_id=experiment_id,
+    )
 
 
 def make_run(
-    config: dict | None = None, status: str = "running", experiment_id: int | None = None
+    config: dict[str, Any] | None = None,
+    status: str = "running",
+    experiment_id: int | None = None,
 ) -> int:
-    """A run of the suite's admin in the suite's database."""
+    """A run of the suite's admin in the suite's database, committed."""
     with session_scope() as session:
-        owner = session.query(User).filter_by(username="admin").one()
-        return add_run(
-            session,
-            owner_id=owner.id,
-            status=status,
-            config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
-            experiment_id=experiment_id,
-        )
+        return admin_run(session, config, status, experiment_id)
 
 
 def add_metric_keys(session: Session, *, run_id: int, keys: list[str]) -> None:

@@ -4,37 +4,26 @@ rolled back."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.runs import environment_record
 from app.runs.models import Run
-from tests.factories import add_run, admin_id, rolled_back
+from tests.factories import admin_run
 
 
-@pytest.fixture
-def session() -> Iterator[Session]:
-    with rolled_back() as session:
-        yield session
+def environment(db: Session, run_id: int) -> object:
+    return db.scalar(select(Run.environment).where(Run.id == run_id))
 
 
-def environment(session: Session, run_id: int) -> object:
-    return session.scalar(select(Run.environment).where(Run.id == run_id))
-
-
-def test_the_job_half_is_folded_in_and_the_worker_half_wins_a_shared_key(
-    session: Session,
-) -> None:
-    run_id = add_run(session, owner_id=admin_id(session))
+def test_the_job_half_is_folded_in_and_the_worker_half_wins_a_shared_key(db: Session) -> None:
+    run_id = admin_run(db)
     worker = {"hostname": "gpu-box", "gpu_indices": [0]}
-    environment_record.store(session, run_id=run_id, record=worker)
+    environment_record.store(db, run_id=run_id, record=worker)
     job = {"torch": "2.13.0", "hostname": "forged", "packages": {"numpy": "2.0"}}
-    environment_record.merge_job_half(session, run_id=run_id, job=job)
-    session.expire_all()
-    assert environment(session, run_id) == {
+    environment_record.merge_job_half(db, run_id=run_id, job=job)
+    db.expire_all()
+    assert environment(db, run_id) == {
         "torch": "2.13.0",
         "packages": {"numpy": "2.0"},
         "hostname": "gpu-box",
@@ -42,13 +31,13 @@ def test_the_job_half_is_folded_in_and_the_worker_half_wins_a_shared_key(
     }
 
 
-def test_a_job_half_before_the_worker_half_is_stored_as_it_is(session: Session) -> None:
-    run_id = add_run(session, owner_id=admin_id(session))
-    environment_record.merge_job_half(session, run_id=run_id, job={"torch": "2.13.0"})
-    session.expire_all()
-    assert environment(session, run_id) == {"torch": "2.13.0"}
+def test_a_job_half_before_the_worker_half_is_stored_as_it_is(db: Session) -> None:
+    run_id = admin_run(db)
+    environment_record.merge_job_half(db, run_id=run_id, job={"torch": "2.13.0"})
+    db.expire_all()
+    assert environment(db, run_id) == {"torch": "2.13.0"}
 
 
-def test_a_missing_run_is_left_alone(session: Session) -> None:
-    environment_record.merge_job_half(session, run_id=2**31 - 2, job={"torch": "x"})
-    environment_record.store(session, run_id=2**31 - 2, record={"hostname": "h"})
+def test_a_missing_run_is_left_alone(db: Session) -> None:
+    environment_record.merge_job_half(db, run_id=2**31 - 2, job={"torch": "x"})
+    environment_record.store(db, run_id=2**31 - 2, record={"hostname": "h"})
