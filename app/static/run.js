@@ -22,20 +22,20 @@ const MAX_AFTER_CHARS = 8000;
 
 const start = async (root) => {
   const runId = Number(root.dataset.runId);
-  let status = null;
-  let log = null;
+  const runStatus = () => root.dataset.status;  // kept current by run/status.js
   const charts = mountCharts(root, runId);
   const stream = new RunStream({
-    finished: () => isFinished(status()),
+    finished: () => isFinished(runStatus()),
+    // Asked at each (re)connect: from the last step held per key and the log's position.
     url: () => {
       const after = JSON.stringify(charts.after());
       return api.runEvents(runId, {log_offset: log.offset(),
                                    after: after.length <= MAX_AFTER_CHARS ? after : null});
     },
   });
-  const shown = mountStatus(root, runId, stream, charts.charts);
-  status = shown.status;
-  log = mountLog(runId, stream, status);
+  // The status subscribes first: a status event is shown before the parts refresh on it.
+  const status = mountStatus(root, runId, stream, charts.charts);
+  const log = mountLog(runId, stream, runStatus);
   stream.on("metrics", (data) => charts.onMetrics(data.series));
   const checkpoints = mountCheckpoints(root, runId, stream);
   mountEnvironment(stream);
@@ -47,9 +47,9 @@ const start = async (root) => {
   const logDone = log.load();
   checkpoints.load();
   await charts.load();
-  shown.setStatus({status: status()});  // what the charts' place says when it holds none
+  status.setStatus({status: runStatus()});  // what the charts' place says when it holds none
   await logDone;
-  if (!isFinished(status())) stream.connect();
+  if (!isFinished(runStatus())) stream.connect();
 };
 
 const root = document.getElementById("run");

@@ -153,5 +153,5 @@ export const mountStatus = (root, runId, stream, charts) => {
   stream.refreshOn(refreshRun, REREAD_MS);
 
   renderTiming();
-  return {setStatus, status: () => status};
+  return {setStatus};
 };
