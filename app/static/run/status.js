@@ -6,7 +6,7 @@
 import {call, errorText, serverDown} from "../lib/api.js";
 import {$, markStale, showTime} from "../lib/dom.js";
 import {LOST_TEXT, clockText, fmtBytes, fmtDuration, lostText, parseTime} from "../lib/format.js";
-import {isFinished} from "../lib/status.js";
+import {isActive, isFinished} from "../lib/status.js";
 import {api} from "../lib/urls.js";
 
 // How often a queued or running run is re-read on the stream's events (its queue reason,
@@ -81,7 +81,7 @@ export const mountStatus = (root, runId, stream, charts) => {
     root.dataset.status = status;
     if ("started_at" in data) times = {started: data.started_at, finished: data.finished_at};
     if (data.error) { $("run-error").textContent = data.error; $("run-error").hidden = false; }
-    if (cancelButton) cancelButton.hidden = !(status === "queued" || status === "running");
+    if (cancelButton) cancelButton.hidden = !isActive(status);
     if (status !== "queued") $("run-queue-reason").hidden = true;
     if (charts.size === 0) {
       $("charts-empty").textContent = isFinished(status)
