@@ -323,7 +323,7 @@ export const mountCharts = (root, runId) => {
     try {
       const response = await (history ||
         fetch(api.runMetrics(runId, {max_points: BUDGET, with_time: "true"}), {credentials: "same-origin"}));
-      body = await response.clone().json();
+      body = await response.json();
       if (!response.ok) throw new Error(errorText(body));
     } catch (err) {
       $("charts-loading").hidden = true;
