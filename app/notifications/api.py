@@ -12,13 +12,13 @@ from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.errors import conflict, error_responses
 from app.notifications import service
+from app.notifications.channel_check import send_test
 from app.notifications.schemas import (
     DeliveryOut,
     NotificationSettingsIn,
     NotificationSettingsOut,
     TestResultOut,
 )
-from app.notifications.test_send import send_test
 
 router = APIRouter(prefix="/api/users/me/notifications", tags=["notifications"])
 
