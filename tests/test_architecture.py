@@ -108,3 +108,59 @@ def test_a_relative_import_is_resolved_against_its_package() -> None:
     source = "from ..ops import ready\nfrom . import reaper\n"
     got = [m for _line, m in imports_in(source, "app.runs")]
     assert got == ["app.ops", "app.ops.ready", "app.runs", "app.runs.reaper"]
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports (at any depth in the file)."""
+    names = {_module_name(path): path for path in modules(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        deps = set()
+        for _line, module in imported(path):
+            while module and module not in names:  # `from x import name`: the module x
+                module = module.rpartition(".")[0]
+            if module and module != name:
+                deps.add(module)
+        graph[name] = deps
+    return graph
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph (its modules in order), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_notifications_package_has_no_import_cycle() -> None:
+    """Delivery used to run the trigger checks (delivery -> triggers -> service -> delivery);
+    now app.periodic runs them as two jobs (app/notifications/scheduled.py)."""
+    graph = import_graph("app")
+    notifications = {
+        name: {dep for dep in deps if dep.startswith("app.notifications")}
+        for name, deps in graph.items()
+        if name.startswith("app.notifications")
+    }
+    assert cycle_in(notifications) is None, " -> ".join(cycle_in(notifications) or [])
+
+
+def test_a_cycle_is_found_and_named() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert cycle_in(graph) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b"}, "b": set()}) is None
