@@ -24,7 +24,7 @@ import enum
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from app.settings import Settings, get_settings
 
@@ -74,9 +74,8 @@ def declare(
     the domain's own that starts the next round early (else the job gets one; see wake)."""
     if isinstance(every, str) and every not in Settings.model_fields:
         raise ValueError(f"periodic job {name!r}: no setting {every!r}")
-    job = Job(name=name, run=run, every=every, runs_in=frozenset(runs_in))
-    if poke is not None:
-        job = replace(job, poke=poke)
+    event = poke if poke is not None else threading.Event()
+    job = Job(name=name, run=run, every=every, runs_in=frozenset(runs_in), poke=event)
     _JOBS[name] = job
     return job
 
