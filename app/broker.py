@@ -68,5 +68,6 @@ def declare_default_queue() -> None:
     from kombu.entity import Queue
 
     with celery_app.connection_for_write() as conn:
+        # kombu's Queue has no type hints.
         queue = Queue(celery_app.conf.task_default_queue)  # type: ignore[no-untyped-call]
         queue(conn.default_channel).declare()  # type: ignore[no-untyped-call]

@@ -24,7 +24,7 @@ from worker.watch import SHUTTING_DOWN
 _PERIODIC: list[Runner] = []
 
 
-@worker_ready.connect  # type: ignore[untyped-decorator]  # Celery is untyped
+@worker_ready.connect  # type: ignore[untyped-decorator]  # Celery has no type hints
 def _start_periodic_work(**_kwargs: Any) -> None:
     # First of all: the jobs the previous worker on this host left training (their runs
     # heartbeat again before a reaper could count them lost).
@@ -35,14 +35,14 @@ def _start_periodic_work(**_kwargs: Any) -> None:
     _PERIODIC.append(Runner(for_process(Process.WORKER, (HOST_HEARTBEAT, *JOBS))).start())
 
 
-@worker_shutting_down.connect  # type: ignore[untyped-decorator]  # Celery is untyped
+@worker_shutting_down.connect  # type: ignore[untyped-decorator]  # Celery has no type hints
 def _stop_running_jobs(**_kwargs: Any) -> None:
     SHUTTING_DOWN.set()
     for runner in _PERIODIC:
         runner.stop()
 
 
-@celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # Celery is untyped
+@celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # Celery has no type hints
 def run_training(self: Task, run_id: int) -> str | None:
     if SHUTTING_DOWN.is_set():
         # A worker on its way out starts nothing (not even a run it just requeued itself):
@@ -60,7 +60,7 @@ def run_training(self: Task, run_id: int) -> str | None:
     raise self.retry(countdown=0, max_retries=None)
 
 
-@celery_app.task(name=SWEEP_ADVANCE_TASK, acks_late=True)  # type: ignore[untyped-decorator]  # Celery is untyped
+@celery_app.task(name=SWEEP_ADVANCE_TASK, acks_late=True)  # type: ignore[untyped-decorator]  # Celery has no type hints
 def advance(sweep_id: int) -> list[int]:
     """A trial of the sweep ended: launch the next ones, or end the sweep (idempotent)."""
     return advance_sweep(sweep_id)
