@@ -182,6 +182,13 @@ def log_inputs(body: LogInputs, session: SessionDep, user: MlflowWriter) -> Json
     return {}
 
 
+@router.post("/logged-models/search")
+def search_logged_models(_user: MlflowUser) -> Json:
+    """None: torchyard keeps no MLflow logged models (a run's model files are its artifacts).
+    The client asks before it lists a run's artifacts."""
+    return {"models": []}
+
+
 @router.get("/metrics/get-history")
 def get_metric_history(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
     run = service.get_run(session, _query(request, "run_id", "run_uuid"))
