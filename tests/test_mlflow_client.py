@@ -105,6 +105,21 @@ def test_a_script_logs_through_mlflow_and_torchyard_shows_everything(
     assert Path(local).read_text() == "what the run learned\n"
 
 
+def test_the_pages_show_a_run_logged_from_outside(server: str, member: dict[str, str]) -> None:
+    username, password, _headers = make_user()
+    with httpx.Client(base_url=server, timeout=30) as browser:
+        r = browser.post("/login", data={"username": username, "password": password})
+        assert r.status_code in (200, 303)
+        client = MlflowClient()
+        experiment_id = client.create_experiment(f"mlflow-pages-{secrets.token_hex(4)}")
+        run_id = client.create_run(experiment_id, run_name="from-a-laptop").info.run_id
+        client.log_metric(run_id, "loss", 0.5, step=1)
+        page = browser.get(f"/runs/{run_id}")
+        assert page.status_code == 200 and "from-a-laptop" in page.text
+        assert browser.get(f"/experiments/{experiment_id}").status_code == 200
+        assert browser.get("/").status_code == 200
+
+
 def test_search_runs_filters_by_param_and_sorts_by_last_metric(
     server: str, member: dict[str, str]
 ) -> None:
