@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+import orjson
+from fastapi import APIRouter, Request, Response
 
 from app.db import SessionDep
 from app.mlflow import reads, search, service, writes
@@ -37,6 +38,12 @@ from app.timeutil import utcnow
 
 router = APIRouter(prefix="/api/2.0/mlflow", route_class=MlflowRoute, include_in_schema=False)
 Json = dict[str, Any]
+
+
+def _json(out: Json) -> Response:
+    """The body serialized once with orjson: a page of 1,000 runs or a 100k-point history spent
+    most of its time in FastAPI's generic encoding of the returned dict."""
+    return Response(orjson.dumps(out), media_type="application/json")
 
 
 def _query(request: Request, *names: str) -> str:
@@ -124,7 +131,7 @@ def delete_run(body: RunRef, session: SessionDep, user: MlflowWriter) -> Json:
 
 
 @router.post("/runs/search")
-def search_runs(body: SearchRuns, session: SessionDep, _user: MlflowUser) -> Json:
+def search_runs(body: SearchRuns, session: SessionDep, _user: MlflowUser) -> Response:
     ids = [parse_id(e, "experiment id") for e in body.experiment_ids if e != "0"]
     if "0" in body.experiment_ids:
         default = service.experiment_by_name(session, service.DEFAULT_EXPERIMENT)
@@ -136,7 +143,7 @@ def search_runs(body: SearchRuns, session: SessionDep, _user: MlflowUser) -> Jso
     out: Json = {"runs": reads.runs_json(session, runs[:limit])}
     if len(runs) > limit:
         out["next_page_token"] = service.page_token(offset + limit)
-    return out
+    return _json(out)
 
 
 @router.post("/runs/log-batch")
@@ -190,7 +197,7 @@ def search_logged_models(_user: MlflowUser) -> Json:
 
 
 @router.get("/metrics/get-history")
-def get_metric_history(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
+def get_metric_history(request: Request, session: SessionDep, _user: MlflowUser) -> Response:
     run = service.get_run(session, _query(request, "run_id", "run_uuid"))
     raw_max = request.query_params.get("max_results")
     if raw_max is not None and not raw_max.isdigit():
@@ -205,4 +212,4 @@ def get_metric_history(request: Request, session: SessionDep, _user: MlflowUser)
     out: Json = {"metrics": points}
     if token:
         out["next_page_token"] = token
-    return out
+    return _json(out)

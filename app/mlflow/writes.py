@@ -76,8 +76,8 @@ def _check_value(value: str, what: str, key: str, limit: int) -> None:
 
 
 def log_metrics(session: Session, run: Run, metrics: Sequence[MetricIn]) -> None:
-    for m in metrics:
-        _check_key(m.key, "metric")
+    for key in {m.key for m in metrics}:
+        _check_key(key, "metric")
     points = [(m.key, m.step, m.value, m.timestamp / 1000) for m in metrics]
     limit = KeyLimit(get_settings().max_metric_keys_per_run)
     ingest_points(session, run_id=run.id, points=points, key_limit=limit)
