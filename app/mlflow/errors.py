@@ -3,8 +3,8 @@ the HTTP status MLflow gives each code, which its client turns into an ``MlflowE
 (and retries on 429 and 5xx only).
 
 FastAPI has no exception handlers per router, so the router's route class catches: our own
-``MlflowError``, FastAPI's validation errors and the HTTP errors of shared dependencies (the
-torchyard token check's 401, the body limit's 413) are answered in MLflow's shape here, while
+``MlflowError``, FastAPI's validation errors, the domain errors of shared services (app/errors.py:
+a deletion's 409) and HTTP errors (the body limit's 413) are answered in MLflow's shape here, while
 every other route of the app keeps torchyard's ``{"detail": ...}``.
 """
 
@@ -18,6 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+
+from app.errors import DomainError, TooMany
+from app.http_errors import status_of
 
 INVALID_PARAMETER_VALUE = "INVALID_PARAMETER_VALUE"
 RESOURCE_DOES_NOT_EXIST = "RESOURCE_DOES_NOT_EXIST"
@@ -109,6 +112,14 @@ class MlflowRoute(APIRoute):
                 return error_response(exc.code, exc.message)
             except RequestValidationError as exc:
                 return error_response(INVALID_PARAMETER_VALUE, _validation_message(exc))
+            except DomainError as exc:  # a shared service's refusal (a 409 of a deletion)
+                status = status_of(exc)
+                headers = (
+                    {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooMany) else None
+                )
+                return error_response(
+                    _BY_HTTP_STATUS.get(status, BAD_REQUEST), exc.detail, status, headers
+                )
             except HTTPException as exc:
                 code = _BY_HTTP_STATUS.get(exc.status_code, BAD_REQUEST)
                 return error_response(
