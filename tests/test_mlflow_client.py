@@ -17,7 +17,10 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from app.auth.models import User
+from app.db import session_scope
 from tests.conftest import make_user
+from tests.factories import add_run
 from tests.mlflow_server import serving
 
 STEPS = 1000
@@ -240,3 +243,26 @@ def test_tags_deleted_and_a_run_deleted(server: str, member: dict[str, str]) -> 
     client.delete_run(run_id)  # still running: ended, then deleted
     r = httpx.get(f"{server}/api/runs/{run_id}", headers=member)
     assert r.status_code == 404
+
+
+def test_a_job_run_is_read_but_its_status_and_deletion_stay_torchyard_s(
+    server: str, member: dict[str, str]
+) -> None:
+    """A job's run, seen through MLflow: readable; its status is its worker's (INVALID_STATE),
+    and a delete while it is queued is refused by the deletion's own rule, in MLflow's shape."""
+    token = member["Authorization"].split()[1]
+    with session_scope() as session:
+        from app.auth.service import check_token
+
+        owner = check_token(session, token=token)
+        assert isinstance(owner, User)
+        run_id = str(add_run(session, owner_id=owner.id, config={"seed": 1}, status="queued"))
+    client = MlflowClient()
+    assert client.get_run(run_id).info.status == "SCHEDULED"
+    with pytest.raises(MlflowException) as refused:
+        client.set_terminated(run_id)
+    assert refused.value.error_code == "INVALID_STATE"
+    with pytest.raises(MlflowException) as refused:
+        client.delete_run(run_id)
+    assert refused.value.error_code == "INVALID_STATE"
+    assert "has not ended" in refused.value.message

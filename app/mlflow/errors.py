@@ -33,14 +33,16 @@ REQUEST_LIMIT_EXCEEDED = "REQUEST_LIMIT_EXCEEDED"
 ENDPOINT_NOT_FOUND = "ENDPOINT_NOT_FOUND"
 TEMPORARILY_UNAVAILABLE = "TEMPORARILY_UNAVAILABLE"
 
-# mlflow.exceptions.ERROR_CODE_TO_HTTP_STATUS for the codes we answer with.
+# mlflow.exceptions.ERROR_CODE_TO_HTTP_STATUS for the codes we answer with, but for
+# INVALID_STATE: MLflow's 500 makes its client retry (and then report a connection error
+# instead of the message), so a state that does not allow the call is a 409.
 STATUS = {
     INVALID_PARAMETER_VALUE: 400,
     RESOURCE_DOES_NOT_EXIST: 404,
     RESOURCE_ALREADY_EXISTS: 400,
     PERMISSION_DENIED: 403,
     UNAUTHENTICATED: 401,
-    INVALID_STATE: 500,
+    INVALID_STATE: 409,
     BAD_REQUEST: 400,
     REQUEST_LIMIT_EXCEEDED: 429,
     ENDPOINT_NOT_FOUND: 404,
