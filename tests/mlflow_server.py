@@ -11,6 +11,7 @@ from typing import Any
 import uvicorn
 
 from tests.stack import free_port
+from tests.waits import wait_for
 
 
 @contextmanager
@@ -21,14 +22,9 @@ def serving(app: Any) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
-    ready = threading.Event()
-
-    def started() -> bool:
-        return bool(server.started) or not thread.is_alive()
-
-    while not ready.wait(0.02):  # a wait on a condition: the server says it is up
-        if started():
-            break
+    wait_for(
+        lambda: server.started or not thread.is_alive(), timeout=60, what="the test server's start"
+    )
     if not server.started:
         raise RuntimeError("the test server did not start")
     try:
