@@ -104,6 +104,11 @@ class Run(Base):
     # Bytes of the run's folder when it ended, measured by its worker (app.runs.disk); NULL
     # until then, when its disk use is its checkpoints' sizes.
     disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # What created the run when no job of torchyard's runs it: "mlflow" for a run a client
+    # logged through the MLflow API (app/mlflow); NULL for a torchyard job. Such a run's
+    # status is its client's (app.runs.lifecycle open_external/end_external) and no reaper
+    # fails it for want of a worker's heartbeat.
+    origin: Mapped[str | None] = mapped_column(String(16))
 
 
 class RunTag(Base):
