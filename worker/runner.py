@@ -16,7 +16,6 @@ import os
 import secrets
 import socket
 import sys
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,9 @@ from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
 from app.db import session_scope
 from app.experiments.requirements import RequirementRefused
+from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
+from app.runs import environment_record
 from app.runs.job_files import replace_job_file
 from app.runs.models import RunStatus
 from app.settings import get_settings
@@ -54,7 +55,7 @@ from worker.supervise import (
     supervise,
 )
 from worker.watch import StopReason, Watched, drain, with_db
-from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
+from worker.workspace import prepare_work_dir
 
 log = logging.getLogger(__name__)
 
@@ -97,23 +98,18 @@ def start(run_id: int) -> StartResult:
         return StartResult(StartOutcome.WAIT, reason="database unavailable")
 
 
-def heartbeat_host(stop: threading.Event) -> None:
-    """Keep this host live for the scheduler while the worker is idle, from the start at once."""
+def heartbeat_host() -> None:
+    """Keep this host live for the scheduler while the worker is idle (one round of the
+    periodic job in worker/scheduled.py, from the start at once)."""
     inv = inventory()
-    while True:
-        try:
-            with session_scope() as session:
-                touch_host(
-                    session,
-                    host=inv.host,
-                    gpus=list(inv.gpus),
-                    now=utcnow(),
-                    gpu_stats=gpu_stats(inv),
-                )
-        except Exception:
-            log.exception("host heartbeat failed; will retry")
-        if stop.wait(max(0.5, get_settings().lease_ttl_seconds / 3)):
-            return
+    with session_scope() as session:
+        touch_host(
+            session,
+            host=inv.host,
+            gpus=list(inv.gpus),
+            now=utcnow(),
+            gpu_stats=gpu_stats(inv),
+        )
 
 
 class NotRun(enum.Enum):
@@ -170,7 +166,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             script=script,
             code=claimed.config if code else None,
         )
-        provenance.store(session, run_id=run_id, record=record)
+        environment_record.store(session, run_id=run_id, record=record)
     in_sweep = claimed.sweep_id is not None
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices), in_sweep)
     try:
@@ -259,8 +255,11 @@ def announce_isolation() -> None:
     """Says at start whether jobs are sandboxed and why; with job_isolation "bwrap" a worker
     that cannot sandbox refuses to start (exit 2) rather than run jobs unisolated."""
     isolation = job_isolation()
-    print(sandbox.describe(isolation), file=sys.stderr, flush=True)
-    if not isolation.enabled and get_settings().job_isolation == "bwrap":
+    refused = not isolation.enabled and get_settings().job_isolation == "bwrap"
+    # On stdout with the rest of the worker's start banner (`torchyard up` shows it); a
+    # refusal says both lines on stderr.
+    print(sandbox.describe(isolation), file=sys.stderr if refused else sys.stdout, flush=True)
+    if refused:
         print(
             "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
             "(docs/security.md)",

@@ -4,9 +4,10 @@ The token check used to stamp `api_tokens.last_used_at` itself (at most once a m
 token), so a read request wrote the database: on the embedded SQLite stack that write queued
 behind ingestion's and 'database is locked' cut GETs and live streams (issue 27 item 4). Now
 the check only notes the use here, in this process's memory, and `flush` writes what was noted
-in one short transaction of its own, every FLUSH_SECONDS from a background thread of the API
-(and once more on the way out). The tokens list shows the newer of the stored time and this
-process's unflushed one (`last_used`); another server process's uses appear after its flush.
+in one short transaction of its own: a periodic job of the API (app/auth/scheduled.py, every
+FLUSH_SECONDS) and once more on the way out. The tokens list shows the newer of the stored
+time and this process's unflushed one (`last_used`); another server process's uses appear
+after its flush.
 """
 
 from __future__ import annotations
@@ -71,13 +72,8 @@ def flush() -> int:
     return len(taken)
 
 
-def flush_forever(stop: threading.Event, every: float = FLUSH_SECONDS) -> None:
-    """The API's flushing thread: a flush every `every` seconds, and a last one at `stop`."""
-    while not stop.wait(every):
-        try:
-            flush()
-        except Exception:
-            log.exception("recording token use failed; the next flush retries")
+def flush_at_exit() -> None:
+    """The last flush, as the API stops (its lifespan): the uses noted since the last round."""
     try:
         flush()
     except Exception:
