@@ -202,8 +202,9 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
                 assert time.monotonic() < deadline, "the server was not started again"
                 time.sleep(0.2)
             # An upgrade's SIGTERM of the server: it stops at once (its event streams end,
-            # app/ops/shutdown.py) and `up` starts it again (issue 27 asks for 15 s; the bound
-            # here is the one above, for a loaded CI machine: its imports alone take 9 s).
+            # app/ops/shutdown.py) and `up` starts it again. Issue 27 asks for 15 s; the bound
+            # here is for a loaded shared machine, where the server's imports alone took 13 s
+            # of wall time for 1.8 s of CPU (the time is printed).
             server = next(p for p in _children(proc.pid) if b"uvicorn" in _cmdline(p))
             os.kill(server, signal.SIGTERM)
             stopped_at = time.monotonic()
@@ -211,7 +212,7 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
                 lambda: not _alive(server), timeout=5, what="the server gone within 5 s of SIGTERM"
             )
             wait_for(
-                lambda: _health(base), timeout=30, what="the server answering again after SIGTERM"
+                lambda: _health(base), timeout=60, what="the server answering again after SIGTERM"
             )
             print(
                 f"SIGTERM of the server: answering again in {time.monotonic() - stopped_at:.1f} s"
