@@ -33,7 +33,7 @@ from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
-from torchyard.contract import METRICS_FILE
+from torchyard.contract import RunPaths
 from worker.job_records import JobRecord, records
 from worker.process import JobProcess
 from worker.supervise import forget, hand_over_stopped, supervise
@@ -109,7 +109,7 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
     watched = Watched(
         record.run_id,
         record.attempt,
-        settings.run_dir(record.run_id) / METRICS_FILE,
+        RunPaths(settings.run_dir(record.run_id)).metrics,
         has_leases,
         in_sweep,
     )

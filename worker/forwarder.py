@@ -39,7 +39,7 @@ from app.runs import notices
 from app.runs.job_files import FileRefused, cut_job_file, job_file_size, open_job_file
 from app.runs.models import Checkpoint, Run, RunLogChunk
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 from worker import artifacts, retention, spool_lines
 from worker.spool_lines import parse_spool
 from worker.tensorboard_events import forward_events
@@ -129,7 +129,7 @@ def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = 
     )
     moved += forward_events(session, run_id=run_id, run_dir=run_dir, key_limit=key_limit)
     notices.add_dropped_points(run, limit=key_limit.max_keys, points=key_limit.dropped_points)
-    log_path = run_dir / LOG_FILE
+    log_path = RunPaths(run_dir).log
     limit_log(run, log_path=log_path, max_bytes=settings.max_log_bytes)
     if settings.artifact_store:  # the API is elsewhere: it reads the log from the database
         moved += ship_log(session, run=run, log_path=log_path, final=final)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.runs.job_files import append_to_job_file, cut_job_file, job_file_size
 from app.runs.models import Run
-from torchyard.contract import LOG_FILE, METRICS_FILE
+from torchyard.contract import RunPaths
 from worker.tensorboard_events import clear_cache, find_event_files
 
 log = logging.getLogger(__name__)
@@ -48,13 +48,13 @@ def start_attempt(session: Session, run_id: int, run_dir: Path) -> None:
     run = session.get(Run, run_id, populate_existing=True)
     if run is None:
         return
-    spool = run_dir / METRICS_FILE
+    spool = RunPaths(run_dir).metrics
     if spool.exists():
-        aside = run_dir / f"metrics.attempt-{run.attempt - 1}.jsonl"
+        aside = RunPaths(run_dir).earlier_metrics(run.attempt - 1)
         os.replace(spool, aside)
         log.info("run %s attempt %d: previous spool kept as %s", run_id, run.attempt, aside.name)
     run.metrics_offset = 0
-    _continue_log(run, run_dir / LOG_FILE)
+    _continue_log(run, RunPaths(run_dir).log)
     files, _dirs = find_event_files(run_dir)
     run.tb_offsets = {rel: job_file_size(run_dir / rel) or 0 for rel in files}
     clear_cache()

@@ -19,7 +19,7 @@ from app.runs.disk import record_disk_use
 from app.runs.models import Run, RunStatus
 from app.runs.recovery import HandoverOutcome, hand_over
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 from worker import job_records
 from worker.job_errors import run_error
 from worker.process import JobProcess
@@ -56,7 +56,7 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     the next worker). Used inside the job's block (`with job:`)."""
     settings = get_settings()
     run_dir = run.metrics_path.parent
-    log_path = run_dir / LOG_FILE
+    log_path = RunPaths(run_dir).log
     stopped_by = watch(
         run,
         job,

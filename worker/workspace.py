@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+from app.runs.job_files import within
+
 MAX_SCRIPT_PATH = 500
 MAX_DIFF_BYTES = 512 * 1024
 MAX_UNTRACKED = 200
@@ -49,7 +51,7 @@ def resolve_script(workspace: Path, script: str) -> Path:
         raise ScriptPathError("the server's workspace directory does not exist")
     candidate = root / script
     resolved = candidate.resolve()
-    if not resolved.is_relative_to(root):
+    if not within(resolved, root):
         raise ScriptPathError(f"{script!r} resolves (through a symlink) outside the workspace")
     if not resolved.exists():
         raise ScriptPathError(f"{script!r} does not exist in the workspace")

@@ -1,13 +1,20 @@
-"""The experiment config, validated completely before anything is stored or queued.
+"""The run config: one pydantic model from the API to the launcher, every default here.
 
 The recipe catalog (torchyard.recipes.catalog, stdlib only) declares each recipe's params; this
 module turns it into pydantic models, one per recipe, joined by a discriminated union on
 `recipe`, so an error points at the exact field: `config.digits_cnn.params.lr`.
+
+The API validates a config (``validate_config``) and stores its JSON (``RunConfig.stored``);
+whoever reads a stored one back (the scheduler, the worker, retention) gets the typed model
+from ``run_config``, never a dict read with ``.get(key, default)``. The job's side, which
+imports no pydantic, gets what it needs as torchyard.contract.RunSpec (``RunConfig.run_spec``)
+or as the stored JSON itself.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -24,6 +31,7 @@ from pydantic import (
 
 from app.experiments.environment import Environment
 from app.settings import get_settings
+from torchyard.contract import RunSpec
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
 from worker.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 
@@ -77,7 +85,9 @@ class CheckpointRetention(BaseModel):
     mode: Literal["max", "min"] = Field("max", description="whether a larger metric is better")
 
 
-class _ConfigBase(BaseModel):
+class RunConfig(BaseModel):
+    """What every run config has, recipe or script (each a subclass: ``run_config``)."""
+
     model_config = ConfigDict(extra="forbid")
 
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="omit for a random seed")
@@ -93,6 +103,25 @@ class _ConfigBase(BaseModel):
     checkpoints: CheckpointRetention = Field(default_factory=CheckpointRetention)
     environment: Environment = Field(default_factory=Environment)
 
+    def run_spec(self) -> RunSpec:
+        """How to launch it, for code that takes no pydantic model (torchyard.contract)."""
+        return RunSpec(
+            nproc=self.resources.nproc,
+            gpus=self.resources.gpus,
+            max_restarts=self.max_restarts,
+            launcher=self.resources.launcher,
+        )
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON a run stores, the API answers and the job reads (defaults filled in); a
+        workspace script's config has no ``code`` or ``code_origin`` key, as before they
+        existed."""
+        dumped: dict[str, Any] = self.model_dump(mode="json")
+        for key in ("code", "code_origin"):
+            if key in dumped and dumped[key] is None:
+                del dumped[key]
+        return dumped
+
 
 def _param_field(param: Param) -> tuple[Any, Any]:
     if param.choices:
@@ -106,25 +135,25 @@ def _param_field(param: Param) -> tuple[Any, Any]:
 
 def _params_model(recipe: Recipe) -> type[BaseModel]:
     fields: dict[str, Any] = {p.name: _param_field(p) for p in recipe.params}
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(  # type: ignore[call-overload, no-any-return, unused-ignore]
         f"{recipe.name.title().replace('_', '')}Params",
         __config__=ConfigDict(extra="forbid"),
         **fields,
     )
 
 
-def _recipe_config_model(recipe: Recipe) -> type[_ConfigBase]:
+def _recipe_config_model(recipe: Recipe) -> type[RunConfig]:
     params_model = _params_model(recipe)
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(  # type: ignore[call-overload, no-any-return, unused-ignore]
         f"{recipe.name.title().replace('_', '')}Config",
-        __base__=_ConfigBase,
+        __base__=RunConfig,
         __doc__=recipe.description,
         recipe=(Literal[recipe.name], ...),  # type: ignore[arg-type]
         params=(params_model, Field(default_factory=params_model)),
     )
 
 
-RECIPE_CONFIG_MODELS: dict[str, type[_ConfigBase]] = {
+RECIPE_CONFIG_MODELS: dict[str, type[RunConfig]] = {
     name: _recipe_config_model(recipe) for name, recipe in RECIPES.items()
 }
 
@@ -160,7 +189,7 @@ class CodeOrigin(BaseModel):
         return self
 
 
-class ScriptConfig(_ConfigBase):
+class ScriptConfig(RunConfig):
     """A user script from the workspace, or from an uploaded code snapshot (``code``),
     started exactly like a built-in recipe."""
 
@@ -208,7 +237,7 @@ def _config_tag(value: Any) -> str | None:
     return getattr(value, "recipe", None)
 
 
-_CONFIG_MODELS: dict[str, type[_ConfigBase]] = {**RECIPE_CONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
+_CONFIG_MODELS: dict[str, type[RunConfig]] = {**RECIPE_CONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
 
 ExperimentConfig: Any = Annotated[
     Union[tuple(Annotated[m, Tag(n)] for n, m in _CONFIG_MODELS.items())],  # noqa: UP007
@@ -252,7 +281,7 @@ def validate_config(
             ]
         )
     try:
-        model = _adapter.validate_python(raw)
+        model: RunConfig = _adapter.validate_python(raw)
     except ValidationError as exc:
         raise ConfigInvalid(
             [_error(e, loc_prefix) for e in exc.errors(include_url=False)]
@@ -274,11 +303,15 @@ def validate_config(
                     }
                 ]
             ) from None
-    dumped: dict[str, Any] = model.model_dump(mode="json")
-    for key in ("code", "code_origin"):  # a workspace script's config stays as it was
-        if key in dumped and dumped[key] is None:
-            del dumped[key]
-    return dumped
+    return model.stored()
+
+
+def run_config(stored: Mapping[str, Any]) -> RunConfig:
+    """The typed model of a config ``validate_config`` returned (a run's or experiment's
+    stored ``config``): a recipe's config or a ScriptConfig. ValueError when it is none, which
+    a stored config only is if this server's recipes changed since it was stored."""
+    model: RunConfig = _adapter.validate_python(stored)
+    return model
 
 
 def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | int, ...]) -> None:

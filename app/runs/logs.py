@@ -28,10 +28,11 @@ from typing import Any, Protocol
 from sqlalchemy import func, select
 
 from app.db import session_scope
+from app.experiments.config import run_config
 from app.runs.job_files import FileRefused, job_file_size, open_job_file
 from app.runs.models import Run, RunLogChunk
 from app.runs.service import log_path
-from torchyard.contract import RunSpec, rank_prefix
+from torchyard.contract import rank_prefix
 
 BLOCK = 64 * 1024
 # No log is this long; a client's offset past it reads nothing (instead of overflowing a seek
@@ -41,7 +42,7 @@ MAX_OFFSET = 2**62
 
 def run_nproc(config: Mapping[str, Any]) -> int:
     """How many processes (ranks) the run's config asks for."""
-    return RunSpec.from_config(config).nproc
+    return run_config(config).resources.nproc
 
 
 class LogSource(Protocol):
