@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from app.experiments.config import run_config
 from torchyard import job as jobmain
 from torchyard.recipes import digits_cnn, tiny_mlp
 from torchyard.recipes.digits_data import load_digits
@@ -46,7 +47,7 @@ def job_launch(
     spec = LaunchSpec(
         run_id=1,
         run_dir=run_dir,
-        config={"seed": 0, **config},
+        config=run_config({"seed": 0, **config}),
         python=sys.executable,
         job_token="test",
         master_port=29500,

@@ -308,9 +308,17 @@ def validate_config(
 
 def run_config(stored: Mapping[str, Any]) -> RunConfig:
     """The typed model of a config ``validate_config`` returned (a run's or experiment's
-    stored ``config``): a recipe's config or a ScriptConfig. ValueError when it is none, which
-    a stored config only is if this server's recipes changed since it was stored."""
-    model: RunConfig = _adapter.validate_python(stored)
+    stored ``config``): a recipe's config or a ScriptConfig.
+
+    A row stored by an older server (a recipe since renamed, a param since removed) still
+    gives its common part, a plain RunConfig with this model's defaults for what it lacks, so
+    a page or the scheduler never fails on an old run; only a common part that is itself
+    invalid raises (pydantic's ValidationError, a ValueError)."""
+    try:
+        model: RunConfig = _adapter.validate_python(stored)
+    except ValidationError:
+        common = {k: v for k, v in stored.items() if k in RunConfig.model_fields}
+        return RunConfig.model_validate(common)
     return model
 
 
