@@ -14,7 +14,7 @@ from sqlalchemy import select
 from app.auth.models import User
 from app.db import MAX_ID, SessionDep
 from app.experiments import service
-from app.experiments.config import RunConfig, run_config
+from app.experiments.config import RunConfig, ScriptConfig, run_config
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
 from app.ownership import find_experiment, find_run
@@ -158,9 +158,9 @@ def _form_values(source: Experiment | None, config: dict[str, Any] | None = None
     config = config if config is not None else source.config
     typed = run_config(config)
     recipe: str = first
-    if config.get("script"):
+    if isinstance(typed, ScriptConfig):
         recipe = SCRIPT_CHOICE
-    elif config.get("recipe") in RECIPES:
+    elif type(typed) is not RunConfig:  # a recipe this server still has
         recipe = str(config["recipe"])
     return {
         "name": f"{source.name} (copy)"[:200],
