@@ -29,6 +29,7 @@ from app.experiments.config import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
+from app.runs import environment_record
 from app.runs.job_files import FileRefused, regular_fd, replace_job_file, within
 from app.runs.models import RunStatus
 from app.settings import get_settings
@@ -161,7 +162,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             script=script,
             code=script_config if code else None,
         )
-        provenance.store(session, run_id=run_id, record=record)
+        environment_record.store(session, run_id=run_id, record=record)
     in_sweep = claimed.sweep_id is not None
     watched = Watched(
         run_id, attempt, RunPaths(run_dir).metrics, bool(claimed.gpu_indices), in_sweep
