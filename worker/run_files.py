@@ -24,8 +24,9 @@ from app.artifacts import run_files_key, store_fs
 from app.runs import files
 from app.settings import get_settings
 from torchyard.contract import WORK_DIR
+from worker.db_retry import with_db
+from worker.heartbeat import Watched
 from worker.run_log import note_in_log
-from worker.watch import Watched, with_db
 
 log = logging.getLogger(__name__)
 

@@ -21,16 +21,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError, OperationalError
-
 from app.artifacts import renames_atomically, store_fs
 from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
-from app.db import session_scope
+from app.db import database_away, is_conflict, session_scope
 from app.experiments.requirements import RequirementRefused
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs.job_files import replace_job_file
-from app.runs.models import RunStatus
+from app.runs.status import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
 from torchyard.contract import (
@@ -42,8 +40,10 @@ from torchyard.contract import (
 )
 from worker import artifacts, env_build, job_records, provenance, sandbox, spool
 from worker import code as code_copy
+from worker.db_retry import with_db
 from worker.environments import BuildFailed, Env, run_requirements
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
+from worker.heartbeat import Watched
 from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.supervise import (
@@ -53,7 +53,7 @@ from worker.supervise import (
     remember,
     supervise,
 )
-from worker.watch import StopReason, Watched, drain, with_db
+from worker.watch import StopReason, drain
 from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
 
 log = logging.getLogger(__name__)
@@ -89,30 +89,40 @@ def start(run_id: int) -> StartResult:
                 starvation_seconds=settings.starvation_seconds,
                 gpu_stats=stats,
             )
-    except IntegrityError:  # a GPU leased twice: the database refused, so nothing was taken
-        log.warning("run %s: lease conflict; will ask again", run_id)
-        return StartResult(StartOutcome.WAIT, reason="lease conflict")
-    except OperationalError:  # the database is briefly away: the run stays queued
-        log.exception("run %s: could not ask the scheduler; will ask again", run_id)
-        return StartResult(StartOutcome.WAIT, reason="database unavailable")
+    except Exception as exc:
+        if is_conflict(exc):  # a GPU leased twice: the database refused, so nothing was taken
+            log.warning("run %s: lease conflict; will ask again", run_id)
+            return StartResult(StartOutcome.WAIT, reason="lease conflict")
+        if database_away(exc):  # the run stays queued
+            log.exception("run %s: could not ask the scheduler; will ask again", run_id)
+            return StartResult(StartOutcome.WAIT, reason="database unavailable")
+        raise
+
+
+def touch_this_host() -> None:
+    """One beat of this host's heartbeat: live for the scheduler (even while the worker is
+    idle), its GPUs and NVML's view of them recorded (app.gpus.service.touch_host). A
+    failure is logged; the next beat tries again."""
+    inv = inventory()
+    try:
+        with session_scope() as session:
+            touch_host(
+                session, host=inv.host, gpus=list(inv.gpus), now=utcnow(), gpu_stats=gpu_stats(inv)
+            )
+    except Exception:
+        log.exception("host heartbeat failed; will retry")
+
+
+def host_heartbeat_seconds() -> float:
+    """How often the host beats: three times per lease TTL."""
+    return max(0.5, get_settings().lease_ttl_seconds / 3)
 
 
 def heartbeat_host(stop: threading.Event) -> None:
-    """Keep this host live for the scheduler while the worker is idle, from the start at once."""
-    inv = inventory()
+    """Keep this host live for the scheduler, from the start at once, until `stop` is set."""
     while True:
-        try:
-            with session_scope() as session:
-                touch_host(
-                    session,
-                    host=inv.host,
-                    gpus=list(inv.gpus),
-                    now=utcnow(),
-                    gpu_stats=gpu_stats(inv),
-                )
-        except Exception:
-            log.exception("host heartbeat failed; will retry")
-        if stop.wait(max(0.5, get_settings().lease_ttl_seconds / 3)):
+        touch_this_host()
+        if stop.wait(host_heartbeat_seconds()):
             return
 
 
