@@ -35,6 +35,7 @@ from worker.watch import SHUTTING_DOWN, StopReason
 log = logging.getLogger(__name__)
 
 ERROR_TAIL_LINES = 25
+STOPPED_BUILD_WAIT_SECONDS = 10.0
 
 
 class Pip:
@@ -161,6 +162,10 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     if stopped is not None:
         pip.stop(f"the run was {'cancelled' if stopped is StopReason.CANCEL else 'handed back'}")
         building.abandon()
+        # pip is killed; its thread now removes the half-built folder. Waited for (a while:
+        # the thread may instead be queued behind another build's lock) so that nothing
+        # half-built outlives the run's final status.
+        thread.join(timeout=STOPPED_BUILD_WAIT_SECONDS)
         return Prepared(None, stopped)
     if building.error is not None:
         if isinstance(building.error, BuildFailed | OSError):
