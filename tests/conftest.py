@@ -89,8 +89,10 @@ LOCAL_ONLY_MODULES = frozenset(
         # output, third-party training code, pure scheduling, path checks, packaging
         "test_api_docs",  # static files of /docs and /redoc
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
+        "test_cli_export",  # `torchyard export` (GET /api/runs and metrics: their own tests)
         "test_cli_imports",  # what the client CLI imports
         "test_cli_pack",  # packing a code folder, against a stand-in server
+        "test_cli_run_files",  # `torchyard files`, download's fallback (the files API: its own)
         "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_runs_list)
         "test_cli_users",  # the CLI; its reset-password boxes are SQLite in either pass
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)

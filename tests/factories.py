@@ -20,14 +20,18 @@ def add_run(
     owner_id: int,
     config: dict[str, Any] | None = None,
     status: str = "queued",
+    experiment_id: int | None = None,
 ) -> int:
-    """An experiment and one run of it, owned by `owner_id`; flushes, the caller commits."""
+    """A run owned by `owner_id`, of `experiment_id` or of a new experiment; flushes, the
+    caller commits."""
     config = config if config is not None else {}
-    exp = Experiment(name="factory", config=config, owner_id=owner_id)
-    session.add(exp)
-    session.flush()
+    if experiment_id is None:
+        exp = Experiment(name="factory", config=config, owner_id=owner_id)
+        session.add(exp)
+        session.flush()
+        experiment_id = exp.id
     run = Run(
-        experiment_id=exp.id,
+        experiment_id=experiment_id,
         owner_id=owner_id,
         status=status,
         config=config,
@@ -38,7 +42,9 @@ def add_run(
     return run.id
 
 
-def make_run(config: dict | None = None, status: str = "running") -> int:
+def make_run(
+    config: dict | None = None, status: str = "running", experiment_id: int | None = None
+) -> int:
     """A run of the suite's admin in the suite's database."""
     with session_scope() as session:
         owner = session.query(User).filter_by(username="admin").one()
@@ -47,6 +53,7 @@ def make_run(config: dict | None = None, status: str = "running") -> int:
             owner_id=owner.id,
             status=status,
             config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
+            experiment_id=experiment_id,
         )
 
 

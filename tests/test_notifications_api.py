@@ -60,6 +60,15 @@ def test_settings_default_to_no_channel_and_every_event(client, user_headers) ->
         ("http://169.254.169.254/latest/meta-data/", "not a public address"),
         ("http://[::ffff:10.0.0.1]/", "not a public address"),
         ("http://10.1.2.3/hook", "not a public address"),
+        # loopback spelled as inet_aton/getaddrinfo take it: refused at save, not only at send
+        ("http://2130706433/hook", "127.0.0.1 is not a public address"),
+        ("http://0x7f000001/hook", "127.0.0.1 is not a public address"),
+        ("http://0177.0.0.1/hook", "127.0.0.1 is not a public address"),
+        ("http://127.1/hook", "127.0.0.1 is not a public address"),
+        ("http://0/hook", "0.0.0.0 is not a public address"),
+        ("http://0x0a.1/hook", "10.0.0.1 is not a public address"),
+        ("http://localhost./hook", "not a public address"),
+        ("http://api.localhost/hook", "not a public address"),
     ],
 )
 def test_a_webhook_url_that_is_not_public_http_is_a_422_naming_it(

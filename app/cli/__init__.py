@@ -1,7 +1,8 @@
 """The `torchyard` console script.
 
 Server commands (`up`, `worker`, `db`, `admin`) run on the torchyard host; client commands
-(`login`, `submit`, `sweep`, `follow`, `ls`, `logs`, `cancel`, `download`, `resume`, `users`,
+(`login`, `submit`, `sweep`, `follow`, `ls`, `logs`, `cancel`, `download`, `files`, `export`,
+`resume`, `users`,
 `runs delete`, `experiments delete`) speak
 only the REST API, so they work from a laptop against the team box. `main` returns the exit
 code instead of exiting, so tests and the console-script wrapper share it.
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 import httpx
 import typer
 
-from app.cli import admin, commands, delete, runs, server, sweeps, users
+from app.cli import admin, commands, delete, export, run_files, runs, server, sweeps, users
 from app.cli.client import CliError
 from app.cli.common import CLIENT_PANEL, err
 from app.cli.config import ConfigError
@@ -37,6 +38,8 @@ app = typer.Typer(
 server.register(app)
 commands.register(app)
 runs.register(app)
+run_files.register(app)
+export.register(app)
 sweeps.register(app)
 delete.register(app, CLIENT_PANEL)
 users.register(app)

@@ -52,9 +52,16 @@ def newest_checkpoint(api: Api, run_id: int) -> dict[str, Any]:
     last epoch's). The server lists checkpoints in the order they were recorded."""
     checkpoints = api.get(f"/api/runs/{run_id}/checkpoints")
     if not checkpoints:
-        raise CliError(f"run {run_id} has no checkpoints (yet)")
+        raise CliError(no_checkpoints(api, run_id))
     ranked = sorted(enumerate(checkpoints), key=lambda pair: (pair[1]["step"], pair[0]))
     return dict(ranked[-1][1])
+
+
+def no_checkpoints(api: Api, run_id: int) -> str:
+    """ "No checkpoints", with "yet" only while the run may still write one."""
+    status = api.get(f"/api/runs/{run_id}")["status"]
+    later = " yet" if status in ("queued", "running") else ""
+    return f"run {run_id} has no checkpoints{later}"
 
 
 def find_checkpoint(api: Api, run_id: int, name: str | None) -> dict[str, Any]:
@@ -66,7 +73,7 @@ def find_checkpoint(api: Api, run_id: int, name: str | None) -> dict[str, Any]:
     for checkpoint in checkpoints:
         if checkpoint["name"] == name:
             return dict(checkpoint)
-    names = ", ".join(c["name"] for c in checkpoints) or "none yet"
+    names = ", ".join(c["name"] for c in checkpoints) or "none"
     raise CliError(f"run {run_id} has no checkpoint {name!r} (it has: {names})")
 
 

@@ -7,7 +7,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
 import typer
@@ -25,8 +25,10 @@ from app.cli.common import (
     err,
     find_checkpoint,
     human_size,
+    no_checkpoints,
     out,
 )
+from app.cli.run_files import fetch_to, file_url, list_files, newest_checkpoint_file
 from app.cli.watch import FINISHED
 
 LOG_POLL_SECONDS = 0.5
@@ -212,8 +214,20 @@ def download(
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Download a checkpoint (torch.load(f, weights_only=True) reads it)."""
+    """Download a checkpoint (torch.load(f, weights_only=True) reads it). Without a name: the
+    newest checkpoint, or for a run that recorded none (a Lightning or Hugging Face script)
+    the newest checkpoint-like file it wrote (`*.pt`, `*.pth`, `*.ckpt`)."""
     with connect(server, token) as api:
+        if checkpoint is None and not api.get(f"/api/runs/{run}/checkpoints"):
+            written = newest_checkpoint_file(list_files(api, run))
+            if written is None:
+                raise CliError(no_checkpoints(api, run) + " nor checkpoint-like files")
+            name = PurePosixPath(written["path"]).name
+            target = output / name if output is not None and output.is_dir() else output
+            target = target or Path(name)
+            size = fetch_to(api, file_url(run, written["path"]), target)
+            out.print(f"saved {target} ({human_size(size)}, run {run} file {written['path']})")
+            return
         found = find_checkpoint(api, run, checkpoint)
         name = found["name"]
         target = output or Path(name)

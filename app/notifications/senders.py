@@ -59,11 +59,32 @@ def url_problem(url: str) -> str | None:
     return None  # the host itself is judged by host_problem (it needs the settings)
 
 
+# The characters of an IPv4 address in any spelling the C library's inet_aton takes.
+_INET_ATON_CHARS = frozenset("0123456789abcdefABCDEFxX.")
+
+
 def _literal_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host names without DNS. Besides the dotted quad, every IPv4 spelling
+    the resolver would connect to counts: 2130706433, 0x7f000001, 0177.0.0.1, 127.1, 0
+    (inet_aton's forms; getaddrinfo takes them too, so judging only the dotted quad would
+    save a loopback URL that fails only when sent)."""
+    bare = host.strip("[]")
     try:
-        return ipaddress.ip_address(host.strip("[]"))
+        return ipaddress.ip_address(bare)
     except ValueError:
-        return None
+        pass
+    bare = bare.removesuffix(".")
+    if bare and set(bare) <= _INET_ATON_CHARS:
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(bare))
+        except OSError:
+            return None
+    return None
+
+
+def _is_localhost(host: str) -> bool:
+    name = host.lower().removesuffix(".")
+    return name == "localhost" or name.endswith(".localhost")
 
 
 def _networks(settings: Settings) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
@@ -85,7 +106,7 @@ def host_problem(url: str, settings: Settings | None = None) -> str | None:
     settings = settings or get_settings()
     host = urlsplit(url).hostname or ""
     literal = _literal_ip(host)
-    if host.lower() == "localhost":
+    if _is_localhost(host):
         literal = ipaddress.ip_address("127.0.0.1")
     if literal is not None and not address_allowed(str(literal), settings):
         return (
