@@ -1,62 +1,97 @@
-"""Error responses: every problem is a 4xx JSON body `{"detail": ...}` that says what is wrong."""
+"""Domain errors: what went wrong, in the domain's words. Services and every other module
+below the HTTP layer raise these and never an HTTP exception, so a service reads the same
+from a route, a page, the CLI or a worker task; app/http_errors.py maps each class to its
+status and JSON body, once.
+
+A message says what is wrong and what to do about it: it is the body a client shows.
+`Invalid` carries FastAPI's own 422 field errors (`type`, `loc`, `msg`, `input`), built by
+`field_error` only, so clients parse one format whether pydantic or a service refused.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import HTTPException, status
-from pydantic import BaseModel, Field
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 
-def not_found(what: str, ident: object) -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, detail=f"{what} {ident} not found")
+class DomainError(Exception):
+    """The base of every error a client may cause; `detail` is what it is told."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
-def forbidden(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_403_FORBIDDEN, detail=message)
+class NotFound(DomainError):
+    """No such thing (or one the caller may not know exists)."""
+
+    @classmethod
+    def of(cls, what: str, ident: object) -> NotFound:
+        """The one wording of a missing row: "run 12 not found"."""
+        return cls(f"{what} {ident} not found")
 
 
-def conflict(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_409_CONFLICT, detail=message)
+class Unauthorized(DomainError):
+    """Missing, invalid, expired or revoked credentials."""
 
 
-def unauthorized(message: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_401_UNAUTHORIZED, detail=message, headers={"WWW-Authenticate": "Bearer"}
-    )
+class Forbidden(DomainError):
+    """Known, but not the caller's to see or change."""
 
 
-def validation_error(errors: list[dict[str, Any]]) -> HTTPException:
-    """The same shape as FastAPI's own 422, so clients parse one format."""
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=errors)
+class Conflict(DomainError):
+    """The thing's state does not allow it now (finished, busy, taken)."""
 
 
-class ErrorOut(BaseModel):
-    """The body of every 4xx but 422 (whose `detail` is FastAPI's list of field errors)."""
-
-    detail: str = Field(examples=["run 12 not found"])
+class BadRequest(DomainError):
+    """A body that cannot be read at all (a malformed upload), before any field is known."""
 
 
-_ERROR_DESCRIPTIONS = {
-    400: "The body cannot be parsed (e.g. not UTF-8)",
-    401: "Missing, invalid, expired or revoked credentials",
-    403: "Not yours (another user's), or a cookie-authenticated change without the CSRF token",
-    404: "No such resource",
-    409: "The resource's state does not allow this",
-    429: "Too many attempts (or open streams): wait as long as Retry-After says",
-}
-_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+class TooLarge(DomainError):
+    """More bytes than a configured cap; the message names the setting."""
 
 
-def error_responses(*codes: int, non_json_route: bool = False) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` for routers and routes: each code with the `{"detail": "..."}`
-    body, so clients (and schemathesis) know every status a route answers with.
+class UnsupportedMedia(DomainError):
+    """A body of a kind the route does not take."""
 
-    FastAPI files a response `model` under the route's own media type, which is wrong for the
-    routes that answer with text, files or an event stream: those pass `non_json_route` and
-    get the JSON content alone (the JSON routes' `model` puts ErrorOut in the components)."""
-    responses: dict[int | str, dict[str, Any]] = {}
-    for code in codes:
-        response = {"description": _ERROR_DESCRIPTIONS[code], "content": _ERROR_CONTENT}
-        responses[code] = response if non_json_route else {**response, "model": ErrorOut}
-    return responses
+
+class TooMany(DomainError):
+    """A limit on attempts or open streams; the caller may try again after `retry_after`
+    seconds."""
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
+class FieldError(TypedDict):
+    """One of FastAPI's 422 errors: where (`loc`, its first part body/query/path/header),
+    what (`msg`), the kind (`type`) and the value refused (`input`)."""
+
+    type: str
+    loc: list[str | int]
+    msg: str
+    input: Any
+
+
+def field_error(
+    loc: Sequence[str | int], msg: str, value: Any = None, *, kind: str = "value_error"
+) -> FieldError:
+    """The one builder of a field error."""
+    return {"type": kind, "loc": list(loc), "msg": msg, "input": value}
+
+
+class Invalid(DomainError):
+    """Values refused, each named by a field error; `detail` joins their messages into one
+    sentence for the places that show a single line (an HTML form's banner)."""
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        super().__init__("; ".join(e["msg"] for e in errors))
+        self.errors = list(errors)
+
+    @classmethod
+    def at(
+        cls, loc: Sequence[str | int], msg: str, value: Any = None, *, kind: str = "value_error"
+    ) -> Invalid:
+        """One field refused: `Invalid.at(["query", "after"], "must be ...", raw)`."""
+        return cls([field_error(loc, msg, value, kind=kind)])

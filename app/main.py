@@ -19,11 +19,11 @@ from app.auth.views import router as auth_views
 from app.code.api import router as code_router
 from app.compare.api import router as compare_router
 from app.compare.views import router as compare_views
-from app.errors import error_responses
 from app.experiments.api import router as experiments_router
 from app.experiments.views import router as experiments_views
 from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
+from app.http_errors import error_responses, install_error_handlers
 from app.notifications.api import router as notifications_router
 from app.notifications.delivery import notify_forever
 from app.notifications.views import router as notifications_views
@@ -136,6 +136,7 @@ def create_app() -> FastAPI:
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")
+    install_error_handlers(app)
 
     @app.exception_handler(LoginRequired)
     async def to_login(_request: Request, exc: LoginRequired) -> RedirectResponse:

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from app.auth.deps import SAFE_METHODS, CurrentUser
 from app.auth.models import User
 from app.db import MAX_ID, SessionDep
-from app.errors import forbidden, not_found
+from app.errors import Forbidden, NotFound
 from app.experiments.models import Experiment
 from app.runs.models import Run
 
 
-def _viewer_refused(user: User) -> HTTPException:
-    return forbidden(f"your role is {user.role}: viewers may read but not change anything")
+def _viewer_refused(user: User) -> Forbidden:
+    return Forbidden(f"your role is {user.role}: viewers may read but not change anything")
 
 
 def check_write(user: User, owner_id: int, what: str) -> None:
@@ -33,7 +33,7 @@ def check_write(user: User, owner_id: int, what: str) -> None:
         return
     if not user.can_write:
         raise _viewer_refused(user)
-    raise forbidden(f"this {what} belongs to another user: you may read it but not change it")
+    raise Forbidden(f"this {what} belongs to another user: you may read it but not change it")
 
 
 def _is_write(request: Request) -> bool:
@@ -43,7 +43,7 @@ def _is_write(request: Request) -> bool:
 def find_experiment(experiment_id: int, session: Session, user: User, *, write: bool) -> Experiment:
     experiment = session.get(Experiment, experiment_id) if 0 < experiment_id <= MAX_ID else None
     if experiment is None:
-        raise not_found("experiment", experiment_id)
+        raise NotFound.of("experiment", experiment_id)
     if write:
         check_write(user, experiment.owner_id, "experiment")
     return experiment
@@ -52,7 +52,7 @@ def find_experiment(experiment_id: int, session: Session, user: User, *, write: 
 def find_run(run_id: int, session: Session, user: User, *, write: bool) -> Run:
     run = session.get(Run, run_id) if 0 < run_id <= MAX_ID else None
     if run is None:
-        raise not_found("run", run_id)
+        raise NotFound.of("run", run_id)
     if write:
         check_write(user, run.owner_id, "run")
     return run

@@ -1,8 +1,9 @@
 """What every HTML page router shares: the logged-in user, friendly 403/404 pages, formatting.
 
 A page router is `APIRouter(route_class=PageRoute)`. Its routes reuse the API's ownership
-checks (app.ownership), which raise HTTPException; PageRoute turns a 403/404 (and a malformed
-id in the path) into an HTML page that says what to do, instead of the API's JSON body.
+checks (app.ownership) and services, which raise domain errors (app.errors); PageRoute turns
+a 403/404/422 (and a malformed id in the path) into an HTML page that says what to do,
+instead of the API's JSON body (app.http_errors gives both the same status).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from markupsafe import Markup
 
 from app.auth.deps import BrowserUser
 from app.auth.models import User
+from app.errors import DomainError
+from app.http_errors import status_of
 from app.templating import render, templates
 from app.timeutil import as_utc, utcnow
 
@@ -52,7 +55,12 @@ class PageRoute(APIRoute):
         async def page_handler(request: Request) -> Response:
             try:
                 return await handler(request)
-            except HTTPException as exc:
+            except DomainError as exc:
+                code = status_of(exc)
+                if code not in _TITLES:
+                    raise
+                return error_page(request, code, exc.detail)
+            except HTTPException as exc:  # FastAPI's own (ours are DomainErrors)
                 if exc.status_code not in _TITLES:
                     raise
                 return error_page(request, exc.status_code, str(exc.detail))

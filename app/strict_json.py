@@ -18,6 +18,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.errors import Invalid
+from app.http_errors import error_response
+
 MAX_DEPTH = 64
 _CHECKED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -87,7 +90,7 @@ def problem(body: bytes) -> str | None:
 def _is_json(scope: Scope) -> bool:
     for name, value in scope.get("headers", []):
         if name == b"content-type":
-            media = value.split(b";", 1)[0].strip().lower()
+            media: bytes = value.split(b";", 1)[0].strip().lower()
             return media == b"application/json" or media.endswith(b"+json")
     return False
 
@@ -119,27 +122,11 @@ class StrictJSONMiddleware:
         if complete and size <= self.max_body_bytes:
             why = problem(b"".join(m.get("body", b"") for m in read))
             if why is not None:
-                await _refuse(send, why)
+                refused = Invalid.at(["body"], why, kind="json_invalid")
+                await error_response(refused)(scope, receive, send)
                 return
 
         async def replay() -> Message:
             return read.pop(0) if read else await receive()
 
         await self.app(scope, replay, send)
-
-
-async def _refuse(send: Send, message: str) -> None:
-    body = json.dumps(
-        {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": message, "input": None}]}
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 422,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.routing import APIRoute
 
-from app.errors import validation_error
+from app.errors import Invalid, field_error
 
 _DECLARED: dict[int, frozenset[str]] = {}
 
@@ -42,14 +42,14 @@ def reject_unknown_query(request: Request) -> None:
     unknown = [name for name in request.query_params if name not in declared]
     if unknown:
         takes = ", ".join(sorted(declared)) or "no query parameters"
-        raise validation_error(
+        raise Invalid(
             [
-                {
-                    "type": "extra_forbidden",
-                    "loc": ["query", name],
-                    "msg": f"unknown query parameter; this route takes: {takes}",
-                    "input": request.query_params.get(name),
-                }
+                field_error(
+                    ["query", name],
+                    f"unknown query parameter; this route takes: {takes}",
+                    request.query_params.get(name),
+                    kind="extra_forbidden",
+                )
                 for name in unknown
             ]
         )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.security import OAuth2PasswordRequestForm
 
 from app.auth.deps import CurrentUser, request_token
@@ -17,7 +17,8 @@ from app.auth.service import (
     tokens_of,
 )
 from app.db import SessionDep
-from app.errors import error_responses, not_found, unauthorized, validation_error
+from app.errors import Invalid, NotFound, TooMany, Unauthorized
+from app.http_errors import error_responses
 from app.settings import get_settings
 from app.timeutil import utcnow
 from app.users.schemas import UserOut
@@ -50,12 +51,8 @@ def login_for_token(
         )
     except LoginRefused as exc:
         if exc.retry_after is None:
-            raise unauthorized(exc.message) from None
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            detail=exc.message,
-            headers={"Retry-After": str(exc.retry_after)},
-        ) from None
+            raise Unauthorized(exc.message) from None
+        raise TooMany(exc.message, retry_after=exc.retry_after) from None
     token = issue_token(session, user=user, ttl_hours=settings.token_ttl_hours)
     return TokenOut(access_token=token)
 
@@ -109,17 +106,8 @@ def create_api_token(
     )
 
 
-def _ttl_error(message: str, data: TokenCreate) -> HTTPException:
-    return validation_error(
-        [
-            {
-                "type": "less_than_equal",
-                "loc": ["body", "ttl_hours"],
-                "msg": message,
-                "input": data.ttl_hours,
-            }
-        ]
-    )
+def _ttl_error(message: str, data: TokenCreate) -> Invalid:
+    return Invalid.at(["body", "ttl_hours"], message, data.ttl_hours, kind="less_than_equal")
 
 
 @router.delete(
@@ -131,5 +119,5 @@ def _ttl_error(message: str, data: TokenCreate) -> HTTPException:
 def revoke_api_token(token_id: int, session: SessionDep, user: CurrentUser) -> Response:
     """Revoke one of your tokens (admins: anyone's). It is refused from then on."""
     if revoke_token_id(session, token_id=token_id, user=user) is None:
-        raise not_found("token", token_id)
+        raise NotFound.of("token", token_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from app.auth.models import User
 from app.auth.service import check_token
 from app.db import SessionDep
-from app.errors import forbidden, unauthorized
+from app.errors import Forbidden, Unauthorized
 from app.settings import get_settings
 
 SESSION_COOKIE = "ty_session"
@@ -85,7 +85,7 @@ async def _cookie_user(request: Request, session: SessionDep) -> User | str | No
         return None
     user = await _check(session, token)
     if isinstance(user, User) and request.method not in SAFE_METHODS and not await csrf_ok(request):
-        raise forbidden(
+        raise Forbidden(
             "missing or wrong CSRF token: send the ty_csrf cookie's value in "
             f"the {CSRF_HEADER} header"
         )
@@ -103,9 +103,9 @@ async def get_current_user(
     else:
         user = await _cookie_user(request, session)
     if user is None:
-        raise unauthorized("not authenticated: send 'Authorization: Bearer <token>'")
+        raise Unauthorized("not authenticated: send 'Authorization: Bearer <token>'")
     if isinstance(user, str):
-        raise unauthorized(user)
+        raise Unauthorized(user)
     return user
 
 

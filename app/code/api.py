@@ -24,7 +24,8 @@ from app.code import service, store, upload
 from app.code.tarcheck import Limits, TarRefused, scan
 from app.code.zipnorm import EMPTY_ZIP_MAGIC, GZIP_MAGIC, ZIP_MAGIC, zip_to_tar_gz
 from app.db import SessionDep
-from app.errors import error_responses, not_found, validation_error
+from app.errors import Invalid, NotFound
+from app.http_errors import error_responses
 from app.ownership import OwnedRun, Writer
 from app.settings import get_settings
 
@@ -111,15 +112,8 @@ def _store(session: Session, received: upload.Received, user_id: int) -> service
             session, digest=digest, size_bytes=size, contents=contents, user_id=user_id
         )
     except TarRefused as exc:
-        raise validation_error(
-            [
-                {
-                    "type": "code_archive",
-                    "loc": ["body", upload.FILE_FIELD],
-                    "msg": str(exc),
-                    "input": exc.member,
-                }
-            ]
+        raise Invalid.at(
+            ["body", upload.FILE_FIELD], str(exc), exc.member, kind="code_archive"
         ) from None
     finally:
         received.path.unlink(missing_ok=True)
@@ -144,7 +138,7 @@ def download_code(run: OwnedRun, session: SessionDep) -> Response:
     digest = service.run_code(run)
     found = store.open_archive(digest) if digest else None
     if digest is None or found is None:
-        raise not_found("code snapshot of run", run.id)
+        raise NotFound.of("code snapshot of run", run.id)
     short = digest.removeprefix("sha256:")[:12]
     headers = {"Content-Disposition": f'attachment; filename="run-{run.id}-code-{short}.tar.gz"'}
     if found.size is not None:

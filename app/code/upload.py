@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from fastapi import HTTPException, Request, status
+from fastapi import Request
 from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 
 from app.code.store import temp_dir
+from app.errors import BadRequest, TooLarge, UnsupportedMedia
 
 FILE_FIELD = "file"
 MAX_OTHER_PART_BYTES = 64 * 1024
@@ -30,16 +31,11 @@ class Received:
     size_bytes: int
 
 
-def too_large(max_bytes: int) -> HTTPException:
-    return HTTPException(
-        status.HTTP_413_CONTENT_TOO_LARGE,
-        detail=f"the code snapshot is larger than max_code_bytes ({max_bytes} bytes): leave "
-        "data sets and build outputs out of it (.gitignore), or ask an admin to raise the cap",
+def too_large(max_bytes: int) -> TooLarge:
+    return TooLarge(
+        f"the code snapshot is larger than max_code_bytes ({max_bytes} bytes): leave "
+        "data sets and build outputs out of it (.gitignore), or ask an admin to raise the cap"
     )
-
-
-def bad_request(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_400_BAD_REQUEST, detail=message)
 
 
 class _Parts:
@@ -77,7 +73,7 @@ class _Parts:
         if options.get(b"name") == FILE_FIELD.encode():
             self.files += 1
             if self.files > 1:
-                raise bad_request(f"send one {FILE_FIELD!r} part, not several")
+                raise BadRequest(f"send one {FILE_FIELD!r} part, not several")
             self.in_file = True
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
@@ -85,7 +81,7 @@ class _Parts:
         if not self.in_file:
             self.other += len(chunk)
             if self.other > MAX_OTHER_PART_BYTES:
-                raise bad_request(f"form fields besides {FILE_FIELD!r} are limited to 64 KiB")
+                raise BadRequest(f"form fields besides {FILE_FIELD!r} are limited to 64 KiB")
             return
         self.size += len(chunk)
         if self.size > self.max_bytes:
@@ -98,9 +94,8 @@ async def receive(request: Request, *, max_bytes: int) -> Received:
     media, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if media != b"multipart/form-data" or not boundary:
-        raise HTTPException(
-            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            detail=f"send multipart/form-data with the archive in a part named {FILE_FIELD!r}",
+        raise UnsupportedMedia(
+            f"send multipart/form-data with the archive in a part named {FILE_FIELD!r}"
         )
     path = temp_dir() / f"upload-{secrets.token_hex(8)}"
     try:
@@ -108,7 +103,7 @@ async def receive(request: Request, *, max_bytes: int) -> Received:
             parts = _Parts(out, max_bytes)
             parser = MultipartParser(
                 boundary,
-                {  # type: ignore[arg-type]
+                {
                     "on_part_begin": parts.on_part_begin,
                     "on_header_field": parts.on_header_field,
                     "on_header_value": parts.on_header_value,
@@ -121,14 +116,14 @@ async def receive(request: Request, *, max_bytes: int) -> Received:
                 async for chunk in request.stream():
                     parser.write(chunk)
             except RuntimeError:  # the body was read already (a form with the CSRF token)
-                raise bad_request(
+                raise BadRequest(
                     "send the CSRF token in the X-CSRF-Token header, not as a form field"
                 ) from None
             except ValueError as exc:  # python-multipart's parse errors
-                raise bad_request(f"a malformed multipart body ({exc})") from None
+                raise BadRequest(f"a malformed multipart body ({exc})") from None
             parser.finalize()
         if not parts.files:
-            raise bad_request(
+            raise BadRequest(
                 f"no {FILE_FIELD!r} part: send the archive as the field {FILE_FIELD!r}"
             )
     except BaseException:

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from app.auth.deps import CurrentUser
 from app.compare.views import parse_run_ids
 from app.db import MAX_ID, SessionDep
-from app.errors import validation_error
+from app.errors import Invalid
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import LiveRun, read_runs_series
 from app.runs.models import Run, RunStatus
@@ -51,17 +51,8 @@ def read_many_runs_metrics(
     wanted = [k for k in keys.split(",") if k]
     for loc, count, most in (("runs", len(ids), MAX_RUNS), ("keys", len(wanted), MAX_KEYS)):
         if count > most or any(i > MAX_ID for i in ids):
-            raise validation_error(
-                [
-                    {
-                        "type": "value_error",
-                        "loc": ["query", loc],
-                        "msg": f"at most {most}"
-                        + (f", ids up to {MAX_ID}" if loc == "runs" else ""),
-                        "input": count,
-                    }
-                ]
-            )
+            ids_note = f", ids up to {MAX_ID}" if loc == "runs" else ""
+            raise Invalid.at(["query", loc], f"at most {most}{ids_note}", count)
     found = sorted(
         session.scalars(select(Run).where(Run.id.in_(ids))).all(), key=lambda r: ids.index(r.id)
     )

@@ -7,11 +7,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
 from app.db import MAX_ID, SessionDep
+from app.errors import Invalid
 from app.experiments.models import Experiment
 from app.metrics.models import MetricKey
 from app.pages import PageRoute, PageUser
@@ -77,11 +78,11 @@ def compare_page(
     wanted = parse_run_ids([runs, *(run or [])])
     if any(i > MAX_ID for i in wanted):
         # No run has such an id, and the database cannot even compare with it (a 500).
-        raise HTTPException(422, f"Run ids go up to {MAX_ID}: check the runs= list.")
+        raise Invalid.at(["query", "runs"], f"Run ids go up to {MAX_ID}: check the runs= list.")
     # The form's textarea sends one condition a line.
     conditions = [c.strip() for f in filters or [] for c in f.splitlines() if c.strip()]
     if "\x00" in tag or any("\x00" in c or len(c) > 600 for c in conditions):
-        raise HTTPException(422, "A filter is at most 600 characters, without NUL.")
+        raise Invalid.at(["query", "filter"], "A filter is at most 600 characters, without NUL.")
     by_filter = experiment_id is not None or bool(tag.strip() or status or conditions)
     if by_filter:
         # The runs list's own filter (GET /api/runs, app/runs/listing.py): its 422 names a

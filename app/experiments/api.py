@@ -4,9 +4,9 @@ from fastapi import APIRouter, status
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
-from app.errors import error_responses
 from app.experiments import service
 from app.experiments.schemas import ExperimentCreate, ExperimentOut
+from app.http_errors import error_responses
 from app.ownership import OwnedExperiment, Writer
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner

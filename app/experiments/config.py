@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from app.errors import FieldError, Invalid, field_error
 from app.experiments.environment import Environment
 from app.settings import get_settings
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
@@ -106,7 +107,7 @@ def _param_field(param: Param) -> tuple[Any, Any]:
 
 def _params_model(recipe: Recipe) -> type[BaseModel]:
     fields: dict[str, Any] = {p.name: _param_field(p) for p in recipe.params}
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         f"{recipe.name.title().replace('_', '')}Params",
         __config__=ConfigDict(extra="forbid"),
         **fields,
@@ -115,7 +116,7 @@ def _params_model(recipe: Recipe) -> type[BaseModel]:
 
 def _recipe_config_model(recipe: Recipe) -> type[_ConfigBase]:
     params_model = _params_model(recipe)
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         f"{recipe.name.title().replace('_', '')}Config",
         __base__=_ConfigBase,
         __doc__=recipe.description,
@@ -225,12 +226,9 @@ ExperimentConfig: Any = Annotated[
 _adapter: TypeAdapter[Any] = TypeAdapter(ExperimentConfig)
 
 
-class ConfigInvalid(Exception):
-    """Config errors in FastAPI's 422 shape, with locations under the caller's prefix."""
-
-    def __init__(self, errors: list[dict[str, Any]]) -> None:
-        super().__init__(errors)
-        self.errors = errors
+class ConfigInvalid(Invalid):
+    """Config errors, with locations under the caller's prefix: a 422 like any Invalid
+    (app.http_errors), so a service lets it through; the sweeps catch it to say it their way."""
 
 
 def validate_config(
@@ -243,12 +241,12 @@ def validate_config(
     if isinstance(raw, dict) and SCRIPT_TAG in raw and "recipe" in raw:
         raise ConfigInvalid(
             [
-                {
-                    "type": "recipe_and_script",
-                    "loc": [*loc_prefix, "script"],
-                    "msg": "give either a recipe or a script, not both",
-                    "input": raw[SCRIPT_TAG],
-                }
+                field_error(
+                    [*loc_prefix, "script"],
+                    "give either a recipe or a script, not both",
+                    raw[SCRIPT_TAG],
+                    kind="recipe_and_script",
+                )
             ]
         )
     try:
@@ -265,14 +263,7 @@ def validate_config(
                 _check_code(model, session, loc_prefix)
         except ScriptPathError as exc:
             raise ConfigInvalid(
-                [
-                    {
-                        "type": "script_path",
-                        "loc": [*loc_prefix, SCRIPT_TAG],
-                        "msg": str(exc),
-                        "input": model.script,
-                    }
-                ]
+                [field_error([*loc_prefix, SCRIPT_TAG], str(exc), model.script, kind="script_path")]
             ) from None
     dumped: dict[str, Any] = model.model_dump(mode="json")
     for key in ("code", "code_origin"):  # a workspace script's config stays as it was
@@ -291,31 +282,26 @@ def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | i
     if files is None:
         raise ConfigInvalid(
             [
-                {
-                    "type": "code_unknown",
-                    "loc": [*loc, "code"],
-                    "msg": f"no code snapshot {model.code} on this server: upload it with "
+                field_error(
+                    [*loc, "code"],
+                    f"no code snapshot {model.code} on this server: upload it with "
                     "POST /api/code (torchyard submit --code DIR does) and use the digest "
                     "it answers",
-                    "input": model.code,
-                }
+                    model.code,
+                    kind="code_unknown",
+                )
             ]
         )
     script_in_snapshot(model.script, files, model.code)
 
 
-def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> dict[str, Any]:
+def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> FieldError:
     loc = list(err["loc"])
     if loc and loc[0] in _CONFIG_MODELS:
         loc = loc[1:]  # the union's tag: the user wrote no such key
     if err["type"] == "unknown_recipe":
         loc = ["recipe"]
-    return {
-        "type": err["type"],
-        "loc": [*loc_prefix, *loc],
-        "msg": err["msg"],
-        "input": err.get("input"),
-    }
+    return field_error([*loc_prefix, *loc], err["msg"], err.get("input"), kind=err["type"])
 
 
 def with_seed(config: dict[str, Any]) -> dict[str, Any]:

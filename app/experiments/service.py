@@ -6,8 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.errors import validation_error
-from app.experiments.config import ConfigInvalid, validate_config
+from app.experiments.config import validate_config
 from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate, ExperimentOut
 from app.runs.disk import disk_by_experiment
@@ -15,10 +14,7 @@ from app.runs.models import Run
 
 
 def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) -> Experiment:
-    try:
-        config = validate_config(data.config, loc_prefix=("body", "config"), session=session)
-    except ConfigInvalid as exc:
-        raise validation_error(exc.errors) from None
+    config = validate_config(data.config, loc_prefix=("body", "config"), session=session)
     experiment = Experiment(
         name=data.name, description=data.description, config=config, owner_id=owner.id
     )

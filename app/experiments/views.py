@@ -7,12 +7,13 @@ import shlex
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
 from app.auth.models import User
 from app.db import MAX_ID, SessionDep
+from app.errors import Invalid
 from app.experiments import service
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
@@ -44,9 +45,8 @@ def _page_number(raw: str | None) -> int:
     except ValueError:
         return 1
     if number > MAX_PAGE:
-        raise HTTPException(
-            422, f"There is no page {raw[:40] if raw else ''}: pages go up to {MAX_PAGE}."
-        )
+        shown = raw[:40] if raw else ""
+        raise Invalid.at(["query", "page"], f"There is no page {shown}: pages go up to {MAX_PAGE}.")
     return number
 
 

@@ -11,7 +11,7 @@ from pydantic import BeforeValidator
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
-from app.errors import validation_error
+from app.errors import Invalid
 from app.gpus import service
 from app.gpus.schemas import GpuPanelOut, UsageOut
 from app.gpus.usage import gpu_usage
@@ -55,9 +55,7 @@ def _in_utc(value: datetime, name: str) -> datetime:
     try:
         return as_utc(value).astimezone(UTC)
     except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
-        raise validation_error(
-            [{"loc": ["query", name], "msg": "out of range in UTC", "type": "value_error"}]
-        ) from None
+        raise Invalid.at(["query", name], "out of range in UTC", value) from None
 
 
 def usage_period(
@@ -72,15 +70,7 @@ def usage_period(
         except OverflowError:  # an `until` in the first 30 days of year 1
             start = datetime.min.replace(tzinfo=UTC)
     if start >= end:
-        raise validation_error(
-            [
-                {
-                    "loc": ["query", "since"],
-                    "msg": "since must be before until",
-                    "type": "value_error",
-                }
-            ]
-        )
+        raise Invalid.at(["query", "since"], "since must be before until", since)
     return start, end
 
 

@@ -6,11 +6,12 @@ team's work); nobody reads or sets another user's.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
-from app.errors import conflict, error_responses
+from app.errors import Conflict, TooMany
+from app.http_errors import error_responses
 from app.notifications import service
 from app.notifications.schemas import (
     DeliveryOut,
@@ -46,13 +47,12 @@ def test_settings(user: CurrentUser, session: SessionDep) -> TestResultOut:
     notify_test_cooldown_seconds of your last test."""
     row = service.settings_of(session, user.id)
     if row is None or not service.channels(row):
-        raise conflict("no channel to test: save a webhook URL or an e-mail address first")
+        raise Conflict("no channel to test: save a webhook URL or an e-mail address first")
     wait = service.test_cooldown_left(session, user_id=user.id)
     if wait > 0:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            detail=f"a test was sent moments ago; try again in {wait:.0f} s",
-            headers={"Retry-After": str(max(1, round(wait)))},
+        raise TooMany(
+            f"a test was sent moments ago; try again in {wait:.0f} s",
+            retry_after=max(1, round(wait)),
         )
     return send_test(session, user_id=user.id, row=row)
 

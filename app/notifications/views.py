@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.db import SessionDep
+from app.errors import Invalid
 from app.notifications import service
 from app.notifications.models import SUBSCRIBABLE
 from app.notifications.schemas import NotificationSettingsIn
@@ -61,15 +62,16 @@ def notifications_page(request: Request, session: SessionDep, user: PageUser) ->
     return _page(request, session, user)
 
 
-def _field_errors(exc: ValidationError | HTTPException) -> dict[str, str]:
-    details = exc.errors() if isinstance(exc, ValidationError) else exc.detail
+def _field_errors(exc: ValidationError | Invalid) -> dict[str, str]:
+    """Each refused field's first message, by the field's name (the form shows it there)."""
+    details = exc.errors() if isinstance(exc, ValidationError) else exc.errors
     found: dict[str, str] = {}
-    for error in details if isinstance(details, list) else []:
-        loc = [str(part) for part in error.get("loc", ()) if part != "body"]
+    for error in details:
+        loc = [str(part) for part in error["loc"] if part != "body"]
         name = loc[0] if loc else "form"
-        message = str(error.get("msg", "not valid")).removeprefix("Value error, ")
+        message = str(error["msg"]).removeprefix("Value error, ")
         found.setdefault(name, message)
-    return found or {"form": str(getattr(exc, "detail", exc))}
+    return found or {"form": str(exc)}
 
 
 @router.post("/account/notifications", response_class=HTMLResponse)
@@ -93,7 +95,7 @@ def save_form(
     try:
         data = NotificationSettingsIn.model_validate(typed)
         service.save(session, user=user, data=data)
-    except (ValidationError, HTTPException) as exc:
+    except (ValidationError, Invalid) as exc:
         return _page(request, session, user, form=typed, status_code=422, errors=_field_errors(exc))
     return _page(request, session, user, notice="Your notification settings were saved.")
 

@@ -12,11 +12,13 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
-from app.errors import error_responses, not_found, validation_error
+from app.errors import Invalid, NotFound
+from app.http_errors import error_responses
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, files, logs, service
+from app.runs.job_files import FileRefused
 from app.runs.logs import run_nproc
 from app.runs.models import RunStatus
 from app.runs.out import run_outs
@@ -60,16 +62,12 @@ def create_run(
     data = data or RunCreate()
     ceiling = get_settings().max_user_priority
     if data.priority > ceiling and not user.is_admin:
-        raise validation_error(
-            [
-                {
-                    "type": "less_than_equal",
-                    "loc": ["body", "priority"],
-                    "msg": f"priority may be at most {ceiling} (TORCHYARD_MAX_USER_PRIORITY) "
-                    "for a non-admin: ask an admin to raise it",
-                    "input": data.priority,
-                }
-            ]
+        raise Invalid.at(
+            ["body", "priority"],
+            f"priority may be at most {ceiling} (TORCHYARD_MAX_USER_PRIORITY) for a non-admin:"
+            " ask an admin to raise it",
+            data.priority,
+            kind="less_than_equal",
         )
     run = service.create_run(
         session,
@@ -170,15 +168,11 @@ def read_logs(
     source = logs.log_source(run.id)
     nproc = run_nproc(run.config)
     if rank is not None and rank >= nproc:
-        raise validation_error(
-            [
-                {
-                    "type": "less_than",
-                    "loc": ["query", "rank"],
-                    "msg": f"the run has {nproc} process(es): rank must be below {nproc}",
-                    "input": rank,
-                }
-            ]
+        raise Invalid.at(
+            ["query", "rank"],
+            f"the run has {nproc} process(es): rank must be below {nproc}",
+            rank,
+            kind="less_than",
         )
     if rank is None or nproc == 1:  # a single process's lines are all rank 0's
         read = logs.read_all(source, offset=offset, tail=tail)
@@ -246,15 +240,8 @@ def _after_steps(
     # A dependency, so a bad value is a 422 before streaming.
     parsed = events.parse_after(after)
     if any(abs(step) > MAX_INT64 or "\x00" in key for key, step in parsed.items()):
-        raise validation_error(
-            [
-                {
-                    "type": "value_error",
-                    "loc": ["query", "after"],
-                    "msg": f"steps must be within ±{MAX_INT64}, keys free of NUL",
-                    "input": after,
-                }
-            ]
+        raise Invalid.at(
+            ["query", "after"], f"steps must be within ±{MAX_INT64}, keys free of NUL", after
         )
     return parsed
 
@@ -336,12 +323,10 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
 def download_run_file(run: OwnedRun, path: Annotated[str, PathParam(pattern=NO_NUL)]) -> Response:
     try:
         found = files.download(run.id, path)
-    except files.FileRefused as exc:
-        raise validation_error(
-            [{"type": "value_error", "loc": ["path", "path"], "msg": str(exc), "input": path}]
-        ) from None
+    except FileRefused as exc:
+        raise Invalid.at(["path", "path"], str(exc), path) from None
     except FileNotFoundError:
-        raise not_found("file", path) from None
+        raise NotFound.of("file", path) from None
     headers = {"Content-Disposition": attachment(found.name)}
     if found.size is not None:
         headers["Content-Length"] = str(found.size)

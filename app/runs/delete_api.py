@@ -12,7 +12,7 @@ from fastapi import APIRouter, status
 from fastapi.responses import Response
 
 from app.db import SessionDep
-from app.errors import error_responses
+from app.http_errors import error_responses
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import deletion, service
 

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from app.artifacts import store_fs
 from app.code import service as code_snapshots
 from app.db import session_scope
-from app.errors import conflict
+from app.errors import Conflict
 from app.experiments.models import Experiment
 from app.metrics.models import Metric, MetricKey
 from app.runs.disk import ACTIVE, active_readers, remove_folder, remove_from_store
@@ -46,12 +46,12 @@ def refuse_if_busy(session: Session, runs: Sequence[Run]) -> None:
     active = [r for r in runs if r.status in ACTIVE]
     if active:
         named = ", ".join(f"run {r.id} ({r.status.value})" for r in active)
-        raise conflict(f"{named} has not ended: cancel it first, then delete")
+        raise Conflict(f"{named} has not ended: cancel it first, then delete")
     ids = {r.id for r in runs}
     readers = {p: rid for p, rid in active_readers(session, ids).items() if rid not in ids}
     if readers:
         named = ", ".join(f"run {rid} resumes from {path}" for path, rid in readers.items())
-        raise conflict(f"{named}: wait until it has ended (or cancel it), then delete")
+        raise Conflict(f"{named}: wait until it has ended (or cancel it), then delete")
 
 
 def delete_runs(run_ids: Sequence[int]) -> int:
@@ -71,7 +71,7 @@ def delete_experiment(experiment_id: int, run_ids: Sequence[int]) -> int:
             )
         )
         if not gone.rowcount and session.get(Experiment, experiment_id) is not None:
-            raise conflict(
+            raise Conflict(
                 f"a run of experiment {experiment_id} was started while it was being deleted:"
                 " its other runs are gone; cancel the new run, then delete again"
             )
@@ -101,7 +101,7 @@ def _delete_run(run_id: int) -> int:
             delete(Run).where(Run.id == run_id, Run.status.not_in(ACTIVE))
         )
         if not done.rowcount:
-            raise conflict(f"run {run_id} started again meanwhile: cancel it first, then delete")
+            raise Conflict(f"run {run_id} started again meanwhile: cancel it first, then delete")
     return _remove_files(run_id)
 
 

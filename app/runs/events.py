@@ -29,13 +29,12 @@ from typing import Any
 
 import anyio
 from anyio.lowlevel import RunVar
-from fastapi import HTTPException, status
 from fastapi.sse import ServerSentEvent
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
-from app.errors import validation_error
+from app.errors import Invalid, TooMany
 from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.ops.prometheus import EVENT_STREAMS
 from app.runs.logs import log_source
@@ -181,15 +180,10 @@ def parse_event_id(raw: str) -> tuple[dict[str, int], int]:
     except (ValueError, TypeError, KeyError, binascii.Error):
         valid = False
     if not valid:
-        raise validation_error(
-            [
-                {
-                    "type": "value_error",
-                    "loc": ["header", "last-event-id"],
-                    "msg": "not an event id of this stream; reconnect without Last-Event-ID",
-                    "input": raw[:200],
-                }
-            ]
+        raise Invalid.at(
+            ["header", "last-event-id"],
+            "not an event id of this stream; reconnect without Last-Event-ID",
+            raw[:200],
         )
     return steps, offset
 
@@ -210,15 +204,10 @@ def parse_after(raw: str | None) -> dict[str, int]:
         isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
         for k, v in parsed.items()
     ):
-        raise validation_error(
-            [
-                {
-                    "type": "value_error",
-                    "loc": ["query", "after"],
-                    "msg": 'must be a JSON object of metric key to step, e.g. {"train/loss": 120}',
-                    "input": raw,
-                }
-            ]
+        raise Invalid.at(
+            ["query", "after"],
+            'must be a JSON object of metric key to step, e.g. {"train/loss": 120}',
+            raw,
         )
     return parsed
 
@@ -262,11 +251,10 @@ def stream_slot(user_id: int, limit: int) -> Iterator[None]:
     is open; 429 naming the limit when they are all taken. A request-scoped dependency holds
     it (FastAPI closes that after the stream's response ends)."""
     if _OPEN_STREAMS.get(user_id, 0) >= limit:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            detail=f"too many open event streams: at most {limit} per user "
+        raise TooMany(
+            f"too many open event streams: at most {limit} per user "
             "(TORCHYARD_SSE_MAX_STREAMS_PER_USER); close another run page or stream first",
-            headers={"Retry-After": "5"},
+            retry_after=5,
         )
     _OPEN_STREAMS[user_id] = _OPEN_STREAMS.get(user_id, 0) + 1
     EVENT_STREAMS.inc()

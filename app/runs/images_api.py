@@ -10,7 +10,8 @@ from fastapi import Path as PathParam
 from fastapi.responses import Response
 
 from app.db import SessionDep
-from app.errors import error_responses, not_found
+from app.errors import NotFound
+from app.http_errors import error_responses
 from app.ownership import OwnedRun
 from app.runs import images
 from app.runs.schemas import RunImagesOut
@@ -51,7 +52,7 @@ def read_run_image(
     data = images.image_data(session, run_id=run.id, image_id=image_id)
     media = images.media_type(data) if data is not None else None
     if data is None or media is None:  # checked when stored; checked again before it is served
-        raise not_found("image", f"{image_id} of run {run.id}")
+        raise NotFound.of("image", f"{image_id} of run {run.id}")
     extension = "png" if media == "image/png" else "jpg"
     return Response(
         data,

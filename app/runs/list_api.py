@@ -10,7 +10,8 @@ from fastapi import APIRouter, Query
 
 from app.auth.deps import CurrentUser
 from app.db import MAX_ID, SessionDep
-from app.errors import error_responses, validation_error
+from app.errors import Invalid
+from app.http_errors import error_responses
 from app.ownership import OwnedRun
 from app.runs import listing, service
 from app.runs.models import RunStatus
@@ -54,16 +55,7 @@ def list_runs(
     for loc, values in (("tag", tag), ("filter", filters)):
         for value in values or []:
             if len(value) > 600 or "\x00" in value:
-                raise validation_error(
-                    [
-                        {
-                            "type": "value_error",
-                            "loc": ["query", loc],
-                            "msg": "at most 600 characters, no NUL",
-                            "input": value[:100],
-                        }
-                    ]
-                )
+                raise Invalid.at(["query", loc], "at most 600 characters, no NUL", value[:100])
     query = listing.RunQuery(
         sort=sort,
         limit=limit,

@@ -25,7 +25,7 @@ import binascii
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, case, exists, false, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from app.errors import validation_error
+from app.errors import Invalid
 from app.metrics.models import MetricKey
 from app.runs.models import Run, RunParam, RunStatus, RunTag
 
@@ -55,7 +55,7 @@ _CONDITION = re.compile(
     r"^(?P<field>params\..+?|summary\..+?\.(?:last|min|max))(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$",
     re.DOTALL,
 )
-_OPS = {
+_OPS: dict[str, Callable[[Any, Any], ColumnElement[bool]]] = {
     "=": lambda c, v: c == v,
     "!=": lambda c, v: c != v,
     ">": lambda c, v: c > v,
@@ -68,12 +68,6 @@ SYNTAX = (
     f"fields: {', '.join(SORT_FIELDS)}"
 )
 FILTER_SYNTAX = "<params.key|summary.key.last|min|max><op><value>, op one of = != > >= < <="
-
-
-def _refuse(loc: str, message: str, value: Any) -> Exception:
-    return validation_error(
-        [{"type": "value_error", "loc": ["query", loc], "msg": message, "input": value}]
-    )
 
 
 @dataclass(frozen=True)
@@ -112,7 +106,7 @@ def _sort_columns(sort: str) -> tuple[list[Any], bool, list[Any]]:
         s = aliased(MetricKey)
         on = and_(s.run_id == Run.id, s.key == match.group(1))
         return [getattr(s, SUMMARY_COLUMNS[match.group(2)])], desc, [(s, on)]
-    raise _refuse("sort", f"cannot sort by {name!r}: sort takes a {SYNTAX}", sort)
+    raise Invalid.at(["query", "sort"], f"cannot sort by {name!r}: sort takes a {SYNTAX}", sort)
 
 
 def _literal(text: str) -> float | str:
@@ -130,7 +124,9 @@ def condition(text: str) -> ColumnElement[bool]:
     """One ``filter=`` condition as an EXISTS over run_params or metric_keys."""
     match = _CONDITION.match(text)
     if match is None:
-        raise _refuse("filter", f"cannot read {text!r} as a condition: {FILTER_SYNTAX}", text)
+        raise Invalid.at(
+            ["query", "filter"], f"cannot read {text!r} as a condition: {FILTER_SYNTAX}", text
+        )
     field, op, raw = match.group("field", "op", "value")
     value = _literal(raw)
     compare = _OPS[op]
@@ -144,7 +140,7 @@ def condition(text: str) -> ColumnElement[bool]:
     summary = _SUMMARY.match(field)
     assert summary is not None  # the pattern only lets summary.<key>.<col> through
     if not isinstance(value, float):
-        raise _refuse("filter", f"{field} is a number: {raw!r} is not one", text)
+        raise Invalid.at(["query", "filter"], f"{field} is a number: {raw!r} is not one", text)
     key, col = summary.group(1), SUMMARY_COLUMNS[summary.group(2)]
     return exists().where(
         MetricKey.run_id == Run.id, MetricKey.key == key, compare(getattr(MetricKey, col), value)
@@ -158,7 +154,9 @@ def _encode(sort: str, values: list[Any]) -> str:
 
 
 def _decode(cursor: str, sort: str, width: int) -> list[Any]:
-    refused = _refuse("cursor", "not a cursor of this list: pass `next` of the last page", cursor)
+    refused = Invalid.at(
+        ["query", "cursor"], "not a cursor of this list: pass `next` of the last page", cursor
+    )
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         values = data["v"]
@@ -166,7 +164,9 @@ def _decode(cursor: str, sort: str, width: int) -> list[Any]:
     except (ValueError, TypeError, KeyError, binascii.Error):
         raise refused from None
     if not same:
-        raise _refuse("cursor", "the cursor was made for another sort: keep `sort` the same", sort)
+        raise Invalid.at(
+            ["query", "cursor"], "the cursor was made for another sort: keep `sort` the same", sort
+        )
     out: list[Any] = []
     for v in values:
         if isinstance(v, dict) and isinstance(v.get("t"), str):
@@ -209,7 +209,7 @@ def _filtered(stmt: Select[Any], q: RunQuery) -> Select[Any]:
     for tag in q.tags:
         stmt = stmt.where(exists().where(RunTag.run_id == Run.id, RunTag.tag == tag))
     if len(q.filters) > MAX_FILTERS:
-        raise _refuse("filter", f"at most {MAX_FILTERS} conditions", len(q.filters))
+        raise Invalid.at(["query", "filter"], f"at most {MAX_FILTERS} conditions", len(q.filters))
     for text in q.filters:
         stmt = stmt.where(condition(text))
     return stmt

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import StoredFile, open_uri
 from app.auth.models import User
-from app.errors import conflict, not_found, validation_error
-from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
+from app.errors import Conflict, Invalid, NotFound
+from app.experiments.config import deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
 from app.gpus.service import never_startable, queue_reasons, run_gpus
 from app.runs import lifecycle
@@ -36,14 +36,9 @@ def create_run(
     overrides: dict[str, Any],
     priority: int = 0,
 ) -> Run:
-    try:
-        config = validate_config(
-            deep_merge(experiment.config, overrides),
-            loc_prefix=("body", "overrides"),
-            session=session,
-        )
-    except ConfigInvalid as exc:
-        raise validation_error(exc.errors) from None
+    config = validate_config(
+        deep_merge(experiment.config, overrides), loc_prefix=("body", "overrides"), session=session
+    )
     gpus_loc = ("body", "overrides", "resources", "gpus")
     refuse_if_never_startable(session, config=config, loc=gpus_loc)
     return lifecycle.queue(
@@ -75,22 +70,17 @@ def resume_run(
         .with_for_update()
     )
     if ckpt is None:
-        raise not_found("checkpoint", f"{checkpoint!r} of run {run.id}")
+        raise NotFound.of("checkpoint", f"{checkpoint!r} of run {run.id}")
     config = run.config
     if overrides:
-        try:
-            config = validate_config(
-                deep_merge(run.config, overrides),
-                loc_prefix=("body", "overrides"),
-                session=session,
-            )
-        except ConfigInvalid as exc:
-            raise validation_error(exc.errors) from None
+        config = validate_config(
+            deep_merge(run.config, overrides), loc_prefix=("body", "overrides"), session=session
+        )
     refuse_if_nothing_left(config=config, checkpoint=ckpt)
     path = inside(run_dir(run.id), ckpt.path)
     # The worker that runs the new run fetches it from the store when its host lacks the file.
     if path is None or not (path.is_file() or ckpt.uri):
-        raise conflict(
+        raise Conflict(
             f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk"
             " and not in the artifact store"
         )
@@ -142,19 +132,11 @@ def refuse_if_nothing_left(*, config: dict[str, Any], checkpoint: Checkpoint) ->
     epochs = params.get("epochs") if isinstance(params, dict) else None
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs > checkpoint.epoch:
         return
-    raise validation_error(
-        [
-            {
-                "type": "value_error",
-                "loc": ["body", "overrides", "params", "epochs"],
-                "msg": (
-                    f"checkpoint {checkpoint.name!r} already reached epoch {checkpoint.epoch}"
-                    f" of {epochs}: raise params.epochs above {checkpoint.epoch}"
-                    " in the overrides to train on"
-                ),
-                "input": epochs,
-            }
-        ]
+    raise Invalid.at(
+        ["body", "overrides", "params", "epochs"],
+        f"checkpoint {checkpoint.name!r} already reached epoch {checkpoint.epoch} of {epochs}:"
+        f" raise params.epochs above {checkpoint.epoch} in the overrides to train on",
+        epochs,
     )
 
 
@@ -168,16 +150,7 @@ def refuse_if_never_startable(
         session, gpus=gpus, now=utcnow(), lease_ttl_seconds=get_settings().lease_ttl_seconds
     )
     if reason is not None:
-        raise validation_error(
-            [
-                {
-                    "type": "value_error",
-                    "loc": list(loc),
-                    "msg": f"no live worker host could ever start this run: {reason}",
-                    "input": gpus,
-                }
-            ]
-        )
+        raise Invalid.at(loc, f"no live worker host could ever start this run: {reason}", gpus)
 
 
 def why_queued(session: Session, *, run: Run) -> str | None:
@@ -207,7 +180,7 @@ def request_cancel(session: Session, *, run: Run) -> Run:
     """Queued runs end here and now; running ones are stopped by their worker, which polls."""
     if lifecycle.cancel(session, run_id=run.id) is CancelOutcome.FINISHED:
         session.refresh(run)
-        raise conflict(f"run {run.id} has already finished ({run.status.value})")
+        raise Conflict(f"run {run.id} has already finished ({run.status.value})")
     session.refresh(run)
     return run
 
@@ -269,11 +242,11 @@ def checkpoint_file(session: Session, *, run: Run, name: str) -> StoredFile:
         select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.name == name)
     )
     if ckpt is None:
-        raise not_found("checkpoint", f"{name!r} of run {run.id}")
+        raise NotFound.of("checkpoint", f"{name!r} of run {run.id}")
     try:
         local = open_regular(run_dir(run.id), ckpt.path)
     except FileRefused:
-        raise not_found("checkpoint file", f"{name!r} of run {run.id}") from None
+        raise NotFound.of("checkpoint file", f"{name!r} of run {run.id}") from None
     except FileNotFoundError:
         local = None
     if local is not None:
@@ -282,13 +255,13 @@ def checkpoint_file(session: Session, *, run: Run, name: str) -> StoredFile:
     if stored is not None:
         return stored
     if ckpt.uri:
-        raise not_found("checkpoint file", f"{name!r} of run {run.id} (gone from {ckpt.uri})")
+        raise NotFound.of("checkpoint file", f"{name!r} of run {run.id} (gone from {ckpt.uri})")
     if not RunStatus(run.status).finished:
-        raise conflict(
+        raise Conflict(
             f"checkpoint {name!r} of run {run.id} is on its worker's disk and not in the"
             " artifact store yet; try again once the upload is done"
         )
-    raise not_found(
+    raise NotFound.of(
         "checkpoint file",
         f"{name!r} of run {run.id} (neither on this server's disk nor in the artifact store)",
     )

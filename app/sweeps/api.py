@@ -9,7 +9,8 @@ from fastapi import APIRouter, Depends, Query, Request, status
 
 from app.auth.deps import SAFE_METHODS, CurrentUser
 from app.db import MAX_ID, SessionDep
-from app.errors import error_responses, not_found
+from app.errors import NotFound
+from app.http_errors import error_responses
 from app.ownership import Writer, check_write, find_experiment
 from app.sweeps import service
 from app.sweeps.models import Sweep
@@ -26,7 +27,7 @@ def get_owned_sweep(
     """The sweep, 404 when there is none; a write is its owner's or an admin's (403)."""
     sweep = session.get(Sweep, sweep_id) if 0 < sweep_id <= MAX_ID else None
     if sweep is None:
-        raise not_found("sweep", sweep_id)
+        raise NotFound.of("sweep", sweep_id)
     if request.method not in SAFE_METHODS:
         check_write(user, sweep.owner_id, "sweep")
     return sweep

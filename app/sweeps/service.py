@@ -17,7 +17,7 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.errors import conflict, validation_error
+from app.errors import Conflict, Invalid
 from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
 from app.runs import lifecycle
@@ -36,7 +36,7 @@ def create_sweep(
 ) -> Sweep:
     errors = spec_errors(data, base_config=experiment.config)
     if errors:
-        raise validation_error(errors)
+        raise Invalid(errors)
     refuse_if_never_startable(session, config=experiment.config, loc=("body", "experiment_id"))
     sweep = Sweep(
         experiment_id=experiment.id,
@@ -123,7 +123,7 @@ def _launch(
     try:
         config = validate_config(deep_merge(experiment.config, overrides), loc_prefix=("trial",))
     except ConfigInvalid as exc:  # a config the experiment no longer allows (its script gone)
-        raise conflict(
+        raise Conflict(
             f"sweep {sweep.id}: trial {number}'s config is invalid: {exc.errors}"
         ) from None
     run = lifecycle.queue(
@@ -142,7 +142,7 @@ def _launch(
 def cancel_sweep(session: Session, *, sweep: Sweep) -> Sweep:
     """No more trials; queued ones are cancelled here, running ones stopped by their workers."""
     if SweepStatus(sweep.status).finished:
-        raise conflict(f"sweep {sweep.id} has already ended ({sweep.status})")
+        raise Conflict(f"sweep {sweep.id} has already ended ({sweep.status})")
     sweep.status = SweepStatus.cancelled
     sweep.finished_at = utcnow()
     session.flush()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from app.errors import FieldError, field_error
 from app.experiments.config import ConfigInvalid, deep_merge, validate_config
 from app.settings import get_settings
 from app.sweeps.schemas import ParameterSpec, SweepCreate
@@ -21,11 +22,11 @@ from torchyard.recipes.catalog import METRIC_KEYS
 # Not sweepable: they choose what runs, not how (a sweep compares one program's settings).
 FIXED_KEYS = frozenset({"recipe", "script", "code"})
 
-Error = dict[str, Any]
+Error = FieldError
 
 
 def _error(loc: list[str | int], msg: str, value: Any, kind: str = "value_error") -> Error:
-    return {"type": kind, "loc": ["body", *loc], "msg": msg, "input": value}
+    return field_error(["body", *loc], msg, value, kind=kind)
 
 
 def nested(path: str, value: Any) -> dict[str, Any]:

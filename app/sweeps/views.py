@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from app.auth.models import User
 from app.db import MAX_ID, SessionDep
-from app.errors import not_found
+from app.errors import NotFound
 from app.experiments.models import Experiment
 from app.pages import PageRoute, PageUser
 from app.runs.models import RunStatus
@@ -32,7 +32,7 @@ def sweep_page(
 ) -> HTMLResponse:
     sweep = session.get(Sweep, sweep_id) if 0 < sweep_id <= MAX_ID else None
     if sweep is None:
-        raise not_found("sweep", sweep_id)
+        raise NotFound.of("sweep", sweep_id)
     experiment = session.get(Experiment, sweep.experiment_id)
     out = sweep_out(session, sweep)
     owner_ids = {r.owner_id for r in out.runs} | {sweep.owner_id}

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, Request, Response, status
 from app.auth.deps import CurrentUser, request_token
 from app.auth.models import User
 from app.db import SessionDep
-from app.errors import error_responses, forbidden
+from app.errors import Forbidden
+from app.http_errors import error_responses
 from app.runs.disk import disk_by_owner
 from app.users import service
 from app.users.schemas import PasswordChange, UserCreate, UserOut, UserUpdate
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/api/users", tags=["users"])
 
 def get_admin(user: CurrentUser) -> User:
     if not user.is_admin:
-        raise forbidden(f"only admins manage users (your role is {user.role})")
+        raise Forbidden(f"only admins manage users (your role is {user.role})")
     return user
 
 

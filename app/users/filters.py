@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import HTTPException, Query
+from fastapi import Query
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.errors import Invalid
 from app.users.service import resolve_owner
 
 OwnerQuery = Annotated[
@@ -25,7 +26,7 @@ def page_owner(session: Session, *, user: User, owner: str) -> tuple[int | None,
     Pages never answer 422: a username nobody has filters by nobody (an empty list)."""
     try:
         owner_id = resolve_owner(session, user=user, owner=owner, loc="owner")
-    except HTTPException:
+    except Invalid:
         return NOBODY, owner.strip()[:64]
     if owner_id is None:
         return None, "everyone"

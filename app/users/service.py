@@ -25,7 +25,7 @@ from app.auth.security import (
 )
 from app.auth.service import BROWSER_SESSION, create_user
 from app.db import MAX_ID
-from app.errors import conflict, not_found, validation_error
+from app.errors import Conflict, Invalid, NotFound
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
 
@@ -53,16 +53,10 @@ def password_problem(password: str) -> str | None:
     return None
 
 
-def _invalid(field: str, message: str, value: object = None) -> Exception:
-    return validation_error(
-        [{"type": "value_error", "loc": ["body", field], "msg": message, "input": value}]
-    )
-
-
 def check_password(password: str, field: str = "password") -> None:
     problem = password_problem(password)
     if problem is not None:
-        raise _invalid(field, problem)
+        raise Invalid.at(["body", field], problem)
 
 
 def add_user(session: Session, *, username: str, password: str, role: Role) -> User:
@@ -70,13 +64,13 @@ def add_user(session: Session, *, username: str, password: str, role: Role) -> U
     `Ada` and `ada` would be two people nobody can tell apart)."""
     problem = username_problem(username)
     if problem is not None:
-        raise _invalid("username", problem, username[:80])
+        raise Invalid.at(["body", "username"], problem, username[:80])
     check_password(password)
     taken = session.scalar(
         select(User.id).where(func.lower(User.username) == username.lower()).limit(1)
     )
     if taken is not None:
-        raise conflict(f"username {username!r} is taken")
+        raise Conflict(f"username {username!r} is taken")
     return create_user(session, username=username, password=password, role=role)
 
 
@@ -117,7 +111,7 @@ def list_users(session: Session) -> list[User]:
 def get_user(session: Session, user_id: int) -> User:
     user = session.get(User, user_id) if 0 < user_id <= MAX_ID else None
     if user is None:
-        raise not_found("user", user_id)
+        raise NotFound.of("user", user_id)
     return user
 
 
@@ -134,7 +128,7 @@ def _other_active_admins(session: Session, user: User) -> int:
 
 def set_role(session: Session, *, user: User, role: Role) -> User:
     if user.is_admin and role != Role.admin and not _other_active_admins(session, user):
-        raise conflict(f"{user.username} is the last active admin: make another admin first")
+        raise Conflict(f"{user.username} is the last active admin: make another admin first")
     user.role = role
     session.flush()
     return user
@@ -144,7 +138,7 @@ def set_disabled(session: Session, *, user: User, disabled: bool) -> User:
     """Disabling ends every token and browser session of the user at once (an open event
     stream notices within its re-check interval); their runs keep running."""
     if disabled and user.is_admin and not _other_active_admins(session, user):
-        raise conflict(f"{user.username} is the last active admin: it cannot be disabled")
+        raise Conflict(f"{user.username} is the last active admin: it cannot be disabled")
     user.is_active = not disabled
     if disabled:
         revoke_all_tokens(session, user=user)
@@ -187,7 +181,7 @@ def change_own_password(
     """The user's own change: their other browser sessions end, the one making the change
     (`current_token`) stays logged in."""
     if not verify_password(user.password_hash, current_password):
-        raise _invalid("current_password", "the current password is not right")
+        raise Invalid.at(["body", "current_password"], "the current password is not right")
     check_password(new_password, field="new_password")
     user.password_hash = hash_password(new_password)
     revoke_all_tokens(session, user=user, sessions_only=True, keep=current_token)
@@ -205,14 +199,7 @@ def resolve_owner(session: Session, *, user: User, owner: str | None, loc: str) 
     name = owner.strip()
     found = find_by_name(session, name) if username_problem(name) is None else None
     if found is None:
-        raise validation_error(
-            [
-                {
-                    "type": "value_error",
-                    "loc": ["query", loc],
-                    "msg": "no such user; use 'me', 'everyone' or a username",
-                    "input": owner[:80],
-                }
-            ]
+        raise Invalid.at(
+            ["query", loc], "no such user; use 'me', 'everyone' or a username", owner[:80]
         )
     return found.id

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.auth.deps import request_token
@@ -15,7 +15,8 @@ from app.auth.models import Role, User
 from app.auth.security import generate_password
 from app.auth.service import create_token, revoke_token_id, tokens_of
 from app.db import SessionDep
-from app.errors import forbidden, not_found
+from app.errors import Conflict, Forbidden, Invalid, NotFound
+from app.http_errors import status_of
 from app.pages import PageRoute, PageUser
 from app.runs.disk import disk_by_owner
 from app.settings import get_settings
@@ -23,14 +24,6 @@ from app.templating import render
 from app.users import service
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
-
-
-def _problem(exc: HTTPException) -> str:
-    """An HTTPException's detail as one sentence for a page."""
-    detail = exc.detail
-    if isinstance(detail, list):
-        return "; ".join(str(e.get("msg", e)) for e in detail)
-    return str(detail)
 
 
 # --- my account ----------------------------------------------------------------------------
@@ -78,8 +71,8 @@ def change_password(
             new_password=new_password,
             current_token=request_token(request),
         )
-    except HTTPException as exc:
-        return _account(request, session, user, status_code=422, password_error=_problem(exc))
+    except Invalid as exc:
+        return _account(request, session, user, status_code=422, password_error=exc.detail)
     return _account(request, session, user, notice="Your password was changed.")
 
 
@@ -112,7 +105,7 @@ def revoke_token_form(token_id: int, session: SessionDep, user: PageUser) -> Res
     """The same rule as DELETE /api/tokens/{id}: yours (an admin: anyone's); another user's
     token is 404."""
     if revoke_token_id(session, token_id=token_id, user=user) is None:
-        raise not_found("token", token_id)
+        raise NotFound.of("token", token_id)
     return RedirectResponse("/account", status_code=303)
 
 
@@ -121,7 +114,7 @@ def revoke_token_form(token_id: int, session: SessionDep, user: PageUser) -> Res
 
 async def page_admin(user: PageUser) -> User:
     if not user.is_admin:
-        raise forbidden("Only admins manage users. Ask one of them to add or change an account.")
+        raise Forbidden("Only admins manage users. Ask one of them to add or change an account.")
     return user
 
 
@@ -167,8 +160,8 @@ def add_user_form(
             added, secret = service.invite_user(session, username=username, role=role)
         else:
             added = service.add_user(session, username=username, password=initial, role=role)
-    except HTTPException as exc:
-        return _users(request, session, admin, status_code=exc.status_code, error=_problem(exc))
+    except (Invalid, Conflict) as exc:
+        return _users(request, session, admin, status_code=status_of(exc), error=exc.detail)
     notice = f"Added {added.username} ({added.role})."
     if how == "invite":
         hours = get_settings().invite_ttl_hours
@@ -213,8 +206,8 @@ def change_user_form(
             notice = f"New password for {target.username}."
         else:
             notice = "Nothing changed: pick a role."
-    except HTTPException as exc:
-        return _users(request, session, admin, status_code=exc.status_code, error=_problem(exc))
+    except (Invalid, Conflict) as exc:
+        return _users(request, session, admin, status_code=status_of(exc), error=exc.detail)
     return _users(request, session, admin, notice=notice, secret=secret, secret_for=target.username)
 
 
@@ -230,7 +223,7 @@ INVALID_INVITE = (
 def invite_page(request: Request, session: SessionDep, secret: str) -> HTMLResponse:
     user = service.user_for_invite(session, secret)
     if user is None:
-        raise not_found_page(INVALID_INVITE)
+        raise NotFound(INVALID_INVITE)  # PageRoute: the friendly 404 page
     return _invite(request, user)
 
 
@@ -244,11 +237,11 @@ def accept_invite(
     """Sets the first password and closes the link; then the login page."""
     user = service.user_for_invite(session, secret)
     if user is None:
-        raise not_found_page(INVALID_INVITE)
+        raise NotFound(INVALID_INVITE)  # PageRoute: the friendly 404 page
     try:
         service.accept_invite(session, user=user, password=new_password)
-    except HTTPException as exc:
-        return _invite(request, user, status_code=422, error=_problem(exc))
+    except Invalid as exc:
+        return _invite(request, user, status_code=422, error=exc.detail)
     return RedirectResponse("/login", status_code=303)
 
 
@@ -264,8 +257,3 @@ def _invite(
         error=error,
         status_code=status_code,
     )
-
-
-def not_found_page(message: str) -> HTTPException:
-    """PageRoute renders it as the friendly 404 page."""
-    return HTTPException(404, detail=message)
