@@ -16,7 +16,6 @@ import os
 import secrets
 import socket
 import sys
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
 from app.db import database_away, is_conflict, session_scope
 from app.experiments.requirements import RequirementRefused
+from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs.job_files import replace_job_file
 from app.runs.status import RunStatus
@@ -54,7 +54,7 @@ from worker.supervise import (
     supervise,
 )
 from worker.watch import StopReason, drain
-from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
+from worker.workspace import prepare_work_dir
 
 log = logging.getLogger(__name__)
 
@@ -99,31 +99,18 @@ def start(run_id: int) -> StartResult:
         raise
 
 
-def touch_this_host() -> None:
-    """One beat of this host's heartbeat: live for the scheduler (even while the worker is
-    idle), its GPUs and NVML's view of them recorded (app.gpus.service.touch_host). A
-    failure is logged; the next beat tries again."""
+def heartbeat_host() -> None:
+    """Keep this host live for the scheduler while the worker is idle (one round of the
+    periodic job in worker/scheduled.py, from the start at once)."""
     inv = inventory()
-    try:
-        with session_scope() as session:
-            touch_host(
-                session, host=inv.host, gpus=list(inv.gpus), now=utcnow(), gpu_stats=gpu_stats(inv)
-            )
-    except Exception:
-        log.exception("host heartbeat failed; will retry")
-
-
-def host_heartbeat_seconds() -> float:
-    """How often the host beats: three times per lease TTL."""
-    return max(0.5, get_settings().lease_ttl_seconds / 3)
-
-
-def heartbeat_host(stop: threading.Event) -> None:
-    """Keep this host live for the scheduler, from the start at once, until `stop` is set."""
-    while True:
-        touch_this_host()
-        if stop.wait(host_heartbeat_seconds()):
-            return
+    with session_scope() as session:
+        touch_host(
+            session,
+            host=inv.host,
+            gpus=list(inv.gpus),
+            now=utcnow(),
+            gpu_stats=gpu_stats(inv),
+        )
 
 
 class NotRun(enum.Enum):
@@ -269,8 +256,11 @@ def announce_isolation() -> None:
     """Says at start whether jobs are sandboxed and why; with job_isolation "bwrap" a worker
     that cannot sandbox refuses to start (exit 2) rather than run jobs unisolated."""
     isolation = job_isolation()
-    print(sandbox.describe(isolation), file=sys.stderr, flush=True)
-    if not isolation.enabled and get_settings().job_isolation == "bwrap":
+    refused = not isolation.enabled and get_settings().job_isolation == "bwrap"
+    # On stdout with the rest of the worker's start banner (`torchyard up` shows it); a
+    # refusal says both lines on stderr.
+    print(sandbox.describe(isolation), file=sys.stderr if refused else sys.stdout, flush=True)
+    if refused:
         print(
             "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
             "(docs/security.md)",
