@@ -23,9 +23,9 @@ from worker.db_retry import with_db
 from worker.heartbeat import Watched
 from worker.job_errors import run_error
 from worker.process import JobProcess
-from worker.run_files import store_while_heartbeating
 from worker.run_log import note_in_log
 from worker.watch import StopReason, drain, watch
+from worker.work_dir_upload import store_while_heartbeating
 
 log = logging.getLogger(__name__)
 
