@@ -7,7 +7,7 @@ is what GET /api/runs/{id}/files lists and serves, so an artifact is a file like
 the run's page. Uploads go only to runs logged from outside (a job's folder is its job's), each
 path checked (no ``..``, no absolute path), each folder opened without following a link, the
 file written under a temporary name and renamed into place, at most the run-files cap
-(``run_files_store_max_bytes``) per file. Downloads and listings read through app.runs.files
+(``run_files_store_max_bytes``) per file. Downloads and listings read through app.runs.work_dir
 (no link followed) for any run the caller may read.
 """
 
@@ -26,7 +26,7 @@ from app.db import SessionDep
 from app.mlflow import service
 from app.mlflow.auth import MlflowUser, MlflowWriter
 from app.mlflow.errors import MlflowRoute, denied, invalid, missing
-from app.runs import files
+from app.runs import work_dir
 from app.runs.job_files import FileRefused, components
 from app.settings import get_settings
 from torchyard.contract import WORK_DIR
@@ -142,7 +142,7 @@ def download(path: str, session: SessionDep, _user: MlflowUser) -> StreamingResp
     run_ref, relative = _locate(path)
     run = service.get_run(session, run_ref)
     try:
-        found = files.download(run.id, relative)
+        found = work_dir.download(run.id, relative)
     except (FileRefused, FileNotFoundError):
         raise missing(f"Artifact {relative!r} of run {run.id}") from None
     if found.folder:
@@ -157,7 +157,7 @@ def list_artifacts(request: Request, session: SessionDep, _user: MlflowUser) -> 
     run = service.get_run(session, run_ref)
     prefix = f"{relative.strip('/')}/" if relative.strip("/") else ""
     entries: dict[str, dict[str, Any]] = {}
-    for item in files.run_files(run.id):
+    for item in work_dir.run_files(run.id):
         if not item.path.startswith(prefix):
             continue
         rest = PurePosixPath(item.path[len(prefix) :])
