@@ -19,26 +19,26 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy.exc import IntegrityError, OperationalError
-
 from app.artifacts import renames_atomically, store_fs
 from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
-from app.db import session_scope
+from app.db import database_away, is_conflict, session_scope
 from app.experiments.config import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs import environment_record
 from app.runs.job_files import FileRefused, regular_fd, replace_job_file, within
-from app.runs.models import RunStatus
+from app.runs.status import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
 from torchyard.contract import RunPaths
 from worker import artifacts, env_build, job_records, provenance, sandbox, spool
 from worker import code as code_copy
+from worker.db_retry import with_db
 from worker.environments import BuildFailed, Env, run_requirements
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
+from worker.heartbeat import Watched
 from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.supervise import (
@@ -48,7 +48,7 @@ from worker.supervise import (
     remember,
     supervise,
 )
-from worker.watch import StopReason, Watched, drain, with_db
+from worker.watch import StopReason, drain
 from worker.workspace import prepare_work_dir
 
 log = logging.getLogger(__name__)
@@ -84,12 +84,14 @@ def start(run_id: int) -> StartResult:
                 starvation_seconds=settings.starvation_seconds,
                 gpu_stats=stats,
             )
-    except IntegrityError:  # a GPU leased twice: the database refused, so nothing was taken
-        log.warning("run %s: lease conflict; will ask again", run_id)
-        return StartResult(StartOutcome.WAIT, reason="lease conflict")
-    except OperationalError:  # the database is briefly away: the run stays queued
-        log.exception("run %s: could not ask the scheduler; will ask again", run_id)
-        return StartResult(StartOutcome.WAIT, reason="database unavailable")
+    except Exception as exc:
+        if is_conflict(exc):  # a GPU leased twice: the database refused, so nothing was taken
+            log.warning("run %s: lease conflict; will ask again", run_id)
+            return StartResult(StartOutcome.WAIT, reason="lease conflict")
+        if database_away(exc):  # the run stays queued
+            log.exception("run %s: could not ask the scheduler; will ask again", run_id)
+            return StartResult(StartOutcome.WAIT, reason="database unavailable")
+        raise
 
 
 def heartbeat_host() -> None:
