@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.orm import Session
-
+from app.db import Session
 from app.runs import notices
-from app.runs.models import Run
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import job_records
@@ -44,10 +42,10 @@ def salvage_spool(session: Session, run_id: int) -> None:
                 return
     except Exception as exc:
         log.exception("run %s: salvaging its spool failed", run_id)
-        run = session.get(Run, run_id)
-        if run is not None:
-            first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
-            notices.ingest_error(run, f"salvage: {type(exc).__name__}: {first}")
+        first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
+        notices.note_ingest_error(
+            session, run_id=run_id, error=f"salvage: {type(exc).__name__}: {first}"
+        )
 
 
 def still_training(run_id: int) -> bool:
