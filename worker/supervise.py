@@ -17,7 +17,7 @@ from app.runs.disk import record_disk_use
 from app.runs.recovery import HandoverOutcome, hand_over_attempt
 from app.runs.status import RunStatus
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 from worker import job_records
 from worker.db_retry import with_db
 from worker.heartbeat import Watched
@@ -56,7 +56,7 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     the next worker). Used inside the job's block (`with job:`)."""
     settings = get_settings()
     run_dir = run.metrics_path.parent
-    log_path = run_dir / LOG_FILE
+    log_path = RunPaths(run_dir).log
     stopped_by = watch(
         run,
         job,

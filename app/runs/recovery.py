@@ -22,13 +22,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from app.experiments.config import run_config
 from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
-from torchyard.contract import SYSTEM_KEY_PREFIX, RunSpec
+from torchyard.contract import SYSTEM_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Handover:
 
 
 def restarts_left(run: Run) -> bool:
-    return run.attempt <= RunSpec.from_config(run.config).max_restarts
+    return run.attempt <= run_config(run.config).max_restarts
 
 
 def newest_checkpoint(session: Session, *, run_id: int) -> Checkpoint | None:
