@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 from sqlalchemy import Engine, MetaData, create_engine, event
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 # Re-exported: the worker types the session it passes to app services without SQLAlchemy.
@@ -104,17 +104,6 @@ def session_scope() -> Iterator[Session]:
         callback()
 
 
-def unavailable(exc: BaseException) -> bool:
-    """Whether `exc` says the database is away for a moment rather than that we have a bug:
-    its connection was cut (pg_terminate_backend, a restart, a failover), it refuses
-    connections while it starts, SQLite's write lock timed out. A request then answers 503 with
-    Retry-After (app/http_errors.py), an event stream polls again (app/runs/events.py); the
-    pool's pre-ping replaces the dead connections before the next checkout."""
-    return isinstance(exc, OperationalError) or (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated
-    )
-
-
 def get_db() -> Iterator[Session]:
     with session_scope() as session:
         yield session
@@ -122,3 +111,20 @@ def get_db() -> Iterator[Session]:
 
 # scope="function": commit before the response goes out, so a client that gets 201 can read it.
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]
+
+
+def database_away(exc: BaseException) -> bool:
+    """The database cannot be reached right now (a restart, SQLite's lock held too long, a
+    connection cut by pg_terminate_backend or a failover): worth waiting for, unlike an error
+    in what was sent. Here so the host agent can tell the two apart without knowing the
+    database library; the API answers such a request 503 with Retry-After
+    (app/http_errors.py) and an event stream polls again (app/runs/events.py)."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """The database refused a row that breaks a unique constraint (two actors took the same
+    thing, e.g. one GPU leased twice): nothing of the unit of work was kept."""
+    return isinstance(exc, IntegrityError)

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import DBAPIError
 
-from app.db import unavailable
+from app.db import database_away
 from app.errors import (
     BadRequest,
     Conflict,
@@ -82,7 +82,7 @@ async def _database_error(request: Request, exc: Exception) -> Response:
     """A lost database connection (or SQLite's lock) is the database away for a moment, not a
     bug: 503 with Retry-After, which clients retry (issue 27: pg_terminate_backend answered
     500s). Any other database error is still a 500."""
-    if not unavailable(exc):
+    if not database_away(exc):
         raise exc
     log.warning("database unavailable for %s %s: %s", request.method, request.url.path, exc)
     return JSONResponse(

@@ -34,7 +34,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.db import session_scope, unavailable
+from app.db import database_away, session_scope
 from app.errors import Invalid, TooMany
 from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.ops import shutdown
@@ -307,7 +307,7 @@ async def stream(
             try:
                 reason = await _in_pool(user_id, refusal)
             except DBAPIError as e:
-                if not unavailable(e):
+                if not database_away(e):
                     raise
                 reason = None  # checked again at the next recheck
             if reason is not None:
@@ -317,7 +317,7 @@ async def stream(
         try:
             events, done = await _in_pool(user_id, poll, cursor)
         except DBAPIError as e:
-            if not unavailable(e):
+            if not database_away(e):
                 raise
             # The database is away for a moment (a cut connection, a restart): poll again
             # on a fresh connection. The sweep starts over, so points that poll read and
