@@ -8,4 +8,10 @@ from app.periodic import Job
 from app.runs import scheduled as runs
 from app.sweeps import scheduled as sweeps
 
-JOBS: tuple[Job, ...] = (runs.REAP, notifications.CHECKS, notifications.DELIVER, sweeps.ADVANCE)
+JOBS: tuple[Job, ...] = (
+    runs.REAP,
+    runs.RESEND,
+    notifications.CHECKS,
+    notifications.DELIVER,
+    sweeps.ADVANCE,
+)

@@ -112,7 +112,13 @@ def test_each_process_kind_runs_its_declared_jobs() -> None:
     from worker.scheduled import HOST_HEARTBEAT, heartbeat_interval
 
     api = {j.name for j in for_process(Process.API, JOBS)}
-    assert api == {"runs.reap", "notifications.checks", "notifications.deliver", "sweeps.advance"}
+    assert api == {
+        "runs.reap",
+        "runs.resend_lost",
+        "notifications.checks",
+        "notifications.deliver",
+        "sweeps.advance",
+    }
     worker = {j.name for j in for_process(Process.WORKER, (HOST_HEARTBEAT, *JOBS))}
     assert worker == api | {"worker.host_heartbeat"}
     assert heartbeat_interval(Settings(lease_ttl_seconds=15.0)) == 5.0
