@@ -54,14 +54,14 @@ class Stack:
             stop_process(self.worker)
         log = ROOT / f"worker-{self.workers_started}.log"
         self.workers_started += 1
-        self.worker = start_logged(worker_argv(2), self.env, log)
+        self.worker = start_logged(worker_argv(4), self.env, log)
         return self.worker
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    """A server and one worker on a database, data dir and broker of their own; one fake GPU,
-    so that GPU runs queue behind each other."""
+    """A server and one worker (4 threads) on a database, data dir and broker of their own;
+    three fake GPUs, so that GPU runs queue behind a run that holds all three."""
     ROOT.mkdir(parents=True, exist_ok=True)
     kind = "postgresql" if DATABASE_URL.startswith("postgresql") else "sqlite"
     with own_database(kind, ROOT, "queue_faults") as engine:
@@ -71,7 +71,7 @@ def stack() -> Iterator[Stack]:
             TORCHYARD_DATABASE_URL=engine.url.render_as_string(hide_password=False),
             TORCHYARD_DATA_DIR=str(DATA_DIR),
             TORCHYARD_BROKER_URL=BROKER,
-            TORCHYARD_FAKE_GPUS="0",
+            TORCHYARD_FAKE_GPUS="0,1,2",
             TORCHYARD_QUEUE_RESEND_SECONDS="30",
             TORCHYARD_WORKER_HOST="queue-box",
             PYTHONUNBUFFERED="1",
@@ -145,9 +145,10 @@ def run_of(api: httpx.Client, run_id: int) -> dict:
 
 
 def one_running_three_queued(api: httpx.Client) -> tuple[int, list[int]]:
-    """A run training on the one GPU for a few seconds, three GPU runs queued behind it (their
-    tasks asking again and again)."""
-    first = submit(api, gpus=1, steps=40, sleep=0.1)
+    """A run training on all three GPUs for a few seconds, three one-GPU runs queued behind it
+    (their tasks asking again and again); once it ends all three may start at once, so how
+    late they start is how late their messages are."""
+    first = submit(api, gpus=3, steps=40, sleep=0.1)
     wait_for(lambda: run_of(api, first)["status"] == "running", timeout=60, what="first running")
     queued = [submit(api, gpus=1) for _ in range(3)]
     # Each queued task has come by a worker (the scheduler said why it waits).
