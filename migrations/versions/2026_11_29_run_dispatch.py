@@ -1,7 +1,7 @@
 """runs.dispatch and runs.task_seen_at: queue reconciliation (issue 27)
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-11-28 00:00:00
 
 A queued run's broker message can be lost (a broker flush or restart, a killed worker's
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | None = "0014"
+revision: str = "0016"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
