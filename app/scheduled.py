@@ -11,6 +11,7 @@ from app.sweeps import scheduled as sweeps
 
 JOBS: tuple[Job, ...] = (
     runs.REAP,
+    runs.RESEND,
     notifications.CHECKS,
     notifications.DELIVER,
     sweeps.ADVANCE,

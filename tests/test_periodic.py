@@ -114,6 +114,7 @@ def test_each_process_kind_runs_its_declared_jobs() -> None:
     api = {j.name for j in for_process(Process.API, JOBS)}
     assert api == {
         "runs.reap",
+        "runs.resend_lost",
         "notifications.checks",
         "notifications.deliver",
         "sweeps.advance",
