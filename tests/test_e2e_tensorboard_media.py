@@ -1,9 +1,11 @@
 """A plain SummaryWriter script through a real server, worker and job: its add_hparams become
 the run's params beside its config's, its add_image and add_figure images are listed (live,
-while it runs) and served by the API, and what is not kept (histograms) is named once."""
+while it runs) and served by the API, and what is not kept (histograms) is named once, in its
+log and on the run (its notices)."""
 
 from __future__ import annotations
 
+import html
 import io
 import shutil
 import time
@@ -78,7 +80,12 @@ def test_hparams_become_params_and_images_are_shown_per_tag_and_step(api) -> Non
 
     assert "done after 5 steps" in log
     notes = [line for line in log.splitlines() if line.startswith("torchyard: TensorBoard")]
-    assert notes == [
-        "torchyard: TensorBoard histograms (tag 'weights') written by this run are not shown "
+    histograms = (
+        "TensorBoard histograms (tag 'weights') written by this run are not shown "
         "here: scalars, images and hparams are read from event files"
-    ]
+    )
+    assert notes == [f"torchyard: {histograms}"]
+    # issue 29: said on the run, not only in its log (nor only on the server's console)
+    assert api.get(f"/api/runs/{run['id']}").json()["notices"] == [histograms]
+    page = api.get(f"/runs/{run['id']}").text
+    assert f"<li>{html.escape(histograms)}</li>" in page
