@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import struct
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from app.db import session_scope
 from app.metrics.service import count_points, list_keys, read_series
 from app.runs.models import Run
 from app.runs.notices import MAX_TENSORBOARD_NOTES, notice_lines
+from tests.conftest import REPO
 from tests.factories import admin_run, make_run
 from worker import tensorboard_events, tfrecord
 from worker.forwarder import forward
@@ -739,3 +742,18 @@ def test_scalars_under_sys_are_not_stored_and_said_once(
         assert list_keys(session, run_id=run_id) == ["loss"]
     lines = (tmp_path / "output.log").read_text().splitlines()
     assert len(lines) == 1 and "TensorBoard scalars under sys/ (tag 'sys/cpu_percent')" in lines[0]
+
+
+def test_the_server_extra_installs_tensorboard_and_the_tests_rely_on_it() -> None:
+    """Issue 29: after the README's install (`make up`: the server extra) a SummaryWriter
+    script's scalars arrive. The test extra does not add tensorboard of its own, so every
+    SummaryWriter test here and in test_e2e_*.py runs with what the server extra installs."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+
+    def names(extra: str) -> set[str]:
+        return {re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0] for req in extras[extra]}
+
+    assert "tensorboard" in names("server")
+    assert "tensorboard" not in names("test") and "torchyard[server]" in extras["test"]
