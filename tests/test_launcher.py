@@ -172,3 +172,13 @@ def test_a_snapshot_script_starts_in_its_folder_without_the_client_git_state() -
     assert launch.env["TORCHYARD_SCRIPT"] == str(script)
     assert json.loads(launch.env["TORCHYARD_SCRIPT_ARGV"]) == ["--lr=0.1"]
     assert "TORCHYARD_WORKSPACE" not in launch.env
+
+
+def test_a_configs_env_reaches_the_job_and_an_empty_one_is_not_stored() -> None:
+    """Issue 29: `env` in the config (HF_HUB_OFFLINE, WANDB_MODE, ...) is the job's; the
+    launcher's own variables still win (the config refuses their names anyway)."""
+    config = {**CONFIG, "env": {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}}
+    env = build_launch(spec(config=config, base_env={"PATH": "/bin", "WANDB_MODE": "online"})).env
+    assert env["HF_HUB_OFFLINE"] == "1" and env["WANDB_MODE"] == "offline"
+    assert json.loads(env["TORCHYARD_CONFIG"])["env"] == config["env"]
+    assert "env" not in run_config(CONFIG).stored()

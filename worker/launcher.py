@@ -95,6 +95,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
         cwd = spec.script.parent
     nproc = run.nproc
     env = dict(spec.base_env)
+    env.update(config.env)  # the run's own (RunConfig refuses the service's and the worker's)
     env.update(
         {
             RUN_ID_VAR: str(spec.run_id),
