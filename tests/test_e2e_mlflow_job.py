@@ -1,0 +1,70 @@
+"""MLflow inside a job, end to end (issue 29): a plain `mlflow.log_metric` script submitted as
+a job with nothing MLflow-specific configured logs into the job's own run through the job's
+spool (torchyard.mlflow_store), with a real server, worker and job process, and no second run
+appears."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import WORKSPACE_DIR, wait_for_status
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).parent / "workspace_scripts" / "mlflow_plain.py"
+
+
+@pytest.fixture(scope="module")
+def api(live_stack):  # type: ignore[no-untyped-def]
+    with live_stack.admin_client() as client:
+        yield client
+
+
+def run_count(api: httpx.Client) -> int:
+    runs = api.get("/api/runs", params={"limit": 500}).json()["runs"]
+    return len(runs)
+
+
+def test_a_plain_mlflow_script_logs_into_its_jobs_run(api: httpx.Client) -> None:
+    target = WORKSPACE_DIR / "mlflowjob"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SCRIPT, target / SCRIPT.name)
+    before = run_count(api)
+    exp = api.post(
+        "/api/experiments",
+        json={"name": "mlflow-in-a-job", "config": {"script": f"mlflowjob/{SCRIPT.name}"}},
+    )
+    assert exp.status_code == 201, exp.text
+    launched = api.post(f"/api/experiments/{exp.json()['id']}/runs")
+    assert launched.status_code == 201, launched.text
+    run_id = launched.json()["id"]
+    run = wait_for_status(api, run_id, {"succeeded", "failed", "cancelled"}, timeout=180)
+    log = api.get(f"/api/runs/{run_id}/logs").text
+    assert run["status"] == "succeeded", log
+    # The script's MLflow run id is the job's run id.
+    assert f"mlflow run id: {run_id}" in log
+
+    got = api.get(
+        f"/api/runs/{run_id}/metrics",
+        params={"keys": "train/loss,val/acc,val/loss,after/second_start"},
+    ).json()["series"]
+    assert got["train/loss"]["step"] == list(range(1, 26))
+    assert got["train/loss"]["value"][-1] == pytest.approx(1 / 25)
+    assert got["val/acc"]["value"] == [pytest.approx(0.75)]
+    assert got["val/loss"]["value"] == [None]  # NaN, as for any job
+    assert got["after/second_start"]["step"] == [1]
+
+    params = api.get(f"/api/runs/{run_id}").json()["params"]
+    assert params["hparams.lr"] == "0.01"
+    assert params["hparams.batch_size"] == "32"
+    assert params["hparams.optimizer"] == "sgd"
+    assert params["hparams.tags.team"] == "vision"
+    assert not any(key.startswith("hparams.tags.mlflow.") for key in params)
+    # No second run: neither a run per start_run nor one in the experiment MLflow was told.
+    assert run_count(api) == before + 1
+    names = [e["name"] for e in api.get("/api/experiments").json()]
+    assert "someone-elses-experiment" not in names
