@@ -32,8 +32,8 @@ from app.db import Session
 from app.metrics.ingest import KeyLimit, ingest_steps
 from app.notifications.triggers import metrics_arrived
 from app.runs import checkpoint_records, ingest_offsets, log_store
-from app.runs.params import record_reported
 from app.runs.job_files import FileRefused, open_job_file
+from app.runs.params import record_reported
 from app.settings import get_settings
 from torchyard.contract import LOG_FILE
 from worker import artifacts, spool_lines

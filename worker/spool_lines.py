@@ -162,7 +162,9 @@ def check_params(record: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in values.items():
         if not (isinstance(name, str) and _valid_text(name) and name):
             raise BadLine(BAD_PARAMS)
-        if not isinstance(value, _PARAM_TYPES) or (isinstance(value, str) and not _valid_text(value)):
+        if not isinstance(value, _PARAM_TYPES) or (
+            isinstance(value, str) and not _valid_text(value)
+        ):
             raise BadLine(BAD_PARAMS)
     return {"type": "params", "values": values}
 
