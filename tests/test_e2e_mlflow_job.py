@@ -68,3 +68,33 @@ def test_a_plain_mlflow_script_logs_into_its_jobs_run(api: httpx.Client) -> None
     assert run_count(api) == before + 1
     names = [e["name"] for e in api.get("/api/experiments").json()]
     assert "someone-elses-experiment" not in names
+
+
+LIGHTNING = Path(__file__).parent / "workspace_scripts" / "lightning_boring.py"
+
+
+def test_lightnings_mlflow_logger_logs_into_its_jobs_run(api: httpx.Client) -> None:
+    """Lightning's MLFlowLogger creates its own experiment and run: both are the job's."""
+    target = WORKSPACE_DIR / "mlflowjob"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(LIGHTNING, target / "lightning_train.py")
+    before = run_count(api)
+    config = {
+        "script": "mlflowjob/lightning_train.py",
+        "args": ["--devices", "1", "--epochs", "1", "--logger", "mlflow"],
+    }
+    exp = api.post("/api/experiments", json={"name": "lightning-mlflow", "config": config})
+    assert exp.status_code == 201, exp.text
+    run_id = api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]
+    run = wait_for_status(api, run_id, {"succeeded", "failed", "cancelled"}, timeout=240)
+    log = api.get(f"/api/runs/{run_id}/logs").text
+    assert run["status"] == "succeeded", log[-3000:]
+    loss = api.get(f"/api/runs/{run_id}/metrics", params={"keys": "train_loss"}).json()
+    # 64 samples in batches of 4, one epoch: 16 steps, each logged (log_every_n_steps=1)
+    assert len(loss["series"]["train_loss"]["step"]) == 16
+    params = api.get(f"/api/runs/{run_id}").json()["params"]
+    assert params["hparams.batch_size"] == "4"
+    assert params["hparams.optimizer"] == "sgd"
+    assert params["hparams.lr"] == "0.1"  # the module's save_hyperparameters()
+    assert run_count(api) == before + 1
+    assert "lightning_logs" not in [e["name"] for e in api.get("/api/experiments").json()]
