@@ -98,3 +98,29 @@ def test_lightnings_mlflow_logger_logs_into_its_jobs_run(api: httpx.Client) -> N
     assert params["hparams.lr"] == "0.1"  # the module's save_hyperparameters()
     assert run_count(api) == before + 1
     assert "lightning_logs" not in [e["name"] for e in api.get("/api/experiments").json()]
+
+
+HF = Path(__file__).parent / "workspace_scripts" / "hf_trainer.py"
+
+
+def test_an_hf_trainer_reporting_to_mlflow_logs_into_its_jobs_run(api: httpx.Client) -> None:
+    """HF's MLflowCallback starts its own run (and sets an experiment): both are the job's."""
+    target = WORKSPACE_DIR / "mlflowjob"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HF, target / "hf_train.py")
+    before = run_count(api)
+    config = {"script": "mlflowjob/hf_train.py", "args": ["--steps", "6", "--report-to", "mlflow"]}
+    exp = api.post("/api/experiments", json={"name": "hf-mlflow", "config": config})
+    assert exp.status_code == 201, exp.text
+    run_id = api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]
+    run = wait_for_status(api, run_id, {"succeeded", "failed", "cancelled"}, timeout=300)
+    log = api.get(f"/api/runs/{run_id}/logs").text
+    assert run["status"] == "succeeded", log[-3000:]
+    loss = api.get(f"/api/runs/{run_id}/metrics", params={"keys": "loss"}).json()["series"]
+    assert loss["loss"]["step"] == [1, 2, 3, 4, 5, 6]  # logging_steps=1, at the global step
+    params = api.get(f"/api/runs/{run_id}").json()["params"]
+    # The TrainingArguments and the model config, as MLflowCallback logs them
+    assert params["hparams.max_steps"] == "6"
+    assert params["hparams.per_device_train_batch_size"] == "4"
+    assert params["hparams.n_embd"] == "16"
+    assert run_count(api) == before + 1
