@@ -65,11 +65,11 @@ def _number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-class TorchyardStore(AbstractStore):  # type: ignore[misc]
+class TorchyardStore(AbstractStore):
     """The job's run as MLflow's only run; see the module docstring."""
 
     def __init__(self, store_uri: str | None = None, artifact_uri: str | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         run_dir = os.environ.get(RUN_DIR_VAR)
         run_id = os.environ.get(RUN_ID_VAR)
         if not run_dir or not run_id:
