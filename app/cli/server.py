@@ -113,7 +113,7 @@ def up(
     from app.cli.supervisor import Child, supervise
     from app.prestart import prestart
     from app.settings import PRIVATE_UMASK, get_settings
-    from worker import sandbox
+    from worker import job_network, sandbox
 
     os.umask(PRIVATE_UMASK)  # the data dir 0700, its files 0600; the children inherit it
     get_settings.cache_clear()
@@ -140,7 +140,11 @@ def up(
     print(f"data: {settings.resolved_data_dir}", flush=True)
     # The worker probes the same machine and says it in its log too (and refuses to start
     # when TORCHYARD_JOB_ISOLATION=bwrap cannot be had).
-    print(sandbox.describe(sandbox.decide(settings.job_isolation, settings.job_uid_base)))
+    isolation = sandbox.decide(settings.job_isolation, settings.job_uid_base)
+    print(sandbox.describe(isolation))
+    network = job_network.plan(settings.job_network, settings.service_urls)
+    for line in job_network.describe(network, settings.service_urls, sandboxed=isolation.enabled):
+        print(line)
     print(credentials, flush=True)
     print("press Ctrl-C to stop", flush=True)
     raise typer.Exit(supervise(children))
