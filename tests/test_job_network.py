@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -17,8 +19,8 @@ import pytest
 from tests.conftest import BROKER_URL, DATABASE_URL, wait_for_status
 from tests.test_e2e_isolation import copy_script, launch, member  # noqa: F401 (a fixture)
 from tests.test_e2e_runs import series
-
-pytestmark = pytest.mark.slow
+from worker import job_network
+from worker.launcher import Launch
 
 FINISHED = {"succeeded", "failed", "cancelled"}
 
@@ -72,6 +74,7 @@ def service_ports() -> set[int]:
     return ports - {0}
 
 
+@pytest.mark.slow
 def test_a_members_job_reaches_no_host_service_nor_another_run(
     live_stack,  # type: ignore[no-untyped-def]
     member,  # noqa: F811
@@ -102,6 +105,7 @@ def test_a_members_job_reaches_no_host_service_nor_another_run(
         assert "ACCEPTED" not in log_of(admin, listener["id"])
 
 
+@pytest.mark.slow
 def test_a_two_process_ddp_run_trains_in_its_own_network(live_stack, member) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     config = {
         "recipe": "tiny_mlp",
@@ -115,3 +119,73 @@ def test_a_two_process_ddp_run_trains_in_its_own_network(live_stack, member) -> 
     assert done["status"] == "succeeded", (done["error"], log[-3000:])
     assert "[rank0]: " in log and "[rank1]: " in log
     assert len(series(member, run["id"], "train/loss")["step"]) == 6
+
+
+# --- the pure parts: the argv each mode gets, the start lines ------------------------------
+
+SANDBOX = Launch(argv=["bwrap", "--unshare-pid", "--", "python", "-m", "x"], env={}, cwd=Path("/"))
+EGRESS = job_network.Plan("egress", "/s/slirp4netns", "/s/nsenter", "/s/ip", ("192.0.2.2/32",))
+
+
+def test_host_mode_leaves_the_sandbox_on_the_hosts_network() -> None:
+    assert job_network.attach(SANDBOX, job_network.Plan("host")) == SANDBOX
+
+
+def test_isolated_mode_and_egress_without_slirp4netns_unshare_the_network_only() -> None:
+    for plan in (job_network.Plan("isolated"), job_network.Plan("egress")):
+        argv = job_network.attach(SANDBOX, plan).argv
+        assert argv == ["bwrap", "--unshare-net", "--unshare-pid", "--", "python", "-m", "x"]
+
+
+def test_egress_puts_the_network_helper_in_front_of_bwrap() -> None:
+    argv = job_network.attach(SANDBOX, EGRESS).argv
+    assert argv == [
+        sys.executable,
+        "-I",
+        "-m",
+        "worker.job_network",
+        "--slirp4netns=/s/slirp4netns",
+        "--nsenter=/s/nsenter",
+        "--ip=/s/ip",
+        "--block=192.0.2.2/32",
+        "--",
+        "bwrap",
+        "--unshare-net",
+        "--unshare-pid",
+        "--",
+        "python",
+        "-m",
+        "x",
+    ]
+
+
+def test_host_mode_warns_for_each_service_url_without_a_password() -> None:
+    urls = (
+        "postgresql+psycopg://postgres@127.0.0.1:5432/ty",
+        "redis://:secret@127.0.0.1:6379/0",
+        "sqlite:////data/torchyard.db",
+        "redis://10.1.2.3:6380/1",
+    )
+    lines = job_network.describe(job_network.Plan("host"), urls, sandboxed=True)
+    assert lines[0].startswith("job network: host (TORCHYARD_JOB_NETWORK=host): ")
+    assert lines[1:] == [
+        "WARNING: postgresql+psycopg://127.0.0.1:5432 has no password in its URL: any job "
+        "can use it in host network mode",
+        "WARNING: redis://10.1.2.3:6380 has no password in its URL: any job can use it in "
+        "host network mode",
+    ]
+    unsandboxed = job_network.describe(EGRESS, urls, sandboxed=False)
+    assert unsandboxed[0].startswith("job network: host (no sandbox): ") and len(unsandboxed) == 3
+
+
+def test_the_other_modes_say_what_a_job_reaches() -> None:
+    assert job_network.describe(EGRESS, (), sandboxed=True)[0].startswith("job network: egress: ")
+    missing = job_network.describe(job_network.Plan("egress"), (), sandboxed=True)
+    assert "each job has its own loopback only" in missing[0]
+    isolated = job_network.describe(job_network.Plan("isolated"), (), sandboxed=True)
+    assert isolated == ["job network: isolated: each job has its own loopback and nothing else"]
+
+
+def test_service_hosts_are_blocked_by_address_loopback_left_to_the_job() -> None:
+    urls = ("redis://127.0.0.1:6379/0", "postgresql://u:p@192.0.2.7/db", "sqlite:///x.db")
+    assert job_network.service_hosts(urls) == {"192.0.2.7/32"}
