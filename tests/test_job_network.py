@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.conftest import BROKER_URL, DATABASE_URL, wait_for_status
+from tests.conftest import BROKER_URL, DATA_DIR, DATABASE_URL, wait_for_status
 from tests.test_e2e_isolation import copy_script, launch, member  # noqa: F401 (a fixture)
 from tests.test_e2e_runs import series
-from worker import job_network
+from worker import job_etc, job_network
 from worker.launcher import Launch
 
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -119,6 +119,28 @@ def test_a_two_process_ddp_run_trains_in_its_own_network(live_stack, member) -> 
     assert done["status"] == "succeeded", (done["error"], log[-3000:])
     assert "[rank0]: " in log and "[rank1]: " in log
     assert len(series(member, run["id"], "train/loss")["step"]) == 6
+
+
+@pytest.mark.slow
+def test_a_jobs_etc_holds_its_own_account_and_nothing_else_of_the_hosts(
+    live_stack,  # type: ignore[no-untyped-def]
+    member,  # noqa: F811
+) -> None:
+    run = launch(member, {"script": copy_script("etc_probe.py")}, "etc")
+    done = wait_for_status(member, run["id"], FINISHED)
+    log = log_of(member, run["id"])
+    assert done["status"] == "succeeded", (done["error"], log[-3000:])
+    listed = re.search(r"^.*ETC (\S+)$", log, re.MULTILINE)
+    assert listed, log
+    names = set(listed.group(1).split(","))
+    assert {"passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "ld.so.cache"} <= names
+    assert names <= {*job_etc.BOUND, "passwd", "group", "hosts", "nsswitch.conf"}, names
+    assert not names & {"shadow", "pip.conf", "postgresql", "ssh", "environment"}
+    # getpass with no USER in the environment: the job's own passwd entry, its uid, its home.
+    assert "GETUSER torchyard" in log, log
+    home = DATA_DIR / "runs" / str(run["id"]) / "home"
+    assert re.search(rf"PASSWD torchyard \d+ {re.escape(str(home))}$", log, re.MULTILINE), log
+    assert "PASSWD LINES 3" in log
 
 
 # --- the pure parts: the argv each mode gets, the start lines ------------------------------
