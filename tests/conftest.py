@@ -14,14 +14,17 @@ import secrets
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
+from tests.databases import rolled_back, savepoint_engine
 from tests.stack import LiveStack, running_stack
+from tests.waits import wait_for
 
 BASE_DIR = Path(tempfile.mkdtemp(prefix="torchyard-tests-"))
 DATA_DIR = BASE_DIR / "data"
@@ -180,6 +183,30 @@ def database() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def rollback_engine(database: str) -> Iterator[Engine]:
+    engine = savepoint_engine(database)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def db_sessions(rollback_engine: Engine) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the suite's database whose writes, commits included, are rolled back when
+    the test ends (tests.databases.rolled_back): for tests that call services with a session.
+    Not for tests whose code opens its own session or serves the API: they need committed
+    rows (and on SQLite they would wait for this test's write lock)."""
+    with rolled_back(rollback_engine) as sessions:
+        yield sessions
+
+
+@pytest.fixture
+def db(db_sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """One session of db_sessions: commit() inside a test releases a SAVEPOINT, no more."""
+    with db_sessions() as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
 def app():  # type: ignore[no-untyped-def]
     from app.main import create_app
 
@@ -260,13 +287,14 @@ def live_stack(database: str) -> Iterator[LiveStack]:
 def wait_for_status(
     client: httpx.Client, run_id: int, statuses: set[str], timeout: float = 120
 ) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = client.get(f"/api/runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} still {run['status']} after {timeout}s: {run}")
+    """The run as the API shows it once its status is one of `statuses`."""
+    seen: list[dict] = [{}]
+
+    def reached() -> dict | None:
+        seen[0] = client.get(f"/api/runs/{run_id}").json()
+        return seen[0] if seen[0]["status"] in statuses else None
+
+    return wait_for(reached, timeout=timeout, every=0.1, what=lambda: f"run {run_id}: {seen[0]}")
 
 
 def pids_of_run(run_id: int) -> list[int]:

@@ -1,4 +1,5 @@
-"""Throwaway databases at Alembic head, for tests that need a database of their own."""
+"""Throwaway databases at Alembic head, for tests that need a database of their own, and
+sessions whose writes are rolled back when the test ends (the `db` fixture of conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import make_engine
 from app.migrate import upgrade
@@ -54,8 +57,6 @@ def own_database(
 
 def user_with_token(engine: Engine, username: str) -> str:
     """A user in a database of its own (a test stack's), and a bearer token for it."""
-    from sqlalchemy.orm import Session
-
     from app.auth.service import create_user, issue_token
 
     with Session(engine) as session:
@@ -63,3 +64,56 @@ def user_with_token(engine: Engine, username: str) -> str:
         token = issue_token(session, user=user, ttl_hours=1)
         session.commit()
     return token
+
+
+def savepoint_engine(url: str) -> Engine:
+    """An engine for rolled_back(): one outer transaction per connection with SAVEPOINTs in it.
+
+    pysqlite handles transactions itself: it sends BEGIN only before an INSERT/UPDATE/DELETE
+    and none before a SAVEPOINT, so a rollback at the end would not undo what the test wrote.
+    On SQLite the driver's handling is switched off and the engine sends its own BEGIN
+    (SQLAlchemy's documented recipe), IMMEDIATE: the write lock from the start, so a writer
+    elsewhere (the live stack's worker) waits for the test instead of making the test's first
+    write fail on a stale snapshot. PostgreSQL needs nothing. No pool: each test a fresh
+    connection, nothing left over from the one before."""
+    engine = make_engine(url, pooled=False)
+    if engine.dialect.name == "sqlite":
+
+        def no_driver_transactions(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None
+
+        def begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        event.listen(engine, "connect", no_driver_transactions)
+        event.listen(engine, "begin", begin)
+    return engine
+
+
+@contextmanager
+def savepoints_on(engine: Engine) -> Iterator[Engine]:
+    """savepoint_engine() on the database of `engine` (an own_database()'s), disposed after."""
+    rollback = savepoint_engine(engine.url.render_as_string(hide_password=False))
+    try:
+        yield rollback
+    finally:
+        rollback.dispose()
+
+
+@contextmanager
+def rolled_back(engine: Engine) -> Iterator[sessionmaker[Session]]:
+    """Sessions that all join one outer transaction, rolled back at the end: nothing written
+    through them outlives the block (SQLAlchemy 2's "join a session into an external
+    transaction"). A session's commit releases its SAVEPOINT, so the next session on the same
+    connection sees it, and its rollback undoes only its own SAVEPOINT. `engine` comes from
+    savepoint_engine(). Code under test that opens its own session (app.db.session_scope) is
+    outside this transaction: it does not see these rows, and on SQLite it waits for the
+    write lock this transaction holds."""
+    with engine.connect() as connection:
+        outer = connection.begin()
+        try:
+            yield sessionmaker(
+                bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+            )
+        finally:
+            outer.rollback()

@@ -42,19 +42,32 @@ def add_run(
     return run.id
 
 
-def make_run(
-    config: dict | None = None, status: str = "running", experiment_id: int | None = None
+def admin_run(
+    session: Session,
+    config: dict[str, Any] | None = None,
+    status: str = "running",
+    experiment_id: int | None = None,
 ) -> int:
-    """A run of the suite's admin in the suite's database."""
+    """A run of the suite's admin; flushes, the caller commits (or the `db` fixture rolls it
+    back)."""
+    owner = session.query(User).filter_by(username="admin").one()
+    return add_run(
+        session,
+        owner_id=owner.id,
+        status=status,
+        config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
+        experiment_id=experiment_id,
+    )
+
+
+def make_run(
+    config: dict[str, Any] | None = None,
+    status: str = "running",
+    experiment_id: int | None = None,
+) -> int:
+    """A run of the suite's admin in the suite's database, committed."""
     with session_scope() as session:
-        owner = session.query(User).filter_by(username="admin").one()
-        return add_run(
-            session,
-            owner_id=owner.id,
-            status=status,
-            config=config or {"recipe": "tiny_mlp", "params": {}, "seed": 1},
-            experiment_id=experiment_id,
-        )
+        return admin_run(session, config, status, experiment_id)
 
 
 def add_metric_keys(session: Session, *, run_id: int, keys: list[str]) -> None:

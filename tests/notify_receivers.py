@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.stack import free_port
+from tests.waits import wait_for
 
 
 @dataclass
@@ -89,7 +89,4 @@ def smtp_receiver() -> Iterator[SmtpReceiver]:
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
-        time.sleep(0.1)
+    wait_for(check, timeout=timeout, every=0.1, what=what or repr(check))

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import select
@@ -19,6 +20,7 @@ from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.gpus.models import WorkerHost
 from app.timeutil import as_utc, utcnow
+from tests.waits import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,12 +67,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_logged(argv: list[str], env: dict[str, str], log_file: Path) -> subprocess.Popen:
+def start_logged(argv: list[str], env: dict[str, str], log_file: Path) -> subprocess.Popen[bytes]:
     with open(log_file, "ab") as out:
         return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -88,17 +90,16 @@ def purge_broker(broker_url: str) -> None:
         redis.Redis.from_url(broker_url).delete("celery")
 
 
-def wait_healthy(base_url: str, server: subprocess.Popen, log_file: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
+def wait_healthy(base_url: str, server: subprocess.Popen[Any], log_file: Path) -> None:
+    def healthy() -> bool:
+        if server.poll() is not None:
+            raise RuntimeError(f"server exited:\n{log_file.read_text()}")
         try:
-            if httpx.get(f"{base_url}/api/health", timeout=1).status_code == 200:
-                return
+            return httpx.get(f"{base_url}/api/health", timeout=1).status_code == 200
         except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            raise RuntimeError(f"server did not come up:\n{log_file.read_text()}")
-        time.sleep(0.1)
+            return False
+
+    wait_for(healthy, timeout=60, every=0.1, what=lambda: f"server up:\n{log_file.read_text()}")
 
 
 @contextmanager
@@ -123,16 +124,19 @@ def running_stack(
 def wait_for_hosts(names: tuple[str, ...], since: float, timeout: float = 60) -> None:
     """Until each named worker host has heartbeated (in the suite's database) after `since` (a
     time.monotonic()): the scheduler, and a GPU request's check, see it live from then on."""
-    deadline = time.monotonic() + timeout
     started = utcnow() - timedelta(seconds=time.monotonic() - since)
-    while True:
+    seen: set[str] = set()
+
+    def all_seen() -> bool:
         with session_scope() as session:
-            seen = {
+            seen.clear()
+            seen.update(
                 h.host
                 for h in session.scalars(select(WorkerHost).where(WorkerHost.host.in_(names)))
                 if as_utc(h.heartbeat_at) >= started
-            }
-        if seen == set(names):
-            return
-        assert time.monotonic() < deadline, f"workers never heartbeated: {set(names) - seen}"
-        time.sleep(0.2)
+            )
+        return seen == set(names)
+
+    wait_for(
+        all_seen, timeout=timeout, every=0.2, what=lambda: f"heartbeats of {set(names) - seen}"
+    )

@@ -23,6 +23,7 @@ from app.runs.models import Run
 from tests.conftest import make_user
 from tests.factories import add_metric_keys, add_run
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from tests.waits import wait_for
 
 KEYS = 100_000
 STREAM_LIMIT = 6
@@ -61,6 +62,7 @@ class Reader(threading.Thread):
         self.headers = headers
         self.started = time.monotonic()
         self.first_event: float | None = None
+        self.events = 0  # metrics events read
         self.status: int | None = None
         self.stop = threading.Event()
 
@@ -71,8 +73,10 @@ class Reader(threading.Thread):
         ):
             self.status = response.status_code
             for line in response.iter_lines():
-                if line.startswith("event: metrics") and self.first_event is None:
-                    self.first_event = time.monotonic() - self.started
+                if line.startswith("event: metrics"):
+                    self.events += 1
+                    if self.first_event is None:
+                        self.first_event = time.monotonic() - self.started
                 if self.stop.is_set():
                     return
 
@@ -88,11 +92,14 @@ def test_a_users_streams_on_a_huge_run_do_not_delay_another_users_first_event(
     try:
         for r in readers:
             r.start()
-        deadline = time.monotonic() + 60
-        while any(r.first_event is None for r in readers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert all(r.status == 200 and r.first_event is not None for r in readers)
-        time.sleep(1.0)  # the six streams are now sweeping the 100,000 keys
+        wait_for(
+            lambda: all(r.first_event is not None for r in readers),
+            timeout=60,
+            what="every stream's first event",
+        )
+        assert all(r.status == 200 for r in readers)
+        # The six streams are now sweeping the 100,000 keys: each past its first window.
+        wait_for(lambda: all(r.events >= 2 for r in readers), timeout=60, what="second windows")
 
         # One more of A's streams: 429, and the body names the limit.
         with httpx.stream(
@@ -104,10 +111,10 @@ def test_a_users_streams_on_a_huge_run_do_not_delay_another_users_first_event(
         b = Reader(server, small, b_headers)
         b.start()
         b.join(timeout=0)
-        deadline = time.monotonic() + 30
-        while b.first_event is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        b.stop.set()
+        try:
+            wait_for(lambda: b.first_event is not None, timeout=30, every=0.01, what="B's event")
+        finally:
+            b.stop.set()
         print(f"user B's first event after {b.first_event:.3f} s")
         assert b.first_event is not None and b.first_event < 1.0
     finally:

@@ -1,14 +1,18 @@
+"""worker.forwarder: the spool's lines into the database. Each pump a unit of work of its own,
+as the worker's are, on the db_sessions fixture (rolled back after the test)."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from app.db import session_scope
+from sqlalchemy.orm import Session, sessionmaker
+
 from app.metrics.service import count_points, read_series
 from app.runs.models import Run
 from app.runs.notices import notice_lines
 from app.runs.service import checkpoints_of
-from tests.factories import make_run
+from tests.factories import admin_run
 from worker.forwarder import forward
 
 
@@ -16,28 +20,37 @@ def line(step: int, **values: object) -> str:
     return json.dumps({"type": "metrics", "step": step, "time": 1000.0 + step, "values": values})
 
 
-def pump(run_id: int, path: Path) -> int:
-    with session_scope() as session:
+def pump(sessions: sessionmaker[Session], run_id: int, path: Path) -> int:
+    with sessions.begin() as session:
         return forward(session, run_id=run_id, metrics_path=path)
 
 
-def test_forwards_complete_lines_only_and_resumes_from_its_offset(tmp_path: Path) -> None:
-    run_id = make_run()
+def new_run(sessions: sessionmaker[Session]) -> int:
+    with sessions.begin() as session:
+        return admin_run(session)
+
+
+def test_forwards_complete_lines_only_and_resumes_from_its_offset(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
-    assert pump(run_id, path) == 0  # no file yet
+    assert pump(db_sessions, run_id, path) == 0  # no file yet
     path.write_text(line(1, **{"train/loss": 2.0}) + "\n" + line(2, **{"train/loss": 1.5})[:10])
-    assert pump(run_id, path) == 1
+    assert pump(db_sessions, run_id, path) == 1
     with path.open("a") as f:
         f.write(line(2, **{"train/loss": 1.5})[10:] + "\n" + line(3, **{"train/loss": None}) + "\n")
-    assert pump(run_id, path) == 2
-    assert pump(run_id, path) == 0
-    with session_scope() as session:
+    assert pump(db_sessions, run_id, path) == 2
+    assert pump(db_sessions, run_id, path) == 0
+    with db_sessions.begin() as session:
         series = read_series(session, run_id=run_id)
     assert series["train/loss"] == {"step": [1, 2, 3], "value": [2.0, 1.5, None]}
 
 
-def test_replaying_the_spool_doubles_nothing(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_replaying_the_spool_doubles_nothing(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     ckpt = {
         "type": "checkpoint",
@@ -49,35 +62,39 @@ def test_replaying_the_spool_doubles_nothing(tmp_path: Path) -> None:
         "time": 1.0,
     }
     path.write_text("\n".join([line(1, a=1.0, b=2.0), line(2, a=0.5), json.dumps(ckpt)]) + "\n")
-    assert pump(run_id, path) == 3
-    with session_scope() as session:
+    assert pump(db_sessions, run_id, path) == 3
+    with db_sessions.begin() as session:
         session.get(Run, run_id).metrics_offset = 0  # as if the offset had been lost
-    assert pump(run_id, path) == 3
-    with session_scope() as session:
+    assert pump(db_sessions, run_id, path) == 3
+    with db_sessions.begin() as session:
         assert count_points(session, run_id=run_id) == 3
         assert [c.name for c in checkpoints_of(session, run_id=run_id)] == ["epoch-0001.pt"]
 
 
-def test_a_last_line_without_its_newline_is_not_yet_written(tmp_path: Path) -> None:
+def test_a_last_line_without_its_newline_is_not_yet_written(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     """The job's writer ends every line with its newline; a line without one is not finished
     (a write cut short, or still in progress), even when it already parses as JSON."""
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     path.write_text(line(1, a=1.0) + "\n" + line(2, a=2.55))
-    assert pump(run_id, path) == 1
-    assert pump(run_id, path) == 0
-    with session_scope() as session:
+    assert pump(db_sessions, run_id, path) == 1
+    assert pump(db_sessions, run_id, path) == 0
+    with db_sessions.begin() as session:
         assert read_series(session, run_id=run_id)["a"] == {"step": [1], "value": [1.0]}
         assert session.get(Run, run_id).metrics_offset == len(line(1, a=1.0)) + 1
     with path.open("a") as f:
         f.write("\n")
-    assert pump(run_id, path) == 1
-    with session_scope() as session:
+    assert pump(db_sessions, run_id, path) == 1
+    with db_sessions.begin() as session:
         assert read_series(session, run_id=run_id)["a"] == {"step": [1, 2], "value": [1.0, 2.55]}
 
 
-def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     lines = [
         line(1, a=1.0),
@@ -91,24 +108,24 @@ def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(tmp_path
         json.dumps({"type": "note", "text": "an unknown record type is ignored"}),
     ]
     path.write_text("\n".join(lines) + "\n")
-    assert pump(run_id, path) == len(lines)
-    with session_scope() as session:
+    assert pump(db_sessions, run_id, path) == len(lines)
+    with db_sessions.begin() as session:
         assert read_series(session, run_id=run_id) == {"a": {"step": [1, 2], "value": [1.0, 2.0]}}
 
 
 def test_nan_and_infinity_are_stored_as_null_ints_as_floats_and_a_non_number_skips_its_line(
-    tmp_path: Path,
+    tmp_path: Path, db_sessions: sessionmaker[Session]
 ) -> None:
     """The job writes null for a non-finite value, but a hand-written line (json.dumps with
     its defaults) may carry NaN and Infinity, which are not JSON. A value that is not a number
     at all (text, a list) makes the line one the job did not write: skipped and counted."""
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     nonfinite = line(2, a=float("nan"), b=float("inf"), c=-float("inf"))
     words = line(3, a="text", b=None, c=[1])
     path.write_text(line(1, a=1.0, b=2, c=True) + "\n" + nonfinite + "\n" + words + "\n")
-    assert pump(run_id, path) == 3
-    with session_scope() as session:
+    assert pump(db_sessions, run_id, path) == 3
+    with db_sessions.begin() as session:
         series = read_series(session, run_id=run_id)
         assert notice_lines(session.get(Run, run_id).notices) == [
             "1 line skipped: a metric value is not a number"

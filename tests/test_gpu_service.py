@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, delete, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -27,7 +27,8 @@ from app.gpus.service import (
 )
 from app.runs.models import RunStatus
 from app.timeutil import as_utc, utcnow
-from tests.databases import KINDS, own_database
+from tests.databases import KINDS, own_database, rolled_back, savepoints_on
+from tests.waits import wait_for
 
 TTL = 15.0
 STARVE = 300.0
@@ -41,10 +42,14 @@ def engine(
         yield eng
 
 
-@pytest.fixture
-def sessions(engine: Engine) -> sessionmaker[Session]:
-    """A clean slate: no queued runs, leases or hosts left by an earlier test."""
-    maker = sessionmaker(bind=engine, expire_on_commit=False)
+@pytest.fixture(scope="module")
+def rollback_engine(engine: Engine) -> Iterator[Engine]:
+    with savepoints_on(engine) as rollback:
+        yield rollback
+
+
+def clean_slate(maker: sessionmaker[Session]) -> None:
+    """No queued runs, leases or hosts left by an earlier test."""
     with maker.begin() as s:
         s.execute(delete(GpuLease))
         s.execute(delete(WorkerHost))
@@ -53,6 +58,22 @@ def sessions(engine: Engine) -> sessionmaker[Session]:
             .where(models.Run.status == RunStatus.queued)
             .values(status=RunStatus.cancelled)
         )
+
+
+@pytest.fixture
+def sessions(rollback_engine: Engine) -> Iterator[sessionmaker[Session]]:
+    """One test's units of work on one connection, rolled back after it."""
+    with rolled_back(rollback_engine) as maker:
+        clean_slate(maker)  # what the tests on committed_sessions left
+        yield maker
+
+
+@pytest.fixture
+def committed_sessions(engine: Engine) -> sessionmaker[Session]:
+    """Sessions on connections of their own, which commit: for the tests of concurrent
+    workers, each a transaction on its own connection."""
+    maker = sessionmaker(bind=engine, expire_on_commit=False)
+    clean_slate(maker)
     return maker
 
 
@@ -161,15 +182,33 @@ def test_the_database_refuses_a_gpu_leased_twice(sessions) -> None:
     assert leases(sessions) == []
 
 
-def test_concurrent_workers_never_lease_a_gpu_twice(sessions) -> None:
-    runs = queued_runs(sessions, *([1] * 6))
+class LockTaken:
+    """Notes the threads that sent the statement taking the scheduler's lock (PostgreSQL's
+    advisory lock, SQLite's first write), which waits while another transaction holds it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.threads: set[int] = set()
+        event.listen(engine, "before_cursor_execute", self.seen)
+
+    def seen(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        words = statement.lstrip().upper()
+        if "PG_ADVISORY_XACT_LOCK" in words or words.startswith(("INSERT", "UPDATE")):
+            self.threads.add(threading.get_ident())
+
+    def close(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self.seen)
+
+
+def test_concurrent_workers_never_lease_a_gpu_twice(committed_sessions) -> None:
+    runs = queued_runs(committed_sessions, *([1] * 6))
     barrier = threading.Barrier(len(runs))
     results: dict[int, StartResult | BaseException] = {}
 
     def worker(run_id: int) -> None:
         barrier.wait()
         try:
-            results[run_id] = start(sessions, run_id)
+            results[run_id] = start(committed_sessions, run_id)
         except BaseException as exc:  # an IntegrityError would mean the lock did not hold
             results[run_id] = exc
 
@@ -183,25 +222,34 @@ def test_concurrent_workers_never_lease_a_gpu_twice(sessions) -> None:
     # The first two in queue order, whichever thread got the lock first.
     assert sorted(started) == runs[:2]
     assert sorted(res.gpu_indices for res in started.values()) == [(0,), (1,)]  # type: ignore[union-attr]
-    assert len(leases(sessions)) == 2
+    assert len(leases(committed_sessions)) == 2
 
 
-def test_a_start_that_waited_for_a_finish_is_recorded_after_it(sessions) -> None:
+def test_a_start_that_waited_for_a_finish_is_recorded_after_it(
+    committed_sessions, engine: Engine
+) -> None:
     """A start that waited for the scheduler's lock while the run before it finished records
     its start after that finish: it used to record the time it began, before the wait, so two
     runs' times showed one GPU held twice although the second started after the first ended
     (seen in CI, tests/test_gpu_leases.py, on PostgreSQL)."""
-    first, second = queued_runs(sessions, 2, 1)
-    assert start(sessions, first).outcome is StartOutcome.STARTED
+    first, second = queued_runs(committed_sessions, 2, 1)
+    assert start(committed_sessions, first).outcome is StartOutcome.STARTED
     result: dict[str, StartResult] = {}
-    with sessions.begin() as s:
+    with committed_sessions.begin() as s:
         # Hold the scheduler's lock: PostgreSQL's advisory lock, SQLite's one write lock.
         if s.get_bind().dialect.name == "postgresql":
             s.execute(select(func.pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)))
         s.execute(update(models.Run).where(models.Run.id == first).values(heartbeat_at=utcnow()))
-        waiting = threading.Thread(target=lambda: result.update(got=start(sessions, second)))
-        waiting.start()
-        time.sleep(0.5)  # the second start is under way, waiting for the lock
+        waiting = threading.Thread(
+            target=lambda: result.update(got=start(committed_sessions, second))
+        )
+        locking = LockTaken(engine)
+        try:
+            waiting.start()
+            # The second start is under way: it sent the statement that waits for the lock.
+            wait_for(lambda: waiting.ident in locking.threads, timeout=30, what="its start")
+        finally:
+            locking.close()
         s.execute(
             update(models.Run)
             .where(models.Run.id == first)
@@ -210,7 +258,7 @@ def test_a_start_that_waited_for_a_finish_is_recorded_after_it(sessions) -> None
         release_leases(s, run_id=first)
     waiting.join(60)
     assert result["got"].outcome is StartOutcome.STARTED
-    with sessions() as s:
+    with committed_sessions() as s:
         finished_at = s.get_one(models.Run, first).finished_at
         started_at = s.get_one(models.Run, second).started_at
     assert finished_at is not None and started_at is not None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from app.settings import Settings
+from tests.waits import wait_for
 from torchyard.contract import JOB_TOKEN_VAR
 from worker.launcher import Launch
 from worker.process import JobProcess, pids_with_token
@@ -62,10 +62,8 @@ def test_an_error_inside_the_jobs_block_stops_every_process_of_it(tmp_path: Path
         token=token,
         stop_grace_seconds=1.0,
     )
-    deadline = time.monotonic() + 10
     # The keeper (worker.keeper), the job, and the child.
-    while len(pids_with_token(token)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: len(pids_with_token(token)) >= 3, timeout=10, what="the job's 3 processes")
     assert len(pids_with_token(token)) == 3
     with pytest.raises(RuntimeError, match="after the spawn"), job:
         raise RuntimeError("something after the spawn failed")

@@ -19,7 +19,7 @@ from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Run, RunStatus
 from app.runs.recovery import HandoverOutcome, hand_over
 from app.timeutil import utcnow
-from tests.databases import KINDS, own_database
+from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 
 REPO = Path(__file__).resolve().parent.parent
 LIFECYCLE = REPO / "app" / "runs" / "lifecycle.py"
@@ -129,13 +129,19 @@ def test_only_the_lifecycle_module_writes_a_runs_status() -> None:
 def engine(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Engine]:
-    with own_database(request.param, tmp_path_factory.mktemp("life"), "ty_life") as eng:
-        yield eng
+    with (
+        own_database(request.param, tmp_path_factory.mktemp("life"), "ty_life") as eng,
+        savepoints_on(eng) as rollback,
+    ):
+        yield rollback
 
 
 @pytest.fixture
-def sessions(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(bind=engine, expire_on_commit=False)
+def sessions(engine: Engine) -> Iterator[sessionmaker[Session]]:
+    """Each `with sessions.begin()` a unit of work that commits (a SAVEPOINT released), all
+    of a test's rolled back after it."""
+    with rolled_back(engine) as maker:
+        yield maker
 
 
 def queued(maker: sessionmaker[Session], config: dict | None = None) -> int:

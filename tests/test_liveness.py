@@ -27,6 +27,7 @@ from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL
 from tests.databases import own_database, user_with_token
 from tests.factories import spooled_points
 from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
+from tests.waits import holds_for, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -115,13 +116,24 @@ def submit(api: httpx.Client, *, max_restarts: int, epochs: int = 4, steps: int 
 
 
 def wait_until(api: httpx.Client, run_id: int, ok, timeout: float = 120) -> dict:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = api.get(f"/api/runs/{run_id}").json()
-        if ok(run):
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run {run_id} never got there: {run}")
+    """The run as the API shows it, once `ok` holds for it."""
+    seen: list[dict] = [{}]
+
+    def reached() -> dict | None:
+        seen[0] = api.get(f"/api/runs/{run_id}").json()
+        return seen[0] if ok(seen[0]) else None
+
+    return wait_for(reached, timeout=timeout, every=0.2, what=lambda: f"run {run_id}: {seen[0]}")
+
+
+def status_of(api: httpx.Client, run_id: int) -> str:
+    return str(api.get(f"/api/runs/{run_id}").json()["status"])
+
+
+def not_lost(api: httpx.Client, run_id: int) -> bool:
+    """Running, or ended as its job did once the job is gone: the status is read first, so a
+    status other than running means its job had ended already."""
+    return status_of(api, run_id) == "running" or not job_pids(run_id)
 
 
 def job_pids(run_id: int) -> list[int]:
@@ -160,9 +172,8 @@ def test_a_killed_workers_run_ends_as_its_job_did_with_every_spooled_point_kept(
     wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
     kill_worker(worker)
     assert job_pids(run_id), "the job trains on after its worker's death (worker.keeper)"
-    time.sleep(LOST_AFTER + 2)
-    if job_pids(run_id):  # past the limit, but its job trains on: not lost
-        assert stack.api.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    # Past the limit, but while its job trains on it is not lost.
+    holds_for(lambda: not_lost(stack.api, run_id), LOST_AFTER + 2, what="lost while training")
 
     run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=90)
     assert job_pids(run_id) == []
@@ -191,7 +202,11 @@ def test_with_max_restarts_a_killed_workers_run_resumes_on_the_next_worker(stack
         lambda r: len(stack.api.get(f"/api/runs/{run_id}/checkpoints").json()) >= 2,
         timeout=120,
     )
-    time.sleep(0.5)
+    wait_until(
+        stack.api,
+        run_id,
+        lambda r: max(stored(stack.api, run_id).get("train/loss", {}).get("step", [0])) > 2 * steps,
+    )
     kill_worker(worker)
     for pid in job_pids(run_id):  # the job dies too (a crash of the whole process tree)
         with contextlib.suppress(ProcessLookupError):  # gone with the keeper
@@ -294,9 +309,10 @@ def test_a_stopped_worker_leaves_its_job_training_and_the_next_one_re_adopts_it(
     assert job_pids(run_id)
     left = stack.api.get(f"/api/runs/{run_id}").json()
     assert left["status"] == "running" and left["attempt"] == 1, left
-    time.sleep(LOST_AFTER + 2)  # it trains on while no worker watches, past the limit
-    # Not lost: still running (or, if the job ended meanwhile, ended as its job did).
-    assert stack.api.get(f"/api/runs/{run_id}").json()["status"] in ("running", "succeeded")
+    # It trains on while no worker watches, past the limit: not lost (still running, or, if
+    # the job ended meanwhile, ended as its job did).
+    holds_for(lambda: not_lost(stack.api, run_id), LOST_AFTER + 2, what="lost while training")
+    assert status_of(stack.api, run_id) in ("running", "succeeded")
 
     stack.start_worker()
     assert_trained_through(stack, run_id, attempt=1, steps=6 * 40)
@@ -327,9 +343,7 @@ def test_a_job_gone_with_its_host_is_requeued_from_its_newest_checkpoint(patient
     for pid in job_pids(run_id):  # the "reboot": every process of the job, keeper first
         with contextlib.suppress(ProcessLookupError):  # gone with the keeper
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while job_pids(run_id) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: not job_pids(run_id), timeout=10, what=f"run {run_id}'s processes gone")
 
     stack.start_worker(**PATIENT)
     requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
@@ -369,7 +383,9 @@ def test_an_api_restart_stops_no_run_and_viewers_resume_with_last_event_id(stack
     assert last_id and steps
 
     stop_process(stack.server)  # the API goes away while the run trains
-    time.sleep(2)
+    spool = DATA_DIR / "runs" / str(run_id)
+    before = spooled_points(spool)
+    wait_for(lambda: spooled_points(spool) > before + 5, timeout=30, what="points while away")
     stack.start_server(stack.port)
 
     read_stream(stack, run_id, last_id, steps, stop_after=None)  # until the run's stream ends

@@ -24,7 +24,7 @@ from app.metrics.service import (
     read_new_points,
     read_series,
 )
-from tests.databases import KINDS, own_database
+from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 from tests.factories import add_run
 
 
@@ -43,13 +43,17 @@ def new_run(session: Session) -> int:
     return add_run(session, owner_id=user.id)
 
 
+@pytest.fixture(scope="module")
+def rollback_engine(engine: Engine) -> Iterator[Engine]:
+    with savepoints_on(engine) as rollback:
+        yield rollback
+
+
 @pytest.fixture
-def session(engine: Engine) -> Iterator[Session]:
-    with Session(engine) as s:
-        try:
-            yield s
-        finally:
-            s.rollback()
+def session(rollback_engine: Engine) -> Iterator[Session]:
+    """Rolled back after the test, its commits included."""
+    with rolled_back(rollback_engine) as sessions, sessions() as s:
+        yield s
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.waits import wait_for
 from torchyard import job as jobmain
 from torchyard.recipes import digits_cnn, tiny_mlp
 from torchyard.recipes.digits_data import load_digits
@@ -316,13 +317,13 @@ def test_sigterm_stops_the_job_and_flushes_what_it_logged(tmp_path: Path) -> Non
     config = {**TINY, "params": {"epochs": 1, "steps_per_epoch": 100_000, "step_sleep": 0.01}}
     run_dir, proc = start_job(tmp_path, "cancelled", config)
     try:
-        deadline = time.monotonic() + 60
         spool_path = run_dir / "metrics.jsonl"
-        while time.monotonic() < deadline and (
-            not spool_path.exists() or spool_path.stat().st_size == 0
-        ):
-            time.sleep(0.05)
-        time.sleep(0.3)
+        wait_for(
+            lambda: spool_path.exists() and spool_path.stat().st_size > 0,
+            timeout=60,
+            what="the job's first points",
+        )
+        time.sleep(0.3)  # not a wait: 0.3 s more of logging, more than the writer's buffer
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=10)
     finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.waits import wait_for
 from worker import job_etc
 from worker.gpus import device_minors
 from worker.launcher import Launch
@@ -462,16 +463,15 @@ def test_stop_ends_a_detached_daemon_with_the_pid_namespace(box: Path) -> None:
     )
     launch = wrap(Launch(argv=[sys.executable, "-c", DAEMON], env={}, cwd=run_dir), spec)
     job = JobProcess(launch, log_path=box / "job.log", cwd=run_dir, token="t", sandboxed=True)
-    deadline = time.monotonic() + 20
-    namespace = None
-    while time.monotonic() < deadline:
+
+    def full_namespace() -> int | None:
         init = job._namespace_init()
         # init, the job, the daemon (its parent exited)
         if init is not None and len(pids_in_namespace(init[1])) >= 3:
-            namespace = init[1]
-            break
-        time.sleep(0.05)
-    assert namespace is not None, (box / "job.log").read_text()
+            return init[1]
+        return None
+
+    namespace = wait_for(full_namespace, timeout=20, what=lambda: (box / "job.log").read_text())
     started = time.monotonic()
     job.stop(grace_seconds=1.0)
     assert pids_in_namespace(namespace) == [] and time.monotonic() - started < 5

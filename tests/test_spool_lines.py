@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import session_scope
 from app.metrics.service import read_series
@@ -16,7 +17,7 @@ from app.runs import notices
 from app.runs.models import Run
 from app.runs.notices import notice_lines
 from app.settings import get_settings
-from tests.factories import make_run
+from tests.factories import admin_run, make_run
 from worker import spool_lines
 from worker import spool_lines as sl
 from worker.forwarder import forward, limit_log
@@ -93,22 +94,28 @@ def test_a_chunk_keeps_its_good_lines_and_counts_the_bad_ones_by_reason() -> Non
     assert dict(parsed.skipped) == expected
 
 
-def pump(run_id: int, path: Path, final: bool = False) -> int:
-    with session_scope() as session:
+# Each pump a unit of work of its own, as the worker's are, on db_sessions (rolled back).
+def pump(sessions: sessionmaker[Session], run_id: int, path: Path, final: bool = False) -> int:
+    with sessions.begin() as session:
         return forward(session, run_id=run_id, metrics_path=path, final=final)
 
 
-def run_notices(run_id: int) -> list[str]:
-    with session_scope() as session:
+def new_run(sessions: sessionmaker[Session]) -> int:
+    with sessions.begin() as session:
+        return admin_run(session)
+
+
+def run_notices(sessions: sessionmaker[Session], run_id: int) -> list[str]:
+    with sessions() as session:
         run = session.get(Run, run_id)
         assert run is not None
         return notice_lines(run.notices)
 
 
 def test_each_bad_shape_in_a_spool_is_skipped_counted_and_the_good_points_kept(
-    tmp_path: Path,
+    tmp_path: Path, db_sessions: sessionmaker[Session]
 ) -> None:
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     good_steps = list(range(1, len(BAD_SHAPES) + 2))
     lines = []
@@ -116,62 +123,66 @@ def test_each_bad_shape_in_a_spool_is_skipped_counted_and_the_good_points_kept(
         lines += [metrics(good_steps[i], a=float(i)), raw]
     lines.append(metrics(good_steps[-1], a=-1.0))
     path.write_bytes(b"\n".join(lines) + b"\n")
-    while pump(run_id, path):
+    while pump(db_sessions, run_id, path):
         pass
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         series = read_series(session, run_id=run_id)
         assert session.get(Run, run_id).metrics_offset == path.stat().st_size
     assert series == {
         "a": {"step": good_steps, "value": [float(i) for i in range(len(BAD_SHAPES))] + [-1.0]}
     }
-    said = run_notices(run_id)
+    said = run_notices(db_sessions, run_id)
     assert "2 lines skipped: not a JSON object" in said
     assert f"2 lines skipped: {spool_lines.BAD_KEY_TEXT}" in said
     assert f"1 line skipped: {spool_lines.bad_checkpoint('name')}" in said
     assert sum(int(n.split()[0]) for n in said) == len(BAD_SHAPES)
 
 
-def test_a_20_mib_line_is_skipped_without_stopping_ingestion(tmp_path: Path) -> None:
+def test_a_20_mib_line_is_skipped_without_stopping_ingestion(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     """Written in two pieces (the job is still writing it when the forwarder first looks),
     longer than the 16 MiB read window: skipped once, counted once, the points after it come."""
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     huge = b'{"type": "metrics", "step": 2, "time": 1, "values": {"a": "' + b"x" * (20 << 20)
     path.write_bytes(metrics(1, a=1.0) + b"\n" + huge[: 3 << 20])
-    assert pump(run_id, path)
+    assert pump(db_sessions, run_id, path)
     with path.open("ab") as f:
         f.write(huge[3 << 20 :] + b'"}}\n' + metrics(3, a=3.0) + b"\n")
-    while pump(run_id, path):
+    while pump(db_sessions, run_id, path):
         pass
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         assert read_series(session, run_id=run_id) == {"a": {"step": [1, 3], "value": [1.0, 3.0]}}
     limit = get_settings().spool_line_max_bytes
-    assert run_notices(run_id) == [f"1 line skipped: {spool_lines.too_long(limit)}"]
+    assert run_notices(db_sessions, run_id) == [f"1 line skipped: {spool_lines.too_long(limit)}"]
 
 
 def test_keys_past_the_per_run_limit_are_not_stored_and_said(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_sessions: sessionmaker[Session]
 ) -> None:
     monkeypatch.setattr(get_settings(), "max_metric_keys_per_run", 3)
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(
         metrics(1, a=1.0, b=1.0) + b"\n" + metrics(2, a=2.0, c=2.0, d=2.0, e=2.0) + b"\n"
     )
-    pump(run_id, path)
-    with session_scope() as session:
+    pump(db_sessions, run_id, path)
+    with db_sessions.begin() as session:
         series = read_series(session, run_id=run_id)
     assert sorted(series) == ["a", "b", "c"] and series["a"]["step"] == [1, 2]
-    assert run_notices(run_id) == [
+    assert run_notices(db_sessions, run_id) == [
         "metric key limit reached (3 keys per run): 2 points of further keys not stored"
     ]
 
 
-def test_a_log_past_its_limit_is_cut_with_a_note_and_stays_cut(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_a_log_past_its_limit_is_cut_with_a_note_and_stays_cut(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     log = tmp_path / "output.log"
     log.write_bytes(b"line\n" * 2000)  # 10,000 bytes
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         run = session.get(Run, run_id)
         assert run is not None
         limit_log(run, log_path=log, max_bytes=4096)
@@ -183,12 +194,14 @@ def test_a_log_past_its_limit_is_cut_with_a_note_and_stays_cut(tmp_path: Path) -
     )
     with log.open("ab") as f:  # the job goes on writing
         f.write(b"more\n" * 100)
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         run = session.get(Run, run_id)
         assert run is not None
         limit_log(run, log_path=log, max_bytes=4096)
     assert log.read_bytes() == data
-    assert run_notices(run_id) == ["log limit reached (4 KiB): the output after it is not kept"]
+    assert run_notices(db_sessions, run_id) == [
+        "log limit reached (4 KiB): the output after it is not kept"
+    ]
 
 
 def test_the_notes_are_in_the_runs_api_answer_and_on_its_page(client) -> None:  # type: ignore[no-untyped-def]

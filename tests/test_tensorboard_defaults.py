@@ -4,12 +4,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 
 from tests.conftest import REPO
+from tests.waits import wait_for
 
 LIVE_WRITER = """
 import sys, time
@@ -69,9 +69,7 @@ def test_a_default_writer_lands_its_scalars_in_the_run_tensorboard_dir_while_ali
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "1"  # flush_secs, after add_scalar
-        deadline = time.monotonic() + 3
-        while not scalars_in(tb_dir) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: scalars_in(tb_dir), timeout=3, every=0.1, what="the scalar on disk")
         assert scalars_in(tb_dir) == [("Loss/train", 7, 0.5)]
         assert child.poll() is None  # still alive: nothing closed or flushed the writer
         assert not (tmp_path / "runs").exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sqlalchemy.orm import Session, sessionmaker
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
@@ -20,7 +21,7 @@ from torch.utils.tensorboard import SummaryWriter
 from app.db import session_scope
 from app.metrics.service import count_points, list_keys, read_series
 from app.runs.models import Run
-from tests.factories import make_run
+from tests.factories import admin_run, make_run
 from worker import tfrecord
 from worker.forwarder import forward
 from worker.tensorboard_events import clear_cache, forward_events
@@ -38,18 +39,25 @@ def f32(x: float) -> float:
     return float(struct.unpack("<f", struct.pack("<f", x))[0])
 
 
-def pump(run_id: int, run_dir: Path) -> int:
-    with session_scope() as session:
+# Each call a unit of work of its own, as the worker's are, on db_sessions (rolled back after
+# the test); the one test that reads through the API commits (session_scope).
+def pump(run_id: int, run_dir: Path, sessions: sessionmaker[Session]) -> int:
+    with sessions.begin() as session:
         return forward(session, run_id=run_id, metrics_path=run_dir / "metrics.jsonl")
 
 
-def series(run_id: int) -> dict:
-    with session_scope() as session:
+def new_run(sessions: sessionmaker[Session]) -> int:
+    with sessions.begin() as session:
+        return admin_run(session)
+
+
+def series(run_id: int, sessions: sessionmaker[Session]) -> dict:
+    with sessions() as session:
         return read_series(session, run_id=run_id, with_time=True)
 
 
-def offsets(run_id: int) -> dict[str, int]:
-    with session_scope() as session:
+def offsets(run_id: int, sessions: sessionmaker[Session]) -> dict[str, int]:
+    with sessions() as session:
         run = session.get(Run, run_id)
         assert run is not None
         return dict(run.tb_offsets or {})
@@ -61,9 +69,9 @@ def event_file(log_dir: Path) -> Path:
 
 
 def test_add_scalar_points_arrive_with_their_steps_values_and_wall_times(
-    tmp_path: Path,
+    tmp_path: Path, db_sessions: sessionmaker[Session]
 ) -> None:
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     before = time.time()
     writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "exp1"))  # a nested relative log dir
     for step, loss in enumerate([2.0, 1.5, 0.1]):
@@ -72,8 +80,8 @@ def test_add_scalar_points_arrive_with_their_steps_values_and_wall_times(
     writer.flush()
     after = time.time()
 
-    assert pump(run_id, tmp_path) > 0
-    got = series(run_id)
+    assert pump(run_id, tmp_path, db_sessions) > 0
+    got = series(run_id, db_sessions)
     assert got["Loss/train"]["step"] == [0, 10, 20]
     assert got["Loss/train"]["value"] == [2.0, 1.5, f32(0.1)]
     assert all(before <= t <= after for t in got["Loss/train"]["time"])
@@ -81,8 +89,10 @@ def test_add_scalar_points_arrive_with_their_steps_values_and_wall_times(
     writer.close()
 
 
-def test_only_new_points_move_and_offsets_are_kept_on_the_run(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_only_new_points_move_and_offsets_are_kept_on_the_run(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "exp"))
     for step in range(3):
         writer.add_scalar("loss", float(step), step)
@@ -90,27 +100,27 @@ def test_only_new_points_move_and_offsets_are_kept_on_the_run(tmp_path: Path) ->
     path = event_file(tmp_path / "runs" / "exp")
     rel = str(path.relative_to(tmp_path))
 
-    assert pump(run_id, tmp_path) == 4  # file_version + 3 scalars
-    assert offsets(run_id) == {rel: path.stat().st_size}
-    assert pump(run_id, tmp_path) == 0
+    assert pump(run_id, tmp_path, db_sessions) == 4  # file_version + 3 scalars
+    assert offsets(run_id, db_sessions) == {rel: path.stat().st_size}
+    assert pump(run_id, tmp_path, db_sessions) == 0
 
     writer.add_scalar("loss", 3.0, 3)
     writer.add_scalar("loss", 4.0, 4)
     writer.flush()
-    assert pump(run_id, tmp_path) == 2
-    assert offsets(run_id) == {rel: path.stat().st_size}
-    assert pump(run_id, tmp_path) == 0
-    assert series(run_id)["loss"]["step"] == [0, 1, 2, 3, 4]
-    with session_scope() as session:
+    assert pump(run_id, tmp_path, db_sessions) == 2
+    assert offsets(run_id, db_sessions) == {rel: path.stat().st_size}
+    assert pump(run_id, tmp_path, db_sessions) == 0
+    assert series(run_id, db_sessions)["loss"]["step"] == [0, 1, 2, 3, 4]
+    with db_sessions.begin() as session:
         assert count_points(session, run_id=run_id) == 5
     writer.close()
 
 
 @pytest.mark.parametrize("cut_into_record", [6, -3], ids=["mid-length", "mid-data-crc"])
 def test_a_truncated_trailing_record_waits_until_it_is_complete(
-    tmp_path: Path, cut_into_record: int
+    tmp_path: Path, cut_into_record: int, db_sessions: sessionmaker[Session]
 ) -> None:
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     source = tmp_path.parent / f"{tmp_path.name}-source"
     writer = SummaryWriter(log_dir=str(source))
     writer.add_scalar("loss", 1.0, 1)
@@ -125,20 +135,22 @@ def test_a_truncated_trailing_record_waits_until_it_is_complete(
     copy = tmp_path / "copied" / event_file(source).name
     copy.parent.mkdir()
     copy.write_bytes(whole[:cut])
-    assert pump(run_id, tmp_path) == 2
-    assert offsets(run_id) == {f"copied/{copy.name}": complete}
-    assert series(run_id)["loss"]["step"] == [1]
-    assert pump(run_id, tmp_path) == 0  # still incomplete: nothing consumed
+    assert pump(run_id, tmp_path, db_sessions) == 2
+    assert offsets(run_id, db_sessions) == {f"copied/{copy.name}": complete}
+    assert series(run_id, db_sessions)["loss"]["step"] == [1]
+    assert pump(run_id, tmp_path, db_sessions) == 0  # still incomplete: nothing consumed
 
     with copy.open("ab") as f:
         f.write(whole[cut:])
-    assert pump(run_id, tmp_path) == 1
-    assert series(run_id)["loss"]["value"] == [1.0, 0.5]
-    assert offsets(run_id) == {f"copied/{copy.name}": len(whole)}
+    assert pump(run_id, tmp_path, db_sessions) == 1
+    assert series(run_id, db_sessions)["loss"]["value"] == [1.0, 0.5]
+    assert offsets(run_id, db_sessions) == {f"copied/{copy.name}": len(whole)}
 
 
-def test_add_scalars_subdirectories_get_their_own_keys(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_add_scalars_subdirectories_get_their_own_keys(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "exp"))
     for step in range(2):
         writer.add_scalars("Loss", {"train": 1.0 + step, "val": 2.0 + step}, step)
@@ -146,9 +158,9 @@ def test_add_scalars_subdirectories_get_their_own_keys(tmp_path: Path) -> None:
     writer.add_scalar("lr", 0.5, 0)
     writer.flush()
 
-    while pump(run_id, tmp_path):
+    while pump(run_id, tmp_path, db_sessions):
         pass
-    got = series(run_id)
+    got = series(run_id, db_sessions)
     assert sorted(got) == ["Acc/top/1", "Acc/top/5", "Loss/train", "Loss/val", "lr"]
     assert got["Loss/train"]["value"] == [1.0, 2.0]
     assert got["Loss/val"]["value"] == [2.0, 3.0]
@@ -158,8 +170,10 @@ def test_add_scalars_subdirectories_get_their_own_keys(tmp_path: Path) -> None:
 
 # add_graph traces the model with torch.jit.trace, which torch 2.13 deprecates.
 @pytest.mark.filterwarnings("ignore:`torch.jit.trace.*is deprecated")
-def test_histograms_images_text_and_graphs_are_skipped(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_histograms_images_text_and_graphs_are_skipped(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_histogram("weights", torch.arange(10.0), 0)
     writer.add_image("sample", np.zeros((3, 4, 4), dtype=np.uint8), 0)
@@ -168,89 +182,97 @@ def test_histograms_images_text_and_graphs_are_skipped(tmp_path: Path) -> None:
     writer.add_scalar("loss", 1.0, 0)
     writer.flush()
 
-    assert pump(run_id, tmp_path) > 0
-    with session_scope() as session:
+    assert pump(run_id, tmp_path, db_sessions) > 0
+    with db_sessions.begin() as session:
         assert list_keys(session, run_id=run_id) == ["loss"]
     writer.close()
 
 
-def test_tensor_style_scalars_are_read(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_tensor_style_scalars_are_read(tmp_path: Path, db_sessions: sessionmaker[Session]) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("single", 0.25, 1, new_style=True)
     writer.add_scalar("double", 0.1, 1, new_style=True, double_precision=True)
     writer.flush()
 
-    assert pump(run_id, tmp_path) == 3
-    got = series(run_id)
+    assert pump(run_id, tmp_path, db_sessions) == 3
+    got = series(run_id, db_sessions)
     assert got["single"]["value"] == [0.25]
     assert got["double"]["value"] == [0.1]  # a double stays a double
     writer.close()
 
 
-def test_nan_and_inf_are_stored_as_null(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_nan_and_inf_are_stored_as_null(tmp_path: Path, db_sessions: sessionmaker[Session]) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("loss", 1.0, 0)
     writer.add_scalar("loss", math.nan, 1)
     writer.add_scalar("loss", math.inf, 2)
     writer.flush()
 
-    pump(run_id, tmp_path)
-    assert series(run_id)["loss"]["value"] == [1.0, None, None]
+    pump(run_id, tmp_path, db_sessions)
+    assert series(run_id, db_sessions)["loss"]["value"] == [1.0, None, None]
     writer.close()
 
 
-def test_a_repeated_step_keeps_the_first_value(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_a_repeated_step_keeps_the_first_value(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("loss", 1.0, 5)
     writer.add_scalar("loss", 2.0, 5)
     writer.flush()
 
-    pump(run_id, tmp_path)
-    assert series(run_id)["loss"]["value"] == [1.0]
+    pump(run_id, tmp_path, db_sessions)
+    assert series(run_id, db_sessions)["loss"]["value"] == [1.0]
     writer.close()
 
 
-def test_a_fresh_worker_resumes_from_the_stored_offsets(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_a_fresh_worker_resumes_from_the_stored_offsets(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "a"))
     writer.add_scalar("loss", 1.0, 0)
     writer.flush()
-    pump(run_id, tmp_path)
-    stored = offsets(run_id)
+    pump(run_id, tmp_path, db_sessions)
+    stored = offsets(run_id, db_sessions)
 
     clear_cache()  # a restarted worker: no scan, no per-file state
-    assert pump(run_id, tmp_path) == 0  # nothing replayed
-    assert offsets(run_id) == stored
+    assert pump(run_id, tmp_path, db_sessions) == 0  # nothing replayed
+    assert offsets(run_id, db_sessions) == stored
     writer.add_scalar("loss", 0.5, 1)
     writer.close()
     clear_cache()
-    assert pump(run_id, tmp_path) == 1
-    assert series(run_id)["loss"]["value"] == [1.0, 0.5]
-    with session_scope() as session:
+    assert pump(run_id, tmp_path, db_sessions) == 1
+    assert series(run_id, db_sessions)["loss"]["value"] == [1.0, 0.5]
+    with db_sessions.begin() as session:
         assert count_points(session, run_id=run_id) == 2
 
 
-def test_an_event_file_created_after_a_scan_is_found_by_the_next_call(tmp_path: Path) -> None:
+def test_an_event_file_created_after_a_scan_is_found_by_the_next_call(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     # The final drain runs right after the job exits: a log dir created in the job's last
     # moments must not wait for the once-a-second walk.
-    run_id = make_run()
-    assert pump(run_id, tmp_path) == 0  # walked: nothing yet
+    run_id = new_run(db_sessions)
+    assert pump(run_id, tmp_path, db_sessions) == 0  # walked: nothing yet
     writer = SummaryWriter(log_dir=str(tmp_path / "runs" / "late"))
     writer.add_scalar("loss", 1.0, 0)
     writer.close()
-    assert pump(run_id, tmp_path) == 2
+    assert pump(run_id, tmp_path, db_sessions) == 2
     other = SummaryWriter(log_dir=str(tmp_path / "runs" / "late" / "Loss_val"))
     other.add_scalar("Loss", 2.0, 0)
     other.close()
-    assert pump(run_id, tmp_path) == 2
-    assert sorted(series(run_id)) == ["Loss/val", "loss"]
+    assert pump(run_id, tmp_path, db_sessions) == 2
+    assert sorted(series(run_id, db_sessions)) == ["Loss/val", "loss"]
 
 
-def test_work_per_call_is_bounded_and_draining_ends_at_zero(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_work_per_call_is_bounded_and_draining_ends_at_zero(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     for step in range(300):
         writer.add_scalar("loss", float(step), step)
@@ -259,39 +281,43 @@ def test_work_per_call_is_bounded_and_draining_ends_at_zero(tmp_path: Path) -> N
 
     calls = 0
     while True:
-        with session_scope() as session:
+        with db_sessions.begin() as session:
             moved = forward_events(session, run_id=run_id, run_dir=tmp_path, max_bytes=2_000)
         if not moved:
             break
         calls += 1
         assert moved < 300
     assert calls >= size // 2_000
-    assert series(run_id)["loss"]["step"] == list(range(300))
-    assert pump(run_id, tmp_path) == 0
+    assert series(run_id, db_sessions)["loss"]["step"] == list(range(300))
+    assert pump(run_id, tmp_path, db_sessions) == 0
 
 
-def test_a_corrupt_length_stops_that_file_only(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_a_corrupt_length_stops_that_file_only(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "events.out.tfevents.0.host").write_bytes(os.urandom(64))
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("loss", 1.0, 0)
     writer.close()
 
-    assert pump(run_id, tmp_path) == 2
-    assert series(run_id)["loss"]["value"] == [1.0]
-    assert "junk/events.out.tfevents.0.host" not in offsets(run_id)
+    assert pump(run_id, tmp_path, db_sessions) == 2
+    assert series(run_id, db_sessions)["loss"]["value"] == [1.0]
+    assert "junk/events.out.tfevents.0.host" not in offsets(run_id, db_sessions)
 
 
-def test_long_tags_are_clipped_and_stay_distinct(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_long_tags_are_clipped_and_stay_distinct(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("x" * 300 + "a", 1.0, 0)
     writer.add_scalar("x" * 300 + "b", 2.0, 0)
     writer.close()
 
-    pump(run_id, tmp_path)
-    with session_scope() as session:
+    pump(run_id, tmp_path, db_sessions)
+    with db_sessions.begin() as session:
         keys = list_keys(session, run_id=run_id)
     assert len(keys) == 2
     assert all(len(k) == 255 and k.startswith("x" * 246 + "~") for k in keys)
@@ -308,8 +334,10 @@ def tensor_event(
     )
 
 
-def test_tf2_style_tensors_follow_the_plugin_of_their_first_event(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_tf2_style_tensors_follow_the_plugin_of_their_first_event(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     writer = EventFileWriter(str(tmp_path / "tf2"))
     events = [
         tensor_event("loss", 1, TensorProto(dtype=DT_FLOAT, float_val=[0.5]), "scalars"),
@@ -336,8 +364,8 @@ def test_tf2_style_tensors_follow_the_plugin_of_their_first_event(tmp_path: Path
         writer.add_event(event)
     writer.close()
 
-    pump(run_id, tmp_path)
-    got = series(run_id)
+    pump(run_id, tmp_path, db_sessions)
+    got = series(run_id, db_sessions)
     assert sorted(got) == ["count", "half", "loss", "packed"]
     assert got["loss"] == {"step": [1, 2], "value": [0.5, 0.25], "time": [101.0, 102.0]}
     assert got["packed"]["value"] == [0.1]
@@ -346,11 +374,11 @@ def test_tf2_style_tensors_follow_the_plugin_of_their_first_event(tmp_path: Path
 
 
 def test_with_a_crc32c_module_a_corrupt_record_is_skipped_unless_it_is_the_last(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_sessions: sessionmaker[Session]
 ) -> None:
     # No C crc32c module is installed here; the pure-Python one stands in for it.
     monkeypatch.setattr(tfrecord, "_CRC_FAST", tfrecord._crc32c_py)
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     source = tmp_path.parent / f"{tmp_path.name}-source"
     writer = SummaryWriter(log_dir=str(source))
     sizes = [event_file(source).stat().st_size]  # after file_version
@@ -366,30 +394,32 @@ def test_with_a_crc32c_module_a_corrupt_record_is_skipped_unless_it_is_the_last(
     copy = tmp_path / "tb" / event_file(source).name
     copy.parent.mkdir()
     copy.write_bytes(bytes(data))
-    pump(run_id, tmp_path)
-    assert series(run_id)["loss"]["step"] == [0]
-    assert offsets(run_id) == {f"tb/{copy.name}": sizes[2]}  # waits at the last record
+    pump(run_id, tmp_path, db_sessions)
+    assert series(run_id, db_sessions)["loss"]["step"] == [0]
+    assert offsets(run_id, db_sessions) == {f"tb/{copy.name}": sizes[2]}  # waits at the last record
 
 
-def test_what_is_not_ingested_is_named_once_in_the_runs_log(tmp_path: Path) -> None:
+def test_what_is_not_ingested_is_named_once_in_the_runs_log(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     import numpy as np
 
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("loss", 1.0, 1)
     writer.add_image("samples", np.zeros((3, 4, 4)), 1)  # kept: not named
     writer.add_histogram("weights", np.arange(10.0), 1)
     writer.add_text("notes", "hello", 1)
     writer.flush()
-    assert pump(run_id, tmp_path) > 0
+    assert pump(run_id, tmp_path, db_sessions) > 0
     writer.add_histogram("weights", np.arange(5.0), 2)  # again, in a later batch
     writer.add_audio("sound", np.zeros(100), 2)
     writer.add_scalar("loss", 0.5, 2)
     writer.flush()
-    assert pump(run_id, tmp_path) > 0
+    assert pump(run_id, tmp_path, db_sessions) > 0
     writer.close()
 
-    assert series(run_id)["loss"]["step"] == [1, 2]
+    assert series(run_id, db_sessions)["loss"]["step"] == [1, 2]
     lines = (tmp_path / "output.log").read_text().splitlines()
     assert len(lines) == 3, lines
     assert any("TensorBoard histograms (tag 'weights')" in line for line in lines)
@@ -477,15 +507,17 @@ def write_events(run_dir: Path, *records: bytes) -> Path:
     return path
 
 
-def reported(run_id: int) -> dict:
+def reported(run_id: int, sessions: sessionmaker[Session]) -> dict:
     from app.runs.params import params_by_run
 
-    with session_scope() as session:
+    with sessions() as session:
         return params_by_run(session, [run_id])[run_id]
 
 
-def test_hostile_hparams_payloads_are_skipped_and_the_rest_still_arrives(tmp_path: Path) -> None:
-    run_id = make_run()
+def test_hostile_hparams_payloads_are_skipped_and_the_rest_still_arrives(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
     write_events(
         tmp_path,
         hparams_event(os.urandom(300)),  # garbage
@@ -497,22 +529,24 @@ def test_hostile_hparams_payloads_are_skipped_and_the_rest_still_arrives(tmp_pat
         hparams_event(session_start({"x" * 400: field(3, b"v" * 5000)})),
         scalar_event("loss", 1.0, 3),
     )
-    while pump(run_id, tmp_path):
+    while pump(run_id, tmp_path, db_sessions):
         pass
-    params = reported(run_id)
+    params = reported(run_id, db_sessions)
     assert params["hparams.lr"] == 0.5
     assert "hparams.deep" not in params and "hparams.bad" not in params  # a struct: not a param
     assert len(params) == 256  # MAX_REPORTED: 255 of the k<i> after lr
-    assert series(run_id)["loss"]["value"] == [1.0]
+    assert series(run_id, db_sessions)["loss"]["value"] == [1.0]
     log = (tmp_path / "output.log").read_text()
     assert "hparams that do not parse or are too large" in log
     assert "reported more than 256 names" in log
 
 
-def test_hostile_image_summaries_keep_only_checked_png_and_jpeg(tmp_path: Path) -> None:
+def test_hostile_image_summaries_keep_only_checked_png_and_jpeg(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     from app.runs.images import list_images
 
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     ihdr = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", 2**32 - 1, 7)
     write_events(
         tmp_path,
@@ -522,8 +556,8 @@ def test_hostile_image_summaries_keep_only_checked_png_and_jpeg(tmp_path: Path) 
         image_event("jpeg", b"\xff\xd8\xff\xe0" + os.urandom(50), -5, 2**31 - 1),
         image_event("a\x00nul", b"\xff\xd8\xff" + b"x", 3, 4),
     )
-    pump(run_id, tmp_path)
-    with session_scope() as session:
+    pump(run_id, tmp_path, db_sessions)
+    with db_sessions.begin() as session:
         got = list_images(session, run_id=run_id)
     sizes = {tag: (i[0]["width"], i[0]["height"]) for tag, i in got.items()}
     assert sizes == {
@@ -590,10 +624,12 @@ def test_thousands_of_images_in_one_batch_and_a_nan_wall_time_stay_bounded(
     assert listed.status_code == 200 and listed.json()["tags"]["flood"][-1]["wall_time"] == 0.0
 
 
-def test_tf2_image_tensors_keep_their_first_image(tmp_path: Path) -> None:
+def test_tf2_image_tensors_keep_their_first_image(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     from app.runs.images import list_images
 
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", 3, 2) + b"..."
     writer = EventFileWriter(str(tmp_path / "tf2"))
     images = TensorProto(dtype=DT_STRING, string_val=[b"3", b"2", png, b"second sample"])
@@ -601,17 +637,17 @@ def test_tf2_image_tensors_keep_their_first_image(tmp_path: Path) -> None:
     writer.add_event(tensor_event("pics", 2, images))  # metadata only with the first event
     writer.add_event(tensor_event("short", 1, TensorProto(dtype=DT_STRING), "images"))
     writer.close()
-    pump(run_id, tmp_path)
-    with session_scope() as session:
+    pump(run_id, tmp_path, db_sessions)
+    with db_sessions.begin() as session:
         got = list_images(session, run_id=run_id)
     assert [(i["step"], i["width"], i["height"]) for i in got["pics"]] == [(1, 3, 2), (2, 3, 2)]
     assert "short" not in got
 
 
 def test_an_oversized_record_and_a_hostile_plugin_name_are_said_once_on_one_line(
-    tmp_path: Path,
+    tmp_path: Path, db_sessions: sessionmaker[Session]
 ) -> None:
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     evil = tensor_event("t", 1, TensorProto(dtype=DT_FLOAT, float_val=[1.0]), "x\ntorchyard: ok")
     write_events(
         tmp_path,
@@ -619,29 +655,31 @@ def test_an_oversized_record_and_a_hostile_plugin_name_are_said_once_on_one_line
         b"\x00" * (tfrecord.MAX_RECORD_BYTES + 1),  # skipped unread
         scalar_event("loss", 2.0, 1),
     )
-    while pump(run_id, tmp_path):
+    while pump(run_id, tmp_path, db_sessions):
         pass
-    assert series(run_id)["loss"]["value"] == [2.0]
+    assert series(run_id, db_sessions)["loss"]["value"] == [2.0]
     lines = (tmp_path / "output.log").read_text().splitlines()
     assert len(lines) == 2, lines
     assert "TensorBoard x?torchyard: ok (tag 't')" in lines[1]
     assert lines[0].startswith("torchyard: TensorBoard: events over 16 MB (in 'tb/events.")
 
 
-def test_scalars_under_sys_are_not_stored_and_said_once(tmp_path: Path) -> None:
+def test_scalars_under_sys_are_not_stored_and_said_once(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     """sys/ is the worker's system series (worker/system_metrics.py): a script's own
     `sys/...` tag must neither forge nor block them."""
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     writer.add_scalar("sys/cpu_percent", 999.0, 1)
     writer.add_scalar("loss", 1.0, 1)
     writer.flush()
-    assert pump(run_id, tmp_path) > 0
+    assert pump(run_id, tmp_path, db_sessions) > 0
     writer.add_scalar("sys/rss_mb", 1.0, 2)
     writer.flush()
-    assert pump(run_id, tmp_path) > 0
+    assert pump(run_id, tmp_path, db_sessions) > 0
     writer.close()
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         assert list_keys(session, run_id=run_id) == ["loss"]
     lines = (tmp_path / "output.log").read_text().splitlines()
     assert len(lines) == 1 and "TensorBoard scalars under sys/ (tag 'sys/cpu_percent')" in lines[0]

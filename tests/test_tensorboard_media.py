@@ -5,12 +5,14 @@ lists and serves them (the hostile-bytes side is in test_tensorboard_events.py).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image as PILImage
+from sqlalchemy.orm import Session, sessionmaker
 from torch.utils.tensorboard import SummaryWriter
 
 from app.db import session_scope
@@ -18,7 +20,7 @@ from app.runs import images as run_images
 from app.runs.images import Caps, Image, ImageLimit, store_images
 from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
-from tests.factories import make_run
+from tests.factories import admin_run, make_run
 from worker.forwarder import forward
 from worker.tensorboard_events import clear_cache
 
@@ -30,20 +32,36 @@ def fresh_worker() -> Iterator[None]:
     clear_cache()
 
 
-def pump(run_id: int, run_dir: Path) -> None:
+# The tests that call the services take db_sessions (rolled back after each test); those that
+# go through the API or a job's log use committed sessions (sessions=None: session_scope).
+Sessions = Callable[[], AbstractContextManager[Session]]
+
+
+def _units(sessions: sessionmaker[Session] | None) -> Sessions:
+    return session_scope if sessions is None else sessions.begin
+
+
+def new_run(sessions: sessionmaker[Session]) -> int:
+    with sessions.begin() as session:
+        return admin_run(session)
+
+
+def pump(run_id: int, run_dir: Path, sessions: sessionmaker[Session] | None = None) -> None:
     while True:
-        with session_scope() as session:
+        with _units(sessions)() as session:
             if not forward(session, run_id=run_id, metrics_path=run_dir / "metrics.jsonl"):
                 return
 
 
-def listed(run_id: int) -> dict:
-    with session_scope() as session:
+def listed(run_id: int, sessions: sessionmaker[Session] | None = None) -> dict:
+    with _units(sessions)() as session:
         return run_images.list_images(session, run_id=run_id)
 
 
-def data_of(run_id: int, image_id: int) -> bytes | None:
-    with session_scope() as session:
+def data_of(
+    run_id: int, image_id: int, sessions: sessionmaker[Session] | None = None
+) -> bytes | None:
+    with _units(sessions)() as session:
         return run_images.image_data(session, run_id=run_id, image_id=image_id)
 
 
@@ -87,27 +105,27 @@ def test_add_hparams_and_lightning_style_hparams_become_reported_params(
     assert "hparams" not in log  # taken, so not named as skipped
 
 
-def test_reported_params_are_capped_cut_and_free_of_nul() -> None:
-    run_id = make_run()
+def test_reported_params_are_capped_cut_and_free_of_nul(db_sessions: sessionmaker[Session]) -> None:
+    run_id = new_run(db_sessions)
     values = {"long": "x" * 5000, "nul\x00name": "a\x00b"}
     values |= {f"p{i:03d}": i for i in range(100_000)}  # a hostile report: never all queried
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         limits = record_reported(session, run_id=run_id, values=values)
     assert limits == {ParamLimit.TOO_MANY, ParamLimit.CUT}
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         from app.runs.params import params_by_run
 
         params = params_by_run(session, [run_id])[run_id]
     assert len(params) == MAX_REPORTED
     assert params["hparams.nul\ufffdname"] == "a\ufffdb" and "hparams.p253" in params
-    with session_scope() as session:  # a name already kept is still updated when full
+    with db_sessions.begin() as session:  # a name already kept is still updated when full
         assert record_reported(session, run_id=run_id, values={"p000": -1}) == set()
         assert params_by_run(session, [run_id])[run_id]["hparams.p000"] == -1
 
 
-def test_long_values_are_cut_to_the_cap() -> None:
-    run_id = make_run()
-    with session_scope() as session:
+def test_long_values_are_cut_to_the_cap(db_sessions: sessionmaker[Session]) -> None:
+    run_id = new_run(db_sessions)
+    with db_sessions.begin() as session:
         record_reported(session, run_id=run_id, values={"long": "x" * 5000, "a\x00": "b\x00"})
         from app.runs.params import params_by_run
 
@@ -116,13 +134,15 @@ def test_long_values_are_cut_to_the_cap() -> None:
     assert params["hparams.a\ufffd"] == "b\ufffd"
 
 
-def test_add_image_and_add_figure_are_kept_per_tag_and_step(tmp_path: Path) -> None:
+def test_add_image_and_add_figure_are_kept_per_tag_and_step(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run_id = make_run()
+    run_id = new_run(db_sessions)
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     for step in (0, 10, 20):
         writer.add_image("samples", np.full((3, 8, 12), step / 20.0), step)
@@ -131,37 +151,41 @@ def test_add_image_and_add_figure_are_kept_per_tag_and_step(tmp_path: Path) -> N
         writer.add_figure("curves/fig", fig, step)
     writer.add_image("samples", np.zeros((3, 8, 12)), 20)  # the same step again: it replaces
     writer.close()
-    pump(run_id, tmp_path)
+    pump(run_id, tmp_path, db_sessions)
 
-    got = listed(run_id)
+    got = listed(run_id, db_sessions)
     assert sorted(got) == ["curves/fig", "samples"]
     assert [i["step"] for i in got["samples"]] == [0, 10, 20]
     assert {(i["width"], i["height"]) for i in got["samples"]} == {(12, 8)}
     assert {(i["width"], i["height"]) for i in got["curves/fig"]} == {(100, 75)}
     shades = []
     for image in got["samples"]:
-        data = data_of(run_id, image["id"])
+        data = data_of(run_id, image["id"], db_sessions)
         assert data is not None and data.startswith(run_images.PNG_MAGIC)
         shades.append(PILImage.open(io.BytesIO(data)).getpixel((0, 0))[0])
     assert shades[0] == 0 and shades[1] in (127, 128) and shades[2] == 0  # step 20 replaced
 
 
-def test_images_per_tag_are_thinned_keeping_the_newest_and_spread() -> None:
-    run_id = make_run()
+def test_images_per_tag_are_thinned_keeping_the_newest_and_spread(
+    db_sessions: sessionmaker[Session],
+) -> None:
+    run_id = new_run(db_sessions)
     caps = Caps(image_bytes=10_000, per_tag=5, run_bytes=10**9)
     hit: dict[ImageLimit, str] = {}
     for step in range(20):
-        with session_scope() as session:
+        with db_sessions.begin() as session:
             hit |= store_images(
                 session, run_id=run_id, images=[Image("t", step, 0.0, 6, 4, png(step))], caps=caps
             )
-    steps = [i["step"] for i in listed(run_id)["t"]]
+    steps = [i["step"] for i in listed(run_id, db_sessions)["t"]]
     assert len(steps) <= 5 and steps[-1] == 19 and steps[0] == 0, steps
     assert hit == {ImageLimit.THINNED: "t"}
 
 
-def test_image_caps_refuse_large_foreign_too_many_tags_and_a_full_run() -> None:
-    run_id = make_run()
+def test_image_caps_refuse_large_foreign_too_many_tags_and_a_full_run(
+    db_sessions: sessionmaker[Session],
+) -> None:
+    run_id = new_run(db_sessions)
     small = png(1)
     caps = Caps(image_bytes=len(small) + 10, per_tag=10, run_bytes=3 * len(small), tags=2)
     batch = [
@@ -174,7 +198,7 @@ def test_image_caps_refuse_large_foreign_too_many_tags_and_a_full_run() -> None:
         Image("a", 1, 0.0, 1, 1, small),
         Image("a", 2, 0.0, 1, 1, small),  # over the run's bytes
     ]
-    with session_scope() as session:
+    with db_sessions.begin() as session:
         hit = store_images(session, run_id=run_id, images=batch, caps=caps)
     assert hit == {
         ImageLimit.TOO_LARGE: "big",
@@ -182,7 +206,7 @@ def test_image_caps_refuse_large_foreign_too_many_tags_and_a_full_run() -> None:
         ImageLimit.TOO_MANY_TAGS: "c",
         ImageLimit.RUN_FULL: "a",
     }
-    assert {t: [i["step"] for i in v] for t, v in listed(run_id).items()} == {
+    assert {t: [i["step"] for i in v] for t, v in listed(run_id, db_sessions).items()} == {
         "a": [0, 1],
         "b": [0],
     }

@@ -46,7 +46,9 @@ def declare_default_queue() -> None:
     """Create the task queue once, before `torchyard up` starts the worker and the API: with
     the SQL broker each process inserts the queue's row on first use, and when both did at
     once the loser crashed the worker ('UNIQUE constraint failed: kombu_queue.name')."""
-    from kombu import Queue
+    from kombu.entity import Queue
 
     with celery_app.connection_for_write() as conn:
-        Queue(celery_app.conf.task_default_queue)(conn.default_channel).declare()
+        # kombu's Queue has no type hints.
+        queue = Queue(celery_app.conf.task_default_queue)  # type: ignore[no-untyped-call]
+        queue(conn.default_channel).declare()  # type: ignore[no-untyped-call]

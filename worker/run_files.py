@@ -22,6 +22,7 @@ from pathlib import Path
 
 from app.artifacts import run_files_key, store_fs
 from app.runs import files
+from app.runs.job_files import FileRefused, open_in
 from app.settings import get_settings
 from torchyard.contract import WORK_DIR
 from worker.run_log import note_in_log
@@ -45,8 +46,8 @@ def store_run_files(store: str, *, run_id: int, run_dir: Path, max_bytes: int) -
             left_out.append(item.path)
             continue
         try:
-            fd, _info = files.open_in(work, item.path)
-        except (files.FileRefused, FileNotFoundError):
+            fd, _info = open_in(work, item.path)
+        except (FileRefused, FileNotFoundError):
             continue  # replaced since the listing
         key = f"{base}/{item.path}"
         try:

@@ -21,7 +21,7 @@ from worker.watch import SHUTTING_DOWN
 _HOST_HEARTBEAT_STOP = threading.Event()
 
 
-@worker_ready.connect
+@worker_ready.connect  # type: ignore[untyped-decorator]  # Celery has no type hints
 def _start_host_heartbeat(**_kwargs: Any) -> None:
     # First of all: the jobs the previous worker on this host left training (their runs
     # heartbeat again before a reaper could count them lost).
@@ -42,13 +42,13 @@ def _start_host_heartbeat(**_kwargs: Any) -> None:
     ).start()
 
 
-@worker_shutting_down.connect
+@worker_shutting_down.connect  # type: ignore[untyped-decorator]  # Celery has no type hints
 def _stop_running_jobs(**_kwargs: Any) -> None:
     SHUTTING_DOWN.set()
     _HOST_HEARTBEAT_STOP.set()
 
 
-@celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)
+@celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # Celery has no type hints
 def run_training(self: Task, run_id: int) -> str | None:
     if SHUTTING_DOWN.is_set():
         # A worker on its way out starts nothing (not even a run it just requeued itself):
@@ -66,7 +66,7 @@ def run_training(self: Task, run_id: int) -> str | None:
     raise self.retry(countdown=0, max_retries=None)
 
 
-@celery_app.task(name=SWEEP_ADVANCE_TASK, acks_late=True)
+@celery_app.task(name=SWEEP_ADVANCE_TASK, acks_late=True)  # type: ignore[untyped-decorator]  # Celery has no type hints
 def advance(sweep_id: int) -> list[int]:
     """A trial of the sweep ended: launch the next ones, or end the sweep (idempotent)."""
     return advance_sweep(sweep_id)

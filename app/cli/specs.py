@@ -22,7 +22,7 @@ class SpecError(Exception):
     """The file or a --set value cannot be turned into a request; the message says why."""
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
     """SafeLoader that also reads `1e-3` and `5E+2` as floats."""
 
 

@@ -107,7 +107,7 @@ def _param_field(param: Param) -> tuple[Any, Any]:
 
 def _params_model(recipe: Recipe) -> type[BaseModel]:
     fields: dict[str, Any] = {p.name: _param_field(p) for p in recipe.params}
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         f"{recipe.name.title().replace('_', '')}Params",
         __config__=ConfigDict(extra="forbid"),
         **fields,
@@ -116,7 +116,7 @@ def _params_model(recipe: Recipe) -> type[BaseModel]:
 
 def _recipe_config_model(recipe: Recipe) -> type[_ConfigBase]:
     params_model = _params_model(recipe)
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         f"{recipe.name.title().replace('_', '')}Config",
         __base__=_ConfigBase,
         __doc__=recipe.description,

@@ -128,7 +128,7 @@ def record(
     stmt = (
         insert(table)  # type: ignore[arg-type]
         .on_conflict_do_nothing(index_elements=["run_id", "event", "detail", "channel"])
-        .returning(table.c.id)  # type: ignore[attr-defined]
+        .returning(table.c.id)
     )
     inserted = 0
     for value in values:  # one statement per channel (two at most); rowcount is -1 on

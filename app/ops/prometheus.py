@@ -116,7 +116,7 @@ def _aware(when: datetime) -> datetime:
 def build_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     if os.environ.get(MULTIPROC_ENV):
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry.register(REQUEST_SECONDS)
         registry.register(EVENT_STREAMS)

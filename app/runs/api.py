@@ -18,6 +18,7 @@ from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
 from app.runs import events, files, logs, service
+from app.runs.job_files import FileRefused
 from app.runs.logs import run_nproc
 from app.runs.models import RunStatus
 from app.runs.out import run_outs
@@ -322,7 +323,7 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
 def download_run_file(run: OwnedRun, path: Annotated[str, PathParam(pattern=NO_NUL)]) -> Response:
     try:
         found = files.download(run.id, path)
-    except files.FileRefused as exc:
+    except FileRefused as exc:
         raise Invalid.at(["path", "path"], str(exc), path) from None
     except FileNotFoundError:
         raise NotFound.of("file", path) from None

@@ -80,7 +80,7 @@ def _brief(sweep: Sweep, trials: list[TrialOut]) -> dict[str, Any]:
         "owner_id": sweep.owner_id,
         "status": str(sweep.status),
         "method": sweep.method,
-        "metric": MetricSpec(name=sweep.metric, goal=sweep.goal),  # type: ignore[arg-type]
+        "metric": MetricSpec(name=sweep.metric, goal=sweep.goal),
         "parameters": sweep.parameters,
         "max_runs": sweep.max_runs,
         "planned_runs": planned(sweep),

@@ -116,10 +116,13 @@ def tpe_startup_trials(max_runs: int) -> int:
 
 
 def sampler(method: str, *, seed: int, max_runs: int) -> optuna.samplers.BaseSampler:
-    samplers = _optuna().samplers
+    samplers = _optuna().samplers  # Any: optuna is imported lazily
+    made: optuna.samplers.BaseSampler
     if method == "tpe":
-        return samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(max_runs))
-    return samplers.RandomSampler(seed=seed)
+        made = samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(max_runs))
+    else:
+        made = samplers.RandomSampler(seed=seed)
+    return made
 
 
 def _fits(dist: BaseDistribution, value: Any) -> bool:
@@ -139,11 +142,11 @@ def study_of(
 ) -> optuna.Study:
     """An in-memory study holding the ended trials (running ones are left to the caller)."""
     optuna = _optuna()
-    from optuna.study import StudyDirection
+    from optuna.study import Study, StudyDirection
     from optuna.trial import create_trial
 
     direction = StudyDirection.MAXIMIZE if goal == "maximize" else StudyDirection.MINIMIZE
-    study = optuna.create_study(direction=direction, sampler=sampler, pruner=pruner)
+    study: Study = optuna.create_study(direction=direction, sampler=sampler, pruner=pruner)
     dists = distributions(parameters)
     for trial in observed:
         if trial.state is State.RUNNING:

@@ -141,7 +141,7 @@ def fit(
     if ctx.distributed and device.type == "cuda":
         # Per-rank batches are 1/world_size of the global one; SyncBatchNorm computes the
         # statistics over the global batch (it has no CPU implementation, hence the guard).
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
     model.to(device)
     optimizer = build_optimizer(
         model.parameters(),
@@ -186,7 +186,7 @@ def fit(
             optimizer.zero_grad(set_to_none=True)
             logits = train_model(inputs)
             loss = F.cross_entropy(logits, targets)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             optimizer.step()
             # Counted in integers and divided in Python: exact, unlike a float32 mean.
             correct = (logits.detach().argmax(dim=1) == targets).sum().item()

@@ -58,7 +58,7 @@ def collect(*, seed: int, deterministic: bool, world_size: int) -> dict[str, Any
         "platform": platform.platform(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": cudnn.version() if cudnn.is_available() else None,
+        "cudnn": cudnn.version() if cudnn.is_available() else None,  # type: ignore[no-untyped-call]
         "gpus": _gpus(),
         "seed": seed,
         "world_size": world_size,
