@@ -8,7 +8,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,8 +16,10 @@ import httpx
 import pytest
 
 from tests.conftest import BROKER_URL, DATA_DIR, DATABASE_URL, wait_for_status
+from tests.stack import LiveStack
 from tests.test_e2e_isolation import copy_script, launch, member  # noqa: F401 (a fixture)
 from tests.test_e2e_runs import series
+from tests.waits import wait_for
 from worker import job_etc, job_network
 from worker.launcher import Launch
 
@@ -51,16 +52,20 @@ def log_of(api: httpx.Client, run_id: int) -> str:
 
 def wait_for_line(api: httpx.Client, run_id: int, pattern: str, timeout: float = 60) -> str:
     """The first match of `pattern` in the run's log, once it is there."""
-    wait_for_status(api, run_id, {"running", *FINISHED}, timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = re.search(pattern, log_of(api, run_id), re.MULTILINE)
-        if found:
-            return found.group(1)
+
+    def found() -> str | None:
+        match = re.search(pattern, log_of(api, run_id), re.MULTILINE)
+        if match:
+            return match.group(1)
         run = api.get(f"/api/runs/{run_id}").json()
         assert run["status"] not in FINISHED, (run, log_of(api, run_id)[-2000:])
-        time.sleep(0.1)
-    raise AssertionError(f"no {pattern!r} in run {run_id}'s log: {log_of(api, run_id)[-2000:]}")
+        return None
+
+    return str(
+        wait_for(
+            found, timeout=timeout, what=lambda: f"{pattern!r} in {log_of(api, run_id)[-2000:]}"
+        )
+    )
 
 
 def service_ports() -> set[int]:
@@ -76,8 +81,8 @@ def service_ports() -> set[int]:
 
 @pytest.mark.slow
 def test_a_members_job_reaches_no_host_service_nor_another_run(
-    live_stack,  # type: ignore[no-untyped-def]
-    member,  # noqa: F811
+    live_stack: LiveStack,
+    member: httpx.Client,  # noqa: F811
     host_service: int,
 ) -> None:
     api_port = urlsplit(live_stack.base_url).port
@@ -106,7 +111,10 @@ def test_a_members_job_reaches_no_host_service_nor_another_run(
 
 
 @pytest.mark.slow
-def test_a_two_process_ddp_run_trains_in_its_own_network(live_stack, member) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_two_process_ddp_run_trains_in_its_own_network(
+    live_stack: LiveStack,
+    member: httpx.Client,  # noqa: F811
+) -> None:
     config = {
         "recipe": "tiny_mlp",
         "params": {"epochs": 2, "steps_per_epoch": 3},
@@ -123,8 +131,8 @@ def test_a_two_process_ddp_run_trains_in_its_own_network(live_stack, member) -> 
 
 @pytest.mark.slow
 def test_a_jobs_etc_holds_its_own_account_and_nothing_else_of_the_hosts(
-    live_stack,  # type: ignore[no-untyped-def]
-    member,  # noqa: F811
+    live_stack: LiveStack,
+    member: httpx.Client,  # noqa: F811
 ) -> None:
     run = launch(member, {"script": copy_script("etc_probe.py")}, "etc")
     done = wait_for_status(member, run["id"], FINISHED)
