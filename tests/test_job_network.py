@@ -4,6 +4,7 @@ own loopback and its user-mode stack's default route; a 2-process DDP (gloo) run
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from tests.stack import LiveStack
 from tests.test_e2e_isolation import copy_script, launch, member  # noqa: F401 (a fixture)
 from tests.test_e2e_runs import series
 from tests.waits import wait_for
-from worker import job_etc, job_network
+from worker import job_etc, job_network, sandbox
 from worker.launcher import Launch
 
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -149,6 +150,36 @@ def test_a_jobs_etc_holds_its_own_account_and_nothing_else_of_the_hosts(
     home = DATA_DIR / "runs" / str(run["id"]) / "home"
     assert re.search(rf"PASSWD torchyard \d+ {re.escape(str(home))}$", log, re.MULTILINE), log
     assert "PASSWD LINES 3" in log
+
+
+def test_a_job_whose_network_cannot_start_never_runs(tmp_path: Path) -> None:
+    """slirp4netns that fails (here: `false`): the helper kills the sandbox before the job is
+    let go (bwrap's child reads the block pipe's end as "go on"), and says why."""
+    isolation = sandbox.decide("auto", 200_000)
+    if not isolation.enabled:
+        pytest.skip(isolation.reason)
+    spec = sandbox.SandboxSpec(
+        run_dir=tmp_path,
+        home=tmp_path,
+        read_only=sandbox.interpreter_paths(),
+        uid=200_000 if isolation.as_root else None,
+        bwrap=isolation.bwrap,
+        setpriv=isolation.setpriv,
+    )
+    sandbox.own_run_dir(tmp_path, tmp_path, spec.uid)
+    job = Launch(argv=["/bin/sh", "-c", "echo RAN"], env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    failing = job_network.Plan("egress", "/bin/false", "/usr/bin/nsenter", "/usr/sbin/ip")
+    launch = job_network.attach(sandbox.wrap(job, spec), failing)
+    try:
+        done = subprocess.run(
+            launch.argv, env=launch.env, capture_output=True, timeout=60, pass_fds=launch.pass_fds
+        )
+    finally:
+        for fd in launch.pass_fds:
+            os.close(fd)
+    assert b"RAN" not in done.stdout
+    assert done.returncode == -9
+    assert b"the job's network could not start: slirp4netns did not bring" in done.stderr
 
 
 # --- the pure parts: the argv each mode gets, the start lines ------------------------------

@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -53,6 +54,7 @@ SLIRP_MTU = 65520
 TAP_NAME = "tap0"
 TUN_DEVICE = "/dev/net/tun"
 READY_TIMEOUT_SECONDS = 20.0
+STOP_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,9 @@ def plan(mode: Mode, service_urls: tuple[str, ...]) -> Plan:
     if mode != "egress":
         return Plan(mode)
     slirp, nsenter, ip = shutil.which("slirp4netns"), shutil.which("nsenter"), shutil.which("ip")
-    if slirp is None or nsenter is None or ip is None or not os.path.exists(TUN_DEVICE):
+    # slirp4netns opens the tun device with this process's uid (0600 root's on some hosts).
+    tun = os.access(TUN_DEVICE, os.R_OK | os.W_OK)
+    if slirp is None or nsenter is None or ip is None or not tun:
         return Plan("egress")
     blocked = host_networks(ip) | service_hosts(service_urls)
     return Plan("egress", slirp, nsenter, ip, tuple(sorted(blocked)))
@@ -183,8 +187,9 @@ def describe(network: Plan, service_urls: Sequence[str], *, sandboxed: bool) -> 
             f"and the service hosts are unreachable ({len(network.blocked)} networks)"
         ]
     return [
-        "job network: egress asked, but slirp4netns, nsenter, ip or /dev/net/tun is missing "
-        "(apt-get install slirp4netns iproute2): each job has its own loopback only"
+        "job network: egress asked, but slirp4netns, nsenter or ip is missing (apt-get install "
+        "slirp4netns iproute2), or this user cannot open /dev/net/tun: each job has its own "
+        "loopback only"
     ]
 
 
@@ -195,12 +200,8 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _connect(args: argparse.Namespace, info_r: int, block_w: int, exit_r: int) -> None:
+def _connect(args: argparse.Namespace, pid: int, block_w: int, exit_r: int) -> None:
     """The helper: slirp4netns on the job's namespace, the routes, then the job goes on."""
-    info = _read_all(info_r)
-    if not info:  # bwrap ended before it made the sandbox, and says why in the log
-        return
-    pid = int(json.loads(info)["child-pid"])
     ready_r, ready_w = os.pipe()
     slirp = [args.slirp4netns, "--configure", f"--mtu={SLIRP_MTU}", "--disable-host-loopback"]
     slirp += [f"--exit-fd={exit_r}", f"--ready-fd={ready_w}"]
@@ -229,6 +230,31 @@ def _connect(args: argparse.Namespace, info_r: int, block_w: int, exit_r: int) -
     os.write(block_w, b"1")
 
 
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _stop(bwrap_pid: int, sandbox_pid: int | None) -> None:
+    """Kills bwrap and the sandbox's first process, and returns once that one is gone: the
+    job is held on the block pipe, which this process's exit closes, and bwrap's child reads
+    that as "go on"."""
+    for pid in (sandbox_pid, bwrap_pid):
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if sandbox_pid is None:
+        return
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    while not _gone(sandbox_pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="worker.job_network")
     for option in ("--slirp4netns", "--nsenter", "--ip", "--block"):
@@ -247,12 +273,17 @@ def main(argv: list[str]) -> None:
             os._exit(0)
         for fd in (info_w, block_r, exit_w):
             os.close(fd)
+        sandbox_pid = None
         try:
-            _connect(args, info_r, block_w, exit_r)
+            info = _read_all(info_r)
+            if not info:  # bwrap ended before it made the sandbox, and says why in the log
+                os._exit(0)
+            sandbox_pid = int(json.loads(info)["child-pid"])
+            _connect(args, sandbox_pid, block_w, exit_r)
         except Exception as exc:  # noqa: BLE001 - any failure stops the job, said in its log
             print(f"torchyard: the job's network could not start: {exc}", file=sys.stderr)
             sys.stderr.flush()
-            os.kill(bwrap_pid, signal.SIGKILL)
+            _stop(bwrap_pid, sandbox_pid)
             os._exit(1)
         os._exit(0)
     os.waitpid(first, 0)
