@@ -43,10 +43,11 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
-from worker.launcher import Launch
+if TYPE_CHECKING:  # the helper runs before every job: no more imports than it needs
+    from worker.launcher import Launch
 
 Mode = Literal["egress", "isolated", "host"]
 # slirp4netns' largest MTU: fewer, bigger packets through the user-mode stack.
