@@ -238,6 +238,7 @@ def test_a_worker_that_must_isolate_refuses_to_start_without_bubblewrap(tmp_path
     )
     assert done.returncode == 2, done.stderr
     assert "job isolation: OFF: bubblewrap is not installed" in done.stderr
+    assert "job network: host (no sandbox): jobs share this machine's network" in done.stderr
     assert "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox" in done.stderr
 
 
