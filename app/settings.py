@@ -147,7 +147,8 @@ class Settings(BaseSettings):
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
     # Sweeps: the most trials one may plan, and how often each worker re-advances the running
-    # sweeps (the safety net behind the advance a trial's end enqueues; 0: only at start).
+    # sweeps (the safety net behind the advance a trial's end enqueues; at start, then every
+    # this many seconds; 0: off, app.periodic).
     sweep_max_runs: int = Field(default=1000, ge=1)
     sweep_advance_seconds: float = 60.0
     # Open event streams (/api/runs/{id}/events) one user may hold per server process; one

@@ -63,7 +63,7 @@ class LaunchSpec:
     single_process: Literal["direct", "torchrun"] = "direct"
     resume_from: Path | None = None
     base_env: Mapping[str, str] = field(default_factory=dict)
-    # A user script: its resolved path (worker.workspace.resolve_script) and the workspace.
+    # A user script: its resolved path (app.experiments.workspace.resolve_script), the workspace.
     script: Path | None = None
     workspace: Path | None = None
     # The script is in the run's copy of a code snapshot (worker.code): the job starts in the

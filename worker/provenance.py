@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from app.cli.git_state import git_state
 from app.runs.job_files import read_job_file
 from app.runs.models import Run
 from torchyard.contract import ENVIRONMENT_FILE
-from worker.workspace import git_state
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def worker_record(
 
 
 def client_git(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The client's git state from ``code_origin``, in the shape of worker.workspace.git_state
+    """The client's git state from ``code_origin``, in the shape of app.cli.git_state.git_state
     (None when the snapshot was packed outside a git checkout, or without one)."""
     origin = config.get("code_origin")
     if not isinstance(origin, Mapping) or not origin.get("commit"):

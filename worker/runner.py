@@ -16,7 +16,6 @@ import os
 import secrets
 import socket
 import sys
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
 from app.db import session_scope
 from app.experiments.requirements import RequirementRefused
+from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
 from app.runs.job_files import replace_job_file
 from app.runs.models import RunStatus
@@ -54,7 +54,7 @@ from worker.supervise import (
     supervise,
 )
 from worker.watch import StopReason, Watched, drain, with_db
-from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
+from worker.workspace import prepare_work_dir
 
 log = logging.getLogger(__name__)
 
@@ -97,23 +97,18 @@ def start(run_id: int) -> StartResult:
         return StartResult(StartOutcome.WAIT, reason="database unavailable")
 
 
-def heartbeat_host(stop: threading.Event) -> None:
-    """Keep this host live for the scheduler while the worker is idle, from the start at once."""
+def heartbeat_host() -> None:
+    """Keep this host live for the scheduler while the worker is idle (one round of the
+    periodic job in worker/scheduled.py, from the start at once)."""
     inv = inventory()
-    while True:
-        try:
-            with session_scope() as session:
-                touch_host(
-                    session,
-                    host=inv.host,
-                    gpus=list(inv.gpus),
-                    now=utcnow(),
-                    gpu_stats=gpu_stats(inv),
-                )
-        except Exception:
-            log.exception("host heartbeat failed; will retry")
-        if stop.wait(max(0.5, get_settings().lease_ttl_seconds / 3)):
-            return
+    with session_scope() as session:
+        touch_host(
+            session,
+            host=inv.host,
+            gpus=list(inv.gpus),
+            now=utcnow(),
+            gpu_stats=gpu_stats(inv),
+        )
 
 
 class NotRun(enum.Enum):
@@ -266,12 +261,16 @@ def announce_isolation() -> None:
     job_isolation "bwrap" a worker that cannot sandbox refuses to start (exit 2) rather than
     run jobs unisolated."""
     isolation = job_isolation()
-    print(sandbox.describe(isolation), file=sys.stderr, flush=True)
+    refused = not isolation.enabled and get_settings().job_isolation == "bwrap"
+    # On stdout with the rest of the worker's start banner (`torchyard up` shows it); a
+    # refusal says its lines on stderr.
+    stream = sys.stderr if refused else sys.stdout
+    print(sandbox.describe(isolation), file=stream, flush=True)
     for line in job_network.describe(
         network_plan(), get_settings().service_urls, sandboxed=isolation.enabled
     ):
-        print(line, file=sys.stderr, flush=True)
-    if not isolation.enabled and get_settings().job_isolation == "bwrap":
+        print(line, file=stream, flush=True)
+    if refused:
         print(
             "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
             "(docs/security.md)",

@@ -24,9 +24,9 @@ from pydantic import (
 
 from app.errors import FieldError, Invalid, field_error
 from app.experiments.environment import Environment
+from app.experiments.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 from app.settings import get_settings
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
-from worker.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -236,7 +236,7 @@ def validate_config(
 ) -> dict[str, Any]:
     """Return the complete config (defaults filled in) as plain JSON, or raise ConfigInvalid.
 
-    A script must also be a .py file inside this server's workspace (worker.workspace), or,
+    A script must also be a .py file inside this server's workspace (app.experiments.workspace), or,
     with ``code``, a file of that stored snapshot (looked up in ``session``)."""
     if isinstance(raw, dict) and SCRIPT_TAG in raw and "recipe" in raw:
         raise ConfigInvalid(
@@ -274,8 +274,8 @@ def validate_config(
 
 def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | int, ...]) -> None:
     """The snapshot exists (422 naming ``code``) and holds the script (ScriptPathError)."""
+    from app.code.scripts import script_in_snapshot
     from app.code.service import use
-    from worker.code import script_in_snapshot
 
     assert model.code is not None
     files = use(session, model.code) if session is not None else None

@@ -54,16 +54,16 @@ def _running(run_id: int, attempt: int) -> Update:
 
 def enqueue_run(run_id: int) -> None:
     """Hand the run to the broker; any worker of any host may take it."""
-    from worker.celery_app import RUN_TASK, celery_app
+    from app.broker import send_run
 
-    celery_app.send_task(RUN_TASK, args=[run_id])
+    send_run(run_id)
 
 
 def enqueue_sweep_advance(sweep_id: int) -> None:
     """A trial ended: its sweep may launch the next one (app.sweeps.service.advance)."""
-    from worker.celery_app import SWEEP_ADVANCE_TASK, celery_app
+    from app.broker import send_sweep_advance
 
-    celery_app.send_task(SWEEP_ADVANCE_TASK, args=[sweep_id])
+    send_sweep_advance(sweep_id)
 
 
 def _ended(session: Session, run_id: int, status: RunStatus) -> None:

@@ -136,7 +136,8 @@ def reap_lost_runs(
     ended_unwatched: Callable[[int], tuple[int, str | None] | None] | None = None,
 ) -> list[Handover]:
     """Fail or requeue every running run whose worker stopped heartbeating. ``salvage`` is
-    given each claimed run first (worker.liveness moves what is left of its spool).
+    given each claimed run first (the host's LocalJobs, app.runs.reaper, moves what is left of
+    its spool).
     ``still_training`` names runs whose job is seen alive on this machine: not lost, only
     waiting for the host's next worker to re-adopt it (an upgrade may take minutes).
     ``ended_unwatched`` gives (exit status, error) of a job that ended on this machine while

@@ -1,22 +1,24 @@
 // The run page's Images section: per TensorBoard tag (add_image, add_figure), the newest image
-// and a step slider to go back through the tag's earlier steps. Asked for again every 3 s
-// while the run is not finished; a slider left at the newest step follows new images, one
+// and a step slider to go back through the tag's earlier steps. Asked for again on the run's
+// stream events while it is live; a slider left at the newest step follows new images, one
 // moved back stays on its step. Tags are hostile: set as text, never as HTML.
-"use strict";
-(() => {
+import {call} from "../lib/api.js";
+import {api} from "../lib/urls.js";
+
+const EVERY_MS = 3000;
+
+export const mountImages = (stream) => {
   const section = document.getElementById("images");
   if (!section) return;
   const runId = section.dataset.runId;
   const list = document.getElementById("images-list");
   const empty = document.getElementById("images-empty");
-  const finished = () => ["succeeded", "failed", "cancelled"].includes(
-    document.getElementById("run-status")?.dataset.status);
   const views = new Map();  // tag -> {figure, img, slider, output, images, follow}
 
   const show = (view) => {
     const image = view.images[Number(view.slider.value)];
     if (!image) return;
-    const src = `/api/runs/${runId}/images/${image.id}`;
+    const src = api.runImage(runId, image.id);
     if (view.img.getAttribute("src") !== src) view.img.src = src;
     view.img.dataset.step = String(image.step);
     view.img.dataset.imageId = String(image.id);
@@ -76,10 +78,9 @@
   };
 
   const load = async () => {
-    const done = finished();
-    const res = await ty.api("GET", `/api/runs/${runId}/images`);
+    const res = await call("GET", api.runImages(runId));
     if (res.ok && res.body && typeof res.body.tags === "object") render(res.body.tags);
-    if (!done) setTimeout(load, 3000);
   };
   load();
-})();
+  stream.refreshOn(load, EVERY_MS);
+};

@@ -1,14 +1,16 @@
 // The run page's Environment section: the reproducibility record from the API, asked for
-// again every few seconds until the job's half (versions, packages) has arrived.
-"use strict";
-(() => {
+// again on the run's stream events until the job's half (versions, packages) has arrived.
+import {call} from "../lib/api.js";
+import {api} from "../lib/urls.js";
+
+const EVERY_MS = 3000;
+
+export const mountEnvironment = (stream) => {
   const section = document.getElementById("environment");
   if (!section) return;
   const runId = section.dataset.runId;
   const facts = document.getElementById("environment-facts");
   const empty = document.getElementById("environment-empty");
-  const finished = () => ["succeeded", "failed", "cancelled"].includes(
-    document.getElementById("run-status")?.dataset.status);
 
   const add = (label, value, id) => {
     if (value === undefined || value === null || value === "") return;
@@ -63,11 +65,13 @@
     }
   };
 
+  let complete = false;
   const load = async () => {
-    const res = await ty.api("GET", `/api/runs/${runId}/environment`);
+    if (complete) return;
+    const res = await call("GET", api.runEnvironment(runId));
     if (res.ok && res.body && Object.keys(res.body).length) render(res.body);
-    const complete = res.ok && res.body && res.body.packages;
-    if (!complete && !finished()) setTimeout(load, 3000);
+    complete = Boolean(res.ok && res.body && res.body.packages);
   };
   load();
-})();
+  stream.refreshOn(load, EVERY_MS);
+};

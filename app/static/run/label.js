@@ -1,11 +1,13 @@
 // The run page's name, tags and notes: shown as text, edited inline through PATCH /api/runs/{id}.
 // Everything the server sends back is set with textContent (never HTML).
-"use strict";
-(() => {
+import {call, errorText} from "../lib/api.js";
+import {$} from "../lib/dom.js";
+import {api} from "../lib/urls.js";
+
+export const mountLabel = () => {
   const form = document.getElementById("run-label-form");
   if (!form) return;  // read only: another user's run
   const root = document.getElementById("run-label");
-  const $ = (id) => document.getElementById(id);
   const editButton = $("edit-run-label");
   const error = $("run-label-error");
 
@@ -40,12 +42,12 @@
       tags: $("run-tags-input").value.split(/[\s,]+/).filter(Boolean),
       notes: $("run-notes-input").value,
     };
-    const result = await ty.api("PATCH", `/api/runs/${root.dataset.runId}`, body);
+    const result = await call("PATCH", api.run(root.dataset.runId), body);
     if (!result.ok) {
-      error.textContent = ty.errorText(result.body);
+      error.textContent = errorText(result.body);
       return;
     }
     show(result.body);
     close();
   });
-})();
+};

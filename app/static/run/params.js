@@ -1,15 +1,17 @@
 // The run page's Params section: the run's params from the API (the launch config flattened,
 // and the hparams its job reported through TensorBoard, as `hparams.<name>`), asked for
-// again every 5 s while the run is not finished. Keys and values are hostile: set as text.
-"use strict";
-(() => {
+// again on the run's stream events while it is live. Keys and values are hostile: set as text.
+import {call} from "../lib/api.js";
+import {api} from "../lib/urls.js";
+
+const EVERY_MS = 5000;
+
+export const mountParams = (stream) => {
   const section = document.getElementById("params");
   if (!section) return;
   const runId = section.dataset.runId;
   const body = section.querySelector("tbody");
   const empty = document.getElementById("params-empty");
-  const finished = () => ["succeeded", "failed", "cancelled"].includes(
-    document.getElementById("run-status")?.dataset.status);
   const REPORTED = "hparams.";
   const show = (value) => typeof value === "string" ? value : JSON.stringify(value);
 
@@ -33,10 +35,9 @@
   };
 
   const load = async () => {
-    const done = finished();
-    const res = await ty.api("GET", `/api/runs/${runId}`);
+    const res = await call("GET", api.run(runId));
     if (res.ok && res.body && typeof res.body.params === "object") render(res.body.params);
-    if (!done) setTimeout(load, 5000);
   };
   load();
-})();
+  stream.refreshOn(load, EVERY_MS);
+};

@@ -1,4 +1,11 @@
-"""The one place that builds the Celery app (server side enqueues, worker side consumes)."""
+"""The broker client: the one place that builds the Celery app, names the tasks and sends them.
+
+The server enqueues (app.runs.lifecycle), answers readiness (app.ops.ready) and declares the
+queue before `torchyard up` starts its children; the worker registers its task functions on
+this same app (worker/tasks.py) and consumes. The app lives here, not in the worker, so that the
+server never imports the host agent: a task is sent by name, and only the worker process loads
+the functions behind the names.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +28,9 @@ def make_celery() -> Celery:
         from kombu.transport import sqlalchemy as kombu_sqla
 
         kombu_sqla.Transport.polling_interval = POLLING_INTERVAL
-    app = Celery("torchyard", broker=broker, include=["worker.tasks"])
+    # No `include`: the worker's entry point (worker/__main__.py) imports its task module
+    # before Celery starts, so the task functions are registered by the process that runs them.
+    app = Celery("torchyard", broker=broker)
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -40,6 +49,16 @@ def make_celery() -> Celery:
 
 
 celery_app = make_celery()
+
+
+def send_run(run_id: int) -> None:
+    """Hand the run to the broker; any worker of any host may take it."""
+    celery_app.send_task(RUN_TASK, args=[run_id])
+
+
+def send_sweep_advance(sweep_id: int) -> None:
+    """A trial ended: its sweep may launch the next one (app.sweeps.service.advance)."""
+    celery_app.send_task(SWEEP_ADVANCE_TASK, args=[sweep_id])
 
 
 def declare_default_queue() -> None:

@@ -1,18 +1,19 @@
 // The run page's Files section: what the run wrote under its working directory, as a tree of
 // folders (each downloadable as .tar.gz) and files, checkpoint-looking ones marked. Asked for
-// again every 10 s while the run is not finished. Every name is set as text, never as HTML.
-"use strict";
-(() => {
+// again on the run's stream events while it is live. Every name is set as text, never as HTML.
+import {call} from "../lib/api.js";
+import {fmtTime, fmtBytes, utcText} from "../lib/format.js";
+import {api} from "../lib/urls.js";
+
+const EVERY_MS = 10000;
+
+export const mountFiles = (stream) => {
   const section = document.getElementById("files");
   if (!section) return;
   const runId = section.dataset.runId;
   const tree = document.getElementById("files-tree");
   const empty = document.getElementById("files-empty");
-  const finished = () => ["succeeded", "failed", "cancelled"].includes(
-    document.getElementById("run-status")?.dataset.status);
-  const fmtBytes = (n) => n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KB`
-    : n < 1073741824 ? `${(n / 1048576).toFixed(1)} MB` : `${(n / 1073741824).toFixed(2)} GB`;
-  const url = (path) => `/api/runs/${runId}/files/` + path.split("/").map(encodeURIComponent).join("/");
+  const url = (path) => api.runFile(runId, path);
 
   const link = (path, text) => {
     const a = document.createElement("a");
@@ -57,7 +58,7 @@
       const li = document.createElement("li");
       li.append(link(f.path, f.name), ` ${fmtBytes(f.size_bytes)} `);
       if (f.checkpoint) li.append(badge());
-      li.title = `modified ${ty.fmtTime(f.modified_at)} (${ty.utcText(f.modified_at)})`;
+      li.title = `modified ${fmtTime(f.modified_at)} (${utcText(f.modified_at)})`;
       list.append(li);
     }
     return list;
@@ -71,13 +72,13 @@
   };
 
   const load = async () => {
-    const res = await ty.api("GET", `/api/runs/${runId}/files`);
+    const res = await call("GET", api.runFiles(runId));
     if (res.ok && Array.isArray(res.body)) {
       const open = new Set([...tree.querySelectorAll("details[open]")].map((d) => d.dataset.path));
       tree.replaceChildren(render(build(res.body), "", open));
       empty.hidden = res.body.length > 0;
     }
-    if (!finished()) setTimeout(load, 10000);
   };
   load();
-})();
+  stream.refreshOn(load, EVERY_MS);
+};
