@@ -48,7 +48,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         # Up to its own last line and the worker's start banner (the worker says it).
         while not (
             any("Ctrl-C" in line for line in lines)
-            and any("job isolation" in line for line in lines)
+            and any("job network" in line for line in lines)  # after "job isolation"
         ):
             line = proc.stdout.readline()
             assert line, f"torchyard up exited early: {lines}"
