@@ -13,7 +13,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 from sqlalchemy import Engine, MetaData, create_engine, event
-from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, sessionmaker
+
+# Re-exported: the worker types the session it passes to app services without SQLAlchemy.
+from sqlalchemy.orm import Session as Session
 from sqlalchemy.pool import NullPool
 
 from app.settings import get_settings

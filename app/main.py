@@ -23,6 +23,8 @@ from app.experiments.views import router as experiments_views
 from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
 from app.http_errors import error_responses, install_error_handlers
+from app.mlflow.artifacts import router as mlflow_artifacts_router
+from app.mlflow.routes import router as mlflow_router
 from app.notifications.api import router as notifications_router
 from app.notifications.views import router as notifications_views
 from app.ops.prometheus import RequestTimer
@@ -127,6 +129,9 @@ def create_app() -> FastAPI:
         users_views,
         notifications_views,
         sweeps_views,
+        # MLflow's API in MLflow's shape (app/mlflow: its own auth, errors and query rules)
+        mlflow_router,
+        mlflow_artifacts_router,
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")

@@ -4,6 +4,7 @@ The worker knows what the job cannot: which host and GPUs the scheduler gave it,
 workspace's git state at launch (read before the job starts, so an edit made while it trains
 is not attributed to it). The job writes its half (versions, packages, determinism flags:
 torchyard.runtime.environment) when it starts; ``merge_job_record`` folds it in once it appears.
+The record is stored by app.runs.environment_record, its one writer.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import update
-from sqlalchemy.orm import Session
-
 from app.cli.git_state import git_state
+from app.db import Session
+from app.runs import environment_record
 from app.runs.job_files import read_job_file
-from app.runs.models import Run
 from torchyard.contract import ENVIRONMENT_FILE
 
 log = logging.getLogger(__name__)
@@ -68,10 +67,6 @@ def client_git(config: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def store(session: Session, *, run_id: int, record: dict[str, Any]) -> None:
-    session.execute(update(Run).where(Run.id == run_id).values(environment=record))
-
-
 def merge_job_record(session: Session, *, run_id: int, run_dir: Path) -> bool:
     """Fold the job's environment.json into the run's record; False while it is not there."""
     path = run_dir / ENVIRONMENT_FILE
@@ -85,8 +80,5 @@ def merge_job_record(session: Session, *, run_id: int, run_dir: Path) -> bool:
     if not isinstance(job, dict):
         log.warning("run %s: unreadable %s; the record keeps the worker's half", run_id, path)
         return True
-    run = session.get(Run, run_id)
-    if run is None:
-        return True
-    store(session, run_id=run_id, record={**job, **(run.environment or {})})
+    environment_record.merge_job_half(session, run_id=run_id, job=job)
     return True

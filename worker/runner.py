@@ -29,6 +29,7 @@ from app.db import session_scope
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
+from app.runs import environment_record
 from app.runs.job_files import replace_job_file
 from app.runs.models import RunStatus
 from app.settings import get_settings
@@ -165,7 +166,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             script=script,
             code=claimed.config if code else None,
         )
-        provenance.store(session, run_id=run_id, record=record)
+        environment_record.store(session, run_id=run_id, record=record)
     in_sweep = claimed.sweep_id is not None
     watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(claimed.gpu_indices), in_sweep)
     try:

@@ -23,9 +23,9 @@ from torchyard.contract import LOG_FILE
 from worker import job_records
 from worker.job_errors import run_error
 from worker.process import JobProcess
-from worker.run_files import store_while_heartbeating
 from worker.run_log import note_in_log
 from worker.watch import StopReason, Watched, drain, watch, with_db
+from worker.work_dir_upload import store_while_heartbeating
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ torchyard unchanged: the job runs in its run directory, so its event files
 (`events.out.tfevents.*`, relative log dirs included) are somewhere under that directory. The
 forwarder calls `forward_events` with every batch; it finds the event files (walking the tree
 about once a second per run, and at once when a directory it walked has changed), reads each
-one incrementally from the byte offset kept in `run.tb_offsets`, and stores what they hold
-with the new offsets in the caller's transaction, so a restarted worker resumes where the last
-commit left off.
+one incrementally from the byte offset kept in `runs.tb_offsets` (app.runs.ingest_offsets),
+and stores what they hold with the new offsets in the caller's transaction, so a restarted
+worker resumes where the last commit left off.
 
 Event files are TFRecord streams of serialized `Event`s, read by `worker.tfrecord` (which owns
 the framing, the CRC checks, the size cap of a record and where an incomplete trailing record
@@ -40,12 +40,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
+from app.db import Session
 from app.metrics.ingest import KeyLimit, clip_key, ingest_points
+from app.runs import ingest_offsets
 from app.runs.images import Caps, ImageLimit, store_images
 from app.runs.job_files import job_file_size
-from app.runs.models import Run
 from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
 from torchyard.contract import SYSTEM_KEY_PREFIX
@@ -196,8 +195,8 @@ def forward_events(
 ) -> int:
     """One batch of TensorBoard scalars: returns the number of event records consumed (0 when
     no event file has anything new). Points and offsets go into the caller's transaction."""
-    run = session.get(Run, run_id)
-    if run is None:
+    offsets = ingest_offsets.tensorboard_offsets(session, run_id=run_id)
+    if offsets is None:
         return 0
     state = _state(run_id)
     _scan(state, run_dir)
@@ -213,7 +212,6 @@ def forward_events(
                 run_id,
             )
         return 0
-    offsets = dict(run.tb_offsets or {})
     event_dirs = {posixpath.dirname(f) for f in state.files}
     decoded = Decoded()
     oversized: dict[str, int] = {}  # file -> records over MAX_RECORD_BYTES skipped unread
@@ -275,8 +273,7 @@ def forward_events(
     if new:
         state.named.update(new)
         note_in_log(run_dir, *(new[k] for k in sorted(new)))
-    run.tb_offsets = offsets  # a new dict: the JSON column sees the change
-    session.flush()
+    ingest_offsets.advance_tensorboard(session, run_id=run_id, offsets=offsets)
     return consumed
 
 

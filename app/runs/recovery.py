@@ -147,7 +147,9 @@ def reap_lost_runs(
     stamp = func.coalesce(Run.heartbeat_at, Run.started_at)
     stale = session.execute(
         select(Run.id, stamp).where(
-            Run.status == RunStatus.running, or_(stamp.is_(None), stamp < cutoff)
+            Run.status == RunStatus.running,
+            Run.origin.is_(None),  # an external run has no worker to lose (app/mlflow)
+            or_(stamp.is_(None), stamp < cutoff),
         )
     ).all()
     done: list[Handover] = []

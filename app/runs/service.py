@@ -62,8 +62,8 @@ def resume_run(
     its job restores model, optimizer, epoch and step. Its config is the parent's (seed
     included) with `overrides` deep-merged and validated as a whole; new values (another lr)
     win over the optimizer state the checkpoint holds (torchyard.runtime.checkpoint)."""
-    # Locked: retention (worker.retention) deletes a dropped checkpoint's row before its file,
-    # and re-checks the runs that resume from it under the same lock.
+    # Locked: retention (app.runs.checkpoint_records) deletes a dropped checkpoint's row before
+    # its file, and re-checks the runs that resume from it under the same lock.
     ckpt = session.scalar(
         select(Checkpoint)
         .where(Checkpoint.run_id == run.id, Checkpoint.name == checkpoint)

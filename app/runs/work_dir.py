@@ -150,19 +150,19 @@ class Download:
 def run_files(run_id: int) -> list[RunFile]:
     """The run's files: from its working directory on this machine, else (an API on another
     host than the worker) from the artifact store, where the worker left them at the end."""
-    from app.runs import stored_files  # it builds on this module
+    from app.runs import work_dir_store  # it builds on this module
 
     settings = get_settings()
     root = settings.run_dir(run_id) / WORK_DIR
     if root.is_dir() or not settings.artifact_store:
         return list_files(root)
-    return stored_files.listing(settings.artifact_store, run_id) or []
+    return work_dir_store.listing(settings.artifact_store, run_id) or []
 
 
 def download(run_id: int, relative: str) -> Download:
     """One file, or a folder as a tar.gz; FileRefused for a path that is not the run's,
     FileNotFoundError for one that is not there."""
-    from app.runs import stored_files  # it builds on this module
+    from app.runs import work_dir_store  # it builds on this module
 
     settings = get_settings()
     root = settings.run_dir(run_id) / WORK_DIR
@@ -174,13 +174,13 @@ def download(run_id: int, relative: str) -> Download:
             return Download(f"{name}.tar.gz", folder_archive(root, relative), None, True)
         return Download(name, read_chunks(fd), info.st_size, False)
     path = "/".join(_components(relative))
-    listed = stored_files.listing(settings.artifact_store, run_id) or []
+    listed = work_dir_store.listing(settings.artifact_store, run_id) or []
     for item in listed:
         if item.path == path:
-            chunks = stored_files.chunks(settings.artifact_store, run_id, path)
+            chunks = work_dir_store.chunks(settings.artifact_store, run_id, path)
             return Download(name, chunks, item.size_bytes, False)
     inside = [item for item in listed if item.path.startswith(path + "/")]
     if inside:
-        archive = stored_files.folder_archive(settings.artifact_store, run_id, inside, path)
+        archive = work_dir_store.folder_archive(settings.artifact_store, run_id, inside, path)
         return Download(f"{name}.tar.gz", archive, None, True)
     raise FileNotFoundError(relative)

@@ -1,4 +1,4 @@
-"""The log shipped to the database (worker.forwarder.ship_log -> run_log_chunks) reads exactly
+"""The log shipped to the database (app.runs.log_store.ship -> run_log_chunks) reads exactly
 like the file it came from (app.runs.logs): the same bytes for every offset, tail and rank,
 and the routes serve it when the run directory is not on the API's disk."""
 
@@ -12,20 +12,17 @@ import pytest
 from sqlalchemy import func, select
 
 from app.db import session_scope
-from app.runs import logs
+from app.runs import log_store, logs
 from app.runs.models import Run, RunLogChunk
 from app.settings import get_settings
 from tests.factories import make_run
 from tests.test_run_logs import random_log, reference
 from tests.test_runs_api import new_experiment, tiny
-from worker import forwarder
 
 
-def ship(run_id: int, log: Path, *, final: bool = False) -> int:
+def ship(run_id: int, log: Path, *, final: bool = False) -> bool:
     with session_scope() as session:
-        run = session.get(Run, run_id)
-        assert run is not None
-        return forwarder.ship_log(session, run=run, log_path=log, final=final)
+        return log_store.ship(session, run_id=run_id, log_path=log, final=final)
 
 
 def ship_all(run_id: int, log: Path) -> None:
@@ -58,7 +55,7 @@ def read_both(
     path: Path, run_id: int, *, rank: int | None, offset: int, tail: int | None
 ) -> list[tuple[bytes, int]]:
     got = []
-    for source in (logs.FileLogSource(path), logs.ChunkLogSource(run_id)):
+    for source in (logs.FileLogSource(path), log_store.ChunkLogSource(run_id)):
         if rank is None:
             piece = logs.read_all(source, offset=offset, tail=tail)
         else:
@@ -71,9 +68,9 @@ def test_file_and_chunks_read_the_same_for_every_offset_tail_and_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(logs, "BLOCK", 64)  # reads cross chunk and block boundaries
-    monkeypatch.setattr(forwarder, "LOG_SHIP_BYTES", 200)
-    monkeypatch.setattr(forwarder, "LOG_CHUNK_BYTES", 500)
-    monkeypatch.setattr(forwarder, "LOG_MAX_SMALL_CHUNKS", 4)
+    monkeypatch.setattr(log_store, "SHIP_BYTES", 200)
+    monkeypatch.setattr(log_store, "CHUNK_BYTES", 500)
+    monkeypatch.setattr(log_store, "MAX_SMALL_CHUNKS", 4)
     rng = random.Random(7)
     for _ in range(12):
         run_id = make_run()
@@ -103,23 +100,23 @@ def test_while_the_job_runs_only_whole_lines_ship_and_the_final_drain_sends_the_
 ) -> None:
     run_id = make_run()
     path = tmp_path / "output.log"
-    assert ship(run_id, path) == 0  # no log yet
+    assert not ship(run_id, path)  # no log yet
     path.write_bytes(b"one\ntw")
-    assert ship(run_id, path) == 1 and chunks_of(run_id) == [(0, b"one\n")]
-    assert ship(run_id, path) == 0  # "tw" waits for its newline
+    assert ship(run_id, path) and chunks_of(run_id) == [(0, b"one\n")]
+    assert not ship(run_id, path)  # "tw" waits for its newline
     with open(path, "ab") as f:
         f.write(b"o\nthree, the last line, with no newline")
-    assert ship(run_id, path) == 1
-    assert ship(run_id, path) == 0
-    assert ship(run_id, path, final=True) == 1
-    assert ship(run_id, path, final=True) == 0
+    assert ship(run_id, path)
+    assert not ship(run_id, path)
+    assert ship(run_id, path, final=True)
+    assert not ship(run_id, path, final=True)
     assert_tiles(run_id, path.read_bytes())
 
 
 def test_one_call_ships_a_bounded_window_and_a_line_longer_than_it_still_goes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(forwarder, "LOG_SHIP_BYTES", 100)
+    monkeypatch.setattr(log_store, "SHIP_BYTES", 100)
     run_id = make_run()
     path = tmp_path / "output.log"
     data = b"x" * 250 + b"\n" + b"short\n" * 30
@@ -140,10 +137,10 @@ def test_a_trickling_log_is_merged_into_few_chunks(tmp_path: Path) -> None:
         for _ in range(2000):  # a line per forwarding interval: 2000 calls, ~160 KB
             f.write(line)
             f.flush()
-            assert ship(run_id, path) == 1
+            assert ship(run_id, path)
     rows = chunks_of(run_id)
-    assert len(rows) <= 2 + forwarder.LOG_MAX_SMALL_CHUNKS
-    assert sum(len(p) >= forwarder.LOG_CHUNK_BYTES for _, p in rows) >= 2
+    assert len(rows) <= 2 + log_store.MAX_SMALL_CHUNKS
+    assert sum(len(p) >= log_store.CHUNK_BYTES for _, p in rows) >= 2
     assert_tiles(run_id, path.read_bytes())
 
 

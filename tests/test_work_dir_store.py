@@ -1,6 +1,6 @@
 """A run's files when its worker is another host: the worker copies its working directory to
-the artifact store when it ends (worker/run_files.py, capped), and the API lists and serves
-them from there (app/runs/stored_files.py), taking the stored listing as hostile input."""
+the artifact store when it ends (app/runs/work_dir_store.py, capped), and the API lists and serves
+them from there (app/runs/work_dir_store.py), taking the stored listing as hostile input."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from app.db import session_scope
 from app.settings import get_settings
 from tests.factories import add_run
-from worker.run_files import store_run_files
+from worker.work_dir_upload import store_run_files
 
 WEIGHTS = os.urandom(100_000)
 
