@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 # Re-exported: the worker types the session it passes to app services without SQLAlchemy.
@@ -110,3 +111,18 @@ def get_db() -> Iterator[Session]:
 
 # scope="function": commit before the response goes out, so a client that gets 201 can read it.
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]
+
+
+def database_away(exc: BaseException) -> bool:
+    """The database cannot be reached right now (a restart, SQLite's lock held too long): worth
+    waiting for, unlike an error in what was sent. Here so the host agent can tell the two
+    apart without knowing the database library."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """The database refused a row that breaks a unique constraint (two actors took the same
+    thing, e.g. one GPU leased twice): nothing of the unit of work was kept."""
+    return isinstance(exc, IntegrityError)

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.runs.job_files import within
+
 # Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
 PRIVATE_UMASK = 0o077
 
@@ -226,7 +228,7 @@ class Settings(BaseSettings):
         if self.env_dir is None:
             return data.with_name(f"{data.name}-envs")
         path = self.env_dir.expanduser().resolve()
-        if path.is_relative_to(data):
+        if within(path, data):
             raise ValueError(
                 f"TORCHYARD_ENV_DIR ({path}) must not be inside the data dir ({data}): the "
                 "sandbox hides the data dir from jobs, and a job runs from its environment"

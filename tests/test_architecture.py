@@ -252,3 +252,60 @@ def test_a_cycle_is_found_and_named() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert cycle_in(graph) == ["a", "b", "c", "a"]
     assert cycle_in({"a": {"b"}, "b": set()}) is None
+
+
+# --- the host agent changes data only through app's services ------------------------------
+
+# What a session may be asked directly in the worker: its unit of work (a savepoint, a
+# commit), never a query or a row.
+SESSION_DATA_METHODS = frozenset(
+    {"execute", "scalar", "scalars", "get", "add", "add_all", "delete", "query", "merge"}
+)
+
+
+def _data_access(source: str) -> list[str]:
+    """Each way `source` reaches the tables itself: the database library or an app domain's
+    ORM models imported (a lazy import inside a function counts), or a query asked of a name
+    that holds a session."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "sqlalchemy" or (parts[0] == "app" and "models" in parts[1:]):
+                found.append(f"imports {name} (line {node.lineno})")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in {"session", "s", "db"}
+            and node.func.attr in SESSION_DATA_METHODS
+        ):
+            found.append(f"{node.func.value.id}.{node.func.attr} (line {node.lineno})")
+    return found
+
+
+def test_the_data_access_scan_sees_what_it_looks_for() -> None:
+    assert _data_access("from sqlalchemy import select") == [
+        "imports sqlalchemy (line 1)",
+        "imports sqlalchemy.select (line 1)",
+    ]
+    assert _data_access("def f():\n    from app.runs.models import Run\n")
+    assert _data_access("def f(session):\n    session.execute(1)\n") == ["session.execute (line 2)"]
+    assert _data_access("from app.db import Session, session_scope") == []
+    assert _data_access("def f(session):\n    session.begin_nested()\n") == []
+
+
+def test_the_worker_changes_data_only_through_app_services() -> None:
+    """worker/ is the host agent: it opens app.db.session_scope() and hands the session to
+    the owning app module's service; every table has its one writer in app (issue 26)."""
+    offenders = {
+        path.relative_to(REPO).as_posix(): found
+        for path in sorted((REPO / "worker").rglob("*.py"))
+        if (found := _data_access(path.read_text()))
+    }
+    assert offenders == {}

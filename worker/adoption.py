@@ -23,21 +23,14 @@ import enum
 import logging
 import threading
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-
-from app.db import session_scope
-from app.gpus.models import GpuLease
-from app.runs import lifecycle
-from app.runs.models import Run, RunStatus
+from app.db import is_conflict, session_scope
+from app.runs.recovery import readopt
 from app.settings import get_settings
-from app.timeutil import utcnow
-from torchyard.contract import METRICS_FILE
+from torchyard.contract import RunPaths
+from worker.heartbeat import Watched
 from worker.job_records import JobRecord, records
 from worker.process import JobProcess
 from worker.supervise import forget, hand_over_stopped, supervise
-from worker.watch import Watched
 
 log = logging.getLogger(__name__)
 
@@ -48,29 +41,6 @@ class Found(enum.Enum):
     ADOPTED = "adopted"
     HOST_RESTARTED = "host restarted"
     STALE = "stale"
-
-
-def _parse_indices(text: str | None) -> list[int]:
-    return [int(i) for i in text.split(",") if i] if text else []
-
-
-def _claim(session: Session, record: JobRecord, host: str) -> Run | None:
-    """The run, heartbeating again with its leases back, while it still runs as the record's
-    attempt; None otherwise."""
-    run = session.get(Run, record.run_id, populate_existing=True)
-    if run is None or run.status != RunStatus.running or run.attempt != record.attempt:
-        return None
-    gpus = _parse_indices(run.gpu_indices)
-    held = set(session.scalars(select(GpuLease.gpu_index).where(GpuLease.run_id == run.id)))
-    now = utcnow()
-    for index in gpus:
-        if index not in held:  # expired while no worker renewed it
-            session.add(GpuLease(host=host, gpu_index=index, run_id=run.id, acquired_at=now))
-    session.flush()
-    lifecycle.heartbeat(
-        session, run_id=run.id, attempt=record.attempt, renew_leases=bool(gpus), now=now
-    )
-    return run
 
 
 def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | None]:
@@ -86,11 +56,11 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
     alive = record.alive()
     try:
         with session_scope() as session:
-            run = _claim(session, record, host)
-            in_sweep = run is not None and run.sweep_id is not None
-            has_leases = run is not None and bool(run.gpu_indices)
-    except IntegrityError:  # a GPU of its went to another run while nobody renewed it
-        run = None
+            run = readopt(session, run_id=record.run_id, attempt=record.attempt, host=host)
+    except Exception as exc:
+        if not is_conflict(exc):
+            raise
+        run = None  # a GPU of its went to another run while nobody renewed it
     if run is None:
         if alive:
             log.warning("run %s: its job is not this run's any more; stopping it", record.run_id)
@@ -109,9 +79,9 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
     watched = Watched(
         record.run_id,
         record.attempt,
-        settings.run_dir(record.run_id) / METRICS_FILE,
-        has_leases,
-        in_sweep,
+        RunPaths(settings.run_dir(record.run_id)).metrics,
+        run.has_leases,
+        run.in_sweep,
     )
     thread = threading.Thread(
         target=_supervise_adopted, args=(watched, job), name=f"run-{record.run_id}", daemon=True

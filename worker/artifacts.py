@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from app.artifacts import checkpoint_key, renames_atomically, store_fs
 from app.db import Session, session_scope
 from app.runs import checkpoint_records
-from app.runs.job_files import job_file_size, open_job_file
-from app.runs.service import inside
+from app.runs.job_files import FileRefused, clean_relative, is_regular, open_job_file
 from app.settings import get_settings
 
 if TYPE_CHECKING:
@@ -95,10 +94,13 @@ def ensure_local(runs_dir: Path, resume_from: str | None) -> Path | None:
     dir), on this host's disk: fetched from the store to the same relative path if missing."""
     if not resume_from:
         return None
-    target = inside(runs_dir, resume_from)
-    if target is None:
-        raise ArtifactMissing(f"resume_from {resume_from!r} is not under the runs directory")
-    if target.is_file():
+    try:
+        target = runs_dir / clean_relative(resume_from)
+    except FileRefused:
+        raise ArtifactMissing(
+            f"resume_from {resume_from!r} is not under the runs directory"
+        ) from None
+    if is_regular(runs_dir, resume_from):
         return target
     run_part, _, relative = resume_from.partition("/")
     with session_scope() as session:
@@ -191,11 +193,10 @@ def sync(session: Session, *, run_id: int, run_dir: Path, final: bool) -> int:
         key = (run_id, name)
         if key in busy or key in _uploads.given_up:
             continue
-        local = inside(run_dir, path)
-        if local is None or job_file_size(local) is None:
+        if not is_regular(run_dir, path):
             _uploads.failed(key, FileNotFoundError(f"{path} is not in {run_dir}"))
             continue
-        _uploads.submit(key, store, local)
+        _uploads.submit(key, store, run_dir / clean_relative(path))
     if not final:
         return recorded
     in_flight = len(_uploads.of_run(run_id))

@@ -19,13 +19,14 @@ from app.code.scripts import clean_script
 from app.code.store import local_archive
 from app.code.tarcheck import Limits, extract
 from app.experiments.workspace import ScriptPathError
-from torchyard.contract import WORK_DIR
+from app.runs.job_files import within
+from torchyard.contract import RunPaths
 
 
 def snapshot_root(run_dir: Path) -> Path:
     """The root of a run's working copy of its snapshot (e.g. where a ``requirements.txt`` of
     the snapshot is: ``snapshot_root(run_dir) / "requirements.txt"``)."""
-    return run_dir / WORK_DIR
+    return RunPaths(run_dir).work
 
 
 def prepare(run_dir: Path, digest: str, script: str) -> Path:
@@ -39,6 +40,6 @@ def prepare(run_dir: Path, digest: str, script: str) -> Path:
         staging.rename(root)
     path = root / clean_script(script)
     resolved = path.resolve()
-    if not resolved.is_relative_to(root.resolve()) or not resolved.is_file():
+    if not within(resolved, root.resolve()) or not resolved.is_file():
         raise ScriptPathError(f"{script!r} is not a file in code snapshot {digest}")
     return path

@@ -18,25 +18,24 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
-from app.runs.models import Run
 from app.settings import get_settings
 from worker import sandbox
 from worker.environments import BuildFailed, Cache, Env, pip_argv
 from worker.forwarder import forward
+from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
+from worker.ingest_steps import IngestSteps
 from worker.run_log import note_in_log
-from worker.watch import SHUTTING_DOWN, Ingest, StopReason, Watched
+from worker.watch import SHUTTING_DOWN, StopReason
 
 log = logging.getLogger(__name__)
 
 ERROR_TAIL_LINES = 25
+STOPPED_BUILD_WAIT_SECONDS = 10.0
 
 
 class Pip:
@@ -163,6 +162,10 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     if stopped is not None:
         pip.stop(f"the run was {'cancelled' if stopped is StopReason.CANCEL else 'handed back'}")
         building.abandon()
+        # pip is killed; its thread now removes the half-built folder. Waited for (a while:
+        # the thread may instead be queued behind another build's lock) so that nothing
+        # half-built outlives the run's final status.
+        thread.join(timeout=STOPPED_BUILD_WAIT_SECONDS)
         return Prepared(None, stopped)
     if building.error is not None:
         if isinstance(building.error, BuildFailed | OSError):
@@ -179,10 +182,8 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
 
 def _keep_alive(run: Watched, thread: threading.Thread, *, interval: float) -> StopReason | None:
     """Heartbeat, ship the log and watch for a cancel until ``thread`` ends."""
-    settings = get_settings()
-    heartbeat_every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
-    last_heartbeat = time.monotonic()
-    ingest = Ingest(run)
+    heartbeat = Heartbeat(run)
+    ingest = IngestSteps(run.run_id)
     delay = max(interval, 0.05)
     while True:
         thread.join(timeout=delay)
@@ -191,16 +192,8 @@ def _keep_alive(run: Watched, thread: threading.Thread, *, interval: float) -> S
         ingest.step(
             "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
         )
-
-        def check(session: Session) -> bool:
-            nonlocal last_heartbeat
-            if time.monotonic() - last_heartbeat >= heartbeat_every:
-                run.heartbeat(session)
-                last_heartbeat = time.monotonic()
-            row = session.get(Run, run.run_id)
-            return row is None or bool(row.cancel_requested)
-
-        if ingest.step("heartbeat", check, False):
+        standing = heartbeat.check()  # None: the database is away; asked again next round
+        if standing is not None and stops_as_cancelled(standing):
             return StopReason.CANCEL
         if SHUTTING_DOWN.is_set():
             return StopReason.SHUTDOWN

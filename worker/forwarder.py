@@ -34,7 +34,7 @@ from app.notifications.triggers import metrics_arrived
 from app.runs import checkpoint_records, ingest_offsets, log_store
 from app.runs.job_files import FileRefused, open_job_file
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 from worker import artifacts, spool_lines
 from worker.spool_lines import parse_spool
 from worker.tensorboard_events import forward_events
@@ -121,7 +121,7 @@ def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = 
     ingest_offsets.note_dropped_points(
         session, run_id=run_id, limit=key_limit.max_keys, points=key_limit.dropped_points
     )
-    log_path = run_dir / LOG_FILE
+    log_path = RunPaths(run_dir).log
     log_store.limit(session, run_id=run_id, log_path=log_path, max_bytes=settings.max_log_bytes)
     if settings.artifact_store:  # the API is elsewhere: it reads the log from the database
         moved += log_store.ship(session, run_id=run_id, log_path=log_path, final=final)

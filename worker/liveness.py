@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.orm import Session
-
+from app.db import Session
 from app.runs import notices
-from app.runs.models import Run
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE, METRICS_FILE
+from torchyard.contract import RunPaths
 from worker import job_records
 from worker.forwarder import forward
 from worker.gpus import host_name
@@ -31,7 +29,7 @@ MAX_SALVAGE_BATCHES = 10_000
 def salvage_spool(session: Session, run_id: int) -> None:
     """Move the rest of a run's local spool (if this machine has it) in the caller's
     transaction."""
-    metrics_path = get_settings().run_dir(run_id) / METRICS_FILE
+    metrics_path = RunPaths(get_settings().run_dir(run_id)).metrics
     if not metrics_path.parent.is_dir():
         return
     # In a savepoint: an error in one run's spool is that run's (its points so far are kept,
@@ -44,10 +42,10 @@ def salvage_spool(session: Session, run_id: int) -> None:
                 return
     except Exception as exc:
         log.exception("run %s: salvaging its spool failed", run_id)
-        run = session.get(Run, run_id)
-        if run is not None:
-            first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
-            notices.ingest_error(run, f"salvage: {type(exc).__name__}: {first}")
+        first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
+        notices.note_ingest_error(
+            session, run_id=run_id, error=f"salvage: {type(exc).__name__}: {first}"
+        )
 
 
 def still_training(run_id: int) -> bool:
@@ -71,7 +69,7 @@ def ended_unwatched(run_id: int) -> tuple[int, str | None] | None:
         return None
     run_dir = settings.run_dir(run_id)
     record.remove()
-    return code, run_error(run_dir, run_dir / LOG_FILE, code) if code else None
+    return code, run_error(run_dir, RunPaths(run_dir).log, code) if code else None
 
 
 class HostJobs:

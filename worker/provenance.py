@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from app.cli.git_state import git_state
 from app.db import Session
+from app.experiments.config import ScriptConfig
 from app.runs import environment_record
 from app.runs.job_files import read_job_file
-from torchyard.contract import ENVIRONMENT_FILE
+from torchyard.contract import RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def worker_record(
     worker_host: str,
     gpu_indices: tuple[int, ...],
     script: Path | None,
-    code: Mapping[str, Any] | None = None,
+    code: ScriptConfig | None = None,
 ) -> dict[str, Any]:
     """``code``: the config of a run from a code snapshot; its git state is then the client's
     (``code_origin``, recorded when the snapshot was packed), not the server workspace's."""
@@ -45,31 +45,31 @@ def worker_record(
         record["script"] = str(script)
         record["git"] = git_state(script.parent) if code is None else client_git(code)
     if code is not None:
-        record["code"] = code.get("code")
+        record["code"] = code.code
     return record
 
 
-def client_git(config: Mapping[str, Any]) -> dict[str, Any] | None:
+def client_git(config: ScriptConfig) -> dict[str, Any] | None:
     """The client's git state from ``code_origin``, in the shape of app.cli.git_state.git_state
     (None when the snapshot was packed outside a git checkout, or without one)."""
-    origin = config.get("code_origin")
-    if not isinstance(origin, Mapping) or not origin.get("commit"):
+    origin = config.code_origin
+    if origin is None or not origin.commit:
         return None
     return {
         "source": "client",
-        "commit": origin.get("commit"),
-        "branch": origin.get("branch") or "",
-        "remote": origin.get("remote"),
-        "dirty": bool(origin.get("dirty")),
-        "diff": origin.get("diff") or "",
-        "diff_truncated": bool(origin.get("diff_truncated")),
+        "commit": origin.commit,
+        "branch": origin.branch or "",
+        "remote": origin.remote,
+        "dirty": origin.dirty,
+        "diff": origin.diff,
+        "diff_truncated": origin.diff_truncated,
         "untracked": [],
     }
 
 
 def merge_job_record(session: Session, *, run_id: int, run_dir: Path) -> bool:
     """Fold the job's environment.json into the run's record; False while it is not there."""
-    path = run_dir / ENVIRONMENT_FILE
+    path = RunPaths(run_dir).environment
     raw = read_job_file(path, MAX_RECORD_BYTES)  # a regular file only, never blocking
     if raw is None:
         return False

@@ -15,17 +15,16 @@ import os
 import shutil
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
+from app.db import Session
+from app.runs.attempts import NextAttempt, restart_spool
 from app.runs.job_files import append_to_job_file, cut_job_file, job_file_size
-from app.runs.models import Run
-from torchyard.contract import LOG_FILE, METRICS_FILE
+from torchyard.contract import RunPaths
 from worker.tensorboard_events import clear_cache, find_event_files
 
 log = logging.getLogger(__name__)
 
 
-def _continue_log(run: Run, log_path: Path) -> None:
+def _continue_log(run_id: int, next_attempt: NextAttempt, log_path: Path) -> None:
     """The new attempt's output continues the run's log. On another host the local file is
     new, but the log shipped so far (runs.log_offset bytes) is the run's: the local file is
     extended to that size (a sparse hole, no bytes written) so shipping resumes after it.
@@ -37,25 +36,27 @@ def _continue_log(run: Run, log_path: Path) -> None:
         else:
             log_path.unlink(missing_ok=True)
     append_to_job_file(log_path, b"")
-    if (job_file_size(log_path) or 0) < run.log_offset:
-        cut_job_file(log_path, run.log_offset)
+    if (job_file_size(log_path) or 0) < next_attempt.log_offset:
+        cut_job_file(log_path, next_attempt.log_offset)
     append_to_job_file(
-        log_path, f"=== torchyard: attempt {run.attempt} of run {run.id} ===\n".encode()
+        log_path, f"=== torchyard: attempt {next_attempt.attempt} of run {run_id} ===\n".encode()
     )
 
 
 def start_attempt(session: Session, run_id: int, run_dir: Path) -> None:
-    run = session.get(Run, run_id, populate_existing=True)
-    if run is None:
-        return
-    spool = run_dir / METRICS_FILE
-    if spool.exists():
-        aside = run_dir / f"metrics.attempt-{run.attempt - 1}.jsonl"
-        os.replace(spool, aside)
-        log.info("run %s attempt %d: previous spool kept as %s", run_id, run.attempt, aside.name)
-    run.metrics_offset = 0
-    _continue_log(run, run_dir / LOG_FILE)
+    """Set the old attempt's spool aside and start reading afresh (app.runs.attempts); the
+    event files are read on from where they end now."""
     files, _dirs = find_event_files(run_dir)
-    run.tb_offsets = {rel: job_file_size(run_dir / rel) or 0 for rel in files}
+    tb_offsets = {rel: job_file_size(run_dir / rel) or 0 for rel in files}
+    started = restart_spool(session, run_id=run_id, tb_offsets=tb_offsets)
+    if started is None:
+        return
+    spool = RunPaths(run_dir).metrics
+    if spool.exists():
+        aside = RunPaths(run_dir).earlier_metrics(started.attempt - 1)
+        os.replace(spool, aside)
+        log.info(
+            "run %s attempt %d: previous spool kept as %s", run_id, started.attempt, aside.name
+        )
+    _continue_log(run_id, started, RunPaths(run_dir).log)
     clear_cache()
-    session.flush()

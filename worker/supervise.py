@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.orm import Session
-
 from app.db import session_scope
 from app.runs import lifecycle
 from app.runs.disk import record_disk_use
-from app.runs.models import Run, RunStatus
-from app.runs.recovery import HandoverOutcome, hand_over
+from app.runs.recovery import HandoverOutcome, hand_over_attempt
+from app.runs.status import RunStatus
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 from worker import job_records
+from worker.db_retry import with_db
+from worker.heartbeat import Watched
 from worker.job_errors import run_error
 from worker.process import JobProcess
 from worker.run_log import note_in_log
-from worker.watch import StopReason, Watched, drain, watch, with_db
+from worker.watch import StopReason, drain, watch
 from worker.work_dir_upload import store_while_heartbeating
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     the next worker). Used inside the job's block (`with job:`)."""
     settings = get_settings()
     run_dir = run.metrics_path.parent
-    log_path = run_dir / LOG_FILE
+    log_path = RunPaths(run_dir).log
     stopped_by = watch(
         run,
         job,
@@ -134,14 +134,16 @@ def hand_over_stopped(
     that restarted): requeued (max_restarts, or ``requeue_from_checkpoint`` and it has one) or
     failed with the reason."""
 
-    def hand(session: Session) -> HandoverOutcome:
-        run = session.get(Run, run_id, populate_existing=True)
-        if run is None or run.status != RunStatus.running or run.attempt != attempt:
-            return HandoverOutcome.GONE
-        return hand_over(
-            session, run=run, reason=reason, requeue_from_checkpoint=requeue_from_checkpoint
-        )
-
-    outcome = with_db(run_id, "hand over", hand)
+    outcome = with_db(
+        run_id,
+        "hand over",
+        lambda s: hand_over_attempt(
+            s,
+            run_id=run_id,
+            attempt=attempt,
+            reason=reason,
+            requeue_from_checkpoint=requeue_from_checkpoint,
+        ),
+    )
     log.info("run %s: %s (%s)", run_id, outcome.value, reason)
     return _HANDED_OVER_AS.get(outcome, RunStatus.failed)

@@ -33,13 +33,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
-
+from app.db import Session
 from app.metrics.ingest import Point, ingest_points
-from app.metrics.models import Metric, MetricKey
-from app.runs.models import Run
-from app.timeutil import as_utc
+from app.metrics.system_series import series_start
 from torchyard.contract import SYSTEM_KEY_PREFIX
 from worker import gpus
 
@@ -172,32 +168,13 @@ class SystemSeries:
         return True
 
     def run_facts(self, session: Session) -> tuple[float, tuple[int, ...]] | None:
-        """(the Unix time of step 0, leased GPU indices), read once; None when the run has
-        no start (nothing to count seconds from).
-
-        Step 0 is the attempt's `started_at`, moved back past the series of the run's earlier
-        attempts (a requeue keeps them: app.runs.recovery): the next attempt's seconds follow
-        the last one's instead of landing on its steps (the first point of a step is kept).
-        Both come from the database, so a watch loop that starts again for the same attempt
-        counts from the same step 0."""
+        """(the Unix time of step 0, leased GPU indices), read once
+        (app.metrics.system_series.series_start); None when the run has no start."""
         if self._run is None:
-            row = session.get(Run, self.run_id)
-            if row is None or row.started_at is None:
+            start = series_start(session, run_id=self.run_id, keys=(CPU_PERCENT, RSS_MB))
+            if start is None:
                 return None
-            started = as_utc(row.started_at).timestamp()
-            earlier = session.scalar(
-                select(func.max(Metric.step))
-                .join(MetricKey, Metric.key_id == MetricKey.id)
-                .where(
-                    MetricKey.run_id == self.run_id,
-                    MetricKey.key.in_([CPU_PERCENT, RSS_MB]),
-                    Metric.wall_time < started,
-                )
-            )
-            if earlier is not None:
-                started -= earlier + 1
-            indices = tuple(int(i) for i in (row.gpu_indices or "").split(",") if i.strip())
-            self._run = (started, indices)
+            self._run = (start.at, start.gpu_indices)
         return self._run
 
     def sample(self, pids: Iterable[int], gpu_indices: Iterable[int] = ()) -> dict[str, float]:

@@ -35,6 +35,7 @@ import functools
 import logging
 import os
 import posixpath
+import stat
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from app.db import Session
 from app.metrics.ingest import KeyLimit, clip_key, ingest_points
 from app.runs import ingest_offsets
 from app.runs.images import Caps, ImageLimit, store_images
-from app.runs.job_files import job_file_size
+from app.runs.job_files import FileRefused, folder_entries, job_file_size
 from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
 from torchyard.contract import SYSTEM_KEY_PREFIX
@@ -129,29 +130,29 @@ def _mtime(path: str) -> int | None:
 
 
 def find_event_files(run_dir: Path) -> tuple[list[str], dict[str, int]]:
-    """Event files anywhere under run_dir (posix paths relative to it; symlinked directories
-    are not followed), and the modification time of each directory walked, taken before
-    listing it, so that an entry created later changes it."""
+    """Event files anywhere under run_dir (posix paths relative to it; no link is followed,
+    app.runs.job_files.folder_entries), and the modification time of each directory walked,
+    taken before listing it, so that an entry created later changes it."""
     files: list[str] = []
     mtimes: dict[str, int] = {}
-    pending = [str(run_dir)]
+    pending = [""]
     while pending:
-        directory = pending.pop()
+        relative = pending.pop()
+        directory = str(run_dir / relative) if relative else str(run_dir)
         mtime = _mtime(directory)
         if mtime is None:
             continue
         mtimes[directory] = mtime
         try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-                    elif entry.name.startswith(EVENT_FILE_MARKER) and entry.is_file(
-                        follow_symlinks=False
-                    ):
-                        files.append(Path(entry.path).relative_to(run_dir).as_posix())
-        except OSError:
+            entries = folder_entries(run_dir, relative)
+        except (OSError, FileRefused):
             continue
+        for name, info in entries:
+            path = f"{relative}/{name}" if relative else name
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(path)
+            elif name.startswith(EVENT_FILE_MARKER) and stat.S_ISREG(info.st_mode):
+                files.append(path)
     return sorted(files), mtimes
 
 
@@ -225,7 +226,7 @@ def forward_events(
             continue
         if size <= start or state.corrupt.get(rel) == (start, size):
             continue
-        records = read_records(run_dir / rel, start, budget)
+        records = read_records(run_dir, rel, start, budget)
         if records.corrupt_at is not None:
             if rel not in state.corrupt:
                 log.warning("run %s: %s is corrupt at byte %d", run_id, rel, records.corrupt_at)

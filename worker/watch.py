@@ -12,21 +12,15 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TypeVar
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.orm import Session
-
-from app.db import session_scope
-from app.runs import lifecycle, notices
-from app.runs.models import Run
+from app.db import Session
 from app.settings import get_settings
 from app.sweeps import early_stop
 from worker import artifacts, provenance
+from worker.backoff import Backoff
 from worker.forwarder import forward
+from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
+from worker.ingest_steps import IngestSteps
 from worker.process import JobProcess
 from worker.system_metrics import SystemSeries
 
@@ -46,53 +40,17 @@ class StopReason(enum.Enum):
     DETACH = "detach"  # the worker stops and leaves the job to the next one (it trains on)
 
 
-@dataclass(frozen=True)
-class Watched:
-    """The run attempt a worker trains: whose heartbeat it stamps, whose leases it renews."""
-
-    run_id: int
-    attempt: int
-    metrics_path: Path
-    has_leases: bool
-    # A sweep's trial: judged by the sweep's early-stopping rule as its points arrive.
-    in_sweep: bool = False
-
-    def heartbeat(self, session: Session) -> bool:
-        return lifecycle.heartbeat(
-            session, run_id=self.run_id, attempt=self.attempt, renew_leases=self.has_leases
-        )
-
-
-class Backoff:
-    """The forwarding loop's pace: the normal interval, doubling (to 5 s) while the database
-    is away, back to normal after the first success."""
-
-    MAX_DELAY = 5.0
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.delay = interval
-
-    def failed(self) -> None:
-        self.delay = min(self.MAX_DELAY, max(self.delay * 2, 0.2))
-
-    def succeeded(self) -> None:
-        self.delay = self.interval
-
-
 def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> StopReason | None:
     """Forward metrics while the job runs; stop it on a cancel request or a worker shutdown.
 
     Returns what stopped it, or None when the job ended by itself.
     """
     settings = get_settings()
-    # Often enough that a lease never nears its expiry, rarely enough to spare SQLite's lock.
-    heartbeat_every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
-    last_heartbeat = time.monotonic()
     recorded = False
     shutdown_deadline: float | None = None
     backoff = Backoff(interval)
-    ingest = Ingest(run)
+    heartbeat = Heartbeat(run)
+    ingest = IngestSteps(run.run_id)
     system = SystemSeries(run.run_id, interval=settings.system_metrics_interval_seconds)
     stopped_early = False  # kept: the cancel check may miss a round (the database away)
     while job.poll() is None:
@@ -114,21 +72,14 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
             # Its own transaction, committed before the cancel check below sees the request.
             stopped_early = early_stop_requested(ingest, run.run_id)
         # Its own transaction: whatever ingestion does, the run heartbeats and sees a cancel.
-        try:
-            with session_scope() as session:
-                if time.monotonic() - last_heartbeat >= heartbeat_every:
-                    run.heartbeat(session)
-                    last_heartbeat = time.monotonic()
-                row = session.get(Run, run.run_id)
-                cancel = row is None or row.cancel_requested
-        except Exception as exc:  # the database may be briefly away; the spool keeps everything
+        standing = heartbeat.check()
+        if standing is None:  # the database may be briefly away; the spool keeps everything
             backoff.failed()
-            log.warning(
-                "run %s: heartbeat failed (%s); retry in %.1f s", run.run_id, exc, backoff.delay
-            )
             continue
         backoff.succeeded()
-        if cancel:
+        # Standing.NOT_OWNED (handed over under us) is said by the heartbeat; the job is
+        # watched on until it ends (fencing it is issue 27's).
+        if stops_as_cancelled(standing):
             log.info("run %s: cancel requested, stopping its processes", run.run_id)
             # A trial stopped early is discarded (its points are stored already): killed at
             # once, so its GPUs are free within moments of the decision, not after a grace.
@@ -151,7 +102,7 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
     return None
 
 
-def early_stop_requested(ingest: Ingest, run_id: int) -> bool:
+def early_stop_requested(ingest: IngestSteps, run_id: int) -> bool:
     """Judge a sweep's trial by its sweep's early-stopping rule (app.sweeps.early_stop): True
     when it was just stopped (its cancel requested, the reason said on the run)."""
     return ingest.step("early stop", lambda s: early_stop.check(s, run_id=run_id), None) is not None
@@ -167,7 +118,7 @@ def drain(run: Watched) -> None:
     must not let them expire and hand the GPUs to the next run while this one is not finished
     yet. A database that is away for a while (a PostgreSQL restart) is waited for; any other
     error ends the drain with a note on the run, and the run still gets its final status."""
-    ingest = Ingest(run)
+    ingest = IngestSteps(run.run_id)
     ingest.step(
         "record the environment",
         lambda s: provenance.merge_job_record(
@@ -187,80 +138,3 @@ def drain(run: Watched) -> None:
             artifacts.wait_for_uploads(run.run_id, timeout=UPLOAD_WAIT_SECONDS)
         if not ingest.step("drain", one_batch, 0, retry=True) or not ingest.healthy:
             return
-
-
-class Ingest:
-    """Runs one run's ingestion steps so that no error in them reaches the watch loop: a
-    database that is away is retried (the spool keeps everything); anything else (a bug, a
-    row the database refuses) is logged, said once on the run (app.runs.notices), and the
-    step answers ``default``, and is tried again only RETRY_AFTER_ERROR later. The run keeps
-    heartbeating and can still be cancelled."""
-
-    RETRY_AFTER_ERROR = 5.0
-
-    def __init__(self, run: Watched) -> None:
-        self.run = run
-        self.healthy = True
-        self._paused_until = 0.0
-
-    def step(
-        self, what: str, work: Callable[[Session], T], default: T, *, retry: bool = False
-    ) -> T:
-        if time.monotonic() < self._paused_until:
-            return default
-        try:
-            if retry:
-                return with_db(self.run.run_id, what, work)
-            with session_scope() as session:
-                return work(session)
-        except Exception as exc:
-            if _database_away(exc) and not retry:
-                log.warning("run %s: %s failed (%s); will retry", self.run.run_id, what, exc)
-                return default
-            log.exception("run %s: %s failed", self.run.run_id, what)
-            self.healthy = False
-            self._paused_until = time.monotonic() + self.RETRY_AFTER_ERROR
-            # The first line only: SQLAlchemy adds the statement and its parameters below it.
-            first = (str(exc).splitlines() or [""])[0]
-            self._note(f"{what}: {type(exc).__name__}: {first}")
-            return default
-
-    def _note(self, error: str) -> None:
-        try:
-            with session_scope() as session:
-                row = session.get(Run, self.run.run_id)
-                if row is not None:
-                    notices.ingest_error(row, error)
-        except Exception:
-            log.exception("run %s: could not note the ingestion error", self.run.run_id)
-
-
-def _database_away(exc: BaseException) -> bool:
-    """The database cannot be reached right now (a restart, SQLite's lock held too long):
-    worth waiting for, unlike an error in what was sent."""
-    return isinstance(exc, OperationalError | InterfaceError) or (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated
-    )
-
-
-DB_RETRY_SECONDS = 300.0
-T = TypeVar("T")
-
-
-def with_db(run_id: int, what: str, work: Callable[[Session], T]) -> T:
-    """One unit of work, tried again with backoff while the database is unreachable (up to
-    DB_RETRY_SECONDS): a finished job's last points and status must not be lost to a database
-    restart. ``work`` must be safe to repeat (forward() and the lifecycle's guarded
-    transitions are)."""
-    backoff = Backoff(0.2)
-    deadline = time.monotonic() + DB_RETRY_SECONDS
-    while True:
-        try:
-            with session_scope() as session:
-                return work(session)
-        except DBAPIError as exc:
-            if not _database_away(exc) or time.monotonic() > deadline:
-                raise
-            backoff.failed()
-            log.warning("run %s: %s failed (%s); retry in %.1f s", run_id, what, exc, backoff.delay)
-            time.sleep(backoff.delay)

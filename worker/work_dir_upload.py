@@ -12,8 +12,9 @@ from pathlib import Path
 
 from app.runs import work_dir_store
 from app.settings import get_settings
+from worker.db_retry import with_db
+from worker.heartbeat import Watched
 from worker.run_log import note_in_log
-from worker.watch import Watched, with_db
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from app.runs.job_files import within
+
 MAX_SCRIPT_PATH = 500
 # The most of a client's uncommitted diff a run records (the CLI cuts it there, the API checks).
 MAX_DIFF_BYTES = 512 * 1024
@@ -41,7 +43,7 @@ def resolve_script(workspace: Path, script: str) -> Path:
         raise ScriptPathError("the server's workspace directory does not exist")
     candidate = root / script
     resolved = candidate.resolve()
-    if not resolved.is_relative_to(root):
+    if not within(resolved, root):
         raise ScriptPathError(f"{script!r} resolves (through a symlink) outside the workspace")
     if not resolved.exists():
         raise ScriptPathError(f"{script!r} does not exist in the workspace")

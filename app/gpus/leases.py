@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.gpus.models import GpuLease
@@ -21,3 +21,16 @@ def heartbeat_leases(session: Session, *, run_id: int, now: datetime | None = No
 
 def release_leases(session: Session, *, run_id: int) -> None:
     session.execute(delete(GpuLease).where(GpuLease.run_id == run_id))
+
+
+def retake_leases(
+    session: Session, *, run_id: int, host: str, indices: list[int], now: datetime
+) -> None:
+    """The run's GPUs leased again where a lease expired while no worker renewed it (a job
+    re-adopted after its worker restarted). A GPU another run took meanwhile breaks the
+    unique (host, gpu_index) at the flush: the caller's unit of work is refused whole."""
+    held = set(session.scalars(select(GpuLease.gpu_index).where(GpuLease.run_id == run_id)))
+    for index in indices:
+        if index not in held:
+            session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=now))
+    session.flush()

@@ -29,7 +29,7 @@ from app.mlflow.errors import MlflowRoute, denied, invalid, missing
 from app.runs import work_dir
 from app.runs.job_files import FileRefused, components
 from app.settings import get_settings
-from torchyard.contract import WORK_DIR
+from torchyard.contract import RunPaths
 
 router = APIRouter(
     prefix="/api/2.0/mlflow-artifacts", route_class=MlflowRoute, include_in_schema=False
@@ -72,7 +72,7 @@ class _Upload:
 
     def __init__(self, run_id: int, relative: str) -> None:
         parts = components(relative)
-        root = get_settings().run_dir(run_id) / WORK_DIR
+        root = RunPaths(get_settings().run_dir(run_id)).work
         root.mkdir(parents=True, exist_ok=True)
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:

@@ -13,6 +13,7 @@ from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
 from app.errors import Invalid, NotFound
+from app.experiments.config import run_config
 from app.http_errors import error_responses
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
@@ -30,7 +31,6 @@ from app.runs.schemas import (
     RunResume,
 )
 from app.settings import get_settings
-from torchyard.contract import RunSpec
 
 router = APIRouter(prefix="/api", tags=["runs"])
 # A change to another user's run or experiment (or any change by a viewer) is 403, a missing
@@ -166,7 +166,7 @@ def read_logs(
     bytes of those lines, and X-Log-Size the end of the last whole line (app/runs/logs.py).
     """
     source = logs.log_source(run.id)
-    nproc = RunSpec.from_config(run.config).nproc
+    nproc = run_config(run.config).resources.nproc
     if rank is not None and rank >= nproc:
         raise Invalid.at(
             ["query", "rank"],

@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import remove_stored
 from app.db import after_commit
+from app.experiments.config import run_config
 from app.metrics.models import Metric, MetricKey
 from app.runs.disk import active_readers
 from app.runs.job_files import FileRefused, remove_job_file
@@ -50,8 +51,6 @@ from app.settings import get_settings
 log = logging.getLogger(__name__)
 
 FINAL = "final.pt"
-DEFAULT_KEEP_LAST = 2
-DEFAULT_KEEP_BEST = 1
 
 
 def record(session: Session, *, run_id: int, records: Iterable[Mapping[str, Any]]) -> None:
@@ -92,13 +91,9 @@ class Candidate(NamedTuple):
 
 
 def policy_of(config: Mapping[str, Any]) -> Policy:
-    raw = config.get("checkpoints") or {}
-    return Policy(
-        keep_last=int(raw.get("keep_last", DEFAULT_KEEP_LAST)),
-        keep_best=int(raw.get("keep_best", DEFAULT_KEEP_BEST)),
-        metric=raw.get("metric"),
-        mode=str(raw.get("mode", "max")),
-    )
+    """The stored config's policy; a config from before the policy gets its defaults."""
+    kept_by = run_config(config).checkpoints
+    return Policy(kept_by.keep_last, kept_by.keep_best, kept_by.metric, kept_by.mode)
 
 
 def kept(candidates: list[Candidate], policy: Policy, values: dict[int, float | None]) -> set[int]:

@@ -39,6 +39,15 @@ from app.timeutil import utcnow
 log = logging.getLogger(__name__)
 
 
+class Standing(enum.Enum):
+    """A worker's check-in answer about the attempt it trains (check_in)."""
+
+    OWNED = "owned"  # still running as this attempt: train on
+    CANCEL_REQUESTED = "cancel requested"  # its cancel was asked for: stop the job
+    DELETED = "deleted"  # the run is gone: nothing to train for
+    NOT_OWNED = "not owned"  # handed over (requeued, failed, finished): not this attempt's
+
+
 class CancelOutcome(enum.Enum):
     CANCELLED = "cancelled"  # it was queued: cancelled here and now
     REQUESTED = "requested"  # it is running: its worker stops the job, then finishes it
@@ -213,6 +222,33 @@ def heartbeat(
     if alive and renew_leases:
         heartbeat_leases(session, run_id=run_id, now=now)
     return alive
+
+
+def check_in(
+    session: Session,
+    *,
+    run_id: int,
+    attempt: int,
+    renew_leases: bool,
+    beat: bool,
+    now: datetime | None = None,
+) -> Standing:
+    """What a worker training `attempt` asks every few moments: is it still mine, and was its
+    cancel requested? With `beat` the heartbeat is stamped (and the leases renewed) first. A
+    requested cancel wins over ownership: a run cancelled and ended meanwhile still has its
+    job stopped."""
+    if beat:
+        heartbeat(session, run_id=run_id, attempt=attempt, renew_leases=renew_leases, now=now)
+    row = session.execute(
+        select(Run.status, Run.attempt, Run.cancel_requested).where(Run.id == run_id)
+    ).one_or_none()
+    if row is None:
+        return Standing.DELETED
+    if row.cancel_requested:
+        return Standing.CANCEL_REQUESTED
+    if row.status == RunStatus.running and row.attempt == attempt:
+        return Standing.OWNED
+    return Standing.NOT_OWNED
 
 
 def finish(

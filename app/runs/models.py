@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 from typing import Any
 
@@ -22,19 +21,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
+from app.runs.status import RunStatus as RunStatus  # the status column's values
 from app.timeutil import utcnow
-
-
-class RunStatus(enum.StrEnum):
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (RunStatus.succeeded, RunStatus.failed, RunStatus.cancelled)
 
 
 class Run(Base):

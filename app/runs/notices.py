@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.runs.models import Run
 
 MAX_ERROR_CHARS = 500
@@ -66,6 +68,14 @@ def ingest_error(run: Run, error: str) -> None:
     if (run.notices or {}).get("error"):
         return  # the first error is the one that stopped ingestion
     _update(run, error=error[:MAX_ERROR_CHARS])
+
+
+def note_ingest_error(session: Session, *, run_id: int, error: str) -> None:
+    """ingest_error by the run's id, in a unit of work of its own (the worker's ingestion
+    steps say their first error here after their own unit of work was rolled back)."""
+    run = session.get(Run, run_id)
+    if run is not None:
+        ingest_error(run, error)
 
 
 def stopped_early(run: Run, reason: str, *, at: datetime) -> None:

@@ -22,12 +22,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from app.experiments.config import run_config
+from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
-from torchyard.contract import SYSTEM_KEY_PREFIX, RunSpec
+from torchyard.contract import SYSTEM_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ class Handover:
 
 
 def restarts_left(run: Run) -> bool:
-    return run.attempt <= RunSpec.from_config(run.config).max_restarts
+    return run.attempt <= run_config(run.config).max_restarts
 
 
 def newest_checkpoint(session: Session, *, run_id: int) -> Checkpoint | None:
@@ -124,6 +126,49 @@ def hand_over(
         log.warning("run %s failed: %s", run.id, reason)
         return HandoverOutcome.FAILED
     return HandoverOutcome.GONE
+
+
+def hand_over_attempt(
+    session: Session,
+    *,
+    run_id: int,
+    attempt: int,
+    reason: str,
+    requeue_from_checkpoint: bool = False,
+) -> HandoverOutcome:
+    """hand_over for a worker whose job was stopped under it (a shutdown that does not keep
+    jobs, a host that restarted): only while the run still runs as `attempt`."""
+    run = session.get(Run, run_id, populate_existing=True)
+    if run is None or run.status != RunStatus.running or run.attempt != attempt:
+        return HandoverOutcome.GONE
+    return hand_over(
+        session, run=run, reason=reason, requeue_from_checkpoint=requeue_from_checkpoint
+    )
+
+
+@dataclass(frozen=True)
+class Readopted:
+    """What the worker that re-adopts a job needs to watch it like its launcher did."""
+
+    has_leases: bool
+    in_sweep: bool
+
+
+def readopt(
+    session: Session, *, run_id: int, attempt: int, host: str, now: datetime | None = None
+) -> Readopted | None:
+    """A job left training by the previous worker on `host` (worker.adoption): while its run
+    still runs as `attempt`, the run heartbeats again and gets back any lease that expired
+    meanwhile (a GPU another run took refuses the whole unit of work at the flush); None when
+    the run is not that attempt's any more."""
+    run = session.get(Run, run_id, populate_existing=True)
+    if run is None or run.status != RunStatus.running or run.attempt != attempt:
+        return None
+    now = now or utcnow()
+    gpus = [int(i) for i in (run.gpu_indices or "").split(",") if i]
+    retake_leases(session, run_id=run_id, host=host, indices=gpus, now=now)
+    lifecycle.heartbeat(session, run_id=run_id, attempt=attempt, renew_leases=bool(gpus), now=now)
+    return Readopted(has_leases=bool(run.gpu_indices), in_sweep=run.sweep_id is not None)
 
 
 def reap_lost_runs(

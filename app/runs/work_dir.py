@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from app.runs.job_files import FileRefused, open_in
+from app.runs.job_files import FileRefused, folder_entries, open_in
 from app.runs.job_files import components as _components
 from app.settings import get_settings
-from torchyard.contract import WORK_DIR
+from torchyard.contract import RunPaths
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # A listing stops here: a run that wrote a million files is still listed in a moment.
@@ -54,15 +54,11 @@ def list_files(root: Path) -> list[RunFile]:
     while stack and len(found) < MAX_LISTED:
         prefix = stack.pop()
         try:
-            entries = sorted(os.scandir(root / prefix if prefix else root), key=lambda e: e.name)
-        except OSError:
+            entries = sorted(folder_entries(root, prefix), key=lambda e: e[0])
+        except (OSError, FileRefused):
             continue
-        for entry in entries:
-            relative = f"{prefix}{entry.name}"
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
+        for name, info in entries:
+            relative = f"{prefix}{name}"
             if stat.S_ISDIR(info.st_mode):
                 stack.append(relative + "/")
             elif stat.S_ISREG(info.st_mode):
@@ -153,7 +149,7 @@ def run_files(run_id: int) -> list[RunFile]:
     from app.runs import work_dir_store  # it builds on this module
 
     settings = get_settings()
-    root = settings.run_dir(run_id) / WORK_DIR
+    root = RunPaths(settings.run_dir(run_id)).work
     if root.is_dir() or not settings.artifact_store:
         return list_files(root)
     return work_dir_store.listing(settings.artifact_store, run_id) or []
@@ -165,7 +161,7 @@ def download(run_id: int, relative: str) -> Download:
     from app.runs import work_dir_store  # it builds on this module
 
     settings = get_settings()
-    root = settings.run_dir(run_id) / WORK_DIR
+    root = RunPaths(settings.run_dir(run_id)).work
     name = PurePosixPath(relative.strip("/")).name
     if root.is_dir() or not settings.artifact_store:
         fd, info = open_in(root, relative)

@@ -31,7 +31,7 @@ from typing import Any
 from app.artifacts import run_files_key, store_fs
 from app.runs.job_files import FileRefused, open_in
 from app.runs.work_dir import CHUNK, Member, RunFile, list_files, member_name, tar_chunks
-from torchyard.contract import WORK_DIR
+from torchyard.contract import RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def store(store: str, *, run_id: int, run_dir: Path, max_bytes: int) -> str | No
     """Copy the run's working-directory files to ``store`` up to ``max_bytes`` and write their
     listing; returns the note for the run's log (what was copied, what left out), None when
     the directory has no files."""
-    work = run_dir / WORK_DIR
+    work = RunPaths(run_dir).work
     listed = list_files(work)
     if not listed:
         return None

@@ -1,0 +1,136 @@
+"""The run's heartbeat and cancel check (worker/heartbeat.py), written once for the watch loop
+and the environment build: its answer is explicit (app.runs.lifecycle.Standing) and the watch
+loop acts on it, with a real job process and the suite's database."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from app.db import session_scope
+from app.runs import lifecycle
+from app.runs.lifecycle import Standing
+from app.runs.models import Run
+from app.timeutil import utcnow
+from tests.factories import make_run
+from torchyard.contract import JOB_TOKEN_VAR, METRICS_FILE
+from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
+from worker.launcher import Launch
+from worker.process import JobProcess
+from worker.watch import StopReason, watch
+
+
+def started_run(tmp_path: Path) -> Watched:
+    run_id = make_run(status="queued")
+    with session_scope() as session:
+        assert lifecycle.start(
+            session, run_id=run_id, host="hb", gpu_indices="", started_at=utcnow()
+        )
+        session.execute(update(Run).where(Run.id == run_id).values(heartbeat_at=None))
+    return Watched(run_id, 1, tmp_path / METRICS_FILE, has_leases=False)
+
+
+def heartbeat_at(run_id: int) -> object:
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        return run.heartbeat_at
+
+
+def test_the_heartbeat_stamps_only_when_due_and_answers_every_time(tmp_path: Path) -> None:
+    run = started_run(tmp_path)
+    heartbeat = Heartbeat(run)
+    assert heartbeat.check() is Standing.OWNED  # the loop just started: no beat due yet
+    assert heartbeat_at(run.run_id) is None
+    heartbeat.every = 0.0
+    assert heartbeat.check() is Standing.OWNED
+    assert heartbeat_at(run.run_id) is not None
+
+
+def test_a_handover_under_the_worker_is_answered_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = started_run(tmp_path)
+    with session_scope() as session:
+        assert lifecycle.requeue(
+            session, run_id=run.run_id, attempt=1, resume_from=None, reason="worker lost"
+        )
+    heartbeat = Heartbeat(run)
+    with caplog.at_level(logging.WARNING, logger="worker.heartbeat"):
+        assert heartbeat.check() is Standing.NOT_OWNED
+        assert heartbeat.check() is Standing.NOT_OWNED
+    said = [r for r in caplog.records if "not this worker's any more" in r.getMessage()]
+    assert len(said) == 1
+    assert not stops_as_cancelled(Standing.NOT_OWNED)
+    assert stops_as_cancelled(Standing.CANCEL_REQUESTED) and stops_as_cancelled(Standing.DELETED)
+
+
+# A job that ends when the test creates its file (waits on that condition, not a time).
+WAIT_FOR_FILE = (
+    "import pathlib, sys, time\n"
+    "p = pathlib.Path(sys.argv[1])\n"
+    "while not p.exists(): time.sleep(0.02)\n"
+)
+
+
+def job_waiting_for(tmp_path: Path, flag: Path) -> JobProcess:
+    token = f"hb-{os.getpid()}-{flag.name}"
+    return JobProcess(
+        Launch(
+            argv=[sys.executable, "-c", WAIT_FOR_FILE, str(flag)],
+            env={**os.environ, JOB_TOKEN_VAR: token},
+            cwd=tmp_path,
+        ),
+        log_path=tmp_path / "job.log",
+        cwd=tmp_path,
+        token=token,
+        stop_grace_seconds=1.0,
+    )
+
+
+def test_the_watch_loop_watches_a_handed_over_attempts_job_until_it_ends(tmp_path: Path) -> None:
+    """Today's rule (fencing it is issue 27's): NOT_OWNED does not stop the job."""
+    run = started_run(tmp_path)
+    with session_scope() as session:
+        assert lifecycle.requeue(
+            session, run_id=run.run_id, attempt=1, resume_from=None, reason="worker lost"
+        )
+    flag = tmp_path / "end"
+    said = threading.Event()
+
+    class Said(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "not this worker's any more" in record.getMessage():
+                said.set()
+
+    handler = Said()
+    logging.getLogger("worker.heartbeat").addHandler(handler)
+    try:
+        with job_waiting_for(tmp_path, flag) as job:
+            result: list[StopReason | None] = []
+            loop = threading.Thread(
+                target=lambda: result.append(watch(run, job, interval=0.05, grace=1.0))
+            )
+            loop.start()
+            assert said.wait(30), "the heartbeat answered NOT_OWNED"
+            assert job.poll() is None, "the job trains on"
+            flag.touch()
+            loop.join(30)
+            assert result == [None] and job.wait() == 0
+    finally:
+        logging.getLogger("worker.heartbeat").removeHandler(handler)
+
+
+def test_the_watch_loop_stops_the_job_of_a_cancelled_run(tmp_path: Path) -> None:
+    run = started_run(tmp_path)
+    with job_waiting_for(tmp_path, tmp_path / "never") as job:
+        with session_scope() as session:
+            assert lifecycle.cancel(session, run_id=run.run_id) is lifecycle.CancelOutcome.REQUESTED
+        assert watch(run, job, interval=0.05, grace=1.0) is StopReason.CANCEL
+        assert job.poll() is not None

@@ -1,0 +1,88 @@
+"""The run's heartbeat and cancel check, written once for both loops that keep a claimed run
+alive: the watch loop while its job trains (worker.watch) and the environment build before
+the job starts (worker.env_build).
+
+Each check asks app.runs.lifecycle.check_in, which stamps the heartbeat (and renews the
+run's GPU leases) when one is due, and answers the attempt's standing. A loop stops the job
+as cancelled when `stops_as_cancelled` says so. NOT_OWNED (the run was handed over under
+this worker, e.g. requeued by a reaper during a long database outage) is said in the log
+once; the loop keeps watching its job, as it always did, until fencing decides otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.db import Session, session_scope
+from app.runs import lifecycle
+from app.runs.lifecycle import Standing
+from app.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """The run attempt a worker trains: whose heartbeat it stamps, whose leases it renews."""
+
+    run_id: int
+    attempt: int
+    metrics_path: Path
+    has_leases: bool
+    # A sweep's trial: judged by the sweep's early-stopping rule as its points arrive.
+    in_sweep: bool = False
+
+    def heartbeat(self, session: Session) -> bool:
+        return lifecycle.heartbeat(
+            session, run_id=self.run_id, attempt=self.attempt, renew_leases=self.has_leases
+        )
+
+
+def stops_as_cancelled(standing: Standing) -> bool:
+    """The job is stopped and the run finished cancelled: its cancel was requested, or the
+    run is gone (nothing to train for)."""
+    return standing in (Standing.CANCEL_REQUESTED, Standing.DELETED)
+
+
+class Heartbeat:
+    """One run attempt's check-ins: the heartbeat stamped every `every` seconds (often enough
+    that a lease never nears its expiry, rarely enough to spare SQLite's lock), the cancel
+    looked at on every check."""
+
+    def __init__(self, run: Watched) -> None:
+        settings = get_settings()
+        self.run = run
+        self.every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
+        self._last = time.monotonic()
+        self._said_not_owned = False
+
+    def check(self) -> Standing | None:
+        """The attempt's standing, in a unit of work of its own; None when the database could
+        not be asked (it may be briefly away; the spool keeps everything meanwhile)."""
+        beat = time.monotonic() - self._last >= self.every
+        try:
+            with session_scope() as session:
+                standing = lifecycle.check_in(
+                    session,
+                    run_id=self.run.run_id,
+                    attempt=self.run.attempt,
+                    renew_leases=self.run.has_leases,
+                    beat=beat,
+                )
+        except Exception as exc:
+            log.warning("run %s: heartbeat failed (%s)", self.run.run_id, exc)
+            return None
+        if beat:
+            self._last = time.monotonic()
+        if standing is Standing.NOT_OWNED and not self._said_not_owned:
+            self._said_not_owned = True
+            log.warning(
+                "run %s: attempt %s is not this worker's any more (handed over); its job is "
+                "still watched",
+                self.run.run_id,
+                self.run.attempt,
+            )
+        return standing

@@ -1,0 +1,63 @@
+"""One run's ingestion steps (forward the spool, record the environment, sample the system
+series, judge a sweep's trial), each in a unit of work of its own, run so that no error in
+them reaches the loop that watches the job: the job keeps heartbeating and can still be
+cancelled whatever ingestion does."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from app.db import Session, database_away, session_scope
+from app.runs.notices import note_ingest_error
+from worker.db_retry import with_db
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class IngestSteps:
+    """A database that is away is retried (the spool keeps everything); anything else (a bug,
+    a row the database refuses) is logged, said once on the run (app.runs.notices), and the
+    step answers ``default``, and is tried again only RETRY_AFTER_ERROR later."""
+
+    RETRY_AFTER_ERROR = 5.0
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.healthy = True
+        self._paused_until = 0.0
+
+    def step(
+        self, what: str, work: Callable[[Session], T], default: T, *, retry: bool = False
+    ) -> T:
+        """`work`'s answer; ``default`` when it failed or is paused after an error. With
+        ``retry`` a database that is away is waited for (worker.db_retry)."""
+        if time.monotonic() < self._paused_until:
+            return default
+        try:
+            if retry:
+                return with_db(self.run_id, what, work)
+            with session_scope() as session:
+                return work(session)
+        except Exception as exc:
+            if database_away(exc) and not retry:
+                log.warning("run %s: %s failed (%s); will retry", self.run_id, what, exc)
+                return default
+            log.exception("run %s: %s failed", self.run_id, what)
+            self.healthy = False
+            self._paused_until = time.monotonic() + self.RETRY_AFTER_ERROR
+            # The first line only: SQLAlchemy adds the statement and its parameters below it.
+            first = (str(exc).splitlines() or [""])[0]
+            self._note(f"{what}: {type(exc).__name__}: {first}")
+            return default
+
+    def _note(self, error: str) -> None:
+        try:
+            with session_scope() as session:
+                note_ingest_error(session, run_id=self.run_id, error=error)
+        except Exception:
+            log.exception("run %s: could not note the ingestion error", self.run_id)
