@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     # a range no account or other service on the machine uses.
     job_uid_base: int = Field(default=200_000, ge=1000, le=2**31 - 2**24)
     job_uid_count: int = Field(default=100_000, ge=1, le=2**24)
+    # What a sandboxed job reaches over the network (worker/job_network.py, docs/security.md):
+    # "egress" its own namespace and outbound traffic, nothing of the host's services;
+    # "isolated" its own loopback only; "host" the host's network, every service on it.
+    job_network: Literal["egress", "isolated", "host"] = "egress"
     # Runs' own virtual environments (`environment.requirements`, worker/environments.py),
     # one per set of requirements, shared by every run on this host that asks for the same.
     # Empty: a folder beside the data dir (`<data_dir>-envs`). Never inside the data dir: the
@@ -250,6 +254,11 @@ class Settings(BaseSettings):
         if self.broker_url:
             return self.broker_url
         return f"sqla+sqlite:///{self.resolved_data_dir / 'broker.db'}"
+
+    @property
+    def service_urls(self) -> tuple[str, ...]:
+        """The services a job must not reach (worker/job_network.py): database and broker."""
+        return (self.resolved_database_url, self.resolved_broker_url)
 
     def run_dir(self, run_id: int) -> Path:
         return self.runs_dir / str(run_id)

@@ -49,7 +49,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         # Up to its own last line and the worker's start banner (the worker says it).
         while not (
             any("Ctrl-C" in line for line in lines)
-            and any("job isolation" in line for line in lines)
+            and any("job network" in line for line in lines)  # after "job isolation"
         ):
             line = proc.stdout.readline()
             assert line, f"torchyard up exited early: {lines}"
@@ -58,6 +58,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         assert f"http://127.0.0.1:{port}" in out
         # Says whether jobs are sandboxed (docs/security.md); the suite's machines have bwrap.
         assert "job isolation: on: jobs run in a bubblewrap sandbox" in out, out
+        assert "job network: egress" in out, out  # and what jobs reach (worker/job_network.py)
         assert "worker on " in out and "GPUs " in out, out
         assert "generated password" in out  # no TORCHYARD_ADMIN_PASSWORD: printed once
         password = out.split("generated password: ")[1].split()[0]

@@ -16,6 +16,7 @@ import pytest
 
 from app.runs.job_files import FileRefused, regular_fd
 from tests.waits import wait_for
+from worker import job_etc
 from worker.gpus import device_minors
 from worker.launcher import Launch
 from worker.process import JobProcess, pids_in_namespace
@@ -45,6 +46,11 @@ def ro_try(*paths: str) -> list[str]:
     return [arg for path in paths for arg in ("--ro-bind-try", path, path)]
 
 
+def ro_data(fds: tuple[int, ...], *paths: str) -> list[str]:
+    pairs = zip(fds, paths, strict=True)
+    return [a for fd, path in pairs for a in ("--perms", "0644", "--ro-bind-data", str(fd), path)]
+
+
 def make_dirs(*paths: str) -> list[str]:
     return [arg for path in paths for arg in ("--perms", "0755", "--dir", path)]
 
@@ -62,6 +68,11 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         setpriv="/usr/bin/setpriv",
     )
     wrapped = wrap(JOB, spec)
+    etc_fds = wrapped.pass_fds[1:]
+    with open(etc_fds[0], closefd=False) as passwd:
+        assert (
+            "torchyard:x:200007:200007:torchyard job:/data/runs/7/home:/bin/sh\n" in passwd.read()
+        )
     assert wrapped.argv == [
         "/usr/bin/bwrap",
         "--unshare-pid",
@@ -89,13 +100,17 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         "/dev/nvidiactl",
         "/dev/nvidiactl",
         # outermost first; each path once; parents in a tmpfs made 0755 (bwrap's are 0700)
-        *ro_try("/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/sbin"),
+        *ro_try("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/sbin"),
         *ro_try("/sys", "/usr"),
         *("--ro-bind", "/venv", "/venv"),
         *make_dirs("/srv"),
         *("--ro-bind", "/srv/workspace", "/srv/workspace"),
         *make_dirs("/run", "/run/systemd"),
         *ro_try("/run/systemd/resolve"),
+        # not the host's /etc: what programs need (worker/job_etc.py), the job's own account
+        *make_dirs("/etc"),
+        *ro_try(*(f"/etc/{name}" for name in job_etc.BOUND)),
+        *ro_data(etc_fds, "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts"),
         # /data is inside nothing readable: no mask needed
         *make_dirs("/data", "/data/runs"),
         *("--bind", "/data/runs/7", "/data/runs/7"),
@@ -123,9 +138,12 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         "torchyard.job",
     ]
     # The environment travels as bwrap's own, never in argv (world-readable in /proc).
-    assert wrapped.env == {**JOB.env, "HOME": "/data/runs/7/home", "TMPDIR": "/tmp"}
+    user = {"USER": "torchyard", "LOGNAME": "torchyard"}
+    assert wrapped.env == {**JOB.env, "HOME": "/data/runs/7/home", "TMPDIR": "/tmp", **user}
     assert not any("t0k3n" in arg for arg in wrapped.argv)
-    assert wrapped.cwd == JOB.cwd and wrapped.pass_fds == (9,)
+    assert wrapped.cwd == JOB.cwd and wrapped.pass_fds[0] == 9 and len(etc_fds) == 4
+    for fd in etc_fds:
+        os.close(fd)
 
 
 def test_a_checkpoint_to_resume_from_is_opened_without_following_any_link(tmp_path: Path) -> None:
@@ -220,6 +238,7 @@ def test_a_worker_that_must_isolate_refuses_to_start_without_bubblewrap(tmp_path
     )
     assert done.returncode == 2, done.stderr
     assert "job isolation: OFF: bubblewrap is not installed" in done.stderr
+    assert "job network: host (no sandbox): jobs share this machine's network" in done.stderr
     assert "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox" in done.stderr
 
 

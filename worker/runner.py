@@ -33,7 +33,7 @@ from app.runs.status import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
 from torchyard.contract import RunPaths
-from worker import artifacts, env_build, job_records, provenance, sandbox, spool
+from worker import artifacts, env_build, job_network, job_records, provenance, sandbox, spool
 from worker import code as code_copy
 from worker.db_retry import with_db
 from worker.environments import BuildFailed, Env, run_requirements
@@ -251,14 +251,26 @@ def job_isolation() -> sandbox.Isolation:
     return sandbox.decide(settings.job_isolation, settings.job_uid_base)
 
 
+def network_plan() -> job_network.Plan:
+    """What this worker's sandboxed jobs reach over the network (asked once per process)."""
+    settings = get_settings()
+    return job_network.plan(settings.job_network, settings.service_urls)
+
+
 def announce_isolation() -> None:
-    """Says at start whether jobs are sandboxed and why; with job_isolation "bwrap" a worker
-    that cannot sandbox refuses to start (exit 2) rather than run jobs unisolated."""
+    """Says at start whether jobs are sandboxed and why, and what their network reaches; with
+    job_isolation "bwrap" a worker that cannot sandbox refuses to start (exit 2) rather than
+    run jobs unisolated."""
     isolation = job_isolation()
     refused = not isolation.enabled and get_settings().job_isolation == "bwrap"
     # On stdout with the rest of the worker's start banner (`torchyard up` shows it); a
-    # refusal says both lines on stderr.
-    print(sandbox.describe(isolation), file=sys.stderr if refused else sys.stdout, flush=True)
+    # refusal says its lines on stderr.
+    stream = sys.stderr if refused else sys.stdout
+    print(sandbox.describe(isolation), file=stream, flush=True)
+    for line in job_network.describe(
+        network_plan(), get_settings().service_urls, sandboxed=isolation.enabled
+    ):
+        print(line, file=stream, flush=True)
     if refused:
         print(
             "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
@@ -311,7 +323,7 @@ def _sandboxed(
         bwrap=isolation.bwrap,
         setpriv=isolation.setpriv,
     )
-    return sandbox.wrap(launch, spec)
+    return job_network.attach(sandbox.wrap(launch, spec), network_plan())
 
 
 def _local_store(url: str) -> tuple[Path, ...]:

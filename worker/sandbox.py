@@ -23,7 +23,9 @@ worker/launcher.py) inside Debian's ``bwrap``:
   runs bwrap with ``--unshare-user``: the job keeps the worker's uid, but the mount and PID
   namespaces hide the same things.
 
-The network is the host's: torchrun rendezvous over loopback, NCCL, dataset downloads.
+Not the host's /etc: the files programs need and an account for the job's uid
+(worker/job_etc.py). The network: a namespace of the job's own unless
+TORCHYARD_JOB_NETWORK=host (worker/job_network.py, applied to this module's argv).
 
 The environment reaches the job through bwrap's own (Popen's ``env``), never ``--setenv``:
 argv is readable by every local user in ``/proc/<pid>/cmdline``, the environment is not.
@@ -46,6 +48,7 @@ from typing import Literal
 
 from app.runs.job_files import within
 from torchyard.contract import is_server_variable
+from worker import job_etc
 from worker.launcher import Launch
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,6 @@ SYSTEM_PATHS = (
     "/lib32",
     "/lib64",
     "/libx32",
-    "/etc",
     "/opt",
     "/sys",
     # /etc/resolv.conf is a link into it on systemd-resolved hosts.
@@ -188,6 +190,14 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     readable = _outermost([*system, *spec.read_only])
     for path in readable:
         mounts.add("--ro-bind-try" if path in system else "--ro-bind", path, path)
+    # Not the host's /etc: what programs need, and the job's own account (worker/job_etc.py).
+    for name in job_etc.BOUND:
+        mounts.add("--ro-bind-try", job_etc.ETC / name, job_etc.ETC / name)
+    uid, gid = (spec.uid, spec.uid) if spec.uid is not None else (os.getuid(), os.getgid())
+    etc_fds = []
+    for name, text in job_etc.generated(uid, gid, spec.home).items():
+        etc_fds.append(job_etc.data_fd(text))
+        mounts.add("--ro-bind-data", Path(str(etc_fds[-1])), job_etc.ETC / name, perms="0644")
     for hidden in _outermost(spec.hidden):
         if any(within(hidden, r) for r in readable):
             mounts.add("--tmpfs", None, hidden, tmpfs=True)
@@ -209,8 +219,8 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
             *inner,
         ]
     env = dict(launch.env)
-    env.update(HOME=str(spec.home), TMPDIR="/tmp")
-    fds = (*launch.pass_fds, *(fd for fd, _ in spec.read_only_fds))
+    env.update(HOME=str(spec.home), TMPDIR="/tmp", USER=job_etc.JOB_USER, LOGNAME=job_etc.JOB_USER)
+    fds = (*launch.pass_fds, *(fd for fd, _ in spec.read_only_fds), *etc_fds)
     return replace(launch, argv=[*argv, "--", *inner], env=env, pass_fds=fds)
 
 
@@ -298,9 +308,13 @@ def _probe(bwrap: str, setpriv: str, as_root: bool, uid: int) -> str | None:
                 capture_output=True,
                 timeout=PROBE_TIMEOUT_SECONDS,
                 check=False,
+                pass_fds=launch.pass_fds,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return str(exc)
+        finally:
+            for fd in launch.pass_fds:
+                os.close(fd)
         if done.returncode != 0:
             lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
             return lines[-1] if lines else f"exit code {done.returncode}"
