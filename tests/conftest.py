@@ -104,6 +104,8 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_users",  # the CLI; its reset-password boxes are SQLite in either pass
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
+        "test_api_shutdown",  # SIGTERM ends the streams (its own SQLite server)
+        "test_db_connections_cut",  # PostgreSQL in either pass: its own database, run once
         "test_e2e_code",  # a job in its own copy of a snapshot (snapshots: test_code_snapshots)
         "test_e2e_config_env",  # a config's env in the job's process (launcher, sandbox)
         "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process
@@ -113,6 +115,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_isolation",  # the bwrap sandbox around jobs
         "test_e2e_job_output",  # a script's logging and errors in its log
         "test_e2e_lightning",  # PyTorch Lightning, unmodified
+        "test_e2e_mlflow_job",  # MLflow inside a job writes its spool (ingest: test_forwarder)
         "test_e2e_script_folder",  # a script's own folder first on sys.path
         "test_e2e_scripts",  # SummaryWriter / SDK / DDP user scripts
         "test_e2e_submit_code",  # the CLI's git capture and packing, end to end
@@ -123,9 +126,11 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_job_exit",
         "test_job_files",
         "test_job_imports",
+        "test_job_network",  # what a sandboxed job reaches (the services' ports on both stacks)
         "test_job_process",
         "test_launcher",
         "test_local_only",  # this list itself
+        "test_mlflow_store",  # the in-job tracking store (a file writer)
         "test_module_size",  # line counts
         "test_recipes",
         "test_requirements",
