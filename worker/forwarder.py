@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from app.metrics.ingest import KeyLimit, ingest_steps
 from app.notifications.triggers import metrics_arrived
-from app.runs import notices
+from app.runs import lifecycle, notices
 from app.runs.job_files import FileRefused, cut_job_file, job_file_size, open_job_file
 from app.runs.models import Checkpoint, Run, RunLogChunk
 from app.settings import get_settings
@@ -105,7 +105,14 @@ def _may_hold_a_longer_line(chunk: bytes, max_line: int) -> bool:
     return any(chunk.find(b"\n", i, i + block) < 0 for i in range(0, len(chunk) - block + 1, block))
 
 
-def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = False) -> int:
+def forward(
+    session: Session,
+    *,
+    run_id: int,
+    metrics_path: Path,
+    final: bool = False,
+    attempt: int | None = None,
+) -> int:
     """One batch: returns the number of metrics lines and TensorBoard event records moved, plus
     the log chunks written and checkpoint uploads recorded (and, when ``final``, still in
     flight); 0 when nothing under the run directory has anything new.
@@ -113,7 +120,17 @@ def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = 
     ``final``: the job has ended, so the log's last line goes even without its newline, and
     the answer stays above 0 until every checkpoint is in the artifact store (the drain
     waits for uploads between batches, outside any transaction).
+
+    ``attempt``: the attempt whose spool this is. Its batch is refused (0) once the run is no
+    longer that attempt's (app.runs.lifecycle.holds: requeued by a reaper, finished): a
+    stalled worker's late batch never lands in the next attempt's curve. None: the caller
+    already holds the run in this transaction (the reaper's salvage).
     """
+    if attempt is not None and not lifecycle.holds(session, run_id=run_id, attempt=attempt):
+        log.warning(
+            "run %s: attempt %s no longer owns the run; its batch is refused", run_id, attempt
+        )
+        return 0
     run = session.get(Run, run_id)
     if run is None:
         return 0
