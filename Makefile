@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test browser compose sandbox up test test-embedded test-services lint bench clean
+.PHONY: install install-test browser compose sandbox up test test-embedded test-services lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -88,11 +88,23 @@ lint: install-test
 	$(VENV)/bin/ruff format --check app worker torchyard tests bench migrations
 	$(VENV)/bin/mypy
 
+# The front-end (app/static: ES modules the browser loads as they are; no Node at run time):
+# ESLint (eslint.config.js) and the unit tests of its pure parts (tests/js) under Node's own
+# test runner. The dev tools come from package-lock.json through `npm ci` (again only when the
+# lock file changed). Fails on a lint error or a failing test.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+js-check: node_modules/.installed
+	node_modules/.bin/eslint --max-warnings=0
+	node --test tests/js/*.test.js
+
 # The whole suite on the embedded defaults (SQLite database and SQLite broker), then again on
 # PostgreSQL + Redis for every test that touches the database or the broker (the modules in
 # tests/conftest.py LOCAL_ONLY_MODULES run once). Neither is skipped: an unreachable service
 # fails the run.
-test: lint test-embedded test-services
+test: lint js-check test-embedded test-services
 
 # The metrics store's own tests run on both databases in both passes.
 export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
@@ -119,4 +131,4 @@ bench-load: install-test
 		--postgres-url $(POSTGRES_URL)
 
 clean:
-	rm -rf $(VENV) torchyard-data
+	rm -rf $(VENV) torchyard-data node_modules

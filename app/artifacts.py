@@ -4,7 +4,8 @@
 ``file:///srv/torchyard``, ``s3://bucket/prefix`` with the ``s3`` extra). Empty means the data
 dir itself is shared (one box, or NFS) and nothing is copied. A checkpoint's copy lives at
 ``<store>/runs/<run_id>/checkpoints/<name>``; the worker uploads it (worker.artifacts) and
-then records its full URL as ``checkpoints.uri``, which is all the API needs to read it back.
+then records its full URL as ``checkpoints.uri`` (app.runs.checkpoint_records), which is all
+the API needs to read it back.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def checkpoint_key(root: str, run_id: int, name: str) -> str:
 
 
 def run_files_key(root: str, run_id: int) -> str:
-    """Where a run's working-directory files go when it ends (worker.run_files): each file at
+    """Where a run's working-directory files go when it ends (app.runs.work_dir_store): each file at
     ``<key>/<path>``, and the listing at ``<key>.json``."""
     return f"{root}/runs/{run_id}/work"
 
@@ -78,3 +79,16 @@ def _chunks(fs: AbstractFileSystem, path: str) -> Iterator[bytes]:
     with fs.open(path, "rb") as f:
         while block := f.read(READ_BLOCK):
             yield block
+
+
+def remove_stored(store: str, uri: str) -> None:
+    """Remove a checkpoint's copy from the store (only a URI inside ``store``: a row never
+    steers a removal anywhere else); a copy already gone is fine."""
+    if not inside_store(uri, store):
+        return
+    fs, _root = store_fs(store)
+    _fs, path = fsspec.url_to_fs(uri)
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass

@@ -15,7 +15,9 @@ from fastapi import Depends
 from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
-from sqlalchemy.orm import Session as Session  # the unit of work callers hand to services
+
+# Re-exported: the worker types the session it passes to app services without SQLAlchemy.
+from sqlalchemy.orm import Session as Session
 from sqlalchemy.pool import NullPool
 
 from app.settings import get_settings

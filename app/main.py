@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import quote
@@ -24,28 +23,29 @@ from app.experiments.views import router as experiments_views
 from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
 from app.http_errors import error_responses, install_error_handlers
+from app.mlflow.artifacts import router as mlflow_artifacts_router
+from app.mlflow.routes import router as mlflow_router
 from app.notifications.api import router as notifications_router
-from app.notifications.delivery import notify_forever
 from app.notifications.views import router as notifications_views
 from app.ops.prometheus import RequestTimer
 from app.ops.prometheus import router as prometheus_router
 from app.ops.ready import router as ready_router
+from app.periodic import Process, Runner, for_process
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
 from app.runs.delete_api import router as run_delete_router
 from app.runs.images_api import router as run_images_router
 from app.runs.list_api import router as run_list_router
 from app.runs.views import router as runs_views
+from app.scheduled import JOBS
 from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
 from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
 from app.sweeps.api import router as sweeps_router
-from app.sweeps.driver import advance_running_sweeps
 from app.sweeps.views import router as sweeps_views
 from app.users.api import router as users_router
 from app.users.views import router as users_views
-from worker.liveness import reap_forever
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -60,18 +60,14 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             f"database schema is at {current!r}, this server needs {head!r}: "
             "run `torchyard db upgrade` first"
         )
-    # Lost runs are found even when no worker is left to find them.
-    stop = threading.Event()
-    reaper = threading.Thread(target=reap_forever, args=(stop,), name="reaper", daemon=True)
-    reaper.start()
-    # Sweeps go on after a restart even before a worker's own pass (app/sweeps/driver.py).
-    threading.Thread(target=advance_running_sweeps, name="sweeps", daemon=True).start()
-    # Notifications go out from the API too (a run cancelled while queued has no worker).
-    threading.Thread(target=notify_forever, args=(stop,), name="notify", daemon=True).start()
+    # The API's periodic work (app/scheduled.py): lost runs are found even when no worker is
+    # left to find them, sweeps go on after a restart before a worker's own round, and
+    # notifications go out (a run cancelled while queued has no worker).
+    runner = Runner(for_process(Process.API, JOBS)).start()
     try:
         yield
     finally:
-        stop.set()
+        runner.stop()
 
 
 def create_app() -> FastAPI:
@@ -133,6 +129,9 @@ def create_app() -> FastAPI:
         users_views,
         notifications_views,
         sweeps_views,
+        # MLflow's API in MLflow's shape (app/mlflow: its own auth, errors and query rules)
+        mlflow_router,
+        mlflow_artifacts_router,
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.runs.job_files import within
+
 # Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
 PRIVATE_UMASK = 0o077
 
@@ -27,7 +29,7 @@ class Settings(BaseSettings):
     # With an artifact store, the files a run wrote in its working directory (a script's
     # model.pt, a Hugging Face checkpoint-500/) are copied there when it ends, up to this many
     # bytes per run (largest left out first is not tried: files go in path order until the
-    # cap); the run's log says what was left out (worker/run_files.py).
+    # cap); the run's log says what was left out (app/runs/work_dir_store.py).
     run_files_store_max_bytes: int = Field(default=2 * 1024**3, ge=0)
     # Images a job logs with TensorBoard (add_image, add_figure) are kept in the database, with
     # caps against a runaway or hostile job (app/runs/images.py); the run's log says when one
@@ -143,7 +145,8 @@ class Settings(BaseSettings):
     schedule_retry_seconds: float = 0.5
     sse_poll_seconds: float = 0.2
     # Sweeps: the most trials one may plan, and how often each worker re-advances the running
-    # sweeps (the safety net behind the advance a trial's end enqueues; 0: only at start).
+    # sweeps (the safety net behind the advance a trial's end enqueues; at start, then every
+    # this many seconds; 0: off, app.periodic).
     sweep_max_runs: int = Field(default=1000, ge=1)
     sweep_advance_seconds: float = 60.0
     # Open event streams (/api/runs/{id}/events) one user may hold per server process; one
@@ -221,7 +224,7 @@ class Settings(BaseSettings):
         if self.env_dir is None:
             return data.with_name(f"{data.name}-envs")
         path = self.env_dir.expanduser().resolve()
-        if path.is_relative_to(data):
+        if within(path, data):
             raise ValueError(
                 f"TORCHYARD_ENV_DIR ({path}) must not be inside the data dir ({data}): the "
                 "sandbox hides the data dir from jobs, and a job runs from its environment"

@@ -1,12 +1,12 @@
 """The parallel coordinates (app/static/parcoords.js) in headless Chromium: time to draw N runs
 x P differing params (a third categorical, a third log-spread, a third linear) plus a metric
-axis, from ty.parcoords.mount until the page paints at its normal pace again, and the same
+axis, from parcoords.mount until the page paints at its normal pace again, and the same
 for a redraw after a new metric pick.
 
-No server: a blank page with app.css, common.js and parcoords.js, synthetic runs shaped like
-GET /api/runs answers. Debian's /usr/bin/chromium through Playwright (tests/stack.py). Each
-size is drawn --loads times in the same page (the first one pays the JIT's warm-up); the
-median is reported.
+No server: a page with app.css whose /static/ files Playwright serves from app/static (the
+modules import each other by URL), synthetic runs shaped like GET /api/runs answers.
+Debian's /usr/bin/chromium through Playwright (tests/stack.py). Each size is drawn --loads
+times in the same page (the first one pays the JIT's warm-up); the median is reported.
 
     .venv/bin/python bench/ui_parcoords.py [--loads 5]
 """
@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 SIZES = ((100, 5), (200, 10), (1000, 10), (1000, 20), (5000, 10))
 
-DRAW = """([n, p]) => {
+DRAW = """async ([n, p]) => {
+  const {parcoords} = await import("/static/parcoords.js");
   const runs = [];
   for (let i = 0; i < n; i++) {
     const params = {"params.epochs": 10};
@@ -48,7 +49,7 @@ DRAW = """([n, p]) => {
     requestAnimationFrame(tick);
   });
   const t0 = performance.now();
-  const chart = ty.parcoords.mount(el, runs, {metric: "val/acc.max"});
+  const chart = parcoords.mount(el, runs, {metric: "val/acc.max"});
   return frame().then(() => {
     const t1 = performance.now();
     chart.setMetric("train/loss.last");
@@ -56,6 +57,21 @@ DRAW = """([n, p]) => {
                                 lines: el.querySelectorAll("path.pc-line").length}));
   });
 }"""
+
+
+ORIGIN = "http://bench.local"
+PAGE = '<link rel="stylesheet" href="/static/app.css"><div id="pc" style="width: 1200px"></div>'
+TYPES = {".js": "text/javascript", ".css": "text/css"}
+
+
+def _serve(route, static: Path) -> None:  # type: ignore[no-untyped-def]
+    """The page, and the files under /static/ from app/static as the server sends them."""
+    path = route.request.url.removeprefix(ORIGIN)
+    if not path.startswith("/static/"):
+        route.fulfill(body=PAGE, content_type="text/html")
+        return
+    file = static / path.removeprefix("/static/")
+    route.fulfill(path=file, content_type=TYPES.get(file.suffix, "application/octet-stream"))
 
 
 def main() -> None:
@@ -71,10 +87,8 @@ def main() -> None:
         browser = launch_chromium(pw)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_content('<div id="pc" style="width: 1200px"></div>')
-            page.add_style_tag(path=static / "app.css")
-            page.add_script_tag(path=static / "common.js")
-            page.add_script_tag(path=static / "parcoords.js")
+            page.route(f"{ORIGIN}/**", lambda route: _serve(route, static))
+            page.goto(f"{ORIGIN}/")
             print("runs  params  draw ms (median)  new metric ms (median)")
             for n, p in SIZES:
                 got = [page.evaluate(DRAW, [n, p]) for _ in range(args.loads)]

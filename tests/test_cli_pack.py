@@ -21,8 +21,8 @@ from app.cli.client import Api, CliError
 from app.cli.code_upload import code_origin, ship
 from app.cli.commands import _code_dir
 from app.cli.config import Target
+from app.cli.git_state import strip_credentials
 from app.cli.pack import PackError, PackLimits, pack
-from worker.workspace import strip_credentials
 
 
 def git(repo: Path, *args: str) -> str:

@@ -45,7 +45,11 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
     try:
         lines = []
         assert proc.stdout is not None
-        while not any("Ctrl-C" in line for line in lines):
+        # Up to its own last line and the worker's start banner (the worker says it).
+        while not (
+            any("Ctrl-C" in line for line in lines)
+            and any("job isolation" in line for line in lines)
+        ):
             line = proc.stdout.readline()
             assert line, f"torchyard up exited early: {lines}"
             lines.append(line)
@@ -53,6 +57,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         assert f"http://127.0.0.1:{port}" in out
         # Says whether jobs are sandboxed (docs/security.md); the suite's machines have bwrap.
         assert "job isolation: on: jobs run in a bubblewrap sandbox" in out, out
+        assert "worker on " in out and "GPUs " in out, out
         assert "generated password" in out  # no TORCHYARD_ADMIN_PASSWORD: printed once
         password = out.split("generated password: ")[1].split()[0]
         deadline = time.monotonic() + 60

@@ -25,8 +25,9 @@ ENV = dict(
     TORCHYARD_BROKER_URL=f"sqla+sqlite:///{DATA_DIR / 'broker-sweeps.db'}",
     PYTHONUNBUFFERED="1",
     TORCHYARD_SHUTDOWN_GRACE_SECONDS="1",
-    # Only the start's pass of the safety net: what moves these sweeps is each trial's end.
-    TORCHYARD_SWEEP_ADVANCE_SECONDS="0",
+    # Only the start's pass of the safety net (app.periodic: a round at start, the next one
+    # an hour later): what moves these sweeps is each trial's end.
+    TORCHYARD_SWEEP_ADVANCE_SECONDS="3600",
 )
 TINY = {
     "recipe": "tiny_mlp",

@@ -16,10 +16,11 @@ from app.db import get_engine, session_scope
 from app.metrics.service import read_series
 from app.runs.models import Run
 from app.runs.notices import notice_lines
+from app.runs.reaper import reap_once
 from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.factories import make_run
-from worker.liveness import reap_once
+from worker.liveness import HostJobs
 
 POISON_KEY = "poison/ingest-bug"
 
@@ -80,7 +81,7 @@ def test_the_reaper_hands_over_every_lost_run_when_one_spool_cannot_be_stored(
 ) -> None:
     broken = lost_run_with_spool({"a": 1.0}, {refused_key: 2.0})
     fine = lost_run_with_spool({"a": 1.0}, {"a": 2.0})
-    handed = {h.run_id for h in reap_once()}
+    handed = {h.run_id for h in reap_once(HostJobs())}
     assert {broken, fine} <= handed
     with session_scope() as session:
         for run_id in (broken, fine):

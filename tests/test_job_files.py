@@ -15,10 +15,15 @@ import pytest
 from app.runs.job_files import (
     FileRefused,
     append_to_job_file,
+    clean_relative,
     cut_job_file,
+    folder_entries,
+    is_regular,
     job_file_size,
     open_regular,
     read_job_file,
+    regular_fd,
+    within,
 )
 
 
@@ -127,3 +132,59 @@ def test_a_file_written_whole_replaces_a_link_or_fifo_without_following_it(
     assert (run_dir / "link").read_bytes() == b"{}" and not (run_dir / "link").is_symlink()
     assert (run_dir / "fifo").read_bytes() == b"[]"
     assert (run_dir.parent / "secret.db").read_bytes() == b"password hashes"
+
+
+def test_a_link_swapped_in_after_the_check_is_refused_at_the_open(run_dir: Path) -> None:
+    """``is_regular`` is a hint: the open that reads decides again, on what it opened."""
+    assert is_regular(run_dir, "output.log")
+    (run_dir / "output.log").unlink()
+    (run_dir / "output.log").symlink_to(run_dir.parent / "secret.db")
+    assert not is_regular(run_dir, "output.log")
+    with pytest.raises(FileNotFoundError):
+        open_regular(run_dir, "output.log")
+
+
+def test_what_was_opened_is_read_even_when_the_name_is_swapped_afterwards(run_dir: Path) -> None:
+    fd = regular_fd(run_dir, "folder/inner.txt")
+    try:
+        (run_dir / "folder").rename(run_dir / "moved")
+        (run_dir / "folder").symlink_to(run_dir.parent)  # the path now leads out
+        assert os.read(fd, 100) == b"inner"  # the descriptor is still the checked file
+    finally:
+        os.close(fd)
+    with pytest.raises(FileNotFoundError):
+        regular_fd(run_dir, "folder/secret.db")
+
+
+def test_a_folder_swapped_for_a_link_after_its_listing_is_not_entered(run_dir: Path) -> None:
+    names = {name for name, _info in folder_entries(run_dir)}
+    assert {"output.log", "fifo", "link", "dirlink", "folder"} <= names
+    assert [name for name, _ in folder_entries(run_dir, "folder")] == ["inner.txt"]
+    (run_dir / "folder" / "inner.txt").unlink()
+    (run_dir / "folder").rmdir()
+    (run_dir / "folder").symlink_to(run_dir.parent)
+    with pytest.raises(FileNotFoundError):
+        folder_entries(run_dir, "folder")
+    with pytest.raises(FileNotFoundError):
+        folder_entries(run_dir, "dirlink")
+    with pytest.raises(FileRefused):
+        folder_entries(run_dir, "output.log")
+
+
+@pytest.mark.parametrize("path", ["../secret.db", "/etc/passwd", "a/../../x", "./x", "", "a\x00b"])
+def test_every_opener_refuses_a_path_out_of_its_root(run_dir: Path, path: str) -> None:
+    with pytest.raises(FileRefused):
+        clean_relative(path)
+    with pytest.raises(FileRefused):
+        regular_fd(run_dir, path)
+    with pytest.raises(FileRefused):
+        folder_entries(run_dir, path or "..")
+    assert not is_regular(run_dir, path)
+
+
+def test_within_compares_components_not_text(tmp_path: Path) -> None:
+    assert within(tmp_path / "a" / "b", tmp_path / "a")
+    assert within(tmp_path / "a", tmp_path / "a")
+    assert not within(tmp_path / "ab", tmp_path / "a")  # "startswith" would say yes
+    assert not within(tmp_path, tmp_path / "a")
+    assert clean_relative("checkpoints/last.pt/") == "checkpoints/last.pt"

@@ -169,7 +169,7 @@ def test_the_worker_and_the_server_never_import_torch() -> None:
     """Only jobs import torch: the Celery worker (its app, its tasks and all they import) and
     the API stay small when idle (torch was most of an idle worker's memory and start time)."""
     loaded = loaded_top_level_modules(
-        "import worker.celery_app, worker.tasks, worker.runner, worker.forwarder, "
+        "import app.broker, worker.tasks, worker.runner, worker.forwarder, "
         "worker.tensorboard_events, worker.artifacts, app.main\n"
         "app.main.create_app()\n"
         "worker.tensorboard_events._tensorboard_available()  # its lazy protobuf import\n"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.experiments.config import run_config
 from torchyard.contract import rank_prefix
 from worker.launcher import LaunchSpec, build_launch
 
@@ -20,6 +21,7 @@ def spec(**kw: object) -> LaunchSpec:
         base_env={"PATH": "/bin"},
     )
     base.update(kw)
+    base["config"] = run_config(base["config"])  # the worker's typed config, as it reads it
     return LaunchSpec(**base)
 
 
@@ -28,7 +30,8 @@ def test_single_process_starts_the_entry_point_as_a_plain_interpreter() -> None:
     assert launch.argv == ["/py", "-m", "torchyard.job"]
     assert launch.cwd == Path("/data/runs/7/work")
     env = launch.env
-    assert json.loads(env.pop("TORCHYARD_CONFIG")) == CONFIG
+    # The stored JSON, defaults filled in (the job reads no default of its own).
+    assert json.loads(env.pop("TORCHYARD_CONFIG")) == run_config(CONFIG).stored()
     # Exactly this: no resume path, no line-prefix template (its lines are rank 0's, bare),
     # and none of torchrun's variables.
     assert env == {
@@ -96,7 +99,8 @@ def test_single_process_through_torchrun_when_configured() -> None:
         "torchyard.job",
     ]
     env = launch.env
-    assert json.loads(env.pop("TORCHYARD_CONFIG")) == CONFIG
+    # The stored JSON, defaults filled in (the job reads no default of its own).
+    assert json.loads(env.pop("TORCHYARD_CONFIG")) == run_config(CONFIG).stored()
     # torchrun sets RANK, MASTER_PORT and the rest for each process it starts.
     assert env == {
         "PATH": "/bin",

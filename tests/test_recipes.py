@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from app.experiments.config import run_config
 from tests.waits import wait_for
 from torchyard import job as jobmain
 from torchyard.recipes import digits_cnn, tiny_mlp
@@ -47,7 +48,7 @@ def job_launch(
     spec = LaunchSpec(
         run_id=1,
         run_dir=run_dir,
-        config={"seed": 0, **config},
+        config=run_config({"seed": 0, **config}),
         python=sys.executable,
         job_token="test",
         master_port=29500,
@@ -154,7 +155,9 @@ def test_digits_cnn_defaults_reach_97_percent_through_jobmain(tmp_path: Path) ->
         assert ckpt["path"] == f"checkpoints/{ckpt['name']}"
         assert ckpt["size_bytes"] == path.stat().st_size
     final = load_checkpoint(run_dir / "checkpoints" / "final.pt")
-    assert (final["epoch"], final["step"], final["config"]) == (10, 230, DIGITS)
+    # The job's config is the stored one, every default filled in by the model.
+    assert (final["epoch"], final["step"]) == (10, 230)
+    assert final["config"] == run_config(DIGITS).stored()
     model = digits_cnn.build_model()
     model.load_state_dict(final["model"])
     *_, x_val, y_val = digits_cnn.load_split(1029, 0.2)

@@ -1,4 +1,5 @@
-"""Checkpoint retention: the policy's choice (worker.retention.kept) and the config's 422s."""
+"""Checkpoint retention: the policy's choice (app.runs.checkpoint_records.kept) and the
+config's 422s."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from app.db import session_scope
+from app.runs.checkpoint_records import Candidate, Policy, kept, policy_of
 from app.runs.models import Run
 from app.runs.service import checkpoints_of
 from app.settings import get_settings
 from tests.factories import make_run
 from tests.test_artifacts import PAYLOAD, checkpoint_line, drain, uris
 from worker.forwarder import forward
-from worker.retention import Candidate, Policy, kept, policy_of
 
 
 def _ckpts(n: int) -> list[Candidate]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from app.runs.job_files import FileRefused, regular_fd
 from tests.waits import wait_for
 from worker.gpus import device_minors
 from worker.launcher import Launch
@@ -25,7 +26,6 @@ from worker.sandbox import (
     device_nodes,
     interpreter_paths,
     job_environment,
-    open_inside,
     wrap,
 )
 
@@ -135,7 +135,7 @@ def test_a_checkpoint_to_resume_from_is_opened_without_following_any_link(tmp_pa
     (runs / "3" / "checkpoints").mkdir(parents=True)
     (runs / "3" / "checkpoints" / "last.pt").write_bytes(b"weights")
     (tmp_path / "torchyard.db").write_bytes(b"secret rows")
-    fd = open_inside(runs, "3/checkpoints/last.pt")
+    fd = regular_fd(runs, "3/checkpoints/last.pt")
     try:
         assert os.read(fd, 100) == b"weights"
     finally:
@@ -144,11 +144,11 @@ def test_a_checkpoint_to_resume_from_is_opened_without_following_any_link(tmp_pa
     (runs / "4").symlink_to(runs / "3")
     os.mkfifo(runs / "3" / "checkpoints" / "fifo.pt")
     for relative in ("3/checkpoints/link.pt", "4/checkpoints/last.pt"):
-        with pytest.raises(OSError):
-            open_inside(runs, relative)
+        with pytest.raises(FileNotFoundError):
+            regular_fd(runs, relative)
     for relative in ("3/checkpoints/fifo.pt", "3/checkpoints", "../torchyard.db"):
-        with pytest.raises((OSError, ValueError)):
-            open_inside(runs, relative)
+        with pytest.raises(FileRefused):
+            regular_fd(runs, relative)
 
 
 def test_a_worker_that_is_not_root_uses_a_user_namespace_and_keeps_its_uid() -> None:
@@ -387,7 +387,6 @@ from worker.sandbox import (
     device_nodes,
     interpreter_paths,
     job_environment,
-    open_inside,
     wrap,
 )
 isolation = decide("bwrap", 200000)

@@ -13,14 +13,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import session_scope
 from app.metrics.service import read_series
-from app.runs import notices
+from app.runs import log_store, notices
 from app.runs.models import Run
 from app.runs.notices import notice_lines
 from app.settings import get_settings
 from tests.factories import admin_run, make_run
 from worker import spool_lines
 from worker import spool_lines as sl
-from worker.forwarder import forward, limit_log
+from worker.forwarder import forward
 from worker.spool_lines import BadLine, check_line, parse_spool
 
 GOOD = {"type": "metrics", "step": 1, "time": 1.0, "values": {"a": 1.0}}
@@ -183,9 +183,7 @@ def test_a_log_past_its_limit_is_cut_with_a_note_and_stays_cut(
     log = tmp_path / "output.log"
     log.write_bytes(b"line\n" * 2000)  # 10,000 bytes
     with db_sessions.begin() as session:
-        run = session.get(Run, run_id)
-        assert run is not None
-        limit_log(run, log_path=log, max_bytes=4096)
+        log_store.limit(session, run_id=run_id, log_path=log, max_bytes=4096)
     data = log.read_bytes()
     assert data[:4096] == (b"line\n" * 2000)[:4096]
     assert data[4096:] == (
@@ -195,9 +193,7 @@ def test_a_log_past_its_limit_is_cut_with_a_note_and_stays_cut(
     with log.open("ab") as f:  # the job goes on writing
         f.write(b"more\n" * 100)
     with db_sessions.begin() as session:
-        run = session.get(Run, run_id)
-        assert run is not None
-        limit_log(run, log_path=log, max_bytes=4096)
+        log_store.limit(session, run_id=run_id, log_path=log, max_bytes=4096)
     assert log.read_bytes() == data
     assert run_notices(db_sessions, run_id) == [
         "log limit reached (4 KiB): the output after it is not kept"

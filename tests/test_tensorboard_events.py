@@ -572,13 +572,13 @@ def test_a_record_over_the_cap_is_skipped_unread_and_an_impossible_length_waits(
     tmp_path: Path,
 ) -> None:
     path = write_events(tmp_path, scalar_event("a", 1.0, 0), b"z" * 5000, scalar_event("a", 2, 1))
-    got = tfrecord.read_records(path, 0, max_record=1000)
+    got = tfrecord.read_records(path.parent, path.name, 0, max_record=1000)
     assert len(got.data) == 2 and got.oversized == 1 and got.end == path.stat().st_size
 
     length = struct.pack("<Q", 2**62)  # a valid CRC on a length no file reaches
     with path.open("ab") as f:
         f.write(length + struct.pack("<I", tfrecord.masked_crc32c(length)) + b"abc")
-    again = tfrecord.read_records(path, got.end)
+    again = tfrecord.read_records(path.parent, path.name, got.end)
     assert again.data == [] and again.end == got.end and again.corrupt_at is None
 
 
@@ -683,3 +683,27 @@ def test_scalars_under_sys_are_not_stored_and_said_once(
         assert list_keys(session, run_id=run_id) == ["loss"]
     lines = (tmp_path / "output.log").read_text().splitlines()
     assert len(lines) == 1 and "TensorBoard scalars under sys/ (tag 'sys/cpu_percent')" in lines[0]
+
+
+def test_event_files_behind_a_link_are_never_found(tmp_path: Path) -> None:
+    """Another run's TensorBoard folder linked into this one (or a folder swapped for such a
+    link) must not feed its points into this run."""
+    from worker.tensorboard_events import find_event_files
+
+    other = tmp_path / "other" / "tb"
+    other.mkdir(parents=True)
+    header = struct.pack("<Q", 5)
+    record = header + struct.pack("<I", tfrecord.masked_crc32c(header)) + b"hello"
+    record += struct.pack("<I", tfrecord.masked_crc32c(b"hello"))
+    (other / "events.out.tfevents.1.host").write_bytes(record)
+    assert tfrecord.read_records(other, "events.out.tfevents.1.host", 0).data == [b"hello"]
+    run_dir = tmp_path / "run"
+    (run_dir / "tensorboard").mkdir(parents=True)
+    (run_dir / "tensorboard" / "events.out.tfevents.2.host").write_bytes(b"")
+    (run_dir / "linked").symlink_to(other)
+    (run_dir / "tensorboard" / "events.out.tfevents.3.host").symlink_to(
+        other / "events.out.tfevents.1.host"
+    )
+    files, _mtimes = find_event_files(run_dir)
+    assert files == ["tensorboard/events.out.tfevents.2.host"]
+    assert tfrecord.read_records(run_dir, "linked/events.out.tfevents.1.host", 0).data == []

@@ -7,13 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from worker.workspace import (
-    ScriptPathError,
-    git_state,
-    prepare_work_dir,
-    resolve_script,
-    script_argv,
-)
+from app.cli.git_state import git_state
+from app.experiments.workspace import ScriptPathError, resolve_script
+from worker.workspace import prepare_work_dir, script_argv
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ decide how it is launched. Standard library only, so the worker can import it wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
-from typing import Any
 
 # --- environment variables set by the launcher -------------------------------------------
 RUN_ID_VAR = "TORCHYARD_RUN_ID"
@@ -76,10 +74,6 @@ HOME_DIR = "home"
 ERRORS_DIR = "errors"
 
 
-def error_file(rank: int) -> str:
-    return f"{ERRORS_DIR}/rank{rank}.json"
-
-
 def rank_prefix(rank: int) -> str:
     """The prefix of every line rank ``rank`` writes under torchrun: ``[rank1]: ``."""
     return Template(LOG_LINE_PREFIX_TEMPLATE).substitute(rank=rank)
@@ -87,31 +81,40 @@ def rank_prefix(rank: int) -> str:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What a run's config says about launching it: read here once, not in every module."""
+    """What a run's config says about launching it, for code that takes no pydantic model.
+    Built by app.experiments.config.RunConfig.run_spec from the validated config: the
+    defaults live in that model alone, so this has none."""
 
-    nproc: int = 1
-    gpus: int = 0
-    max_restarts: int = 0
+    nproc: int
+    gpus: int
+    max_restarts: int
     # "torchrun" (a process per rank) or "none" (one process that starts its own ranks)
-    launcher: str = "torchrun"
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> RunSpec:
-        config = config or {}
-        resources = config.get("resources") or {}
-        return cls(
-            nproc=max(1, int(resources.get("nproc", 1) or 1)),
-            gpus=max(0, int(resources.get("gpus", 0) or 0)),
-            max_restarts=max(0, int(config.get("max_restarts", 0) or 0)),
-            launcher=str(resources.get("launcher") or "torchrun"),
-        )
+    launcher: str
 
 
 @dataclass(frozen=True)
 class RunPaths:
-    """The files of one run directory, by role."""
+    """The files of one run directory, by role: every module names a run's file through
+    this (``RunPaths(run_dir).log``), never by joining a name of its own. The names above are
+    the folder's layout; the relative path a checkpoint row stores is ``checkpoint_path``."""
 
     root: Path
+
+    @staticmethod
+    def checkpoint_path(name: str) -> str:
+        """A checkpoint's path relative to the run directory, as its row stores it."""
+        return f"{CHECKPOINTS_DIR}/{name}"
+
+    def checkpoint(self, name: str) -> Path:
+        return self.root / self.checkpoint_path(name)
+
+    def error(self, rank: int) -> Path:
+        """Where rank ``rank`` records the exception it died of."""
+        return self.errors / f"rank{rank}.json"
+
+    def earlier_metrics(self, attempt: int) -> Path:
+        """Where a requeued run's spool of attempt ``attempt`` is kept aside."""
+        return self.root / f"metrics.attempt-{attempt}.jsonl"
 
     @property
     def metrics(self) -> Path:
@@ -148,3 +151,7 @@ class RunPaths:
     @property
     def torchrun_logs(self) -> Path:
         return self.root / TORCHRUN_LOG_DIR
+
+    @property
+    def home(self) -> Path:
+        return self.root / HOME_DIR

@@ -32,7 +32,7 @@ from torchyard.contract import (
     LOG_LINE_PREFIX_VAR,
     SCRIPT_ARGV_VAR,
     SCRIPT_VAR,
-    error_file,
+    RunPaths,
 )
 from torchyard.recipes.catalog import RECIPES
 from torchyard.runtime import environment, tensorboard_defaults
@@ -226,7 +226,7 @@ def report_failure(exc: BaseException, *, rank: int, run_dir: Path | None) -> No
         "message": message,
         "traceback": text,
     }
-    path = run_dir / error_file(rank)
+    path = RunPaths(run_dir).error(rank)
     try:
         path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(record), encoding="utf-8")

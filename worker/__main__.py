@@ -1,22 +1,43 @@
 """`python -P -m worker ARGS`: Celery's command line on torchyard's app (`torchyard up` and
-`torchyard worker` start the worker this way).
+`torchyard worker` start the worker this way: app/cli starts it as a process, never imports it).
 
-Not `python -m celery -A worker.celery_app`: Celery imports the -A module and the task modules
-with the current directory first on sys.path, so a `worker.py` or `app/` of the user's own in
-the folder where `torchyard up` was started took the place of ours. Here the app and its tasks
-are imported before Celery looks (it then finds them loaded), and -P keeps that folder off
-sys.path for everything else.
+Not `python -m celery -A app.broker`: Celery imports the -A module and the task modules with the
+current directory first on sys.path, so a `worker.py` or `app/` of the user's own in the folder
+where `torchyard up` was started took the place of ours. Here the app and its tasks are imported
+before Celery looks (it then finds them loaded), and -P keeps that folder off sys.path for
+everything else.
+
+`worker` without `--concurrency` gets the configured threads raised to GPUs + 1 (with every
+GPU leased, one thread is left for gpus: 0 runs and for re-asking about waiting runs). The
+worker says at start what it found: this host's GPUs and whether jobs are sandboxed.
 """
 
 import os
 import sys
 
-from app.settings import PRIVATE_UMASK
-from worker import tasks  # noqa: F401  (registers the run task before Celery's own import)
-from worker.celery_app import celery_app
-from worker.runner import announce_isolation
+from app.broker import celery_app
+from app.settings import PRIVATE_UMASK, get_settings
+from worker import tasks  # noqa: F401  (registers the tasks before Celery's own import)
+from worker.runner import announce_isolation, inventory
 
-os.umask(PRIVATE_UMASK)
-if sys.argv[1:2] == ["worker"]:
-    announce_isolation()
-sys.exit(celery_app.start(sys.argv[1:]))
+
+def concurrency() -> int:
+    return max(get_settings().worker_concurrency, len(inventory().gpus) + 1)
+
+
+def main(argv: list[str]) -> int:
+    os.umask(PRIVATE_UMASK)
+    if argv[:1] == ["worker"]:
+        found = inventory()
+        print(
+            f"worker on {found.host}: GPUs {list(found.gpus) or 'none'} ({found.source})",
+            flush=True,
+        )
+        announce_isolation()
+        if not any(a == "--concurrency" or a.startswith("--concurrency=") for a in argv):
+            argv = [*argv, "--concurrency", str(concurrency())]
+    status = celery_app.start(argv)
+    return int(status or 0)
+
+
+sys.exit(main(sys.argv[1:]))

@@ -26,7 +26,7 @@ import threading
 from app.db import is_conflict, session_scope
 from app.runs.recovery import readopt
 from app.settings import get_settings
-from torchyard.contract import METRICS_FILE
+from torchyard.contract import RunPaths
 from worker.heartbeat import Watched
 from worker.job_records import JobRecord, records
 from worker.process import JobProcess
@@ -79,7 +79,7 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
     watched = Watched(
         record.run_id,
         record.attempt,
-        settings.run_dir(record.run_id) / METRICS_FILE,
+        RunPaths(settings.run_dir(record.run_id)).metrics,
         run.has_leases,
         run.in_sweep,
         run.gpu_indices,

@@ -1,8 +1,9 @@
 """Checkpoints to and from the shared artifact store (app.artifacts), on the worker.
 
 Upload: the forwarder calls ``sync`` in each of its units of work. It records the URI of every
-upload that has finished since the last call, and hands the run's checkpoints that have no URI
-yet to a small pool of upload threads. So no transaction ever waits on an upload, and the
+upload that has finished since the last call (through app.runs.checkpoint_records, the rows'
+owner), and hands the run's checkpoints that have no URI yet to a small pool of upload
+threads. So no transaction ever waits on an upload, and the
 watch loop keeps heartbeating leases and checking for a cancel while a large file moves. In
 the final drain ``sync`` also counts the uploads still in flight, and the drain goes on until
 there are none: a run's final status is written only after its checkpoints are in the store.
@@ -24,18 +25,13 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
-
-from sqlalchemy import CursorResult, select, update
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, BinaryIO
 
 from app.artifacts import checkpoint_key, renames_atomically, store_fs
-from app.db import session_scope
-from app.runs.job_files import job_file_size, open_job_file
-from app.runs.models import Checkpoint
-from app.runs.service import inside
+from app.db import Session, session_scope
+from app.runs import checkpoint_records
+from app.runs.job_files import FileRefused, clean_relative, is_regular, open_job_file
 from app.settings import get_settings
-from worker.retention import remove_stored
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -98,17 +94,17 @@ def ensure_local(runs_dir: Path, resume_from: str | None) -> Path | None:
     dir), on this host's disk: fetched from the store to the same relative path if missing."""
     if not resume_from:
         return None
-    target = inside(runs_dir, resume_from)
-    if target is None:
-        raise ArtifactMissing(f"resume_from {resume_from!r} is not under the runs directory")
-    if target.is_file():
+    try:
+        target = runs_dir / clean_relative(resume_from)
+    except FileRefused:
+        raise ArtifactMissing(
+            f"resume_from {resume_from!r} is not under the runs directory"
+        ) from None
+    if is_regular(runs_dir, resume_from):
         return target
     run_part, _, relative = resume_from.partition("/")
     with session_scope() as session:
-        rows = session.execute(
-            select(Checkpoint.path, Checkpoint.uri).where(Checkpoint.run_id == int(run_part))
-        ).all()
-    uri = next((u for p, u in rows if posixpath.normpath(p) == relative), None)
+        uri = checkpoint_records.stored_uri(session, run_id=int(run_part), path=relative)
     if not uri:
         raise ArtifactMissing(
             f"checkpoint {resume_from!r} is neither on this host nor in the artifact store"
@@ -189,29 +185,18 @@ def sync(session: Session, *, run_id: int, run_dir: Path, final: bool) -> int:
         except Exception as exc:
             _uploads.failed(key, exc)
             continue
-        result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            update(Checkpoint)
-            .where(Checkpoint.run_id == run_id, Checkpoint.name == key[1])
-            .values(uri=uri)
-        )
-        if not result.rowcount:  # retention dropped it while it was uploading
-            remove_stored(store, uri)
+        checkpoint_records.record_upload(session, run_id=run_id, name=key[1], uri=uri, store=store)
         recorded += 1
-    waiting = session.execute(
-        select(Checkpoint.name, Checkpoint.path).where(
-            Checkpoint.run_id == run_id, Checkpoint.uri.is_(None)
-        )
-    ).all()
+    waiting = checkpoint_records.awaiting_upload(session, run_id=run_id)
     busy = _uploads.of_run(run_id)
     for name, path in waiting:
         key = (run_id, name)
         if key in busy or key in _uploads.given_up:
             continue
-        local = inside(run_dir, path)
-        if local is None or job_file_size(local) is None:
+        if not is_regular(run_dir, path):
             _uploads.failed(key, FileNotFoundError(f"{path} is not in {run_dir}"))
             continue
-        _uploads.submit(key, store, local)
+        _uploads.submit(key, store, run_dir / clean_relative(path))
     if not final:
         return recorded
     in_flight = len(_uploads.of_run(run_id))

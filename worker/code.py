@@ -13,43 +13,20 @@ the store. A requeued attempt keeps the copy its first attempt extracted (and wh
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from app.code.scripts import clean_script
 from app.code.store import local_archive
 from app.code.tarcheck import Limits, extract
-from torchyard.contract import WORK_DIR
-from worker.workspace import MAX_SCRIPT_PATH, ScriptPathError
+from app.experiments.workspace import ScriptPathError
+from app.runs.job_files import within
+from torchyard.contract import RunPaths
 
 
 def snapshot_root(run_dir: Path) -> Path:
     """The root of a run's working copy of its snapshot (e.g. where a ``requirements.txt`` of
     the snapshot is: ``snapshot_root(run_dir) / "requirements.txt"``)."""
-    return run_dir / WORK_DIR
-
-
-def clean_script(script: str) -> str:
-    """The script's path in the snapshot, normalised, or ScriptPathError saying why not."""
-    if not script or not script.strip() or "\x00" in script or len(script) > MAX_SCRIPT_PATH:
-        raise ScriptPathError("give the script's path relative to the code snapshot, e.g. train.py")
-    if script.startswith("/") or "\\" in script:
-        raise ScriptPathError(
-            f"{script!r}: give a path relative to the code snapshot, with '/' between folders"
-        )
-    parts = [p for p in PurePosixPath(script).parts if p != "."]
-    if ".." in parts:
-        raise ScriptPathError(f"{script!r} leaves the code snapshot ('..' is not allowed)")
-    if not script.endswith(".py"):
-        raise ScriptPathError(f"{script!r} is not a Python file (.py)")
-    return "/".join(parts)
-
-
-def script_in_snapshot(script: str, files: Iterable[str], digest: str) -> str:
-    """The API's check: ``script`` is a regular file of the snapshot (ScriptPathError if not)."""
-    path = clean_script(script)
-    if path not in set(files):
-        raise ScriptPathError(f"{script!r} is not a file in code snapshot {digest}")
-    return path
+    return RunPaths(run_dir).work
 
 
 def prepare(run_dir: Path, digest: str, script: str) -> Path:
@@ -63,6 +40,6 @@ def prepare(run_dir: Path, digest: str, script: str) -> Path:
         staging.rename(root)
     path = root / clean_script(script)
     resolved = path.resolve()
-    if not resolved.is_relative_to(root.resolve()) or not resolved.is_file():
+    if not within(resolved, root.resolve()) or not resolved.is_file():
         raise ScriptPathError(f"{script!r} is not a file in code snapshot {digest}")
     return path

@@ -47,12 +47,13 @@ import stat
 import sys
 import time
 import venv
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from app.experiments.config import RunConfig
 from app.experiments.requirements import (
     MAX_REQUIREMENTS_FILE_BYTES,
     RequirementRefused,
@@ -85,10 +86,9 @@ def requirements_for(config_requirements: list[str], snapshot_root: Path | None)
     return check_requirements(lines, source=source)
 
 
-def run_requirements(config: Mapping[str, Any], snapshot_root: Path | None) -> list[str]:
+def run_requirements(config: RunConfig, snapshot_root: Path | None) -> list[str]:
     """requirements_for a run's whole config (its `environment.requirements`, if any)."""
-    wanted = (config.get("environment") or {}).get("requirements") or []
-    return requirements_for(list(wanted), snapshot_root)
+    return requirements_for(list(config.environment.requirements), snapshot_root)
 
 
 def _requirements_file(path: Path) -> list[str] | None:

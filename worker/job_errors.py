@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.runs.job_files import FileRefused, open_job_file, read_job_file
-from torchyard.contract import ERRORS_DIR, rank_prefix
+from app.runs.job_files import FileRefused, folder_entries, open_job_file, read_job_file
+from torchyard.contract import RunPaths, rank_prefix
 
 ERROR_TAIL_LINES = 30
 MAX_RECORD_BYTES = 256 * 1024
@@ -27,7 +27,7 @@ _RANK_TRACEBACK = re.compile(r"^(\[rank\d+\]: )+Traceback \(most recent call las
 
 
 def run_error(run_dir: Path, log_path: Path, code: int | None) -> str:
-    record = first_failure(run_dir / ERRORS_DIR)
+    record = first_failure(RunPaths(run_dir).errors)
     if record is not None:
         where = f"(rank {record['rank']}) " if record["rank"] else ""
         text = f"{record['message']}\n\n{where}{record['traceback']}".rstrip()
@@ -38,23 +38,21 @@ def run_error(run_dir: Path, log_path: Path, code: int | None) -> str:
 def first_failure(errors_dir: Path) -> dict[str, Any] | None:
     """The earliest well-formed record in ``errors_dir``, None when there is none."""
     found: list[dict[str, Any]] = []
-    if not errors_dir.is_dir() or errors_dir.is_symlink():
-        return None
     try:
-        entries = list(os.scandir(errors_dir))
-    except OSError:
+        entries = folder_entries(errors_dir.parent, errors_dir.name)
+    except (OSError, FileRefused):
         return None
-    for entry in entries[:1024]:
-        record = _read_record(errors_dir, entry)
+    for name, _info in entries[:1024]:
+        record = _read_record(errors_dir, name)
         if record is not None:
             found.append(record)
     return min(found, key=lambda r: (r["time"], r["rank"])) if found else None
 
 
-def _read_record(errors_dir: Path, entry: os.DirEntry[str]) -> dict[str, Any] | None:
-    if not entry.name.endswith(".json"):
+def _read_record(errors_dir: Path, name: str) -> dict[str, Any] | None:
+    if not name.endswith(".json"):
         return None
-    raw = read_job_file(errors_dir / entry.name, MAX_RECORD_BYTES)
+    raw = read_job_file(errors_dir / name, MAX_RECORD_BYTES)
     if raw is None:
         return None
     try:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from app.experiments.config import RunConfig, ScriptConfig
 from torchyard.contract import (
     CONFIG_VAR,
     DISTRIBUTED_VARS,
@@ -40,12 +41,9 @@ from torchyard.contract import (
     RUN_ID_VAR,
     SCRIPT_ARGV_VAR,
     SCRIPT_VAR,
-    TENSORBOARD_DIR,
     TENSORBOARD_DIR_VAR,
-    TORCHRUN_LOG_DIR,
-    WORK_DIR,
     WORKSPACE_VAR,
-    RunSpec,
+    RunPaths,
 )
 from worker.workspace import script_argv
 
@@ -56,14 +54,14 @@ JOB_MODULE = "torchyard.job"
 class LaunchSpec:
     run_id: int
     run_dir: Path
-    config: Mapping[str, Any]
+    config: RunConfig
     python: str
     job_token: str
     master_port: int
     single_process: Literal["direct", "torchrun"] = "direct"
     resume_from: Path | None = None
     base_env: Mapping[str, str] = field(default_factory=dict)
-    # A user script: its resolved path (worker.workspace.resolve_script) and the workspace.
+    # A user script: its resolved path (app.experiments.workspace.resolve_script), the workspace.
     script: Path | None = None
     workspace: Path | None = None
     # The script is in the run's copy of a code snapshot (worker.code): the job starts in the
@@ -81,16 +79,18 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
 
 
-def job_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config as the job sees it: without ``code_origin``, the client's git state (its
-    diff may be 512 KiB, and one environment variable may hold only 128 KiB on Linux; the run's
-    environment record has it)."""
-    return {k: v for k, v in config.items() if k != "code_origin"}
+def job_config(config: RunConfig) -> dict[str, Any]:
+    """The config as the job sees it: the stored JSON without ``code_origin``, the client's
+    git state (its diff may be 512 KiB, and one environment variable may hold only 128 KiB on
+    Linux; the run's environment record has it)."""
+    return {k: v for k, v in config.stored().items() if k != "code_origin"}
 
 
 def build_launch(spec: LaunchSpec) -> Launch:
-    run = RunSpec.from_config(spec.config)
-    cwd = spec.run_dir / WORK_DIR
+    config = spec.config
+    run = config.run_spec()
+    paths = RunPaths(spec.run_dir)
+    cwd = paths.work
     if spec.from_snapshot and spec.script is not None:
         cwd = spec.script.parent
     nproc = run.nproc
@@ -99,21 +99,19 @@ def build_launch(spec: LaunchSpec) -> Launch:
         {
             RUN_ID_VAR: str(spec.run_id),
             RUN_DIR_VAR: str(spec.run_dir),
-            CONFIG_VAR: json.dumps(job_config(spec.config), sort_keys=True),
+            CONFIG_VAR: json.dumps(job_config(config), sort_keys=True),
             JOB_TOKEN_VAR: spec.job_token,
-            "PYTHONHASHSEED": str(spec.config["seed"]),
+            "PYTHONHASHSEED": str(config.seed),
             "PYTHONUNBUFFERED": "1",
             # CUDA numbers devices as NVML does, so the leased index is the GPU the job uses.
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             # SummaryWriter() without a log_dir writes here (torchyard.runtime.tensorboard_defaults)
-            TENSORBOARD_DIR_VAR: str(spec.run_dir / TENSORBOARD_DIR),
+            TENSORBOARD_DIR_VAR: str(paths.tensorboard),
         }
     )
-    if spec.script is not None:
+    if spec.script is not None and isinstance(config, ScriptConfig):
         env[SCRIPT_VAR] = str(spec.script)
-        env[SCRIPT_ARGV_VAR] = json.dumps(
-            script_argv(spec.config.get("args") or [], spec.config.get("params") or {})
-        )
+        env[SCRIPT_ARGV_VAR] = json.dumps(script_argv(config.args, config.params))
         if spec.workspace is not None:
             env[WORKSPACE_VAR] = str(spec.workspace)
     if spec.resume_from is not None:
@@ -134,7 +132,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
         "--standalone",
         f"--nproc_per_node={nproc}",
         "--tee=3",
-        f"--log-dir={spec.run_dir / TORCHRUN_LOG_DIR}",
+        f"--log-dir={paths.torchrun_logs}",
         "--module",
         JOB_MODULE,
     ]

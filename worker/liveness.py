@@ -1,24 +1,21 @@
-"""Finding runs whose worker went away, from any process: every worker and the API run it.
+"""What this host knows about its own jobs, for the reaper (app.runs.reaper).
 
-The decision is app.runs.recovery's; this adds what needs the run's files: before a lost run
-is failed or requeued, whatever its job left in the spool is moved to the database when the
-run directory is on this machine's disk (the worker of that host after a restart, or the API
-of a one-box deployment), so every point that reached the file is kept.
+The reaper's decision is the server's, over the database (app.runs.recovery); this adds what
+needs the run's files and the keeper's records: before a lost run is failed or requeued,
+whatever its job left in the spool is moved to the database when the run directory is on this
+machine's disk (the worker of that host after a restart, or the API of a one-box deployment,
+worker/api.py), so every point that reached the file is kept. ``HostJobs`` is handed to the
+reaper with ``app.runs.reaper.use_local_jobs``.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
-from sqlalchemy.orm import Session
-
-from app.db import session_scope
+from app.db import Session
 from app.runs import notices
-from app.runs.models import Run
-from app.runs.recovery import Handover, reap_lost_runs
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE, METRICS_FILE
+from torchyard.contract import RunPaths
 from worker import job_records
 from worker.forwarder import forward
 from worker.gpus import host_name
@@ -32,7 +29,7 @@ MAX_SALVAGE_BATCHES = 10_000
 def salvage_spool(session: Session, run_id: int) -> None:
     """Move the rest of a run's local spool (if this machine has it) in the caller's
     transaction."""
-    metrics_path = get_settings().run_dir(run_id) / METRICS_FILE
+    metrics_path = RunPaths(get_settings().run_dir(run_id)).metrics
     if not metrics_path.parent.is_dir():
         return
     # In a savepoint: an error in one run's spool is that run's (its points so far are kept,
@@ -45,10 +42,10 @@ def salvage_spool(session: Session, run_id: int) -> None:
                 return
     except Exception as exc:
         log.exception("run %s: salvaging its spool failed", run_id)
-        run = session.get(Run, run_id)
-        if run is not None:
-            first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
-            notices.ingest_error(run, f"salvage: {type(exc).__name__}: {first}")
+        first = (str(exc).splitlines() or [""])[0]  # not the statement SQLAlchemy adds
+        notices.note_ingest_error(
+            session, run_id=run_id, error=f"salvage: {type(exc).__name__}: {first}"
+        )
 
 
 def still_training(run_id: int) -> bool:
@@ -72,28 +69,17 @@ def ended_unwatched(run_id: int) -> tuple[int, str | None] | None:
         return None
     run_dir = settings.run_dir(run_id)
     record.remove()
-    return code, run_error(run_dir, run_dir / LOG_FILE, code) if code else None
+    return code, run_error(run_dir, RunPaths(run_dir).log, code) if code else None
 
 
-def reap_once() -> list[Handover]:
-    settings = get_settings()
-    with session_scope() as session:
-        return reap_lost_runs(
-            session,
-            lost_after_seconds=settings.run_lost_seconds,
-            salvage=salvage_spool,
-            still_training=still_training,
-            ended_unwatched=ended_unwatched,
-        )
+class HostJobs:
+    """This machine's jobs as app.runs.reaper.LocalJobs sees them."""
 
+    def salvage(self, session: Session, run_id: int) -> None:
+        salvage_spool(session, run_id)
 
-def reap_forever(stop: threading.Event) -> None:
-    """The reaper loop (a daemon thread in the worker, a thread in the API's lifespan)."""
-    interval = get_settings().reap_interval_seconds
-    if interval <= 0:
-        return
-    while not stop.wait(interval):
-        try:
-            reap_once()
-        except Exception:  # the database may be away for a moment; the next round retries
-            log.exception("looking for lost runs failed; will retry")
+    def still_training(self, run_id: int) -> bool:
+        return still_training(run_id)
+
+    def ended_unwatched(self, run_id: int) -> tuple[int, str | None] | None:
+        return ended_unwatched(run_id)

@@ -4,6 +4,7 @@ The worker knows what the job cannot: which host and GPUs the scheduler gave it,
 workspace's git state at launch (read before the job starts, so an edit made while it trains
 is not attributed to it). The job writes its half (versions, packages, determinism flags:
 torchyard.runtime.environment) when it starts; ``merge_job_record`` folds it in once it appears.
+The record is stored by app.runs.environment_record, its one writer.
 """
 
 from __future__ import annotations
@@ -11,17 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import update
-from sqlalchemy.orm import Session
-
+from app.cli.git_state import git_state
+from app.db import Session
+from app.experiments.config import ScriptConfig
+from app.runs import environment_record
 from app.runs.job_files import read_job_file
-from app.runs.models import Run
-from torchyard.contract import ENVIRONMENT_FILE
-from worker.workspace import git_state
+from torchyard.contract import RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ def worker_record(
     worker_host: str,
     gpu_indices: tuple[int, ...],
     script: Path | None,
-    code: Mapping[str, Any] | None = None,
+    code: ScriptConfig | None = None,
 ) -> dict[str, Any]:
     """``code``: the config of a run from a code snapshot; its git state is then the client's
     (``code_origin``, recorded when the snapshot was packed), not the server workspace's."""
@@ -46,35 +45,31 @@ def worker_record(
         record["script"] = str(script)
         record["git"] = git_state(script.parent) if code is None else client_git(code)
     if code is not None:
-        record["code"] = code.get("code")
+        record["code"] = code.code
     return record
 
 
-def client_git(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The client's git state from ``code_origin``, in the shape of worker.workspace.git_state
+def client_git(config: ScriptConfig) -> dict[str, Any] | None:
+    """The client's git state from ``code_origin``, in the shape of app.cli.git_state.git_state
     (None when the snapshot was packed outside a git checkout, or without one)."""
-    origin = config.get("code_origin")
-    if not isinstance(origin, Mapping) or not origin.get("commit"):
+    origin = config.code_origin
+    if origin is None or not origin.commit:
         return None
     return {
         "source": "client",
-        "commit": origin.get("commit"),
-        "branch": origin.get("branch") or "",
-        "remote": origin.get("remote"),
-        "dirty": bool(origin.get("dirty")),
-        "diff": origin.get("diff") or "",
-        "diff_truncated": bool(origin.get("diff_truncated")),
+        "commit": origin.commit,
+        "branch": origin.branch or "",
+        "remote": origin.remote,
+        "dirty": origin.dirty,
+        "diff": origin.diff,
+        "diff_truncated": origin.diff_truncated,
         "untracked": [],
     }
 
 
-def store(session: Session, *, run_id: int, record: dict[str, Any]) -> None:
-    session.execute(update(Run).where(Run.id == run_id).values(environment=record))
-
-
 def merge_job_record(session: Session, *, run_id: int, run_dir: Path) -> bool:
     """Fold the job's environment.json into the run's record; False while it is not there."""
-    path = run_dir / ENVIRONMENT_FILE
+    path = RunPaths(run_dir).environment
     raw = read_job_file(path, MAX_RECORD_BYTES)  # a regular file only, never blocking
     if raw is None:
         return False
@@ -85,8 +80,5 @@ def merge_job_record(session: Session, *, run_id: int, run_dir: Path) -> bool:
     if not isinstance(job, dict):
         log.warning("run %s: unreadable %s; the record keeps the worker's half", run_id, path)
         return True
-    run = session.get(Run, run_id)
-    if run is None:
-        return True
-    store(session, run_id=run_id, record={**job, **(run.environment or {})})
+    environment_record.merge_job_half(session, run_id=run_id, job=job)
     return True

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from app.runs.job_files import append_to_job_file
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -18,5 +18,5 @@ def note_in_log(run_dir: Path, *lines: str) -> None:
     text = "".join(f"torchyard: {line}\n" for line in lines).encode()
     # Only into a regular file: the job may have put a FIFO (opening it would wait for a
     # reader) or a link to another file in its place.
-    if not append_to_job_file(run_dir / LOG_FILE, text):
-        log.warning("could not write to %s (not a regular file)", run_dir / LOG_FILE)
+    if not append_to_job_file(RunPaths(run_dir).log, text):
+        log.warning("could not write to %s (not a regular file)", RunPaths(run_dir).log)

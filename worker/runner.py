@@ -16,28 +16,23 @@ import os
 import secrets
 import socket
 import sys
-import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from app.artifacts import renames_atomically, store_fs
 from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
 from app.db import database_away, is_conflict, session_scope
+from app.experiments.config import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
+from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
-from app.runs.job_files import replace_job_file
+from app.runs import environment_record
+from app.runs.job_files import FileRefused, regular_fd, replace_job_file, within
 from app.runs.status import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
-from torchyard.contract import (
-    CHECKPOINTS_DIR,
-    CONFIG_FILE,
-    HOME_DIR,
-    LOG_FILE,
-    METRICS_FILE,
-)
+from torchyard.contract import RunPaths
 from worker import artifacts, env_build, held_gpus, job_records, provenance, sandbox, spool
 from worker import code as code_copy
 from worker.db_retry import with_db
@@ -54,7 +49,7 @@ from worker.supervise import (
     supervise,
 )
 from worker.watch import StopReason, drain
-from worker.workspace import ScriptPathError, prepare_work_dir, resolve_script
+from worker.workspace import prepare_work_dir
 
 log = logging.getLogger(__name__)
 
@@ -101,35 +96,18 @@ def start(run_id: int) -> StartResult:
         raise
 
 
-def touch_this_host() -> None:
-    """One beat of this host's heartbeat: live for the scheduler (even while the worker is
-    idle), its GPUs and NVML's view of them recorded (app.gpus.service.touch_host). A
-    failure is logged; the next beat tries again."""
+def heartbeat_host() -> None:
+    """Keep this host live for the scheduler while the worker is idle (one round of the
+    periodic job in worker/scheduled.py, from the start at once)."""
     inv = inventory()
-    try:
-        with session_scope() as session:
-            touch_host(
-                session,
-                host=inv.host,
-                gpus=list(inv.gpus),
-                now=utcnow(),
-                gpu_stats=held_gpus.mark_busy(gpu_stats(inv), inv.gpus),
-            )
-    except Exception:
-        log.exception("host heartbeat failed; will retry")
-
-
-def host_heartbeat_seconds() -> float:
-    """How often the host beats: three times per lease TTL."""
-    return max(0.5, get_settings().lease_ttl_seconds / 3)
-
-
-def heartbeat_host(stop: threading.Event) -> None:
-    """Keep this host live for the scheduler, from the start at once, until `stop` is set."""
-    while True:
-        touch_this_host()
-        if stop.wait(host_heartbeat_seconds()):
-            return
+    with session_scope() as session:
+        touch_host(
+            session,
+            host=inv.host,
+            gpus=list(inv.gpus),
+            now=utcnow(),
+            gpu_stats=held_gpus.mark_busy(gpu_stats(inv), inv.gpus),
+        )
 
 
 class NotRun(enum.Enum):
@@ -163,19 +141,21 @@ def execute_run(run_id: int) -> RunStatus | NotRun:
 def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitStack) -> RunStatus:
     settings = get_settings()
     assert claimed.config is not None
+    config = run_config(claimed.config)  # the one place the worker reads a run's config
+    script_config = config if isinstance(config, ScriptConfig) else None
     attempt = claimed.attempt
     run_dir = settings.run_dir(run_id)
-    (run_dir / CHECKPOINTS_DIR).mkdir(parents=True, exist_ok=True)
+    RunPaths(run_dir).checkpoints.mkdir(parents=True, exist_ok=True)
     # A requeued run's folder holds what its last job left: replaced, never written through.
-    replace_job_file(run_dir / CONFIG_FILE, json.dumps(claimed.config, indent=2).encode())
+    replace_job_file(RunPaths(run_dir).config, json.dumps(config.stored(), indent=2).encode())
     if attempt > 1:
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from
     script: Path | None = None
-    code = claimed.config.get("code")
-    if claimed.config.get("script"):
+    code = script_config.code if script_config is not None else None
+    if script_config is not None:
         try:
-            script = _script(run_dir, claimed.config)
+            script = _script(run_dir, script_config)
         except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
             error = f"cannot run the script: {exc}"
             return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
@@ -184,15 +164,15 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             worker_host=inventory().host,
             gpu_indices=claimed.gpu_indices,
             script=script,
-            code=claimed.config if code else None,
+            code=script_config if code else None,
         )
-        provenance.store(session, run_id=run_id, record=record)
+        environment_record.store(session, run_id=run_id, record=record)
     in_sweep = claimed.sweep_id is not None
     gpus = tuple(claimed.gpu_indices or ())
-    watched = Watched(run_id, attempt, run_dir / METRICS_FILE, bool(gpus), in_sweep, gpus)
+    watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
     try:
         snapshot = code_copy.snapshot_root(run_dir) if code else None  # its requirements.txt
-        requirements = run_requirements(claimed.config, snapshot)
+        requirements = run_requirements(config, snapshot)
         prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
     except (RequirementRefused, BuildFailed) as exc:
         drain(watched)  # pip's lines
@@ -215,7 +195,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         LaunchSpec(
             run_id=run_id,
             run_dir=run_dir,
-            config=claimed.config,
+            config=config,
             python=str(prepared.env.python) if prepared.env else sys.executable,
             job_token=token,
             master_port=free_port(),
@@ -246,7 +226,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     try:
         job = JobProcess(
             launch,
-            log_path=run_dir / LOG_FILE,
+            log_path=RunPaths(run_dir).log,
             cwd=launch.cwd,
             token=token,
             nice=settings.job_nice,
@@ -263,12 +243,12 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         return supervise(watched, job)
 
 
-def _script(run_dir: Path, config: dict[str, Any]) -> Path:
+def _script(run_dir: Path, config: ScriptConfig) -> Path:
     """The script's path: in the run's fresh copy of its code snapshot (extracted here, every
     member checked again), else checked inside the workspace."""
-    if config.get("code"):
-        return code_copy.prepare(run_dir, str(config["code"]), str(config["script"]))
-    return resolve_script(get_settings().workspace_dir, str(config["script"]))
+    if config.code:
+        return code_copy.prepare(run_dir, config.code, config.script)
+    return resolve_script(get_settings().workspace_dir, config.script)
 
 
 def job_isolation() -> sandbox.Isolation:
@@ -281,8 +261,11 @@ def announce_isolation() -> None:
     """Says at start whether jobs are sandboxed and why; with job_isolation "bwrap" a worker
     that cannot sandbox refuses to start (exit 2) rather than run jobs unisolated."""
     isolation = job_isolation()
-    print(sandbox.describe(isolation), file=sys.stderr, flush=True)
-    if not isolation.enabled and get_settings().job_isolation == "bwrap":
+    refused = not isolation.enabled and get_settings().job_isolation == "bwrap"
+    # On stdout with the rest of the worker's start banner (`torchyard up` shows it); a
+    # refusal says both lines on stderr.
+    print(sandbox.describe(isolation), file=sys.stderr if refused else sys.stdout, flush=True)
+    if refused:
         print(
             "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
             "(docs/security.md)",
@@ -309,14 +292,14 @@ def _sandboxed(
     uid = None
     if isolation.as_root:
         uid = sandbox.run_uid(run_id, settings.job_uid_base, settings.job_uid_count)
-    home = run_dir / HOME_DIR
+    home = RunPaths(run_dir).home
     sandbox.own_run_dir(run_dir, home, uid)
     workspace = (settings.workspace_dir.expanduser().resolve(),) if script is not None else ()
     resume_fds: tuple[tuple[int, Path], ...] = ()
-    if resume and not (settings.runs_dir / resume).is_relative_to(run_dir):
+    if resume and not within(settings.runs_dir / resume, run_dir):
         try:
-            fd = sandbox.open_inside(settings.runs_dir, resume)
-        except (OSError, ValueError) as exc:
+            fd = regular_fd(settings.runs_dir, resume)
+        except (OSError, FileRefused) as exc:
             raise RuntimeError(
                 f"cannot open the checkpoint to resume from ({resume}): {exc}"
             ) from exc

@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from glob import glob
 from pathlib import Path
 from typing import Literal
 
+from app.runs.job_files import within
 from worker.launcher import Launch
 
 log = logging.getLogger(__name__)
@@ -102,18 +102,14 @@ class SandboxSpec:
     # Hidden even when a read-only folder contains them (the data dir).
     hidden: tuple[Path, ...] = ()
     # Single read-only files outside the run dir, as (descriptor, place in the sandbox): a
-    # checkpoint to resume from, opened by open_inside (bwrap, as root, would follow a link
-    # another run's job put in place of the file after the API checked it).
+    # checkpoint to resume from, opened by app.runs.job_files.regular_fd (bwrap, as root,
+    # would follow a link another run's job put in place of the file after the API checked it).
     read_only_fds: tuple[tuple[int, Path], ...] = ()
     devices: tuple[Path, ...] = ()
     # The run's uid (and gid) when the worker is root; None: a user namespace, worker's uid.
     uid: int | None = None
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
-
-
-def _under(path: Path, root: Path) -> bool:
-    return path == root or path.is_relative_to(root)
 
 
 class _Mounts:
@@ -132,7 +128,7 @@ class _Mounts:
         if path in self._made:
             return False
         owner = max(
-            (m for m in enumerate(self._mounts) if _under(path, m[1][0])),
+            (m for m in enumerate(self._mounts) if within(path, m[1][0])),
             key=lambda m: (len(m[1][0].parts), m[0]),
         )[1]
         return owner[1] and owner[0] != path
@@ -160,7 +156,7 @@ def _outermost(paths: Iterable[Path]) -> list[Path]:
     """Each path once, and none inside another (its bind would repeat the outer one)."""
     kept: list[Path] = []
     for path in sorted(set(paths), key=lambda p: (len(p.parts), str(p))):
-        if not any(_under(path, k) for k in kept):
+        if not any(within(path, k) for k in kept):
             kept.append(path)
     return kept
 
@@ -194,7 +190,7 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     for path in readable:
         mounts.add("--ro-bind-try" if path in system else "--ro-bind", path, path)
     for hidden in _outermost(spec.hidden):
-        if any(_under(hidden, r) for r in readable):
+        if any(within(hidden, r) for r in readable):
             mounts.add("--tmpfs", None, hidden, tmpfs=True)
     mounts.add("--bind", spec.run_dir, spec.run_dir)
     for fd, dest in spec.read_only_fds:
@@ -217,29 +213,6 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     env.update(HOME=str(spec.home), TMPDIR="/tmp")
     fds = (*launch.pass_fds, *(fd for fd, _ in spec.read_only_fds))
     return replace(launch, argv=[*argv, "--", *inner], env=env, pass_fds=fds)
-
-
-def open_inside(root: Path, relative: str) -> int:
-    """A read-only descriptor of the regular file ``root/relative``, opened one component at a
-    time without following any link, so it is under ``root`` whatever a job renamed or linked
-    meanwhile. OSError (ELOOP for a link, ENOTDIR, ...) or ValueError (not a regular file)."""
-    parts = Path(relative).parts
-    if not parts or any(p in ("..", "/") for p in parts):
-        raise ValueError(f"{relative!r} is not a path inside {root}")
-    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        leaf = os.open(parts[-1], flags, dir_fd=fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(os.fstat(leaf).st_mode):
-        os.close(leaf)
-        raise ValueError(f"{relative!r} is not a regular file")
-    return leaf
 
 
 def job_environment(environ: Mapping[str, str]) -> dict[str, str]:

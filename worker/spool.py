@@ -18,7 +18,7 @@ from pathlib import Path
 from app.db import Session
 from app.runs.attempts import NextAttempt, restart_spool
 from app.runs.job_files import append_to_job_file, cut_job_file, job_file_size
-from torchyard.contract import LOG_FILE, METRICS_FILE
+from torchyard.contract import RunPaths
 from worker.tensorboard_events import clear_cache, find_event_files
 
 log = logging.getLogger(__name__)
@@ -51,12 +51,12 @@ def start_attempt(session: Session, run_id: int, run_dir: Path) -> None:
     started = restart_spool(session, run_id=run_id, tb_offsets=tb_offsets)
     if started is None:
         return
-    spool = run_dir / METRICS_FILE
+    spool = RunPaths(run_dir).metrics
     if spool.exists():
-        aside = run_dir / f"metrics.attempt-{started.attempt - 1}.jsonl"
+        aside = RunPaths(run_dir).earlier_metrics(started.attempt - 1)
         os.replace(spool, aside)
         log.info(
             "run %s attempt %d: previous spool kept as %s", run_id, started.attempt, aside.name
         )
-    _continue_log(run_id, started, run_dir / LOG_FILE)
+    _continue_log(run_id, started, RunPaths(run_dir).log)
     clear_cache()

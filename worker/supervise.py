@@ -18,15 +18,15 @@ from app.runs.disk import record_disk_use
 from app.runs.recovery import HandoverOutcome, hand_over_attempt
 from app.runs.status import RunStatus
 from app.settings import get_settings
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 from worker import held_gpus, job_records
 from worker.db_retry import with_db
 from worker.heartbeat import Watched
 from worker.job_errors import run_error
 from worker.process import JobProcess
-from worker.run_files import store_while_heartbeating
 from worker.run_log import note_in_log
 from worker.watch import StopReason, drain, watch
+from worker.work_dir_upload import store_while_heartbeating
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     the next worker). Used inside the job's block (`with job:`)."""
     settings = get_settings()
     run_dir = run.metrics_path.parent
-    log_path = run_dir / LOG_FILE
+    log_path = RunPaths(run_dir).log
     with held_gpus.holding(run.run_id, run.attempt, run.gpus, job.pid):
         stopped_by = watch(
             run,

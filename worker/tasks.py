@@ -1,51 +1,45 @@
-"""Celery tasks: thin, idempotent, take ids."""
+"""Celery tasks: thin, idempotent, take ids; registered on the broker client's app
+(app.broker), by name, in the worker process only."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 from celery import Task
 from celery.signals import worker_ready, worker_shutting_down
 
-from app.notifications.delivery import notify_forever
+from app.broker import RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
+from app.periodic import Process, Runner, for_process
+from app.runs.reaper import use_local_jobs
+from app.scheduled import JOBS
 from app.settings import get_settings
-from app.sweeps.driver import advance_forever, advance_sweep
+from app.sweeps.driver import advance_sweep
 from worker.adoption import adopt_jobs
-from worker.celery_app import RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
-from worker.liveness import reap_forever
-from worker.runner import NotRun, execute_run, heartbeat_host, inventory
+from worker.liveness import HostJobs
+from worker.runner import NotRun, execute_run, inventory
+from worker.scheduled import HOST_HEARTBEAT
 from worker.watch import SHUTTING_DOWN
 
-_HOST_HEARTBEAT_STOP = threading.Event()
+_PERIODIC: list[Runner] = []
 
 
 @worker_ready.connect  # type: ignore[untyped-decorator]  # Celery has no type hints
-def _start_host_heartbeat(**_kwargs: Any) -> None:
+def _start_periodic_work(**_kwargs: Any) -> None:
     # First of all: the jobs the previous worker on this host left training (their runs
     # heartbeat again before a reaper could count them lost).
     adopt_jobs(inventory().host)
-    threading.Thread(
-        target=heartbeat_host, args=(_HOST_HEARTBEAT_STOP,), name="host-heartbeat", daemon=True
-    ).start()
-    threading.Thread(
-        target=reap_forever, args=(_HOST_HEARTBEAT_STOP,), name="reaper", daemon=True
-    ).start()
-    # The outbox: notifications recorded by this worker's runs (and anyone's) go out.
-    threading.Thread(
-        target=notify_forever, args=(_HOST_HEARTBEAT_STOP,), name="notify", daemon=True
-    ).start()
-    # Sweeps whose trials ended while no worker was up (or whose advance was lost) go on.
-    threading.Thread(
-        target=advance_forever, args=(_HOST_HEARTBEAT_STOP,), name="sweeps", daemon=True
-    ).start()
+    # The reaper here knows this host's jobs (worker.liveness); then every periodic job of a
+    # worker: the host heartbeat, the reaper, the notifications, the sweeps' safety net.
+    use_local_jobs(HostJobs())
+    _PERIODIC.append(Runner(for_process(Process.WORKER, (HOST_HEARTBEAT, *JOBS))).start())
 
 
 @worker_shutting_down.connect  # type: ignore[untyped-decorator]  # Celery has no type hints
 def _stop_running_jobs(**_kwargs: Any) -> None:
     SHUTTING_DOWN.set()
-    _HOST_HEARTBEAT_STOP.set()
+    for runner in _PERIODIC:
+        runner.stop()
 
 
 @celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # Celery has no type hints

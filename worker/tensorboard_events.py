@@ -6,9 +6,9 @@ torchyard unchanged: the job runs in its run directory, so its event files
 (`events.out.tfevents.*`, relative log dirs included) are somewhere under that directory. The
 forwarder calls `forward_events` with every batch; it finds the event files (walking the tree
 about once a second per run, and at once when a directory it walked has changed), reads each
-one incrementally from the byte offset kept in `run.tb_offsets`, and stores what they hold
-with the new offsets in the caller's transaction, so a restarted worker resumes where the last
-commit left off.
+one incrementally from the byte offset kept in `runs.tb_offsets` (app.runs.ingest_offsets),
+and stores what they hold with the new offsets in the caller's transaction, so a restarted
+worker resumes where the last commit left off.
 
 Event files are TFRecord streams of serialized `Event`s, read by `worker.tfrecord` (which owns
 the framing, the CRC checks, the size cap of a record and where an incomplete trailing record
@@ -35,17 +35,17 @@ import functools
 import logging
 import os
 import posixpath
+import stat
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
+from app.db import Session
 from app.metrics.ingest import KeyLimit, clip_key, ingest_points
+from app.runs import ingest_offsets
 from app.runs.images import Caps, ImageLimit, store_images
-from app.runs.job_files import job_file_size
-from app.runs.models import Run
+from app.runs.job_files import FileRefused, folder_entries, job_file_size
 from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
 from torchyard.contract import SYSTEM_KEY_PREFIX
@@ -130,29 +130,29 @@ def _mtime(path: str) -> int | None:
 
 
 def find_event_files(run_dir: Path) -> tuple[list[str], dict[str, int]]:
-    """Event files anywhere under run_dir (posix paths relative to it; symlinked directories
-    are not followed), and the modification time of each directory walked, taken before
-    listing it, so that an entry created later changes it."""
+    """Event files anywhere under run_dir (posix paths relative to it; no link is followed,
+    app.runs.job_files.folder_entries), and the modification time of each directory walked,
+    taken before listing it, so that an entry created later changes it."""
     files: list[str] = []
     mtimes: dict[str, int] = {}
-    pending = [str(run_dir)]
+    pending = [""]
     while pending:
-        directory = pending.pop()
+        relative = pending.pop()
+        directory = str(run_dir / relative) if relative else str(run_dir)
         mtime = _mtime(directory)
         if mtime is None:
             continue
         mtimes[directory] = mtime
         try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-                    elif entry.name.startswith(EVENT_FILE_MARKER) and entry.is_file(
-                        follow_symlinks=False
-                    ):
-                        files.append(Path(entry.path).relative_to(run_dir).as_posix())
-        except OSError:
+            entries = folder_entries(run_dir, relative)
+        except (OSError, FileRefused):
             continue
+        for name, info in entries:
+            path = f"{relative}/{name}" if relative else name
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(path)
+            elif name.startswith(EVENT_FILE_MARKER) and stat.S_ISREG(info.st_mode):
+                files.append(path)
     return sorted(files), mtimes
 
 
@@ -196,8 +196,8 @@ def forward_events(
 ) -> int:
     """One batch of TensorBoard scalars: returns the number of event records consumed (0 when
     no event file has anything new). Points and offsets go into the caller's transaction."""
-    run = session.get(Run, run_id)
-    if run is None:
+    offsets = ingest_offsets.tensorboard_offsets(session, run_id=run_id)
+    if offsets is None:
         return 0
     state = _state(run_id)
     _scan(state, run_dir)
@@ -213,7 +213,6 @@ def forward_events(
                 run_id,
             )
         return 0
-    offsets = dict(run.tb_offsets or {})
     event_dirs = {posixpath.dirname(f) for f in state.files}
     decoded = Decoded()
     oversized: dict[str, int] = {}  # file -> records over MAX_RECORD_BYTES skipped unread
@@ -227,7 +226,7 @@ def forward_events(
             continue
         if size <= start or state.corrupt.get(rel) == (start, size):
             continue
-        records = read_records(run_dir / rel, start, budget)
+        records = read_records(run_dir, rel, start, budget)
         if records.corrupt_at is not None:
             if rel not in state.corrupt:
                 log.warning("run %s: %s is corrupt at byte %d", run_id, rel, records.corrupt_at)
@@ -275,8 +274,7 @@ def forward_events(
     if new:
         state.named.update(new)
         note_in_log(run_dir, *(new[k] for k in sorted(new)))
-    run.tb_offsets = offsets  # a new dict: the JSON column sees the change
-    session.flush()
+    ingest_offsets.advance_tensorboard(session, run_id=run_id, offsets=offsets)
     return consumed
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.runs.job_files import FileRefused, open_job_file
+from app.runs.job_files import FileRefused, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ class Records:
 
 
 def read_records(
-    path: Path,
+    root: Path,
+    relative: str,
     offset: int,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_record: int = MAX_RECORD_BYTES,
@@ -86,10 +87,11 @@ def read_records(
     """Complete records from `offset`, about max_bytes of them (always at least one complete
     record up to max_record long; a longer one is skipped unread once all of it is on disk).
     A record whose data fails its CRC is skipped unless it is the last thing in the file (then
-    it may still be being written, and reading waits)."""
+    it may still be being written, and reading waits). The file is ``root/relative``, reached
+    without following a link at any depth (app.runs.job_files)."""
     max_bytes = max(max_bytes, _HEADER + _FOOTER)
     try:
-        f = open_job_file(path)  # the job wrote it: a regular file, no link, never blocking
+        f = open_regular(root, relative)  # the job wrote it: no link followed, never blocking
     except (FileNotFoundError, FileRefused):
         return Records([], offset)
     with f:
@@ -110,7 +112,7 @@ def read_records(
                 if offset + end > size:
                     break  # not all on disk (or a length no file reaches): wait
                 log.warning(
-                    "%s: skipping a record of %d bytes at byte %d", path, length, offset + pos
+                    "%s: skipping a record of %d bytes at byte %d", relative, length, offset + pos
                 )
                 oversized += 1
                 pos = end
@@ -129,7 +131,7 @@ def read_records(
                 if masked_crc32c(data, _CRC_FAST) != data_crc:
                     if offset + end >= size:
                         break  # the last record: perhaps not all of it is on disk yet
-                    log.warning("%s: skipping a corrupt record at byte %d", path, offset + pos)
+                    log.warning("%s: skipping a corrupt record at byte %d", relative, offset + pos)
                     pos = end
                     continue
             out.append(data)

@@ -19,10 +19,10 @@ from app.cli import admin, commands, delete, export, run_files, runs, server, sw
 from app.cli.client import CliError
 from app.cli.common import CLIENT_PANEL, err
 from app.cli.config import ConfigError
-from app.cli.server import server_argv, worker_argv, worker_concurrency
+from app.cli.server import server_argv, worker_argv
 from app.cli.specs import SpecError
 
-__all__ = ["app", "main", "server_argv", "worker_argv", "worker_concurrency"]
+__all__ = ["app", "main", "server_argv", "worker_argv"]
 
 EXIT_USAGE = 2
 

@@ -3,8 +3,9 @@
 The config then carries `code` (the snapshot's `sha256:` digest, which the script path is
 relative to) and `code_origin` (the client's git commit, branch, remote and uncommitted diff:
 what the server records as the run's git state, since the server's own workspace has nothing
-to do with this code). The git state is read with the worker's own function, so a run's record
-looks the same whether its code came from the workspace or from a laptop.
+to do with this code). The git state is read with the function the worker uses for a
+workspace script (app.cli.git_state), so a run's record looks the same whether its code came
+from the workspace or from a laptop.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from rich.progress import (
 
 from app.cli.client import Api, ApiError, CliError
 from app.cli.common import human_size
+from app.cli.git_state import git_state
 from app.cli.pack import Packed, PackError, PackLimits, pack
-from worker.workspace import git_state
 
 PROGRESS_FROM_BYTES = 1024 * 1024  # smaller uploads finish before a bar would help
 SHOWN_LEFT_OUT = 10

@@ -29,6 +29,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.runs.job_files import within
+
 MiB = 1024 * 1024
 GIT_TIMEOUT_SECONDS = 30.0
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules"})
@@ -159,7 +161,7 @@ def _link(root: Path, name: str, path: Path, left_out: list[LeftOut]) -> _Entry 
         left_out.append(LeftOut(name, f"a symlink that loops (-> {raw})"))
         return None
     lexical = Path(os.path.normpath(path.parent / raw))  # where it points, by its text
-    if not lexical.is_relative_to(root) or not resolved.is_relative_to(root):
+    if not within(lexical, root) or not within(resolved, root):
         left_out.append(LeftOut(name, f"a symlink out of the directory (-> {raw})"))
         return None
     relative = os.path.relpath(lexical, path.parent)

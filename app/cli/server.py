@@ -39,10 +39,12 @@ def require_server_stack() -> None:
         )
 
 
-def worker_argv(concurrency: int) -> list[str]:
-    """Celery's worker on torchyard's app. -P: the current directory is not put on sys.path,
-    so a user's own `worker.py` or `app/` where `torchyard up` runs cannot stand in for ours
-    (worker/__main__.py says why Celery's -A is not used)."""
+def worker_argv(concurrency: int = 0) -> list[str]:
+    """Celery's worker on torchyard's app, as its own process (`python -m worker`: app never
+    imports the worker). -P: the current directory is not put on sys.path, so a user's own
+    `worker.py` or `app/` where `torchyard up` runs cannot stand in for ours (worker/__main__.py
+    says why Celery's -A is not used). ``concurrency`` 0: the worker's own default (the
+    configured threads, at least its GPUs + 1)."""
     return [
         sys.executable,
         "-P",
@@ -51,8 +53,7 @@ def worker_argv(concurrency: int) -> list[str]:
         "worker",
         "--pool",
         "threads",
-        "--concurrency",
-        str(concurrency),
+        *(["--concurrency", str(concurrency)] if concurrency > 0 else []),
         "--loglevel",
         "INFO",
         "--without-gossip",
@@ -61,14 +62,9 @@ def worker_argv(concurrency: int) -> list[str]:
     ]
 
 
-def worker_concurrency() -> int:
-    """The configured threads, raised to GPUs + 1: with every GPU leased, one thread is left
-    for gpus: 0 runs and for re-asking the scheduler about waiting runs."""
-    from app.settings import get_settings
-    from worker.gpus import detect
-
-    settings = get_settings()
-    return max(settings.worker_concurrency, len(detect(settings).gpus) + 1)
+# The API of a machine that keeps run directories: app.main's app with this host's view of its
+# jobs given to the reaper (worker/api.py says why); named, never imported, from here.
+HOST_API_FACTORY = "worker.api:create_app"
 
 
 def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
@@ -79,7 +75,7 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
         "-P",
         "-m",
         "uvicorn",
-        "app.main:create_app",
+        HOST_API_FACTORY,
         "--factory",
         # uvicorn puts --app-dir first on sys.path (default: the current directory, where a
         # user's own app/ would shadow ours)
@@ -113,13 +109,12 @@ def up(
     from app.cli.supervisor import Child, supervise
     from app.prestart import prestart
     from app.settings import PRIVATE_UMASK, get_settings
-    from worker import sandbox
 
     os.umask(PRIVATE_UMASK)  # the data dir 0700, its files 0600; the children inherit it
     get_settings.cache_clear()
     settings = get_settings()
     credentials = prestart()
-    from worker.celery_app import declare_default_queue
+    from app.broker import declare_default_queue
 
     declare_default_queue()
     # /metrics sums the request and stream figures of every server process from here
@@ -131,16 +126,15 @@ def up(
     children = [
         Child(
             "worker",
-            worker_argv(worker_concurrency()),
+            worker_argv(),
             stop_timeout=settings.shutdown_grace_seconds + STOP_TIMEOUT_SECONDS,
         ),
         Child("server", server_argv(host, port), stop_timeout=STOP_TIMEOUT_SECONDS),
     ]
     print(f"torchyard is up: http://{host}:{port}  (API docs: /docs)", flush=True)
     print(f"data: {settings.resolved_data_dir}", flush=True)
-    # The worker probes the same machine and says it in its log too (and refuses to start
-    # when TORCHYARD_JOB_ISOLATION=bwrap cannot be had).
-    print(sandbox.describe(sandbox.decide(settings.job_isolation, settings.job_uid_base)))
+    # The worker says itself, as it starts, what GPUs it found and whether jobs are sandboxed
+    # (and refuses to start when TORCHYARD_JOB_ISOLATION=bwrap cannot be had).
     print(credentials, flush=True)
     print("press Ctrl-C to stop", flush=True)
     raise typer.Exit(supervise(children))
@@ -153,7 +147,7 @@ def worker(
 ) -> None:
     """Start one Celery worker for this host."""
     require_server_stack()
-    raise typer.Exit(subprocess.call(worker_argv(concurrency or worker_concurrency())))
+    raise typer.Exit(subprocess.call(worker_argv(concurrency)))
 
 
 class DbAction(StrEnum):

@@ -26,6 +26,7 @@ from app.code import store
 from app.code.models import CodeSnapshot
 from app.code.tarcheck import Contents
 from app.db import session_scope
+from app.experiments.config import ScriptConfig, run_config
 from app.experiments.models import Experiment
 from app.runs.models import Run
 from app.settings import get_settings
@@ -89,8 +90,9 @@ def get(session: Session, digest: str) -> CodeSnapshot | None:
 
 def run_code(run: Run) -> str | None:
     """The digest a run's config names, when it has code."""
-    code = (run.config or {}).get("code")
-    return code if isinstance(code, str) and store.is_digest(code) else None
+    config = run_config(run.config or {})
+    code = config.code if isinstance(config, ScriptConfig) else None
+    return code if code is not None and store.is_digest(code) else None
 
 
 PAGE_FILES = 500

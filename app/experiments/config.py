@@ -1,13 +1,20 @@
-"""The experiment config, validated completely before anything is stored or queued.
+"""The run config: one pydantic model from the API to the launcher, every default here.
 
 The recipe catalog (torchyard.recipes.catalog, stdlib only) declares each recipe's params; this
 module turns it into pydantic models, one per recipe, joined by a discriminated union on
 `recipe`, so an error points at the exact field: `config.digits_cnn.params.lr`.
+
+The API validates a config (``validate_config``) and stores its JSON (``RunConfig.stored``);
+whoever reads a stored one back (the scheduler, the worker, retention) gets the typed model
+from ``run_config``, never a dict read with ``.get(key, default)``. The job's side, which
+imports no pydantic, gets what it needs as torchyard.contract.RunSpec (``RunConfig.run_spec``)
+or as the stored JSON itself.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -24,9 +31,10 @@ from pydantic import (
 
 from app.errors import FieldError, Invalid, field_error
 from app.experiments.environment import Environment
+from app.experiments.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 from app.settings import get_settings
+from torchyard.contract import RunSpec
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
-from worker.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -57,9 +65,9 @@ class Resources(BaseModel):
 
 
 class CheckpointRetention(BaseModel):
-    """Which of a run's checkpoints stay on disk as it goes (worker.retention): the newest
-    ``keep_last``, the ``keep_best`` best by ``metric`` (its value at the checkpoint's step),
-    and ``final.pt`` always. The default keeps the latest two, and the best one once a metric
+    """Which of a run's checkpoints stay on disk as it goes (app.runs.checkpoint_records): the
+    newest ``keep_last``, the ``keep_best`` best by ``metric`` (its value at the checkpoint's
+    step), and ``final.pt`` always. The default keeps the latest two, and the best one once a metric
     is named (Determined's default)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -78,7 +86,9 @@ class CheckpointRetention(BaseModel):
     mode: Literal["max", "min"] = Field("max", description="whether a larger metric is better")
 
 
-class _ConfigBase(BaseModel):
+class RunConfig(BaseModel):
+    """What every run config has, recipe or script (each a subclass: ``run_config``)."""
+
     model_config = ConfigDict(extra="forbid")
 
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="omit for a random seed")
@@ -93,6 +103,25 @@ class _ConfigBase(BaseModel):
     )
     checkpoints: CheckpointRetention = Field(default_factory=CheckpointRetention)
     environment: Environment = Field(default_factory=Environment)
+
+    def run_spec(self) -> RunSpec:
+        """How to launch it, for code that takes no pydantic model (torchyard.contract)."""
+        return RunSpec(
+            nproc=self.resources.nproc,
+            gpus=self.resources.gpus,
+            max_restarts=self.max_restarts,
+            launcher=self.resources.launcher,
+        )
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON a run stores, the API answers and the job reads (defaults filled in); a
+        workspace script's config has no ``code`` or ``code_origin`` key, as before they
+        existed."""
+        dumped: dict[str, Any] = self.model_dump(mode="json")
+        for key in ("code", "code_origin"):
+            if key in dumped and dumped[key] is None:
+                del dumped[key]
+        return dumped
 
 
 def _param_field(param: Param) -> tuple[Any, Any]:
@@ -114,18 +143,18 @@ def _params_model(recipe: Recipe) -> type[BaseModel]:
     )
 
 
-def _recipe_config_model(recipe: Recipe) -> type[_ConfigBase]:
+def _recipe_config_model(recipe: Recipe) -> type[RunConfig]:
     params_model = _params_model(recipe)
     return create_model(
         f"{recipe.name.title().replace('_', '')}Config",
-        __base__=_ConfigBase,
+        __base__=RunConfig,
         __doc__=recipe.description,
         recipe=(Literal[recipe.name], ...),  # type: ignore[arg-type]
         params=(params_model, Field(default_factory=params_model)),
     )
 
 
-RECIPE_CONFIG_MODELS: dict[str, type[_ConfigBase]] = {
+RECIPE_CONFIG_MODELS: dict[str, type[RunConfig]] = {
     name: _recipe_config_model(recipe) for name, recipe in RECIPES.items()
 }
 
@@ -161,7 +190,7 @@ class CodeOrigin(BaseModel):
         return self
 
 
-class ScriptConfig(_ConfigBase):
+class ScriptConfig(RunConfig):
     """A user script from the workspace, or from an uploaded code snapshot (``code``),
     started exactly like a built-in recipe."""
 
@@ -209,7 +238,7 @@ def _config_tag(value: Any) -> str | None:
     return getattr(value, "recipe", None)
 
 
-_CONFIG_MODELS: dict[str, type[_ConfigBase]] = {**RECIPE_CONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
+_CONFIG_MODELS: dict[str, type[RunConfig]] = {**RECIPE_CONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
 
 ExperimentConfig: Any = Annotated[
     Union[tuple(Annotated[m, Tag(n)] for n, m in _CONFIG_MODELS.items())],  # noqa: UP007
@@ -236,7 +265,7 @@ def validate_config(
 ) -> dict[str, Any]:
     """Return the complete config (defaults filled in) as plain JSON, or raise ConfigInvalid.
 
-    A script must also be a .py file inside this server's workspace (worker.workspace), or,
+    A script must also be a .py file inside this server's workspace (app.experiments.workspace), or,
     with ``code``, a file of that stored snapshot (looked up in ``session``)."""
     if isinstance(raw, dict) and SCRIPT_TAG in raw and "recipe" in raw:
         raise ConfigInvalid(
@@ -250,7 +279,7 @@ def validate_config(
             ]
         )
     try:
-        model = _adapter.validate_python(raw)
+        model: RunConfig = _adapter.validate_python(raw)
     except ValidationError as exc:
         raise ConfigInvalid(
             [_error(e, loc_prefix) for e in exc.errors(include_url=False)]
@@ -265,17 +294,29 @@ def validate_config(
             raise ConfigInvalid(
                 [field_error([*loc_prefix, SCRIPT_TAG], str(exc), model.script, kind="script_path")]
             ) from None
-    dumped: dict[str, Any] = model.model_dump(mode="json")
-    for key in ("code", "code_origin"):  # a workspace script's config stays as it was
-        if key in dumped and dumped[key] is None:
-            del dumped[key]
-    return dumped
+    return model.stored()
+
+
+def run_config(stored: Mapping[str, Any]) -> RunConfig:
+    """The typed model of a config ``validate_config`` returned (a run's or experiment's
+    stored ``config``): a recipe's config or a ScriptConfig.
+
+    A row stored by an older server (a recipe since renamed, a param since removed) still
+    gives its common part, a plain RunConfig with this model's defaults for what it lacks, so
+    a page or the scheduler never fails on an old run; only a common part that is itself
+    invalid raises (pydantic's ValidationError, a ValueError)."""
+    try:
+        model: RunConfig = _adapter.validate_python(stored)
+    except ValidationError:
+        common = {k: v for k, v in stored.items() if k in RunConfig.model_fields}
+        return RunConfig.model_validate(common)
+    return model
 
 
 def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | int, ...]) -> None:
     """The snapshot exists (422 naming ``code``) and holds the script (ScriptPathError)."""
+    from app.code.scripts import script_in_snapshot
     from app.code.service import use
-    from worker.code import script_in_snapshot
 
     assert model.code is not None
     files = use(session, model.code) if session is not None else None

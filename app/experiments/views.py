@@ -15,6 +15,7 @@ from app.auth.models import User
 from app.db import MAX_ID, SessionDep
 from app.errors import Invalid
 from app.experiments import service
+from app.experiments.config import RunConfig, ScriptConfig, run_config
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
 from app.ownership import find_experiment, find_run
@@ -149,27 +150,26 @@ def _form_values(source: Experiment | None, config: dict[str, Any] | None = None
             "description": "",
             "recipe": first,
             "params": {},
-            "seed": None,
-            "deterministic": False,
-            "resources": {"gpus": 0, "nproc": 1},
-            "max_restarts": 0,
+            **RunConfig().model_dump(
+                mode="json", include={"seed", "deterministic", "resources", "max_restarts"}
+            ),
             **_script_values({}),
         }
     config = config if config is not None else source.config
+    typed = run_config(config)
     recipe: str = first
-    if config.get("script"):
+    if isinstance(typed, ScriptConfig):
         recipe = SCRIPT_CHOICE
-    elif config.get("recipe") in RECIPES:
+    elif type(typed) is not RunConfig:  # a recipe this server still has
         recipe = str(config["recipe"])
     return {
         "name": f"{source.name} (copy)"[:200],
         "description": source.description,
         "recipe": recipe,
         "params": config.get("params") or {},
-        "seed": config.get("seed"),
-        "deterministic": bool(config.get("deterministic")),
-        "resources": {"gpus": 0, "nproc": 1, **(config.get("resources") or {})},
-        "max_restarts": int(config.get("max_restarts") or 0),
+        **typed.model_dump(
+            mode="json", include={"seed", "deterministic", "resources", "max_restarts"}
+        ),
         **_script_values(config),
     }
 

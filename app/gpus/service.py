@@ -21,6 +21,7 @@ from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.experiments.config import run_config
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.scheduler import Decision, QueuedRun, never_fits, pick, queue_order
 from app.gpus.schemas import (
@@ -33,7 +34,6 @@ from app.gpus.schemas import (
 from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
 from app.timeutil import as_utc, utcnow
-from torchyard.contract import RunSpec
 
 # pg_advisory_xact_lock key of the scheduler ("tyGPU" in ASCII); any constant would do.
 SCHEDULER_LOCK_KEY = 0x7479475055
@@ -57,7 +57,7 @@ class StartResult:
 
 
 def run_gpus(config: dict[str, Any]) -> int:
-    return RunSpec.from_config(config).gpus
+    return run_config(config).resources.gpus
 
 
 def format_indices(indices: tuple[int, ...] | list[int]) -> str:

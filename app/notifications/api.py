@@ -13,13 +13,13 @@ from app.db import SessionDep
 from app.errors import Conflict, TooMany
 from app.http_errors import error_responses
 from app.notifications import service
+from app.notifications.channel_check import send_test
 from app.notifications.schemas import (
     DeliveryOut,
     NotificationSettingsIn,
     NotificationSettingsOut,
     TestResultOut,
 )
-from app.notifications.test_send import send_test
 
 router = APIRouter(prefix="/api/users/me/notifications", tags=["notifications"])
 

@@ -1,4 +1,5 @@
-"""Sending the outbox: a thread in every API process and every worker (``notify_forever``).
+"""Sending the outbox: a periodic job of every API process and every worker
+(app/notifications/scheduled.py runs ``deliver_round``).
 
 Each round claims the due rows (pending and past next_attempt_at, or "sending" for so long
 that the process that claimed them must have died) with one conditional UPDATE per row, so
@@ -8,8 +9,10 @@ delivered, pending again after a backoff (notify_retry_seconds, doubling), or fa
 notify_max_attempts (or at once when the destination is refused: retrying cannot help).
 Every attempt is logged (``app.notifications``) and kept in the row (attempts, last_error).
 
-The same loop runs the periodic checks (stalled runs, idle GPUs: app.notifications.triggers)
-every round. ``wake()`` (after a trigger's commit) starts the next round at once.
+The periodic checks (stalled runs, idle GPUs: app.notifications.triggers) are a job of their
+own; this module never imports them (the triggers record into the outbox through
+app.notifications.service, which wakes this job). ``wake()`` (after a trigger's commit)
+starts the next round at once.
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ from app.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
-_WAKE = threading.Event()
+# The delivery job's own event (app.periodic waits on it between rounds).
+WAKE = threading.Event()
 BATCH = 20
 
 
 def wake() -> None:
-    _WAKE.set()
+    WAKE.set()
 
 
 def _stale_claim() -> timedelta:
@@ -148,24 +152,9 @@ def deliver_due() -> int:
     return len(claimed)
 
 
-def notify_forever(stop: threading.Event) -> None:
-    """The delivery loop (a daemon thread in the API's lifespan and in every worker)."""
-    from app.notifications.triggers import PeriodicChecks
-
-    interval = get_settings().notify_poll_seconds
-    if interval <= 0:
-        return
-    checks = PeriodicChecks()
-    while not stop.is_set():
-        _WAKE.clear()
-        try:
-            checks.run()
-        except Exception:  # the database may be away for a moment; the next round retries
-            log.exception("notifications: the periodic checks failed; will retry")
-        try:
-            while deliver_due():
-                if stop.is_set():
-                    return
-        except Exception:
-            log.exception("notifications: a delivery round failed; will retry")
-        _WAKE.wait(interval)
+def deliver_round() -> int:
+    """Every due delivery, batch after batch, until none is left; how many attempts."""
+    made = 0
+    while sent := deliver_due():
+        made += sent
+    return made

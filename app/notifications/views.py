@@ -15,9 +15,9 @@ from app.auth.models import User
 from app.db import SessionDep
 from app.errors import Invalid
 from app.notifications import service
+from app.notifications.channel_check import send_test
 from app.notifications.models import SUBSCRIBABLE
 from app.notifications.schemas import NotificationSettingsIn
-from app.notifications.test_send import send_test
 from app.pages import PageRoute, PageUser
 from app.templating import render
 

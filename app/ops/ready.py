@@ -44,7 +44,7 @@ def check_database() -> None:
 
 
 def check_broker() -> None:
-    from worker.celery_app import celery_app
+    from app.broker import celery_app
 
     with celery_app.connection_for_read() as conn:
         conn.ensure_connection(max_retries=1, timeout=READY_TIMEOUT_SECONDS)

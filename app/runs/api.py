@@ -13,13 +13,13 @@ from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
 from app.errors import Invalid, NotFound
+from app.experiments.config import run_config
 from app.http_errors import error_responses
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import OwnedExperiment, OwnedRun
-from app.runs import events, files, logs, service
+from app.runs import events, logs, service, work_dir
 from app.runs.job_files import FileRefused
-from app.runs.logs import run_nproc
 from app.runs.models import RunStatus
 from app.runs.out import run_outs
 from app.runs.schemas import (
@@ -166,7 +166,7 @@ def read_logs(
     bytes of those lines, and X-Log-Size the end of the last whole line (app/runs/logs.py).
     """
     source = logs.log_source(run.id)
-    nproc = run_nproc(run.config)
+    nproc = run_config(run.config).resources.nproc
     if rank is not None and rank >= nproc:
         raise Invalid.at(
             ["query", "rank"],
@@ -306,7 +306,7 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
     a Lightning ``.ckpt``, a ``checkpoint-500/`` folder's files), checkpoints marked. The links
     that mirror the script's folder there are not the run's files and are left out. With the
     worker on another host, what it copied to the artifact store when the run ended."""
-    return [RunFileOut.model_validate(f) for f in files.run_files(run.id)]
+    return [RunFileOut.model_validate(f) for f in work_dir.run_files(run.id)]
 
 
 @router.get(
@@ -322,7 +322,7 @@ def list_run_files(run: OwnedRun) -> list[RunFileOut]:
 )
 def download_run_file(run: OwnedRun, path: Annotated[str, PathParam(pattern=NO_NUL)]) -> Response:
     try:
-        found = files.download(run.id, path)
+        found = work_dir.download(run.id, path)
     except FileRefused as exc:
         raise Invalid.at(["path", "path"], str(exc), path) from None
     except FileNotFoundError:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from app.runs import ingest_offsets
 from app.runs.models import Run
 
 
@@ -29,7 +30,5 @@ def restart_spool(
     run = session.get(Run, run_id, populate_existing=True)
     if run is None:
         return None
-    run.metrics_offset = 0
-    run.tb_offsets = dict(tb_offsets)
-    session.flush()
+    ingest_offsets.restart(session, run_id=run_id, tensorboard=tb_offsets)
     return NextAttempt(attempt=run.attempt, log_offset=run.log_offset)

@@ -1,5 +1,6 @@
 """The one way torchyard opens a file a job wrote: its log, spool, TensorBoard event files,
-error records, environment record, checkpoints and the files it offers for download.
+error records, environment record, checkpoints, the files it offers for download and the
+checkpoint a resumed run's sandbox binds; and the one test of "is this path under that root".
 
 A run directory is written by someone's code, so every name in it is hostile: a symbolic
 link to the database, a named pipe in place of ``output.log`` (a plain ``open()`` of it
@@ -10,6 +11,11 @@ device returns at once), each step checked with ``fstat`` on what was actually o
 only a regular file is read, from that same descriptor: a link or pipe swapped in between a
 check and the open (a race) is refused too. Ownership is not checked: a sandboxed job's files
 belong to its own user id; their type is what matters.
+
+Nothing here resolves a path and then opens it by name (``resolve()`` then ``open()``): a job
+can swap a link in between. ``within`` is the containment test for paths torchyard built
+itself (mount points, a resolved workspace script); a job's file is reached through
+``open_in`` instead.
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ class FileRefused(Exception):
 
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def within(path: Path, root: Path) -> bool:
+    """Whether ``path`` is ``root`` or below it, by its components (``/a/bc`` is not under
+    ``/a/b``). Lexical: the caller resolves both first when links may be on the way."""
+    return path == root or path.is_relative_to(root)
 
 
 def components(relative: str) -> list[str]:
@@ -70,15 +82,62 @@ def open_in(root: Path, relative: str) -> tuple[int, os.stat_result]:
         raise
 
 
-def open_regular(root: Path, relative: str) -> BinaryIO:
-    """``root/relative`` opened for reading when it is a regular file reached without a
-    link; FileRefused for anything else there (a FIFO, a device, a directory),
-    FileNotFoundError when nothing (or a link) is there. Never blocks."""
+def folder_entries(root: Path, relative: str = "") -> list[tuple[str, os.stat_result]]:
+    """The names in the folder ``root/relative`` (``root`` itself for ""), each with its own
+    lstat, read through a descriptor reached without a link: a folder the job swapped for a
+    link after a listing saw it is not entered. FileRefused when it is not a folder."""
+    if relative.strip("/"):
+        fd, info = open_in(root, relative)
+    else:
+        fd = os.open(root, _FLAGS | os.O_DIRECTORY)
+        info = os.fstat(fd)
+    try:
+        if not stat.S_ISDIR(info.st_mode):
+            raise FileRefused(f"{relative!r} is not a folder")
+        found: list[tuple[str, os.stat_result]] = []
+        with os.scandir(fd) as entries:  # reads a duplicate of fd
+            for entry in entries:
+                try:
+                    found.append((entry.name, entry.stat(follow_symlinks=False)))
+                except OSError:  # gone since
+                    continue
+        return found
+    finally:
+        os.close(fd)
+
+
+def clean_relative(relative: str) -> str:
+    """``relative`` as one canonical path inside its root (``a/b``); FileRefused when it
+    would leave it (absolute, ``..``, empty, a NUL)."""
+    return "/".join(components(relative))
+
+
+def regular_fd(root: Path, relative: str) -> int:
+    """A read-only descriptor of the regular file ``root/relative``, reached without a link
+    (``open_in``); FileRefused for anything else there, FileNotFoundError when nothing (or a
+    link) is. The caller closes it, or hands it on (bwrap's ``--ro-bind-fd``)."""
     fd, info = open_in(root, relative)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise FileRefused(f"{relative!r} is not a regular file")
-    return os.fdopen(fd, "rb")
+    return fd
+
+
+def open_regular(root: Path, relative: str) -> BinaryIO:
+    """``root/relative`` opened for reading when it is a regular file reached without a
+    link; FileRefused for anything else there (a FIFO, a device, a directory),
+    FileNotFoundError when nothing (or a link) is there. Never blocks."""
+    return os.fdopen(regular_fd(root, relative), "rb")
+
+
+def is_regular(root: Path, relative: str) -> bool:
+    """Whether ``root/relative`` is, right now, a regular file reached without a link. A
+    hint for a decision (is it on this disk?); whoever reads it opens it again here."""
+    try:
+        os.close(regular_fd(root, relative))
+    except (FileRefused, OSError):
+        return False
+    return True
 
 
 def open_job_file(path: Path) -> BinaryIO:

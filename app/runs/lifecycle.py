@@ -6,6 +6,11 @@
       \\--cancel--> cancelled       running --cancel--> cancel_requested, then the worker
                                    stops the job and finishes it cancelled
 
+A run logged from outside (``origin``, app/mlflow: no job, no worker) is born running and its
+client ends it: open_external -> running --end_external--> succeeded | failed | cancelled, and
+--reopen_external--> running again (MLflow's start_run(run_id=...) of an ended run); a cancel
+ends it at once, since no worker would.
+
 Each transition is one conditional UPDATE whose WHERE names the state it expects (the status,
 and for a running run the attempt it was started as), and answers whether it took effect. So
 two actors racing for one run (two reapers, a worker finishing a run the reaper has just handed
@@ -63,16 +68,16 @@ def _running(run_id: int, attempt: int) -> Update:
 
 def enqueue_run(run_id: int) -> None:
     """Hand the run to the broker; any worker of any host may take it."""
-    from worker.celery_app import RUN_TASK, celery_app
+    from app.broker import send_run
 
-    celery_app.send_task(RUN_TASK, args=[run_id])
+    send_run(run_id)
 
 
 def enqueue_sweep_advance(sweep_id: int) -> None:
     """A trial ended: its sweep may launch the next one (app.sweeps.service.advance)."""
-    from worker.celery_app import SWEEP_ADVANCE_TASK, celery_app
+    from app.broker import send_sweep_advance
 
-    celery_app.send_task(SWEEP_ADVANCE_TASK, args=[sweep_id])
+    send_sweep_advance(sweep_id)
 
 
 def _ended(session: Session, run_id: int, status: RunStatus) -> None:
@@ -113,6 +118,62 @@ def queue(
     record_config(session, run_id=run_id, config=config)  # born with its params (issue 17 sorts)
     after_commit(session, lambda: enqueue_run(run_id))
     return run
+
+
+def open_external(
+    session: Session,
+    *,
+    experiment_id: int,
+    owner_id: int,
+    origin: str,
+    name: str | None,
+    started_at: datetime,
+) -> Run:
+    """A run logged from outside (an MLflow client): running from birth, no job, no task, no
+    config of its own (its params are what the client logs)."""
+    run = Run(
+        experiment_id=experiment_id,
+        owner_id=owner_id,
+        status=RunStatus.running,
+        config={},
+        seed=0,
+        origin=origin,
+        name=name,
+        started_at=started_at,
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def _external(run_id: int, status: RunStatus) -> Update:
+    return update(Run).where(Run.id == run_id, Run.origin.is_not(None), Run.status == status)
+
+
+def end_external(
+    session: Session, *, run_id: int, status: RunStatus, finished_at: datetime
+) -> bool:
+    """running -> a final status, as the external run's client says; False when it is not
+    running (or not external)."""
+    if not status.finished:
+        raise ValueError(f"{status.value} is not a final status")
+    done = _took_effect(
+        session, _external(run_id, RunStatus.running).values(status=status, finished_at=finished_at)
+    )
+    if done:
+        _ended(session, run_id, status)
+    session.flush()
+    return done
+
+
+def reopen_external(session: Session, *, run_id: int, finished: RunStatus) -> bool:
+    """An ended external run (status `finished`) running again: its client resumed it."""
+    return _took_effect(
+        session,
+        _external(run_id, finished).values(
+            status=RunStatus.running, finished_at=None, cancel_requested=False
+        ),
+    )
 
 
 def start(
@@ -277,6 +338,14 @@ def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> Can
         update(Run)
         .where(Run.id == run_id, Run.status == RunStatus.queued)
         .values(status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True),
+    ):
+        _ended(session, run_id, RunStatus.cancelled)
+        return CancelOutcome.CANCELLED
+    if _took_effect(  # no worker stops an external run: it ends here (its client may go on)
+        session,
+        _external(run_id, RunStatus.running).values(
+            status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True
+        ),
     ):
         _ended(session, run_id, RunStatus.cancelled)
         return CancelOutcome.CANCELLED

@@ -2,7 +2,7 @@
 
 The bytes come from a log source: the file itself when the run directory is on this
 machine's disk (embedded mode, or a data dir shared over NFS), else the copy the worker
-shipped to the database in ``run_log_chunks`` (worker.forwarder). Chunks tile the file, so
+shipped to the database in ``run_log_chunks`` (app.runs.log_store). Chunks tile the file, so
 both give the same bytes at the same offsets, and everything below works on either.
 
 Under torchrun every line of rank N starts with ``[rankN]: `` (worker.launcher); lines without
@@ -20,28 +20,17 @@ or backwards from the end for a tail.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from sqlalchemy import func, select
-
-from app.db import session_scope
 from app.runs.job_files import FileRefused, job_file_size, open_job_file
-from app.runs.models import Run, RunLogChunk
+from app.runs.log_store import MAX_OFFSET, ChunkLogSource
 from app.runs.service import log_path
-from torchyard.contract import RunSpec, rank_prefix
+from torchyard.contract import rank_prefix
 
 BLOCK = 64 * 1024
-# No log is this long; a client's offset past it reads nothing (instead of overflowing a seek
-# or a BIGINT).
-MAX_OFFSET = 2**62
-
-
-def run_nproc(config: Mapping[str, Any]) -> int:
-    """How many processes (ranks) the run's config asks for."""
-    return RunSpec.from_config(config).nproc
 
 
 class LogSource(Protocol):
@@ -72,58 +61,6 @@ class FileLogSource:
                 return f.read(n)
         except (FileNotFoundError, FileRefused):
             return b""
-
-
-class ChunkLogSource:
-    """The log as the worker shipped it: ``runs.log_offset`` bytes in ``run_log_chunks``.
-
-    Each read is one short query of its own (a streamed response outlives the request's
-    session) for the chunks that overlap the range; the span it fetched is kept, so reading
-    a chunk block by block costs one query, and small chunks are joined on the way out.
-    """
-
-    def __init__(self, run_id: int) -> None:
-        self.run_id = run_id
-        self._span_start = 0
-        self._span = b""
-
-    def size(self) -> int:
-        with session_scope() as session:
-            return int(session.scalar(select(Run.log_offset).where(Run.id == self.run_id)) or 0)
-
-    def read(self, offset: int, n: int) -> bytes:
-        if offset >= MAX_OFFSET:
-            return b""
-        end = min(offset + n, MAX_OFFSET)
-        span_end = self._span_start + len(self._span)
-        if not (self._span_start <= offset and end <= span_end):
-            self._fetch(offset, end)
-        return self._span[offset - self._span_start : end - self._span_start]
-
-    def _fetch(self, offset: int, end: int) -> None:
-        chunk = RunLogChunk
-        # The chunk that holds `offset` starts at the greatest chunk offset <= it.
-        first = (
-            select(func.max(chunk.offset))
-            .where(chunk.run_id == self.run_id, chunk.offset <= offset)
-            .scalar_subquery()
-        )
-        stmt = (
-            select(chunk.offset, chunk.data)
-            .where(
-                chunk.run_id == self.run_id,
-                chunk.offset >= func.coalesce(first, 0),
-                chunk.offset < end,
-            )
-            .order_by(chunk.offset)
-        )
-        with session_scope() as session:
-            rows = session.execute(stmt).all()
-        if not rows:
-            self._span_start, self._span = offset, b""
-            return
-        self._span_start = int(rows[0][0])
-        self._span = b"".join(bytes(data) for _, data in rows)
 
 
 def log_source(run_id: int) -> LogSource:

@@ -58,23 +58,24 @@ class Run(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     # Resume: the checkpoint this run starts from (path relative to the data dir's runs/).
     resume_from: Mapped[str | None] = mapped_column(String(500))
-    # The forwarder's position in metrics.jsonl, so a restarted worker resumes, not replays.
+    # The forwarder's position in metrics.jsonl, so a restarted worker resumes, not replays
+    # (app.runs.ingest_offsets, with tb_offsets).
     metrics_offset: Mapped[int] = mapped_column(BigInteger, default=0)
     # Higher starts first; within a priority, submit order (see app.gpus.scheduler).
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # What CUDA_VISIBLE_DEVICES was set to ("0,1"); "" for a run without GPUs.
     gpu_indices: Mapped[str | None] = mapped_column(String(255))
     # The reproducibility record: versions, packages, host, GPUs, seed, and for scripts the
-    # workspace's git commit and diff (worker.environment).
+    # workspace's git commit and diff (app.runs.environment_record, its one writer).
     environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # TensorBoard ingestion: byte offset reached in each event file, by path under the run dir,
-    # moved in the same transaction as the points (worker.tensorboard_events).
+    # moved in the same transaction as the points (app.runs.ingest_offsets).
     tb_offsets: Mapped[dict[str, int] | None] = mapped_column(JSON)
     # Liveness: the worker running the run stamps this; a stale stamp means "worker lost".
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # 1 for the first try; a requeue after a lost worker (max_restarts) counts up.
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
-    # Bytes of output.log already shipped to run_log_chunks (the API's copy of the log).
+    # Bytes of output.log already shipped to run_log_chunks (app.runs.log_store).
     log_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # What ingestion kept out of the run: spool lines skipped by reason, limits hit, an error
     # (app.runs.notices); None while there is nothing to say.
@@ -83,12 +84,19 @@ class Run(Base):
     # are rows of run_tags. Limits in app.runs.schemas.RunPatch.
     name: Mapped[str | None] = mapped_column(String(200))
     notes: Mapped[str | None] = mapped_column(Text)
-    # The sweep that launched the run (issue 19 adds the sweeps table and its foreign key);
-    # NULL for a run launched by hand, which is every run until then.
+    # The sweep that launched the run (app.sweeps); NULL for a run launched by hand. No foreign
+    # key, on purpose: adding one on SQLite is a batch copy of the runs table, whose DROP would
+    # cascade to every child table (migration 0012); sweep_trials.run_id is the link the
+    # database enforces.
     sweep_id: Mapped[int | None] = mapped_column(Integer, index=True)
     # Bytes of the run's folder when it ended, measured by its worker (app.runs.disk); NULL
     # until then, when its disk use is its checkpoints' sizes.
     disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # What created the run when no job of torchyard's runs it: "mlflow" for a run a client
+    # logged through the MLflow API (app/mlflow); NULL for a torchyard job. Such a run's
+    # status is its client's (app.runs.lifecycle open_external/end_external) and no reaper
+    # fails it for want of a worker's heartbeat.
+    origin: Mapped[str | None] = mapped_column(String(16))
 
 
 class RunTag(Base):
@@ -102,6 +110,9 @@ class RunTag(Base):
 
 
 class Checkpoint(Base):
+    """A checkpoint a run wrote; written by app.runs.checkpoint_records (and removed with its
+    run by app.runs.deletion)."""
+
     __tablename__ = "checkpoints"
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -118,7 +129,8 @@ class Checkpoint(Base):
 
 class RunLogChunk(Base):
     """A piece of a run's output.log, shipped by the worker so the API can serve the log
-    without sharing the worker's disk. Chunks tile the file: offset = bytes before it."""
+    without sharing the worker's disk. Chunks tile the file: offset = bytes before it.
+    Written and read by app.runs.log_store (and removed with its run by app.runs.deletion)."""
 
     __tablename__ = "run_log_chunks"
 

@@ -7,6 +7,10 @@ Two sources, one flat namespace (the ``params`` of the runs API, design.md "Runs
   Lightning's ``log_hyperparams``), as ``hparams.<name>``, written by the worker as it reads
   the event files (worker.tensorboard_events). A later report of a name replaces its value.
 
+- "mlflow": what a client logged through the MLflow API (app/mlflow): its params as
+  ``params.<name>`` (so the filter's bare ``lr<=0.01`` finds them like a config's) and its tags
+  as ``tags.<name>``, each value the string the client sent (MLflow's own limits, checked there).
+
 Each row keeps the JSON value plus a number (numbers and bools) and a text (strings) column, so
 a runs list can sort and filter by a param in SQL. Everything reported is hostile: at most
 MAX_REPORTED keys per run, keys of at most 255 characters, values of at most MAX_VALUE_CHARS
@@ -128,6 +132,44 @@ def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any])
         session.execute(delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(wanted)))
         session.execute(insert(RunParam), list(wanted.values()))
     return limits
+
+
+def _number_of(text: str) -> float | None:
+    """The number a logged string spells ("0.01", "3"), for sorting and filtering in SQL."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def record_logged(session: Session, *, run_id: int, values: Mapping[str, str], source: str) -> None:
+    """Upsert string values logged from outside under their keys (already checked and bounded
+    by the caller); the text keeps the value as sent, the number what it spells."""
+    if not values:
+        return
+    rows = [
+        {
+            "run_id": run_id,
+            "key": clip_key(key),
+            "source": source,
+            "value": _clean(value),
+            "value_num": _number_of(value),
+            "value_text": _clean(value)[:TEXT_CHARS],
+        }
+        for key, value in values.items()
+    ]
+    keys = [r["key"] for r in rows]
+    session.execute(delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(keys)))
+    session.execute(insert(RunParam), rows)
+
+
+def forget(session: Session, *, run_id: int, keys: Iterable[str]) -> int:
+    """Remove the run's params under ``keys``; how many there were."""
+    result = session.execute(
+        delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(list(keys)))
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 def params_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, dict[str, Any]]:

@@ -22,13 +22,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from app.experiments.config import run_config
 from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
-from torchyard.contract import SYSTEM_KEY_PREFIX, RunSpec
+from torchyard.contract import SYSTEM_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Handover:
 
 
 def restarts_left(run: Run) -> bool:
-    return run.attempt <= RunSpec.from_config(run.config).max_restarts
+    return run.attempt <= run_config(run.config).max_restarts
 
 
 def newest_checkpoint(session: Session, *, run_id: int) -> Checkpoint | None:
@@ -183,7 +184,8 @@ def reap_lost_runs(
     ended_unwatched: Callable[[int], tuple[int, str | None] | None] | None = None,
 ) -> list[Handover]:
     """Fail or requeue every running run whose worker stopped heartbeating. ``salvage`` is
-    given each claimed run first (worker.liveness moves what is left of its spool).
+    given each claimed run first (the host's LocalJobs, app.runs.reaper, moves what is left of
+    its spool).
     ``still_training`` names runs whose job is seen alive on this machine: not lost, only
     waiting for the host's next worker to re-adopt it (an upgrade may take minutes).
     ``ended_unwatched`` gives (exit status, error) of a job that ended on this machine while
@@ -193,7 +195,9 @@ def reap_lost_runs(
     stamp = func.coalesce(Run.heartbeat_at, Run.started_at)
     stale = session.execute(
         select(Run.id, stamp).where(
-            Run.status == RunStatus.running, or_(stamp.is_(None), stamp < cutoff)
+            Run.status == RunStatus.running,
+            Run.origin.is_(None),  # an external run has no worker to lose (app/mlflow)
+            or_(stamp.is_(None), stamp < cutoff),
         )
     ).all()
     done: list[Handover] = []

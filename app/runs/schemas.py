@@ -84,6 +84,8 @@ class RunOut(BaseModel):
     # 1 for the first try; counts up each time a lost or shut-down worker's run is requeued.
     attempt: int
     heartbeat_at: UtcDateTime | None
+    # "mlflow" for a run logged from outside through the MLflow API (no job); null for a job.
+    origin: str | None = None
     # The config flattened to dotted keys (`params.lr`, `seed`, `resources.nproc`) and the
     # hparams the job reported through TensorBoard (`hparams.<name>`): app/runs/params.py.
     params: dict[str, Any] = Field(default_factory=dict)

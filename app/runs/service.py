@@ -19,13 +19,13 @@ from app.experiments.config import deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
 from app.gpus.service import never_startable, queue_reasons, run_gpus
 from app.runs import lifecycle
-from app.runs.job_files import FileRefused, open_regular
+from app.runs.job_files import FileRefused, clean_relative, is_regular, open_regular
 from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Checkpoint, Run, RunStatus, RunTag
 from app.runs.schemas import RunPatch
 from app.settings import get_settings
 from app.timeutil import utcnow
-from torchyard.contract import LOG_FILE
+from torchyard.contract import RunPaths
 
 
 def create_run(
@@ -62,8 +62,8 @@ def resume_run(
     its job restores model, optimizer, epoch and step. Its config is the parent's (seed
     included) with `overrides` deep-merged and validated as a whole; new values (another lr)
     win over the optimizer state the checkpoint holds (torchyard.runtime.checkpoint)."""
-    # Locked: retention (worker.retention) deletes a dropped checkpoint's row before its file,
-    # and re-checks the runs that resume from it under the same lock.
+    # Locked: retention (app.runs.checkpoint_records) deletes a dropped checkpoint's row before
+    # its file, and re-checks the runs that resume from it under the same lock.
     ckpt = session.scalar(
         select(Checkpoint)
         .where(Checkpoint.run_id == run.id, Checkpoint.name == checkpoint)
@@ -77,9 +77,12 @@ def resume_run(
             deep_merge(run.config, overrides), loc_prefix=("body", "overrides"), session=session
         )
     refuse_if_nothing_left(config=config, checkpoint=ckpt)
-    path = inside(run_dir(run.id), ckpt.path)
+    try:
+        relative: str | None = clean_relative(ckpt.path)
+    except FileRefused:
+        relative = None
     # The worker that runs the new run fetches it from the store when its host lacks the file.
-    if path is None or not (path.is_file() or ckpt.uri):
+    if relative is None or not (is_regular(run_dir(run.id), relative) or ckpt.uri):
         raise Conflict(
             f"checkpoint {checkpoint!r} of run {run.id} is no longer on disk"
             " and not in the artifact store"
@@ -92,7 +95,7 @@ def resume_run(
         experiment_id=run.experiment_id,
         owner_id=owner.id,
         config=with_seed(config),
-        resume_from=path.relative_to(get_settings().runs_dir.resolve()).as_posix(),
+        resume_from=f"{run.id}/{relative}",
         priority=run.priority,
     )
 
@@ -226,13 +229,6 @@ def run_dir(run_id: int) -> Path:
     return get_settings().run_dir(run_id)
 
 
-def inside(base: Path, relative: str) -> Path | None:
-    """Resolve `relative` under `base`; None when it would leave it (.., absolute, symlink)."""
-    base = base.resolve()
-    target = (base / relative).resolve()
-    return target if target.is_relative_to(base) else None
-
-
 def checkpoint_file(session: Session, *, run: Run, name: str) -> StoredFile:
     """The checkpoint's bytes: from this machine's disk when it is there (embedded, or a
     shared data dir), opened once without following links and streamed from that descriptor
@@ -274,4 +270,4 @@ def _chunks(f: BinaryIO) -> Iterator[bytes]:
 
 
 def log_path(run_id: int) -> Path:
-    return run_dir(run_id) / LOG_FILE
+    return RunPaths(run_dir(run_id)).log

@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from app.code.service import code_view
 from app.db import SessionDep
+from app.experiments.config import run_config
 from app.experiments.models import Experiment
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser
@@ -38,6 +39,7 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         queue_reason=why_queued(session, run=run),
         parent=resumed_from(session, run=run),
         config_json=config_json,
+        run_spec=run_config(run.config).run_spec(),  # its defaults from the config model
         code=code_view(session, run),
         may_launch=experiment is not None and user.may_write(experiment.owner_id),
     )

@@ -8,10 +8,7 @@
 // meta}), `div.layout` the layout ({title: {text}, xaxis: {title: {text}, type, range,
 // autorange}, yaxis: {type: "linear"|"log", range (log10 when log), autorange}}).
 // Titles, names and axis titles are plain text (uPlot and this module set textContent).
-"use strict";
-window.ty = window.ty || {};
-
-ty.plot = (() => {
+export const plot = (() => {
   const charts = new WeakMap();  // div -> {u, listeners, observer, shape}
   const TITLE_HEIGHT = 22;
 

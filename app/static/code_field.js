@@ -3,7 +3,8 @@
 // experiment_form.js sends as the config's `code`. Once the snapshot's files are known the
 // script becomes a pick from its .py files (the select then carries name="script", so the
 // server's 422 about `script` shows next to it).
-"use strict";
+import {errorText} from "./lib/api.js";
+import {packCode, uploadCode} from "./code_pack.js";
 (() => {
   const field = document.getElementById("code-field");
   if (!field) return;
@@ -92,7 +93,7 @@
       say(`Packing ${label}…`);
       let packed;
       try {
-        packed = await ty.packCode(input);
+        packed = await packCode(input);
       } catch (err) {
         field.dataset.state = "error";
         say(`Cannot pack ${label}: ${err.message}`);
@@ -103,14 +104,14 @@
       progress.max = packed.blob.size || 1;
       progress.value = 0;
       say(`Uploading ${packed.files.length} files (${size(packed.blob.size)})…`);
-      const r = await ty.uploadCode(packed.blob, (loaded, total) => {
+      const r = await uploadCode(packed.blob, (loaded, total) => {
         progress.max = total;
         progress.value = loaded;
       });
       progress.hidden = true;
       if (!r.ok) {
         field.dataset.state = "error";
-        say(`The upload was refused (${r.status}): ${ty.errorText(r.body)}`);
+        say(`The upload was refused (${r.status}): ${errorText(r.body)}`);
         return;
       }
       codeInput.value = r.body.digest;

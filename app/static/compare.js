@@ -1,5 +1,6 @@
 // The compare page: apply the picked runs, and overlay each metric's curves (app/static/overlay.js).
-"use strict";
+import {overlay} from "./overlay.js";
+import {pages} from "./lib/urls.js";
 (() => {
   const picker = document.getElementById("compare-picker");
   if (picker) {
@@ -7,13 +8,13 @@
     picker.addEventListener("submit", (event) => {
       event.preventDefault();
       const ids = [...picker.querySelectorAll('input[name="run"]:checked')].map((el) => el.value);
-      window.location.assign(ids.length ? `/compare?runs=${ids.join(",")}` : "/compare");
+      window.location.assign(pages.compare(ids));
     });
   }
   const charts = document.getElementById("compare-charts");
   const data = document.getElementById("compare-runs-data");
   if (!charts || !data) return;
-  ty.overlay.mount(charts, JSON.parse(data.textContent), {
+  overlay.mount(charts, JSON.parse(data.textContent), {
     controls: "compare",
     legend: document.getElementById("compare-legend"),
     status: document.getElementById("compare-status"),

@@ -1,5 +1,6 @@
 // The experiment page: launch a run with JSON overrides, then open it.
-"use strict";
+import {call, errorText} from "./lib/api.js";
+import {api, pages} from "./lib/urls.js";
 (() => {
   const form = document.getElementById("launch-form");
   if (!form) return;
@@ -15,7 +16,7 @@
 
   // 422 locations come back as ["body", "overrides", "params", "lr"]: name the override.
   const describe = (body) => {
-    if (!body || !Array.isArray(body.detail)) return ty.errorText(body);
+    if (!body || !Array.isArray(body.detail)) return errorText(body);
     return body.detail
       .map((e) => `${e.loc.filter((p) => p !== "body").join(".")}: ${e.msg}`)
       .join("; ");
@@ -43,14 +44,14 @@
     button.disabled = true;
     status.textContent = "Launching…";
     try {
-      const r = await ty.api("POST", `/api/experiments/${form.dataset.experimentId}/runs`, {overrides});
+      const r = await call("POST", api.experimentRuns(form.dataset.experimentId), {overrides});
       if (!r.ok) {
         showError(`The run was not launched: ${describe(r.body)}`);
         status.textContent = "";
         return;
       }
       status.textContent = "Opening the run…";
-      window.location.assign(`/runs/${r.body.id}`);
+      window.location.assign(pages.run(r.body.id));
     } finally {
       button.disabled = false;
     }

@@ -2,7 +2,10 @@
 // overlaid, one chart per metric key, live while a run is active (app/static/overlay.js).
 // Loaded deferred, before the deferred chart library: it starts on DOMContentLoaded, which
 // comes after every deferred script has run.
-"use strict";
+import {call, errorText, serverDown} from "./lib/api.js";
+import {markStale} from "./lib/dom.js";
+import {overlay} from "./overlay.js";
+import {api} from "./lib/urls.js";
 (() => {
   const section = document.getElementById("experiment-curves");
   if (!section) return;
@@ -17,16 +20,15 @@
   let lostSince = null;
   const linkChanged = () => {
     document.dispatchEvent(new CustomEvent("ty:runs-link", {detail: {lostSince}}));
-    ty.markStale([document.getElementById("experiment-curves-legend")], lostSince);
+    markStale([document.getElementById("experiment-curves-legend")], lostSince);
   };
   const listRuns = async (markDown) => {
-    const q = new URLSearchParams({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id"});
-    const r = await ty.api("GET", `/api/runs?${q}`);
-    const down = !r.ok && ty.serverDown(r);
+    const r = await call("GET", api.runs({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id"}));
+    const down = !r.ok && serverDown(r);
     if (down && lostSince === null) { lostSince = new Date(); linkChanged(); }
     if (!down && lostSince !== null) { lostSince = null; linkChanged(); }
     if (down && markDown) { markDown(); return null; }
-    if (!r.ok) { status.textContent = `Could not list the runs: ${ty.errorText(r.body)}`; return null; }
+    if (!r.ok) { status.textContent = `Could not list the runs: ${errorText(r.body)}`; return null; }
     return r.body.runs;
   };
 
@@ -42,8 +44,8 @@
     if (!runs.length) { status.textContent = "No runs yet: their curves appear here."; return; }
     const keys = new Set();
     for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
-    charts.replaceChildren(...[...keys].map(ty.overlay.chartDiv));
-    ty.overlay.mount(charts, runs.slice().reverse(), {
+    charts.replaceChildren(...[...keys].map(overlay.chartDiv));
+    overlay.mount(charts, runs.slice().reverse(), {
       controls: "experiment-curves",
       legend: document.getElementById("experiment-curves-legend"),
       status,

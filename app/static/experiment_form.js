@@ -1,6 +1,8 @@
 // The new-experiment form: swap the recipe's param fields, build the JSON config, create the
 // experiment, launch its first run, and show the server's validation errors next to fields.
-"use strict";
+import {call, errorText} from "./lib/api.js";
+import {formErrors} from "./lib/dom.js";
+import {api, pages} from "./lib/urls.js";
 (() => {
   const form = document.getElementById("experiment-form");
   if (!form) return;
@@ -127,7 +129,7 @@
   };
 
   // FastAPI's 422: [{loc: ["body", "config", "params", "lr"], msg}] -> next to [name="params.lr"].
-  const errors = ty.formErrors(form, formError, (loc) =>
+  const errors = formErrors(form, formError, (loc) =>
     [(loc[0] === "config" || loc[0] === "overrides" ? loc.slice(1) : loc).join(".")]);
   function clearErrors() { errors.clear(); }
   const showFormError = errors.showFormError;
@@ -144,15 +146,15 @@
                        resources: {...(base.resources || {}), ...edited.resources}};
     if (overrides.seed === null) delete overrides.seed;  // empty: a fresh random seed
     status.textContent = "Launching the variant…";
-    const r = await ty.api("POST", `/api/experiments/${form.dataset.experimentId}/runs`, {overrides});
+    const r = await call("POST", api.experimentRuns(form.dataset.experimentId), {overrides});
     if (!r.ok) {
       if (r.status === 422) showErrors(r.body);
-      else showFormError(`Could not launch the variant (${r.status}): ${ty.errorText(r.body)}`);
+      else showFormError(`Could not launch the variant (${r.status}): ${errorText(r.body)}`);
       status.textContent = "";
       return;
     }
     status.textContent = "Opening the run…";
-    window.location.assign(`/runs/${r.body.id}`);
+    window.location.assign(pages.run(r.body.id));
   };
 
   form.addEventListener("submit", async (event) => {
@@ -166,19 +168,19 @@
     button.disabled = true;
     status.textContent = "Creating the experiment…";
     try {
-      const created = await ty.api("POST", "/api/experiments", buildBody());
+      const created = await call("POST", api.experiments(), buildBody());
       if (!created.ok) {
         if (created.status === 422) showErrors(created.body);
-        else showFormError(`Could not create the experiment (${created.status}): ${ty.errorText(created.body)}`);
+        else showFormError(`Could not create the experiment (${created.status}): ${errorText(created.body)}`);
         status.textContent = "";
         return;
       }
       status.textContent = "Launching its first run…";
-      const launched = await ty.api("POST", `/api/experiments/${created.body.id}/runs`, {overrides: {}});
+      const launched = await call("POST", api.experimentRuns(created.body.id), {overrides: {}});
       if (!launched.ok) {
         formError.hidden = false;
         formError.innerHTML = "";
-        formError.append(`The experiment was created, but its run did not start: ${ty.errorText(launched.body)} `);
+        formError.append(`The experiment was created, but its run did not start: ${errorText(launched.body)} `);
         const link = document.createElement("a");
         link.href = `/experiments/${created.body.id}`;
         link.textContent = "Open the experiment to launch it.";
@@ -187,7 +189,7 @@
         return;
       }
       status.textContent = "Opening the run…";
-      window.location.assign(`/runs/${launched.body.id}`);
+      window.location.assign(pages.run(launched.body.id));
     } finally {
       button.disabled = false;
     }

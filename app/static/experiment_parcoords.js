@@ -3,13 +3,14 @@
 // the brushed runs highlighted in the table and, on request, selected there (then compared,
 // tagged or deleted like runs ticked by hand). The picked metric is kept per experiment in
 // this browser.
-"use strict";
+import {compareKeys} from "./lib/format.js";
+import {parcoords} from "./parcoords.js";
 (() => {
   const section = document.getElementById("runs-section");
   const el = document.getElementById("parcoords");
   if (!section || !el) return;
   const select = document.getElementById("parcoords-select");
-  const METRIC_KEY = `ty.parcoords.metric.${section.dataset.experimentId}`;
+  const METRIC_KEY = `parcoords.metric.${section.dataset.experimentId}`;
   let saved = null;
   try { saved = localStorage.getItem(METRIC_KEY); } catch (_) { /* storage unavailable */ }
   let chart = null;
@@ -20,7 +21,7 @@
   const defaultMetric = (runs, columns) => {
     const keys = new Set();
     for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
-    const sorted = [...keys].sort(ty.compareKeys);
+    const sorted = [...keys].sort(compareKeys);
     const val = sorted.find((k) => /(^|\/)val(id(ation)?)?(\/|$)/i.test(k));
     if (val) return `${val}.max`;
     if (columns && columns.length) return columns[0];
@@ -41,7 +42,7 @@
   section.addEventListener("ty:runs", (event) => {
     const {runs, summaries} = event.detail;
     if (!chart) {
-      chart = ty.parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), onBrush, onMetric});
+      chart = parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), onBrush, onMetric});
     } else {
       chart.update(runs);
       if (!chart.metric()) chart.setMetric(defaultMetric(runs, summaries));

@@ -7,7 +7,12 @@
 // cursor paging ("Load more"), and the selected runs compared, tagged or deleted. A run its
 // sweep stopped early is marked next to its status, the reason in the mark's title.
 // Every name, key and value from a run reaches the page as textContent, never as HTML.
-"use strict";
+import {call, deleteObject, errorText} from "./lib/api.js";
+import {markStale} from "./lib/dom.js";
+import {fmtBytes, lostText, runColor} from "./lib/format.js";
+import {api, pages} from "./lib/urls.js";
+import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
+
 (() => {
   const section = document.getElementById("runs-section");
   if (!section) return;
@@ -40,12 +45,6 @@
     try { localStorage.setItem(COLUMNS_KEY, JSON.stringify(state.summaries)); } catch (_) { /* ok */ }
   };
 
-  const el = (tag, text, cls) => {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (cls) node.className = cls;
-    return node;
-  };
   const showError = (text) => {
     $("runs-error").textContent = text;
     $("runs-error").hidden = !text;
@@ -54,107 +53,13 @@
     $("runs-notice").textContent = text;
     $("runs-notice").hidden = !text;
   };
-  const fmtValue = (v) => {
-    if (v === null || v === undefined) return "–";
-    if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
-    if (typeof v === "string") return v;
-    return JSON.stringify(v);
-  };
-  const seconds = (a, b) => {
-    const start = ty.parseTime(a);
-    if (!start) return null;
-    const end = ty.parseTime(b) || new Date();
-    return (end - start) / 1000;
-  };
 
-  // --- columns ----------------------------------------------------------------------------
-
-  const summaryKeys = (runs) => {
-    const keys = new Set();
-    for (const run of runs) for (const key of Object.keys(run.summary || {})) keys.add(key);
-    return [...keys].sort(ty.compareKeys);
-  };
-  // Until the reader picks: the last value of the first key naming a loss and the max of the
-  // first naming an accuracy (whatever the script called them), else the first key's last.
-  // A sweep's page puts its metric first (data-default-summary, e.g. "val/acc.last"), even
-  // before a trial logged it (a recipe logs val/* only at an epoch's end).
-  const defaultSummaries = (keys) => {
-    const loss = keys.find((k) => /loss/i.test(k));
-    const acc = keys.find((k) => /acc/i.test(k));
-    const chosen = [];
-    const first = section.dataset.defaultSummary;
-    if (first) chosen.push(first);
-    if (loss) chosen.push(`${loss}.last`);
-    if (acc) chosen.push(`${acc}.max`);
-    if (!chosen.length && keys.length) chosen.push(`${keys[0]}.last`);
-    return [...new Set(chosen)];
-  };
-  const splitSummary = (col) => {
-    const cut = col.lastIndexOf(".");
-    return [col.slice(0, cut), col.slice(cut + 1)];
-  };
-
-  const columns = () => {
-    const cols = [
-      {title: "Run", sort: "id", cell: runCell},
-      {title: "Status", sort: "status", cell: (run) => {
-        const td = el("td");
-        td.append(el("span", run.status, `badge status-${run.status}`));
-        if (run.stopped_early) {
-          const mark = el("span", "stopped early", "badge stopped-early");
-          mark.title = run.stopped_early;
-          td.append(" ", mark);
-        }
-        return td;
-      }},
-      {title: "Tags", cell: (run) => {
-        const td = el("td", undefined, "run-tags");
-        for (const tag of run.tags || []) td.append(el("span", tag, "badge tag"), " ");
-        return td;
-      }},
-    ];
-    for (const key of ty.differingParams(state.runs)) {
-      cols.push({title: key, sort: `params.${key}`, num: true, param: key,
-                 cell: (run) => el("td", fmtValue((run.params || {})[key]), "num")});
-    }
-    cols.push({title: "Started", sort: "started_at", cell: (run) => {
-      const td = el("td");
-      if (run.started_at) td.append(ty.timeEl(run.started_at));
-      else { const q = el("span", "queued ", "muted"); q.append(ty.timeEl(run.created_at)); td.append(q); }
-      // Why it waits, in the scheduler's words ("no worker is running: ..." among them).
-      if (run.status === "queued" && run.queue_reason) {
-        td.append(el("span", `waiting: ${run.queue_reason}`, "queue-reason-inline muted"));
-      }
-      return td;
-    }});
-    cols.push({title: "Duration", num: true, cell: (run) => el("td",
-      run.started_at ? ty.fmtDuration(seconds(run.started_at, run.finished_at)) : "–", "num")});
-    for (const col of state.summaries || []) {
-      const [key, agg] = splitSummary(col);
-      cols.push({title: `${key} (${agg})`, sort: `summary.${key}.${agg}`, num: true, summary: col,
-                 cell: (run) => el("td", fmtValue(((run.summary || {})[key] || {})[agg]), "num")});
-    }
-    cols.push({title: "Launched by", cell: (run) => el("td", owners[String(run.owner_id)] ?? "?")});
-    return cols;
-  };
-
-  function runCell(run) {
-    const td = el("td");
-    const swatch = el("span", undefined, "run-swatch");
-    swatch.style.backgroundColor = ty.runColor(run.id);
-    swatch.setAttribute("aria-hidden", "true");
-    const link = el("a", run.name || `run ${run.id}`);
-    link.href = `/runs/${run.id}`;
-    td.append(swatch, link);
-    if (run.name) td.append(" ", el("span", `#${run.id}`, "muted"));
-    return td;
-  }
 
   // --- rendering --------------------------------------------------------------------------
 
   const sortName = () => state.sort.replace(/^-/, "");
   const render = () => {
-    const cols = columns();
+    const cols = columns(state.runs, state.summaries, owners);
     const head = el("tr");
     const all = el("input");
     all.type = "checkbox";
@@ -197,7 +102,7 @@
     for (const run of state.runs) {
       const tr = el("tr");
       tr.dataset.runId = String(run.id);
-      tr.style.setProperty("--run-color", ty.runColor(run.id));
+      tr.style.setProperty("--run-color", runColor(run.id));
       if (run.stopped_early) tr.classList.add("stopped-early");
       if (state.highlight) tr.classList.add(state.highlight.has(run.id) ? "brushed" : "brushed-out");
       const box = el("input", undefined, "run-select");
@@ -219,7 +124,7 @@
     const thead = el("thead");
     thead.append(head);
     table.replaceChildren(thead, body);
-    markStale();
+    showStale();
     $("runs-count").textContent = `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
       (state.next ? " shown, more to load" : "");
     $("runs-more").hidden = !state.next;
@@ -286,14 +191,14 @@
     if (tag) params.append("tag", tag);
     if (condition) params.append("filter", condition);
     if (cursor) params.set("cursor", cursor);
-    return `/api/runs?${params}`;
+    return api.runs(params);
   };
 
   // Until the reader picks, once some run has logged a metric (a page loaded before the first
   // point gets its columns with the first refresh that brings one).
   const pickDefaultSummaries = () => {
     const keys = summaryKeys(state.runs);
-    if (state.summaries === null && keys.length) state.summaries = defaultSummaries(keys);
+    if (state.summaries === null && keys.length) state.summaries = defaultSummaries(keys, section.dataset.defaultSummary);
   };
 
   let loading = 0; // answers of a superseded request are dropped
@@ -305,14 +210,14 @@
     let cursor = more ? state.next : null;
     let r;
     do {
-      r = await ty.api("GET", query(cursor));
+      r = await call("GET", query(cursor));
       if (ticket !== loading) return;
       if (!r.ok) break;
       runs = [...runs, ...r.body.runs];
       cursor = r.body.next;
     } while (all && cursor);
     section.removeAttribute("aria-busy");
-    if (!r.ok) { showError(`Could not list the runs: ${ty.errorText(r.body)}`); return; }
+    if (!r.ok) { showError(`Could not list the runs: ${errorText(r.body)}`); return; }
     showError("");
     state.runs = runs;
     state.next = cursor;
@@ -330,7 +235,7 @@
   $("runs-all").addEventListener("click", () => load(true, true));
   $("runs-compare").addEventListener("click", () => {
     const ids = selectedIds();
-    if (ids.length) window.location.assign(`/compare?runs=${ids.join(",")}`);
+    if (ids.length) window.location.assign(pages.compare(ids));
   });
   $("runs-tag-selected")?.addEventListener("click", async () => {
     const tag = $("runs-tag-input").value.trim();
@@ -339,8 +244,8 @@
     const failed = [];
     for (const run of state.runs.filter((r) => state.selected.has(r.id))) {
       const tags = [...new Set([...(run.tags || []), tag])];
-      const r = await ty.api("PATCH", `/api/runs/${run.id}`, {tags});
-      if (!r.ok) failed.push(`run ${run.id}: ${ty.errorText(r.body)}`);
+      const r = await call("PATCH", api.run(run.id), {tags});
+      if (!r.ok) failed.push(`run ${run.id}: ${errorText(r.body)}`);
     }
     if (failed.length) showError(`Not tagged: ${failed.join("; ")}`);
     else showNotice(`Tagged ${selectedIds().length} run(s) "${tag}".`);
@@ -356,11 +261,11 @@
     let freed = 0;
     let deleted = 0;
     for (const id of ids) {
-      const result = await ty.deleteObject(`/api/runs/${id}`);
+      const result = await deleteObject(api.run(id));
       if (result.ok) { deleted += 1; freed += result.freed; state.selected.delete(id); }
       else failed.push(`run ${id}: ${result.error}`);
     }
-    if (deleted) showNotice(`Deleted ${deleted} run(s): ${ty.fmtSize(freed)} freed.`);
+    if (deleted) showNotice(`Deleted ${deleted} run(s): ${fmtBytes(freed)} freed.`);
     if (failed.length) showError(`Not deleted: ${failed.join("; ")}`);
     await load();
   });
@@ -386,15 +291,15 @@
   // table's sort and filters).
   // While the server does not answer (experiment_curves.js polls it), the statuses shown are
   // the last it confirmed: marked stale, with a note, until it answers again.
-  const markStale = () => {
-    ty.markStale([...table.querySelectorAll("tbody .badge[class*='status-']")], state.lostSince);
+  const showStale = () => {
+    markStale([...table.querySelectorAll("tbody .badge[class*='status-']")], state.lostSince);
     const note = $("runs-link");
     note.hidden = !state.lostSince;
-    note.textContent = state.lostSince ? `${ty.lostText(state.lostSince)}: statuses as of then.` : "";
+    note.textContent = state.lostSince ? `${lostText(state.lostSince)}: statuses as of then.` : "";
   };
   document.addEventListener("ty:runs-link", (event) => {
     state.lostSince = event.detail.lostSince;
-    markStale();
+    showStale();
   });
   document.addEventListener("ty:runs-refreshed", (event) => {
     if (section.getAttribute("aria-busy") === "true") return;

@@ -1,6 +1,9 @@
 // The GPU page: refreshes hosts and queue from GET /api/gpus every 2.5 s, and the usage table
 // from GET /api/usage when the period changes (and once a minute).
-"use strict";
+import {call, errorText, serverDown} from "./lib/api.js";
+import {markStale, timeEl} from "./lib/dom.js";
+import {fmtDuration, lostText} from "./lib/format.js";
+import {api, pages} from "./lib/urls.js";
 
 (() => {
   const REFRESH_MS = 2500;
@@ -29,9 +32,9 @@
          el("span", {class: `badge gpu-${key}`, text: gpu.state})));
     if (gpu.run_id != null) {
       card.append(el("div", {class: "gpu-holder"},
-        el("a", {href: `/runs/${gpu.run_id}`, text: `run ${gpu.run_id}`}), " · ",
+        el("a", {href: pages.run(gpu.run_id), text: `run ${gpu.run_id}`}), " · ",
         el("span", {class: "gpu-owner", text: gpu.owner || "?"}), " · since ",
-        el("span", {class: "gpu-since"}, ty.timeEl(gpu.since))));
+        el("span", {class: "gpu-since"}, timeEl(gpu.since))));
     }
     const mem = gpu.memory_total_mb != null
       ? `${Math.round(gpu.memory_used_mb)} / ${Math.round(gpu.memory_total_mb)} MiB` : "memory: unknown";
@@ -66,11 +69,11 @@
     }
     queueBody.replaceChildren(...queue.map((q) => el("tr", {"data-run-id": q.run_id},
       el("td", {class: "num position", text: String(q.position)}),
-      el("td", {}, el("a", {href: `/runs/${q.run_id}`, text: `run ${q.run_id}`})),
+      el("td", {}, el("a", {href: pages.run(q.run_id), text: `run ${q.run_id}`})),
       el("td", {text: q.owner}),
       el("td", {class: "num", text: String(q.gpus)}),
       el("td", {class: "num", text: String(q.priority)}),
-      el("td", {text: ty.fmtDuration(q.waiting_seconds)}),
+      el("td", {text: fmtDuration(q.waiting_seconds)}),
       el("td", {class: "reason", text: q.reason}))));
   };
 
@@ -86,29 +89,27 @@
   // marked stale and said so, until its next answer.
   let lostSince = null;
   const refreshPanel = async () => {
-    const r = await ty.api("GET", "/api/gpus");
+    const r = await call("GET", api.gpus());
     if (r.ok) {
       lostSince = null;
       renderHosts(r.body.hosts);
       renderQueue(r.body.queue);
-      updated.replaceChildren("updated ", ty.timeEl(r.body.generated_at));
+      updated.replaceChildren("updated ", timeEl(r.body.generated_at));
       delete updated.dataset.link;
-    } else if (ty.serverDown(r)) {
+    } else if (serverDown(r)) {
       if (lostSince === null) lostSince = new Date();
-      updated.textContent = `${ty.lostText(lostSince)}: hosts and queue as of then`;
+      updated.textContent = `${lostText(lostSince)}: hosts and queue as of then`;
       updated.dataset.link = "lost";
     } else {
-      updated.textContent = `not updated: ${ty.errorText(r.body)}`;
+      updated.textContent = `not updated: ${errorText(r.body)}`;
     }
-    ty.markStale([hostsEl, document.getElementById("gpu-queue")], lostSince);
+    markStale([hostsEl, document.getElementById("gpu-queue")], lostSince);
   };
 
   const refreshUsage = async () => {
     const until = new Date();
     const since = new Date(until.getTime() - Number(period.value) * 86400e3);
-    const qs = new URLSearchParams({since: since.toISOString(), until: until.toISOString()});
-    if (owner) qs.set("owner", owner);
-    const r = await ty.api("GET", `/api/usage?${qs}`);
+    const r = await call("GET", api.usage({since: since.toISOString(), until: until.toISOString(), owner}));
     if (r.ok) renderUsage(r.body.users);
   };
 

@@ -1,14 +1,20 @@
 // Many runs' curves overlaid, one chart per metric key: the compare page and the experiment
-// page both. One trace per run, coloured by ty.runColor, named by the run and the params that
+// page both. One trace per run, coloured by runColor, named by the run and the params that
 // differ across the runs shown ("run 12 · lr=0.01 bs=64"). Live by polling, not streaming:
 // 50 runs would need 50 event streams and a user may hold only a few
 // (sse_max_streams_per_user), so only the active runs' downsampled series are asked for
 // again every POLL_MS.
-"use strict";
-window.ty = window.ty || {};
+import {call, errorText, serverDown} from "./lib/api.js";
+import {chartGroup} from "./lib/dom.js";
+import {
+  compareGroups, compareKeys, differingParams, keyGroup, lostText, runColor, runLabels, stepTitle,
+} from "./lib/format.js";
+import {emaAll, emaState} from "./lib/series.js";
+import {plot} from "./chart.js";
+import {isActive} from "./lib/status.js";
+import {api, pages} from "./lib/urls.js";
 
-ty.overlay = (() => {
-  const ACTIVE = new Set(["queued", "running"]);
+export const overlay = (() => {
   const POLL_MS = 3000;
   // Points per chart in all; each run gets its share (at least MIN_POINTS, at most MAX_POINTS),
   // so 100 runs x 2 keys draw ~2 x 30,000 points, not 2 x 400,000.
@@ -18,11 +24,9 @@ ty.overlay = (() => {
   const MAX_CHARTS = 48;
   const LAZY_AFTER = 8;  // up to this many charts are all drawn at once
 
-  // The params that differ across runs, and each run's label: ty.differingParams and
-  // ty.runLabels (app/static/common.js), shared with the runs table and the parallel
-  // coordinates.
-  const differingParams = ty.differingParams;
-  const labels = ty.runLabels;
+  // The params that differ across runs, and each run's label: differingParams and runLabels
+  // (lib/format.js), shared with the runs table and the parallel coordinates.
+  const labels = runLabels;
 
   // "Clip outliers": each run's curve without its top and bottom 2% (a spike), then the runs
   // whose range lies far outside the others' (a diverged run: more than 3 typical spans past
@@ -49,17 +53,17 @@ ty.overlay = (() => {
   };
 
   // Group the chart boxes under `container` (server-rendered or made by the caller) into the
-  // run page's layout: one box per key group (ty.keyGroup), each a grid of charts.
+  // run page's layout: one box per key group (keyGroup), each a grid of charts.
   const arrange = (container) => {
     const byGroup = new Map();
     for (const div of [...container.querySelectorAll(".metric-chart")]) {
-      const group = ty.keyGroup(div.dataset.key);
+      const group = keyGroup(div.dataset.key);
       if (!byGroup.has(group)) byGroup.set(group, []);
       byGroup.get(group).push(div);
     }
-    container.replaceChildren(...[...byGroup.keys()].sort(ty.compareGroups).map((group) => {
-      const {box, grid} = ty.chartGroup(group);
-      grid.append(...byGroup.get(group).sort((a, b) => ty.compareKeys(a.dataset.key, b.dataset.key)));
+    container.replaceChildren(...[...byGroup.keys()].sort(compareGroups).map((group) => {
+      const {box, grid} = chartGroup(group);
+      grid.append(...byGroup.get(group).sort((a, b) => compareKeys(a.dataset.key, b.dataset.key)));
       return box;
     }));
   };
@@ -107,7 +111,7 @@ ty.overlay = (() => {
     }, {rootMargin: "400px 0px"});
     // Keep the first MAX_CHARTS boxes in key order, watch each for when it comes near.
     const capCharts = () => {
-      const all = charts().sort((a, b) => ty.compareKeys(a.dataset.key, b.dataset.key));
+      const all = charts().sort((a, b) => compareKeys(a.dataset.key, b.dataset.key));
       for (const div of all.slice(MAX_CHARTS)) div.remove();
       state.more = Math.max(state.more, all.length - MAX_CHARTS);
       const kept = all.slice(0, MAX_CHARTS);
@@ -132,13 +136,13 @@ ty.overlay = (() => {
       for (const r of state.runs) {
         const s = (state.series.get(r.id) || {})[key];
         if (!s) continue;
-        const y = v.smoothing > 0 ? ty.series.emaAll(s.value, v.smoothing, ty.series.emaState()) : s.value;
+        const y = v.smoothing > 0 ? emaAll(s.value, v.smoothing, emaState()) : s.value;
         traces.push({mode: s.step.length < 60 ? "lines+markers" : "lines", x: xs(r, s), y,
-                     name: state.labels.get(r.id), line: {color: ty.runColor(r.id), width: 1.5}});
+                     name: state.labels.get(r.id), line: {color: runColor(r.id), width: 1.5}});
       }
       const layout = {
         title: {text: key},
-        xaxis: {title: {text: {step: ty.stepTitle(key), wall: "wall time",
+        xaxis: {title: {text: {step: stepTitle(key), wall: "wall time",
                                relative: "time since start (s)"}[v.xMode]},
                 type: v.xMode === "wall" ? "date" : "linear"},
         yaxis: {type: v.logY ? "log" : "linear", autorange: true},
@@ -146,7 +150,7 @@ ty.overlay = (() => {
       const range = v.clip ? clippedRange(traces, v.logY) : null;
       if (range) { layout.yaxis.range = range; layout.yaxis.autorange = false; }
       div.dataset.traces = String(traces.length);
-      return ty.plot.react(div, traces, layout)
+      return plot.react(div, traces, layout)
         .then(() => { div.dataset.drawnAt = String(performance.now()); });
     };
     const drawAll = () => Promise.all(charts().filter((d) => state.near.has(d)).map(draw));
@@ -158,9 +162,9 @@ ty.overlay = (() => {
         li.dataset.runId = String(r.id);
         const swatch = document.createElement("span");
         swatch.className = "swatch";
-        swatch.style.background = ty.runColor(r.id);
+        swatch.style.background = runColor(r.id);
         const a = document.createElement("a");
-        a.href = `/runs/${r.id}`;
+        a.href = pages.run(r.id);
         a.textContent = state.labels.get(r.id);
         const badge = document.createElement("span");
         badge.className = `badge status-${r.status}`;
@@ -178,10 +182,10 @@ ty.overlay = (() => {
       const byId = new Map(runs.map((r) => [r.id, r]));
       const ids = runs.map((r) => r.id).join(",");
       const errors = await Promise.all(keys.map(async (key) => {
-        const q = new URLSearchParams({runs: ids, keys: key, max_points: budget(), with_time: "true"});
-        const res = await ty.api("GET", `/api/compare/metrics?${q}`);
-        if (!res.ok && ty.serverDown(res)) state.down = true;
-        if (!res.ok) return `${key}: ${ty.errorText(res.body)}`;
+        const q = {runs: ids, keys: key, max_points: budget(), with_time: "true"};
+        const res = await call("GET", api.compareMetrics(q));
+        if (!res.ok && serverDown(res)) state.down = true;
+        if (!res.ok) return `${key}: ${errorText(res.body)}`;
         for (const [id, got] of Object.entries(res.body.runs)) {
           const run = byId.get(Number(id));
           if (!run) continue;
@@ -215,7 +219,7 @@ ty.overlay = (() => {
       for (const r of runs) for (const k of Object.keys(r.summary || {})) if (!have.has(k)) fresh.add(k);
       if (!fresh.size || state.more > 0) return [];
       container.append(...[...fresh].map(chartDiv));
-      for (const d of charts()) if (d.data) ty.plot.purge(d);
+      for (const d of charts()) if (d.data) plot.purge(d);
       state.near.clear();
       capCharts();
       arrange(container);
@@ -228,7 +232,7 @@ ty.overlay = (() => {
       if (!opts.status) return;
       if (state.down) {
         if (state.lostSince === null) { state.lostSince = new Date(); state.liveText = opts.status.textContent; }
-        say(`${ty.lostText(state.lostSince)}: the curves and statuses are as of then.`);
+        say(`${lostText(state.lostSince)}: the curves and statuses are as of then.`);
         opts.status.dataset.link = "lost";
       } else if (state.lostSince !== null) {
         state.lostSince = null;
@@ -241,7 +245,7 @@ ty.overlay = (() => {
     const poll = async () => {
       timer = null;
       state.down = false;
-      const active = state.runs.filter((r) => ACTIVE.has(r.status));
+      const active = state.runs.filter((r) => isActive(r.status));
       // A refreshRuns that could not list the runs gives null (and calls its argument when the
       // server did not answer): the active runs' curves are asked for anyway.
       const fresh = opts.refreshRuns ? await opts.refreshRuns(() => { state.down = true; }) : null;
@@ -264,7 +268,7 @@ ty.overlay = (() => {
       schedule();
     };
     const schedule = () => {
-      if (timer === null && state.runs.some((r) => ACTIVE.has(r.status))) {
+      if (timer === null && state.runs.some((r) => isActive(r.status))) {
         timer = setTimeout(() => poll().catch(() => schedule()), POLL_MS);
       }
     };
@@ -283,7 +287,7 @@ ty.overlay = (() => {
     }
 
     const start = async () => {
-      if (!ty.plot || !ty.plot.loaded()) { say("The chart library did not load; reload the page.", true); return; }
+      if (!plot || !plot.loaded()) { say("The chart library did not load; reload the page.", true); return; }
       setRuns(state.runs);
       capCharts();
       arrange(container);
@@ -292,7 +296,7 @@ ty.overlay = (() => {
       state.loaded = true;
       await drawAll();
       container.dataset.drawn = String(performance.now());
-      const live = state.runs.some((r) => ACTIVE.has(r.status));
+      const live = state.runs.some((r) => isActive(r.status));
       say(failed.length
         ? `Some curves could not be loaded (${failed.join("; ")}). Reload to try again.`
         : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}, up to ${budget()} points per curve (spikes kept)${live ? "; live while a run is active" : ""}. Drag to zoom, double-click to reset.`

@@ -1,6 +1,6 @@
 // Parallel coordinates: runs' params against one metric, hand-written SVG (no chart library,
 // so it works beside whichever one the curves use). One vertical axis per param that differs
-// across the runs (ty.differingParams), then one for the metric (a summary key x last/min/max,
+// across the runs (differingParams), then one for the metric (a summary key x last/min/max,
 // picked here); one polyline per run, coloured by its metric value (viridis; grey: the run has
 // no value). Numbers sit on a linear axis (log when all > 0 and spanning > 2 decades, like
 // lr), anything else on evenly spaced categories; a run without the value sits at "–" below
@@ -8,12 +8,12 @@
 // to keep the runs inside that range (brushes on several axes combine), double-click the
 // axis to clear its brush. Every name and value reaches the page as text (textContent,
 // createElementNS), never as markup.
-// ty.parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), metric(), kept()};
+// parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), metric(), kept()};
 // opts: metric ("key.agg"), onBrush(ids | null), onMetric(col). Reusable by any page of runs.
-"use strict";
-window.ty = window.ty || {};
+import {compareKeys, differingParams, fmtParam, runLabels} from "./lib/format.js";
+import {pages} from "./lib/urls.js";
 
-ty.parcoords = (() => {
+export const parcoords = (() => {
   const SVG = "http://www.w3.org/2000/svg";
   const HEIGHT = 360, TOP = 56, BOTTOM = 44, LEFT = 80, RIGHT = 120, MIN_GAP = 96;
   const MISSING = 20; // px below an axis where runs without its value sit
@@ -80,11 +80,11 @@ ty.parcoords = (() => {
         const ticks = [];
         for (let e = Math.ceil(a); e <= Math.floor(b); e++) ticks.push(Math.pow(10, e));
         return {kind: "log", pos: (v) => (isNum(v) && v > 0 ? (Math.log10(v) - a) / (b - a) : null),
-                ticks: ticks.map((v) => ({at: (Math.log10(v) - a) / (b - a), text: ty.fmtParam(v)}))};
+                ticks: ticks.map((v) => ({at: (Math.log10(v) - a) / (b - a), text: fmtParam(v)}))};
       }
       if (lo === hi) { const pad = Math.abs(lo) * 0.1 || 1; lo -= pad; hi += pad; }
       const pos = (v) => (isNum(v) ? (v - lo) / (hi - lo) : null);
-      return {kind: "linear", pos, ticks: linearTicks(lo, hi).map((v) => ({at: pos(v), text: ty.fmtParam(v)}))};
+      return {kind: "linear", pos, ticks: linearTicks(lo, hi).map((v) => ({at: pos(v), text: fmtParam(v)}))};
     }
     // Categories: numbers first in order, then the rest by their text.
     const byText = new Map();
@@ -95,7 +95,7 @@ ty.parcoords = (() => {
     const at = (i) => (cats.length === 1 ? 0.5 : i / (cats.length - 1));
     const every = Math.ceil(cats.length / 12); // at most ~12 labels
     return {kind: "category", pos: (v) => (present(v) ? at(index.get(JSON.stringify(v))) : null),
-            ticks: cats.map(([, v], i) => ({at: at(i), text: i % every ? "" : ty.fmtParam(v)}))};
+            ticks: cats.map(([, v], i) => ({at: at(i), text: i % every ? "" : fmtParam(v)}))};
   };
 
   const mount = (el, runs, opts = {}) => {
@@ -126,7 +126,7 @@ ty.parcoords = (() => {
       for (const r of state.runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
       if (state.metric) keys.add(splitMetric(state.metric)[0]);
       picker.replaceChildren();
-      for (const key of [...keys].sort(ty.compareKeys)) {
+      for (const key of [...keys].sort(compareKeys)) {
         const group = document.createElement("optgroup");
         group.label = key;
         for (const agg of AGGS) group.append(Object.assign(htmlEl("option", `${key} (${agg})`), {value: `${key}.${agg}`}));
@@ -167,7 +167,7 @@ ty.parcoords = (() => {
 
     const showTip = (run, event) => {
       const lines = [state.labels.get(run.id) || `run ${run.id}`,
-        ...state.axes.map((a) => `${a.title}: ${present(valueOf(run, a)) ? ty.fmtParam(valueOf(run, a)) : "–"}`)];
+        ...state.axes.map((a) => `${a.title}: ${present(valueOf(run, a)) ? fmtParam(valueOf(run, a)) : "–"}`)];
       tip.replaceChildren(...lines.map((t, i) => htmlEl("div", t, i ? undefined : "pc-tip-head")));
       tip.hidden = false;
       const box = chart.getBoundingClientRect();
@@ -223,7 +223,7 @@ ty.parcoords = (() => {
       }
       return best;
     };
-    const open = (run) => window.location.assign(`/runs/${run.id}`);
+    const open = (run) => window.location.assign(pages.run(run.id));
     chart.addEventListener("pointermove", (e) => {
       if (state.dragging) return;
       const run = nearest(e);
@@ -312,8 +312,8 @@ ty.parcoords = (() => {
 
     const render = () => {
       fillPicker();
-      state.labels = ty.runLabels(state.runs);
-      const params = ty.differingParams(state.runs);
+      state.labels = runLabels(state.runs);
+      const params = differingParams(state.runs);
       const axes = params.map((key) => ({key, id: `p:${key}`, title: key.replace(/^params\./, ""),
         ...makeAxis(state.runs.map((r) => (r.params || {})[key]))}));
       if (state.metric) {

@@ -1,16 +1,20 @@
 // The sweep page (templates/sweep.html): progress over the trials, the best run so far, the
 // trials in the runs table (experiment_runs.js; "stopped early" marked there), the parallel
-// coordinates (ty.parcoords) of the params against the metric, and one hand-written SVG
+// coordinates (parcoords.js) of the params against the metric, and one hand-written SVG
 // scatter per param (metric vs param). Drawn from the page's JSON (GET /api/sweeps/{id}'s
 // body), then polled every 3 s while the sweep runs. Every name and value from the sweep
 // reaches the page through textContent / createElementNS, never as markup.
-"use strict";
+import {call, errorText, serverDown} from "./lib/api.js";
+import {markStale} from "./lib/dom.js";
+import {fmtParam, lostText} from "./lib/format.js";
+import {parcoords} from "./parcoords.js";
+import {api, pages} from "./lib/urls.js";
+import {finishedCount} from "./lib/status.js";
 (() => {
   const root = document.getElementById("sweep");
   if (!root) return;
   const SVG = "http://www.w3.org/2000/svg";
   const POLL_MS = 3000;
-  const ENDED = ["succeeded", "failed", "cancelled", "deleted"];
   const id = root.dataset.sweepId;
   let chart = null;
 
@@ -26,17 +30,17 @@
     if (text !== undefined) node.textContent = String(text);
     return node;
   };
-  const fmt = (v) => (v === null || v === undefined ? "–" : ty.fmtParam(v));
+  const fmt = (v) => (v === null || v === undefined ? "–" : fmtParam(v));
   const isNum = (v) => typeof v === "number" && isFinite(v);
   const runLink = (runId) => {
     const a = el("a", `run ${runId}`);
-    a.href = `/runs/${runId}`;
+    a.href = pages.run(runId);
     return a;
   };
 
   const drawProgress = (s) => {
     const counts = s.counts || {};
-    const done = ENDED.reduce((n, k) => n + (counts[k] || 0), 0);
+    const done = finishedCount(counts);
     const stopped = (s.trials || []).filter((t) => t.stopped_early).length;
     const bar = document.getElementById("sweep-progress");
     bar.max = s.planned_runs;
@@ -148,7 +152,7 @@
         "data-run-id": t.run_id === null ? "" : t.run_id});
       c.append(svgEl("title", {}, `trial ${t.number}${t.run_id !== null ? ` (run ${t.run_id})` : ""}: ` +
         `${key}=${fmt(t.params[key])}, ${s.metric.name}=${fmt(t.value)}${t.stopped_early ? " (stopped early)" : ""}`));
-      if (t.run_id !== null) c.addEventListener("click", () => { window.location.href = `/runs/${t.run_id}`; });
+      if (t.run_id !== null) c.addEventListener("click", () => { window.location.href = pages.run(t.run_id); });
       svg.append(c);
     }
     return svg;
@@ -167,7 +171,7 @@
     const box = document.getElementById("sweep-parcoords");
     const runs = s.runs || [];
     if (!runs.length) return;
-    if (!chart) chart = ty.parcoords.mount(box, runs, {metric: `${s.metric.name}.last`});
+    if (!chart) chart = parcoords.mount(box, runs, {metric: `${s.metric.name}.last`});
     else chart.update(runs);
   };
 
@@ -186,13 +190,13 @@
   // and the progress and trials marked stale until it answers again.
   let lostSince = null;
   const poll = async () => {
-    const r = await ty.api("GET", `/api/sweeps/${id}`);
-    const down = !r.ok && ty.serverDown(r);
+    const r = await call("GET", api.sweep(id));
+    const down = !r.ok && serverDown(r);
     if (down && lostSince === null) lostSince = new Date();
     if (!down) lostSince = null;
     if (r.ok) { showError(""); draw(r.body); }
-    else showError(down ? `${ty.lostText(lostSince)}: the sweep as of then.` : ty.errorText(r.body));
-    ty.markStale([...document.querySelectorAll("#sweep-progress, #sweep-trials")], lostSince);
+    else showError(down ? `${lostText(lostSince)}: the sweep as of then.` : errorText(r.body));
+    markStale([...document.querySelectorAll("#sweep-progress, #sweep-trials")], lostSince);
     schedule(r.ok ? r.body.status : "running");
   };
   const schedule = (status) => {
@@ -209,9 +213,9 @@
     cancel.addEventListener("click", async () => {
       if (!window.confirm(`Cancel sweep ${id}? Queued trials are cancelled, running ones stopped.`)) return;
       cancel.disabled = true;
-      const r = await ty.api("POST", `/api/sweeps/${id}/cancel`);
+      const r = await call("POST", api.sweepCancel(id));
       cancel.disabled = false;
-      if (r.ok) { showError(""); draw(r.body); schedule(r.body.status); } else showError(ty.errorText(r.body));
+      if (r.ok) { showError(""); draw(r.body); schedule(r.body.status); } else showError(errorText(r.body));
     });
   }
 })();

@@ -3,7 +3,9 @@
 // budget and early stopping; POSTs /api/sweeps and shows each 422 next to its field (the
 // error's loc without "body": a param row's inputs are named parameters.<path>.min|max|values|
 // distribution as the form is sent, its path input parameters.<path>), then opens the sweep.
-"use strict";
+import {call, errorText} from "./lib/api.js";
+import {formErrors} from "./lib/dom.js";
+import {api, pages} from "./lib/urls.js";
 (() => {
   const form = document.getElementById("sweep-form");
   if (!form) return;
@@ -79,7 +81,7 @@
 
   // FastAPI's 422: [{loc: ["body", "parameters", "params.lr", "min"], msg}] -> next to the
   // input named "parameters.params.lr.min" (else the nearest named parent: the row's path).
-  const errors = ty.formErrors(form, formError, (loc) =>
+  const errors = formErrors(form, formError, (loc) =>
     loc.map((_, i) => loc.slice(0, loc.length - i).join(".")));
   const clearErrors = errors.clear;
   const showFormError = errors.showFormError;
@@ -91,15 +93,15 @@
     const button = document.getElementById("start-sweep");
     button.disabled = true;
     status.textContent = "Starting…";
-    const r = await ty.api("POST", "/api/sweeps", buildBody());
+    const r = await call("POST", api.sweeps(), buildBody());
     button.disabled = false;
     if (r.ok) {
       status.textContent = `Sweep ${r.body.id} started.`;
-      window.location.href = `/sweeps/${r.body.id}`;
+      window.location.href = pages.sweep(r.body.id);
       return;
     }
     status.textContent = "";
     if (r.status === 422) showErrors(r.body);
-    else showFormError(ty.errorText(r.body));
+    else showFormError(errorText(r.body));
   });
 })();

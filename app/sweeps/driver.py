@@ -1,7 +1,6 @@
 """What moves a sweep forward, outside a request: the `sweeps.advance` task (enqueued when a
 trial's run ends, app.runs.lifecycle) and the safety net that re-advances every running sweep
-when a worker or the API starts and then every `sweep_advance_seconds` in each worker (an
-advance lost with a crashed worker, or a sweep whose trials ended while none was up).
+(``advance_running_sweeps``, a periodic job: app/sweeps/scheduled.py).
 
 Each advance is its own transaction. Two at once are serialized by the sweep's row lock; on
 SQLite a second writer may instead fail to upgrade its snapshot, and a duplicate trial number
@@ -12,14 +11,12 @@ sees what the first one did, so it never launches a trial twice.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.db import session_scope
-from app.settings import get_settings
 from app.sweeps.models import Sweep, SweepStatus
 
 log = logging.getLogger(__name__)
@@ -56,15 +53,3 @@ def advance_running_sweeps() -> None:
             advance_sweep(sweep_id)
         except Exception:
             log.exception("sweep %s: advance failed", sweep_id)
-
-
-def advance_forever(stop: threading.Event) -> None:
-    """At start, then every sweep_advance_seconds until `stop` (0: at start only)."""
-    interval = get_settings().sweep_advance_seconds
-    while not stop.is_set():
-        try:
-            advance_running_sweeps()
-        except Exception:  # the database away at start: the next pass tries again
-            log.exception("advancing the running sweeps failed")
-        if interval <= 0 or stop.wait(interval):
-            return

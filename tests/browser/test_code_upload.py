@@ -52,7 +52,8 @@ def test_the_browsers_tar_is_read_by_pythons_tarfile(admin_page: Page) -> None:
                 {name: longDir + "/deep.py", blob: text("deep\\n")},
                 {name: longName, blob: text("long\\n")},
             ];
-            const gz = await ty.gzipBlob(ty.tarBlob(entries));
+            const {gzipBlob, tarBlob} = await import("/static/code_pack.js");
+            const gz = await gzipBlob(tarBlob(entries));
             const raw = new Uint8Array(await gz.arrayBuffer());
             let s = "";
             for (const b of raw) s += String.fromCharCode(b);

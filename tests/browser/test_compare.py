@@ -17,6 +17,12 @@ from tests.factories import make_experiment_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
+# Each run's colour as the pages pick it (the module the pages import).
+RUN_COLORS = (
+    "async (ids) => { const {runColor} = await import('/static/lib/format.js'); "
+    "return ids.map((id) => runColor(id)); }"
+)
+
 LRS = (0.1, 0.01, 0.001)
 
 
@@ -65,7 +71,7 @@ def test_compare_three_runs_with_log_scale_and_params_in_the_legends(admin_page:
     assert state["ytype"] == "linear"
     for run_id, lr, name in zip(ids, LRS, state["names"], strict=True):
         assert name == f"run {run_id} · lr={lr}", state["names"]  # epochs, seed: the same
-    colors = page.evaluate("(ids) => ids.map((id) => ty.runColor(id))", ids)
+    colors = page.evaluate(RUN_COLORS, ids)  # lib/format.js runColor
     assert state["colors"] == colors and len(set(colors)) == 3
     legend = page.locator("#compare-legend li")
     expect(legend).to_have_count(3)
@@ -121,7 +127,7 @@ def test_experiment_page_overlays_every_runs_curves_live(admin_page: Page) -> No
     assert groups == ["train", "val"]
     # params that differ: lr only; colours by run id
     assert f"run {ids[0]} · lr=0.1" in state["names"]
-    colors = page.evaluate("(ids) => ids.map((id) => ty.runColor(id))", ids)
+    colors = page.evaluate(RUN_COLORS, ids)
     assert sorted(state["colors"]) == sorted(colors)
     expect(page.locator("#experiment-curves-legend li")).to_have_count(12)
     # the running run's new points arrive without a reload

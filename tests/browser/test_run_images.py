@@ -26,6 +26,12 @@ def png(width: int) -> bytes:
     return out.getvalue()
 
 
+# A run made here has no job: its event stream carries only the pings a quiet stream sends every
+# PING_SECONDS (10 s, app/runs/events.py), and the page asks for its images and params again on
+# the stream's events (app/static/lib/run_stream.js refreshOn), not on a timer of its own.
+LIVE_MS = 25_000
+
+
 def add_images(run_id: int, tag: str, steps: list[int]) -> None:
     """An image per step, `step + 6` pixels wide: the width tells which one the page shows."""
     with session_scope() as session:
@@ -58,12 +64,12 @@ def test_images_show_the_newest_per_tag_and_the_slider_goes_back(admin_page: Pag
     )
 
     add_images(run_id, "samples", [12])  # live: a slider moved back stays on its step
-    expect(slider).to_have_attribute("max", "3", timeout=10_000)
+    expect(slider).to_have_attribute("max", "3", timeout=LIVE_MS)
     expect(img).to_have_attribute("data-step", "0")
     slider.fill("3")  # back at the newest: it follows new images again
     expect(img).to_have_attribute("data-step", "12")
     add_images(run_id, "samples", [20])
-    expect(img).to_have_attribute("data-step", "20", timeout=10_000)
+    expect(img).to_have_attribute("data-step", "20", timeout=LIVE_MS)
     admin_page.wait_for_function(
         "el => el.complete && el.naturalWidth === 26", arg=img.element_handle()
     )
@@ -85,6 +91,6 @@ def test_the_params_table_shows_config_and_reported_params(admin_page: Page) -> 
     with session_scope() as session:  # reported while the page is open
         record_reported(session, run_id=run_id, values={"batch_size": 64})
     expect(admin_page.locator("#params tr[data-key='hparams.batch_size']")).to_contain_text(
-        "64", timeout=10_000
+        "64", timeout=LIVE_MS
     )
     assert admin_page.evaluate("window.pwned") is None

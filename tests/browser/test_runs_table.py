@@ -50,9 +50,11 @@ def test_sort_by_a_param_select_compare_tag_and_delete(admin_page: Page, api: ht
     assert params.first.inner_text() == f"params.{HOSTILE}"  # text, not a tag
     # The summary of a key no recipe logs is a column by default (loss: its last value).
     expect(page.locator('table#runs th[data-summary="Loss/train.last"]')).to_have_count(1)
-    # Every row has the same colour on every page: ty.runColor by the run id.
+    # Every row has the same colour on every page: runColor (lib/format.js) by the run id.
     swatch = page.locator(f'table#runs tr[data-run-id="{ids[0]}"] .run-swatch')
-    color = page.evaluate(f"ty.runColor({ids[0]})")
+    color = page.evaluate(
+        "async (id) => (await import('/static/lib/format.js')).runColor(id)", ids[0]
+    )
     assert swatch.evaluate("(e) => e.style.backgroundColor") == page.evaluate(
         "(c) => { const d = document.createElement('div'); d.style.color = c; "
         "return d.style.color; }",

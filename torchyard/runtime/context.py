@@ -21,21 +21,18 @@ import torch.distributed as dist
 from torch import nn
 
 from torchyard.contract import (
-    CONFIG_FILE,
     CONFIG_VAR,
     LOG_LINE_PREFIX_VAR,
-    METRICS_FILE,
     RESUME_FROM_VAR,
     RUN_DIR_VAR,
     RUN_ID_VAR,
+    RunPaths,
 )
 from torchyard.runtime.checkpoint import load_checkpoint
 from torchyard.runtime.checkpoint import save_checkpoint as _save_checkpoint_file
 from torchyard.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_DIR = "checkpoints"
 
 
 class JobContext:
@@ -66,7 +63,7 @@ class JobContext:
         # Only rank 0 reports: every rank sees the same global step, and N copies of each
         # point would only have to be deduplicated downstream.
         self.reporter = Reporter(
-            self.run_dir / METRICS_FILE if self.run_dir is not None else None,
+            RunPaths(self.run_dir).metrics if self.run_dir is not None else None,
             enabled=self.is_chief,
         )
 
@@ -177,7 +174,7 @@ class JobContext:
             dist.barrier()
         path: Path | None = None
         if self.is_chief and self.run_dir is not None:
-            path = self.run_dir / CHECKPOINT_DIR / name
+            path = RunPaths(self.run_dir).checkpoint(name)
             path.parent.mkdir(parents=True, exist_ok=True)
             size = _save_checkpoint_file(
                 path,
@@ -190,7 +187,7 @@ class JobContext:
             # Only now that the file is renamed into place may the forwarder see it.
             self.reporter.record_checkpoint(
                 name=name,
-                path=f"{CHECKPOINT_DIR}/{name}",
+                path=RunPaths.checkpoint_path(name),
                 epoch=epoch,
                 step=step,
                 size_bytes=size,
@@ -232,8 +229,8 @@ def _read_config(env: Mapping[str, str], run_dir: str | None) -> dict[str, Any]:
     raw = env.get(CONFIG_VAR)
     if raw:
         config = json.loads(raw)
-    elif run_dir is not None and (Path(run_dir) / CONFIG_FILE).is_file():
-        config = json.loads((Path(run_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
+    elif run_dir is not None and RunPaths(Path(run_dir)).config.is_file():
+        config = json.loads(RunPaths(Path(run_dir)).config.read_text(encoding="utf-8"))
     else:
         raise RuntimeError(
             "TORCHYARD_CONFIG is not set (and there is no config.json in TORCHYARD_RUN_DIR):"

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from torchyard.contract import ENVIRONMENT_FILE
+from torchyard.contract import RunPaths
 
 DETERMINISM_VARS = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
 
@@ -75,7 +75,7 @@ def collect(*, seed: int, deterministic: bool, world_size: int) -> dict[str, Any
 
 def write(run_dir: Path, record: dict[str, Any]) -> Path:
     """Atomically: the worker may read the file at any moment."""
-    path = run_dir / ENVIRONMENT_FILE
+    path = RunPaths(run_dir).environment
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
     os.replace(tmp, path)

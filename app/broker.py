@@ -1,0 +1,73 @@
+"""The broker client: the one place that builds the Celery app, names the tasks and sends them.
+
+The server enqueues (app.runs.lifecycle), answers readiness (app.ops.ready) and declares the
+queue before `torchyard up` starts its children; the worker registers its task functions on
+this same app (worker/tasks.py) and consumes. The app lives here, not in the worker, so that the
+server never imports the host agent: a task is sent by name, and only the worker process loads
+the functions behind the names.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from app.settings import get_settings
+
+RUN_TASK = "torchyard.run"
+SWEEP_ADVANCE_TASK = "sweeps.advance"
+POLLING_INTERVAL = 0.05
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
+    broker = settings.resolved_broker_url
+    if broker.startswith("sqla+"):
+        settings.make_data_dir()
+        # The SQL transport polls, 1 s by default: most of a run's launch latency. Its channel
+        # hands every transport option to create_engine, so polling_interval cannot go there.
+        from kombu.transport import sqlalchemy as kombu_sqla
+
+        kombu_sqla.Transport.polling_interval = POLLING_INTERVAL
+    # No `include`: the worker's entry point (worker/__main__.py) imports its task module
+    # before Celery starts, so the task functions are registered by the process that runs them.
+    app = Celery("torchyard", broker=broker)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+    )
+    if broker.startswith("redis"):
+        # A run can train for days: redelivering its unacked task sooner would start it twice
+        # (the run task re-checks the run's status, but the message would bounce needlessly).
+        app.conf.broker_transport_options = {"visibility_timeout": 7 * 24 * 3600}
+    return app
+
+
+celery_app = make_celery()
+
+
+def send_run(run_id: int) -> None:
+    """Hand the run to the broker; any worker of any host may take it."""
+    celery_app.send_task(RUN_TASK, args=[run_id])
+
+
+def send_sweep_advance(sweep_id: int) -> None:
+    """A trial ended: its sweep may launch the next one (app.sweeps.service.advance)."""
+    celery_app.send_task(SWEEP_ADVANCE_TASK, args=[sweep_id])
+
+
+def declare_default_queue() -> None:
+    """Create the task queue once, before `torchyard up` starts the worker and the API: with
+    the SQL broker each process inserts the queue's row on first use, and when both did at
+    once the loser crashed the worker ('UNIQUE constraint failed: kombu_queue.name')."""
+    from kombu.entity import Queue
+
+    with celery_app.connection_for_write() as conn:
+        # kombu's Queue has no type hints.
+        queue = Queue(celery_app.conf.task_default_queue)  # type: ignore[no-untyped-call]
+        queue(conn.default_channel).declare()  # type: ignore[no-untyped-call]

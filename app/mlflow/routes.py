@@ -1,0 +1,215 @@
+"""MLflow's tracking REST API under /api/2.0/mlflow/ (service.proto's paths and methods), so
+the ``mlflow`` client, Lightning's MLFlowLogger and Hugging Face's MLflowCallback log into
+torchyard with ``MLFLOW_TRACKING_URI`` and a torchyard token. Thin: the work is in
+app.mlflow.service / writes / reads / search; errors in MLflow's shape (app.mlflow.errors).
+
+Left out of the OpenAPI document: MLflow documents this API, and its messages are MLflow's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from app.db import SessionDep
+from app.mlflow import reads, search, service, writes
+from app.mlflow.auth import MlflowUser, MlflowWriter
+from app.mlflow.errors import MlflowRoute, invalid, missing
+from app.mlflow.schemas import (
+    CreateExperiment,
+    CreateRun,
+    DeleteTag,
+    LogBatch,
+    LogInputs,
+    LogMetric,
+    LogParam,
+    RunRef,
+    SearchExperiments,
+    SearchRuns,
+    SetTag,
+    UpdateRun,
+    parse_id,
+)
+from app.runs import deletion, lifecycle
+from app.runs.models import Run, RunStatus
+from app.timeutil import utcnow
+
+router = APIRouter(prefix="/api/2.0/mlflow", route_class=MlflowRoute, include_in_schema=False)
+Json = dict[str, Any]
+
+
+def _json(out: Json) -> Response:
+    """The body serialized once with orjson: a page of 1,000 runs or a 100k-point history spent
+    most of its time in FastAPI's generic encoding of the returned dict."""
+    return Response(orjson.dumps(out), media_type="application/json")
+
+
+def _query(request: Request, *names: str) -> str:
+    for name in names:
+        value = request.query_params.get(name)
+        if value:
+            return value
+    raise invalid(f"Missing value for required parameter '{names[0]}'")
+
+
+# --- experiments ---------------------------------------------------------------------------
+
+
+@router.get("/experiments/get-by-name")
+def get_experiment_by_name(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
+    name = _query(request, "experiment_name")
+    found = service.experiment_by_name(session, name)
+    if found is None:
+        raise missing(f"Experiment '{name}'")
+    return {"experiment": reads.experiment_json(found)}
+
+
+@router.post("/experiments/create")
+def create_experiment(body: CreateExperiment, session: SessionDep, user: MlflowWriter) -> Json:
+    experiment = service.create_experiment(session, user, body.name)
+    return {"experiment_id": str(experiment.id)}
+
+
+@router.get("/experiments/get")
+def get_experiment(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
+    experiment = service.get_experiment(session, _query(request, "experiment_id"))
+    return {"experiment": reads.experiment_json(experiment)}
+
+
+@router.post("/experiments/search")
+def search_experiments(body: SearchExperiments, session: SessionDep, _user: MlflowUser) -> Json:
+    found, token = service.search_experiments(
+        session, name_filter=body.filter, max_results=body.max_results, token=body.page_token
+    )
+    out: Json = {"experiments": [reads.experiment_json(e) for e in found]}
+    if token:
+        out["next_page_token"] = token
+    return out
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def _one_run(session: SessionDep, run: Run) -> Json:
+    return {"run": reads.runs_json(session, [run])[0]}
+
+
+@router.post("/runs/create")
+def create_run(body: CreateRun, session: SessionDep, user: MlflowWriter) -> Json:
+    return _one_run(session, service.create_run(session, user, body))
+
+
+@router.get("/runs/get")
+def get_run(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
+    return _one_run(session, service.get_run(session, _query(request, "run_id", "run_uuid")))
+
+
+@router.post("/runs/update")
+def update_run(body: UpdateRun, session: SessionDep, user: MlflowWriter) -> Json:
+    run = service.writable_run(session, user, body.ref)
+    service.update_run(session, run, body)
+    owner = user.username if user.id == run.owner_id else ""
+    return {"run_info": reads.run_info(run, owner)}
+
+
+@router.post("/runs/delete")
+def delete_run(body: RunRef, session: SessionDep, user: MlflowWriter) -> Json:
+    """A run logged from outside that still runs is ended (KILLED) first; a job must have
+    ended (cancel it first), as for DELETE /api/runs/{id}."""
+    run = service.writable_run(session, user, body.ref)
+    if run.origin is not None and run.status == RunStatus.running:
+        lifecycle.end_external(
+            session, run_id=run.id, status=RunStatus.cancelled, finished_at=utcnow()
+        )
+    deletion.refuse_if_busy(session, [run])
+    run_id = run.id
+    session.commit()  # the deletion's own short transactions write from here on
+    deletion.delete_runs([run_id])
+    return {}
+
+
+@router.post("/runs/search")
+def search_runs(body: SearchRuns, session: SessionDep, _user: MlflowUser) -> Response:
+    ids = [parse_id(e, "experiment id") for e in body.experiment_ids if e != "0"]
+    if "0" in body.experiment_ids:
+        default = service.experiment_by_name(session, service.DEFAULT_EXPERIMENT)
+        ids += [default.id] if default is not None else []
+    stmt = search.search_statement(ids, body.filter, body.order_by)
+    offset = service.page_offset(body.page_token)
+    limit = max(1, min(body.max_results, service.MAX_SEARCH_RESULTS))
+    runs = list(session.scalars(stmt.offset(offset).limit(limit + 1)))
+    out: Json = {"runs": reads.runs_json(session, runs[:limit])}
+    if len(runs) > limit:
+        out["next_page_token"] = service.page_token(offset + limit)
+    return _json(out)
+
+
+@router.post("/runs/log-batch")
+def log_batch(body: LogBatch, session: SessionDep, user: MlflowWriter) -> Json:
+    writes.check_batch(len(body.metrics), len(body.params), len(body.tags))
+    run = service.writable_run(session, user, body.ref)
+    writes.log_params(session, run, body.params)
+    writes.set_tags(session, run, body.tags)
+    writes.log_metrics(session, run, body.metrics)
+    return {}
+
+
+@router.post("/runs/log-metric")
+def log_metric(body: LogMetric, session: SessionDep, user: MlflowWriter) -> Json:
+    writes.log_metrics(session, service.writable_run(session, user, body.ref), [body])
+    return {}
+
+
+@router.post("/runs/log-parameter")
+def log_param(body: LogParam, session: SessionDep, user: MlflowWriter) -> Json:
+    writes.log_params(session, service.writable_run(session, user, body.ref), [body])
+    return {}
+
+
+@router.post("/runs/set-tag")
+def set_tag(body: SetTag, session: SessionDep, user: MlflowWriter) -> Json:
+    writes.set_tags(session, service.writable_run(session, user, body.ref), [body])
+    return {}
+
+
+@router.post("/runs/delete-tag")
+def delete_tag(body: DeleteTag, session: SessionDep, user: MlflowWriter) -> Json:
+    run = service.writable_run(session, user, body.ref)
+    if not writes.delete_tag(session, run, body.key):
+        raise missing(f"No tag with name: {body.key} in run with id {run.id}")
+    return {}
+
+
+@router.post("/runs/log-inputs")
+def log_inputs(body: LogInputs, session: SessionDep, user: MlflowWriter) -> Json:
+    """Accepted and checked, not kept: torchyard has no dataset records (docs/mlflow.md)."""
+    service.writable_run(session, user, body.ref)
+    return {}
+
+
+@router.post("/logged-models/search")
+def search_logged_models(_user: MlflowUser) -> Json:
+    """None: torchyard keeps no MLflow logged models (a run's model files are its artifacts).
+    The client asks before it lists a run's artifacts."""
+    return {"models": []}
+
+
+@router.get("/metrics/get-history")
+def get_metric_history(request: Request, session: SessionDep, _user: MlflowUser) -> Response:
+    run = service.get_run(session, _query(request, "run_id", "run_uuid"))
+    raw_max = request.query_params.get("max_results")
+    if raw_max is not None and not raw_max.isdigit():
+        raise invalid(f"max_results must be a positive integer, not {raw_max!r}")
+    points, token = service.metric_history(
+        session,
+        run,
+        _query(request, "metric_key"),
+        max_results=int(raw_max) if raw_max else None,
+        token=request.query_params.get("page_token"),
+    )
+    out: Json = {"metrics": points}
+    if token:
+        out["next_page_token"] = token
+    return _json(out)

@@ -1,0 +1,157 @@
+"""MLflow's request messages (service.proto) as pydantic models, and torchyard's rows as
+MLflow's JSON.
+
+The client sends proto3 JSON: int64 fields may arrive as strings, doubles as "NaN" or
+"Infinity", unknown fields are ignored (a newer client sends more than we read). MLflow ids are
+strings; ours are the integers, written in decimal (``"12"``).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.mlflow.errors import invalid
+from app.runs.models import RunStatus
+from app.timeutil import as_utc
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class KeyValue(Message):
+    key: str
+    value: str = ""
+
+
+class MetricIn(Message):
+    key: str
+    value: float
+    timestamp: int = 0
+    step: int = 0
+
+
+class CreateExperiment(Message):
+    name: str = ""
+    artifact_location: str | None = None
+    tags: list[KeyValue] = Field(default_factory=list)
+
+
+class SearchExperiments(Message):
+    max_results: int = 1000
+    page_token: str | None = None
+    filter: str | None = None
+    order_by: list[str] = Field(default_factory=list)
+    view_type: str | int | None = None
+
+
+class RunRef(Message):
+    run_id: str = ""
+    run_uuid: str = ""
+
+    @property
+    def ref(self) -> str:
+        return self.run_id or self.run_uuid
+
+
+class CreateRun(Message):
+    experiment_id: str = "0"
+    user_id: str | None = None
+    run_name: str | None = None
+    start_time: int | None = None
+    tags: list[KeyValue] = Field(default_factory=list)
+
+
+class UpdateRun(RunRef):
+    status: str | int | None = None
+    end_time: int | None = None
+    run_name: str | None = None
+
+
+class LogBatch(RunRef):
+    metrics: list[MetricIn] = Field(default_factory=list)
+    params: list[KeyValue] = Field(default_factory=list)
+    tags: list[KeyValue] = Field(default_factory=list)
+
+
+class LogMetric(RunRef, MetricIn):
+    pass
+
+
+class LogParam(RunRef, KeyValue):
+    pass
+
+
+class SetTag(RunRef, KeyValue):
+    pass
+
+
+class DeleteTag(RunRef):
+    key: str
+
+
+class LogInputs(RunRef):
+    datasets: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class SearchRuns(Message):
+    experiment_ids: list[str] = Field(default_factory=list)
+    filter: str | None = None
+    run_view_type: str | int | None = None
+    max_results: int = 1000
+    order_by: list[str] = Field(default_factory=list)
+    page_token: str | None = None
+
+
+# --- torchyard -> MLflow ------------------------------------------------------------------
+
+TO_MLFLOW = {
+    RunStatus.queued: "SCHEDULED",
+    RunStatus.running: "RUNNING",
+    RunStatus.succeeded: "FINISHED",
+    RunStatus.failed: "FAILED",
+    RunStatus.cancelled: "KILLED",
+}
+FROM_MLFLOW = {v: k for k, v in TO_MLFLOW.items()}
+# proto enum numbers, for a client that sends the number
+_STATUS_NUMBERS = {1: "RUNNING", 2: "SCHEDULED", 3: "FINISHED", 4: "FAILED", 5: "KILLED"}
+
+
+def status_of(value: str | int) -> RunStatus:
+    name = _STATUS_NUMBERS.get(value, "") if isinstance(value, int) else value.upper()
+    if name not in FROM_MLFLOW:
+        raise invalid(f"unknown run status {value!r}: one of {', '.join(FROM_MLFLOW)}")
+    return FROM_MLFLOW[name]
+
+
+def millis(moment: datetime | None) -> int | None:
+    return None if moment is None else int(as_utc(moment).timestamp() * 1000)
+
+
+def from_millis(ms: int | None) -> datetime | None:
+    return None if not ms else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def number_json(value: float | None) -> float | str:
+    """A stored value as proto3 JSON: NULL (a NaN or infinity logged) comes back as NaN."""
+    if value is None or math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def parse_id(value: str, what: str) -> int:
+    if not value.isdigit() or len(value) > 10 or int(value) > 2**31 - 1:
+        raise invalid(f"{what} must be a torchyard {what.split()[0]} id (digits), not {value!r}")
+    return int(value)
+
+
+def artifact_uri(experiment_id: int, run_id: int) -> str:
+    """Where the client puts the run's artifacts: our artifact routes (app/mlflow/artifacts.py),
+    which keep them as the run's files."""
+    return f"mlflow-artifacts:/{experiment_id}/{run_id}/artifacts"

@@ -1,0 +1,258 @@
+"""MLflow's run search (``filter_string``, ``order_by``) as SQL over torchyard's tables.
+
+The filter is MLflow's: clauses joined by AND, each ``<entity>.<key> <op> <value>``:
+- ``metrics.<key>`` compares the last value (metric_keys.last_value): = != < <= > >=;
+- ``params.<key>``, ``tags.<key>`` compare the logged string: = != LIKE ILIKE IN NOT IN (and
+  < <= > >= when the value is a number: torchyard keeps the number a param spells);
+- ``attributes.`` (or no prefix): status, run_name, run_id, start_time, end_time.
+A key with other characters is quoted with backticks or double quotes (``metrics.`val/acc```).
+``order_by``: ``<entity>.<key> [ASC|DESC]``, runs without the key last; ties by start time
+(newest first) then id, MLflow's default order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Select, exists, func, not_, select
+from sqlalchemy.orm import aliased
+
+from app.metrics.models import MetricKey
+from app.mlflow.errors import invalid
+from app.mlflow.reads import PARAM_PREFIX, RUN_NAME_TAG, TAG_PREFIX
+from app.mlflow.schemas import FROM_MLFLOW, from_millis
+from app.runs.models import Run, RunParam
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<ident>(?:[A-Za-z_]+\.)?(?:`[^`]+`|"[^"]+"|[A-Za-z0-9_./:\-]+))
+    | (?P<string>'(?:[^'\\]|\\.)*')
+    | (?P<op>!=|<=|>=|=|<|>)
+    | (?P<lparen>\() | (?P<rparen>\)) | (?P<comma>,)
+    )""",
+    re.VERBOSE,
+)
+_NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_ENTITIES = {
+    "metric": "metrics",
+    "metrics": "metrics",
+    "param": "params",
+    "params": "params",
+    "parameter": "params",
+    "parameters": "params",
+    "tag": "tags",
+    "tags": "tags",
+    "attribute": "attributes",
+    "attributes": "attributes",
+    "attr": "attributes",
+    "run": "attributes",
+}
+_COMPARE = {
+    "=": lambda c, v: c == v,
+    "!=": lambda c, v: c != v,
+    "<": lambda c, v: c < v,
+    "<=": lambda c, v: c <= v,
+    ">": lambda c, v: c > v,
+    ">=": lambda c, v: c >= v,
+}
+
+
+@dataclass(frozen=True)
+class Name:
+    entity: str  # metrics | params | tags | attributes
+    key: str
+
+
+def parse_name(text: str) -> Name:
+    entity, dot, rest = text.partition(".")
+    if dot and entity.lower() in _ENTITIES and rest:
+        kind, key = _ENTITIES[entity.lower()], rest
+    else:
+        kind, key = "attributes", text
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in '`"':
+        key = key[1:-1]
+    return Name(kind, key)
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise invalid(f"Invalid filter string at position {pos}: {text[pos : pos + 20]!r}")
+        kind = m.lastgroup or ""
+        found.append((kind, m.group(kind)))
+        pos = m.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return found
+
+
+def _literal(kind: str, raw: str) -> str | float:
+    if kind == "string":
+        return re.sub(r"\\(.)", r"\1", raw[1:-1])
+    if kind == "ident" and _NUMBER.match(raw):
+        return float(raw)
+    raise invalid(f"Invalid filter value {raw!r}: a number or a 'quoted string'")
+
+
+def _param_clause(key: str, op: str, value: Any) -> ColumnElement[bool]:
+    p = aliased(RunParam)
+    where = [p.run_id == Run.id, p.key == key]
+    if op in ("LIKE", "ILIKE"):
+        column = p.value_text if op == "LIKE" else func.lower(p.value_text)
+        pattern = str(value) if op == "LIKE" else str(value).lower()
+        where.append(column.like(pattern))
+    elif op in ("IN", "NOT IN"):
+        where.append(p.value_text.in_([str(v) for v in value]))
+        return not_(exists().where(*where)) if op == "NOT IN" else exists().where(*where)
+    elif isinstance(value, float):
+        where.append(_COMPARE[op](p.value_num, value))
+    elif op in ("=", "!="):
+        where.append(_COMPARE[op](p.value_text, value))
+    else:
+        raise invalid(f"Invalid comparator {op!r} for a string value")
+    return exists().where(*where)
+
+
+def _attribute_clause(key: str, op: str, value: Any) -> ColumnElement[bool]:
+    if key == "status":
+        listed = value if op.endswith("IN") else [value]
+        wanted = [FROM_MLFLOW.get(str(v).upper()) for v in listed]
+        if None in wanted:
+            raise invalid(f"Invalid status in filter: {value!r}")
+        cond = Run.status.in_(wanted)
+        return not_(cond) if op in ("!=", "NOT IN") else cond
+    if key in ("run_name", "name"):
+        return _text_compare(Run.name, op, value)
+    if key in ("run_id", "run_uuid", "id"):
+        ids = [int(v) for v in (value if op.endswith("IN") else [value]) if str(v).isdigit()]
+        cond = Run.id.in_(ids)
+        return not_(cond) if op in ("!=", "NOT IN") else cond
+    if key in ("start_time", "end_time", "created"):
+        column = Run.started_at if key == "start_time" else Run.finished_at
+        if not isinstance(value, float) or op not in _COMPARE:
+            raise invalid(f"Invalid filter on {key}: compare it with a number (milliseconds)")
+        return cast(ColumnElement[bool], _COMPARE[op](column, from_millis(int(value))))
+    raise invalid(f"Invalid attribute key {key!r}")
+
+
+def _text_compare(column: Any, op: str, value: Any) -> ColumnElement[bool]:
+    if op == "LIKE":
+        return cast(ColumnElement[bool], column.like(str(value)))
+    if op == "ILIKE":
+        return func.lower(column).like(str(value).lower())
+    if op in ("IN", "NOT IN"):
+        cond = cast(ColumnElement[bool], column.in_([str(v) for v in value]))
+        return not_(cond) if op == "NOT IN" else cond
+    if op in ("=", "!="):
+        return cast(ColumnElement[bool], _COMPARE[op](column, str(value)))
+    raise invalid(f"Invalid comparator {op!r} for a string value")
+
+
+def _clause(name: Name, op: str, value: Any) -> ColumnElement[bool]:
+    if name.entity == "metrics":
+        if not isinstance(value, float) or op not in _COMPARE:
+            raise invalid(f"Invalid filter on metric {name.key!r}: compare it with a number")
+        k = aliased(MetricKey)
+        return exists().where(
+            k.run_id == Run.id, k.key == name.key, _COMPARE[op](k.last_value, value)
+        )
+    if name.entity == "params":
+        return _param_clause(PARAM_PREFIX + name.key, op, value)
+    if name.entity == "tags":
+        if name.key == RUN_NAME_TAG:
+            return _text_compare(Run.name, op, value)
+        return _param_clause(TAG_PREFIX + name.key, op, value)
+    return _attribute_clause(name.key, op, value)
+
+
+def parse_filter(text: str | None) -> list[ColumnElement[bool]]:
+    if not text or not text.strip():
+        return []
+    tokens = _tokens(text)
+    clauses: list[ColumnElement[bool]] = []
+    i = 0
+    while i < len(tokens):
+        if clauses:
+            if tokens[i][1].upper() != "AND":
+                raise invalid(f"Invalid filter: expected AND, got {tokens[i][1]!r}")
+            i += 1
+        if i + 2 > len(tokens) or tokens[i][0] != "ident":
+            raise invalid("Invalid filter: expected <entity>.<key> <comparator> <value>")
+        name = parse_name(tokens[i][1])
+        op, i = tokens[i + 1][1].upper(), i + 2
+        if op in ("NOT", "IS") and i < len(tokens):
+            op, i = f"{op} {tokens[i][1].upper()}", i + 1
+        if op in ("IN", "NOT IN"):
+            values, i = _in_list(tokens, i)
+            clauses.append(_clause(name, op, values))
+            continue
+        if op not in _COMPARE and op not in ("LIKE", "ILIKE"):
+            raise invalid(f"Invalid comparator {op!r}")
+        if i >= len(tokens):
+            raise invalid("Invalid filter: a comparison without a value")
+        clauses.append(_clause(name, op, _literal(*tokens[i])))
+        i += 1
+    return clauses
+
+
+def _in_list(tokens: list[tuple[str, str]], i: int) -> tuple[list[Any], int]:
+    if i >= len(tokens) or tokens[i][0] != "lparen":
+        raise invalid("Invalid filter: IN takes a list: ('a', 'b')")
+    values: list[Any] = []
+    i += 1
+    while i < len(tokens) and tokens[i][0] != "rparen":
+        if tokens[i][0] != "comma":
+            values.append(_literal(*tokens[i]))
+        i += 1
+    if i >= len(tokens):
+        raise invalid("Invalid filter: an IN list without its closing parenthesis")
+    return values, i + 1
+
+
+def apply_order(stmt: Select[Any], order_by: list[str]) -> Select[Any]:
+    for item in order_by:
+        parts = item.strip().rsplit(None, 1)
+        descending = len(parts) == 2 and parts[1].upper() == "DESC"
+        text = parts[0] if len(parts) == 2 and parts[1].upper() in ("ASC", "DESC") else item
+        name = parse_name(text.strip())
+        column: Any
+        if name.entity == "metrics":
+            column = (
+                select(MetricKey.last_value)
+                .where(MetricKey.run_id == Run.id, MetricKey.key == name.key)
+                .scalar_subquery()
+            )
+        elif name.entity in ("params", "tags"):
+            prefix = PARAM_PREFIX if name.entity == "params" else TAG_PREFIX
+            column = (
+                select(RunParam.value_text)
+                .where(RunParam.run_id == Run.id, RunParam.key == prefix + name.key)
+                .scalar_subquery()
+            )
+        elif name.key in ("start_time", "created"):
+            column = Run.started_at
+        elif name.key == "end_time":
+            column = Run.finished_at
+        elif name.key in ("run_name", "name"):
+            column = Run.name
+        elif name.key == "status":
+            column = Run.status
+        elif name.key in ("run_id", "id"):
+            column = Run.id
+        else:
+            raise invalid(f"Invalid order_by clause {item!r}")
+        stmt = stmt.order_by(column.is_(None), column.desc() if descending else column.asc())
+    return stmt.order_by(Run.started_at.desc(), Run.id.desc())
+
+
+def search_statement(
+    experiment_ids: list[int], filter_text: str | None, order_by: list[str]
+) -> Select[Any]:
+    stmt = select(Run).where(Run.experiment_id.in_(experiment_ids), *parse_filter(filter_text))
+    return apply_order(stmt, order_by)

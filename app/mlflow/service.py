@@ -1,0 +1,209 @@
+"""MLflow's operations on torchyard's experiments and runs. Functions take the caller's
+session and flush, never commit (the request dependency commits).
+
+MLflow experiments are torchyard experiments (an experiment MLflow creates has an empty launch
+config: its runs come from outside; launching a job from it asks for a config as usual). MLflow's
+default experiment ``"0"`` is the experiment named "Default", made by the first run logged into
+it. A run created here is a torchyard run without a job (app.runs.lifecycle.open_external):
+its client sets its status; everyone reads it, its owner (or an admin) writes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.experiments.models import Experiment
+from app.metrics.models import Metric, MetricKey
+from app.mlflow import reads, writes
+from app.mlflow.errors import (
+    INVALID_STATE,
+    RESOURCE_ALREADY_EXISTS,
+    MlflowError,
+    denied,
+    invalid,
+    missing,
+)
+from app.mlflow.schemas import CreateRun, UpdateRun, number_json, parse_id, status_of
+from app.runs import lifecycle
+from app.runs.models import Run, RunStatus
+from app.timeutil import utcnow
+
+DEFAULT_EXPERIMENT = "Default"
+ORIGIN = "mlflow"
+MAX_SEARCH_RESULTS = 50_000
+MAX_HISTORY_RESULTS = 1_000_000
+
+
+# --- experiments ---------------------------------------------------------------------------
+
+
+def experiment_by_name(session: Session, name: str) -> Experiment | None:
+    return session.scalar(
+        select(Experiment).where(Experiment.name == name).order_by(Experiment.id).limit(1)
+    )
+
+
+def get_experiment(session: Session, experiment_id: str) -> Experiment:
+    if experiment_id == "0":
+        found = experiment_by_name(session, DEFAULT_EXPERIMENT)
+    else:
+        found = session.get(Experiment, parse_id(experiment_id, "experiment id"))
+    if found is None:
+        raise missing(f"Experiment with id '{experiment_id}'")
+    return found
+
+
+def create_experiment(session: Session, user: User, name: str) -> Experiment:
+    name = name.strip()
+    if not name or len(name) > 200:
+        raise invalid("Experiment name must be 1-200 characters")
+    if experiment_by_name(session, name) is not None:
+        raise MlflowError(RESOURCE_ALREADY_EXISTS, f"Experiment '{name}' already exists.")
+    experiment = Experiment(name=name, description="", config={}, owner_id=user.id)
+    session.add(experiment)
+    session.flush()
+    return experiment
+
+
+def _experiment_for_run(session: Session, user: User, experiment_id: str) -> Experiment:
+    if experiment_id in ("", "0"):
+        found = experiment_by_name(session, DEFAULT_EXPERIMENT)
+        return found or create_experiment(session, user, DEFAULT_EXPERIMENT)
+    return get_experiment(session, experiment_id)
+
+
+def page_offset(token: str | None) -> int:
+    if not token:
+        return 0
+    try:
+        return int(base64.urlsafe_b64decode(token.encode()).decode())
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise invalid(f"Invalid page token {token[:40]!r}") from None
+
+
+def page_token(offset: int) -> str:
+    return base64.urlsafe_b64encode(str(offset).encode()).decode()
+
+
+def search_experiments(
+    session: Session, *, name_filter: str | None, max_results: int, token: str | None
+) -> tuple[list[Experiment], str | None]:
+    stmt = select(Experiment).order_by(Experiment.id.desc())
+    if name_filter:
+        stmt = stmt.where(*_experiment_filter(name_filter))
+    offset = page_offset(token)
+    limit = max(1, min(max_results, MAX_SEARCH_RESULTS))
+    found = list(session.scalars(stmt.offset(offset).limit(limit + 1)))
+    more = len(found) > limit
+    return found[:limit], page_token(offset + limit) if more else None
+
+
+def _experiment_filter(text: str) -> list[Any]:
+    """``name = 'x'``, ``name LIKE 'x%'``, ``name ILIKE ...`` (what clients send)."""
+    from app.mlflow.search import _text_compare, _tokens, parse_name
+
+    tokens = _tokens(text)
+    if len(tokens) != 3 or parse_name(tokens[0][1]).key != "name" or tokens[2][0] != "string":
+        raise invalid(f"Unsupported experiment filter {text!r}: name = / LIKE / ILIKE 'text'")
+    return [_text_compare(Experiment.name, tokens[1][1].upper(), tokens[2][1][1:-1])]
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def get_run(session: Session, run_id: str) -> Run:
+    run = session.get(Run, parse_id(run_id, "run id")) if run_id.isdigit() else None
+    if run is None:
+        if not run_id.isdigit():
+            parse_id(run_id, "run id")
+        raise missing(f"Run with id={run_id}")
+    return run
+
+
+def writable_run(session: Session, user: User, run_id: str) -> Run:
+    run = get_run(session, run_id)
+    if not user.may_write(run.owner_id):
+        raise denied(
+            f"run {run.id} belongs to another user: you may read it but not log into it"
+            if user.can_write
+            else f"your role is {user.role}: viewers may read but not log"
+        )
+    return run
+
+
+def create_run(session: Session, user: User, body: CreateRun) -> Run:
+    experiment = _experiment_for_run(session, user, body.experiment_id)
+    started: datetime = (
+        datetime.fromtimestamp(body.start_time / 1000, utcnow().tzinfo)
+        if body.start_time
+        else utcnow()
+    )
+    name = body.run_name or next((t.value for t in body.tags if t.key == reads.RUN_NAME_TAG), None)
+    run = lifecycle.open_external(
+        session,
+        experiment_id=experiment.id,
+        owner_id=user.id,
+        origin=ORIGIN,
+        name=(name or "")[:200] or None,
+        started_at=started,
+    )
+    writes.check_batch(0, 0, len(body.tags))
+    writes.set_tags(session, run, [t for t in body.tags if t.key != reads.RUN_NAME_TAG])
+    return run
+
+
+def update_run(session: Session, run: Run, body: UpdateRun) -> None:
+    if body.run_name:
+        run.name = body.run_name[:200]
+    if body.status is None:
+        session.flush()
+        return
+    wanted = status_of(body.status)
+    if wanted == run.status:
+        return
+    if run.origin is None:
+        raise MlflowError(
+            INVALID_STATE, f"run {run.id} is a torchyard job: its status is its worker's"
+        )
+    ended = datetime.fromtimestamp(body.end_time / 1000, utcnow().tzinfo) if body.end_time else None
+    if wanted.finished:
+        took = lifecycle.end_external(
+            session, run_id=run.id, status=wanted, finished_at=ended or utcnow()
+        )
+    elif wanted == RunStatus.running:
+        took = lifecycle.reopen_external(session, run_id=run.id, finished=run.status)
+    else:
+        raise invalid(f"a run logged from outside cannot become {body.status}")
+    if not took:
+        raise MlflowError(INVALID_STATE, f"run {run.id} changed meanwhile: get it and try again")
+    session.refresh(run)
+
+
+def metric_history(
+    session: Session, run: Run, key: str, *, max_results: int | None, token: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    key_id = session.scalar(
+        select(MetricKey.id).where(MetricKey.run_id == run.id, MetricKey.key == key)
+    )
+    if key_id is None:
+        return [], None
+    after = page_offset(token) if token else None
+    stmt = select(Metric.step, Metric.value, Metric.wall_time).where(Metric.key_id == key_id)
+    if after is not None:
+        stmt = stmt.where(Metric.step > after)
+    limit = min(max_results or MAX_HISTORY_RESULTS, MAX_HISTORY_RESULTS)
+    rows = session.execute(stmt.order_by(Metric.step).limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    points = [
+        {"key": key, "value": number_json(v), "timestamp": int(w * 1000), "step": s}
+        for s, v, w in rows
+    ]
+    return points, page_token(rows[-1][0]) if more else None

@@ -1,0 +1,52 @@
+// JSON calls to the API with the session cookie and the CSRF header. Never throws for HTTP
+// errors: callers show the body's message (FastAPI's {"detail": ...}) where the user can act.
+
+export const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
+
+// Resolves to {ok, status, body}; status 0 when the server could not be reached.
+export const call = async (method, path, body) => {
+  const headers = {"X-CSRF-Token": csrf()};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  let response;
+  try {
+    response = await fetch(path, {method, headers, credentials: "same-origin",
+                                  body: body === undefined ? undefined : JSON.stringify(body)});
+  } catch (err) {
+    return {ok: false, status: 0, body: {detail: "The server cannot be reached: " + err}};
+  }
+  const text = await response.text();
+  let parsed = text;
+  try { parsed = text ? JSON.parse(text) : null; } catch { /* plain text */ }
+  return {ok: response.ok, status: response.status, body: parsed};
+};
+
+// A readable message from an API error body.
+export const errorText = (body) => {
+  if (!body) return "Something went wrong.";
+  if (typeof body.detail === "string") return body.detail;
+  if (Array.isArray(body.detail)) return body.detail.map((e) => `${e.loc.join(".")}: ${e.msg}`).join("; ");
+  return typeof body === "string" ? body : JSON.stringify(body);
+};
+
+// Whether an answer means the server did not answer for itself: unreachable (status 0) or
+// failing behind a proxy (5xx). A 4xx is the server talking.
+export const serverDown = (r) => r.status === 0 || r.status >= 500;
+
+// DELETE `url` with the CSRF header; resolves to {ok, freed (bytes), error (text or null)}.
+// The one DELETE call: the delete buttons and the runs table's "Delete" both.
+export const deleteObject = async (url) => {
+  let response;
+  try {
+    response = await fetch(url, {
+      method: "DELETE", credentials: "same-origin", headers: {"X-CSRF-Token": csrf()},
+    });
+  } catch (err) {
+    return {ok: false, freed: 0, error: `the server cannot be reached (${err})`};
+  }
+  if (response.status !== 204) {
+    let body = null;
+    try { body = await response.json(); } catch { /* not JSON */ }
+    return {ok: false, freed: 0, error: errorText(body)};
+  }
+  return {ok: true, freed: Number(response.headers.get("X-Freed-Bytes") || 0), error: null};
+};

@@ -1,0 +1,127 @@
+// The run page's one link to the server while the run is live: its SSE stream
+// (GET /api/runs/{id}/events, app/runs/events.py), as an event hub. The page's parts subscribe
+// here instead of each polling on a timer: the charts and the log take the stream's data, and
+// the checkpoints, files, params, images, environment and the run's status are asked for again
+// when the stream says something happened (refreshOn).
+//
+// Events: "metrics", "log", "status", "ping" (the stream's own, with their parsed data), and
+// "link" (the stream opened: "up"; dropped: "down"; ended with the run: "closed").
+// A dropped stream reconnects from what the page holds (`url()` is asked again each time);
+// a stream silent for `silentMs` counts as dropped (a quiet stream still pings every 10 s:
+// PING_SECONDS), so a cut network without a reset is noticed too.
+import {isFinished} from "./status.js";
+
+const STREAM_EVENTS = ["metrics", "log", "status", "ping"];
+
+export class RunStream {
+  // url: () => the stream's URL from the page's position; finished: () => whether the run is
+  // over (then a drop is not reconnected). EventSource: the browser's, or a test's stand-in.
+  constructor({url, finished, silentMs = 30000, retryMs = 2000, EventSource = globalThis.EventSource}) {
+    this.url = url;
+    this.finished = finished;
+    this.silentMs = silentMs;
+    this.retryMs = retryMs;
+    this.EventSource = EventSource;
+    this.listeners = new Map();
+    this.source = null;
+    this.watchdog = null;
+    this.retry = null;
+    this.link = "connecting";
+  }
+
+  // fn(data) for each event `name`; returns the unsubscribe.
+  on(name, fn) {
+    if (!this.listeners.has(name)) this.listeners.set(name, new Set());
+    this.listeners.get(name).add(fn);
+    return () => this.listeners.get(name).delete(fn);
+  }
+
+  emit(name, data) {
+    for (const fn of [...(this.listeners.get(name) || [])]) fn(data);
+  }
+
+  get open() { return this.source !== null; }
+
+  connect() {
+    clearTimeout(this.retry);
+    if (this.source) return;
+    const source = new this.EventSource(this.url());
+    this.source = source;
+    this.heard();
+    source.addEventListener("open", () => {
+      if (this.source !== source) return;
+      this.heard();
+      this.setLink("up");
+    });
+    for (const name of STREAM_EVENTS) {
+      source.addEventListener(name, (e) => {
+        if (this.source !== source) return;
+        this.heard();
+        const data = e.data ? JSON.parse(e.data) : {};
+        this.emit(name, data);
+        if (name === "status" && isFinished(data.status)) this.close("closed");
+      });
+    }
+    source.addEventListener("error", () => { if (this.source === source) this.dropped(); });
+  }
+
+  // Ends the stream (a rank picked on the log: connect() again from the new position; the run
+  // over: link "closed").
+  close(link) {
+    clearTimeout(this.watchdog);
+    clearTimeout(this.retry);
+    if (this.source) this.source.close();
+    this.source = null;
+    if (link) this.setLink(link);
+  }
+
+  // The stream dropped (an error, or silence): say so, and reconnect from what the page holds.
+  dropped() {
+    if (!this.source) return;
+    this.close();
+    if (this.finished()) return;
+    this.setLink("down");
+    this.retry = setTimeout(() => this.connect(), this.retryMs);
+  }
+
+  heard() {
+    clearTimeout(this.watchdog);
+    this.watchdog = setTimeout(() => this.dropped(), this.silentMs);
+  }
+
+  setLink(link) {
+    this.link = link;
+    this.emit("link", link);
+  }
+
+  // `load` again when the stream says something happened, at most once per `everyMs` (any
+  // event: data, or the ping a quiet stream sends every 10 s), and at once on a status event
+  // (a status change, the run's end among them: its final state is loaded then).
+  refreshOn(load, everyMs, now = () => Date.now()) {
+    const refresh = refresher(load, everyMs, now);
+    for (const name of ["metrics", "log", "ping"]) this.on(name, () => refresh(false));
+    this.on("status", () => refresh(true));
+  }
+}
+
+// The refresh rule of RunStream.refreshOn as a function of its own: call(force) runs `load`
+// when forced or when `everyMs` passed since the last load began; one load at a time (a call
+// during one is remembered and runs after it, forced when any such call was).
+export const refresher = (load, everyMs, now = () => Date.now()) => {
+  let last = -Infinity;
+  let running = false;
+  let again = null;  // null: nothing waiting; false/true: a call came in while loading
+  const call = async (force) => {
+    if (running) { again = again || force; return; }
+    if (!force && now() - last < everyMs) return;
+    running = true;
+    last = now();
+    try { await load(); } finally {
+      running = false;
+      const next = again;
+      again = null;
+      if (next !== null) call(next);
+    }
+  };
+  return call;
+};

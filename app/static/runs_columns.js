@@ -1,0 +1,102 @@
+// The runs table's columns (experiment_runs.js): which params and summaries show, and how
+// each cell is made. Every name, key and value from a run is set as text, never as HTML.
+// The pure parts (summaryKeys, defaultSummaries, splitSummary, seconds) are unit-tested.
+import {timeEl} from "./lib/dom.js";
+import {compareKeys, differingParams, fmtDuration, fmtValue, parseTime, runColor} from "./lib/format.js";
+import {pages} from "./lib/urls.js";
+
+export const el = (tag, text, cls) => {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+};
+// Seconds from `a` to `b` (ISO times; b missing: until `now`), null without a start.
+export const seconds = (a, b, now = new Date()) => {
+  const start = parseTime(a);
+  if (!start) return null;
+  const end = parseTime(b) || now;
+  return (end - start) / 1000;
+};
+
+export const summaryKeys = (runs) => {
+  const keys = new Set();
+  for (const run of runs) for (const key of Object.keys(run.summary || {})) keys.add(key);
+  return [...keys].sort(compareKeys);
+};
+// Until the reader picks: the last value of the first key naming a loss and the max of the
+// first naming an accuracy (whatever the script called them), else the first key's last.
+// A sweep's page puts its metric first (data-default-summary, e.g. "val/acc.last"), even
+// before a trial logged it (a recipe logs val/* only at an epoch's end).
+export const defaultSummaries = (keys, first) => {
+  const loss = keys.find((k) => /loss/i.test(k));
+  const acc = keys.find((k) => /acc/i.test(k));
+  const chosen = [];
+  if (first) chosen.push(first);
+  if (loss) chosen.push(`${loss}.last`);
+  if (acc) chosen.push(`${acc}.max`);
+  if (!chosen.length && keys.length) chosen.push(`${keys[0]}.last`);
+  return [...new Set(chosen)];
+};
+export const splitSummary = (col) => {
+  const cut = col.lastIndexOf(".");
+  return [col.slice(0, cut), col.slice(cut + 1)];
+};
+
+// The table's columns for `runs` with the chosen `summaries`: each {title, sort (the API's
+// sort= name), num, param | summary, cell(run) -> <td>}. owners: user id -> name.
+export const columns = (runs, summaries, owners) => {
+  const cols = [
+    {title: "Run", sort: "id", cell: runCell},
+    {title: "Status", sort: "status", cell: (run) => {
+      const td = el("td");
+      td.append(el("span", run.status, `badge status-${run.status}`));
+      if (run.stopped_early) {
+        const mark = el("span", "stopped early", "badge stopped-early");
+        mark.title = run.stopped_early;
+        td.append(" ", mark);
+      }
+      return td;
+    }},
+    {title: "Tags", cell: (run) => {
+      const td = el("td", undefined, "run-tags");
+      for (const tag of run.tags || []) td.append(el("span", tag, "badge tag"), " ");
+      return td;
+    }},
+  ];
+  for (const key of differingParams(runs)) {
+    cols.push({title: key, sort: `params.${key}`, num: true, param: key,
+               cell: (run) => el("td", fmtValue((run.params || {})[key]), "num")});
+  }
+  cols.push({title: "Started", sort: "started_at", cell: (run) => {
+    const td = el("td");
+    if (run.started_at) td.append(timeEl(run.started_at));
+    else { const q = el("span", "queued ", "muted"); q.append(timeEl(run.created_at)); td.append(q); }
+    // Why it waits, in the scheduler's words ("no worker is running: ..." among them).
+    if (run.status === "queued" && run.queue_reason) {
+      td.append(el("span", `waiting: ${run.queue_reason}`, "queue-reason-inline muted"));
+    }
+    return td;
+  }});
+  cols.push({title: "Duration", num: true, cell: (run) => el("td",
+    run.started_at ? fmtDuration(seconds(run.started_at, run.finished_at)) : "–", "num")});
+  for (const col of summaries || []) {
+    const [key, agg] = splitSummary(col);
+    cols.push({title: `${key} (${agg})`, sort: `summary.${key}.${agg}`, num: true, summary: col,
+               cell: (run) => el("td", fmtValue(((run.summary || {})[key] || {})[agg]), "num")});
+  }
+  cols.push({title: "Launched by", cell: (run) => el("td", owners[String(run.owner_id)] ?? "?")});
+  return cols;
+};
+
+function runCell(run) {
+  const td = el("td");
+  const swatch = el("span", undefined, "run-swatch");
+  swatch.style.backgroundColor = runColor(run.id);
+  swatch.setAttribute("aria-hidden", "true");
+  const link = el("a", run.name || `run ${run.id}`);
+  link.href = pages.run(run.id);
+  td.append(swatch, link);
+  if (run.name) td.append(" ", el("span", `#${run.id}`, "muted"));
+  return td;
+}

@@ -1,0 +1,37 @@
+// Pure parts of the run page and the runs table: the log tail's trimming and rank filter
+// (app/static/run/log.js), the runs table's summary columns (app/static/runs_columns.js).
+import assert from "node:assert/strict";
+import {test} from "node:test";
+
+import {rankLines, trimLog} from "../../app/static/run/log.js";
+import {defaultSummaries, seconds, splitSummary, summaryKeys} from "../../app/static/runs_columns.js";
+
+test("the log keeps its last characters, from a line start when one is near", () => {
+  assert.equal(trimLog("a\nb\n", 100), "a\nb\n");
+  assert.equal(trimLog("first line\nsecond\n", 9), "second\n");
+  assert.equal(trimLog("50%\r100%\n", 100), "100%\n");
+});
+
+test("the rank filter keeps that rank's whole lines and holds back a partial one", () => {
+  const one = rankLines("", "[rank0]: a\n[rank1]: b\n[rank1]: par", "1");
+  assert.deepEqual(one, {text: "[rank1]: b\n", partial: "[rank1]: par"});
+  const two = rankLines(one.partial, "tial\n[rank0]: c\n", "1");
+  assert.deepEqual(two, {text: "[rank1]: partial\n", partial: ""});
+});
+
+test("summary columns: keys of every run in key order, a loss's last and an accuracy's max first", () => {
+  const runs = [{summary: {"val/acc": {}, "train/loss": {}}}, {summary: {"sys/cpu": {}, epoch: {}}}, {}];
+  const keys = summaryKeys(runs);
+  assert.deepEqual(keys, ["train/loss", "val/acc", "epoch", "sys/cpu"]);
+  assert.deepEqual(defaultSummaries(keys), ["train/loss.last", "val/acc.max"]);
+  assert.deepEqual(defaultSummaries(keys, "val/acc.last"), ["val/acc.last", "train/loss.last", "val/acc.max"]);
+  assert.deepEqual(defaultSummaries(["epoch", "lr"]), ["epoch.last"]);
+  assert.deepEqual(defaultSummaries([]), []);
+  assert.deepEqual(splitSummary("val/acc.top1.max"), ["val/acc.top1", "max"]);
+});
+
+test("a run's duration runs to now while it has no end", () => {
+  assert.equal(seconds(null, null), null);
+  assert.equal(seconds("2026-01-01T00:00:00", "2026-01-01T00:01:30"), 90);
+  assert.equal(seconds("2026-01-01T00:00:00Z", null, new Date("2026-01-01T00:00:10Z")), 10);
+});

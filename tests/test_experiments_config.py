@@ -1,0 +1,63 @@
+"""The run config model (app/experiments/config.py): one typed model from the API to the
+launcher, every default in it, the stored JSON unchanged by a round trip through it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app.experiments.config import (
+    ConfigInvalid,
+    RunConfig,
+    ScriptConfig,
+    run_config,
+    validate_config,
+)
+from torchyard.contract import RunSpec
+
+
+def test_a_stored_config_read_back_and_stored_again_is_the_same_json() -> None:
+    stored = validate_config(
+        {"recipe": "tiny_mlp", "params": {"lr": 0.1}, "resources": {"nproc": 2}},
+        loc_prefix=("config",),
+    )
+    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun"}
+    assert run_config(stored).stored() == stored
+
+
+def test_a_workspace_scripts_config_has_no_code_keys() -> None:
+    typed = run_config({"script": "train.py", "args": ["--x"], "seed": 3})
+    assert isinstance(typed, ScriptConfig) and typed.args == ["--x"] and typed.code is None
+    assert "code" not in typed.stored() and "code_origin" not in typed.stored()
+
+
+def test_the_launch_spec_takes_the_models_defaults_and_has_none_of_its_own() -> None:
+    assert run_config({"recipe": "tiny_mlp"}).run_spec() == RunSpec(
+        nproc=1, gpus=0, max_restarts=0, launcher="torchrun"
+    )
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(RunSpec))
+    spec = run_config(
+        {"recipe": "tiny_mlp", "max_restarts": 2, "resources": {"gpus": 1, "launcher": "none"}}
+    ).run_spec()
+    assert spec == RunSpec(nproc=1, gpus=1, max_restarts=2, launcher="none")
+
+
+def test_an_old_rows_config_whose_recipe_is_gone_still_gives_its_common_part() -> None:
+    typed = run_config({"recipe": "renamed_since", "max_restarts": 2, "params": {"x": 1}})
+    assert type(typed) is RunConfig
+    assert typed.max_restarts == 2 and typed.resources.nproc == 1
+    assert run_config({}).checkpoints.keep_last == 2
+
+
+def test_an_invalid_common_part_is_still_an_error() -> None:
+    with pytest.raises(ValueError):
+        run_config({"recipe": "tiny_mlp", "resources": {"nproc": 0}})
+
+
+def test_an_unknown_key_is_an_error_naming_it() -> None:
+    with pytest.raises(ConfigInvalid) as caught:
+        validate_config({"recipe": "tiny_mlp", "bogus": 1}, loc_prefix=("body", "config"))
+    assert [(e["type"], e["loc"]) for e in caught.value.errors] == [
+        ("extra_forbidden", ["body", "config", "bogus"])
+    ]

@@ -1,0 +1,17 @@
+"""The worker's own periodic work (app.periodic): the idle host heartbeat, every third of the
+lease TTL (at least every 0.5 s), so that the scheduler counts this host's GPUs as there."""
+
+from __future__ import annotations
+
+from app.periodic import Process, declare
+from app.settings import Settings
+from worker.runner import heartbeat_host
+
+
+def heartbeat_interval(settings: Settings) -> float:
+    return max(0.5, settings.lease_ttl_seconds / 3)
+
+
+HOST_HEARTBEAT = declare(
+    "worker.host_heartbeat", heartbeat_host, every=heartbeat_interval, runs_in={Process.WORKER}
+)
