@@ -19,26 +19,30 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.metrics.models import Metric, MetricKey
-from tests.stack import stop_process
-from tests.test_liveness import (  # noqa: F401  (stack: the module's fixture)
-    DATA_DIR,
-    FINISHED,
-    LOST_AFTER,
-    Stack,
-    stack,
-    wait_until,
-)
+from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL
+from tests.databases import own_database, user_with_token
+from tests.stack import free_port, purge_broker, stop_process
+from tests.test_liveness import FINISHED, LOST_AFTER, Stack, wait_until
+from tests.test_liveness import ROOT as STACK_LOGS
 from tests.waits import holds_for, wait_for
 from torchyard.contract import JOB_TOKEN_VAR
 
 pytestmark = pytest.mark.slow
 
 STEPS = 400  # 0.06 s each: the job outlives the freeze
+ROOT = BASE_DIR / "fencing"
+DATA_DIR = ROOT / "data"
+BROKER = (
+    BROKER_URL.rsplit("/", 1)[0] + "/6"
+    if BROKER_URL.startswith("redis")
+    else f"sqla+sqlite:///{ROOT / 'broker.db'}"
+)
 
 
 def jobs_of(run_id: int) -> dict[str, set[str]]:
@@ -91,14 +95,39 @@ class Sampler:
 
 
 @pytest.fixture
-def remote_reaper(stack: Stack) -> Iterator[Stack]:  # noqa: F811
-    stop_process(stack.server)
-    stack.start_server(stack.port, TORCHYARD_WORKER_HOST="api-host")
-    try:
-        yield stack
-    finally:
-        stop_process(stack.server)
-        stack.start_server(stack.port)
+def remote_reaper() -> Iterator[Stack]:
+    """The liveness tests' stack in a database and data dir of its own, on a short limit."""
+    ROOT.mkdir(parents=True, exist_ok=True)
+    STACK_LOGS.mkdir(parents=True, exist_ok=True)  # Stack's processes log there
+    kind = "postgresql" if DATABASE_URL.startswith("postgresql") else "sqlite"
+    with own_database(kind, ROOT, f"fencing_{os.getpid()}") as engine:
+        token = user_with_token(engine, "alice")
+        env = dict(
+            os.environ,
+            TORCHYARD_DATABASE_URL=engine.url.render_as_string(hide_password=False),
+            TORCHYARD_DATA_DIR=str(DATA_DIR),
+            TORCHYARD_BROKER_URL=BROKER,
+            TORCHYARD_REAP_INTERVAL_SECONDS="1",
+            TORCHYARD_RUN_LOST_SECONDS=str(LOST_AFTER),
+            TORCHYARD_RUN_HEARTBEAT_SECONDS="1",
+            TORCHYARD_LEASE_TTL_SECONDS="5",
+            TORCHYARD_FAKE_GPUS="0",
+            TORCHYARD_WORKER_HOST="box-a",
+            PYTHONUNBUFFERED="1",
+        )
+        purge_broker(BROKER)
+        port = free_port()
+        headers = {"Authorization": f"Bearer {token}"}
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30)
+        stack = Stack(env, api, engine)
+        try:
+            stack.start_server(port, TORCHYARD_WORKER_HOST="api-host")
+            yield stack
+        finally:
+            api.close()
+            for worker in stack.workers:
+                stop_process(worker)
+            stop_process(stack.server)
 
 
 def test_a_frozen_workers_reaped_attempt_is_fenced_when_it_resumes(remote_reaper: Stack) -> None:
