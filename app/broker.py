@@ -40,6 +40,10 @@ def make_celery() -> Celery:
         accept_content=["json"],
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
+        # No remote control: torchyard never inspects or commands its workers, and with it on
+        # any process that reaches the broker (a job, a user's script) could broadcast
+        # cancel_consumer and silently stop every worker from taking runs (issue 27).
+        worker_enable_remote_control=False,
     )
     if broker.startswith("redis"):
         # A run can train for days: redelivering its unacked task sooner would start it twice
@@ -51,9 +55,10 @@ def make_celery() -> Celery:
 celery_app = make_celery()
 
 
-def send_run(run_id: int) -> None:
-    """Hand the run to the broker; any worker of any host may take it."""
-    celery_app.send_task(RUN_TASK, args=[run_id])
+def send_run(run_id: int, dispatch: int) -> None:
+    """Hand the run to the broker; any worker of any host may take it. ``dispatch``: the run's
+    current message number (app.runs.dispatch), so that an older message is dropped."""
+    celery_app.send_task(RUN_TASK, args=[run_id, dispatch])
 
 
 def send_sweep_advance(sweep_id: int) -> None:

@@ -6,13 +6,16 @@ app; the HTML pages ask `status_of` to render the same error as a page (app/page
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import DBAPIError
 
+from app.db import database_away
 from app.errors import (
     BadRequest,
     Conflict,
@@ -69,9 +72,31 @@ async def _handle(_request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
+# How long a client waits before it tries again when the database was away for a moment.
+DATABASE_RETRY_AFTER = 1
+
+log = logging.getLogger(__name__)
+
+
+async def _database_error(request: Request, exc: Exception) -> Response:
+    """A lost database connection (or SQLite's lock) is the database away for a moment, not a
+    bug: 503 with Retry-After, which clients retry (issue 27: pg_terminate_backend answered
+    500s). Any other database error is still a 500."""
+    if not database_away(exc):
+        raise exc
+    log.warning("database unavailable for %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse(
+        {"detail": "the database is unavailable for a moment: try again"},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Every route's (and dependency's) DomainError answers as `error_response` says."""
+    """Every route's (and dependency's) DomainError answers as `error_response` says; a
+    database that is away for a moment answers 503 (`_database_error`)."""
     app.add_exception_handler(DomainError, _handle)
+    app.add_exception_handler(DBAPIError, _database_error)
 
 
 class ErrorOut(BaseModel):

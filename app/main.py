@@ -12,6 +12,7 @@ from fastapi.responses import RedirectResponse
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import api_docs, static_files
+from app.auth import token_use
 from app.auth.api import router as auth_router
 from app.auth.deps import LoginRequired
 from app.auth.views import router as auth_views
@@ -27,6 +28,7 @@ from app.mlflow.artifacts import router as mlflow_artifacts_router
 from app.mlflow.routes import router as mlflow_router
 from app.notifications.api import router as notifications_router
 from app.notifications.views import router as notifications_views
+from app.ops import shutdown
 from app.ops.prometheus import RequestTimer
 from app.ops.prometheus import router as prometheus_router
 from app.ops.ready import router as ready_router
@@ -60,14 +62,17 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             f"database schema is at {current!r}, this server needs {head!r}: "
             "run `torchyard db upgrade` first"
         )
+    # A SIGTERM ends the event streams at once, not after their runs (app/ops/shutdown.py).
+    shutdown.install()
     # The API's periodic work (app/scheduled.py): lost runs are found even when no worker is
-    # left to find them, sweeps go on after a restart before a worker's own round, and
-    # notifications go out (a run cancelled while queued has no worker).
+    # left to find them, sweeps go on after a restart before a worker's own round,
+    # notifications go out (a run cancelled while queued has no worker), token use is written.
     runner = Runner(for_process(Process.API, JOBS)).start()
     try:
         yield
     finally:
         runner.stop()
+        token_use.flush_at_exit()  # this process's token uses not written yet
 
 
 def create_app() -> FastAPI:

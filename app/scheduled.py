@@ -3,9 +3,17 @@ worker to start: one list, so that a new domain's job is added in one place."""
 
 from __future__ import annotations
 
+from app.auth import scheduled as auth
 from app.notifications import scheduled as notifications
 from app.periodic import Job
 from app.runs import scheduled as runs
 from app.sweeps import scheduled as sweeps
 
-JOBS: tuple[Job, ...] = (runs.REAP, notifications.CHECKS, notifications.DELIVER, sweeps.ADVANCE)
+JOBS: tuple[Job, ...] = (
+    runs.REAP,
+    runs.RESEND,
+    notifications.CHECKS,
+    notifications.DELIVER,
+    sweeps.ADVANCE,
+    auth.FLUSH_TOKEN_USE,
+)

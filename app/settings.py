@@ -143,6 +143,10 @@ class Settings(BaseSettings):
     starvation_seconds: float = 300.0
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
+    # A queued run whose task has not come by a worker for this long (while a worker is live)
+    # lost its broker message, and is sent again (app.runs.dispatch); checked a few times as
+    # often. <= 0: never.
+    queue_resend_seconds: float = 30.0
     sse_poll_seconds: float = 0.2
     # Sweeps: the most trials one may plan, and how often each worker re-advances the running
     # sweeps (the safety net behind the advance a trial's end enqueues; at start, then every

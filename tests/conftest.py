@@ -42,6 +42,10 @@ os.environ.update(
     TORCHYARD_WORKSPACE_DIR=str(WORKSPACE_DIR),
     # Tests build "running" runs by hand; only tests/test_liveness.py's own stack reaps.
     TORCHYARD_REAP_INTERVAL_SECONDS="0",
+    # Nor re-sends a queued run (app.runs.dispatch): runs the in-process API queued (sent to
+    # the memory broker) would reach the live stack's worker; tests/test_queue_faults.py's
+    # own stack re-sends.
+    TORCHYARD_QUEUE_RESEND_SECONDS="0",
     # Nor does anything deliver notifications, but the stacks of tests/test_e2e_notifications.py
     # (a delivery thread with this process's settings would send their messages elsewhere).
     TORCHYARD_NOTIFY_POLL_SECONDS="0",
@@ -101,6 +105,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
         "test_e2e_code",  # a job in its own copy of a snapshot (snapshots: test_code_snapshots)
+        "test_e2e_config_env",  # a config's env in the job's process (launcher, sandbox)
         "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process
         "test_e2e_ddp_exit",  # DDP scripts end when their work ends
         "test_e2e_environments",  # pip environments built for a run

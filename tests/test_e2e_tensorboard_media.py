@@ -1,6 +1,7 @@
 """A plain SummaryWriter script through a real server, worker and job: its add_hparams become
 the run's params beside its config's, its add_image and add_figure images are listed (live,
-while it runs) and served by the API, and what is not kept (histograms) is named once."""
+while it runs) and served by the API, and what is not kept (histograms) is named once, in its
+log and on the run (its notices)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def api(live_stack):  # type: ignore[no-untyped-def]
         yield client
 
 
-def test_hparams_become_params_and_images_are_shown_per_tag_and_step(api) -> None:  # type: ignore[no-untyped-def]
+def test_hparams_become_params_and_images_are_shown_per_tag_and_step(api, live_stack) -> None:  # type: ignore[no-untyped-def]
     config = {
         "script": "media/train.py",
         "params": {"steps": STEPS, "lr": 0.1, "optimizer": "adam", "step-sleep": 1.0},
@@ -78,7 +79,18 @@ def test_hparams_become_params_and_images_are_shown_per_tag_and_step(api) -> Non
 
     assert "done after 5 steps" in log
     notes = [line for line in log.splitlines() if line.startswith("torchyard: TensorBoard")]
-    assert notes == [
-        "torchyard: TensorBoard histograms (tag 'weights') written by this run are not shown "
+    histograms = (
+        "TensorBoard histograms (tag 'weights') written by this run are not shown "
         "here: scalars, images and hparams are read from event files"
-    ]
+    )
+    assert notes == [f"torchyard: {histograms}"]
+    # issue 29: said on the run, not only in its log (nor only on the server's console)
+    assert api.get(f"/api/runs/{run['id']}").json()["notices"] == [histograms]
+    with live_stack.client() as browser:  # the run page, signed in as a person is
+        signed_in = browser.post(
+            "/login", data={"username": "admin", "password": live_stack.admin_password}
+        )
+        assert signed_in.status_code == 303, signed_in.text
+        page = browser.get(f"/runs/{run['id']}").text
+    notices = page[page.index('id="run-notices"') :]
+    assert "<li>TensorBoard histograms (tag " in notices[: notices.index("</ul>")]

@@ -43,6 +43,7 @@ def test_single_process_starts_the_entry_point_as_a_plain_interpreter() -> None:
         "PYTHONUNBUFFERED": "1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TORCHYARD_TENSORBOARD_DIR": "/data/runs/7/tensorboard",
+        "MLFLOW_TRACKING_URI": "torchyard:job",
     }
 
 
@@ -79,6 +80,15 @@ def test_every_job_numbers_gpus_by_pci_bus_id_as_the_leases_do() -> None:
         assert launch.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
+def test_every_job_logs_mlflow_into_its_own_run_whatever_the_worker_inherited() -> None:
+    """A worker started with MLFLOW_TRACKING_URI (someone's server) must not send its jobs'
+    MLflow data there: it goes to the job's run (torchyard.mlflow_store)."""
+    inherited = {"PATH": "/bin", "MLFLOW_TRACKING_URI": "http://elsewhere:5000"}
+    multi = {**CONFIG, "resources": {"nproc": 2, "gpus": 0}}
+    for launch in (build_launch(spec(base_env=inherited)), build_launch(spec(config=multi))):
+        assert launch.env["MLFLOW_TRACKING_URI"] == "torchyard:job"
+
+
 def test_single_process_drops_an_inherited_line_prefix_template() -> None:
     env = {"PATH": "/bin", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]"}
     launch = build_launch(spec(base_env=env))
@@ -111,6 +121,7 @@ def test_single_process_through_torchrun_when_configured() -> None:
         "PYTHONUNBUFFERED": "1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TORCHYARD_TENSORBOARD_DIR": "/data/runs/7/tensorboard",
+        "MLFLOW_TRACKING_URI": "torchyard:job",
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
     }
 
@@ -172,3 +183,13 @@ def test_a_snapshot_script_starts_in_its_folder_without_the_client_git_state() -
     assert launch.env["TORCHYARD_SCRIPT"] == str(script)
     assert json.loads(launch.env["TORCHYARD_SCRIPT_ARGV"]) == ["--lr=0.1"]
     assert "TORCHYARD_WORKSPACE" not in launch.env
+
+
+def test_a_configs_env_reaches_the_job_and_an_empty_one_is_not_stored() -> None:
+    """Issue 29: `env` in the config (HF_HUB_OFFLINE, WANDB_MODE, ...) is the job's; the
+    launcher's own variables still win (the config refuses their names anyway)."""
+    config = {**CONFIG, "env": {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}}
+    env = build_launch(spec(config=config, base_env={"PATH": "/bin", "WANDB_MODE": "online"})).env
+    assert env["HF_HUB_OFFLINE"] == "1" and env["WANDB_MODE"] == "offline"
+    assert json.loads(env["TORCHYARD_CONFIG"])["env"] == config["env"]
+    assert "env" not in run_config(CONFIG).stored()

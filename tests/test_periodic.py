@@ -112,8 +112,16 @@ def test_each_process_kind_runs_its_declared_jobs() -> None:
     from worker.scheduled import HOST_HEARTBEAT, heartbeat_interval
 
     api = {j.name for j in for_process(Process.API, JOBS)}
-    assert api == {"runs.reap", "notifications.checks", "notifications.deliver", "sweeps.advance"}
+    assert api == {
+        "runs.reap",
+        "runs.resend_lost",
+        "notifications.checks",
+        "notifications.deliver",
+        "sweeps.advance",
+        "auth.token_use",
+    }
     worker = {j.name for j in for_process(Process.WORKER, (HOST_HEARTBEAT, *JOBS))}
-    assert worker == api | {"worker.host_heartbeat"}
+    # Token use is noted by the API's token check only: the API writes it.
+    assert worker == api - {"auth.token_use"} | {"worker.host_heartbeat"}
     assert heartbeat_interval(Settings(lease_ttl_seconds=15.0)) == 5.0
     assert heartbeat_interval(Settings(lease_ttl_seconds=0.3)) == 0.5

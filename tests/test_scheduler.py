@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from app.gpus.scheduler import NO_LIVE_HOST, Placement, QueuedRun, never_fits, pick, queue_order
+from app.gpus.scheduler import (
+    MESSAGE_LOST,
+    NO_LIVE_HOST,
+    Placement,
+    QueuedRun,
+    never_fits,
+    pick,
+    queue_order,
+)
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 STARVE = 300.0
@@ -147,3 +156,16 @@ def test_with_no_host_at_all_every_run_waits_for_a_worker() -> None:
     decision = pick(queue, {}, T0, STARVE, capacity_by_host={})
     assert decision.starts == {}
     assert decision.waiting == {1: NO_LIVE_HOST, 2: NO_LIVE_HOST}
+
+
+def test_a_run_whose_message_is_lost_never_holds_up_another_and_says_so() -> None:
+    # Run 1 has starved and would block run 2, but its broker message is lost: until it is
+    # sent again it cannot start, so run 2 takes the GPU (issue 27).
+    lost = QueuedRun(id=1, gpus=2, priority=0, created_at=T0 - timedelta(seconds=STARVE + 1))
+    lost = dataclasses.replace(lost, message_lost=True)
+    decision = pick([lost, run(2, 1, age=1)], {"h": [0]}, T0, STARVE)
+    assert decision.starts == {2: Placement("h", (0,))}
+    assert decision.waiting == {1: MESSAGE_LOST}
+    # Nor does it take GPUs it would fit on: a run behind it starts there.
+    lost_small = dataclasses.replace(run(1, 1, age=5), message_lost=True)
+    assert starts([lost_small, run(2, 1, age=1)], {"h": [0]}) == {2: Placement("h", (0,))}

@@ -106,6 +106,24 @@ def test_an_override_cannot_point_a_run_outside_the_workspace(client, user_heade
         ({"script": "api_tests/train.py", "args": "--lr 1"}, ["args"], "valid list"),
         ({"script": "api_tests/train.py", "entry": "main"}, ["entry"], "Extra inputs"),
         ({"script": 3}, ["script"], "valid string"),
+        # issue 29: a run's `env` never sets the service's variables nor the worker's
+        ({"script": "api_tests/train.py", "env": {"TORCHYARD_X": "1"}}, ["env"], "TORCHYARD_X"),
+        (
+            {
+                "script": "api_tests/train.py",
+                "env": {"HF_HUB_OFFLINE": "1", "AWS_SECRET_ACCESS_KEY": "k"},
+            },
+            ["env"],
+            "AWS_SECRET_ACCESS_KEY",
+        ),
+        ({"script": "api_tests/train.py", "env": {"my_token": "t"}}, ["env"], "my_token"),
+        (
+            {"script": "api_tests/train.py", "env": {"CUDA_VISIBLE_DEVICES": "0"}},
+            ["env"],
+            "CUDA_VISIBLE_DEVICES: set by the worker",
+        ),
+        ({"script": "api_tests/train.py", "env": {"A=B": "x"}}, ["env", "A=B"], "pattern"),
+        ({"script": "api_tests/train.py", "env": {"X": 1}}, ["env", "X"], "valid string"),
     ],
 )
 def test_malformed_script_configs_are_422_at_the_field(

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import struct
+import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +24,10 @@ from torch.utils.tensorboard import SummaryWriter
 from app.db import session_scope
 from app.metrics.service import count_points, list_keys, read_series
 from app.runs.models import Run
+from app.runs.notices import MAX_TENSORBOARD_NOTES, notice_lines
+from tests.conftest import REPO
 from tests.factories import admin_run, make_run
-from worker import tfrecord
+from worker import tensorboard_events, tfrecord
 from worker.forwarder import forward
 from worker.tensorboard_events import clear_cache, forward_events
 
@@ -426,6 +431,60 @@ def test_what_is_not_ingested_is_named_once_in_the_runs_log(
     assert any("TensorBoard text (tag 'notes/text_summary')" in line for line in lines)
     assert any("TensorBoard audio (tag 'sound')" in line for line in lines)
     assert all("scalars, images and hparams are read from event files" in line for line in lines)
+    # the same sentences on the run (the run page and GET /api/runs/{id} show notice_lines)
+    with db_sessions() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        assert sorted(notice_lines(run.notices)) == sorted(line[11:] for line in lines)
+
+
+def test_a_worker_without_tensorboard_names_the_event_files_on_the_run_once(
+    tmp_path: Path, db_sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: a worker without the package ingested nothing and said so only on its own
+    console; now the run's notices and log say it (once, however many batches)."""
+    run_id = new_run(db_sessions)
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    writer.add_scalar("loss", 1.0, 1)
+    writer.flush()
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
+    tensorboard_events._tensorboard_available.cache_clear()
+    try:
+        assert pump(run_id, tmp_path, db_sessions) == 0
+        writer.add_scalar("loss", 0.5, 2)
+        writer.flush()
+        assert pump(run_id, tmp_path, db_sessions) == 0
+    finally:
+        monkeypatch.undo()
+        tensorboard_events._tensorboard_available.cache_clear()
+        writer.close()
+    assert series(run_id, db_sessions) == {}
+    with db_sessions() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        assert notice_lines(run.notices) == [tensorboard_events.MISSING_PACKAGE]
+    lines = (tmp_path / "output.log").read_text().splitlines()
+    assert lines == [f"torchyard: {tensorboard_events.MISSING_PACKAGE}"]
+
+
+def test_notes_on_the_run_are_capped_whatever_plugin_names_a_job_invents(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    run_id = new_run(db_sessions)
+    events = [
+        tensor_event(f"t{i}", 1, TensorProto(dtype=DT_FLOAT, float_val=[1.0]), f"plugin{i}")
+        for i in range(MAX_TENSORBOARD_NOTES + 5)
+    ]
+    write_events(tmp_path, *(e.SerializeToString() for e in events), scalar_event("loss", 2.0, 1))
+    while pump(run_id, tmp_path, db_sessions):
+        pass
+    assert series(run_id, db_sessions)["loss"]["value"] == [2.0]
+    with db_sessions() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        assert len(notice_lines(run.notices)) == MAX_TENSORBOARD_NOTES
+    assert len((tmp_path / "output.log").read_text().splitlines()) == MAX_TENSORBOARD_NOTES
 
 
 # --- hostile bytes: hparams, images, record sizes, garbage ------------------------------------
@@ -683,6 +742,21 @@ def test_scalars_under_sys_are_not_stored_and_said_once(
         assert list_keys(session, run_id=run_id) == ["loss"]
     lines = (tmp_path / "output.log").read_text().splitlines()
     assert len(lines) == 1 and "TensorBoard scalars under sys/ (tag 'sys/cpu_percent')" in lines[0]
+
+
+def test_the_server_extra_installs_tensorboard_and_the_tests_rely_on_it() -> None:
+    """Issue 29: after the README's install (`make up`: the server extra) a SummaryWriter
+    script's scalars arrive. The test extra does not add tensorboard of its own, so every
+    SummaryWriter test here and in test_e2e_*.py runs with what the server extra installs."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+
+    def names(extra: str) -> set[str]:
+        return {re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0] for req in extras[extra]}
+
+    assert "tensorboard" in names("server")
+    assert "tensorboard" not in names("test") and "torchyard[server]" in extras["test"]
 
 
 def test_event_files_behind_a_link_are_never_found(tmp_path: Path) -> None:

@@ -48,6 +48,41 @@ DISTRIBUTED_VARS = (
     "TORCHELASTIC_USE_AGENT_STORE",
 )
 
+# --- the environment a job gets -----------------------------------------------------------
+# The worker's own variables never reach a job (worker.sandbox.job_environment), and a run's
+# config `env` may not set them (app.experiments.config.RunConfig): torchyard's own, the
+# database, the broker, the cloud credentials (the artifact store) and anything named like a
+# credential. They are the service's, not the member's whose code runs.
+SERVER_VARIABLE_PREFIXES = ("TORCHYARD_", "POSTGRES", "PG", "REDIS", "AWS_", "AZURE_", "GOOGLE_")
+SERVER_VARIABLE_WORDS = ("PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "API_KEY", "ACCESS_KEY")
+# What the worker and the launcher set themselves (the GPU lease, the seed, the sandbox's
+# HOME, torchrun's ranks): a config's `env` may not change them either.
+WORKER_SET_VARS = (
+    "HOME",
+    "TMPDIR",
+    "PATH",
+    "PYTHONPATH",
+    "PYTHONHASHSEED",
+    "PYTHONUNBUFFERED",
+    "VIRTUAL_ENV",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "NVIDIA_VISIBLE_DEVICES",
+    LOG_LINE_PREFIX_VAR,
+    *DISTRIBUTED_VARS,
+)
+
+
+def is_server_variable(name: str) -> bool:
+    """Whether a variable is the service's own (SERVER_VARIABLE_PREFIXES and _WORDS)."""
+    upper = name.upper()
+    return upper.startswith(SERVER_VARIABLE_PREFIXES) or any(
+        word in upper for word in SERVER_VARIABLE_WORDS
+    )
+
+
 # --- metric keys ----------------------------------------------------------------------------
 # The worker's system series of a run (sys/cpu_percent, sys/rss_mb, sys/gpu<i>/...: step =
 # seconds since the run started). Only the worker writes them: a spool line of the job with

@@ -33,6 +33,7 @@ from app.metrics.ingest import KeyLimit, ingest_steps
 from app.notifications.triggers import metrics_arrived
 from app.runs import checkpoint_records, ingest_offsets, lifecycle, log_store
 from app.runs.job_files import FileRefused, open_job_file
+from app.runs.params import record_reported
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import artifacts, spool_lines
@@ -183,6 +184,8 @@ def _forward_lines(
             checkpoint_records.record(session, run_id=run_id, records=parsed.checkpoints)
         if parsed.steps:
             ingest_steps(session, run_id=run_id, steps=parsed.steps, key_limit=key_limit)
+        if parsed.params:  # MLflow params logged inside the job (torchyard.mlflow_store)
+            record_reported(session, run_id=run_id, values=parsed.params)
         if parsed.nulls:  # a NaN/inf value (written as null): its owner may be told
             metrics_arrived(session, run_id=run_id, steps=parsed.steps)
         if parsed.checkpoints:  # after the points: the best is ranked by their values

@@ -19,6 +19,9 @@ Every job gets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, overriding an inherited value: 
 NVML indices (worker/gpus.py), and NVML numbers devices by PCI bus id while CUDA by default
 numbers them fastest first. On a box with mixed GPUs, ``CUDA_VISIBLE_DEVICES=1`` would then
 name another card than the lease's, one the scheduler may have leased to another run.
+
+Every job gets ``MLFLOW_TRACKING_URI=torchyard:job``, overriding an inherited value: MLflow in
+the job logs into the job's own run through torchyard.mlflow_store, network or not.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from torchyard.contract import (
 from worker.workspace import script_argv
 
 JOB_MODULE = "torchyard.job"
+# torchyard.mlflow_store.TRACKING_URI (that module imports mlflow, which the worker need not have)
+MLFLOW_TRACKING_URI = "torchyard:job"
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
         cwd = spec.script.parent
     nproc = run.nproc
     env = dict(spec.base_env)
+    env.update(config.env)  # the run's own (RunConfig refuses the service's and the worker's)
     env.update(
         {
             RUN_ID_VAR: str(spec.run_id),
@@ -107,6 +113,8 @@ def build_launch(spec: LaunchSpec) -> Launch:
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             # SummaryWriter() without a log_dir writes here (torchyard.runtime.tensorboard_defaults)
             TENSORBOARD_DIR_VAR: str(paths.tensorboard),
+            # MLflow logs into this run's spool, whatever the job's network (torchyard.mlflow_store)
+            "MLFLOW_TRACKING_URI": MLFLOW_TRACKING_URI,
         }
     )
     if spec.script is not None and isinstance(config, ScriptConfig):

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Literal
 
 from app.runs.job_files import within
+from torchyard.contract import is_server_variable
 from worker.launcher import Launch
 
 log = logging.getLogger(__name__)
@@ -81,12 +82,10 @@ DROP_PRIVILEGES = (
     "--inh-caps=-all",
 )
 PROBE_TIMEOUT_SECONDS = 30.0
-# The worker's variables a job does not get: torchyard's settings (database and broker URLs,
-# secret key, admin password), the team deployment's .env (POSTGRES_PASSWORD, cloud keys of
-# the artifact store) and anything named like a credential. They are the service's, not the
-# member's whose code runs.
-SERVER_VARIABLE_PREFIXES = ("TORCHYARD_", "POSTGRES", "PG", "REDIS", "AWS_", "AZURE_", "GOOGLE_")
-SERVER_VARIABLE_WORDS = ("PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "API_KEY", "ACCESS_KEY")
+# The worker's variables a job does not get (torchyard.contract.is_server_variable):
+# torchyard's settings (database and broker URLs, secret key, admin password), the team
+# deployment's .env (POSTGRES_PASSWORD, cloud keys of the artifact store) and anything named
+# like a credential.
 
 Mode = Literal["auto", "bwrap", "off"]
 
@@ -217,12 +216,7 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
 
 def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The worker's environment without what is the service's own (SERVER_VARIABLE_*)."""
-    return {
-        name: value
-        for name, value in environ.items()
-        if not name.upper().startswith(SERVER_VARIABLE_PREFIXES)
-        and not any(word in name.upper() for word in SERVER_VARIABLE_WORDS)
-    }
+    return {name: value for name, value in environ.items() if not is_server_variable(name)}
 
 
 def interpreter_paths() -> tuple[Path, ...]:

@@ -1,7 +1,7 @@
 """What a line of a job's metrics spool may be, and why one is refused.
 
 The spool is written by the job, someone's code: any line may be anything. A line that is not
-one of the two record types below, well formed, is skipped and counted on the run by reason
+one of the record types below, well formed, is skipped and counted on the run by reason
 (app.runs.notices); the lines around it are kept. Nothing in a line can make the batch fail:
 every value that reaches the database was checked here first (a key it cannot store, a step
 beyond its 64-bit column, text that is not UTF-8).
@@ -9,6 +9,11 @@ beyond its 64-bit column, text that is not UTF-8).
     {"type": "metrics", "step": int64, "time": finite number, "values": {key: number|null}}
     {"type": "checkpoint", "name": str, "path": str, "epoch": int32, "step": int64,
      "size_bytes": int64 >= 0, ...}
+    {"type": "params", "values": {name: string|number|bool}}
+
+A params line is what an MLflow client inside the job logged as params
+(torchyard.mlflow_store): stored as the run's reported params, like TensorBoard hparams
+(``hparams.<name>``, app.runs.params.record_reported, which bounds their count and size).
 
 A key is 1-255 characters of valid text (no lone surrogate, no NUL), not under `sys/` (the
 worker's system series, worker/system_metrics.py: a job must not forge or block them). A
@@ -56,6 +61,9 @@ def too_long(limit: int) -> str:
     return f"longer than the spool line limit of {size_text(limit)}"
 
 
+BAD_PARAMS = "a params line whose values are not an object of names to strings or numbers"
+
+
 def bad_checkpoint(name: str) -> str:
     return f"a checkpoint line without a valid {name!r}"
 
@@ -73,6 +81,8 @@ class Parsed:
     steps: list[Step] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    # name -> value of the params lines, later lines winning
+    params: dict[str, Any] = field(default_factory=dict)
     # False only when no metrics value is null (non-finite): known for free on the fast path
     # (the set of value types), so the NaN notification (app.notifications.triggers) walks
     # the lines only of a batch that has one.
@@ -142,6 +152,23 @@ def check_checkpoint(record: Mapping[str, Any]) -> dict[str, Any]:
     return dict(record)
 
 
+_PARAM_TYPES = (str, int, float, bool)
+
+
+def check_params(record: Mapping[str, Any]) -> dict[str, Any]:
+    values = record.get("values")
+    if not isinstance(values, dict):
+        raise BadLine(BAD_PARAMS)
+    for name, value in values.items():
+        if not (isinstance(name, str) and _valid_text(name) and name):
+            raise BadLine(BAD_PARAMS)
+        if not isinstance(value, _PARAM_TYPES) or (
+            isinstance(value, str) and not _valid_text(value)
+        ):
+            raise BadLine(BAD_PARAMS)
+    return {"type": "params", "values": values}
+
+
 def _non_finite(_constant: str) -> None:
     return None
 
@@ -160,8 +187,8 @@ def _load(raw: bytes) -> Any:
 
 
 def check_line(raw: bytes) -> Step | dict[str, Any] | None:
-    """One spool line: a metrics Step, a checkpoint record, or None for another record type;
-    BadLine(reason) for anything else."""
+    """One spool line: a metrics Step, a checkpoint or params record, or None for another
+    record type; BadLine(reason) for anything else."""
     record = _load(raw)
     if not isinstance(record, dict):
         raise BadLine(NOT_OBJECT)
@@ -170,6 +197,8 @@ def check_line(raw: bytes) -> Step | dict[str, Any] | None:
         return check_metrics(record)
     if kind == "checkpoint":
         return check_checkpoint(record)
+    if kind == "params":
+        return check_params(record)
     return None
 
 
@@ -215,6 +244,9 @@ def _fast(chunk: bytes, lines: int) -> Parsed | None:
             parsed.checkpoints = [
                 check_checkpoint(r) for r in records if r.get("type") == "checkpoint"
             ]
+            for r in records:
+                if r.get("type") == "params":
+                    parsed.params.update(check_params(r)["values"])
         except BadLine:
             return None
     return parsed
@@ -235,6 +267,8 @@ def parse_spool(chunk: bytes) -> Parsed:
             continue
         if isinstance(record, tuple):
             parsed.steps.append(record)
+        elif record is not None and record.get("type") == "params":
+            parsed.params.update(record["values"])
         elif record is not None:
             parsed.checkpoints.append(record)
     return parsed

@@ -11,6 +11,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from app.broker import RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
 from app.periodic import Process, Runner, for_process
+from app.runs.dispatch import current_message
 from app.runs.reaper import use_local_jobs
 from app.scheduled import JOBS
 from app.settings import get_settings
@@ -43,11 +44,15 @@ def _stop_running_jobs(**_kwargs: Any) -> None:
 
 
 @celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # Celery has no type hints
-def run_training(self: Task, run_id: int) -> str | None:
+def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
+    """``dispatch``: the message's number (app.runs.dispatch); a message sent before its run
+    was re-sent is dropped here, so a lost-and-found duplicate never runs anything."""
     if SHUTTING_DOWN.is_set():
         # A worker on its way out starts nothing (not even a run it just requeued itself):
         # the task goes back to the broker for the next worker.
         raise self.retry(countdown=0, max_retries=None)
+    if not current_message(run_id, dispatch):
+        return None
     outcome = execute_run(run_id)
     if outcome is not NotRun.WAITING:
         return None if outcome is NotRun.GONE else outcome.value

@@ -15,8 +15,9 @@ the framing, the CRC checks, the size cap of a record and where an incomplete tr
 stops a read), decoded by `worker.tensorboard_decode` (what is taken from an event), and
 stored by app.metrics.ingest (points), app.runs.params (hparams, as `hparams.<name>`) and
 app.runs.images (images, with their caps). Everything else (histograms, text, audio, graphs,
-...) is skipped, and named once in the run's log, as is every cap hit; file_version events
-silently.
+...) is skipped, and named once on the run (its notices: the run page, GET /api/runs/{id})
+and in its log, as is every cap hit and a worker without the tensorboard package; file_version
+events silently.
 
 Keys: the tag. `add_scalars(main, {"train": a, "val": b})` writes tag `main` into the
 sub-directories `<log_dir>/<main with "/" as "_">_train/` and `..._val/`; such a file (its
@@ -102,8 +103,6 @@ class _RunState:
     per_file: dict[str, _FileState] = field(default_factory=dict)
     # file -> (offset of a length failing its CRC, file size then): retried once the file grows
     corrupt: dict[str, tuple[int, int]] = field(default_factory=dict)
-    warned_missing_package: bool = False
-    named: set[str] = field(default_factory=set)  # kinds not ingested, said in the log already
 
 
 _STATES: OrderedDict[int, _RunState] = OrderedDict()
@@ -204,14 +203,8 @@ def forward_events(
     if not state.files:
         return 0
     if not _tensorboard_available():
-        if not state.warned_missing_package:
-            state.warned_missing_package = True
-            log.warning(
-                "run %s wrote TensorBoard event files but the tensorboard package is not "
-                "installed in the worker; nothing of them is ingested (pip install "
-                "'torchyard[tensorboard]')",
-                run_id,
-            )
+        if _say(session, run_id, run_dir, {"package": MISSING_PACKAGE}):
+            log.warning("run %s: %s", run_id, MISSING_PACKAGE)
         return 0
     event_dirs = {posixpath.dirname(f) for f in state.files}
     decoded = Decoded()
@@ -270,15 +263,26 @@ def forward_events(
         hit = store_images(session, run_id=run_id, images=decoded.images, caps=caps)
         for image_limit, tag in hit.items():
             notes[f"images {image_limit.value}"] = _image_note(image_limit, tag, caps)
-    new = {k: n for k, n in notes.items() if k not in state.named}
-    if new:
-        state.named.update(new)
-        note_in_log(run_dir, *(new[k] for k in sorted(new)))
+    _say(session, run_id, run_dir, notes)
     ingest_offsets.advance_tensorboard(session, run_id=run_id, offsets=offsets)
     return consumed
 
 
-# --- what the run's log says about TensorBoard data not kept -------------------------------
+# --- what the run says about TensorBoard data not kept -------------------------------------
+
+MISSING_PACKAGE = (
+    "TensorBoard event files written by this run are not shown: the worker has no tensorboard "
+    "package (it comes with torchyard's server extra: pip install 'torchyard[server]')"
+)
+
+
+def _say(session: Session, run_id: int, run_dir: Path, notes: dict[str, str]) -> bool:
+    """Name on the run (its notices) and in its log what is not shown, each note once per
+    run: the notices, in the batch's transaction, remember what was said."""
+    new = ingest_offsets.note_tensorboard(session, run_id=run_id, notes=notes)
+    if new:
+        note_in_log(run_dir, *(new[k] for k in sorted(new)))
+    return bool(new)
 
 
 def _mb(n: int) -> str:

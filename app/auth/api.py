@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.security import OAuth2PasswordRequestForm
 
+from app.auth import token_use
 from app.auth.deps import CurrentUser, request_token
 from app.auth.schemas import TokenCreate, TokenCreated, TokenInfo, TokenOut
 from app.auth.service import (
@@ -66,7 +67,12 @@ def read_me(user: CurrentUser) -> UserOut:
 @router.get("/tokens", response_model=list[TokenInfo])
 def list_tokens(session: SessionDep, user: CurrentUser) -> list[TokenInfo]:
     """Your tokens (browser sessions included), newest first; secrets are never shown again."""
-    return [TokenInfo.model_validate(t) for t in tokens_of(session, user=user)]
+    return [
+        TokenInfo.model_validate(t).model_copy(
+            update={"last_used_at": token_use.last_used(t.id, t.last_used_at)}
+        )
+        for t in tokens_of(session, user=user)
+    ]
 
 
 @router.post(

@@ -59,7 +59,7 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # Stamped at most once a minute (app.auth.service.check_token), not on every request.
+    # Written by app.auth.token_use's flush, never by the request that used the token.
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 

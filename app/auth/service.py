@@ -11,7 +11,7 @@ from functools import lru_cache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.auth import ratelimit
+from app.auth import ratelimit, token_use
 from app.auth.models import ApiToken, Role, User
 from app.auth.security import (
     generate_password,
@@ -28,9 +28,6 @@ from app.timeutil import as_utc, utcnow
 ADMIN_USERNAME = "admin"
 # The name of the token a browser login makes (its session cookie holds it).
 BROWSER_SESSION = "browser"
-# A token's last use is written at most this often: a stamp on every request would turn each
-# read (and each event stream's 5 s re-check) into a database write.
-LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -141,10 +138,8 @@ def check_token(session: Session, *, token: str) -> User | str:
         return f"token revoked at {as_utc(row.revoked_at).isoformat()}: create a new one"
     if row.expires_at is not None and as_utc(row.expires_at) <= utcnow():
         return f"token expired at {as_utc(row.expires_at).isoformat()}: log in again"
-    now = utcnow()
-    if row.last_used_at is None or as_utc(row.last_used_at) <= now - LAST_USED_RESOLUTION:
-        row.last_used_at = now
-        session.flush()
+    # Noted in memory, written later off the request path: a read request writes nothing.
+    token_use.note(row.id, utcnow())
     return user
 
 

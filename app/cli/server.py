@@ -23,6 +23,8 @@ from app.cli.client import CliError
 
 # How long the server may take to stop; the worker gets its shutdown grace plus this.
 STOP_TIMEOUT_SECONDS = 20.0
+# How long uvicorn lets open responses finish after SIGTERM before it cuts them.
+GRACEFUL_SHUTDOWN_SECONDS = 3
 # The folder that holds our `app` package: site-packages, or the checkout (editable install).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # One module of each part of the `server` extra these commands cannot start without.
@@ -90,6 +92,10 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
         # uvicorn believes X-Forwarded-For from 127.0.0.1 by default, so any local proxy (or
         # process) could pick its client address; the app does it only for trusted_proxies.
         "--no-proxy-headers",
+        # A response still open this long after SIGTERM is cut, so a stop (an upgrade, `up`
+        # restarting it) takes seconds; the event streams end at once (app/ops/shutdown.py).
+        "--timeout-graceful-shutdown",
+        str(GRACEFUL_SHUTDOWN_SECONDS),
         *(["--workers", str(workers)] if workers > 1 else []),
     ]
 

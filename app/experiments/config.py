@@ -26,6 +26,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -33,7 +34,7 @@ from app.errors import FieldError, Invalid, field_error
 from app.experiments.environment import Environment
 from app.experiments.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 from app.settings import get_settings
-from torchyard.contract import RunSpec
+from torchyard.contract import WORKER_SET_VARS, RunSpec, is_server_variable
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
 
 if TYPE_CHECKING:
@@ -86,6 +87,10 @@ class CheckpointRetention(BaseModel):
     mode: Literal["max", "min"] = Field("max", description="whether a larger metric is better")
 
 
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=100)]
+EnvValue = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]
+
+
 class RunConfig(BaseModel):
     """What every run config has, recipe or script (each a subclass: ``run_config``)."""
 
@@ -103,6 +108,22 @@ class RunConfig(BaseModel):
     )
     checkpoints: CheckpointRetention = Field(default_factory=CheckpointRetention)
     environment: Environment = Field(default_factory=Environment)
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        max_length=100,
+        description="environment variables of the job (HF_HUB_OFFLINE, WANDB_MODE, ...); "
+        "not the service's own (TORCHYARD_*, credential-like names) nor what the worker sets",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_the_runs(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if is_server_variable(name):
+                raise ValueError(f"{name}: the service's own variables cannot be set by a run")
+            if name.upper() in WORKER_SET_VARS:
+                raise ValueError(f"{name}: set by the worker for every job")
+        return env
 
     def run_spec(self) -> RunSpec:
         """How to launch it, for code that takes no pydantic model (torchyard.contract)."""
@@ -115,9 +136,11 @@ class RunConfig(BaseModel):
 
     def stored(self) -> dict[str, Any]:
         """The JSON a run stores, the API answers and the job reads (defaults filled in); a
-        workspace script's config has no ``code`` or ``code_origin`` key, as before they
-        existed."""
+        workspace script's config has no ``code`` or ``code_origin`` key, and one without
+        variables no ``env``, as before they existed."""
         dumped: dict[str, Any] = self.model_dump(mode="json")
+        if not dumped.get("env"):
+            dumped.pop("env", None)
         for key in ("code", "code_origin"):
             if key in dumped and dumped[key] is None:
                 del dumped[key]

@@ -10,6 +10,8 @@ Rules, in this order:
 - a run that needs more GPUs than any known host has can never fit: it blocks nobody (and a
   new run like it is refused: `never_fits` is that rule, for both);
 - gpus: 0 runs need nothing and are never blocked;
+- a run whose broker message is lost (app.runs.dispatch) can start only once it is sent again:
+  it takes no GPUs here and never holds up another run, however long it has waited;
 - with no host at all (known to be none: `capacity_by_host` empty) nothing starts, and every
   run waits for a worker to come.
 """
@@ -19,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+# Why a queued run whose message is lost waits (app.runs.dispatch sends it again).
+MESSAGE_LOST = "its task's broker message was lost; it is being sent again"
 
 # Why everything waits when no worker host is live (no host heartbeat within the lease ttl):
 # the run page, the experiment page's runs table and the GPU panel all show these words.
@@ -34,6 +39,7 @@ class QueuedRun:
     gpus: int
     priority: int
     created_at: datetime
+    message_lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,9 @@ def pick(
         return Decision(starts, {run.id: NO_LIVE_HOST for run in queue})
     blocker: QueuedRun | None = None
     for run in queue_order(queue):
+        if run.message_lost:
+            waiting[run.id] = MESSAGE_LOST
+            continue
         if run.gpus == 0:
             starts[run.id] = Placement(None, ())
             continue

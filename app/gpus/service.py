@@ -32,6 +32,7 @@ from app.gpus.schemas import (
     QueuedRunOut,
 )
 from app.runs import lifecycle
+from app.runs.dispatch import message_lost
 from app.runs.models import Run, RunStatus
 from app.timeutil import as_utc, utcnow
 
@@ -141,7 +142,7 @@ def decide(
 
     `host`/`inventory`: the asking host's own fresh inventory (None: only what the database
     knows, e.g. for the GPU panel)."""
-    queue = queued_runs(session)
+    queue = queued_runs(session, now)
     hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
     inventories = {h.host: [int(i) for i in h.gpus] for h in hosts}
     stats = {h.host: h.gpu_stats for h in hosts}
@@ -224,15 +225,20 @@ def queue_reasons(
     return {run_id: reason for run_id, reason in reasons.items() if reason}
 
 
-def queued_runs(session: Session) -> list[QueuedRun]:
+def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun]:
+    """The queue; with ``now``, each run says whether its broker message is lost then."""
     rows = session.execute(
-        select(Run.id, Run.priority, Run.created_at, Run.config).where(
+        select(Run.id, Run.priority, Run.created_at, Run.config, Run.task_seen_at).where(
             Run.status == RunStatus.queued, ~Run.cancel_requested
         )
     )
     return [
         QueuedRun(
-            id=r.id, gpus=run_gpus(r.config), priority=r.priority, created_at=as_utc(r.created_at)
+            id=r.id,
+            gpus=run_gpus(r.config),
+            priority=r.priority,
+            created_at=as_utc(r.created_at),
+            message_lost=now is not None and message_lost(r.task_seen_at, r.created_at, now),
         )
         for r in rows
     ]

@@ -31,11 +31,13 @@ import anyio
 from anyio.lowlevel import RunVar
 from fastapi.sse import ServerSentEvent
 from sqlalchemy import bindparam, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.db import session_scope
+from app.db import database_away, session_scope
 from app.errors import Invalid, TooMany
 from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
+from app.ops import shutdown
 from app.ops.prometheus import EVENT_STREAMS
 from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
@@ -46,6 +48,8 @@ MAX_LOG_CHUNK = 256 * 1024
 # knows the server is gone even when no connection reset told it (a cut network, a frozen
 # proxy), and stops saying "live" (app/static/run.js).
 PING_SECONDS = 10.0
+# The reconnect delay a stream asks for as it ends because the server is stopping.
+RECONNECT_MS = 1000
 # Keys one poll reads: a window of the run's keys (by name), the next window on the next poll.
 KEY_WINDOW = 2000
 
@@ -292,18 +296,34 @@ async def stream(
     then what follows). ``refusal`` is asked every ``recheck_seconds`` whether the client's
     credentials still hold: a stream outlives its request, and a revoked or expired token
     must not keep receiving a run's data; the stream then ends with an ``error`` event.
-    ``user_id``: whose stream it is, for the per-user poll limiter."""
+    ``user_id``: whose stream it is, for the per-user poll limiter. The stream also ends when
+    the server is stopping (app/ops/shutdown.py): the client reconnects with the last event's
+    id to the restarted server, and the stopping one is not held up by a long run."""
     cursor = StreamCursor(run_id=run_id, last_steps=dict(after or {}), log_offset=log_offset)
     next_check = time.monotonic() + recheck_seconds
     last_sent = time.monotonic()
-    while True:
+    while not shutdown.requested():
         if refusal is not None and time.monotonic() >= next_check:
-            reason = await _in_pool(user_id, refusal)
+            try:
+                reason = await _in_pool(user_id, refusal)
+            except DBAPIError as e:
+                if not database_away(e):
+                    raise
+                reason = None  # checked again at the next recheck
             if reason is not None:
                 yield ServerSentEvent(event="error", data={"detail": reason})
                 return
             next_check = time.monotonic() + recheck_seconds
-        events, done = await _in_pool(user_id, poll, cursor)
+        try:
+            events, done = await _in_pool(user_id, poll, cursor)
+        except DBAPIError as e:
+            if not database_away(e):
+                raise
+            # The database is away for a moment (a cut connection, a restart): poll again
+            # on a fresh connection. The sweep starts over, so points that poll read and
+            # never sent are read again (last_steps moved only for what was sent).
+            cursor.window_start = None
+            events, done = [], False
         for event in events:
             yield event
         if done:
@@ -316,3 +336,5 @@ async def stream(
         else:
             yield ServerSentEvent(comment="keep-alive")
         await anyio.sleep(interval)
+    # Stopping: reconnect soon (to the restarted server), from the last event's id.
+    yield ServerSentEvent(comment="server stopping", retry=RECONNECT_MS)

@@ -46,6 +46,17 @@ def note_dropped_points(session: Session, *, run_id: int, limit: int, points: in
         session.flush()
 
 
+def note_tensorboard(session: Session, *, run_id: int, notes: Mapping[str, str]) -> dict[str, str]:
+    """What the run's event files hold that is not shown, said on the run (app.runs.notices);
+    returns the notes new to the run."""
+    run = session.get(Run, run_id)
+    if run is None or not notes:
+        return {}
+    new = notices.add_tensorboard_notes(run, notes)
+    session.flush()
+    return new
+
+
 def tensorboard_offsets(session: Session, *, run_id: int) -> dict[str, int] | None:
     """Bytes read of each event file, by path under the run directory ({} before the first);
     None for no such run."""

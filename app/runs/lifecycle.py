@@ -66,11 +66,12 @@ def _running(run_id: int, attempt: int) -> Update:
     )
 
 
-def enqueue_run(run_id: int) -> None:
-    """Hand the run to the broker; any worker of any host may take it."""
+def enqueue_run(run_id: int, dispatch: int) -> None:
+    """Hand the run to the broker, as its message number ``dispatch`` (app.runs.dispatch); any
+    worker of any host may take it."""
     from app.broker import send_run
 
-    send_run(run_id)
+    send_run(run_id, dispatch)
 
 
 def enqueue_sweep_advance(sweep_id: int) -> None:
@@ -111,12 +112,14 @@ def queue(
         resume_from=resume_from,
         priority=priority,
         sweep_id=sweep_id,
+        dispatch=0,
+        task_seen_at=utcnow(),
     )
     session.add(run)
     session.flush()
     run_id = run.id
     record_config(session, run_id=run_id, config=config)  # born with its params (issue 17 sorts)
-    after_commit(session, lambda: enqueue_run(run_id))
+    after_commit(session, lambda: enqueue_run(run_id, 0))
     return run
 
 
@@ -321,11 +324,15 @@ def requeue(
             gpu_indices=None,
             heartbeat_at=None,
             error=f"attempt {attempt}: {reason}; requeued as attempt {attempt + 1}",
+            # A new message: the old attempt's, if the broker ever gives it back, is dropped.
+            dispatch=Run.dispatch + 1,
+            task_seen_at=utcnow(),
         ),
     )
     if done:
         release_leases(session, run_id=run_id)
-        after_commit(session, lambda: enqueue_run(run_id))
+        dispatch = session.scalar(select(Run.dispatch).where(Run.id == run_id)) or 0
+        after_commit(session, lambda: enqueue_run(run_id, dispatch))
     session.flush()
     return done
 

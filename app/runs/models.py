@@ -75,6 +75,11 @@ class Run(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # 1 for the first try; a requeue after a lost worker (max_restarts) counts up.
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The number of the queued run's current broker message (each message carries it; an
+    # older one is dropped on delivery), and when that message last came by a worker: a queued
+    # run not seen for queue_resend_seconds lost its message and is sent again (app.runs.dispatch).
+    dispatch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    task_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Bytes of output.log already shipped to run_log_chunks (app.runs.log_store).
     log_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # What ingestion kept out of the run: spool lines skipped by reason, limits hit, an error

@@ -5,8 +5,12 @@ transaction that moves the spool offset (so a replayed batch is not counted twic
 
 Stored as JSON: ``{"skipped": {reason: lines}, "keys": {"limit": n, "points": dropped},
 "log": {"limit": bytes, "kept": bytes}, "error": text, "stopped_early": {"reason": text,
-"at": ISO time}}``, every part optional. ``stopped_early`` is no ingestion note: the sweep's
-early-stopping rule cancelled the run (app.sweeps.early_stop), said where people look.
+"at": ISO time}, "tensorboard": {about: sentence}}``, every part optional. ``tensorboard``:
+what the run wrote to its event files that is not shown (histograms, audio, graphs, a cap hit,
+no tensorboard package in the worker), one sentence per kind (worker.tensorboard_events says
+which), at most MAX_TENSORBOARD_NOTES: a job chooses its plugin names. ``stopped_early`` is
+no ingestion note: the sweep's early-stopping rule cancelled the run (app.sweeps.early_stop),
+said where people look.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sqlalchemy.orm import Session
 from app.runs.models import Run
 
 MAX_ERROR_CHARS = 500
+MAX_TENSORBOARD_NOTES = 20
 
 
 def size_text(n: int) -> str:
@@ -70,6 +75,19 @@ def ingest_error(run: Run, error: str) -> None:
     _update(run, error=error[:MAX_ERROR_CHARS])
 
 
+def add_tensorboard_notes(run: Run, notes: Mapping[str, str]) -> dict[str, str]:
+    """Say on the run what of its event files is not shown; returns the notes it did not hold
+    yet (those the caller says in the run's log too, so each is said once, across workers)."""
+    held = dict((run.notices or {}).get("tensorboard") or {})
+    new = {}
+    for about in sorted(notes):
+        if about not in held and len(held) < MAX_TENSORBOARD_NOTES:
+            held[about] = new[about] = notes[about][:MAX_ERROR_CHARS]
+    if new:
+        _update(run, tensorboard=held)
+    return new
+
+
 def note_ingest_error(session: Session, *, run_id: int, error: str) -> None:
     """ingest_error by the run's id, in a unit of work of its own (the worker's ingestion
     steps say their first error here after their own unit of work was rolled back)."""
@@ -106,6 +124,8 @@ def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
         lines.append(
             f"log limit reached ({size_text(log['limit'])}): the output after it is not kept"
         )
+    tensorboard = notices.get("tensorboard") or {}
+    lines.extend(str(tensorboard[about]) for about in sorted(tensorboard))
     if notices.get("error"):
         lines.append(f"ingestion stopped by an error: {notices['error']}")
     early = stopped_early_reason(notices)

@@ -1,5 +1,7 @@
 """A Hugging Face Trainer on a tiny GPT-2 built from a config (no download), with no torchyard
-code: report_to tensorboard, logging_steps=1, a checkpoint-N/ folder saved by the Trainer."""
+code: report_to tensorboard, logging_steps=1, a checkpoint-N/ folder saved by the Trainer.
+``--report-to mlflow`` reports to MLflow instead, with nothing MLflow-specific configured
+(tests/test_e2e_mlflow_job.py)."""
 
 import argparse
 import time
@@ -33,6 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--report-to", default="tensorboard")
     args = parser.parse_args()
     config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
     model = GPT2LMHeadModel(config)
@@ -42,7 +45,7 @@ def main() -> None:
         per_device_train_batch_size=4,
         logging_steps=1,
         save_steps=args.steps // 2,
-        report_to=["tensorboard"],
+        report_to=[args.report_to],
         use_cpu=True,
         disable_tqdm=True,
     )

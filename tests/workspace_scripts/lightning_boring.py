@@ -1,14 +1,16 @@
 """A PyTorch Lightning driver around a BoringModel-style module, with no torchyard code: a
 random dataset, a linear layer, TensorBoardLogger, DDP on CPU with the devices it is told. Its
 hyperparameters reach TensorBoard twice, as Lightning users do: the module's
-save_hyperparameters() (logged by the Trainer) and an explicit logger.log_hyperparams()."""
+save_hyperparameters() (logged by the Trainer) and an explicit logger.log_hyperparams().
+With ``--logger mlflow`` it logs through Lightning's MLFlowLogger instead, configured as a team
+does for `mlflow server` (nothing torchyard-specific: tests/test_e2e_mlflow_job.py)."""
 
 import argparse
 import time
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger
 from torch.utils.data import DataLoader, Dataset
 
 
@@ -45,8 +47,13 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--logger", choices=["tensorboard", "mlflow"], default="tensorboard")
     args = parser.parse_args()
-    logger = TensorBoardLogger(save_dir=".", name="lightning_logs")
+    logger: Logger
+    if args.logger == "mlflow":
+        logger = MLFlowLogger(experiment_name="lightning_logs", run_name="boring")
+    else:
+        logger = TensorBoardLogger(save_dir=".", name="lightning_logs")
     logger.log_hyperparams({"batch_size": 4, "optimizer": "sgd", "data": {"size": 32}})
     trainer = L.Trainer(
         accelerator="cpu",
