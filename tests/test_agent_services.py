@@ -153,7 +153,7 @@ def test_readopt_takes_back_an_expired_lease_and_heartbeats(sessions: Sessions) 
         session.execute(update(Run).where(Run.id == run_id).values(heartbeat_at=None))
     with sessions.begin() as session:
         found = readopt(session, run_id=run_id, attempt=1, host="agent-readopt")
-    assert found == Readopted(has_leases=True, in_sweep=False)
+    assert found == Readopted(has_leases=True, in_sweep=False, gpu_indices=(3, 4))
     with sessions.begin() as session:
         held = session.scalars(select(GpuLease.gpu_index).where(GpuLease.run_id == run_id))
         assert sorted(held) == [3, 4]

@@ -82,6 +82,7 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
         RunPaths(settings.run_dir(record.run_id)).metrics,
         run.has_leases,
         run.in_sweep,
+        run.gpu_indices,
     )
     thread = threading.Thread(
         target=_supervise_adopted, args=(watched, job), name=f"run-{record.run_id}", daemon=True

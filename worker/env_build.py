@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from worker import sandbox
 from worker.environments import BuildFailed, Cache, Env, pip_argv
@@ -190,10 +191,16 @@ def _keep_alive(run: Watched, thread: threading.Thread, *, interval: float) -> S
         if not thread.is_alive():
             return None
         ingest.step(
-            "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
+            "forward",
+            lambda s: forward(
+                s, run_id=run.run_id, metrics_path=run.metrics_path, attempt=run.attempt
+            ),
+            0,
         )
         standing = heartbeat.check()  # None: the database is away; asked again next round
         if standing is not None and stops_as_cancelled(standing):
             return StopReason.CANCEL
+        if standing is Standing.NOT_OWNED:  # handed over meanwhile: nothing is its any more
+            return StopReason.FENCED
         if SHUTTING_DOWN.is_set():
             return StopReason.SHUTDOWN

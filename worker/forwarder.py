@@ -31,7 +31,7 @@ from typing import NamedTuple
 from app.db import Session
 from app.metrics.ingest import KeyLimit, ingest_steps
 from app.notifications.triggers import metrics_arrived
-from app.runs import checkpoint_records, ingest_offsets, log_store
+from app.runs import checkpoint_records, ingest_offsets, lifecycle, log_store
 from app.runs.job_files import FileRefused, open_job_file
 from app.runs.params import record_reported
 from app.settings import get_settings
@@ -95,7 +95,14 @@ def _may_hold_a_longer_line(chunk: bytes, max_line: int) -> bool:
     return any(chunk.find(b"\n", i, i + block) < 0 for i in range(0, len(chunk) - block + 1, block))
 
 
-def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = False) -> int:
+def forward(
+    session: Session,
+    *,
+    run_id: int,
+    metrics_path: Path,
+    final: bool = False,
+    attempt: int | None = None,
+) -> int:
     """One batch: returns the number of metrics lines and TensorBoard event records moved, plus
     the log chunks written and checkpoint uploads recorded (and, when ``final``, still in
     flight); 0 when nothing under the run directory has anything new.
@@ -103,7 +110,17 @@ def forward(session: Session, *, run_id: int, metrics_path: Path, final: bool = 
     ``final``: the job has ended, so the log's last line goes even without its newline, and
     the answer stays above 0 until every checkpoint is in the artifact store (the drain
     waits for uploads between batches, outside any transaction).
+
+    ``attempt``: the attempt whose spool this is. Its batch is refused (0) once the run is no
+    longer that attempt's (app.runs.lifecycle.holds: requeued by a reaper, finished): a
+    stalled worker's late batch never lands in the next attempt's curve. None: the caller
+    already holds the run in this transaction (the reaper's salvage).
     """
+    if attempt is not None and not lifecycle.holds(session, run_id=run_id, attempt=attempt):
+        log.warning(
+            "run %s: attempt %s no longer owns the run; its batch is refused", run_id, attempt
+        )
+        return 0
     offset = ingest_offsets.metrics_offset(session, run_id=run_id)
     if offset is None:
         return 0

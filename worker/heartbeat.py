@@ -5,8 +5,9 @@ the job starts (worker.env_build).
 Each check asks app.runs.lifecycle.check_in, which stamps the heartbeat (and renews the
 run's GPU leases) when one is due, and answers the attempt's standing. A loop stops the job
 as cancelled when `stops_as_cancelled` says so. NOT_OWNED (the run was handed over under
-this worker, e.g. requeued by a reaper during a long database outage) is said in the log
-once; the loop keeps watching its job, as it always did, until fencing decides otherwise.
+this worker: requeued by a reaper while the worker stalled or the database was away) is
+final: the loop stops the attempt's job at once and stores nothing more of it (the server
+refuses its batches too: app.runs.lifecycle.holds).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Watched:
     has_leases: bool
     # A sweep's trial: judged by the sweep's early-stopping rule as its points arrive.
     in_sweep: bool = False
+    # The GPUs its job runs on: busy on this host until the job is gone (worker.held_gpus).
+    gpus: tuple[int, ...] = ()
 
     def heartbeat(self, session: Session) -> bool:
         return lifecycle.heartbeat(
@@ -57,7 +60,6 @@ class Heartbeat:
         self.run = run
         self.every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
         self._last = time.monotonic()
-        self._said_not_owned = False
 
     def check(self) -> Standing | None:
         """The attempt's standing, in a unit of work of its own; None when the database could
@@ -77,12 +79,4 @@ class Heartbeat:
             return None
         if beat:
             self._last = time.monotonic()
-        if standing is Standing.NOT_OWNED and not self._said_not_owned:
-            self._said_not_owned = True
-            log.warning(
-                "run %s: attempt %s is not this worker's any more (handed over); its job is "
-                "still watched",
-                self.run.run_id,
-                self.run.attempt,
-            )
         return standing

@@ -33,7 +33,16 @@ from app.runs.status import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
 from torchyard.contract import RunPaths
-from worker import artifacts, env_build, job_network, job_records, provenance, sandbox, spool
+from worker import (
+    artifacts,
+    env_build,
+    held_gpus,
+    job_network,
+    job_records,
+    provenance,
+    sandbox,
+    spool,
+)
 from worker import code as code_copy
 from worker.db_retry import with_db
 from worker.environments import BuildFailed, Env, run_requirements
@@ -72,7 +81,9 @@ def start(run_id: int) -> StartResult:
     if so its leases are taken and it is running when this returns."""
     settings = get_settings()
     inv = inventory()
-    stats = gpu_stats(inv)  # read before the transaction: NVML is not quick enough to hold a lock
+    # Read before the transaction (NVML is not quick enough to hold a lock); a GPU a job of
+    # this worker still runs on is busy whatever its lease says (a reaped attempt's job).
+    stats = held_gpus.mark_busy(gpu_stats(inv), inv.gpus)
     try:
         with session_scope() as session:
             return try_start(
@@ -104,7 +115,7 @@ def heartbeat_host() -> None:
             host=inv.host,
             gpus=list(inv.gpus),
             now=utcnow(),
-            gpu_stats=gpu_stats(inv),
+            gpu_stats=held_gpus.mark_busy(gpu_stats(inv), inv.gpus),
         )
 
 
@@ -166,9 +177,8 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         )
         environment_record.store(session, run_id=run_id, record=record)
     in_sweep = claimed.sweep_id is not None
-    watched = Watched(
-        run_id, attempt, RunPaths(run_dir).metrics, bool(claimed.gpu_indices), in_sweep
-    )
+    gpus = tuple(claimed.gpu_indices or ())
+    watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
     try:
         snapshot = code_copy.snapshot_root(run_dir) if code else None  # its requirements.txt
         requirements = run_requirements(config, snapshot)
@@ -178,6 +188,11 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         error = f"could not build the run's environment: {exc}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     held.callback(prepared.release)
+    if prepared.stopped is StopReason.FENCED:  # the next attempt's now: nothing more of this
+        log.warning(
+            "run %s: attempt %s was handed over while its environment was built", run_id, attempt
+        )
+        return RunStatus.queued
     if prepared.stopped is not None:
         drain(watched)
         if prepared.stopped is StopReason.CANCEL:

@@ -10,6 +10,7 @@ When the worker stops while the job trains, the job is detached (left running, i
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from app.db import session_scope
 from app.runs import lifecycle
@@ -18,7 +19,7 @@ from app.runs.recovery import HandoverOutcome, hand_over_attempt
 from app.runs.status import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths
-from worker import job_records
+from worker import held_gpus, job_records
 from worker.db_retry import with_db
 from worker.heartbeat import Watched
 from worker.job_errors import run_error
@@ -57,12 +58,17 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     settings = get_settings()
     run_dir = run.metrics_path.parent
     log_path = RunPaths(run_dir).log
-    stopped_by = watch(
-        run,
-        job,
-        interval=settings.forwarder_interval_seconds,
-        grace=settings.cancel_grace_seconds,
-    )
+    with held_gpus.holding(run.run_id, run.attempt, run.gpus, job.pid):
+        stopped_by = watch(
+            run,
+            job,
+            interval=settings.forwarder_interval_seconds,
+            grace=settings.cancel_grace_seconds,
+        )
+        if stopped_by is StopReason.FENCED:  # its GPUs count as free only once it is gone
+            code = job.wait()
+    if stopped_by is StopReason.FENCED:
+        return fenced(run, run_dir, code)
     if stopped_by is StopReason.DETACH:
         job.detach()
         log.warning(
@@ -97,6 +103,18 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
         status = finish(run.run_id, RunStatus.failed, code, error, attempt=attempt)
     forget(run.run_id)
     return status
+
+
+def fenced(run: Watched, run_dir: Path, code: int | None) -> RunStatus:
+    """The attempt's job was stopped because the run is no longer this attempt's: nothing
+    more of it is stored and the run's status is not this worker's to write. Its record goes
+    only while it is still this attempt's (the next one may run on this host already)."""
+    note_in_log(run_dir, f"attempt {run.attempt} was handed over; every process of it stopped")
+    log.warning("run %s: attempt %s stopped (exit code %s)", run.run_id, run.attempt, code)
+    record = job_records.load(job_records.record_path(run.run_id))
+    if record is None or record.attempt == run.attempt:
+        forget(run.run_id)
+    return RunStatus.queued
 
 
 def forget(run_id: int) -> None:

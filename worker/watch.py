@@ -14,6 +14,7 @@ import threading
 import time
 
 from app.db import Session
+from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from app.sweeps import early_stop
 from worker import artifacts, provenance
@@ -38,10 +39,13 @@ class StopReason(enum.Enum):
     CANCEL = "cancel"  # the run's cancel was requested
     SHUTDOWN = "shutdown"  # the worker shuts down and the grace period is over
     DETACH = "detach"  # the worker stops and leaves the job to the next one (it trains on)
+    FENCED = "fenced"  # the run is no longer this attempt's (reaped while the worker stalled)
 
 
 def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> StopReason | None:
-    """Forward metrics while the job runs; stop it on a cancel request or a worker shutdown.
+    """Forward metrics while the job runs; stop it on a cancel request or a worker shutdown,
+    and at once (no grace: the GPUs may be another attempt's now) when the server answers that
+    the run is no longer this attempt's.
 
     Returns what stopped it, or None when the job ended by itself.
     """
@@ -66,7 +70,11 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
                 default=False,
             )
         moved = ingest.step(
-            "forward", lambda s: forward(s, run_id=run.run_id, metrics_path=run.metrics_path), 0
+            "forward",
+            lambda s: forward(
+                s, run_id=run.run_id, metrics_path=run.metrics_path, attempt=run.attempt
+            ),
+            0,
         )
         if moved and run.in_sweep and not stopped_early:
             # Its own transaction, committed before the cancel check below sees the request.
@@ -77,8 +85,12 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
             backoff.failed()
             continue
         backoff.succeeded()
-        # Standing.NOT_OWNED (handed over under us) is said by the heartbeat; the job is
-        # watched on until it ends (fencing it is issue 27's).
+        if standing is Standing.NOT_OWNED:  # handed over under us: the server's word is final
+            log.warning(
+                "run %s: attempt %s was handed over; stopping its job", run.run_id, run.attempt
+            )
+            job.stop(0.0)
+            return StopReason.FENCED
         if stops_as_cancelled(standing):
             log.info("run %s: cancel requested, stopping its processes", run.run_id)
             # A trial stopped early is discarded (its points are stored already): killed at
@@ -129,7 +141,13 @@ def drain(run: Watched) -> None:
 
     def one_batch(session: Session) -> int:
         run.heartbeat(session)
-        return forward(session, run_id=run.run_id, metrics_path=run.metrics_path, final=True)
+        return forward(
+            session,
+            run_id=run.run_id,
+            metrics_path=run.metrics_path,
+            final=True,
+            attempt=run.attempt,
+        )
 
     for _ in range(10_000):
         if artifacts.uploading(run.run_id):

@@ -254,6 +254,16 @@ def check_in(
     return Standing.NOT_OWNED
 
 
+def holds(session: Session, *, run_id: int, attempt: int) -> bool:
+    """Whether `attempt` still owns the run (running as that attempt), asked by whatever is
+    about to write on the attempt's behalf (the forwarder's batch): the server's word on
+    which attempt owns a run is final, so a late batch of an older attempt is refused here
+    and none of its points lands in a newer attempt's curve. The answer holds to the end of
+    the caller's transaction: it is a guarded UPDATE that changes nothing but takes the row's
+    lock (SQLite: the write lock), so a requeue commits wholly before it or after it."""
+    return _took_effect(session, _running(run_id, attempt).values(attempt=attempt))
+
+
 def finish(
     session: Session,
     *,

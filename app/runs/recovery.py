@@ -152,6 +152,7 @@ class Readopted:
 
     has_leases: bool
     in_sweep: bool
+    gpu_indices: tuple[int, ...] = ()
 
 
 def readopt(
@@ -168,7 +169,9 @@ def readopt(
     gpus = [int(i) for i in (run.gpu_indices or "").split(",") if i]
     retake_leases(session, run_id=run_id, host=host, indices=gpus, now=now)
     lifecycle.heartbeat(session, run_id=run_id, attempt=attempt, renew_leases=bool(gpus), now=now)
-    return Readopted(has_leases=bool(run.gpu_indices), in_sweep=run.sweep_id is not None)
+    return Readopted(
+        has_leases=bool(gpus), in_sweep=run.sweep_id is not None, gpu_indices=tuple(gpus)
+    )
 
 
 def reap_lost_runs(
