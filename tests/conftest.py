@@ -83,10 +83,10 @@ LOCAL_ONLY_MODULES = frozenset(
         "browser.test_pages",  # the DOM contract of docs/ui.md
         "browser.test_parcoords",  # parcoords.js
         "browser.test_run_files",  # the files tree (the API: test_run_files)
-        "browser.test_run_images",  # the images section (the reader: test_tensorboard_media)
+        "browser.test_run_images",  # the images section (the reader: test_runs_images)
         "browser.test_run_lifecycle",  # the form and the live curve (SSE: test_sse_resume)
-        "browser.test_run_label",  # inline edit (PATCH: test_runs_list)
-        "browser.test_runs_table",  # the table's columns and selection (sort SQL: test_runs_list)
+        "browser.test_run_label",  # inline edit (PATCH: test_runs_listing)
+        "browser.test_runs_table",  # the table's columns and selection (sort SQL: test_runs_listing)
         "browser.test_screenshots",  # docs/screenshots
         "browser.test_spike",  # the run page draws one spike among 200,000 points
         "browser.test_sweep_page",  # sweep.js (the sweeps driver: test_e2e_sweeps)
@@ -100,7 +100,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_imports",  # what the client CLI imports
         "test_cli_pack",  # packing a code folder, against a stand-in server
         "test_cli_run_files",  # `torchyard files`, download's fallback (the files API: its own)
-        "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_runs_list)
+        "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_runs_listing)
         "test_cli_users",  # the CLI; its reset-password boxes are SQLite in either pass
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
@@ -127,7 +127,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_job_files",
         "test_job_imports",
         "test_job_network",  # what a sandboxed job reaches (the services' ports on both stacks)
-        "test_job_process",
+        "test_process",
         "test_launcher",
         "test_local_only",  # this list itself
         "test_mlflow_store",  # the in-job tracking store (a file writer)
