@@ -86,7 +86,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "browser.test_run_images",  # the images section (the reader: test_runs_images)
         "browser.test_run_lifecycle",  # the form and the live curve (SSE: test_sse_resume)
         "browser.test_run_label",  # inline edit (PATCH: test_runs_listing)
-        "browser.test_runs_table",  # the table's columns and selection (sort SQL: test_runs_listing)
+        "browser.test_runs_table",  # its columns and selection (sort SQL: test_runs_listing)
         "browser.test_screenshots",  # docs/screenshots
         "browser.test_spike",  # the run page draws one spike among 200,000 points
         "browser.test_sweep_page",  # sweep.js (the sweeps driver: test_e2e_sweeps)
