@@ -51,7 +51,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.store.entities.paged_list import PagedList
 from mlflow.store.tracking.abstract_store import AbstractStore
 
-from torchyard.contract import METRICS_FILE, RUN_DIR_VAR, RUN_ID_VAR, WORK_DIR
+from torchyard.contract import RUN_DIR_VAR, RUN_ID_VAR, RunPaths
 
 SCHEME = "torchyard"
 TRACKING_URI = f"{SCHEME}:job"
@@ -80,8 +80,9 @@ class TorchyardStore(AbstractStore):
             )
         self._run_dir = Path(run_dir)
         self._run_id = run_id
-        self._spool = self._run_dir / METRICS_FILE
-        self._artifacts = self._run_dir / WORK_DIR / ARTIFACT_DIR
+        paths = RunPaths(self._run_dir)
+        self._spool = paths.metrics
+        self._artifacts = paths.work / ARTIFACT_DIR
         self._experiment_name = "Default"
         self._start = int(time.time() * 1000)
         # What this process logged, for get_run (a logger reads its params back rarely).
