@@ -5,17 +5,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.security import OAuth2PasswordRequestForm
 
-from app.auth import token_use
 from app.auth.deps import CurrentUser, request_token
 from app.auth.schemas import TokenCreate, TokenCreated, TokenInfo, TokenOut
 from app.auth.service import (
     LoginRefused,
     create_token,
     issue_token,
+    listed_tokens,
     password_login,
     revoke_token_id,
     token_expiry,
-    tokens_of,
 )
 from app.db import SessionDep
 from app.errors import Invalid, NotFound, TooMany, Unauthorized
@@ -67,12 +66,7 @@ def read_me(user: CurrentUser) -> UserOut:
 @router.get("/tokens", response_model=list[TokenInfo])
 def list_tokens(session: SessionDep, user: CurrentUser) -> list[TokenInfo]:
     """Your tokens (browser sessions included), newest first; secrets are never shown again."""
-    return [
-        TokenInfo.model_validate(t).model_copy(
-            update={"last_used_at": token_use.last_used(t.id, t.last_used_at)}
-        )
-        for t in tokens_of(session, user=user)
-    ]
+    return listed_tokens(session, user=user)
 
 
 @router.post(

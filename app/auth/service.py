@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.auth import ratelimit, token_use
 from app.auth.models import ApiToken, Role, User
+from app.auth.schemas import TokenInfo
 from app.auth.security import (
     generate_password,
     hash_password,
@@ -160,6 +161,18 @@ def token_refusal(token: str) -> str | None:
 def tokens_of(session: Session, *, user: User) -> list[ApiToken]:
     stmt = select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.id.desc())
     return list(session.scalars(stmt))
+
+
+def listed_tokens(session: Session, *, user: User) -> list[TokenInfo]:
+    """A user's tokens as the API and the account page list them: each with its stored last
+    use, or this process's newer one not flushed yet (token_use: reads write nothing), so a
+    token just used shows it on either, and the rows stay unchanged."""
+    return [
+        TokenInfo.model_validate(t).model_copy(
+            update={"last_used_at": token_use.last_used(t.id, t.last_used_at)}
+        )
+        for t in tokens_of(session, user=user)
+    ]
 
 
 def revoke_token_id(session: Session, *, token_id: int, user: User) -> ApiToken | None:

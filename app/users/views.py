@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.auth.deps import request_token
 from app.auth.models import Role, User
 from app.auth.security import generate_password
-from app.auth.service import create_token, revoke_token_id, tokens_of
+from app.auth.service import create_token, listed_tokens, revoke_token_id
 from app.db import SessionDep
 from app.errors import Conflict, Forbidden, Invalid, NotFound
 from app.http_errors import status_of
@@ -41,7 +41,7 @@ def _account(
         request,
         "account.html",
         user=user,
-        tokens=tokens_of(session, user=user),
+        tokens=listed_tokens(session, user=user),
         disk_bytes=disk_by_owner(session, [user.id]).get(user.id, 0),
         min_length=get_settings().password_min_length,
         max_token_days=int(get_settings().token_max_ttl_hours // 24),
