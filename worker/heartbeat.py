@@ -75,7 +75,9 @@ class Heartbeat:
                     beat=beat,
                 )
         except Exception as exc:
-            log.warning("run %s: heartbeat failed (%s)", self.run.run_id, exc)
+            log.warning(
+                "run %s: heartbeat failed (%s); retry in the next round", self.run.run_id, exc
+            )
             return None
         if beat:
             self._last = time.monotonic()
