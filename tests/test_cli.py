@@ -296,6 +296,17 @@ class Cli:
         )
 
 
+def logged_in_cli(live_stack: LiveStack, config: Path) -> Cli:
+    """A CLI logged in as the suite's admin, its config at `config` (each module its own)."""
+    runner = Cli(live_stack, config)
+    login = runner(
+        "login", "--server", live_stack.base_url, "--username", "admin", "--password-stdin",
+        stdin=live_stack.admin_password + "\n",
+    )  # fmt: skip
+    assert login.returncode == 0, login.stderr
+    return runner
+
+
 @pytest.fixture(scope="module")
 def cli(live_stack: LiveStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     config = tmp_path_factory.mktemp("cli") / "config" / "cli.json"

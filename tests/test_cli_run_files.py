@@ -17,7 +17,7 @@ import torch
 from tests.conftest import WORKSPACE_DIR, wait_for_status
 from tests.factories import make_run
 from tests.stack import LiveStack
-from tests.test_cli import Cli
+from tests.test_cli import Cli, logged_in_cli
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +26,7 @@ SCRIPT = Path(__file__).parent / "workspace_scripts" / "lightning_boring.py"
 
 @pytest.fixture(scope="module")
 def cli(live_stack: LiveStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
-    runner = Cli(live_stack, tmp_path_factory.mktemp("cli-files") / "cli.json")
-    login = runner(
-        "login", "--server", live_stack.base_url, "--username", "admin", "--password-stdin",
-        stdin=live_stack.admin_password + "\n",
-    )  # fmt: skip
-    assert login.returncode == 0, login.stderr
-    yield runner
+    yield logged_in_cli(live_stack, tmp_path_factory.mktemp("cli-files") / "cli.json")
 
 
 @pytest.fixture(scope="module")

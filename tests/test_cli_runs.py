@@ -15,20 +15,14 @@ from app.metrics.ingest import ingest_points
 from app.runs.params import record_config
 from tests.factories import make_run
 from tests.stack import LiveStack
-from tests.test_cli import Cli
+from tests.test_cli import Cli, logged_in_cli
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cli(live_stack: LiveStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
-    runner = Cli(live_stack, tmp_path_factory.mktemp("cli-runs") / "cli.json")
-    login = runner(
-        "login", "--server", live_stack.base_url, "--username", "admin", "--password-stdin",
-        stdin=live_stack.admin_password + "\n",
-    )  # fmt: skip
-    assert login.returncode == 0, login.stderr
-    yield runner
+    yield logged_in_cli(live_stack, tmp_path_factory.mktemp("cli-runs") / "cli.json")
 
 
 def test_edit_sets_name_tags_notes_and_ls_filters_and_sorts_by_them(cli: Cli) -> None:
