@@ -56,6 +56,9 @@ TAP_NAME = "tap0"
 TUN_DEVICE = "/dev/net/tun"
 READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 10.0
+# After 127.0.0.1 is on the job's loopback, how long to wait for ``lo`` to show ::1 (it is up)
+# before taking it that IPv6 is off in the namespace.
+LOOPBACK_UP_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,48 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def _has_loopback(pid: int) -> bool | None:
+    """Whether bwrap's child has set up the namespace's loopback (127.0.0.1, then up): None
+    while it has not, or without IPv6 (``lo`` gets ::1 as it comes up) once 127.0.0.1 is there."""
+    try:
+        with open(f"/proc/{pid}/net/if_inet6") as inet6:
+            if any(line.split()[-1:] == ["lo"] for line in inet6):
+                return True
+        ipv6 = True
+    except OSError:
+        ipv6 = False
+    try:
+        with open(f"/proc/{pid}/net/fib_trie") as fib:
+            addressed = "127.0.0.1" in fib.read()
+    except OSError:
+        return None
+    return (False if ipv6 else True) if addressed else None
+
+
+def _wait_for_loopback(pid: int) -> None:
+    """bwrap's child sets up its namespace's loopback itself, just after it is cloned: the info
+    fd gives its pid before that is done. slirp4netns configuring the namespace at the same
+    time made bwrap die now and then ("loopback: Failed RTM_NEWADDR") when several jobs
+    started at once, so the helper touches the namespace only once the loopback is up."""
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    addressed_at: float | None = None
+    while time.monotonic() < deadline:
+        if _gone(pid):
+            raise RuntimeError("the sandbox ended before its loopback was up")
+        state = _has_loopback(pid)
+        if state:
+            return
+        if state is False:  # addressed, not up yet: IPv6 may be off in the namespace only
+            addressed_at = addressed_at or time.monotonic()
+            if time.monotonic() - addressed_at > LOOPBACK_UP_SECONDS:
+                return
+        time.sleep(0.005)
+    raise RuntimeError("the sandbox's loopback did not come up")
+
+
 def _connect(args: argparse.Namespace, pid: int, block_w: int, exit_r: int) -> None:
     """The helper: slirp4netns on the job's namespace, the routes, then the job goes on."""
+    _wait_for_loopback(pid)
     ready_r, ready_w = os.pipe()
     slirp = [args.slirp4netns, "--configure", f"--mtu={SLIRP_MTU}", "--disable-host-loopback"]
     slirp += [f"--exit-fd={exit_r}", f"--ready-fd={ready_w}"]
