@@ -102,23 +102,42 @@ js-check: node_modules/.installed
 	node_modules/.bin/eslint --max-warnings=0
 	node --test tests/js/*.test.js
 
-# The whole suite on the embedded defaults (SQLite database and SQLite broker), then again on
+# The whole suite on the embedded defaults (SQLite database and SQLite broker), and again on
 # PostgreSQL + Redis for every test that touches the database or the broker (the modules in
-# tests/conftest.py LOCAL_ONLY_MODULES run once). Neither is skipped: an unreachable service
-# fails the run.
-test: lint js-check test-embedded test-services
+# tests/conftest.py LOCAL_ONLY_MODULES run in the first pass only, POSTGRES_ONLY_MODULES in the
+# second only). Neither is skipped: an unreachable service fails the run.
+#
+# `make test` runs the two passes side by side: most of a pass is waiting on real worker and
+# training processes, so on a 2-core box two passes at once take far less than one after the
+# other (CI's time budget, issue 26). They share nothing: the embedded pass uses no PostgreSQL
+# (so the services pass may restart it) and its own Redis database for the two-host tests. The
+# embedded pass prints as it goes; the services pass's output follows, from its log.
+test: lint js-check install-test browser compose sandbox
+	@rm -f .test-services.log; \
+	( $(MAKE) --no-print-directory test-services > .test-services.log 2>&1; \
+	  echo $$? > .test-services.rc ) & \
+	$(MAKE) --no-print-directory test-embedded; embedded=$$?; wait; \
+	echo "==== PostgreSQL + Redis pass (make test-services) ===="; cat .test-services.log; \
+	services=$$(cat .test-services.rc); rm -f .test-services.rc; \
+	echo "embedded pass: exit $$embedded; PostgreSQL + Redis pass: exit $$services"; \
+	test "$$embedded" = 0 && test "$$services" = 0
 
-# The metrics store's own tests run on both databases in both passes.
-export TORCHYARD_TEST_POSTGRES_URL ?= $(POSTGRES_URL)
-# The two-host test's own Redis database (its broker), purged when it starts.
-export TORCHYARD_TEST_REDIS_URL ?= redis://127.0.0.1:6379/3
+POSTGRES_ENV := TORCHYARD_TEST_POSTGRES_URL=$(POSTGRES_URL)
+# The two-host and queue-fault tests' own Redis database (their broker), purged when they
+# start: one per pass, since the passes run at once.
+EMBEDDED_TEST_REDIS_URL ?= redis://127.0.0.1:6379/4
+SERVICES_TEST_REDIS_URL ?= redis://127.0.0.1:6379/3
 
 test-embedded: install-test browser compose sandbox
-	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL $(PY) -m pytest -q --durations=25
+	env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL -u TORCHYARD_TEST_POSTGRES_URL \
+		TORCHYARD_TEST_REDIS_URL=$(EMBEDDED_TEST_REDIS_URL) TORCHYARD_JOB_UID_BASE=300000 \
+		$(PY) -m pytest -q --durations=25 -m "not postgres_only" -p no:cacheprovider
 
+# The metrics store's own tests run on both databases here (TORCHYARD_TEST_POSTGRES_URL).
 test-services: install-test browser compose sandbox
-	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
-		$(PY) -m pytest -q --durations=25 -m "not local_only"
+	TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) $(POSTGRES_ENV) \
+		TORCHYARD_TEST_REDIS_URL=$(SERVICES_TEST_REDIS_URL) \
+		$(PY) -m pytest -q --durations=25 -m "not local_only" -p no:cacheprovider
 
 bench: install-test browser
 	$(PY) bench/log_overhead.py

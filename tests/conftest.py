@@ -105,7 +105,6 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
         "test_api_shutdown",  # SIGTERM ends the streams (its own SQLite server)
-        "test_db_connections_cut",  # PostgreSQL in either pass: its own database, run once
         "test_e2e_code",  # a job in its own copy of a snapshot (snapshots: test_code_snapshots)
         "test_e2e_config_env",  # a config's env in the job's process (launcher, sandbox)
         "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process
@@ -151,6 +150,19 @@ LOCAL_ONLY_MODULES = frozenset(
 )
 
 
+# Test modules whose subject is PostgreSQL itself (a restart of the server, its connections
+# cut): the PostgreSQL + Redis pass only. The two passes run side by side (`make test`), so the
+# embedded pass touches no PostgreSQL at all (`-m "not postgres_only"`, no
+# TORCHYARD_TEST_POSTGRES_URL: its metrics-store tests run on SQLite there, on both databases in
+# the other pass) and a PostgreSQL restart never lands under one of its tests.
+POSTGRES_ONLY_MODULES = frozenset(
+    {
+        "test_db_connections_cut",  # pg_terminate_backend on its own database
+        "test_pg_restart",  # pg_ctlcluster restart under a running job
+    }
+)
+
+
 def module_key(module_name: str) -> str:
     """`tests.browser.test_pages` -> `browser.test_pages`: the key LOCAL_ONLY_MODULES uses."""
     return module_name.removeprefix("tests.")
@@ -160,12 +172,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "local_only: its subject is not the database or the broker (first pass only)"
     )
+    config.addinivalue_line(
+        "markers", "postgres_only: its subject is PostgreSQL itself (the services pass only)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module is not None and module_key(item.module.__name__) in (LOCAL_ONLY_MODULES):
+        key = module_key(item.module.__name__) if item.module is not None else ""
+        if key in LOCAL_ONLY_MODULES:
             item.add_marker(pytest.mark.local_only)
+        if key in POSTGRES_ONLY_MODULES:
+            item.add_marker(pytest.mark.postgres_only)
 
 
 def _reset_postgres(url: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import LOCAL_ONLY_MODULES, module_key
+from tests.conftest import LOCAL_ONLY_MODULES, POSTGRES_ONLY_MODULES, module_key
 
 TESTS = Path(__file__).resolve().parent
 
@@ -16,6 +16,11 @@ def test_every_local_only_name_is_a_test_module() -> None:
         for p in TESTS.rglob("test_*.py")
     }
     assert LOCAL_ONLY_MODULES <= modules, sorted(LOCAL_ONLY_MODULES - modules)
+    assert POSTGRES_ONLY_MODULES <= modules, sorted(POSTGRES_ONLY_MODULES - modules)
+
+
+def test_no_module_is_left_out_of_both_passes() -> None:
+    assert not LOCAL_ONLY_MODULES & POSTGRES_ONLY_MODULES
 
 
 def test_the_browser_modules_are_told_apart_from_their_namesakes() -> None:

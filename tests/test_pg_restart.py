@@ -2,7 +2,8 @@
 catches up, and the run finishes with every point its job logged.
 
 Always on PostgreSQL (a database of its own, so the restart is the only thing that happens to
-it), in both test passes: `make test` exports TORCHYARD_TEST_POSTGRES_URL for each.
+it), in the PostgreSQL + Redis pass only (tests/conftest.py POSTGRES_ONLY_MODULES): the restart
+takes the whole server down, and the embedded pass, which runs beside it, uses none.
 """
 
 from __future__ import annotations

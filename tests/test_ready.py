@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import make_url
 
 from app.cli.server import server_argv
-from tests.databases import POSTGRES_URL, own_database
+from tests.databases import own_database
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
 from tests.tcp_proxy import TcpProxy
 
@@ -38,7 +38,7 @@ def _ready(base: str) -> httpx.Response:
     return httpx.get(f"{base}/api/ready", timeout=15)
 
 
-@pytest.mark.skipif(not POSTGRES_URL, reason="needs TORCHYARD_TEST_POSTGRES_URL (make test)")
+@pytest.mark.postgres_only
 def test_ready_is_503_while_the_database_or_the_broker_is_down(tmp_path: Path) -> None:
     with own_database("postgresql", tmp_path, "ready") as engine:
         db = TcpProxy(("127.0.0.1", engine.url.port or 5432))
