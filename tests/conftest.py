@@ -75,7 +75,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "browser.test_chart_zoom",  # chart.js zoom over uPlot
         "browser.test_code_upload",  # the tar code_pack.js writes
         "browser.test_compare",  # the compare page's drawing
-        "browser.test_connection_lost",  # pages on a dropped stream (events: test_run_stream_link)
+        "browser.test_connection_lost",  # pages on a dropped stream (events: test_runs_events)
         "browser.test_delete",  # the delete buttons (deletion itself: test_deletion)
         "browser.test_new_experiment_form",  # the form shows the API's 422 next to the field
         "browser.test_notifications_page",  # the settings form (API: test_notifications_api)

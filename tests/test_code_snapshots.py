@@ -257,7 +257,7 @@ def test_the_worker_extracts_a_fresh_copy(tmp_path: Path) -> None:
 
 
 def test_the_run_page_lists_the_snapshot_and_links_the_download(app, client) -> None:  # type: ignore[no-untyped-def]
-    from tests.test_run_page import logged_in
+    from tests.test_runs_views import logged_in
 
     browser, headers = logged_in(app)
     data = _good(b"# page\n")

@@ -13,7 +13,7 @@ from app.settings import get_settings
 from tests.conftest import make_user
 from tests.notify_receivers import SmtpReceiver, smtp_receiver, webhook_receiver
 from tests.test_pages import login
-from tests.test_users_pages import post_form
+from tests.test_users_views import post_form
 
 URL = "/api/users/me/notifications"
 

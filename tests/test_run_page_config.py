@@ -9,7 +9,7 @@ from sqlalchemy import update
 from app.db import session_scope
 from app.runs.models import Run
 from tests.test_resume_overrides import add_checkpoint
-from tests.test_run_page import logged_in, new_run
+from tests.test_runs_views import logged_in, new_run
 
 HOSTILE = "'\"><img src=x onerror=alert(1)></pre><script>alert(2)</script>"
 
