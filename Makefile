@@ -82,8 +82,9 @@ compose:
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-compose; \
 	fi
 
+# `make up PORT=8080` serves on another port (so does TORCHYARD_PORT in the environment).
 up: install
-	$(VENV)/bin/torchyard up
+	$(VENV)/bin/torchyard up $(if $(PORT),--port $(PORT))
 
 lint: install-test
 	$(VENV)/bin/ruff check app worker torchyard tests bench migrations

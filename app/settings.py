@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TORCHYARD_", extra="ignore")
 
     data_dir: Path = Path("torchyard-data")
+    # The port `torchyard up` serves on unless --port names one (`make up PORT=8080`).
+    port: int = Field(default=8000, ge=1, le=65535)
     workspace_dir: Path = Path("workspace")
     # Where workers put checkpoints for the API (and other workers) to read: an fsspec URL or a
     # plain path ("/mnt/artifacts", "file:///...", "s3://bucket/prefix" with the s3 extra).

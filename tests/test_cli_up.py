@@ -26,14 +26,13 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
 ) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
+    env["TORCHYARD_PORT"] = str(port)  # the port from the environment (`make up PORT=...`)
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "app.cli",
             "up",
-            "--port",
-            str(port),
             "--data-dir",
             str(tmp_path / "data"),
         ],

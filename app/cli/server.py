@@ -102,7 +102,10 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
 
 def up(
     host: Annotated[str, typer.Option(help="address the server binds to")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port the server listens on")] = 8000,
+    port: Annotated[
+        int | None,
+        typer.Option(help="port the server listens on [default: TORCHYARD_PORT, else 8000]"),
+    ] = None,
     data_dir: Annotated[
         str,
         typer.Option(envvar="TORCHYARD_DATA_DIR", help="database, broker, runs and checkpoints"),
@@ -119,6 +122,7 @@ def up(
     os.umask(PRIVATE_UMASK)  # the data dir 0700, its files 0600; the children inherit it
     get_settings.cache_clear()
     settings = get_settings()
+    port = port or settings.port
     credentials = prestart()
     from app.broker import declare_default_queue
 
