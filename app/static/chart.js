@@ -114,6 +114,12 @@ export const plot = (() => {
     const tip = document.createElement("div");
     tip.className = "chart-tip";
     tip.hidden = true;
+    // Axis text and grid in the page's own colours (app.css: light or dark, as the system asks).
+    const css = getComputedStyle(document.documentElement);
+    const colour = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+    const ink = {stroke: colour("--muted", "#5b6575"),
+                 grid: {stroke: colour("--line", "#dde2ea"), width: 1},
+                 ticks: {stroke: colour("--line", "#dde2ea"), width: 1}};
     const opts = {
       ...size(),
       legend: {show: false},
@@ -130,8 +136,8 @@ export const plot = (() => {
       },
       axes: [
         {label: ((layout.xaxis || {}).title || {}).text || "", labelSize: 18, size: 32,
-         labelFont: "11px system-ui, sans-serif", font: "11px system-ui, sans-serif"},
-        {size: 52, font: "11px system-ui, sans-serif"},
+         labelFont: "11px system-ui, sans-serif", font: "11px system-ui, sans-serif", ...ink},
+        {size: 52, font: "11px system-ui, sans-serif", ...ink},
       ],
       series: [{}, ...traces.map(seriesOf)],
       hooks: {

@@ -101,3 +101,25 @@ def test_launch_with_bad_overrides_says_why_and_launches_nothing(
     expect(page.locator("#launch-form")).to_contain_text("lr", timeout=10_000)
     assert page.url.endswith(f"/experiments/{exp['id']}")
     assert api.get(f"/api/experiments/{exp['id']}/runs").json() == []
+
+
+def _luminance(page: Page, selector: str, prop: str) -> float:
+    """0 (black) to 1 (white): the computed colour's relative brightness."""
+    rgb = page.eval_on_selector(selector, f"e => getComputedStyle(e).{prop}")
+    r, g, b = (int(c) for c in rgb[rgb.index("(") + 1 : rgb.index(")")].split(",")[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def test_pages_follow_the_systems_dark_mode(page: Page) -> None:
+    """app.css takes its colours from the system's choice (prefers-color-scheme): dark
+    surfaces with light text when it asks for dark, the light set otherwise."""
+    username, password, _headers = make_user()
+    page.emulate_media(color_scheme="dark")
+    log_in(page, username, password)
+    for selector in ("body", ".topbar"):
+        assert _luminance(page, selector, "backgroundColor") < 0.2, selector
+    assert _luminance(page, "body", "color") > 0.7
+    page.emulate_media(color_scheme="light")
+    for selector in ("body", ".topbar"):
+        assert _luminance(page, selector, "backgroundColor") > 0.9, selector
+    assert _luminance(page, "body", "color") < 0.3
