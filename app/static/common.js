@@ -1,8 +1,11 @@
 // Run on every page (templates/base.html): the server renders times as <time datetime="...">
 // elements in UTC (app/pages.py `when`, readable without scripts); shown here in the
-// reader's locale and time zone, with the UTC time in the title (lib/dom.js showTime).
+// reader's locale and time zone, with the UTC time in the title (lib/dom.js showTime). The
+// keyboard shortcuts (`?` lists them) are installed here too.
 // What the pages share lives in lib/ (statuses, formatting, API calls and URLs, the run's
 // event stream) and is imported where used: no page sets a global.
 import {showTime} from "./lib/dom.js";
+import {install as installShortcuts} from "./lib/shortcuts.js";
 
 for (const el of document.querySelectorAll("time[datetime]")) showTime(el, el.getAttribute("datetime"));
+installShortcuts();

@@ -123,3 +123,22 @@ def test_pages_follow_the_systems_dark_mode(page: Page) -> None:
     for selector in ("body", ".topbar"):
         assert _luminance(page, selector, "backgroundColor") > 0.9, selector
     assert _luminance(page, "body", "color") < 0.3
+
+
+def test_question_mark_lists_the_shortcuts_and_they_work(page: Page) -> None:
+    username, password, _headers = make_user()
+    log_in(page, username, password)  # lands on the experiments list
+    page.keyboard.press("?")
+    dialog = page.locator("dialog#shortcuts")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("Go to GPUs")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    page.keyboard.press("/")
+    expect(page.locator("#q")).to_be_focused()
+    page.keyboard.type("gg")  # typed into the search box: the box's, not a shortcut
+    assert page.input_value("#q") == "gg"
+    page.locator("#q").blur()
+    page.keyboard.press("g")
+    page.keyboard.press("g")
+    page.wait_for_url("**/gpus")
