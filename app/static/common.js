@@ -9,3 +9,12 @@ import {install as installShortcuts} from "./lib/shortcuts.js";
 
 for (const el of document.querySelectorAll("time[datetime]")) showTime(el, el.getAttribute("datetime"));
 installShortcuts();
+
+// Under 600 px the top bar's links sit behind one Menu button (app.css).
+const menu = document.getElementById("menu-toggle");
+if (menu) {
+  menu.addEventListener("click", () => {
+    const open = menu.closest(".topbar").classList.toggle("open");
+    menu.setAttribute("aria-expanded", String(open));
+  });
+}
