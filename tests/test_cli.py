@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -244,6 +245,42 @@ def test_follow_polls_the_run_when_the_server_cannot_stream(monkeypatch) -> None
         with Api(Target("http://fake", "t"), transport=transport) as api:
             assert follow(api, 8, console=Console(file=devnull)) == 1
     assert seen.count("events") == 1 and "metrics" in seen
+
+
+def test_follow_says_each_pip_line_while_the_environment_builds_then_running() -> None:
+    run = {"id": 9, "status": "queued", "config": {}, "error": None, "phase": None}
+    built = {"env_build_seconds": 41.25, "duration_seconds": 3.5}
+    phases = [
+        ("starting", None),
+        ("building environment", "Looking in links: /opt/wheels"),
+        ("building environment", "Collecting appdirs==1.4.4"),
+        ("building environment", "Collecting appdirs==1.4.4"),  # no news: said once
+        ("training", "Successfully installed appdirs-1.4.4"),
+    ]
+    events = [
+        ("status", {"status": "running", "phase": p, "env_build_line": line, **built})
+        for p, line in phases
+    ]
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            run.update(status="succeeded", phase=None, **built)
+            return httpx.Response(200, content=_sse(*events, ("status", {"status": "succeeded"})))
+        if request.url.path.endswith("/logs"):
+            return httpx.Response(200, text="", headers={"X-Log-Size": "0"})
+        return httpx.Response(200, json=run)
+
+    out = io.StringIO()
+    with Api(Target("http://fake", "t"), transport=httpx.MockTransport(server)) as api:
+        assert follow(api, 9, console=Console(file=out, width=200)) == 0
+    assert out.getvalue().splitlines() == [
+        "run 9: queued",
+        "run 9: starting",
+        "run 9: building environment: Looking in links: /opt/wheels",
+        "run 9: building environment: Collecting appdirs==1.4.4",
+        "run 9: running",
+        "run 9 succeeded (environment 41.2 s, training 3.5 s)  ",
+    ]
 
 
 def _points(epoch: float, step: int) -> dict:

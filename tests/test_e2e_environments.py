@@ -6,14 +6,20 @@ a requirement pip cannot satisfy fails the run with pip's own message."""
 from __future__ import annotations
 
 import re
+import secrets
+import subprocess
+import sys
 import textwrap
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import DATA_DIR, WORKSPACE_DIR, wait_for_status
+from tests.test_cli import Cli, logged_in_cli
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -122,12 +128,18 @@ def test_every_rank_of_a_torchrun_job_imports_from_the_environment(api, script) 
 
 
 def test_a_requirement_pip_cannot_satisfy_fails_the_run_with_its_message(api, script) -> None:
+    """pip's ERROR lines come first in the run's error (its "Looking in" preamble dropped)."""
     missing = "torchyard-no-such-package-e2e==9.9.9"
     config = {"script": script, "environment": {"requirements": [missing]}}
     done, log = finished_log(api, launch(api, config)["id"])
     assert done["status"] == "failed"
-    assert done["error"].startswith("could not build the run's environment: pip exited")
+    lines = done["error"].splitlines()
+    assert lines[0].startswith("ERROR:"), done["error"]
     assert "No matching distribution found for torchyard-no-such-package-e2e" in done["error"]
+    assert "pip exited with code 1 building the run's environment" in done["error"]
+    assert not any(line.startswith("Looking in") for line in lines), done["error"]
+    assert done["phase"] is None and done["training_started_at"] is None
+    assert done["duration_seconds"] is None and done["env_build_seconds"] is not None
     assert "torchyard: environment: the build failed" in log
     # nothing half-built is left looking ready
     assert not list(ENV_DIR.glob(".build-*"))
@@ -231,3 +243,84 @@ def test_a_snapshots_requirements_txt_builds_the_runs_environment(api) -> None:
     assert done["status"] == "succeeded", (done, log)
     key, _how, _seconds = env_time(log)
     assert f"tomli_w: {ENV_DIR / key}/lib/" in log
+
+
+# A package no other test of this module asks for: its environment is built here, not reused.
+PHASE_PACKAGE = "appdirs==1.4.4"
+
+
+def test_the_build_is_a_phase_of_its_own_in_the_api_and_submit_follow(
+    api: httpx.Client, cli_here: Cli, tmp_path: Path
+) -> None:
+    """While pip works, the run is "building environment" with pip's last line (API and
+    `submit --follow`); then it trains, and its duration counts from the job's start, the
+    build's seconds apart."""
+    name = f"env-phase-{secrets.token_hex(4)}"
+    (tmp_path / "train.py").write_text("import appdirs\nprint('appdirs', appdirs.__version__)\n")
+    (tmp_path / "spec.yaml").write_text(
+        f"name: {name}\nconfig:\n  script: train.py\n"
+        f"  environment:\n    requirements: ['{PHASE_PACKAGE}']\n"
+    )
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "submit", "spec.yaml", "--follow"],
+        cwd=tmp_path,
+        env=cli_here.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        run_id = wait_for(lambda: _run_of(api, name), timeout=60, what=f"a run of {name}")
+        building = wait_for(
+            lambda: _building(api.get(f"/api/runs/{run_id}").json()),
+            timeout=120,
+            every=0.02,
+            what=lambda: f"run {run_id} building with a pip line",
+        )
+        out, err = follow.communicate(timeout=300)
+    finally:
+        follow.kill()
+    assert building["status"] == "running" and building["env_build_started_at"]
+    assert follow.returncode == 0, (out, err)
+    lines = err.splitlines()
+    said = [line for line in lines if line.startswith(f"run {run_id}: building environment: ")]
+    assert said, err
+    assert lines.index(said[0]) < lines.index(f"run {run_id}: running"), err
+    done = api.get(f"/api/runs/{run_id}").json()
+    assert done["status"] == "succeeded" and done["phase"] is None
+    started, finished = (_at(done[k]) for k in ("started_at", "finished_at"))
+    built, trained = _at(done["env_build_started_at"]), _at(done["training_started_at"])
+    assert started <= built < trained <= finished
+    build = done["env_build_seconds"]
+    assert build == pytest.approx((trained - built).total_seconds(), abs=1e-3)
+    assert done["duration_seconds"] == pytest.approx((finished - trained).total_seconds(), abs=1e-3)
+    whole = (finished - started).total_seconds()
+    assert done["duration_seconds"] <= whole - build + 1e-3
+    assert f"environment {build:.1f} s, training" in err, err
+    print(
+        f"pip line while building: {building['env_build_line']!r}; build {build:.2f} s, "
+        f"training {done['duration_seconds']:.2f} s of {whole:.2f} s since start"
+    )
+
+
+@pytest.fixture(scope="module")
+def cli_here(live_stack, tmp_path_factory):  # type: ignore[no-untyped-def]
+    return logged_in_cli(live_stack, tmp_path_factory.mktemp("cli") / "cli.json")
+
+
+def _run_of(api: httpx.Client, experiment: str) -> int | None:
+    found = [e for e in api.get("/api/experiments").json() if e["name"] == experiment]
+    if not found:
+        return None
+    runs = api.get("/api/runs", params={"experiment_id": found[0]["id"]}).json()["runs"]
+    return runs[0]["id"] if runs else None
+
+
+def _building(run: dict) -> dict | None:
+    """The run while its phase says the build, with a line of pip's."""
+    building = run["phase"] == "building environment" and run["env_build_line"]
+    return run if building else None
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value)

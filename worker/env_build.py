@@ -5,12 +5,16 @@ build runs in a thread while this one does what the watch loop does for a job: h
 run and its leases (the reaper must not take it for lost), ships the run's log (pip's lines
 appear on the run page as they come, each as ``torchyard: pip: ...``), and stops the build on
 a cancel or a worker shutdown. The time the environment took (built, or found and reused) is
-said in the log. A failed build raises BuildFailed with pip's own last lines.
+said in the log. While it builds, the run's phase is "building environment" with pip's last
+line (app.runs.lifecycle.building / build_progress: the API, `submit --follow` and the run page
+show it). A failed build raises PipFailed: pip's ERROR lines first, then its other last lines
+(its "Looking in indexes" preamble left out), so the line that matters is the error's first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
@@ -23,9 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.runs import lifecycle
 from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from worker import sandbox
+from worker.db_retry import with_db
 from worker.environments import BuildFailed, Cache, Env, pip_argv
 from worker.forwarder import forward
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
@@ -39,6 +45,27 @@ ERROR_TAIL_LINES = 25
 STOPPED_BUILD_WAIT_SECONDS = 10.0
 
 
+# pip's preamble, said before anything is looked up: noise in a failed build's error.
+PIP_PREAMBLE = ("Looking in indexes:", "Looking in links:")
+
+
+class PipFailed(BuildFailed):
+    """pip exited non-zero. Its message starts with pip's own ERROR lines."""
+
+
+def pip_failure(code: int, tail: list[str]) -> str:
+    """A failed pip's message: its ERROR lines first (the line that matters, in the first
+    place a reader looks), then what it exited with, then its other last lines."""
+    errors = [line for line in tail if line.startswith("ERROR:")]
+    rest = [
+        line
+        for line in tail
+        if line.strip() and not line.startswith("ERROR:") and not line.startswith(PIP_PREAMBLE)
+    ]
+    said = f"pip exited with code {code} building the run's environment"
+    return "\n".join([*errors, said + (", after:" if rest else ""), *rest])
+
+
 class Pip:
     """pip in the environment being built, each line of its output into the run's log."""
 
@@ -49,6 +76,8 @@ class Pip:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._why_stopped = ""
+        # pip's last line so far (the run's phase shows it); "" until pip says something.
+        self.last_line = ""
 
     def install(
         self, python: Path, requirements: list[str], constraints: Path, *, cwd: Path
@@ -82,6 +111,8 @@ class Pip:
                 for raw in output:
                     line = raw.decode("utf-8", "replace").rstrip()
                     tail.append(line)
+                    if line.strip():
+                        self.last_line = line.strip()
                     note_in_log(self.run_dir, f"pip: {line}")
             code = self._process.wait()
         finally:
@@ -89,7 +120,7 @@ class Pip:
         if self.stopped.is_set():
             raise BuildFailed(f"the build was stopped: {self._why_stopped}")
         if code != 0:
-            raise BuildFailed(f"pip exited with code {code}:\n" + "\n".join(tail))
+            raise PipFailed(pip_failure(code, list(tail)))
 
     def stop(self, why: str) -> None:
         with self._lock:
@@ -156,10 +187,15 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     cache = Cache(settings.resolved_env_dir, settings.env_cache_max_bytes)
     pip = Pip(run_dir, settings.env_build_timeout_seconds)
     note_in_log(run_dir, f"environment: {' '.join(requirements)}")
+    with_db(
+        run.run_id,
+        "record the environment build's start",
+        lambda s: lifecycle.building(s, run_id=run.run_id, attempt=run.attempt),
+    )
     building = _Building(cache, requirements, pip)
     thread = threading.Thread(target=building.run, name=f"run-{run.run_id}-env", daemon=True)
     thread.start()
-    stopped = _keep_alive(run, thread, interval=settings.forwarder_interval_seconds)
+    stopped = _keep_alive(run, thread, pip, interval=settings.forwarder_interval_seconds)
     if stopped is not None:
         pip.stop(f"the run was {'cancelled' if stopped is StopReason.CANCEL else 'handed back'}")
         building.abandon()
@@ -171,6 +207,8 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     if building.error is not None:
         if isinstance(building.error, BuildFailed | OSError):
             note_in_log(run_dir, f"environment: the build failed: {building.error}")
+            if isinstance(building.error, PipFailed):
+                raise building.error
             raise BuildFailed(str(building.error)) from building.error
         raise building.error
     env = building.env
@@ -181,15 +219,26 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     return Prepared(env, release=building.release)
 
 
-def _keep_alive(run: Watched, thread: threading.Thread, *, interval: float) -> StopReason | None:
-    """Heartbeat, ship the log and watch for a cancel until ``thread`` ends."""
+def _keep_alive(
+    run: Watched, thread: threading.Thread, pip: Pip, *, interval: float
+) -> StopReason | None:
+    """Heartbeat, ship the log, show pip's last line and watch for a cancel until ``thread``
+    ends."""
     heartbeat = Heartbeat(run)
     ingest = IngestSteps(run.run_id)
     delay = max(interval, 0.05)
+    shown = ""
     while True:
         thread.join(timeout=delay)
         if not thread.is_alive():
             return None
+        line = pip.last_line
+        if line and line != shown:
+            shown = line
+            show = functools.partial(
+                lifecycle.build_progress, run_id=run.run_id, attempt=run.attempt, line=line
+            )
+            ingest.step("show pip's last line", show, False)
         ingest.step(
             "forward",
             lambda s: forward(

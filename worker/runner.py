@@ -27,7 +27,7 @@ from app.experiments.config import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
-from app.runs import environment_record
+from app.runs import environment_record, lifecycle
 from app.runs.job_files import FileRefused, regular_fd, replace_job_file, within
 from app.runs.status import RunStatus
 from app.settings import get_settings
@@ -45,6 +45,7 @@ from worker import (
 )
 from worker import code as code_copy
 from worker.db_retry import with_db
+from worker.env_build import PipFailed
 from worker.environments import BuildFailed, Env, run_requirements
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.heartbeat import Watched
@@ -185,7 +186,10 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
     except (RequirementRefused, BuildFailed) as exc:
         drain(watched)  # pip's lines
-        error = f"could not build the run's environment: {exc}"
+        # pip's own message starts with its ERROR lines and says what failed after them.
+        error = str(exc)
+        if not isinstance(exc, PipFailed):
+            error = f"could not build the run's environment: {error}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     held.callback(prepared.release)
     if prepared.stopped is StopReason.FENCED:  # the next attempt's now: nothing more of this
@@ -232,6 +236,12 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             resume=resume,
             env=prepared.env,
         )
+    # The run's duration counts from here, its environment's build apart (app.runs.phase).
+    with_db(
+        run_id,
+        "record the training start",
+        lambda s: lifecycle.training(s, run_id=run_id, attempt=attempt),
+    )
     try:
         job = JobProcess(
             launch,

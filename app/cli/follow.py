@@ -62,9 +62,10 @@ class FollowView:
             position=state.position(),
             metrics=state.metrics_line(),
         )
-        if state.status != self._shown_status and not state.finished:  # outcome: see below
-            self._shown_status = state.status
-            self.console.print(f"run {state.run_id}: {state.status}", highlight=False)
+        activity = state.activity()  # "building environment: <pip's line>", or the status
+        if activity != self._shown_status and not state.finished:  # outcome: see below
+            self._shown_status = activity
+            self.console.print(f"run {state.run_id}: {activity}", highlight=False, markup=False)
         if not self.live and state.epoch is not None and state.epoch != self._shown_epoch:
             self._shown_epoch = state.epoch
             self.console.print(f"{state.position()}  {state.metrics_line()}", highlight=False)
@@ -145,12 +146,20 @@ def report_outcome(state: RunState, console: Console) -> int:
     """One line for the outcome (stderr); for a failure, the tail of the run's error."""
     code = exit_code_for(state.status)
     where = f"run {state.run_id} {state.status}"
+    if state.timing():  # the build's time apart from training's
+        where += f" ({state.timing()})"
     if state.status == "failed":
         suffix = f" (exit code {state.exit_code})" if state.exit_code is not None else ""
         console.print(f"[red]{where}{suffix}[/]", highlight=False)
         if state.error:
-            tail = state.error.rstrip().splitlines()[-ERROR_TAIL_LINES:]
-            console.print("\n".join(tail), markup=False, highlight=False)
+            lines = state.error.rstrip().splitlines()
+            # pip's failure says its ERROR lines first (worker/env_build.py); a job's error
+            # (a traceback) says what matters last.
+            if lines[0].startswith("ERROR:"):
+                shown = lines[:ERROR_TAIL_LINES]
+            else:
+                shown = lines[-ERROR_TAIL_LINES:]
+            console.print("\n".join(shown), markup=False, highlight=False)
     elif state.status == "cancelled":
         console.print(f"[yellow]{where}[/]", highlight=False)
     else:

@@ -58,11 +58,25 @@ def _parse_time(value: str | None) -> datetime | None:
 
 
 def _duration(run: dict[str, Any]) -> str:
-    started = _parse_time(run.get("started_at"))
+    """Training's time, from the job's start (the environment's build is `_build`'s)."""
+    # A server before issue 29 has no training_started_at: its duration counts from the start.
+    started = _parse_time(run.get("training_started_at", run.get("started_at")))
     if started is None:
         return ""
     ended = _parse_time(run.get("finished_at")) or datetime.now(UTC)
-    seconds = int((ended - started).total_seconds())
+    return _clock((ended - started).total_seconds())
+
+
+def _build(run: dict[str, Any]) -> str:
+    """The environment's build time; while it builds, "building"."""
+    if run.get("phase") == "building environment":
+        return "building"
+    seconds = run.get("env_build_seconds")
+    return _clock(seconds) if seconds is not None else ""
+
+
+def _clock(total: float) -> str:
+    seconds = int(total)
     hours, rest = divmod(max(seconds, 0), 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
@@ -77,7 +91,8 @@ def _gpus(run: dict[str, Any]) -> str:
 def _runs_table(runs: list[dict[str, Any]], experiments: dict[int, dict[str, Any]]) -> Table:
     owners = {e["owner_id"]: e["owner"] for e in experiments.values()}
     table = Table(box=None, header_style="bold")
-    for column in ("id", "experiment", "status", "created", "duration", "owner", "gpus"):
+    columns = ("id", "experiment", "status", "created", "build", "duration", "owner", "gpus")
+    for column in columns:
         table.add_column(column, justify="right" if column == "id" else "left")
     for run in runs:
         experiment = experiments.get(run["experiment_id"])
@@ -88,6 +103,7 @@ def _runs_table(runs: list[dict[str, Any]], experiments: dict[int, dict[str, Any
             label or f"#{run['experiment_id']}",
             f"[{STATUS_STYLE.get(run['status'], 'white')}]{run['status']}[/]",
             created.astimezone().strftime("%Y-%m-%d %H:%M") if created else "",
+            _build(run),
             _duration(run),
             owners.get(run["owner_id"], f"#{run['owner_id']}"),
             _gpus(run),

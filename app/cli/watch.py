@@ -16,6 +16,9 @@ FINISHED = ("succeeded", "failed", "cancelled", "deleted")
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 3}
 HIDDEN_KEYS = ("epoch",)  # shown as the progress position, not as a value
 MAX_SHOWN_KEYS = 6
+# app/runs/phase.py's phases (the client imports nothing of the server's)
+STARTING = "starting"
+BUILDING = "building environment"
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class RunState:
     log_offset: int = 0
     error: str | None = None
     exit_code: int | None = None
+    phase: str | None = None  # "starting", "building environment", "training" while running
+    build_line: str | None = None  # pip's last line while the environment builds
+    build_seconds: float | None = None  # the environment's build (or reuse); None: none
+    duration_seconds: float | None = None  # training's, from the job's start
 
     @classmethod
     def from_run(cls, run: dict[str, Any]) -> RunState:
@@ -79,6 +86,8 @@ class RunState:
             epochs=epochs if isinstance(epochs, int) and epochs > 0 else None,
             error=run.get("error"),
             exit_code=run.get("exit_code"),
+            phase=run.get("phase"),
+            build_line=run.get("env_build_line"),
         )
 
     @property
@@ -119,8 +128,29 @@ class RunState:
         status = str(payload.get("status", self.status))
         self.error = payload.get("error", self.error)
         self.exit_code = payload.get("exit_code", self.exit_code)
+        self.phase = payload.get("phase", self.phase)
+        self.build_line = payload.get("env_build_line", self.build_line)
+        self.build_seconds = payload.get("env_build_seconds", self.build_seconds)
+        self.duration_seconds = payload.get("duration_seconds", self.duration_seconds)
         changed, self.status = status != self.status, status
         return changed
+
+    def timing(self) -> str:
+        """`environment 41.2 s, training 12.0 s` once there was a build, else ""."""
+        if self.build_seconds is None:
+            return ""
+        training = self.duration_seconds
+        spent = f", training {training:.1f} s" if training is not None else ""
+        return f"environment {self.build_seconds:.1f} s{spent}"
+
+    def activity(self) -> str:
+        """What the run does, as one line says it: `building environment: <pip's last line>`
+        while its environment builds, else its status."""
+        if self.status == "running" and self.phase == BUILDING:
+            return f"{BUILDING}: {self.build_line}" if self.build_line else BUILDING
+        if self.status == "running" and self.phase == STARTING:
+            return STARTING
+        return self.status
 
     def after_param(self) -> str:
         return json.dumps(self.last_steps, separators=(",", ":"))

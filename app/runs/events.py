@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -41,6 +42,8 @@ from app.ops import shutdown
 from app.ops.prometheus import EVENT_STREAMS
 from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
+from app.runs.phase import phase_of
+from app.timeutil import as_utc
 
 MAX_LOG_CHUNK = 256 * 1024
 # A quiet stream sends a `ping` event this often (keep-alive comments in between, which a
@@ -61,6 +64,8 @@ class StreamCursor:
     log_offset: int = 0
     status: str | None = None
     attempt: int | None = None  # with status: a new attempt is news even at the same status
+    # With status too: the build's phase and pip's last line are news while it builds.
+    building: tuple[Any, ...] = ()
     # Where the next poll's key window starts: None at the start of a sweep over all keys;
     # (key, True) to read that key again (a poll that stopped at the point limit inside it).
     window_start: tuple[str, bool] | None = None
@@ -72,7 +77,15 @@ class StreamCursor:
 
 def status_payload(run: Any) -> dict[str, Any]:
     """The `status` event's data, from a Run (or a row with its columns)."""
+    phase = phase_of(run)
     return {
+        # While it runs: "building environment" (pip's last line in env_build_line) or
+        # "training" (app/runs/phase.py); sent again whenever the phase or the line changes.
+        "phase": phase.phase,
+        "env_build_line": run.env_build_line,
+        "env_build_started_at": _iso(run.env_build_started_at),
+        "env_build_seconds": phase.env_build_seconds,
+        "training_started_at": _iso(run.training_started_at),
         "status": run.status,
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
@@ -84,8 +97,20 @@ def status_payload(run: Any) -> dict[str, Any]:
     }
 
 
+def _iso(value: datetime | None) -> str | None:
+    return as_utc(value).isoformat() if value is not None else None
+
+
 _STATUS_COLUMNS = select(
-    Run.status, Run.started_at, Run.finished_at, Run.exit_code, Run.error, Run.attempt
+    Run.status,
+    Run.started_at,
+    Run.finished_at,
+    Run.exit_code,
+    Run.error,
+    Run.attempt,
+    Run.env_build_started_at,
+    Run.env_build_line,
+    Run.training_started_at,
 ).where(Run.id == bindparam("run_id"))
 
 
@@ -109,9 +134,11 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
             cursor.sweep_after_finish = RunStatus(run.status).finished
             cursor.sweep_quiet = True
         series, sweep_done = _read_window(session, cursor)
-    if (run.status, run.attempt) != (cursor.status, cursor.attempt):
+    building = (run.env_build_started_at, run.env_build_line, run.training_started_at)
+    if (run.status, run.attempt, building) != (cursor.status, cursor.attempt, cursor.building):
         cursor.status = run.status
         cursor.attempt = run.attempt
+        cursor.building = building
         status_event: ServerSentEvent | None = json_event("status", status_payload(run))
     else:
         status_event = None

@@ -143,6 +143,7 @@ def open_external(
         origin=origin,
         name=name,
         started_at=started_at,
+        training_started_at=started_at,  # no environment of torchyard's to build
     )
     session.add(run)
     session.flush()
@@ -200,7 +201,36 @@ def start(
             worker_host=host,
             gpu_indices=gpu_indices,
             pid=None,
+            env_build_started_at=None,
+            env_build_line=None,
+            training_started_at=None,
         ),
+    )
+
+
+MAX_BUILD_LINE = 500
+
+
+def building(session: Session, *, run_id: int, attempt: int, now: datetime | None = None) -> bool:
+    """The attempt's environment build began (its phase is "building environment" until
+    `training`); False when the run is not this attempt's any more."""
+    return _took_effect(
+        session,
+        _running(run_id, attempt).values(env_build_started_at=now or utcnow(), env_build_line=None),
+    )
+
+
+def build_progress(session: Session, *, run_id: int, attempt: int, line: str) -> bool:
+    """pip's last line while the attempt's environment builds (shown as the run's phase)."""
+    return _took_effect(
+        session, _running(run_id, attempt).values(env_build_line=line[:MAX_BUILD_LINE])
+    )
+
+
+def training(session: Session, *, run_id: int, attempt: int, now: datetime | None = None) -> bool:
+    """The attempt's job starts: the run's duration counts from here, not from the build."""
+    return _took_effect(
+        session, _running(run_id, attempt).values(training_started_at=now or utcnow())
     )
 
 
@@ -323,6 +353,9 @@ def requeue(
             pid=None,
             gpu_indices=None,
             heartbeat_at=None,
+            env_build_started_at=None,
+            env_build_line=None,
+            training_started_at=None,
             error=f"attempt {attempt}: {reason}; requeued as attempt {attempt + 1}",
             # A new message: the old attempt's, if the broker ever gives it back, is dropped.
             dispatch=Run.dispatch + 1,

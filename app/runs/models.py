@@ -102,6 +102,13 @@ class Run(Base):
     # status is its client's (app.runs.lifecycle open_external/end_external) and no reaper
     # fails it for want of a worker's heartbeat.
     origin: Mapped[str | None] = mapped_column(String(16))
+    # The run's environment build (worker/env_build.py): when it began and pip's last line
+    # while it works; and when the job itself started, from which the run's duration counts
+    # (the build's time is shown apart). Written by app.runs.lifecycle only; app.runs.phase
+    # derives the phase ("building environment", "training") from them.
+    env_build_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    env_build_line: Mapped[str | None] = mapped_column(String(500))
+    training_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class RunTag(Base):

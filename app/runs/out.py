@@ -10,6 +10,7 @@ from app.runs.disk import disk_by_run
 from app.runs.models import Run
 from app.runs.notices import stopped_early_reason
 from app.runs.params import params_by_run
+from app.runs.phase import phase_of
 from app.runs.schemas import RunOut, SummaryOut
 from app.runs.service import tags_by_run, why_queued_many
 
@@ -22,9 +23,13 @@ def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
     summaries = summaries_by_run(session, run_ids=ids)
     disks = disk_by_run(session, ids)
     reasons = why_queued_many(session, runs=runs)
+    phases = {r.id: phase_of(r) for r in runs}
     return [
         RunOut.model_validate(r).model_copy(
             update={
+                "phase": phases[r.id].phase,
+                "env_build_seconds": phases[r.id].env_build_seconds,
+                "duration_seconds": phases[r.id].duration_seconds,
                 "params": params[r.id],
                 "tags": tags[r.id],
                 "disk_bytes": disks.get(r.id, 0),

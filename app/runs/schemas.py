@@ -111,6 +111,17 @@ class RunOut(BaseModel):
     def _not_measured_yet(cls, value: Any) -> Any:
         return 0 if value is None else value  # _outs fills in the checkpoints' sizes
 
+    # What a running run does (app/runs/phase.py): "starting", "building environment" while its
+    # packages are installed (pip's last line in env_build_line), "training"; null unless running.
+    phase: str | None = None
+    env_build_started_at: UtcDateTime | None = None
+    env_build_line: str | None = None
+    # The build's time (reusing a built environment takes well under a second); null: none.
+    env_build_seconds: float | None = None
+    # When the job itself started: the duration counts from here, the build's time apart.
+    training_started_at: UtcDateTime | None = None
+    duration_seconds: float | None = None
+
     # Why a queued run waits, in the scheduler's words (the GPU page's "why it waits"), "no
     # worker is running: ..." when no worker host heartbeats; null unless the run is queued.
     queue_reason: str | None = None

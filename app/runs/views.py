@@ -15,6 +15,7 @@ from app.ownership import find_run
 from app.pages import PageRoute, PageUser
 from app.runs.disk import disk_by_run
 from app.runs.notices import notice_lines
+from app.runs.phase import phase_of
 from app.runs.service import resumed_from, tags_by_run, why_queued
 from app.templating import render
 
@@ -37,6 +38,7 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         tags=tags_by_run(session, [run.id])[run.id],
         disk_bytes=disk_by_run(session, [run.id]).get(run.id, 0),
         queue_reason=why_queued(session, run=run),
+        phase=phase_of(run),
         parent=resumed_from(session, run=run),
         config_json=config_json,
         run_spec=run_config(run.config).run_spec(),  # its defaults from the config model

@@ -150,3 +150,28 @@ def test_cancel_from_the_run_page_asks_first_then_cancels(
     assert dialogs == ["confirm", "confirm"], dialogs
     assert wait_for_status(api, run["id"], FINISHED, timeout=10)["status"] == "cancelled"
     assert not (cancel.is_visible() and cancel.is_enabled()), "cancel still offered"
+
+
+def test_the_run_page_shows_the_environment_build_live_then_its_time(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    """While the run's packages are installed the page says "Building environment: <pip's
+    line>" (from the run's stream), then hides it and shows the build's time apart."""
+    page = admin_page
+    config = {
+        "recipe": "tiny_mlp",
+        "params": {"epochs": 1, "steps_per_epoch": 2},
+        "environment": {"requirements": ["six"]},  # no other test builds this environment
+    }
+    run = launch(api, config, name="browser-build")
+    page.goto(f"/runs/{run['id']}")
+    phase = page.locator("#run-phase")
+    expect(phase).to_be_visible(timeout=60_000)
+    expect(phase).to_contain_text("Building environment: ")
+    expect(phase).to_be_hidden(timeout=120_000)
+    status = page.locator("#run-status")
+    expect(status).to_have_attribute("data-status", "succeeded", timeout=60_000)
+    done = wait_for_status(api, run["id"], FINISHED)
+    assert done["env_build_seconds"] is not None and done["duration_seconds"] is not None
+    expect(page.locator("#run-build")).not_to_have_text("–")
+    expect(page.locator("#run-duration")).not_to_have_text("–")

@@ -4,6 +4,9 @@
 export const ACTIVE = new Set(["queued", "running"]);
 export const FINISHED = new Set(["succeeded", "failed", "cancelled", "deleted"]);
 
+// A running run's phase while its packages are installed (app/runs/phase.py BUILDING).
+export const BUILDING = "building environment";
+
 export const isActive = (status) => ACTIVE.has(status);
 export const isFinished = (status) => FINISHED.has(status);
 

@@ -6,7 +6,7 @@
 import {call, errorText, serverDown} from "../lib/api.js";
 import {$, markStale, showTime} from "../lib/dom.js";
 import {LOST_TEXT, clockText, fmtBytes, fmtDuration, lostText, parseTime} from "../lib/format.js";
-import {isActive, isFinished} from "../lib/status.js";
+import {BUILDING, isActive, isFinished} from "../lib/status.js";
 import {api} from "../lib/urls.js";
 
 // How often a queued or running run is re-read on the stream's events (its queue reason,
@@ -15,7 +15,9 @@ const REREAD_MS = 3000;
 
 export const mountStatus = (root, runId, stream, charts) => {
   let status = root.dataset.status;
-  let times = {started: root.dataset.started, finished: root.dataset.finished};
+  let times = {started: root.dataset.started, finished: root.dataset.finished,
+               build: root.dataset.buildStarted, training: root.dataset.trainingStarted};
+  let phase = root.dataset.phase || null;
   const cancelButton = $("cancel-run");
   // `lostSince`: when the server last confirmed the status and attempt shown, while it has not
   // since the link dropped (null: confirmed). "live" shows only while the link is up, the run
@@ -25,9 +27,26 @@ export const mountStatus = (root, runId, stream, charts) => {
   const renderTiming = () => {
     showTime($("run-started-time"), times.started);
     showTime($("run-finished-time"), times.finished);
-    const start = parseTime(times.started);
+    // Training's time from the job's start; the build's from its start to the job's (or to
+    // the run's end when the build failed), as app/runs/phase.py counts them.
+    const build = parseTime(times.build);
+    const training = parseTime(times.training);
     const end = parseTime(times.finished) || (status === "running" ? new Date() : null);
-    $("run-duration").textContent = start && end ? fmtDuration((end - start) / 1000) : "–";
+    $("run-duration").textContent = training && end ? fmtDuration((end - training) / 1000) : "–";
+    const buildEnd = training || end;
+    $("run-build").textContent = build && buildEnd
+      ? fmtDuration((buildEnd - build) / 1000) + (phase === BUILDING && status === "running" ? " (building)" : "")
+      : "–";
+  };
+
+  // "Building environment: <pip's last line>" while the run's packages are installed.
+  const showPhase = (data) => {
+    if (!("phase" in data)) return;
+    phase = data.phase;
+    times = {...times, build: data.env_build_started_at, training: data.training_started_at};
+    const building = phase === BUILDING && status === "running";
+    $("run-phase-line").textContent = data.env_build_line || "starting pip";
+    $("run-phase").hidden = !building;
   };
 
   // The attempt as the server gave it ("2 of 3" with restarts allowed).
@@ -79,7 +98,8 @@ export const mountStatus = (root, runId, stream, charts) => {
     badge.dataset.status = status;
     badge.textContent = status;
     root.dataset.status = status;
-    if ("started_at" in data) times = {started: data.started_at, finished: data.finished_at};
+    if ("started_at" in data) times = {...times, started: data.started_at, finished: data.finished_at};
+    showPhase(data);
     if (data.error) { $("run-error").textContent = data.error; $("run-error").hidden = false; }
     if (cancelButton) cancelButton.hidden = !isActive(status);
     if (status !== "queued") $("run-queue-reason").hidden = true;
@@ -115,7 +135,10 @@ export const mountStatus = (root, runId, stream, charts) => {
     $("run-worker").textContent = r.body.worker_host || "–";
     if (typeof r.body.disk_bytes === "number") $("run-disk").textContent = fmtBytes(r.body.disk_bytes);
     setStatus({status: r.body.status, started_at: r.body.started_at,
-               finished_at: r.body.finished_at, error: r.body.error, attempt: r.body.attempt});
+               finished_at: r.body.finished_at, error: r.body.error, attempt: r.body.attempt,
+               phase: r.body.phase, env_build_line: r.body.env_build_line,
+               env_build_started_at: r.body.env_build_started_at,
+               training_started_at: r.body.training_started_at});
     onConfirmed();
     showNotices(r.body.notices || []);
     showQueueReason(r.body.queue_reason);

@@ -1,0 +1,54 @@
+"""What a running run is doing, and how long each part took: its environment build apart from
+its training (issue 29). One derivation, used by the API (app/runs/out.py) and the run's
+event stream (app/runs/events.py), so the CLI and the page say the same.
+
+The columns are written by app.runs.lifecycle (`building`, `build_progress`, `training`):
+a running run is "starting" (its code copied, its environment looked up) until either its
+environment's build begins, "building environment" until its job starts, then "training";
+a run without packages goes from "starting" to "training" at once. The duration
+counts from the job's start, the build's seconds from the build's start to the job's (or to
+the run's end, when the build failed or was cancelled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.timeutil import as_utc, utcnow
+
+STARTING = "starting"
+BUILDING = "building environment"
+TRAINING = "training"
+
+
+@dataclass(frozen=True)
+class Phase:
+    phase: str | None  # STARTING, BUILDING, TRAINING; None when the run is not running
+    env_build_seconds: float | None  # None: no build (yet)
+    duration_seconds: float | None  # from the job's start; None: it never started
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return as_utc(value) if value is not None else None
+
+
+def phase_of(run: Any, now: datetime | None = None) -> Phase:
+    """From a Run (or a row with status, finished_at and the three phase columns)."""
+    now = now or utcnow()
+    status = str(getattr(run.status, "value", run.status))
+    build = _utc(run.env_build_started_at)
+    training = _utc(run.training_started_at)
+    end = _utc(run.finished_at) or now
+    phase = None
+    if status == "running":
+        if training is not None:
+            phase = TRAINING
+        else:
+            phase = STARTING if build is None else BUILDING
+    build_seconds = None
+    if build is not None:
+        build_seconds = max(((training or end) - build).total_seconds(), 0.0)
+    duration = max((end - training).total_seconds(), 0.0) if training is not None else None
+    return Phase(phase, build_seconds, duration)
