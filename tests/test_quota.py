@@ -74,3 +74,25 @@ def test_a_user_over_the_quota_is_refused_and_another_is_not(client, monkeypatch
 def usage_of(user_id: int) -> int:
     with session_scope() as session:
         return usage(session, user_id)
+
+
+def test_an_mlflow_artifact_counts_and_is_refused_past_the_quota(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An artifact uploaded into a run logged from outside adds its bytes to the run's disk use
+    as it is stored; past the quota the next upload is a 413 in MLflow's error shape."""
+    monkeypatch.setattr(get_settings(), "user_quota_gb", 0.00001)  # 10,000 bytes
+    carol, _, headers = make_user()
+    exp = client.post(
+        "/api/2.0/mlflow/experiments/create", json={"name": carol}, headers=headers
+    ).json()["experiment_id"]
+    run = client.post(
+        "/api/2.0/mlflow/runs/create", json={"experiment_id": exp}, headers=headers
+    ).json()["run"]["info"]["run_id"]
+    url = f"/api/2.0/mlflow-artifacts/artifacts/{exp}/{run}/artifacts"
+    first = client.put(f"{url}/a.bin", content=b"x" * 12_000, headers=headers)
+    assert first.status_code == 200, first.text
+    assert usage_of(_user_id(carol)) == 12_000
+    second = client.put(f"{url}/b.bin", content=b"y", headers=headers)
+    assert second.status_code == 413, second.text
+    body = second.json()
+    assert body["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert body["message"].startswith(f"user quota exceeded: {carol} uses 12 kB of 10 kB")
