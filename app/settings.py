@@ -177,6 +177,14 @@ class Settings(BaseSettings):
     # once it was last uploaded or chosen for a config this long ago (a config being saved
     # in a concurrent transaction is not yet visible to the deletion's check).
     code_unused_grace_seconds: float = Field(default=600.0, ge=0)
+    # A worker unpacks a snapshot once per host into <data_dir>/snapshots/, shared read-only
+    # by every run that uses it (worker/snapshots.py). Past this total, the least recently
+    # used ones no running job holds are removed (0: each as soon as its last run ends).
+    snapshot_cache_max_bytes: int = Field(default=2 * 1024**3, ge=0)
+    # What one user may keep stored (stored code snapshots they uploaded and their runs'
+    # folders, checkpoints and files; app/users/quota.py), in GB (10**9 bytes); over it an
+    # upload is a 413 and a new run a 422 that names the quota and the use. 0: no quota.
+    user_quota_gb: float = Field(default=0.0, ge=0)
 
     # Notifications (app/notifications/). E-mail goes through this box's SMTP server (empty
     # host: no e-mail; the settings page says so); user and password only when it wants a login.
@@ -244,6 +252,10 @@ class Settings(BaseSettings):
     @property
     def runs_dir(self) -> Path:
         return self.resolved_data_dir / "runs"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.resolved_data_dir / "snapshots"
 
     @property
     def resolved_database_url(self) -> str:

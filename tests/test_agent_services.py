@@ -160,6 +160,13 @@ def test_readopt_takes_back_an_expired_lease_and_heartbeats(sessions: Sessions) 
     assert run_row(sessions, run_id).heartbeat_at is not None
     with sessions.begin() as session:
         assert readopt(session, run_id=run_id, attempt=2, host="agent-readopt") is None
+    digest = "sha256:" + "ab" * 32  # a snapshot's run: the worker holds its shared copy again
+    with sessions.begin() as session:
+        config = {"script": "train.py", "code": digest, "seed": 1}
+        session.execute(update(Run).where(Run.id == run_id).values(config=config))
+    with sessions.begin() as session:
+        found = readopt(session, run_id=run_id, attempt=1, host="agent-readopt")
+    assert found is not None and found.code == digest
 
 
 def test_readopt_is_refused_whole_when_another_run_took_its_gpu(sessions: Sessions) -> None:

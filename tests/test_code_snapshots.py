@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -181,6 +182,56 @@ def test_config_checks_code_and_script_in_it(client, user_headers) -> None:  # t
     assert not {"code", "code_origin"} & set(plain.json()["config"])  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("-e .", "pip options"),
+        ("--extra-index-url https://evil.example/simple", "pip options"),
+        ("pkg @ file:///tmp/pkg.whl", "a URL or a local path"),
+    ],
+)
+def test_a_snapshots_requirements_are_checked_when_the_experiment_or_run_is_created(
+    client, user_headers, line: str, problem: str
+) -> None:  # type: ignore[no-untyped-def]
+    """The config's rules, at once (not when the run starts): a 422 naming the file, the line
+    and the problem, for the experiment and for a run whose overrides name the snapshot."""
+    text = f"six==1.17.0\n# a comment\n{line}\n".encode()
+    bad = _digest(
+        client, user_headers, tar_gz([*_good_members(), ("requirements.txt", "file", text)])
+    )
+    good_text = b"six==1.17.0\n"
+    good = _digest(
+        client, user_headers, tar_gz([*_good_members(), ("requirements.txt", "file", good_text)])
+    )
+
+    def create(digest: str) -> Any:
+        config = {"script": "train.py", "code": digest}
+        return client.post(
+            "/api/experiments", headers=user_headers, json={"name": "r", "config": config}
+        )
+
+    refused = create(bad)
+    assert refused.status_code == 422, refused.text
+    (error,) = refused.json()["detail"]
+    assert error["loc"] == ["body", "config", "code"]
+    assert f"requirements.txt in code snapshot {bad}, line 3: " in error["msg"]
+    assert problem in error["msg"] and line in error["msg"]
+    made = create(good)
+    assert made.status_code == 201, made.text
+    run = client.post(
+        f"/api/experiments/{made.json()['id']}/runs",
+        headers=user_headers,
+        json={"overrides": {"code": bad}},
+    )
+    assert run.status_code == 422, run.text
+    (error,) = run.json()["detail"]
+    assert error["loc"] == ["body", "overrides", "code"] and "line 3" in error["msg"]
+
+
+def _good_members() -> list[Any]:
+    return [("train.py", "file", TRAIN), *GOOD_SNAPSHOT[1:]]
+
+
 def _owner_id(headers: dict[str, str]) -> int:
     from app.auth.service import check_token
 
@@ -233,27 +284,43 @@ def test_the_worker_refuses_a_bad_archive_in_the_store(tmp_path: Path) -> None:
         store.local_path(digest).write_bytes(data)
         run_dir = tmp_path / shape.replace(" ", "-") / "run"
         run_dir.mkdir(parents=True)
-        with pytest.raises(TarRefused):
-            code_copy.prepare(run_dir, digest, "train.py")
-        assert os.listdir(run_dir) == [], shape  # the staging folder went with it
+        with pytest.raises(TarRefused), code_copy.use(run_dir, digest, "train.py"):
+            pass
+        assert os.listdir(run_dir) == [], shape
+        cache = get_settings().snapshots_dir
+        assert not list(cache.glob(".unpack-*")) and not (cache / digest[7:]).exists(), shape
         store.local_path(digest).unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         s.replace(" ", "-") for s in MALICIOUS
     )
 
 
-def test_the_worker_extracts_a_fresh_copy(tmp_path: Path) -> None:
+def test_the_worker_shares_one_read_only_copy_and_mirrors_it_per_run(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(get_settings(), "snapshot_cache_max_bytes", 0)  # gone once unused
     data = _good(b"# copy\n")
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     store.local_path(digest).parent.mkdir(parents=True, exist_ok=True)
     store.local_path(digest).write_bytes(data)
-    script = code_copy.prepare(tmp_path, digest, "./train.py")
-    root = code_copy.snapshot_root(tmp_path)
-    assert script == root / "train.py"
-    assert (root / "data" / "x.txt").read_text() == "beside the script\n"
-    assert os.readlink(root / "README") == "data/x.txt"
-    with pytest.raises(ValueError, match="not a file in code snapshot"):
-        code_copy.prepare(tmp_path, digest, "other.py")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with (
+        code_copy.use(tmp_path / "a", digest, "./train.py") as a,
+        code_copy.use(tmp_path / "b", digest, "train.py") as b,
+    ):
+        assert a.unpacked == b.unpacked == get_settings().snapshots_dir / digest[7:]
+        root = code_copy.snapshot_root(tmp_path / "a")
+        assert a.script == root / "train.py" and a.script.is_symlink()
+        assert a.script.resolve() == b.script.resolve() == a.unpacked / "train.py"
+        assert (root / "data" / "x.txt").read_text() == "beside the script\n"
+        assert (root / "data").is_dir() and not (root / "data").is_symlink()  # the run's own
+        assert os.readlink(a.unpacked / "README") == "data/x.txt"
+        for path in (a.unpacked, a.unpacked / "data", a.unpacked / "train.py"):
+            assert path.lstat().st_mode & 0o222 == 0, path  # nobody writes the shared copy
+        with pytest.raises(ValueError, match="not a file in code snapshot"):
+            code_copy.prepare(tmp_path / "a", a.unpacked, digest, "other.py")
+    assert not a.unpacked.exists()  # no run uses it, and the cap is 0
 
 
 def test_the_run_page_lists_the_snapshot_and_links_the_download(app, client) -> None:  # type: ignore[no-untyped-def]
@@ -296,12 +363,16 @@ def test_team_mode_stores_on_the_artifact_store_and_the_worker_checks_what_it_fe
     # A worker on another host fetches it, checks the digest, extracts, keeps no copy.
     (tmp_path / "run").mkdir()
     (tmp_path / "run2").mkdir()
-    script = code_copy.prepare(tmp_path / "run", digest, "train.py")
-    assert script.read_bytes() == TRAIN + b"# team\n"
+    monkeypatch.setattr(get_settings(), "snapshot_cache_max_bytes", 0)  # fetched each time
+    with code_copy.use(tmp_path / "run", digest, "train.py") as code:
+        assert code.script.read_bytes() == TRAIN + b"# team\n"
     assert _leftovers() == [] and not store.local_path(digest).exists()
     stored.write_bytes(_good(b"# tampered\n"))
-    with pytest.raises(store.SnapshotMissing, match="other bytes"):
-        code_copy.prepare(tmp_path / "run2", digest, "train.py")
+    with (
+        pytest.raises(store.SnapshotMissing, match="other bytes"),
+        code_copy.use(tmp_path / "run2", digest, "train.py"),
+    ):
+        pass
     assert not (tmp_path / "run2" / "work").exists() and _leftovers() == []
 
 

@@ -99,8 +99,8 @@ def test_requirements_for_reads_the_snapshots_file_after_the_config(tmp_path: Pa
 
 
 def test_requirements_for_refuses_an_option_in_the_file_naming_it(tmp_path: Path) -> None:
-    (tmp_path / "requirements.txt").write_text("six\n--extra-index-url https://evil/simple\n")
-    with pytest.raises(RequirementRefused, match=r"requirements.txt, item 2: .*pip options"):
+    (tmp_path / "requirements.txt").write_text("six\n\n--extra-index-url https://evil/simple\n")
+    with pytest.raises(RequirementRefused, match=r"requirements.txt, line 3: .*pip options"):
         requirements_for([], tmp_path)
 
 

@@ -7,7 +7,8 @@ host, before the worker takes any task:
   once, its GPU leases are taken again if they expired meanwhile, and a thread supervises the
   job exactly as the launching worker would have (worker.supervise): forwarding resumes from
   the offsets stored on the run, so no point is lost or doubled, and the attempt stays the
-  same;
+  same; its code snapshot's shared copy (worker/snapshots.py) is held again, so no eviction
+  takes it from under the job;
 - the keeper ended while nobody watched and wrote the job's exit status: adopted the same
   way; the watch loop finds it ended, drains the spool and writes the final status;
 - the keeper is gone without an exit status (the host rebooted, the container was
@@ -19,6 +20,7 @@ host, before the worker takes any task:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
@@ -27,6 +29,7 @@ from app.db import is_conflict, session_scope
 from app.runs.recovery import readopt
 from app.settings import get_settings
 from torchyard.contract import RunPaths
+from worker import snapshots
 from worker.heartbeat import Watched
 from worker.job_records import JobRecord, records
 from worker.process import JobProcess
@@ -85,16 +88,24 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
         run.gpu_indices,
     )
     thread = threading.Thread(
-        target=_supervise_adopted, args=(watched, job), name=f"run-{record.run_id}", daemon=True
+        target=_supervise_adopted,
+        args=(watched, job, run.code),
+        name=f"run-{record.run_id}",
+        daemon=True,
     )
     thread.start()
     log.info("run %s: re-adopted its job (keeper pid %s)", record.run_id, record.keeper_pid)
     return Found.ADOPTED, thread
 
 
-def _supervise_adopted(watched: Watched, job: JobProcess) -> None:
+def _supervise_adopted(watched: Watched, job: JobProcess, code: str | None) -> None:
     try:
-        with job:
+        with contextlib.ExitStack() as held, job:
+            if code is not None:  # its shared snapshot, held from eviction again
+                try:
+                    held.enter_context(snapshots.cache().use(code))
+                except Exception:  # a missing archive must not stop the supervision
+                    log.exception("run %s: could not hold its code snapshot", watched.run_id)
             supervise(watched, job)
     except Exception:  # the job is stopped by its block; the run must not stay "running"
         log.exception("run %s: supervising the re-adopted job failed", watched.run_id)

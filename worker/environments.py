@@ -58,8 +58,8 @@ from app.experiments.requirements import (
     MAX_REQUIREMENTS_FILE_BYTES,
     RequirementRefused,
     check_requirements,
+    check_requirements_file,
     normal_form,
-    parse_requirements_file,
 )
 from app.runs.job_files import FileRefused, read_job_file
 
@@ -80,8 +80,7 @@ def requirements_for(config_requirements: list[str], snapshot_root: Path | None)
     if snapshot_root is not None:
         from_file = _requirements_file(snapshot_root / REQUIREMENTS_FILE)
         if from_file is not None:
-            check_requirements(from_file, source=REQUIREMENTS_FILE)
-            lines += from_file
+            lines += check_requirements_file(from_file, source=REQUIREMENTS_FILE)
             source = f"environment.requirements and {REQUIREMENTS_FILE}"
     return check_requirements(lines, source=source)
 
@@ -91,8 +90,8 @@ def run_requirements(config: RunConfig, snapshot_root: Path | None) -> list[str]
     return requirements_for(list(config.environment.requirements), snapshot_root)
 
 
-def _requirements_file(path: Path) -> list[str] | None:
-    """The lines of the snapshot's requirements.txt, None when there is none."""
+def _requirements_file(path: Path) -> str | None:
+    """The text of the snapshot's requirements.txt, None when there is none."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -109,7 +108,7 @@ def _requirements_file(path: Path) -> list[str] | None:
         raise RequirementRefused(f"cannot read {REQUIREMENTS_FILE}: {exc}") from None
     if data is None:
         raise RequirementRefused(f"cannot read {REQUIREMENTS_FILE}: replaced while read")
-    return parse_requirements_file(data.decode("utf-8", "replace"))
+    return data.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)

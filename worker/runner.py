@@ -163,9 +163,16 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     resume = claimed.resume_from
     script: Path | None = None
     code = script_config.code if script_config is not None else None
+    unpacked: Path | None = None  # the shared read-only copy of its snapshot (worker.code)
     if script_config is not None:
         try:
-            script = _script(run_dir, script_config)
+            if script_config.code:
+                shared = held.enter_context(
+                    code_copy.use(run_dir, script_config.code, script_config.script)
+                )
+                script, unpacked = shared.script, shared.unpacked
+            else:
+                script = resolve_script(settings.workspace_dir, script_config.script)
         except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
             error = f"cannot run the script: {exc}"
             return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
@@ -181,8 +188,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     gpus = tuple(claimed.gpu_indices or ())
     watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
     try:
-        snapshot = code_copy.snapshot_root(run_dir) if code else None  # its requirements.txt
-        requirements = run_requirements(config, snapshot)
+        requirements = run_requirements(config, unpacked)  # a snapshot's requirements.txt
         prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
     except (RequirementRefused, BuildFailed) as exc:
         drain(watched)  # pip's lines
@@ -222,7 +228,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             from_snapshot=bool(code),
         )
     )
-    if not code:  # a snapshot's copy is its own work dir already (worker.code)
+    if not code:  # a snapshot's mirror is its own work dir already (worker.code)
         prepare_work_dir(launch.cwd, script.parent if script is not None else None)
     isolation = job_isolation()
     if isolation.enabled:
@@ -232,6 +238,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             run_id=run_id,
             run_dir=run_dir,
             script=script if not code else None,  # a snapshot's job needs no workspace
+            code=unpacked,
             gpus=claimed.gpu_indices,
             resume=resume,
             env=prepared.env,
@@ -260,14 +267,6 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         remember(job, watched, host=inventory().host)
         log.info("run %s started: keeper pid %s, %s", run_id, job.pid, " ".join(launch.argv))
         return supervise(watched, job)
-
-
-def _script(run_dir: Path, config: ScriptConfig) -> Path:
-    """The script's path: in the run's fresh copy of its code snapshot (extracted here, every
-    member checked again), else checked inside the workspace."""
-    if config.code:
-        return code_copy.prepare(run_dir, config.code, config.script)
-    return resolve_script(get_settings().workspace_dir, config.script)
 
 
 def job_isolation() -> sandbox.Isolation:
@@ -313,6 +312,7 @@ def _sandboxed(
     run_id: int,
     run_dir: Path,
     script: Path | None,
+    code: Path | None,
     gpus: tuple[int, ...],
     resume: str | None,
     env: Env | None,
@@ -342,6 +342,7 @@ def _sandboxed(
         home=home,
         read_only=(*sandbox.interpreter_paths(), *workspace, *([env.path] if env else [])),
         hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
+        shared_read_only=(code,) if code is not None else (),
         read_only_fds=resume_fds,
         devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
         uid=uid,

@@ -102,6 +102,9 @@ class SandboxSpec:
     read_only: tuple[Path, ...]
     # Hidden even when a read-only folder contains them (the data dir).
     hidden: tuple[Path, ...] = ()
+    # Read-only folders inside a hidden one, shown again: a run's shared code snapshot in the
+    # data dir (worker/snapshots.py).
+    shared_read_only: tuple[Path, ...] = ()
     # Single read-only files outside the run dir, as (descriptor, place in the sandbox): a
     # checkpoint to resume from, opened by app.runs.job_files.regular_fd (bwrap, as root,
     # would follow a link another run's job put in place of the file after the API checked it).
@@ -201,6 +204,8 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     for hidden in _outermost(spec.hidden):
         if any(within(hidden, r) for r in readable):
             mounts.add("--tmpfs", None, hidden, tmpfs=True)
+    for shared in _outermost(spec.shared_read_only):
+        mounts.add("--ro-bind", shared, shared)
     mounts.add("--bind", spec.run_dir, spec.run_dir)
     for fd, dest in spec.read_only_fds:
         mounts.add("--ro-bind-fd", Path(str(fd)), dest)

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
+from app.auth.models import User
 from app.code import service, store, upload
 from app.code.tarcheck import Limits, TarRefused, scan
 from app.code.zipnorm import EMPTY_ZIP_MAGIC, GZIP_MAGIC, ZIP_MAGIC, zip_to_tar_gz
@@ -28,6 +29,7 @@ from app.errors import Invalid, NotFound
 from app.http_errors import error_responses
 from app.ownership import OwnedRun, Writer
 from app.settings import get_settings
+from app.users import quota
 
 router = APIRouter(prefix="/api", tags=["code"])
 # The route reads its body itself, with its own cap (max_code_bytes, read per request); the
@@ -51,7 +53,10 @@ class CodeOut(BaseModel):
     responses={
         200: {"description": "These bytes were stored already", "model": CodeOut},
         **error_responses(400, 403),
-        413: {"description": "Larger than max_code_bytes", "content": _ERROR_JSON},
+        413: {
+            "description": "Larger than max_code_bytes, or past the user's quota",
+            "content": _ERROR_JSON,
+        },
         415: {"description": "Not multipart/form-data", "content": _ERROR_JSON},
         422: {
             "description": "The archive is refused: the message names the member and why",
@@ -78,16 +83,18 @@ class CodeOut(BaseModel):
 async def upload_code(request: Request, user: Writer, session: SessionDep) -> Any:
     """Upload a code snapshot (multipart field `file`: a .tar.gz or a .zip of your folder);
     name its digest as the config's `code`, with `script` relative to the snapshot."""
+    # A user at the quota is refused before the body is read (then again with its size).
+    await run_in_threadpool(quota.refuse_upload, session, user, 0)
     received = await upload.receive(request, max_bytes=get_settings().max_code_bytes)
     # The request's session (the caller commits): the authentication may hold SQLite's write
     # lock in it already. Used from one thread at a time, as the sync dependencies do.
-    registered = await run_in_threadpool(_store, session, received, user.id)
+    registered = await run_in_threadpool(_store, session, received, user)
     body = CodeOut(digest=registered.digest, size_bytes=registered.size_bytes)
     code = status.HTTP_201_CREATED if registered.created else status.HTTP_200_OK
     return JSONResponse(body.model_dump(), status_code=code)
 
 
-def _store(session: Session, received: upload.Received, user_id: int) -> service.Registered:
+def _store(session: Session, received: upload.Received, user: User) -> service.Registered:
     limits = Limits.from_settings()
     archive, digest, size = received.path, received.digest, received.size_bytes
     converted: Path | None = None
@@ -105,11 +112,12 @@ def _store(session: Session, received: upload.Received, user_id: int) -> service
         if store.exists(digest) and service.touch(session, digest):
             # Checked when first stored: only marked used now.
             return service.Registered(digest, size, created=False)
+        quota.refuse_upload(session, user, size)  # stored bytes count: the archive's
         contents = scan(archive, limits)
         if not store.exists(digest):
             store.put(archive, digest)
         return service.register(
-            session, digest=digest, size_bytes=size, contents=contents, user_id=user_id
+            session, digest=digest, size_bytes=size, contents=contents, user_id=user.id
         )
     except TarRefused as exc:
         raise Invalid.at(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
@@ -28,8 +28,11 @@ class CodeSnapshot(Base):
     file_count: Mapped[int] = mapped_column(Integer)
     # [[path, size], ...] of the regular files, in archive order
     files: Mapped[list[Any]] = mapped_column(JSON)
+    # The text of its root requirements.txt (read at upload), checked whenever a config names
+    # the snapshot; NULL: none, or uploaded before this column (the worker checks it then).
+    requirements: Mapped[str | None] = mapped_column(Text, nullable=True)
     uploaded_by: Mapped[int | None] = mapped_column(
-        ForeignKey("users.id", ondelete="SET NULL"), nullable=True
+        ForeignKey("users.id", ondelete="SET NULL"), nullable=True, index=True
     )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # Uploaded again or named by a config: a deletion leaves it alone for a grace period.

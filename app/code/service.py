@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import CursorResult, String, cast, delete, exists, select, update
+from sqlalchemy import CursorResult, String, cast, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -54,6 +54,7 @@ def register(
         unpacked_bytes=contents.unpacked_bytes,
         file_count=len(contents.files),
         files=[[path, size] for path, size in contents.files],
+        requirements=contents.requirements,
         uploaded_by=user_id,
         created_at=now,
         last_used_at=now,
@@ -75,13 +76,33 @@ def touch(session: Session, digest: str) -> bool:
     return bool(touched.rowcount)
 
 
-def use(session: Session, digest: str) -> set[str] | None:
-    """A config names ``digest``: the snapshot's file paths (and it is marked used now, which
-    keeps a concurrent deletion off it), or None when there is no such snapshot."""
+@dataclass(frozen=True)
+class Used:
+    """What a config's check needs of a snapshot: its file paths, its requirements.txt."""
+
+    files: set[str]
+    requirements: str | None
+
+
+def use(session: Session, digest: str) -> Used | None:
+    """A config names ``digest``: the snapshot's file paths and requirements.txt (and it is
+    marked used now, which keeps a concurrent deletion off it), or None when there is none."""
     if not touch(session, digest):
         return None
-    files = session.scalar(select(CodeSnapshot.files).where(CodeSnapshot.digest == digest))
-    return {str(entry[0]) for entry in files or []}
+    row = session.execute(
+        select(CodeSnapshot.files, CodeSnapshot.requirements).where(CodeSnapshot.digest == digest)
+    ).one()
+    return Used({str(entry[0]) for entry in row.files or []}, row.requirements)
+
+
+def stored_bytes_by(session: Session, user_id: int) -> int:
+    """The stored size of the snapshots the user uploaded first (their quota's code part)."""
+    total = session.scalar(
+        select(func.coalesce(func.sum(CodeSnapshot.size_bytes), 0)).where(
+            CodeSnapshot.uploaded_by == user_id
+        )
+    )
+    return int(total or 0)
 
 
 def get(session: Session, digest: str) -> CodeSnapshot | None:

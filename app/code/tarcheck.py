@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from app.experiments.requirements import MAX_REQUIREMENTS_FILE_BYTES as REQUIREMENTS_FILE_MAX
+
 MAX_NAME_CHARS = 1000
+REQUIREMENTS_FILE = "requirements.txt"
 MAX_EXTENDED_HEADER_BYTES = 1024 * 1024
 # tarfile's stream reader joins its reads into one bytes per read call: same-sized blocks on both
 # sides keep that linear (1 MiB reads of a 10 KiB-buffered stream took 4 s for 50 MiB).
@@ -72,6 +75,9 @@ class Contents:
     files: list[tuple[str, int]] = field(default_factory=list)
     unpacked_bytes: int = 0
     members: int = 0
+    # The root's requirements.txt, when a regular file of at most REQUIREMENTS_FILE_MAX
+    # bytes: checked when a config names the snapshot (app.experiments.config).
+    requirements: str | None = None
 
 
 class _CheckedInfo(tarfile.TarInfo):
@@ -215,7 +221,15 @@ def scan(path: Path, limits: Limits) -> Contents:
     try:
         with raw, tar:
             for member in tar:
-                checker.check(member)
+                name = checker.check(member)
+                if (
+                    name == REQUIREMENTS_FILE
+                    and member.isfile()
+                    and member.size <= REQUIREMENTS_FILE_MAX
+                ):
+                    data = tar.extractfile(member)
+                    assert data is not None  # a regular member always has data
+                    checker.contents.requirements = data.read().decode("utf-8", "replace")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise TarRefused(f"a damaged archive ({exc})") from None
     return checker.contents

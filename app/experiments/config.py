@@ -32,6 +32,7 @@ from pydantic import (
 
 from app.errors import FieldError, Invalid, field_error
 from app.experiments.environment import Environment
+from app.experiments.requirements import RequirementRefused, check_requirements_file
 from app.experiments.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 from app.settings import get_settings
 from torchyard.contract import WORKER_SET_VARS, RunSpec, is_server_variable
@@ -337,13 +338,14 @@ def run_config(stored: Mapping[str, Any]) -> RunConfig:
 
 
 def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | int, ...]) -> None:
-    """The snapshot exists (422 naming ``code``) and holds the script (ScriptPathError)."""
+    """The snapshot exists (422 naming ``code``), holds the script (ScriptPathError), and its
+    requirements.txt passes the config's rules (422 naming ``code``, the file and the line)."""
     from app.code.scripts import script_in_snapshot
     from app.code.service import use
 
     assert model.code is not None
-    files = use(session, model.code) if session is not None else None
-    if files is None:
+    used = use(session, model.code) if session is not None else None
+    if used is None:
         raise ConfigInvalid(
             [
                 field_error(
@@ -356,7 +358,16 @@ def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | i
                 )
             ]
         )
-    script_in_snapshot(model.script, files, model.code)
+    script_in_snapshot(model.script, used.files, model.code)
+    if used.requirements is not None:
+        try:
+            check_requirements_file(
+                used.requirements, source=f"requirements.txt in code snapshot {model.code}"
+            )
+        except RequirementRefused as exc:
+            raise ConfigInvalid(
+                [field_error([*loc, "code"], str(exc), model.code, kind="code_requirements")]
+            ) from None
 
 
 def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> FieldError:

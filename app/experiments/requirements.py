@@ -87,16 +87,37 @@ def check_requirements(lines: list[str], *, source: str) -> list[str]:
     return checked
 
 
-def parse_requirements_file(text: str) -> list[str]:
-    """The requirement lines of a requirements.txt: comments and blank lines left out. Every
-    other line is kept as written, so an option line (``-r other.txt``) is refused by
-    check_requirements rather than silently dropped."""
-    lines: list[str] = []
-    for raw in text.splitlines():
+def numbered_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, requirement) of a requirements.txt: comments and blank lines left out.
+    Every other line is kept as written, so an option line (``-r other.txt``) is refused by
+    the check rather than silently dropped."""
+    lines: list[tuple[int, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split(" #", 1)[0].split("\t#", 1)[0].strip()
         if line and not line.startswith("#"):
-            lines.append(line)
+            lines.append((number, line))
     return lines
+
+
+def parse_requirements_file(text: str) -> list[str]:
+    """The requirement lines of a requirements.txt (numbered_lines without the numbers)."""
+    return [line for _, line in numbered_lines(text)]
+
+
+def check_requirements_file(text: str, *, source: str) -> list[str]:
+    """A requirements.txt checked line by line with the config's rules (check_requirement):
+    the first refused line is named by ``source`` and its line number in the file. Used by
+    the API when a config names a snapshot (app.experiments.config) and by the worker before
+    it installs (worker.environments), so both refuse the same lines the same way."""
+    lines = numbered_lines(text)
+    if len(lines) > MAX_REQUIREMENTS:
+        raise RequirementRefused(f"{source}: more than {MAX_REQUIREMENTS} requirements")
+    for number, line in lines:
+        try:
+            check_requirement(line)
+        except RequirementRefused as exc:
+            raise RequirementRefused(f"{source}, line {number}: {exc}") from None
+    return [line for _, line in lines]
 
 
 def normal_form(requirement: str) -> str:

@@ -27,8 +27,10 @@ from app.mlflow import service
 from app.mlflow.auth import MlflowUser, MlflowWriter
 from app.mlflow.errors import MlflowRoute, denied, invalid, missing
 from app.runs import work_dir
+from app.runs.disk import add_disk_use
 from app.runs.job_files import FileRefused, components
 from app.settings import get_settings
+from app.users import quota
 from torchyard.contract import RunPaths
 
 router = APIRouter(
@@ -108,6 +110,7 @@ def _writable_external(session: SessionDep, user: Any, run_ref: str) -> int:
         raise denied(
             f"run {run.id} is a torchyard job: its files are what its job writes, not uploads"
         )
+    quota.refuse_upload(session, user, 0)  # 413 past the user's quota (app/users/quota.py)
     return run.id
 
 
@@ -131,6 +134,7 @@ async def upload(path: str, request: Request, session: SessionDep, user: MlflowW
                 raise invalid(f"an artifact may have at most {limit} bytes")
             await run_in_threadpool(upload.write, chunk)
         await run_in_threadpool(upload.finish)
+        await run_in_threadpool(add_disk_use, session, run_id=run_id, size=upload.size)
     except BaseException:
         await run_in_threadpool(upload.abandon)
         raise

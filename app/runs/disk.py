@@ -97,6 +97,16 @@ def record_disk_use(session: Session, *, run_id: int, folder: Path) -> int:
     return size
 
 
+def add_disk_use(session: Session, *, run_id: int, size: int) -> None:
+    """Bytes written into a run without a job (an MLflow artifact upload): added to its disk
+    use as they are stored, so the owner's quota counts them with no folder walked."""
+    session.execute(
+        update(Run)
+        .where(Run.id == run_id)
+        .values(disk_bytes=func.coalesce(Run.disk_bytes, 0) + size)
+    )
+
+
 def folder_bytes(folder: Path) -> int:
     """The bytes of every regular file under ``folder``, links not followed (a link counts
     nothing: what it points to is not the run's)."""

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.experiments.config import run_config
+from app.experiments.config import ScriptConfig, run_config
 from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import recompute_summaries
@@ -153,6 +153,8 @@ class Readopted:
     has_leases: bool
     in_sweep: bool
     gpu_indices: tuple[int, ...] = ()
+    # The digest of its code snapshot: the shared copy is held again while the job runs.
+    code: str | None = None
 
 
 def readopt(
@@ -169,8 +171,12 @@ def readopt(
     gpus = [int(i) for i in (run.gpu_indices or "").split(",") if i]
     retake_leases(session, run_id=run_id, host=host, indices=gpus, now=now)
     lifecycle.heartbeat(session, run_id=run_id, attempt=attempt, renew_leases=bool(gpus), now=now)
+    config = run_config(run.config or {})
     return Readopted(
-        has_leases=bool(gpus), in_sweep=run.sweep_id is not None, gpu_indices=tuple(gpus)
+        has_leases=bool(gpus),
+        in_sweep=run.sweep_id is not None,
+        gpu_indices=tuple(gpus),
+        code=config.code if isinstance(config, ScriptConfig) else None,
     )
 
 

@@ -25,6 +25,7 @@ from app.runs.models import Checkpoint, Run, RunStatus, RunTag
 from app.runs.schemas import RunPatch
 from app.settings import get_settings
 from app.timeutil import utcnow
+from app.users import quota
 from torchyard.contract import RunPaths
 
 
@@ -41,6 +42,7 @@ def create_run(
     )
     gpus_loc = ("body", "overrides", "resources", "gpus")
     refuse_if_never_startable(session, config=config, loc=gpus_loc)
+    quota.refuse_run(session, owner, ("body",))
     return lifecycle.queue(
         session,
         experiment_id=experiment.id,
@@ -90,6 +92,7 @@ def resume_run(
     # Hosts may have changed since the parent ran.
     loc = ("body", "overrides", "resources", "gpus") if overrides else ("body", "checkpoint")
     refuse_if_never_startable(session, config=config, loc=loc)
+    quota.refuse_run(session, owner, ("body",))
     return lifecycle.queue(
         session,
         experiment_id=run.experiment_id,

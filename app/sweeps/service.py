@@ -29,6 +29,7 @@ from app.sweeps.schemas import SweepCreate
 from app.sweeps.spec import nested, spec_errors
 from app.sweeps.trials import is_active, trials_of
 from app.timeutil import utcnow
+from app.users import quota
 
 
 def create_sweep(
@@ -38,6 +39,7 @@ def create_sweep(
     if errors:
         raise Invalid(errors)
     refuse_if_never_startable(session, config=experiment.config, loc=("body", "experiment_id"))
+    quota.refuse_run(session, owner, ("body",))
     sweep = Sweep(
         experiment_id=experiment.id,
         owner_id=owner.id,
