@@ -1,8 +1,8 @@
 """code_snapshots.requirements (checked when a config names it), an index for the user quota
 
-Revision ID: 0017
-Revises: 0016
-Create Date: 2026-11-30 00:00:00
+Revision ID: 0018
+Revises: 0017
+Create Date: 2026-12-01 00:00:00
 
 A requirements.txt inside a code snapshot with `-e .`, `--extra-index-url` or a `pkg @
 file://...` line was refused only when the run started; the same line in the config is a 422
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0017"
-down_revision: str | None = "0016"
+revision: str = "0018"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
