@@ -49,9 +49,7 @@ def take_turns(gate: IngestGate, asks: list[tuple[str, Turn]]) -> list[str]:
         t = threading.Thread(target=ask, args=(name, turn))
         t.start()
         threads.append(t)
-        wait_for(
-            lambda: len(gate._waiting) == len(threads), timeout=10, every=0.01, what=name
-        )
+        wait_for(lambda: len(gate._waiting) == len(threads), timeout=10, every=0.01, what=name)
     release.set()
     for t in threads:
         t.join(10)
