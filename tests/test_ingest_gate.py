@@ -148,7 +148,7 @@ def embedded_stack() -> Iterator[tuple[str, dict[str, str], Path]]:
         worker = start_logged(worker_argv(RUNS + 1), env, logs / "worker.log")
         server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
         try:
-            wait_healthy(f"http://127.0.0.1:{port}", server, logs / "server.log")
+            wait_healthy(f"http://127.0.0.1:{port}", server, logs / "server.log", timeout=180)
             yield f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}, logs
         finally:
             stop_process(server)
