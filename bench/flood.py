@@ -223,6 +223,8 @@ def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
             TORCHYARD_DATA_DIR=str(data_dir),
             TORCHYARD_WORKSPACE_DIR=str(workspace),
             TORCHYARD_SECRET_KEY=secrets.token_hex(16),
+            # One viewer per run, all as the bench's user (8 streams a user by default).
+            TORCHYARD_SSE_MAX_STREAMS_PER_USER=str(args.runs + 4),
             PYTHONUNBUFFERED="1",
         )
         logs = data_dir / "logs"
