@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     # A build (pip) that takes longer fails the run.
     env_build_timeout_seconds: float = Field(default=1800.0, gt=0)
     forwarder_interval_seconds: float = 0.1
+    # Spool bytes one forwarder batch (one transaction) takes at most: short enough that on
+    # SQLite the one write lock is never held long (other runs, heartbeats and the API's
+    # writes get it in between), large enough to keep most of the one-run rate
+    # (worker/forwarder.py, worker/ingest_gate.py; bench/flood.py measures it).
+    forward_batch_bytes: int = Field(default=1024**2, ge=64 * 1024, le=16 * 1024**2)
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past
     # the limit are not stored (a run page with 100,000 curves froze a browser).

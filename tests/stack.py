@@ -90,7 +90,9 @@ def purge_broker(broker_url: str) -> None:
         redis.Redis.from_url(broker_url).delete("celery")
 
 
-def wait_healthy(base_url: str, server: subprocess.Popen[Any], log_file: Path) -> None:
+def wait_healthy(
+    base_url: str, server: subprocess.Popen[Any], log_file: Path, timeout: float = 60
+) -> None:
     def healthy() -> bool:
         if server.poll() is not None:
             raise RuntimeError(f"server exited:\n{log_file.read_text()}")
@@ -99,7 +101,9 @@ def wait_healthy(base_url: str, server: subprocess.Popen[Any], log_file: Path) -
         except httpx.HTTPError:
             return False
 
-    wait_for(healthy, timeout=60, every=0.1, what=lambda: f"server up:\n{log_file.read_text()}")
+    wait_for(
+        healthy, timeout=timeout, every=0.1, what=lambda: f"server up:\n{log_file.read_text()}"
+    )
 
 
 @contextmanager

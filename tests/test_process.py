@@ -42,6 +42,25 @@ def test_jobs_run_at_the_configured_niceness_and_hand_it_down(tmp_path: Path) ->
     assert run_probe(tmp_path, 0).split() == ["job", str(base), "child", str(base)]
 
 
+@pytest.mark.skipif(
+    not Path("/proc/self/autogroup").exists(), reason="the kernel has no autogroups"
+)
+def test_a_jobs_autogroup_is_as_nice_as_the_job(tmp_path: Path) -> None:
+    """The keeper's session is a scheduling group of its own: the job's nice is the group's
+    too, else it ranks the job only inside its group and the worker loses the CPU to it."""
+    env = {**os.environ, JOB_TOKEN_VAR: "autogroup"}
+    log_path = tmp_path / "autogroup.log"
+    job = JobProcess(
+        Launch(argv=["cat", "/proc/self/autogroup"], env=env, cwd=tmp_path),
+        log_path=log_path,
+        cwd=tmp_path,
+        token="autogroup",
+        nice=7,
+    )
+    assert job.wait() == 0
+    assert log_path.read_text().split()[-2:] == ["nice", "7"]
+
+
 def test_jobs_are_nicer_than_the_server_by_default() -> None:
     assert Settings().job_nice == 10
 

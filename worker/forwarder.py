@@ -49,12 +49,23 @@ class SpoolRead(NamedTuple):
     chunk: bytes  # whole lines, each at most the line limit, ending in a newline (or b"")
     offset: int  # where the next read starts
     too_long: int  # lines skipped for their length
+    more: bool = False  # the window was full: the spool holds more than this batch
 
 
-def read_complete_lines(path: Path, offset: int, max_line: int = MAX_CHUNK_BYTES) -> SpoolRead:
-    """The complete lines after ``offset``, and the offset after the last of them. A last line
-    without its newline is still being written (the job appends a line in pieces, the newline
-    last): it is not read yet, unless it is already longer than ``max_line``.
+class Moved(int):
+    """What ``forward`` moved (an int, as callers count it), and whether the spool held more
+    than one batch could take: the watch loop then goes again without its pause."""
+
+    more: bool = False
+
+
+def read_complete_lines(
+    path: Path, offset: int, max_line: int = MAX_CHUNK_BYTES, batch: int = MAX_CHUNK_BYTES
+) -> SpoolRead:
+    """The complete lines after ``offset`` in a window of about ``batch`` bytes, and the offset
+    after the last of them. A last line without its newline is still being written (the job
+    appends a line in pieces, the newline last): it is not read yet, unless it is already
+    longer than ``max_line``.
 
     A line longer than ``max_line`` is skipped (counted in ``too_long``) without ever being
     held whole: once it is known too long, the offset moves to the end of what was read, and
@@ -65,14 +76,16 @@ def read_complete_lines(path: Path, offset: int, max_line: int = MAX_CHUNK_BYTES
         with open_job_file(path) as f:
             f.seek(start)
             # Room for one line over the limit, so a full window is never one waiting line.
-            window = f.read(max(MAX_CHUNK_BYTES, max_line + 1) + offset - start)
+            wanted = max(batch, max_line + 1) + offset - start
+            window = f.read(wanted)
     except (FileNotFoundError, FileRefused):
         return SpoolRead(b"", offset, 0)
+    more = len(window) == wanted
     data, base = window[offset - start :], offset
     if offset > 0 and window[:1] != b"\n":  # inside a line skipped as too long
         nl = data.find(b"\n")
         if nl < 0:
-            return SpoolRead(b"", offset + len(data), 0)
+            return SpoolRead(b"", offset + len(data), 0, more)
         data, base = data[nl + 1 :], offset + nl + 1
     end = data.rfind(b"\n") + 1
     chunk, too_long = data[:end], 0
@@ -83,8 +96,8 @@ def read_complete_lines(path: Path, offset: int, max_line: int = MAX_CHUNK_BYTES
             too_long = len(lines) - len(kept)
             chunk = b"".join(line + b"\n" for line in kept)
     if len(data) - end > max_line:  # a last line too long already, newline or not
-        return SpoolRead(chunk, base + len(data), too_long + 1)
-    return SpoolRead(chunk, base + end, too_long)
+        return SpoolRead(chunk, base + len(data), too_long + 1, more)
+    return SpoolRead(chunk, base + end, too_long, more)
 
 
 def _may_hold_a_longer_line(chunk: bytes, max_line: int) -> bool:
@@ -102,10 +115,16 @@ def forward(
     metrics_path: Path,
     final: bool = False,
     attempt: int | None = None,
-) -> int:
+) -> Moved:
     """One batch: returns the number of metrics lines and TensorBoard event records moved, plus
     the log chunks written and checkpoint uploads recorded (and, when ``final``, still in
-    flight); 0 when nothing under the run directory has anything new.
+    flight); 0 when nothing under the run directory has anything new. Its ``more``: the spool
+    held more than this batch.
+
+    A batch reads at most ``forward_batch_bytes`` of the spool: its transaction is short (on
+    SQLite it holds the one write lock for ~0.1 s, not the seconds a 16 MiB batch took), so
+    another run's batch, a heartbeat or the API's own writes get the lock in between
+    (worker.ingest_gate gives the turns).
 
     ``final``: the job has ended, so the log's last line goes even without its newline, and
     the answer stays above 0 until every checkpoint is in the artifact store (the drain
@@ -120,22 +139,23 @@ def forward(
         log.warning(
             "run %s: attempt %s no longer owns the run; its batch is refused", run_id, attempt
         )
-        return 0
+        return Moved(0)
     offset = ingest_offsets.metrics_offset(session, run_id=run_id)
     if offset is None:
-        return 0
+        return Moved(0)
     settings = get_settings()
     run_dir = metrics_path.parent
     key_limit = KeyLimit(settings.max_metric_keys_per_run)
-    moved = _forward_lines(
+    lines, more = _forward_lines(
         session,
         run_id=run_id,
         offset=offset,
         metrics_path=metrics_path,
         key_limit=key_limit,
         max_line=settings.spool_line_max_bytes,
+        batch=settings.forward_batch_bytes,
     )
-    moved += forward_events(session, run_id=run_id, run_dir=run_dir, key_limit=key_limit)
+    moved = lines + forward_events(session, run_id=run_id, run_dir=run_dir, key_limit=key_limit)
     ingest_offsets.note_dropped_points(
         session, run_id=run_id, limit=key_limit.max_keys, points=key_limit.dropped_points
     )
@@ -144,7 +164,9 @@ def forward(
     if settings.artifact_store:  # the API is elsewhere: it reads the log from the database
         moved += log_store.ship(session, run_id=run_id, log_path=log_path, final=final)
     session.flush()
-    return moved + artifacts.sync(session, run_id=run_id, run_dir=run_dir, final=final)
+    result = Moved(moved + artifacts.sync(session, run_id=run_id, run_dir=run_dir, final=final))
+    result.more = more
+    return result
 
 
 @contextmanager
@@ -171,13 +193,14 @@ def _forward_lines(
     metrics_path: Path,
     key_limit: KeyLimit,
     max_line: int,
-) -> int:
-    """The next complete lines of the spool after ``offset``: their points, checkpoints, the
-    lines skipped (counted on the run) and the new offset, in the caller's transaction;
-    returns the number of lines."""
-    chunk, new_offset, too_long = read_complete_lines(metrics_path, offset, max_line)
+    batch: int,
+) -> tuple[int, bool]:
+    """The next complete lines of the spool after ``offset`` (about ``batch`` bytes): their
+    points, checkpoints, the lines skipped (counted on the run) and the new offset, in the
+    caller's transaction; returns the number of lines and whether the spool holds more."""
+    chunk, new_offset, too_long, more = read_complete_lines(metrics_path, offset, max_line, batch)
     if new_offset == offset:
-        return 0
+        return 0, False
     with _gc_paused():
         parsed = parse_spool(chunk)
         if parsed.checkpoints:
@@ -197,4 +220,4 @@ def _forward_lines(
     ingest_offsets.advance_metrics(
         session, run_id=run_id, offset=new_offset, skipped=parsed.skipped
     )
-    return max(1, chunk.count(b"\n") + too_long)  # the offset moved: there may be more
+    return max(1, chunk.count(b"\n") + too_long), more  # the offset moved: there may be more

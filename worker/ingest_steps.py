@@ -8,11 +8,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TypeVar
 
 from app.db import Session, database_away, session_scope
 from app.runs.notices import note_ingest_error
+from app.settings import get_settings
 from worker.db_retry import with_db
+from worker.ingest_gate import NoTurn, Turn, ingest_gate
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +35,30 @@ class IngestSteps:
         self._paused_until = 0.0
 
     def step(
-        self, what: str, work: Callable[[Session], T], default: T, *, retry: bool = False
+        self,
+        what: str,
+        work: Callable[[Session], T],
+        default: T,
+        *,
+        retry: bool = False,
+        turn: Turn | None = None,
     ) -> T:
         """`work`'s answer; ``default`` when it failed or is paused after an error. With
-        ``retry`` a database that is away is waited for (worker.db_retry)."""
+        ``retry`` a database that is away is waited for (worker.db_retry). With ``turn`` (a
+        forwarder batch) the unit of work waits for its turn at the process's ingestion gate
+        (worker.ingest_gate) and holds it to its commit."""
         if time.monotonic() < self._paused_until:
             return default
+        # A live batch waits at most a heartbeat interval: the loop heartbeats, then asks again.
+        wait = get_settings().run_heartbeat_seconds if turn is Turn.LIVE else None
         try:
-            if retry:
-                return with_db(self.run_id, what, work)
-            with session_scope() as session:
-                return work(session)
+            with nullcontext() if turn is None else ingest_gate().turn(turn, timeout=wait):
+                if retry:
+                    return with_db(self.run_id, what, work)
+                with session_scope() as session:
+                    return work(session)
+        except NoTurn:
+            return default
         except Exception as exc:
             if database_away(exc) and not retry:
                 log.warning("run %s: %s failed (%s); will retry", self.run_id, what, exc)

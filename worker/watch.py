@@ -19,8 +19,9 @@ from app.settings import get_settings
 from app.sweeps import early_stop
 from worker import artifacts, provenance
 from worker.backoff import Backoff
-from worker.forwarder import forward
+from worker.forwarder import Moved, forward
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
+from worker.ingest_gate import Turn
 from worker.ingest_steps import IngestSteps
 from worker.process import JobProcess
 from worker.system_metrics import SystemSeries
@@ -57,8 +58,10 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
     ingest = IngestSteps(run.run_id)
     system = SystemSeries(run.run_id, interval=settings.system_metrics_interval_seconds)
     stopped_early = False  # kept: the cancel check may miss a round (the database away)
+    moved = Moved(0)
     while job.poll() is None:
-        time.sleep(backoff.delay)
+        if not moved.more:  # a backlog goes on at once: its turn at the gate is its pause
+            time.sleep(backoff.delay)
         if system.due():  # the job's CPU, memory and GPUs, written by the worker (not spooled)
             ingest.step("system series", lambda s: system.record(s, job.members()), 0)
         if not recorded:
@@ -74,7 +77,8 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
             lambda s: forward(
                 s, run_id=run.run_id, metrics_path=run.metrics_path, attempt=run.attempt
             ),
-            0,
+            Moved(0),
+            turn=Turn.LIVE,
         )
         if moved and run.in_sweep and not stopped_early:
             # Its own transaction, committed before the cancel check below sees the request.
@@ -149,10 +153,14 @@ def drain(run: Watched) -> None:
             attempt=run.attempt,
         )
 
-    for _ in range(10_000):
+    # Batches of forward_batch_bytes: a bound of 1M batches is a spool of a terabyte.
+    for _ in range(1_000_000):
         if artifacts.uploading(run.run_id):
             # A moment for an upload between batches, so the drain does not spin; outside
             # any transaction, so no lock (on SQLite the one write lock) is held meanwhile.
             artifacts.wait_for_uploads(run.run_id, timeout=UPLOAD_WAIT_SECONDS)
-        if not ingest.step("drain", one_batch, 0, retry=True) or not ingest.healthy:
+        # Before the runs still training (worker.ingest_gate): an ended job's run finishes
+        # within moments of its end, whatever backlog the others have.
+        moved = ingest.step("drain", one_batch, 0, retry=True, turn=Turn.ENDING)
+        if not moved or not ingest.healthy:
             return

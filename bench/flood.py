@@ -1,0 +1,333 @@
+"""Flood: jobs logging 20 keys as fast as they can, on a real server and worker, both stacks.
+
+For each stack (embedded: SQLite database and SQLite broker, one server process as `torchyard
+up`; services: a fresh PostgreSQL database and the Redis broker at --redis; both set up by
+bench/load.py's helpers) this starts a real uvicorn server and a real Celery worker with room
+for --runs jobs, then measures two phases on it, one after the other:
+  1. one run alone, logging 20 keys a step as fast as it can for --seconds;
+  2. --runs runs at once (12), the same, starting at the same instant;
+with a live viewer on every run's event stream (bench/load.py's viewers: every point, its
+delay from log() to the viewer, the last status). Ingestion rate: the points_ingested counter
+(app/ops/counters.py) read from the database every 0.5 s, over the logging window.
+
+Figures per stack: the one-run rate, the --runs-job rate and their ratio (target >= 0.5),
+each rate the phase's points over the time from "go" to its last run's end;
+the viewers' lag p50/p95/max (target: seconds, p95 < 10 s); each run finished within 10 s of
+its job's end; 'database is locked' in the server's log (target 0); every viewer got every
+point and the run's final status. Exits 1 when a target is missed.
+
+    .venv/bin/python bench/flood.py [--stack embedded|services|both] [--seconds 10]
+        [--runs 12] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import secrets
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+from sqlalchemy import Engine  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
+from bench.load import (  # noqa: E402
+    embedded_stack,
+    load_average,
+    prepare_database,
+    services_stack,
+    spool_points,
+    viewers_process,
+)
+
+RATIO_TARGET = 0.5
+LAG_TARGET_S = 10.0
+FINISH_TARGET_S = 10.0
+LOCKED = "database is locked"
+KEYS = 20
+
+# The job: says it is ready (in its log: the workspace is read-only in the sandbox), waits for
+# the bench's "go", logs KEYS keys a step as fast as it can for --seconds, and says when it
+# ended, so the bench times the run's end from it.
+SCRIPT = '''"""torchyard flood bench: log 20 keys a step as fast as possible for --seconds."""
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from torchyard.sdk import init
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--seconds", type=float, default=10)
+args = parser.parse_args()
+run = init()
+print("flood ready", flush=True)
+go = Path(__file__).resolve().parent / "sync" / "go"
+while not go.exists():
+    time.sleep(0.01)
+start = float(go.read_text())
+time.sleep(max(0.0, start - time.time()))
+keys = [f"flood/k{i:02d}" for i in range(20)]
+step = 0
+end = time.time() + args.seconds
+while time.time() < end:
+    step += 1
+    x = step * 1e-4
+    run.log({k: math.sin(x + i) for i, k in enumerate(keys)}, step=step)
+run.finish()
+print(f"flood ended at {time.time()!r} after {step * 20} points", flush=True)
+'''
+
+
+def said(workspace: Path, run_id: int, prefix: str) -> str | None:
+    """What follows ``prefix`` in the run's log, when its job has printed it."""
+    log = workspace.parent / "runs" / str(run_id) / "output.log"
+    try:
+        text = log.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
+    at = text.rfind(prefix)
+    return None if at < 0 else text[at + len(prefix) :].split("\n", 1)[0]
+
+
+def ingested(engine: Engine) -> int:
+    from app.ops import counters
+
+    with Session(engine) as session:
+        return counters.total(session, name=counters.POINTS_INGESTED)
+
+
+def sample_counter(engine: Engine, stop: threading.Event, out: list[tuple[float, int]]) -> None:
+    while not stop.is_set():
+        out.append((time.time(), ingested(engine)))
+        stop.wait(0.5)
+
+
+def rate_between(samples: list[tuple[float, int]], t0: float, t1: float) -> float:
+    """Points per second between the samples nearest to t0 and t1."""
+    a = min(samples, key=lambda s: abs(s[0] - t0))
+    b = min(samples, key=lambda s: abs(s[0] - t1))
+    return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else float("nan")
+
+
+def phase(
+    runs: int, args: argparse.Namespace, base_url: str, token: str, workspace: Path, url: str
+) -> dict[str, Any]:
+    """`runs` jobs flooding at once; their rate, lag, ends and streams."""
+    from app.db import make_engine
+
+    sync = workspace / "sync"
+    for f in sync.iterdir():
+        f.unlink()
+    engine = make_engine(url)
+    api = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    config = {"script": "flood_script.py", "params": {"seconds": args.seconds}}
+    exp = api.post("/api/experiments", json={"name": f"flood-{runs}", "config": config})
+    exp.raise_for_status()
+    run_ids = []
+    for _ in range(runs):
+        r = api.post(f"/api/experiments/{exp.json()['id']}/runs")
+        r.raise_for_status()
+        run_ids.append(r.json()["id"])
+    deadline = time.time() + args.seconds + 900
+    queue = multiprocessing.get_context("spawn").Queue()
+    viewers = multiprocessing.get_context("spawn").Process(
+        target=viewers_process, args=(base_url, token, run_ids, runs, deadline, 0.0, queue)
+    )
+    viewers.start()
+    t0 = time.monotonic()
+    while sum(said(workspace, run_id, "flood ready") is not None for run_id in run_ids) < runs:
+        if time.monotonic() - t0 > 600:
+            raise RuntimeError("the runs did not come up in 600 s")
+        time.sleep(0.2)
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_counter, args=(engine, stop, samples))
+    sampler.start()
+    start = time.time() + 1.0
+    (sync / "go.tmp").write_text(repr(start))
+    (sync / "go.tmp").rename(sync / "go")
+    finished: dict[int, dict[str, Any]] = {}
+    while len(finished) < runs and time.time() < deadline:
+        for run_id in run_ids:
+            if run_id not in finished:
+                run = api.get(f"/api/runs/{run_id}").json()
+                if run["status"] not in ("queued", "running"):
+                    finished[run_id] = run
+                    finished[run_id]["seen_at"] = time.time()
+        time.sleep(0.2)
+    stop.set()
+    sampler.join()
+    result = queue.get(timeout=300)
+    viewers.join()
+    if "error" in result:
+        raise RuntimeError(f"viewers failed: {result['error']}")
+    ends = []
+    logged = 0
+    for run_id in run_ids:
+        ended = said(workspace, run_id, "flood ended at ")
+        assert ended is not None, f"run {run_id}: the job did not say when it ended"
+        end = float(ended.split()[0])
+        ends.append(finished[run_id]["seen_at"] - end)
+        logged += spool_points(workspace.parent / "runs" / str(run_id) / "metrics.jsonl")
+    stored = ingested(engine) - min(n for _, n in samples)
+    api.close()
+    engine.dispose()
+    viewers_out = result["viewers"]
+    return {
+        "runs": runs,
+        # Points stored for the phase over the time from "go" to the last run's end: the rate
+        # ingestion held while it had a backlog (the jobs outlog it on a 2-core box).
+        "rate": stored / (max(r["seen_at"] for r in finished.values()) - start),
+        "rate_in_window": rate_between(samples, start, start + args.seconds),
+        "stream_failures": [v for v in viewers_out if not v.get("complete")][:3],
+        "points_logged": logged,
+        "points_stored_in_phase": stored,
+        "lag_s": result["lag_s"],
+        "finish_after_job_end_s": {"max": max(ends), "min": min(ends)},
+        "succeeded": sum(1 for r in finished.values() if r["status"] == "succeeded"),
+        "streams_complete": sum(1 for v in viewers_out if v.get("complete")),
+        "streams_final_status": sum(1 for v in viewers_out if v.get("last_status") == "succeeded"),
+    }
+
+
+def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from app.cli import server_argv, worker_argv
+    from tests.stack import free_port, start_logged, stop_process, wait_healthy
+
+    data_dir = Path(tempfile.mkdtemp(prefix=f"torchyard-bench-flood-{name}-"))
+    workspace = data_dir / "workspace"
+    (workspace / "sync").mkdir(parents=True)
+    (workspace / "flood_script.py").write_text(SCRIPT)
+    stack = (
+        embedded_stack(data_dir)
+        if name == "embedded"
+        else services_stack(args.postgres_url, args.redis)
+    )
+    with stack as urls:
+        url = urls["TORCHYARD_DATABASE_URL"]
+        token = prepare_database(url)
+        env = dict(
+            {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")},
+            **urls,
+            TORCHYARD_DATA_DIR=str(data_dir),
+            TORCHYARD_WORKSPACE_DIR=str(workspace),
+            TORCHYARD_SECRET_KEY=secrets.token_hex(16),
+            # One viewer per run, all as the bench's user (8 streams a user by default).
+            TORCHYARD_SSE_MAX_STREAMS_PER_USER=str(args.runs + 4),
+            PYTHONUNBUFFERED="1",
+        )
+        logs = data_dir / "logs"
+        logs.mkdir()
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        worker = start_logged(worker_argv(args.runs + 1), env, logs / "worker.log")
+        server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
+        try:
+            wait_healthy(base_url, server, logs / "server.log", timeout=300)
+            load_before = load_average()
+            one = phase(1, args, base_url, token, workspace, url)
+            many = phase(args.runs, args, base_url, token, workspace, url)
+        finally:
+            stop_process(server)
+            stop_process(worker)
+            print(f"[{name}] data and logs kept in {data_dir}", flush=True)
+        locked = (logs / "server.log").read_text(errors="replace").count(LOCKED)
+    return {"stack": name, "load_before": load_before, "one": one, "many": many, "locked": locked}
+
+
+def report(res: dict[str, Any]) -> bool:
+    one, many = res["one"], res["many"]
+    ratio = many["rate"] / one["rate"]
+    lag = many["lag_s"]
+    finish = many["finish_after_job_end_s"]["max"]
+    n = many["runs"]
+    checks = [
+        ("one-run ingest rate", f"{one['rate']:,.0f} points/s", "", float("nan"), True),
+        (
+            f"{n}-job ingest rate",
+            f"{many['rate']:,.0f} points/s",
+            f">= {RATIO_TARGET:.1f} x one",
+            ratio / RATIO_TARGET,
+            ratio >= RATIO_TARGET,
+        ),
+        (
+            "viewer lag p95 (p50, p99)",
+            f"{lag['p95']:.2f} s ({lag['p50']:.2f}, {lag['p99']:.2f})",
+            f"< {LAG_TARGET_S:.0f} s",
+            lag["p95"] / LAG_TARGET_S,
+            lag["p95"] < LAG_TARGET_S,
+        ),
+        (
+            "run finished after its job's end",
+            f"max {finish:.1f} s (one run alone: {one['finish_after_job_end_s']['max']:.1f} s)",
+            f"< {FINISH_TARGET_S:.0f} s",
+            finish / FINISH_TARGET_S,
+            finish < FINISH_TARGET_S,
+        ),
+        ("'database is locked' in the API's log", str(res["locked"]), "0", 0.0, res["locked"] == 0),
+        (
+            "streams complete, with the final status",
+            f"{many['streams_complete']}/{n}, {many['streams_final_status']}/{n}",
+            "all",
+            many["streams_complete"] / n,
+            many["streams_complete"] == n == many["streams_final_status"] == many["succeeded"],
+        ),
+    ]
+    print(f"\n== {res['stack']}: 1 run, then {n} runs, 20 keys as fast as they can")
+    print(f"   load average before {res['load_before']}")
+    print(f"{'figure':40s} {'result':52s} {'target':16s} {'ratio':>6s}  ok")
+    ok = True
+    for figure, value, target, r, met in checks:
+        ok &= met
+        print(f"{figure:40s} {value:52s} {target:16s} {r:6.2f}  {'yes' if met else 'NO'}")
+    for failure in many["stream_failures"]:
+        print(f"   a stream not complete: {failure}")
+    print(
+        f"   points logged {many['points_logged']:,}, stored {many['points_stored_in_phase']:,}"
+        f"; ratio {n}-job / one-run rate: {ratio:.2f}"
+    )
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--stack", choices=["embedded", "services", "both"], default="both")
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--runs", type=int, default=12)
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(
+            "TORCHYARD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        ),
+        help="admin URL: a database is created next to it for the bench and dropped after",
+    )
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/7", help="flushed first")
+    parser.add_argument("--json", type=Path, help="write the numbers here")
+    args = parser.parse_args()
+    stacks = ["embedded", "services"] if args.stack == "both" else [args.stack]
+    results, ok = [], True
+    for name in stacks:
+        res = bench_stack(name, args)
+        results.append(res)
+        ok &= report(res)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    print(f"\nall targets met: {'yes' if ok else 'NO'}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The ingestion gate (worker/ingest_gate.py): turns in the order asked, a run whose job has
+ended first, never more holders than its width; and issue 27's embedded flood end to end: six
+jobs logging 20 keys as fast as they can through a real worker on SQLite and the SQLite broker,
+with a live stream on each run: no 'database is locked' in the API's log, every stream ends
+with its run's final status, every run finished within 10 s of its job's end."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.cli import server_argv, worker_argv
+from tests.conftest import BASE_DIR
+from tests.databases import own_database, user_with_token
+from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from tests.waits import wait_for
+from worker.ingest_gate import IngestGate, NoTurn, Turn
+
+
+def take_turns(gate: IngestGate, asks: list[tuple[str, Turn]]) -> list[str]:
+    """Each ask a thread that queues while the first holder keeps the gate; the order in
+    which they got it."""
+    order: list[str] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with gate.turn(Turn.LIVE):
+            holding.set()
+            release.wait(10)
+
+    def ask(name: str, turn: Turn) -> None:
+        with gate.turn(turn):
+            order.append(name)
+
+    threading.Thread(target=first).start()
+    holding.wait(10)
+    threads = []
+    for name, turn in asks:
+        t = threading.Thread(target=ask, args=(name, turn))
+        t.start()
+        threads.append(t)
+        wait_for(lambda: len(gate._waiting) == len(threads), timeout=10, every=0.01, what=name)
+    release.set()
+    for t in threads:
+        t.join(10)
+    return order
+
+
+def test_turns_go_in_the_order_asked_and_an_ended_job_first() -> None:
+    order = take_turns(
+        IngestGate(1),
+        [("a", Turn.LIVE), ("b", Turn.LIVE), ("end", Turn.ENDING), ("c", Turn.LIVE)],
+    )
+    assert order == ["end", "a", "b", "c"]
+
+
+def test_a_live_batch_not_given_its_turn_in_time_gives_up_and_leaves_the_queue() -> None:
+    gate = IngestGate(1)
+    with gate.turn(Turn.LIVE):
+        with pytest.raises(NoTurn):
+            with gate.turn(Turn.LIVE, timeout=0.05):
+                pytest.fail("a second holder")
+        assert gate._waiting == []
+    with gate.turn(Turn.LIVE, timeout=0.05):  # free again: given at once
+        pass
+
+
+def test_never_more_holders_than_the_width() -> None:
+    gate = IngestGate(2)
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def batch() -> None:
+        for _ in range(20):
+            with gate.turn(Turn.LIVE):
+                with lock:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+                time.sleep(0.001)
+                with lock:
+                    inside[0] -= 1
+
+    threads = [threading.Thread(target=batch) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert most[0] == 2
+
+
+# --- the embedded flood (slow) ------------------------------------------------------------
+
+RUNS = 6
+SECONDS = 3.0
+ROOT = BASE_DIR / "flood"
+# Waits for the test's "go", so the six jobs flood at once; says when it ended, in its log.
+FLOOD_SCRIPT = """
+import math, sys, time
+from pathlib import Path
+from torchyard.sdk import init
+
+run = init()
+go = Path(__file__).resolve().parent / "go"
+while not go.exists():
+    time.sleep(0.01)
+seconds = float(sys.argv[1])
+keys = [f"flood/k{i:02d}" for i in range(20)]
+end = time.time() + seconds
+step = 0
+while time.time() < end:
+    step += 1
+    run.log({k: math.sin(step * 1e-3 + i) for i, k in enumerate(keys)}, step=step)
+run.finish()
+print(f"flood ended at {time.time()!r} after {step} steps", flush=True)
+"""
+
+
+@pytest.fixture
+def embedded_stack() -> Iterator[tuple[str, dict[str, str], Path]]:
+    """A server and a worker with room for six jobs, on a SQLite database and a SQLite broker
+    of their own (the API's log is this test's alone): (base URL, auth headers, log dir)."""
+    workspace = ROOT / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "flood.py").write_text(FLOOD_SCRIPT)
+    logs = ROOT / "logs"
+    logs.mkdir(exist_ok=True)
+    with own_database("sqlite", ROOT, f"flood_{os.getpid()}") as engine:
+        token = user_with_token(engine, "flooder")
+        env = dict(
+            os.environ,
+            TORCHYARD_DATABASE_URL=engine.url.render_as_string(hide_password=False),
+            TORCHYARD_BROKER_URL=f"sqla+sqlite:///{ROOT / 'broker.db'}",
+            TORCHYARD_DATA_DIR=str(ROOT / "data"),
+            TORCHYARD_WORKSPACE_DIR=str(workspace),
+            PYTHONUNBUFFERED="1",
+        )
+        port = free_port()
+        worker = start_logged(worker_argv(RUNS + 1), env, logs / "worker.log")
+        server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", server, logs / "server.log", timeout=180)
+            yield f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}, logs
+        finally:
+            stop_process(server)
+            stop_process(worker)
+
+
+def follow(base_url: str, headers: dict[str, str], run_id: int, out: dict[int, object]) -> None:
+    """Read the run's stream to its end; keep the last status it said (or the error)."""
+    last = None
+    try:
+        timeout = httpx.Timeout(30, read=300)
+        with httpx.stream(
+            "GET", f"{base_url}/api/runs/{run_id}/events", headers=headers, timeout=timeout
+        ) as r:
+            event = ""
+            for line in r.iter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:") and event == "status":
+                    last = json.loads(line[5:])["status"]
+        out[run_id] = last
+    except Exception as exc:
+        out[run_id] = repr(exc)
+
+
+@pytest.mark.slow
+@pytest.mark.local_only  # SQLite's one write lock is the subject
+def test_six_runs_flooding_sqlite_end_on_time_with_no_database_locked(
+    embedded_stack: tuple[str, dict[str, str], Path],
+) -> None:
+    base_url, headers, logs = embedded_stack
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as api:
+        config = {"script": "flood.py", "args": [str(SECONDS)]}
+        exp = api.post("/api/experiments", json={"name": "flood", "config": config})
+        assert exp.status_code == 201, exp.text
+        run_ids = [
+            api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"] for _ in range(RUNS)
+        ]
+        streams: dict[int, object] = {}
+        viewers = [
+            threading.Thread(target=follow, args=(base_url, headers, run_id, streams))
+            for run_id in run_ids
+        ]
+        for v in viewers:
+            v.start()
+
+        def all_running() -> bool:
+            return all(api.get(f"/api/runs/{i}").json()["status"] == "running" for i in run_ids)
+
+        wait_for(all_running, timeout=180, every=0.5, what="six runs running")
+        (ROOT / "workspace" / "go").touch()
+        finished = {
+            run_id: wait_for(
+                lambda run_id=run_id: (
+                    r
+                    if (r := api.get(f"/api/runs/{run_id}").json())["status"] != "running"
+                    else None
+                ),
+                timeout=120,
+                every=0.2,
+                what=f"run {run_id} finished",
+            )
+            for run_id in run_ids
+        }
+        late = {}
+        for run_id, run in finished.items():
+            assert run["status"] == "succeeded", run
+            said = re.search(r"flood ended at ([\d.]+)", api.get(f"/api/runs/{run_id}/logs").text)
+            assert said, f"run {run_id}: the job did not say when it ended"
+            job_end = float(said.group(1))
+            late[run_id] = datetime.fromisoformat(run["finished_at"]).timestamp() - job_end
+        for v in viewers:
+            v.join(60)
+    locked = (logs / "server.log").read_text(errors="replace").count("database is locked")
+    print(f"finished after the job's end (s): {late}; 'database is locked' in the API: {locked}")
+    assert locked == 0
+    assert streams == dict.fromkeys(run_ids, "succeeded")
+    assert max(late.values()) < 10.0, late
