@@ -55,6 +55,34 @@ class Resources(BaseModel):
         "with every leased GPU visible",
     )
 
+    memory_gb: float = Field(
+        default_factory=lambda: get_settings().run_memory_gb,
+        gt=0,
+        le=65536,
+        description="memory of the whole job (every rank and process) in GiB; past it the "
+        "run ends 'out of memory'",
+    )
+    cpus: float = Field(
+        default_factory=lambda: get_settings().run_cpus,
+        gt=0,
+        le=4096,
+        description="CPU time of the whole job, in CPUs (a quota: 0.5 is half of one)",
+    )
+    disk_gb: float = Field(
+        default_factory=lambda: get_settings().run_disk_gb,
+        gt=0,
+        le=1_000_000,
+        description="what the run's folder and its /tmp may hold, in GB; past it the run ends "
+        "'disk full'",
+    )
+    max_processes: int = Field(
+        default_factory=lambda: get_settings().run_max_processes,
+        ge=16,
+        le=4_194_304,
+        description="processes and threads of the job at once; past it the run ends "
+        "'too many processes'",
+    )
+
     @model_validator(mode="after")
     def _one_process_without_a_launcher(self) -> Resources:
         if self.launcher == "none" and self.nproc != 1:
