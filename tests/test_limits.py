@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from worker import cgroups
 from worker.launcher import Launch
-from worker.limits import Guard, RunLimits, cgroup_name, keeper_options
+from worker.limits import Guard, RunLimits, cgroup_name, describe, keeper_options
+from worker.limits import decide as decide_limits
 from worker.process import JobProcess
 from worker.sandbox import SandboxSpec, decide, interpreter_paths, wrap
 
@@ -145,3 +147,12 @@ def test_the_jobs_tmp_and_shm_have_the_runs_sizes() -> None:
         assert lines == [f"/tmp {8 * 1024**2}", f"/dev/shm {4 * 1024**2}", "refused 28"], lines
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_worker_says_at_start_how_it_holds_jobs_to_their_limits() -> None:
+    off = describe(decide_limits("off", "torchyard"))
+    assert off.startswith("job limits: rlimits only (cgroups are off (TORCHYARD_JOB_CGROUPS=off))")
+    here = decide_limits("auto", "torchyard")
+    if os.geteuid() == 0 and cgroups.find_hierarchy() is not None:
+        assert here.hierarchy is not None, here.reason
+        assert describe(here).startswith("job limits: a cgroup per run (cgroup v")
