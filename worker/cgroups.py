@@ -198,9 +198,8 @@ def remove(folders: Iterable[Path | str], timeout: float = REMOVE_TIMEOUT_SECOND
     leftovers): True when none is left. Safe to repeat; a folder already gone counts."""
     left = []
     for folder in map(Path, folders):  # the deepest first: a cgroup with children stays
-        left += sorted((Path(p) for p, _, _ in os.walk(folder)), key=lambda p: -len(p.parts)) or [
-            folder
-        ]
+        nested = [Path(p) for p, _, _ in os.walk(folder)]
+        left += sorted(nested, key=lambda p: -len(p.parts)) or [folder]
     deadline = time.monotonic() + timeout
     while left:
         for pid in pids(left):
