@@ -225,7 +225,8 @@ class Guard:
 
     def verdict(self, code: int | None) -> str | None:
         """After the job ended: the limit that ended it, if one did (a file cut at
-        RLIMIT_FSIZE kills its writer with SIGXFSZ)."""
+        RLIMIT_FSIZE fails its writer's write with EFBIG, or kills a writer that does not
+        ignore SIGXFSZ as Python does; either way the folder is then at the limit)."""
         self.disk_used = max(self.disk_used, folder_bytes(self.run_dir))
         hit = self._hit()
         if hit is None and code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
