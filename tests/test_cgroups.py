@@ -124,3 +124,20 @@ def test_a_memory_hog_is_killed_at_its_limit_and_counted(parent: str) -> None:
 def test_the_probe_says_this_machine_can(parent: str) -> None:
     assert HIERARCHY is not None
     assert cgroups.probe(HIERARCHY, parent) is None
+
+
+@needs_cgroups
+def test_leftover_empty_cgroups_go_and_busy_ones_stay(parent: str) -> None:
+    assert HIERARCHY is not None
+    empty = cgroups.create(HIERARCHY, parent, "abc-run-1-1", Limits(64 * MIB, 1.0, 16))
+    busy = cgroups.create(HIERARCHY, parent, "abc-run-2-1", Limits(64 * MIB, 1.0, 16))
+    other = cgroups.create(HIERARCHY, parent, "xyz-run-1-1", Limits(64 * MIB, 1.0, 16))
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        cgroups.join(busy, sleeper.pid)
+        cgroups.remove_empty(HIERARCHY, parent, "abc-run-")
+        assert not any(f.exists() for f in empty)
+        assert all(f.exists() for f in busy + other) and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -21,6 +21,9 @@ pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).parent / "workspace_scripts"
 FINISHED = {"succeeded", "failed", "cancelled"}
 LOGIN_SECONDS = 1.0
+# A box so loaded that a login alone takes more than a quarter of LOGIN_SECONDS (8 test
+# sessions on 2 cores) gets a bound of this many times its own slowest login before the jobs.
+LOADED_BOX_FACTOR = 4
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +46,13 @@ def launch(api: httpx.Client, config: dict, name: str) -> dict:
     return dict(run.json())
 
 
+def timed_login(base_url: str, login: dict[str, str]) -> float:
+    started = time.monotonic()
+    answer = httpx.post(f"{base_url}/api/auth/token", data=login, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return time.monotonic() - started
+
+
 def script(name: str, resources: dict) -> dict:
     target = WORKSPACE_DIR / "limits"
     target.mkdir(parents=True, exist_ok=True)
@@ -57,6 +67,7 @@ def test_jobs_past_their_limits_end_naming_them_while_others_carry_on(live_stack
         "memory_hog.py": ({"memory_gb": 0.5}, "out of memory: the run's limit is 0.5 GiB"),
         "disk_filler.py": ({"disk_gb": 0.2}, "disk full: the run's limit is 0.2 GB"),
     }
+    before = [timed_login(live_stack.base_url, login) for _ in range(5)]  # the box's own pace
     runs = {name: launch(api, script(name, res), name) for name, (res, _) in hostile.items()}
     with live_stack.admin_client() as admin:
         config = {"recipe": "tiny_mlp", "params": {"epochs": 1, "steps_per_epoch": 2}, "seed": 1}
@@ -64,14 +75,7 @@ def test_jobs_past_their_limits_end_naming_them_while_others_carry_on(live_stack
         logins: list[float] = []
 
         def all_finished() -> bool:
-            started = time.monotonic()
-            answer = httpx.post(
-                f"{live_stack.base_url}/api/auth/token",
-                data=login,
-                timeout=30,
-            )
-            logins.append(time.monotonic() - started)
-            assert answer.status_code == 200, answer.text
+            logins.append(timed_login(live_stack.base_url, login))
             ids = [r["id"] for r in runs.values()] + [other["id"]]
             statuses = [admin.get(f"/api/runs/{i}").json()["status"] for i in ids]
             return all(s in FINISHED for s in statuses)
@@ -83,5 +87,7 @@ def test_jobs_past_their_limits_end_naming_them_while_others_carry_on(live_stack
         log = api.get(f"/api/runs/{runs[name]['id']}/logs").text
         assert done["status"] == "failed", (name, done, log[-2000:])
         assert done["error"].startswith(message), (name, done["error"], log[-2000:])
-    print(f"logins: {len(logins)}, slowest {max(logins):.3f} s")
-    assert max(logins) < LOGIN_SECONDS, logins
+    median = sorted(logins)[len(logins) // 2]
+    print(f"logins: slowest of {len(before)} before {max(before):.3f} s, of {len(logins)} ", end="")
+    print(f"while the jobs ran {max(logins):.3f} s (median {median:.3f} s)")
+    assert max(logins) < max(LOGIN_SECONDS, LOADED_BOX_FACTOR * max(before)), (before, logins)

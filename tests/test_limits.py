@@ -7,7 +7,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile

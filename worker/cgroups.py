@@ -36,7 +36,8 @@ from pathlib import Path
 CONTROLLERS = ("memory", "cpu", "pids")
 CPU_PERIOD_US = 100_000
 MOUNTS_FILE = Path("/proc/self/mounts")
-REMOVE_TIMEOUT_SECONDS = 5.0
+# A fork bomb's hundreds of processes take a while to die on a loaded box.
+REMOVE_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,23 @@ def remove(folders: Iterable[Path | str], timeout: float = REMOVE_TIMEOUT_SECOND
                 return False
             time.sleep(0.05)
     return True
+
+
+def remove_empty(hierarchy: Hierarchy, parent: str, prefix: str) -> None:
+    """The parent's cgroups named ``prefix...`` that hold no process any more, removed
+    without killing anything (an earlier worker's leftovers; a live job's cgroup is busy and
+    stays)."""
+    for _, root in hierarchy.roots:
+        try:
+            names = [entry.name for entry in os.scandir(root / parent) if entry.is_dir()]
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(prefix):
+                try:
+                    (root / parent / name).rmdir()
+                except OSError:
+                    continue
 
 
 def probe(hierarchy: Hierarchy, parent: str) -> str | None:

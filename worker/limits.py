@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from worker import cgroups
 
 if TYPE_CHECKING:
-    from app.experiments.config import Resources
+    from app.experiments.resources import Resources
     from worker.process import JobProcess
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,9 @@ def prepare(enforcement: Enforcement, limits: RunLimits, name: str) -> RunLimits
     (`keeper_options`)."""
     if enforcement.hierarchy is None:
         return limits
+    # This deployment's cgroups whose removal timed out (a job's processes slow to die).
+    prefix = name.split("-run-")[0] + "-run-"
+    cgroups.remove_empty(enforcement.hierarchy, enforcement.parent, prefix)
     folders = enforcement.hierarchy.folders(enforcement.parent, name)
     cgroups.remove(folders)
     made = cgroups.create(
