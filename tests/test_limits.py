@@ -16,7 +16,15 @@ import pytest
 
 from worker import cgroups
 from worker.launcher import Launch
-from worker.limits import Guard, RunLimits, cgroup_name, describe, keeper_options
+from worker.limits import (
+    Guard,
+    RunLimits,
+    cgroup_name,
+    describe,
+    keeper_options,
+    prepare,
+    sweep,
+)
 from worker.limits import decide as decide_limits
 from worker.process import JobProcess
 from worker.sandbox import SandboxSpec, decide, interpreter_paths, wrap
@@ -156,3 +164,18 @@ def test_the_worker_says_at_start_how_it_holds_jobs_to_their_limits() -> None:
     if os.geteuid() == 0 and cgroups.find_hierarchy() is not None:
         assert here.hierarchy is not None, here.reason
         assert describe(here).startswith("job limits: a cgroup per run (cgroup v")
+
+
+def test_a_starting_worker_sweeps_its_deployments_empty_cgroups(tmp_path: Path) -> None:
+    here = decide_limits("auto", f"torchyard-test-{os.getpid()}")
+    if here.hierarchy is None:
+        pytest.skip(f"no cgroups here: {here.reason}")
+    held = prepare(here, LIMITS, cgroup_name(tmp_path / "data", 3, 1))
+    another = prepare(here, LIMITS, cgroup_name(tmp_path / "other", 3, 1))
+    try:
+        assert all(Path(f).is_dir() for f in held.cgroup + another.cgroup)
+        sweep(here, tmp_path / "data")
+        assert not any(Path(f).exists() for f in held.cgroup)
+        assert all(Path(f).is_dir() for f in another.cgroup)  # another deployment's
+    finally:
+        cgroups.remove([root / here.parent for _, root in here.hierarchy.roots])

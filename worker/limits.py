@@ -133,15 +133,21 @@ def cgroup_name(data_dir: Path, run_id: int, attempt: int) -> str:
     return f"{digest}-run-{run_id}-{attempt}"
 
 
+def sweep(enforcement: Enforcement, data_dir: Path) -> None:
+    """At worker start, before any run: this deployment's cgroups that hold no process any
+    more (a removal that timed out, a worker killed before it removed one) go. Never later: a
+    cgroup just made for a starting job is empty too until its keeper enters it."""
+    if enforcement.hierarchy is not None:
+        prefix = cgroup_name(data_dir, 0, 0).removesuffix("0-0")
+        cgroups.remove_empty(enforcement.hierarchy, enforcement.parent, prefix)
+
+
 def prepare(enforcement: Enforcement, limits: RunLimits, name: str) -> RunLimits:
     """The attempt's cgroup (`cgroup_name`), made with its limits before the job starts (an
     earlier try's leftovers are removed first); without one the limits go as rlimits
     (`keeper_options`)."""
     if enforcement.hierarchy is None:
         return limits
-    # This deployment's cgroups whose removal timed out (a job's processes slow to die).
-    prefix = name.split("-run-")[0] + "-run-"
-    cgroups.remove_empty(enforcement.hierarchy, enforcement.parent, prefix)
     folders = enforcement.hierarchy.folders(enforcement.parent, name)
     cgroups.remove(folders)
     made = cgroups.create(

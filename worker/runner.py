@@ -309,6 +309,7 @@ def announce_isolation() -> None:
     print(sandbox.describe(isolation), file=stream, flush=True)
     if not refused:
         print(limits.describe(job_limits()), file=stream, flush=True)
+        limits.sweep(job_limits(), get_settings().data_dir)
     for line in job_network.describe(
         network_plan(), get_settings().service_urls, sandboxed=isolation.enabled
     ):
