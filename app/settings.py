@@ -92,6 +92,21 @@ class Settings(BaseSettings):
     # "egress" its own namespace and outbound traffic, nothing of the host's services;
     # "isolated" its own loopback only; "host" the host's network, every service on it.
     job_network: Literal["egress", "isolated", "host"] = "egress"
+    # Each run's limits when its config says none (`resources.memory_gb`, ...; docs/security.md
+    # "Limits per run"): memory of the whole job in GiB, CPUs (a quota: 0.5 is half of one),
+    # disk in GB (its folder and /tmp), processes and threads at once.
+    run_memory_gb: float = Field(default=8.0, gt=0, le=65536)
+    run_cpus: float = Field(default=4.0, gt=0, le=4096)
+    run_disk_gb: float = Field(default=50.0, gt=0, le=1_000_000)
+    run_max_processes: int = Field(default=4096, ge=16, le=4_194_304)
+    # Where the worker makes a cgroup per run attempt (worker/cgroups.py): this folder's name
+    # under each controller's root (v1) or under the unified root (v2). "auto" uses cgroups
+    # where this worker may create them and falls back to rlimits (said at start); "off" uses
+    # rlimits alone.
+    job_cgroups: Literal["auto", "off"] = "auto"
+    job_cgroup_parent: str = Field(default="torchyard", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    # How often the worker measures a running job's folder and /tmp against its disk_gb.
+    disk_check_interval_seconds: float = Field(default=2.0, gt=0)
     # Runs' own virtual environments (`environment.requirements`, worker/environments.py),
     # one per set of requirements, shared by every run on this host that asks for the same.
     # Empty: a folder beside the data dir (`<data_dir>-envs`). Never inside the data dir: the

@@ -58,6 +58,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         # Says whether jobs are sandboxed (docs/security.md); the suite's machines have bwrap.
         assert "job isolation: on: jobs run in a bubblewrap sandbox" in out, out
         assert "job network: egress" in out, out  # and what jobs reach (worker/job_network.py)
+        assert "job limits: " in out, out  # and how it holds them (worker/limits.py)
         assert "worker on " in out and "GPUs " in out, out
         assert "generated password" in out  # no TORCHYARD_ADMIN_PASSWORD: printed once
         password = out.split("generated password: ")[1].split()[0]

@@ -6,6 +6,7 @@ from sqlalchemy import func, select
 from app.db import session_scope
 from app.experiments.models import Experiment
 from app.runs.models import Run
+from tests.factories import DEFAULT_LIMITS
 
 
 def digits(**params: object) -> dict:
@@ -27,7 +28,12 @@ def test_create_experiment_fills_defaults(client, user_headers) -> None:
     body = r.json()
     assert body["config"]["params"]["epochs"] == 3
     assert body["config"]["params"]["batch_size"] == 64  # default filled in
-    assert body["config"]["resources"] == {"gpus": 0, "nproc": 1, "launcher": "torchrun"}
+    assert body["config"]["resources"] == {
+        "gpus": 0,
+        "nproc": 1,
+        "launcher": "torchrun",
+        **DEFAULT_LIMITS,
+    }
     got = client.get(f"/api/experiments/{body['id']}", headers=user_headers).json()
     assert got["name"] == "digits" and got["run_count"] == 0
 
@@ -47,6 +53,26 @@ def test_create_experiment_fills_defaults(client, user_headers) -> None:
             {**digits(), "resources": {"gpus": -1}},
             ["body", "config", "resources", "gpus"],
             "greater than or equal to 0",
+        ),
+        (
+            {**digits(), "resources": {"memory_gb": 0}},
+            ["body", "config", "resources", "memory_gb"],
+            "greater than 0",
+        ),
+        (
+            {**digits(), "resources": {"max_processes": 2}},
+            ["body", "config", "resources", "max_processes"],
+            "greater than or equal to 16",
+        ),
+        (
+            {**digits(), "resources": {"disk_gb": "lots"}},
+            ["body", "config", "resources", "disk_gb"],
+            "valid number",
+        ),
+        (
+            {**digits(), "resources": {"cpus": -1}},
+            ["body", "config", "resources", "cpus"],
+            "greater than 0",
         ),
     ],
 )

@@ -14,6 +14,8 @@ from app.experiments.config import (
     run_config,
     validate_config,
 )
+from app.settings import get_settings
+from tests.factories import DEFAULT_LIMITS
 from torchyard.contract import RunSpec
 
 
@@ -22,8 +24,15 @@ def test_a_stored_config_read_back_and_stored_again_is_the_same_json() -> None:
         {"recipe": "tiny_mlp", "params": {"lr": 0.1}, "resources": {"nproc": 2}},
         loc_prefix=("config",),
     )
-    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun"}
+    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun", **DEFAULT_LIMITS}
     assert run_config(stored).stored() == stored
+
+
+def test_limits_default_to_the_settings_and_a_config_may_set_its_own(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(get_settings(), "run_memory_gb", 2.0)
+    typed = run_config({"recipe": "tiny_mlp", "resources": {"disk_gb": 0.2}})
+    assert typed.resources.memory_gb == 2 and typed.resources.disk_gb == 0.2
+    assert typed.resources.cpus == 4 and typed.resources.max_processes == 4096
 
 
 def test_a_workspace_scripts_config_has_no_code_keys() -> None:

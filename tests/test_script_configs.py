@@ -12,6 +12,7 @@ from app.db import session_scope
 from app.experiments.models import Experiment
 from app.runs.models import Run
 from tests.conftest import WORKSPACE_DIR
+from tests.factories import DEFAULT_LIMITS
 
 
 def count(model: type) -> int:
@@ -43,7 +44,7 @@ def test_a_workspace_script_is_accepted_with_args_and_params(client, user_header
     stored = r.json()["config"]
     assert stored["script"] == "api_tests/train.py" and stored["args"] == ["--data", "digits"]
     assert stored["params"] == {"lr": 0.01, "epochs": 2, "amp": True, "name": "x"}
-    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun"}
+    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun", **DEFAULT_LIMITS}
     run = client.post(f"/api/experiments/{r.json()['id']}/runs", headers=user_headers)
     assert run.status_code == 201, run.text
     assert run.json()["config"]["script"] == "api_tests/train.py"

@@ -32,6 +32,7 @@ from torchyard.contract import RunPaths
 from worker import snapshots
 from worker.heartbeat import Watched
 from worker.job_records import JobRecord, records
+from worker.limits import RunLimits, release
 from worker.process import JobProcess
 from worker.supervise import forget, hand_over_stopped, supervise
 
@@ -57,6 +58,7 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
         stop_grace_seconds=settings.cancel_grace_seconds,
     )
     alive = record.alive()
+    limits = RunLimits.loads(record.limits) if record.limits is not None else None
     try:
         with session_scope() as session:
             run = readopt(session, run_id=record.run_id, attempt=record.attempt, host=host)
@@ -68,6 +70,7 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
         if alive:
             log.warning("run %s: its job is not this run's any more; stopping it", record.run_id)
             job.stop(settings.cancel_grace_seconds)
+        release(limits)
         record.remove()
         return Found.STALE, None
     if not alive and record.exit_code() is None:
@@ -77,6 +80,7 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
             reason=HOST_RESTART_REASON,
             requeue_from_checkpoint=settings.requeue_after_host_restart,
         )
+        release(limits)
         forget(record.run_id)
         return Found.HOST_RESTARTED, None
     watched = Watched(
@@ -86,6 +90,7 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
         run.has_leases,
         run.in_sweep,
         run.gpu_indices,
+        limits,
     )
     thread = threading.Thread(
         target=_supervise_adopted,
@@ -109,6 +114,7 @@ def _supervise_adopted(watched: Watched, job: JobProcess, code: str | None) -> N
             supervise(watched, job)
     except Exception:  # the job is stopped by its block; the run must not stay "running"
         log.exception("run %s: supervising the re-adopted job failed", watched.run_id)
+        release(watched.limits)
         hand_over_stopped(watched.run_id, attempt=watched.attempt, reason="worker error")
 
 

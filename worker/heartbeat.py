@@ -21,6 +21,7 @@ from app.db import Session, session_scope
 from app.runs import lifecycle
 from app.runs.lifecycle import Standing
 from app.settings import get_settings
+from worker.limits import RunLimits
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class Watched:
     in_sweep: bool = False
     # The GPUs its job runs on: busy on this host until the job is gone (worker.held_gpus).
     gpus: tuple[int, ...] = ()
+    # Its job's limits and cgroup (worker.limits); None: an attempt started without them.
+    limits: RunLimits | None = None
 
     def heartbeat(self, session: Session) -> bool:
         return lifecycle.heartbeat(

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from app.settings import get_settings
 from worker.keeper import read_exit_file
@@ -45,6 +46,9 @@ class JobRecord:
     keeper_start: int
     token: str
     sandboxed: bool
+    # The attempt's limits and cgroup (worker.limits.RunLimits as a dict): the next worker
+    # keeps watching them and removes the cgroup when the job ends.
+    limits: dict[str, Any] | None = None
 
     @property
     def path(self) -> Path:

@@ -1,5 +1,6 @@
 """The job's keeper: a tiny parent between the worker and the job, so the job outlives the
-worker (`python -I -m worker.keeper [--exit-file F] [--fds 3,4] -- ARGV...`).
+worker (`python -I -m worker.keeper [--exit-file F] [--fds 3,4] [--cgroup DIR]... [--rlimit R=N]...
+-- ARGV...`).
 
 A worker that stops (Ctrl-C of `torchyard up`, an upgrade, an OOM kill) must not take its
 running jobs with it: the next worker on the host re-adopts them (worker.adoption). But only a
@@ -60,10 +61,24 @@ def _end_like(returncode: int) -> None:
     os._exit(128 + sig)
 
 
+def _hold_to_limits(cgroup_folders: list[str], rlimits: list[str]) -> None:
+    """This process into the job's cgroups, its rlimits set: the job inherits both."""
+    for folder in cgroup_folders:
+        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    for item in rlimits:
+        name, _, value = item.partition("=")
+        resource.setrlimit(int(name), (int(value), int(value)))
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="worker.keeper")
     parser.add_argument("--exit-file", type=Path)
     parser.add_argument("--fds", default="")
+    # The job's cgroup folders (worker.limits) and rlimits ("RESOURCE=VALUE"), entered and
+    # set here, before the job's first process exists: every process of it is born inside.
+    parser.add_argument("--cgroup", action="append", default=[])
+    parser.add_argument("--rlimit", action="append", default=[])
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -72,6 +87,14 @@ def main(argv: list[str]) -> None:
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, lambda *_: None)
     fds = tuple(int(fd) for fd in args.fds.split(",") if fd)
+    try:
+        _hold_to_limits(args.cgroup, args.rlimit)
+    except (OSError, ValueError) as exc:
+        # Never a job without its limits: the run fails with the reason in its log.
+        print(f"torchyard: could not apply the run's limits: {exc}", file=sys.stderr, flush=True)
+        if args.exit_file is not None:
+            write_exit_file(args.exit_file, 126)
+        os._exit(126)
     try:
         job = subprocess.Popen(command, pass_fds=fds)
     except OSError as exc:

@@ -82,6 +82,8 @@ class Launch:
     cwd: Path
     # Descriptors the job's first process inherits (a sandbox's bind sources, worker/sandbox.py).
     pass_fds: tuple[int, ...] = ()
+    # The keeper's own options (worker.keeper): the job's cgroup and rlimits (worker.limits).
+    keeper_options: tuple[str, ...] = ()
 
 
 def job_config(config: RunConfig) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def keeper_argv(launch: Launch, exit_file: Path | None) -> list[str]:
         argv += ["--exit-file", str(exit_file)]
     if launch.pass_fds:
         argv += ["--fds", ",".join(str(fd) for fd in launch.pass_fds)]
-    return [*argv, "--", *launch.argv]
+    return [*argv, *launch.keeper_options, "--", *launch.argv]
 
 
 def keeper_start_ticks(pid: int) -> int | None:

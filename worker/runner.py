@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 import sys
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from worker import (
     held_gpus,
     job_network,
     job_records,
+    limits,
     provenance,
     sandbox,
     spool,
@@ -231,6 +233,16 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     if not code:  # a snapshot's mirror is its own work dir already (worker.code)
         prepare_work_dir(launch.cwd, script.parent if script is not None else None)
     isolation = job_isolation()
+    try:  # the attempt's cgroup, before its job's first process
+        name = limits.cgroup_name(settings.data_dir, run_id, attempt)
+        held_to = limits.prepare(job_limits(), limits.RunLimits.of(config.resources), name)
+    except OSError as exc:
+        error = f"could not apply the run's limits: {exc}"
+        return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
+    watched = replace(watched, limits=held_to)
+    own_uid = isolation.enabled and isolation.as_root
+    options = limits.keeper_options(held_to, own_uid=own_uid, gpus=bool(gpus))
+    launch = replace(launch, keeper_options=tuple(options))
     if isolation.enabled:
         launch = _sandboxed(
             launch,
@@ -242,6 +254,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             gpus=claimed.gpu_indices,
             resume=resume,
             env=prepared.env,
+            held_to=held_to,
         )
     # The run's duration counts from here, its environment's build apart (app.runs.phase).
     with_db(
@@ -261,12 +274,24 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             exit_file=job_records.prepare_exit_path(run_id),
         )
     except OSError as exc:
+        limits.release(held_to)
         error = f"could not start the job: {exc}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
-    with job:  # from here on, anything that raises stops every process of the job first
-        remember(job, watched, host=inventory().host)
-        log.info("run %s started: keeper pid %s, %s", run_id, job.pid, " ".join(launch.argv))
-        return supervise(watched, job)
+    try:
+        with job:  # from here on, anything that raises stops every process of the job first
+            remember(job, watched, host=inventory().host)
+            log.info("run %s started: keeper pid %s, %s", run_id, job.pid, " ".join(launch.argv))
+            # Removes the cgroup once the job has ended, keeps it for a job left to train on.
+            return supervise(watched, job)
+    except BaseException:
+        limits.release(held_to)  # the block stopped the job
+        raise
+
+
+def job_limits() -> limits.Enforcement:
+    """How this worker holds jobs to their limits (probed once per process)."""
+    settings = get_settings()
+    return limits.decide(settings.job_cgroups, settings.job_cgroup_parent)
 
 
 def job_isolation() -> sandbox.Isolation:
@@ -291,6 +316,9 @@ def announce_isolation() -> None:
     # refusal says its lines on stderr.
     stream = sys.stderr if refused else sys.stdout
     print(sandbox.describe(isolation), file=stream, flush=True)
+    if not refused:
+        print(limits.describe(job_limits()), file=stream, flush=True)
+        limits.sweep(job_limits(), get_settings().data_dir)
     for line in job_network.describe(
         network_plan(), get_settings().service_urls, sandboxed=isolation.enabled
     ):
@@ -316,6 +344,7 @@ def _sandboxed(
     gpus: tuple[int, ...],
     resume: str | None,
     env: Env | None,
+    held_to: limits.RunLimits,
 ) -> Launch:
     """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
     is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
@@ -348,6 +377,8 @@ def _sandboxed(
         uid=uid,
         bwrap=isolation.bwrap,
         setpriv=isolation.setpriv,
+        tmp_bytes=held_to.disk_bytes if isolation.sized_tmpfs else None,
+        shm_bytes=held_to.memory_bytes if isolation.sized_tmpfs else None,
     )
     return job_network.attach(sandbox.wrap(launch, spec), network_plan())
 

@@ -114,6 +114,10 @@ class SandboxSpec:
     uid: int | None = None
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
+    # Sizes of the job's /tmp and /dev/shm tmpfs (its disk_gb and memory_gb: worker.limits);
+    # None: the kernel's default, half the RAM (a bwrap before 0.8 has no --size).
+    tmp_bytes: int | None = None
+    shm_bytes: int | None = None
 
 
 class _Mounts:
@@ -145,6 +149,7 @@ class _Mounts:
         *,
         tmpfs: bool = False,
         perms: str | None = None,
+        size: int | None = None,
     ) -> None:
         for parent in reversed(dest.parents[:-1]):  # top down, "/" left out
             if self._needs_dir(parent):
@@ -152,6 +157,8 @@ class _Mounts:
                 self._made.add(parent)
         if perms is not None:
             self.args += ["--perms", perms]
+        if size is not None:
+            self.args += ["--size", str(size)]
         self.args += [option, *([str(source)] if source is not None else []), str(dest)]
         self._mounts.append((dest, tmpfs))
 
@@ -185,8 +192,9 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     mounts.add("--dev", None, Path("/dev"), tmpfs=True)
     # World-writable and sticky, as on the host: bwrap's tmpfs is 0755 root's, where the run's
     # uid could not write (tempfile, torch's inductor cache in /tmp/torchinductor_<user>).
-    mounts.add("--tmpfs", None, Path("/dev/shm"), tmpfs=True, perms="1777")
-    mounts.add("--tmpfs", None, Path("/tmp"), tmpfs=True, perms="1777")
+    shm, tmp = spec.shm_bytes, spec.tmp_bytes
+    mounts.add("--tmpfs", None, Path("/dev/shm"), tmpfs=True, perms="1777", size=shm)
+    mounts.add("--tmpfs", None, Path("/tmp"), tmpfs=True, perms="1777", size=tmp)
     for device in spec.devices:
         mounts.add("--dev-bind-try", device, device)
     system = {Path(p) for p in SYSTEM_PATHS}
@@ -289,6 +297,8 @@ class Isolation:
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
     as_root: bool = False
+    # bwrap 0.8 and later take --size for a tmpfs (the job's /tmp and /dev/shm get one).
+    sized_tmpfs: bool = False
 
 
 def _probe(bwrap: str, setpriv: str, as_root: bool, uid: int) -> str | None:
@@ -342,12 +352,14 @@ def decide(mode: Mode, uid_base: int) -> Isolation:
     if failed is not None:
         return Isolation(False, f"bubblewrap cannot make a sandbox here: {failed}")
     who = "a uid of their own per run" if as_root else "the worker's uid in a user namespace"
+    help_text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, check=False)
     return Isolation(
         True,
         f"jobs run in a bubblewrap sandbox ({who}; own PID and mount namespaces)",
         bwrap=bwrap,
         setpriv=setpriv or "setpriv",
         as_root=as_root,
+        sized_tmpfs="--size" in help_text.stdout + help_text.stderr,
     )
 
 

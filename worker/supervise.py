@@ -10,6 +10,7 @@ When the worker stops while the job trains, the job is detached (left running, i
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 from app.db import session_scope
@@ -23,6 +24,7 @@ from worker import held_gpus, job_records
 from worker.db_retry import with_db
 from worker.heartbeat import Watched
 from worker.job_errors import run_error
+from worker.limits import Guard, release
 from worker.process import JobProcess
 from worker.run_log import note_in_log
 from worker.watch import StopReason, drain, watch
@@ -47,6 +49,7 @@ def remember(job: JobProcess, run: Watched, *, host: str) -> None:
             keeper_start=start,
             token=job.token,
             sandboxed=job.sandboxed,
+            limits=asdict(run.limits) if run.limits is not None else None,
         ).save()
     with session_scope() as session:
         lifecycle.record_pid(session, run_id=run.run_id, attempt=run.attempt, pid=job.pid)
@@ -58,16 +61,21 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     settings = get_settings()
     run_dir = run.metrics_path.parent
     log_path = RunPaths(run_dir).log
+    guard = None
+    if run.limits is not None:
+        guard = Guard(run.limits, run_dir, disk_interval=settings.disk_check_interval_seconds)
     with held_gpus.holding(run.run_id, run.attempt, run.gpus, job.pid):
         stopped_by = watch(
             run,
             job,
             interval=settings.forwarder_interval_seconds,
             grace=settings.cancel_grace_seconds,
+            guard=guard,
         )
         if stopped_by is StopReason.FENCED:  # its GPUs count as free only once it is gone
             code = job.wait()
     if stopped_by is StopReason.FENCED:
+        release(run.limits)
         return fenced(run, run_dir, code)
     if stopped_by is StopReason.DETACH:
         job.detach()
@@ -78,6 +86,8 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
         )
         return RunStatus.running
     code = job.wait()
+    hit = guard.verdict(code) if guard is not None else None
+    release(run.limits)  # the job has ended: its cgroup goes
     if stopped_by is StopReason.CANCEL:
         # Said in the run's own log (shipped by the drain): the job itself saw only a SIGTERM.
         note_in_log(run_dir, "the run was cancelled; every process of it stopped")
@@ -96,10 +106,12 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
         status = finish(run.run_id, RunStatus.cancelled, code, None, attempt=attempt)
     elif stopped_by is StopReason.SHUTDOWN:
         status = hand_over_stopped(run.run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
-    elif code == 0:
+    elif code == 0 and stopped_by is not StopReason.LIMIT:
         status = finish(run.run_id, RunStatus.succeeded, code, None, attempt=attempt)
     else:
         error = run_error(run_dir, log_path, code)
+        if hit is not None:  # the limit first: the job's own last words follow
+            error = f"{hit}\n\n{error}"
         status = finish(run.run_id, RunStatus.failed, code, error, attempt=attempt)
     forget(run.run_id)
     return status

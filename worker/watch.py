@@ -23,6 +23,7 @@ from worker.forwarder import Moved, forward
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
 from worker.ingest_gate import Turn
 from worker.ingest_steps import IngestSteps
+from worker.limits import Guard
 from worker.process import JobProcess
 from worker.system_metrics import SystemSeries
 
@@ -41,12 +42,22 @@ class StopReason(enum.Enum):
     SHUTDOWN = "shutdown"  # the worker shuts down and the grace period is over
     DETACH = "detach"  # the worker stops and leaves the job to the next one (it trains on)
     FENCED = "fenced"  # the run is no longer this attempt's (reaped while the worker stalled)
+    LIMIT = "limit"  # the job hit one of its run's limits (worker.limits): memory, processes, disk
 
 
-def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> StopReason | None:
+def watch(
+    run: Watched,
+    job: JobProcess,
+    *,
+    interval: float,
+    grace: float,
+    guard: Guard | None = None,
+) -> StopReason | None:
     """Forward metrics while the job runs; stop it on a cancel request or a worker shutdown,
     and at once (no grace: the GPUs may be another attempt's now) when the server answers that
-    the run is no longer this attempt's.
+    the run is no longer this attempt's. A job past one of its limits (``guard``) is stopped
+    too: a fork bomb held at pids.max, or a job that caught the OOM kill of one rank, would
+    otherwise sit there to the end of time.
 
     Returns what stopped it, or None when the job ended by itself.
     """
@@ -62,6 +73,11 @@ def watch(run: Watched, job: JobProcess, *, interval: float, grace: float) -> St
     while job.poll() is None:
         if not moved.more:  # a backlog goes on at once: its turn at the gate is its pause
             time.sleep(backoff.delay)
+        hit = guard.check(job) if guard is not None else None
+        if hit is not None:
+            log.warning("run %s: %s; stopping its processes", run.run_id, hit)
+            job.stop(grace)
+            return StopReason.LIMIT
         if system.due():  # the job's CPU, memory and GPUs, written by the worker (not spooled)
             ingest.step("system series", lambda s: system.record(s, job.members()), 0)
         if not recorded:

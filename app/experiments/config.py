@@ -33,6 +33,7 @@ from pydantic import (
 from app.errors import FieldError, Invalid, field_error
 from app.experiments.environment import Environment
 from app.experiments.requirements import RequirementRefused, check_requirements_file
+from app.experiments.resources import Resources
 from app.experiments.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 from app.settings import get_settings
 from torchyard.contract import WORKER_SET_VARS, RunSpec, is_server_variable
@@ -42,28 +43,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 MAX_SEED = 2**32 - 1
-
-
-class Resources(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    gpus: int = Field(0, ge=0, le=64, description="GPUs on one host")
-    nproc: int = Field(1, ge=1, le=64, description="processes (DDP ranks) on that host")
-    launcher: Literal["torchrun", "none"] = Field(
-        "torchrun",
-        description="torchrun: one process per rank (nproc of them); none: one plain process "
-        "for code that starts its own ranks (Lightning's DDP spawn, accelerate, mp.spawn), "
-        "with every leased GPU visible",
-    )
-
-    @model_validator(mode="after")
-    def _one_process_without_a_launcher(self) -> Resources:
-        if self.launcher == "none" and self.nproc != 1:
-            raise ValueError(
-                'launcher "none" starts one process, which starts its own ranks: '
-                f"nproc must be 1 (got {self.nproc})"
-            )
-        return self
 
 
 class CheckpointRetention(BaseModel):

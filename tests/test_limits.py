@@ -1,0 +1,181 @@
+"""worker/limits.py: the errors that name a limit, the keeper's options and what the keeper
+does with them (a real keeper, a real sandbox with a sized /tmp), the disk measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from worker import cgroups
+from worker.launcher import Launch
+from worker.limits import (
+    Guard,
+    RunLimits,
+    cgroup_name,
+    describe,
+    keeper_options,
+    prepare,
+    sweep,
+)
+from worker.limits import decide as decide_limits
+from worker.process import JobProcess
+from worker.sandbox import SandboxSpec, decide, interpreter_paths, wrap
+
+LIMITS = RunLimits(memory_gb=8, cpus=4, disk_gb=50, max_processes=4096)
+MB = 1000**2
+
+
+def test_each_error_names_its_limit() -> None:
+    assert LIMITS.out_of_memory() == "out of memory: the run's limit is 8 GiB"
+    assert LIMITS.too_many_processes() == "too many processes: the run's limit is 4096"
+    assert LIMITS.disk_full() == "disk full: the run's limit is 50 GB"
+    small = RunLimits(memory_gb=0.5, cpus=0.5, disk_gb=0.2, max_processes=200)
+    assert small.out_of_memory() == "out of memory: the run's limit is 0.5 GiB"
+    assert small.disk_full() == "disk full: the run's limit is 0.2 GB"
+    assert small.disk_bytes == 200 * MB and small.memory_bytes == 512 * 1024**2
+
+
+def test_limits_travel_through_the_job_record_as_json() -> None:
+    held = RunLimits(1, 2, 3, 64, cgroup=("/sys/fs/cgroup/memory/t/x", "/sys/fs/cgroup/pids/t/x"))
+    assert RunLimits.loads(json.loads(held.dumps())) == held
+
+
+def test_a_cgroup_name_tells_two_deployments_runs_apart(tmp_path: Path) -> None:
+    one = cgroup_name(tmp_path / "a", 7, 2)
+    assert one.endswith("-run-7-2") and one == cgroup_name(tmp_path / "a", 7, 2)
+    assert one != cgroup_name(tmp_path / "b", 7, 2)
+
+
+def test_the_keeper_enters_the_cgroup_or_falls_back_to_rlimits() -> None:
+    fsize = f"--rlimit={resource.RLIMIT_FSIZE}={50 * 1000**3}"
+    held = RunLimits(8, 4, 50, 4096, cgroup=("/cg/memory/x", "/cg/pids/x"))
+    assert keeper_options(held, own_uid=True, gpus=False) == [
+        "--cgroup=/cg/memory/x",
+        "--cgroup=/cg/pids/x",
+        fsize,
+    ]
+    nproc = f"--rlimit={resource.RLIMIT_NPROC}=4096"
+    address = f"--rlimit={resource.RLIMIT_AS}={8 * 1024**3}"
+    assert keeper_options(LIMITS, own_uid=True, gpus=False) == [fsize, nproc, address]
+    # The worker's own uid is shared with its other processes; CUDA reserves address space.
+    assert keeper_options(LIMITS, own_uid=False, gpus=True) == [fsize]
+
+
+def keeper(tmp_path: Path, options: list[str], code: str) -> tuple[int, str]:
+    exit_file = tmp_path / "exit"
+    done = subprocess.run(
+        [sys.executable, "-I", "-m", "worker.keeper", "--exit-file", str(exit_file), *options]
+        + ["--", sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return int(exit_file.read_text()), done.stderr
+
+
+def test_a_file_cannot_grow_past_disk_gb_and_the_run_says_disk_full(tmp_path: Path) -> None:
+    limits = RunLimits(8, 4, 0.001, 4096)  # 1 MB
+    code, stderr = keeper(
+        tmp_path,
+        keeper_options(limits, own_uid=False, gpus=True),
+        "open('big', 'wb').write(b'0' * 2_000_000)",
+    )
+    # Python ignores SIGXFSZ: the write fails (EFBIG) instead of killing the writer.
+    assert code == 1 and "File too large" in stderr, stderr
+    assert (tmp_path / "big").stat().st_size == 1_000_000
+    assert Guard(limits, tmp_path, disk_interval=1).verdict(code) == limits.disk_full()
+
+
+def test_a_job_whose_cgroup_cannot_be_entered_never_starts(tmp_path: Path) -> None:
+    code, stderr = keeper(
+        tmp_path, [f"--cgroup={tmp_path / 'missing'}"], "open('started', 'w').write('x')"
+    )
+    assert code == 126 and "could not apply the run's limits" in stderr
+    assert not (tmp_path / "started").exists()
+
+
+def test_the_disk_check_counts_the_run_folder(tmp_path: Path) -> None:
+    limits = RunLimits(8, 4, 0.002, 4096)  # 2 MB
+    guard = Guard(limits, tmp_path, disk_interval=1)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "a.bin").write_bytes(os.urandom(1_500_000))
+    assert guard.verdict(1) is None
+    (tmp_path / "b.bin").write_bytes(os.urandom(1_000_000))
+    assert guard.verdict(1) == limits.disk_full()
+    assert guard.disk_used >= 2_500_000
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_jobs_tmp_and_shm_have_the_runs_sizes() -> None:
+    isolation = decide("auto", 200000)
+    if not isolation.enabled or not isolation.sized_tmpfs:
+        pytest.skip(f"no sandbox with sized tmpfs here: {isolation.reason}")
+    root = Path(tempfile.mkdtemp(prefix="torchyard-limits-"))
+    try:
+        root.chmod(0o755)
+        run_dir = root / "run"
+        run_dir.mkdir()
+        uid = 200003 if isolation.as_root else None
+        if uid is not None:
+            os.chown(run_dir, uid, uid)
+        spec = SandboxSpec(
+            run_dir=run_dir,
+            home=run_dir,
+            read_only=interpreter_paths(),
+            uid=uid,
+            bwrap=isolation.bwrap,
+            setpriv=isolation.setpriv,
+            tmp_bytes=8 * 1024**2,
+            shm_bytes=4 * 1024**2,
+        )
+        code = (
+            "import os\n"
+            "for d in ('/tmp', '/dev/shm'):\n"
+            "    s = os.statvfs(d); print(d, s.f_blocks * s.f_frsize)\n"
+            "try:\n"
+            "    open('/tmp/fill', 'wb').write(b'0' * 16 * 2**20)\n"
+            "except OSError as exc:\n"
+            "    print('refused', exc.errno)\n"
+        )
+        launch = wrap(Launch([sys.executable, "-c", code], dict(os.environ), run_dir), spec)
+        log = root / "job.log"
+        job = JobProcess(launch, log_path=log, cwd=run_dir, token="t", sandboxed=True)
+        assert job.wait() == 0, log.read_text()
+        lines = log.read_text().splitlines()
+        assert lines == [f"/tmp {8 * 1024**2}", f"/dev/shm {4 * 1024**2}", "refused 28"], lines
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_worker_says_at_start_how_it_holds_jobs_to_their_limits() -> None:
+    off = describe(decide_limits("off", "torchyard"))
+    assert off.startswith("job limits: rlimits only (cgroups are off (TORCHYARD_JOB_CGROUPS=off))")
+    here = decide_limits("auto", "torchyard")
+    if os.geteuid() == 0 and cgroups.find_hierarchy() is not None:
+        assert here.hierarchy is not None, here.reason
+        assert describe(here).startswith("job limits: a cgroup per run (cgroup v")
+
+
+def test_a_starting_worker_sweeps_its_deployments_empty_cgroups(tmp_path: Path) -> None:
+    here = decide_limits("auto", f"torchyard-test-{os.getpid()}")
+    if here.hierarchy is None:
+        pytest.skip(f"no cgroups here: {here.reason}")
+    held = prepare(here, LIMITS, cgroup_name(tmp_path / "data", 3, 1))
+    another = prepare(here, LIMITS, cgroup_name(tmp_path / "other", 3, 1))
+    try:
+        assert all(Path(f).is_dir() for f in held.cgroup + another.cgroup)
+        sweep(here, tmp_path / "data")
+        assert not any(Path(f).exists() for f in held.cgroup)
+        assert all(Path(f).is_dir() for f in another.cgroup)  # another deployment's
+    finally:
+        cgroups.remove([root / here.parent for _, root in here.hierarchy.roots])
