@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,18 +127,28 @@ def test_the_probe_says_this_machine_can(parent: str) -> None:
     assert cgroups.probe(HIERARCHY, parent) is None
 
 
+def made_long_ago(folders: list[Path]) -> None:
+    """As if made before cgroups.LEFTOVER_AGE_SECONDS."""
+    then = time.time() - cgroups.LEFTOVER_AGE_SECONDS - 60
+    for folder in folders:
+        os.utime(folder, (then, then))
+
+
 @needs_cgroups
 def test_leftover_empty_cgroups_go_and_busy_ones_stay(parent: str) -> None:
     assert HIERARCHY is not None
     empty = cgroups.create(HIERARCHY, parent, "abc-run-1-1", Limits(64 * MIB, 1.0, 16))
     busy = cgroups.create(HIERARCHY, parent, "abc-run-2-1", Limits(64 * MIB, 1.0, 16))
     other = cgroups.create(HIERARCHY, parent, "xyz-run-1-1", Limits(64 * MIB, 1.0, 16))
+    # Just made for a job whose keeper has not entered it yet (another worker's): it stays.
+    young = cgroups.create(HIERARCHY, parent, "abc-run-3-1", Limits(64 * MIB, 1.0, 16))
+    made_long_ago(empty + busy + other)
     sleeper = subprocess.Popen(["sleep", "300"])
     try:
         cgroups.join(busy, sleeper.pid)
         cgroups.remove_empty(HIERARCHY, parent, "abc-run-")
         assert not any(f.exists() for f in empty)
-        assert all(f.exists() for f in busy + other) and sleeper.poll() is None
+        assert all(f.exists() for f in busy + other + young) and sleeper.poll() is None
     finally:
         sleeper.kill()
         sleeper.wait()

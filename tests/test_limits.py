@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_cgroups import made_long_ago
 from worker import cgroups
 from worker.launcher import Launch
 from worker.limits import (
@@ -174,6 +175,7 @@ def test_a_starting_worker_sweeps_its_deployments_empty_cgroups(tmp_path: Path) 
     another = prepare(here, LIMITS, cgroup_name(tmp_path / "other", 3, 1))
     try:
         assert all(Path(f).is_dir() for f in held.cgroup + another.cgroup)
+        made_long_ago([Path(f) for f in held.cgroup + another.cgroup])
         sweep(here, tmp_path / "data")
         assert not any(Path(f).exists() for f in held.cgroup)
         assert all(Path(f).is_dir() for f in another.cgroup)  # another deployment's

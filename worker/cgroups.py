@@ -226,21 +226,30 @@ def remove(folders: Iterable[Path | str], timeout: float = REMOVE_TIMEOUT_SECOND
     return True
 
 
+# A cgroup younger than this is never a leftover: another worker on the same data dir (a
+# second worker of one deployment, the test suite's stacks) may have just made it for a job
+# whose keeper has not entered it yet.
+LEFTOVER_AGE_SECONDS = 600.0
+
+
 def remove_empty(hierarchy: Hierarchy, parent: str, prefix: str) -> None:
-    """The parent's cgroups named ``prefix...`` that hold no process any more, removed
-    without killing anything (an earlier worker's leftovers; a live job's cgroup is busy and
-    stays)."""
+    """The parent's cgroups named ``prefix...`` that hold no process any more and were made
+    over LEFTOVER_AGE_SECONDS ago, removed without killing anything (an earlier worker's
+    leftovers; a live job's cgroup is busy and stays)."""
     for _, root in hierarchy.roots:
         try:
-            names = [entry.name for entry in os.scandir(root / parent) if entry.is_dir()]
+            entries = [entry for entry in os.scandir(root / parent) if entry.is_dir()]
         except OSError:
             continue
-        for name in names:
-            if name.startswith(prefix):
-                try:
-                    (root / parent / name).rmdir()
-                except OSError:
+        for entry in entries:
+            if not entry.name.startswith(prefix):
+                continue
+            try:
+                if time.time() - entry.stat().st_mtime < LEFTOVER_AGE_SECONDS:
                     continue
+                (root / parent / entry.name).rmdir()
+            except OSError:
+                continue
 
 
 def probe(hierarchy: Hierarchy, parent: str) -> str | None:
