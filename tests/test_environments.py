@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from worker.env_build import Pip
-from worker.environments import MARKER, BuildFailed, Cache, Env, env_key, worker_base
+from worker import job_base
+from worker.environments import MARKER, BuildFailed, Cache, Env, env_key
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,9 @@ def test_two_runs_asking_at_once_build_it_once(tmp_path: Path) -> None:
         check=True,
     ).stdout.splitlines()
     assert out[0].startswith(str(got[0].path))
-    assert not out[1].startswith(str(tmp_path)) and out[2] == worker_base().torch_version
+    base = job_base.ensure(tmp_path / "envs")
+    assert out[1].startswith(str(base.site_dir)) and out[2] == base.torch_version
+    assert not Path(out[1]).resolve().is_relative_to(tmp_path)  # a link to the worker's torch
     assert not list(got[0].path.glob("lib/python*/site-packages/torch"))
     # built in a temp folder: its scripts name the final one
     for script in (got[0].path / "bin").iterdir():
@@ -90,7 +93,7 @@ def test_eviction_takes_the_least_recently_used_never_one_in_use(tmp_path: Path)
 def test_a_crashed_build_is_never_taken_for_a_ready_environment(tmp_path: Path) -> None:
     root = tmp_path / "envs"
     cache = Cache(root, max_bytes=10**12)
-    key = env_key([], worker_base())
+    key = env_key([], job_base.ensure(root))
     (root / f".build-{key}-dead").mkdir(parents=True)  # a worker killed mid-build
     (root / key / "bin").mkdir(parents=True)  # a folder without the ready marker
     with cache.use([], pip(tmp_path)) as env:

@@ -37,15 +37,17 @@ from worker import (
     artifacts,
     env_build,
     held_gpus,
+    job_base,
     job_network,
     job_records,
     provenance,
     sandbox,
     spool,
+    user_cache,
 )
 from worker import code as code_copy
 from worker.db_retry import with_db
-from worker.environments import BuildFailed, Env, run_requirements
+from worker.environments import BuildFailed, run_requirements
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.heartbeat import Watched
 from worker.launcher import Launch, LaunchSpec, build_launch
@@ -198,6 +200,12 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         if prepared.stopped is StopReason.CANCEL:
             return finish(run_id, RunStatus.cancelled, None, None, attempt=attempt)
         return hand_over_stopped(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
+    # Every job runs on the job base (never the worker's own packages), or on its own
+    # environment layered on it.
+    base = job_base.ensure(settings.resolved_env_dir, settings.job_package_names)
+    isolation = job_isolation()
+    group = _user_group(claimed.owner_id) if isolation.as_root else None
+    cache = user_cache.prepare(settings.resolved_data_dir, claimed.owner_id, group)
     token = secrets.token_hex(16)
     artifacts.ensure_local(settings.runs_dir, resume)  # a checkpoint another host wrote
     launch = build_launch(
@@ -205,12 +213,12 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             run_id=run_id,
             run_dir=run_dir,
             config=config,
-            python=str(prepared.env.python) if prepared.env else sys.executable,
+            python=str(prepared.env.python if prepared.env else base.python),
             job_token=token,
             master_port=free_port(),
             single_process=settings.single_process_launch,
             resume_from=settings.runs_dir / resume if resume else None,
-            base_env=_job_base_env(claimed.gpu_indices),
+            base_env={**_job_base_env(claimed.gpu_indices), **user_cache.variables(cache)},
             script=script,
             workspace=settings.workspace_dir.expanduser().resolve()
             if script and not code
@@ -220,7 +228,6 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     )
     if not code:  # a snapshot's copy is its own work dir already (worker.code)
         prepare_work_dir(launch.cwd, script.parent if script is not None else None)
-    isolation = job_isolation()
     if isolation.enabled:
         launch = _sandboxed(
             launch,
@@ -230,7 +237,8 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             script=script if not code else None,  # a snapshot's job needs no workspace
             gpus=claimed.gpu_indices,
             resume=resume,
-            env=prepared.env,
+            python_dirs=(base.path, *([prepared.env.path] if prepared.env else [])),
+            cache=(cache, group),
         )
     try:
         job = JobProcess(
@@ -305,7 +313,8 @@ def _sandboxed(
     script: Path | None,
     gpus: tuple[int, ...],
     resume: str | None,
-    env: Env | None,
+    python_dirs: tuple[Path, ...],
+    cache: tuple[Path, int | None],
 ) -> Launch:
     """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
     is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
@@ -330,15 +339,22 @@ def _sandboxed(
     spec = sandbox.SandboxSpec(
         run_dir=run_dir,
         home=home,
-        read_only=(*sandbox.interpreter_paths(), *workspace, *([env.path] if env else [])),
+        read_only=(*sandbox.interpreter_paths(), *workspace, *python_dirs),
         hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
         read_only_fds=resume_fds,
         devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
         uid=uid,
+        shared=(cache[0],),
+        group=cache[1],
         bwrap=isolation.bwrap,
         setpriv=isolation.setpriv,
     )
     return job_network.attach(sandbox.wrap(launch, spec), network_plan())
+
+
+def _user_group(owner_id: int) -> int:
+    settings = get_settings()
+    return user_cache.user_gid(owner_id, settings.job_uid_base, settings.job_uid_count)
 
 
 def _local_store(url: str) -> tuple[Path, ...]:
