@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.env_build import Pip
 from worker import job_base
+from worker.env_build import Pip
 from worker.environments import MARKER, BuildFailed, Cache, Env, env_key
 
 pytestmark = pytest.mark.slow
