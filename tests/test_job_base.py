@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from worker import job_base
-from worker.environments import env_key
+from worker.env_build import Pip
+from worker.environments import Cache, env_key
 
 PROBE = """
 import importlib, importlib.metadata as m
@@ -62,6 +63,12 @@ def test_a_package_added_to_the_server_changes_no_key(
     again = job_base.ensure(base.path.parent, site_dirs=(*dirs, str(extra)))
     assert again == base
     assert env_key(["tomli-w==1.2.0"], again) == env_key(["Tomli_W == 1.2.0"], base)
+    # the cached environment is reused, not built again
+    root = base.path.parent
+    with Cache(root, 10**12).use([], Pip(tmp_path, timeout=60)) as first:
+        pass
+    with Cache(root, 10**12, site_dirs=(*dirs, str(extra))).use([], Pip(tmp_path, 60)) as again_env:
+        assert not again_env.built and again_env.key == first.key
     # what the key used to hash, every package of the worker, did change
     with_extra = job_base._installed((*dirs, str(extra)))
     assert "zz-server-only" in with_extra and "zz-server-only" not in job_base._installed(dirs)
