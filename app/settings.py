@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     # The environments' total size on disk: past it, the least recently used ones that no
     # running job uses are removed after each build.
     env_cache_max_bytes: int = Field(default=10 * 1024**3, ge=0)
+    # What a job's Python sees besides torch, numpy, the torchyard SDK and tensorboard (and
+    # what they need; never the server's packages unless named here): comma-separated
+    # distributions of the worker's own install, a team's stack baked into its image
+    # ("lightning,transformers"). worker/job_base.py links them into every job's base.
+    job_packages: str = ""
     # A build (pip) that takes longer fails the run.
     env_build_timeout_seconds: float = Field(default=1800.0, gt=0)
     forwarder_interval_seconds: float = 0.1
@@ -268,6 +273,10 @@ class Settings(BaseSettings):
                 "sandbox hides the data dir from jobs, and a job runs from its environment"
             )
         return path
+
+    @property
+    def job_package_names(self) -> tuple[str, ...]:
+        return tuple(filter(None, (p.strip() for p in self.job_packages.split(","))))
 
     @property
     def runs_dir(self) -> Path:

@@ -49,6 +49,10 @@ os.environ.update(
     # Nor does anything deliver notifications, but the stacks of tests/test_e2e_notifications.py
     # (a delivery thread with this process's settings would send their messages elsewhere).
     TORCHYARD_NOTIFY_POLL_SECONDS="0",
+    # The third-party code the e2e tests run unmodified (Lightning, HF, MLflow, matplotlib),
+    # from the test venv as a team's image would have it (worker/job_base.py); SQLAlchemy,
+    # FastAPI's server side and the rest stay out of every job's sight.
+    TORCHYARD_JOB_PACKAGES="lightning,transformers,accelerate,mlflow-skinny,matplotlib,pillow",
     # Every job of the live stack runs sandboxed (worker/sandbox.py): the worker refuses to
     # start without bubblewrap, so the suite fails rather than quietly testing unisolated jobs.
     # Off only on a machine without bwrap outside CI (`make test` installs it).

@@ -99,9 +99,12 @@ def test_a_requirement_the_worker_lacks_is_installed_and_reused(api, script) -> 
     env = ENV_DIR / key
     assert f"tomli_w: {env}/lib/" in log
     assert "ok = 1" in log
-    # torch is the worker's own, and the environment holds no copy of it
+    # torch is the worker's own (through the job base's link), and the environment holds no
+    # copy of it
     torch_line = next(line for line in log.splitlines() if line.startswith("torch: "))
-    assert not torch_line.startswith(f"torch: {ENV_DIR}"), torch_line
+    torch_file = Path(torch_line.removeprefix("torch: "))
+    assert torch_file.parts[: len(ENV_DIR.parts) + 1][-1].startswith("base-"), torch_line
+    assert not torch_file.resolve().is_relative_to(ENV_DIR), torch_line
     assert not list(env.glob("lib/python*/site-packages/torch"))
     # a second run with the same requirements (spelled otherwise) reuses it, quickly
     config["environment"] = {"requirements": ["Tomli_W == 1.2.0"]}
@@ -324,3 +327,76 @@ def _building(run: dict) -> dict | None:
 
 def _at(value: str) -> datetime:
     return datetime.fromisoformat(value)
+
+
+# What a job's Python sees (issue 28 point 8), and the user's shared caches (issue 29 point 5).
+PROBE = textwrap.dedent(
+    """
+    import os, sys
+
+    try:
+        import sqlalchemy
+        print("sqlalchemy:", sqlalchemy.__version__)
+    except ImportError:
+        print("sqlalchemy: missing")
+    import numpy, tensorboard, torch, torchyard  # what every job has
+    hf = os.environ["HF_HOME"]
+    print("hf_home:", hf, os.environ["TORCH_HOME"])
+    mark = os.path.join(hf, "mark.txt")
+    print("seen:", open(mark).read() if os.path.exists(mark) else "nothing")
+    if len(sys.argv) > 1:
+        with open(mark, "w") as f:
+            f.write(sys.argv[1])
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def member(live_stack):  # type: ignore[no-untyped-def]
+    """Another user's API client (added by the admin through the API)."""
+    import secrets
+
+    username, password = f"member-{secrets.token_hex(3)}", secrets.token_urlsafe(12)
+    with live_stack.admin_client() as admin:
+        added = admin.post(
+            "/api/users", json={"username": username, "password": password, "role": "member"}
+        )
+        assert added.status_code == 201, added.text
+    login = httpx.post(
+        f"{live_stack.base_url}/api/auth/token", data={"username": username, "password": password}
+    )
+    with live_stack.client({"Authorization": f"Bearer {login.json()['access_token']}"}) as c:
+        yield c
+
+
+def probe(api: httpx.Client, *args: str, requirements: list[str] | None = None) -> str:
+    folder = WORKSPACE_DIR / "envs"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "probe.py").write_text(PROBE)
+    config: dict = {"script": "envs/probe.py", "args": list(args)}
+    if requirements:
+        config["environment"] = {"requirements": requirements}
+    run = launch(api, config)
+    done, log = finished_log(api, run["id"])
+    assert done["status"] == "succeeded", log
+    return log
+
+
+def test_a_job_sees_no_server_package_unless_its_run_asks(api: httpx.Client) -> None:
+    assert "sqlalchemy: missing" in probe(api)
+    log = probe(api, requirements=["sqlalchemy"])
+    assert re.search(r"sqlalchemy: \d", log), log
+
+
+def test_one_users_runs_share_hf_home_and_no_other_user_sees_it(
+    api: httpx.Client, member: httpx.Client
+) -> None:
+    first = probe(api, "written by the first run")
+    home = re.search(r"hf_home: (\S+) (\S+)", first)
+    assert home and home[1] != home[2], first
+    assert DATA_DIR.resolve() in Path(home[1]).parents  # the data dir: hidden from other jobs
+    second = probe(api)
+    assert "seen: written by the first run" in second
+    assert f"hf_home: {home[1]} " in second
+    other = probe(member)
+    assert "seen: nothing" in other and f"hf_home: {home[1]} " not in other

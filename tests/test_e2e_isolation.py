@@ -86,7 +86,8 @@ def test_a_members_job_finds_nothing_of_the_server_or_other_runs(live_stack, mem
     assert all(int(p) < 100 for p in pids.split("[")[1].rstrip("]").split(", ")), pids
     assert f"read {DATABASE_FILE}: No such file or directory" in log
     assert "list other run: No such file or directory" in log
-    assert "data dir lists ['runs']" in log
+    # its own run's folder and its own user's cache (HF_HOME, worker/user_cache.py), no more
+    assert "data dir lists ['caches', 'runs']" in log
     assert "write the database: unable to open database file" in log
     if sqlite_mode:
         assert tables() == tables_before and "pwned" not in tables_before

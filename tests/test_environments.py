@@ -12,12 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from worker import job_base
 from worker.env_build import Pip
-from worker.environments import MARKER, BuildFailed, Cache, Env, env_key, worker_base
+from worker.environments import MARKER, BuildFailed, Cache, Env, env_key
 
 pytestmark = pytest.mark.slow
 
 PACKAGE = "tomli-w==1.2.0"  # pure Python, on this machine's index, not in the worker
+
+
+def _kept(path: Path) -> bool:
+    """The locks and the job base (worker/job_base.py), which every environment is over."""
+    return path.name == ".locks" or path.name.lstrip(".").startswith(job_base.PREFIX)
 
 
 def pip(tmp_path: Path) -> Pip:
@@ -56,7 +62,9 @@ def test_two_runs_asking_at_once_build_it_once(tmp_path: Path) -> None:
         check=True,
     ).stdout.splitlines()
     assert out[0].startswith(str(got[0].path))
-    assert not out[1].startswith(str(tmp_path)) and out[2] == worker_base().torch_version
+    base = job_base.ensure(tmp_path / "envs")
+    assert out[1].startswith(str(base.site_dir)) and out[2] == base.torch_version
+    assert not Path(out[1]).resolve().is_relative_to(tmp_path)  # a link to the worker's torch
     assert not list(got[0].path.glob("lib/python*/site-packages/torch"))
     # built in a temp folder: its scripts name the final one
     for script in (got[0].path / "bin").iterdir():
@@ -70,7 +78,7 @@ def test_a_requirement_for_another_torch_fails_with_pips_message(tmp_path: Path)
         with cache.use(["torch==2.0.0"], pip(tmp_path)):
             pass
     assert "torch" in str(err.value)
-    assert not [p for p in (tmp_path / "envs").iterdir() if p.name != ".locks"]
+    assert not [p for p in (tmp_path / "envs").iterdir() if not _kept(p)]
 
 
 def test_eviction_takes_the_least_recently_used_never_one_in_use(tmp_path: Path) -> None:
@@ -84,13 +92,14 @@ def test_eviction_takes_the_least_recently_used_never_one_in_use(tmp_path: Path)
     with cache.use([], pip(tmp_path)) as again:
         assert again.built
         assert not held.path.exists()  # released, least recently used: gone
-    assert [p.name for p in (tmp_path / "envs").iterdir() if p.name != ".locks"] == [again.key]
+    kept = [p.name for p in (tmp_path / "envs").iterdir() if not p.name.startswith(".")]
+    assert sorted(kept) == sorted([again.key, job_base.ensure(tmp_path / "envs").path.name])
 
 
 def test_a_crashed_build_is_never_taken_for_a_ready_environment(tmp_path: Path) -> None:
     root = tmp_path / "envs"
     cache = Cache(root, max_bytes=10**12)
-    key = env_key([], worker_base())
+    key = env_key([], job_base.ensure(root))
     (root / f".build-{key}-dead").mkdir(parents=True)  # a worker killed mid-build
     (root / key / "bin").mkdir(parents=True)  # a folder without the ready marker
     with cache.use([], pip(tmp_path)) as env:
@@ -101,12 +110,13 @@ def test_a_crashed_build_is_never_taken_for_a_ready_environment(tmp_path: Path) 
 
 def test_a_build_over_its_time_limit_is_stopped_and_left_nowhere(tmp_path: Path) -> None:
     cache = Cache(tmp_path / "envs", max_bytes=10**12)
+    job_base.ensure(tmp_path / "envs")  # made once per host, before any build: not pip's time
     started = time.monotonic()
     with pytest.raises(BuildFailed, match=r"the build was stopped: took over 0.5 s"):
         with cache.use([PACKAGE], Pip(tmp_path, timeout=0.5)):
             pass
     assert time.monotonic() - started < 5
-    assert not [p for p in (tmp_path / "envs").iterdir() if p.name != ".locks"]
+    assert not [p for p in (tmp_path / "envs").iterdir() if not _kept(p)]
 
 
 def test_a_requirement_that_depends_on_torch_takes_the_workers(tmp_path: Path) -> None:
@@ -131,6 +141,6 @@ def test_a_requirement_that_depends_on_torch_takes_the_workers(tmp_path: Path) -
     installed = next(line for line in log.splitlines() if "Successfully installed" in line)
     assert "einops" in installed and "rotary-embedding-torch" in installed
     assert "torch-" not in installed.replace("rotary-embedding-torch-", "")
-    assert not out[0].startswith(str(tmp_path))
+    assert not Path(out[0]).resolve().is_relative_to(tmp_path)  # the job base's link
     assert out[1] == "torch.Size([1, 2, 4, 8])"
     assert not list(env.path.glob("lib/python*/site-packages/torch"))

@@ -18,7 +18,8 @@ import sys
 from app.broker import celery_app
 from app.settings import PRIVATE_UMASK, get_settings
 from worker import tasks  # noqa: F401  (registers the tasks before Celery's own import)
-from worker.runner import announce_isolation, inventory
+from worker.job_policy import announce_isolation
+from worker.runner import inventory
 
 
 def concurrency() -> int:

@@ -184,7 +184,9 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     if not requirements:
         return Prepared(None)
     settings = get_settings()
-    cache = Cache(settings.resolved_env_dir, settings.env_cache_max_bytes)
+    cache = Cache(
+        settings.resolved_env_dir, settings.env_cache_max_bytes, settings.job_package_names
+    )
     pip = Pip(run_dir, settings.env_build_timeout_seconds)
     note_in_log(run_dir, f"environment: {' '.join(requirements)}")
     with_db(

@@ -1,28 +1,31 @@
-"""Runs' own virtual environments, layered on the worker's: built once per host, cached.
+"""Runs' own virtual environments, layered on the job base: built once per host, cached.
 
 A run that asks for packages (``environment.requirements`` in its config, or a
 ``requirements.txt`` at the root of its code snapshot) gets a virtual environment of its own
-with just those installed; everything else, torch first, is the worker's own installation,
-shared, never copied or reinstalled:
+with just those installed; everything else, torch first, is the job base's (worker/job_base.py:
+links to torch, numpy, the torchyard SDK, tensorboard and what they need, never the server's
+packages), shared, never copied or reinstalled. A run that asks for nothing runs in the job
+base itself:
 
 - the environment is a stdlib ``venv`` of the worker's base interpreter without pip, whose
-  site-packages holds one ``.pth`` line, ``import site; site.addsitedir(<worker's
-  site-packages>)``: the worker's packages come after the environment's own on ``sys.path``
-  (so a requirement that pins another version of one of them wins), and their own ``.pth``
-  files (the editable torchyard install, setuptools' shim) work as in the worker;
-- pip installs the requirements. It is the worker's pip, run by the environment's
-  interpreter, so it sees every package of the worker as installed (uv does not: it looks at
-  an environment's own site-packages and, with ``--system-site-packages``, the base
-  interpreter's, which is not the worker's virtual environment): a requirement that depends
-  on torch takes the worker's torch. A constraint pins torch to the worker's version, so a
-  requirement that would pull another copy fails the build with pip's message instead of
-  downloading gigabytes. pip reads the worker's own configuration (pip.conf, PIP_INDEX_URL,
-  PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS): the index is whatever the worker's pip uses;
+  site-packages holds one ``.pth`` line, ``import site; site.addsitedir(<the job base's
+  site-packages>)``: the base's packages come after the environment's own on ``sys.path`` (so
+  a requirement that pins another version of one of them wins), and their own ``.pth`` files
+  (the editable torchyard install) work as in the worker;
+- pip installs the requirements. It is the worker's pip run with ``--python`` (its code, the
+  environment's interpreter), so it sees every package of the job base as installed: a
+  requirement that depends on torch takes the worker's torch, one that asks for a server
+  package (sqlalchemy) gets it in the environment. A constraint pins torch to the worker's
+  version, so a requirement that would pull another copy fails the build with pip's message
+  instead of downloading gigabytes. pip reads the worker's own configuration (pip.conf,
+  PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS): the index is whatever the worker's pip
+  uses;
 - wheels only (``--only-binary=:all:``): the build runs in the worker, outside the job's
   sandbox, and installing a wheel runs none of its code, while building a source
   distribution runs its setup.py;
-- cached under ``env_dir/<key>``, the key a hash of the normalised requirements, the
-  worker's interpreter and its package set, so a changed worker gets fresh environments;
+- cached under ``env_dir/<key>``, the key a hash of the normalised requirements and the job
+  base's key (the interpreter and the versions of the base's packages): an upgraded torch
+  gives fresh environments, a package added to the server's side does not;
 - built once per host: a file lock per key, so two runs asking at once build once (the
   second waits and reuses); built in a temp folder and renamed into place, so a crashed build
   leaves nothing that looks ready; the build's scripts are rewritten for the final path;
@@ -36,20 +39,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
 import secrets
 import shutil
-import site
 import stat
 import sys
 import time
 import venv
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
@@ -62,12 +62,14 @@ from app.experiments.requirements import (
     normal_form,
 )
 from app.runs.job_files import FileRefused, read_job_file
+from worker import job_base
+from worker.job_base import JobBase
 
 log = logging.getLogger(__name__)
 
 REQUIREMENTS_FILE = "requirements.txt"
 MARKER = ".torchyard-env.json"
-BASE_PTH = "_torchyard_worker_packages.pth"
+BASE_PTH = "_torchyard_job_base.pth"
 LOCKS = ".locks"
 
 
@@ -111,45 +113,10 @@ def _requirements_file(path: Path) -> str | None:
     return data.decode("utf-8", "replace")
 
 
-@dataclass(frozen=True)
-class Base:
-    """The worker's installation an environment is layered on."""
-
-    python: str  # the base interpreter the environment's python is a link to
-    site_dirs: tuple[str, ...]  # the worker's site-packages, in its sys.path order
-    packages: str  # a digest of every (name, version) installed there
-    torch_version: str | None
-
-
-def worker_base() -> Base:
-    dirs = tuple(d for d in site.getsitepackages() if os.path.isdir(d))
-    packages, torch_version = _package_set(tuple((d, os.stat(d).st_mtime_ns) for d in dirs))
-    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    return Base(python=python, site_dirs=dirs, packages=packages, torch_version=torch_version)
-
-
-@lru_cache(maxsize=8)
-def _package_set(dirs: tuple[tuple[str, int], ...]) -> tuple[str, str | None]:
-    """Reading every package's metadata takes ~0.15 s; a folder's mtime changes when a
-    package is installed or removed in it, so the answer is kept per (folder, mtime)."""
-    found: set[str] = set()
-    torch_version = None
-    for dist in importlib.metadata.distributions(path=[d for d, _ in dirs]):
-        name = (dist.metadata["Name"] or "").lower()
-        found.add(f"{name}=={dist.version}")
-        if name == "torch" and torch_version is None:
-            torch_version = dist.version
-    return hashlib.sha256("\n".join(sorted(found)).encode()).hexdigest(), torch_version
-
-
-def env_key(requirements: list[str], base: Base) -> str:
-    identity = {
-        "requirements": sorted({normal_form(r) for r in requirements}),
-        "python": base.python,
-        "version": sys.version,
-        "site_dirs": base.site_dirs,
-        "packages": base.packages,
-    }
+def env_key(requirements: list[str], base: JobBase) -> str:
+    """The requirements (however spelled) and the job base they are layered on: its key is
+    the job's own packages', so a package added to the server's side changes no key."""
+    identity = {"requirements": sorted({normal_form(r) for r in requirements}), "base": base.key}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -200,9 +167,17 @@ def _flock(path: Path, mode: int) -> Iterator[bool]:
 class Cache:
     """The environments of one host, under ``root``."""
 
-    def __init__(self, root: Path, max_bytes: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        max_bytes: int,
+        job_packages: tuple[str, ...] = (),
+        site_dirs: tuple[str, ...] | None = None,
+    ) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.job_packages = job_packages  # settings.job_packages: in every job's base
+        self.site_dirs = site_dirs  # the worker's site-packages (None: this interpreter's)
 
     def _lock(self, key: str, kind: str) -> Path:
         return self.root / LOCKS / f"{key}.{kind}"
@@ -215,7 +190,7 @@ class Cache:
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)  # a run's uid reads its environment through it
         (self.root / LOCKS).mkdir(mode=0o700, exist_ok=True)
-        base = worker_base()
+        base = job_base.ensure(self.root, self.job_packages, self.site_dirs)
         key = env_key(requirements, base)
         final = self.root / key
         # Shared before looking: an eviction (exclusive) either ended before, and the folder
@@ -232,7 +207,7 @@ class Cache:
             yield env
 
     def _build(
-        self, key: str, final: Path, requirements: list[str], base: Base, builder: Installer
+        self, key: str, final: Path, requirements: list[str], base: JobBase, builder: Installer
     ) -> None:
         for stale in self.root.glob(f".build-{key}-*"):  # a crashed build's (we hold its lock)
             shutil.rmtree(stale, ignore_errors=True)
@@ -243,8 +218,8 @@ class Cache:
             venv.EnvBuilder(symlinks=True, with_pip=False, prompt=f"torchyard-{key[:8]}").create(
                 tmp
             )
-            lines = [f"import site; site.addsitedir({d!r})" for d in base.site_dirs]
-            (site_packages(tmp) / BASE_PTH).write_text("\n".join(lines) + "\n")
+            line = f"import site; site.addsitedir({str(base.site_dir)!r})\n"
+            (site_packages(tmp) / BASE_PTH).write_text(line)
             constraints = tmp / ".torchyard-constraints.txt"
             pinned = f"torch=={base.torch_version}\n" if base.torch_version else ""
             constraints.write_text(pinned)
@@ -295,12 +270,15 @@ class Cache:
 
 
 def pip_argv(python: Path, requirements: list[str], constraints: Path) -> list[str]:
-    """pip in the environment (the worker's, through the .pth), wheels only, the worker's
-    index configuration; ``--`` ends the options, so no requirement is read as one."""
+    """The worker's pip installing into the environment (``--python``: pip runs its own code
+    with the environment's interpreter, which sees the job base's packages as installed, and
+    no pip in the job's sight), wheels only, the worker's index configuration; ``--`` ends the
+    options, so no requirement is read as one."""
     return [
-        str(python),
+        sys.executable,
         "-m",
         "pip",
+        f"--python={python}",
         "install",
         "--no-input",
         "--disable-pip-version-check",

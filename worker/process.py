@@ -32,7 +32,9 @@ from worker.launcher import Launch
 # A sandboxed job's umask. Its run folder is 0700 and its own, so 022 opens nothing on the
 # host; it lets the run of another uid that resumes from one of its checkpoints read the file
 # that run's sandbox binds in (the worker's own 077 would make it 0600, the old run's uid's).
-SANDBOXED_UMASK = 0o022
+# 002, not 022: the user's shared cache (worker/user_cache.py) is its group's, so what one run
+# of the user writes there the next can add to; the run's own files have its own gid.
+SANDBOXED_UMASK = 0o002
 
 # The job's exit status when its keeper vanished without writing one (killed with its job).
 KEEPER_LOST = -int(signal.SIGKILL)

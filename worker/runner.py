@@ -15,7 +15,6 @@ import logging
 import os
 import secrets
 import socket
-import sys
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -38,19 +37,22 @@ from worker import (
     artifacts,
     env_build,
     held_gpus,
+    job_base,
     job_network,
     job_records,
     limits,
     provenance,
     sandbox,
     spool,
+    user_cache,
 )
 from worker import code as code_copy
 from worker.db_retry import with_db
 from worker.env_build import PipFailed
-from worker.environments import BuildFailed, Env, run_requirements
+from worker.environments import BuildFailed, run_requirements
 from worker.gpus import Inventory, detect, device_minors, gpu_stats
 from worker.heartbeat import Watched
+from worker.job_policy import job_isolation, job_limits, network_plan
 from worker.launcher import Launch, LaunchSpec, build_launch
 from worker.process import JobProcess
 from worker.supervise import (
@@ -210,6 +212,12 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         if prepared.stopped is StopReason.CANCEL:
             return finish(run_id, RunStatus.cancelled, None, None, attempt=attempt)
         return hand_over_stopped(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
+    # Every job runs on the job base (never the worker's own packages), or on its own
+    # environment layered on it.
+    base = job_base.ensure(settings.resolved_env_dir, settings.job_package_names)
+    isolation = job_isolation()
+    group = _user_group(claimed.owner_id) if isolation.as_root else None
+    cache = user_cache.prepare(settings.resolved_data_dir, claimed.owner_id, group)
     token = secrets.token_hex(16)
     artifacts.ensure_local(settings.runs_dir, resume)  # a checkpoint another host wrote
     launch = build_launch(
@@ -217,12 +225,12 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             run_id=run_id,
             run_dir=run_dir,
             config=config,
-            python=str(prepared.env.python) if prepared.env else sys.executable,
+            python=str(prepared.env.python if prepared.env else base.python),
             job_token=token,
             master_port=free_port(),
             single_process=settings.single_process_launch,
             resume_from=settings.runs_dir / resume if resume else None,
-            base_env=_job_base_env(claimed.gpu_indices),
+            base_env={**_job_base_env(claimed.gpu_indices), **user_cache.variables(cache)},
             script=script,
             workspace=settings.workspace_dir.expanduser().resolve()
             if script and not code
@@ -232,7 +240,6 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     )
     if not code:  # a snapshot's mirror is its own work dir already (worker.code)
         prepare_work_dir(launch.cwd, script.parent if script is not None else None)
-    isolation = job_isolation()
     try:  # the attempt's cgroup, before its job's first process
         name = limits.cgroup_name(settings.data_dir, run_id, attempt)
         held_to = limits.prepare(job_limits(), limits.RunLimits.of(config.resources), name)
@@ -253,7 +260,8 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             code=unpacked,
             gpus=claimed.gpu_indices,
             resume=resume,
-            env=prepared.env,
+            python_dirs=(base.path, *([prepared.env.path] if prepared.env else [])),
+            cache=(cache, group),
             held_to=held_to,
         )
     # The run's duration counts from here, its environment's build apart (app.runs.phase).
@@ -288,51 +296,6 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         raise
 
 
-def job_limits() -> limits.Enforcement:
-    """How this worker holds jobs to their limits (probed once per process)."""
-    settings = get_settings()
-    return limits.decide(settings.job_cgroups, settings.job_cgroup_parent)
-
-
-def job_isolation() -> sandbox.Isolation:
-    """Whether this worker sandboxes its jobs (probed once per process)."""
-    settings = get_settings()
-    return sandbox.decide(settings.job_isolation, settings.job_uid_base)
-
-
-def network_plan() -> job_network.Plan:
-    """What this worker's sandboxed jobs reach over the network (asked once per process)."""
-    settings = get_settings()
-    return job_network.plan(settings.job_network, settings.service_urls)
-
-
-def announce_isolation() -> None:
-    """Says at start whether jobs are sandboxed and why, and what their network reaches; with
-    job_isolation "bwrap" a worker that cannot sandbox refuses to start (exit 2) rather than
-    run jobs unisolated."""
-    isolation = job_isolation()
-    refused = not isolation.enabled and get_settings().job_isolation == "bwrap"
-    # On stdout with the rest of the worker's start banner (`torchyard up` shows it); a
-    # refusal says its lines on stderr.
-    stream = sys.stderr if refused else sys.stdout
-    print(sandbox.describe(isolation), file=stream, flush=True)
-    if not refused:
-        print(limits.describe(job_limits()), file=stream, flush=True)
-        limits.sweep(job_limits(), get_settings().data_dir)
-    for line in job_network.describe(
-        network_plan(), get_settings().service_urls, sandboxed=isolation.enabled
-    ):
-        print(line, file=stream, flush=True)
-    if refused:
-        print(
-            "refusing to start: TORCHYARD_JOB_ISOLATION=bwrap requires the sandbox "
-            "(docs/security.md)",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise SystemExit(2)
-
-
 def _sandboxed(
     launch: Launch,
     isolation: sandbox.Isolation,
@@ -343,7 +306,8 @@ def _sandboxed(
     code: Path | None,
     gpus: tuple[int, ...],
     resume: str | None,
-    env: Env | None,
+    python_dirs: tuple[Path, ...],
+    cache: tuple[Path, int | None],
     held_to: limits.RunLimits,
 ) -> Launch:
     """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
@@ -369,18 +333,25 @@ def _sandboxed(
     spec = sandbox.SandboxSpec(
         run_dir=run_dir,
         home=home,
-        read_only=(*sandbox.interpreter_paths(), *workspace, *([env.path] if env else [])),
+        read_only=(*sandbox.interpreter_paths(), *workspace, *python_dirs),
         hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
         shared_read_only=(code,) if code is not None else (),
         read_only_fds=resume_fds,
         devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
         uid=uid,
+        shared=(cache[0],),
+        group=cache[1],
         bwrap=isolation.bwrap,
         setpriv=isolation.setpriv,
         tmp_bytes=held_to.disk_bytes if isolation.sized_tmpfs else None,
         shm_bytes=held_to.memory_bytes if isolation.sized_tmpfs else None,
     )
     return job_network.attach(sandbox.wrap(launch, spec), network_plan())
+
+
+def _user_group(owner_id: int) -> int:
+    settings = get_settings()
+    return user_cache.user_gid(owner_id, settings.job_uid_base, settings.job_uid_count)
 
 
 def _local_store(url: str) -> tuple[Path, ...]:

@@ -112,6 +112,11 @@ class SandboxSpec:
     devices: tuple[Path, ...] = ()
     # The run's uid (and gid) when the worker is root; None: a user namespace, worker's uid.
     uid: int | None = None
+    # Read-write folders outside the run dir (the user's HF_HOME/TORCH_HOME cache,
+    # worker/user_cache.py), and the one supplementary group a root worker's job gets to
+    # share them with the same user's other runs (None: no group at all).
+    shared: tuple[Path, ...] = ()
+    group: int | None = None
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
     # Sizes of the job's /tmp and /dev/shm tmpfs (its disk_gb and memory_gb: worker.limits);
@@ -215,6 +220,8 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     for shared in _outermost(spec.shared_read_only):
         mounts.add("--ro-bind", shared, shared)
     mounts.add("--bind", spec.run_dir, spec.run_dir)
+    for folder in spec.shared:
+        mounts.add("--bind", folder, folder)
     for fd, dest in spec.read_only_fds:
         mounts.add("--ro-bind-fd", Path(str(fd)), dest)
     argv += [*mounts.args, "--chdir", str(launch.cwd)]
@@ -227,7 +234,7 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
             spec.setpriv,
             f"--reuid={spec.uid}",
             f"--regid={spec.uid}",
-            *DROP_PRIVILEGES,
+            *(DROP_PRIVILEGES if spec.group is None else _with_group(spec.group)),
             "--",
             *inner,
         ]
@@ -235,6 +242,11 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     env.update(HOME=str(spec.home), TMPDIR="/tmp", USER=job_etc.JOB_USER, LOGNAME=job_etc.JOB_USER)
     fds = (*launch.pass_fds, *(fd for fd, _ in spec.read_only_fds), *etc_fds)
     return replace(launch, argv=[*argv, "--", *inner], env=env, pass_fds=fds)
+
+
+def _with_group(gid: int) -> tuple[str, ...]:
+    """DROP_PRIVILEGES with one supplementary group instead of none."""
+    return tuple(f"--groups={gid}" if a == "--clear-groups" else a for a in DROP_PRIVILEGES)
 
 
 def job_environment(environ: Mapping[str, str]) -> dict[str, str]:

@@ -55,6 +55,7 @@ class StartResult:
     reason: str = ""
     attempt: int = 1
     sweep_id: int | None = None  # a sweep's trial (judged by its early-stopping rule)
+    owner_id: int = 0  # whose run: the worker binds that user's caches (worker/user_cache.py)
 
 
 def run_gpus(config: dict[str, Any]) -> int:
@@ -125,6 +126,7 @@ def try_start(
         resume_from=run.resume_from,
         attempt=run.attempt,
         sweep_id=run.sweep_id,
+        owner_id=run.owner_id,
     )
 
 
