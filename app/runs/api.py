@@ -81,8 +81,9 @@ def create_run(
 
 @router.get("/experiments/{experiment_id}/runs", response_model=list[RunOut], responses=OWNED)
 def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> list[RunOut]:
+    """The experiment's runs, each with at most 50 metric summaries (GET /api/runs/{id}: all)."""
     runs = service.runs_of_experiment(session, experiment_id=experiment.id)
-    return run_outs(session, runs)
+    return run_outs(session, runs, listed=True)
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)
