@@ -1,11 +1,12 @@
 """The one place that decides who may see and act on an experiment or a run.
 
 Every signed-in user READS every experiment and run on the box (the team sees each other's
-work). Writes (launch, cancel, resume, edit, delete) are the owner's or an admin's, and a
-viewer never writes: `User.may_write`. Every route that takes an id depends on
-`get_owned_experiment` / `get_owned_run`, which tell a read from a write by the request's
-method, so the 404/403 rules are not pasted into handlers. Pages call them with `write=False`
-and ask `may_write` only to decide which buttons to show.
+work). Writes (cancel, resume, edit, delete) are the owner's or an admin's, and a viewer never
+writes: `User.may_write`. Launching a run is any member's in any experiment (the run is the
+launcher's, so its later writes are theirs): `LaunchExperiment`. Every route that takes an
+id depends on `get_owned_experiment` / `get_owned_run`, which tell a read from a write by the
+request's method, so the 404/403 rules are not pasted into handlers. Pages call them with
+`write=False` and ask `may_write` only to decide which buttons to show.
 """
 
 from __future__ import annotations
@@ -78,3 +79,12 @@ def get_writer(user: CurrentUser) -> User:
 OwnedExperiment = Annotated[Experiment, Depends(get_owned_experiment)]
 OwnedRun = Annotated[Run, Depends(get_owned_run)]
 Writer = Annotated[User, Depends(get_writer)]
+
+
+def get_launch_experiment(experiment_id: int, session: SessionDep, user: Writer) -> Experiment:
+    """The experiment a member launches a run of: anyone's (a teammate's too, without cloning
+    it), 404 when there is none; viewers never launch (403)."""
+    return find_experiment(experiment_id, session, user, write=False)
+
+
+LaunchExperiment = Annotated[Experiment, Depends(get_launch_experiment)]

@@ -410,8 +410,12 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/experiments/{experiment_id}/runs"): Row(
         READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}/runs", {})
     ),
+    # A member launches a run of anyone's experiment: the run is the launcher's.
     ("POST", "/api/experiments/{experiment_id}/runs"): Row(
-        OWNED, 201, lambda w: (f"/api/experiments/{w.experiment_id}/runs", {"json": {}})
+        WRITER,
+        201,
+        lambda w: (f"/api/experiments/{w.experiment_id}/runs", {"json": {}}),
+        lambda w, r: r.json()["owner_id"] == w.other.user_id,
     ),
     ("GET", "/api/runs/{run_id}"): Row(READ, 200, lambda w: (f"/api/runs/{w.run_id}", {})),
     ("PATCH", "/api/runs/{run_id}"): Row(
@@ -525,7 +529,7 @@ MATRIX: dict[tuple[str, str], Row] = {
         PAGE_USER,
         200,
         lambda w: (f"/experiments/{w.experiment_id}", {}),
-        lambda w, r: 'id="launch-run"' not in r.text,
+        lambda w, r: 'id="launch-run"' in r.text and 'id="delete-experiment"' not in r.text,
     ),
     ("GET", "/runs/{run_id}"): Row(
         PAGE_USER,

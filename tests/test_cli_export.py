@@ -69,6 +69,9 @@ def test_export_by_name_to_standard_output(
     done = cli("export", name)
     assert done.returncode == 0, done.stderr
     assert len(pd.read_csv(io.StringIO(done.stdout))) == len(runs)
+    kept = cli("export", name, "--filter", "val/acc>=0.8 and lr<0.01")  # the filter language
+    assert kept.returncode == 0, kept.stderr
+    assert list(pd.read_csv(io.StringIO(kept.stdout))["id"]) == [runs[0]]
     unknown = cli("export", "no-such-experiment-" + secrets.token_hex(3))
     assert unknown.returncode == 1 and "no experiment named" in unknown.stderr
 

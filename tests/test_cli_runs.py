@@ -64,6 +64,29 @@ def test_edit_sets_name_tags_notes_and_ls_filters_and_sorts_by_them(cli: Cli) ->
     assert nothing.returncode == 1 and "nothing to change" in nothing.stderr
 
 
+def test_ls_filter_takes_the_filter_language(cli: Cli) -> None:
+    from app.runs.models import RunTag
+
+    tag = f"lang-{secrets.token_hex(3)}"
+    runs = []
+    for lr, acc in [(0.001, 0.9), (0.1, 0.7), (0.05, 0.8)]:
+        config = {"recipe": "tiny_mlp", "params": {"lr": lr}, "seed": 1}
+        run_id = make_run(config=config, status="succeeded")
+        with session_scope() as session:
+            record_config(session, run_id=run_id, config=config)
+            ingest_points(session, run_id=run_id, points=[("val/acc", 3, acc, 1.0)])
+            session.add(RunTag(run_id=run_id, tag=tag))
+        runs.append(run_id)
+    listed = cli(
+        "ls", "--json", "--sort", "id",
+        "--filter", f"tags={tag} and (val/acc>0.85 or lr in (0.1, 0.2))",
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == [runs[0], runs[1]]
+    refused = cli("ls", "--filter", "val/acc>")
+    assert refused.returncode == 1 and "position 8: expected a value after '>'" in refused.stderr
+
+
 def test_resume_with_set_overrides_and_the_final_pt_rule(cli: Cli) -> None:
     from app.runs.models import Checkpoint
     from app.settings import get_settings

@@ -222,12 +222,18 @@ def test_experiment_page_without_runs_says_how_to_start(client, user) -> None:
     assert "No runs yet" in html and 'id="runs"' not in html
 
 
-def test_experiment_page_of_another_user_is_readable_without_launch_controls(client, user) -> None:
+def test_a_member_launches_a_run_of_another_users_experiment_as_their_own(client, user) -> None:
     theirs = new_experiment(client, make_user()[2], params={"lr": 0.375})
     r = client.get(f"/experiments/{theirs['id']}")
     assert r.status_code == 200 and "0.375" in r.text
-    assert 'id="launch-run"' not in r.text and 'id="launch-read-only"' in r.text
-    assert 'id="clone-experiment"' in r.text  # a member may copy it into their own
+    assert 'id="launch-run"' in r.text and 'id="launch-theirs"' in r.text
+    assert 'id="clone-experiment"' in r.text  # a member may still copy it into their own
+    me = client.get("/api/users/me", headers=user).json()["id"]
+    run = launch(client, user, theirs["id"], {"params": {"lr": 0.5}})  # what the form posts
+    assert run["owner_id"] == me and run["experiment_id"] == theirs["id"]
+    viewer = make_user(role="viewer")[2]
+    refused = client.post(f"/api/experiments/{theirs['id']}/runs", json={}, headers=viewer)
+    assert refused.status_code == 403 and "viewer" in refused.json()["detail"]
 
 
 def test_missing_experiment_is_a_friendly_404(client, user) -> None:

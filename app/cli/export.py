@@ -48,14 +48,21 @@ def find_experiment(api: Api, ref: str) -> dict[str, Any]:
     return dict(matches[0])
 
 
-def experiment_runs(api: Api, experiment_id: int) -> Iterator[dict[str, Any]]:
+def experiment_runs(
+    api: Api, experiment_id: int, filters: list[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The experiment's runs (those ``filters`` keep: the filter language), each with every
+    metric summary: a list cuts a run's summaries (``summary_cut``), so such a run is read
+    again on its own (GET /api/runs/{id} has them all)."""
     cursor: str | None = None
     while True:
         params: dict[str, Any] = {"experiment_id": experiment_id, "limit": PAGE, "sort": "id"}
+        params["filter"] = filters or []
         if cursor:
             params["cursor"] = cursor
         page = api.get("/api/runs", params=params)
-        yield from page["runs"]
+        for run in page["runs"]:
+            yield dict(api.get(f"/api/runs/{run['id']}")) if run.get("summary_cut") else run
         cursor = page.get("next")
         if not cursor:
             return
@@ -135,6 +142,10 @@ def export(
         list[str] | None,
         typer.Option("--series", help="a metric key whose every point to write (repeatable)"),
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option("--filter", help="only the runs this filter keeps, e.g. 'val/acc>0.9'"),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -144,7 +155,7 @@ def export(
         raise typer.BadParameter("Parquet is binary: give a file with -o", param_hint="--format")
     with connect(server, token) as api:
         found = find_experiment(api, experiment)
-        runs = list(experiment_runs(api, int(found["id"])))
+        runs = list(experiment_runs(api, int(found["id"]), where))
         if series:
             columns, rows = list(SERIES_COLUMNS), series_rows(api, runs, series)
         else:

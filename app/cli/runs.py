@@ -121,7 +121,11 @@ def ls(
     tag: Annotated[list[str] | None, typer.Option(help="only runs with this tag")] = None,
     where: Annotated[
         list[str] | None,
-        typer.Option("--filter", help="a condition such as params.params.lr>0.01"),
+        typer.Option(
+            "--filter",
+            help='the filter language, e.g. "val/acc>0.9 and (lr<=0.01 or tags~best)", '
+            "'name in (a, b)'; repeat: all must hold",
+        ),
     ] = None,
     sort: Annotated[
         str, typer.Option(help="a field, params.<key> or summary.<key>.<last|min|max>; - desc")

@@ -295,7 +295,7 @@ def experiment_page(
         curve_runs=[
             out.model_dump(mode="json")
             for out in run_outs(
-                session, listing.list_runs(session, _curve_runs(experiment.id)).runs
+                session, listing.list_runs(session, _curve_runs(experiment.id)).runs, listed=True
             )
         ],
     )

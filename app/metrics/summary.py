@@ -21,6 +21,7 @@ from typing import cast as type_cast
 from sqlalchemy import (
     BigInteger,
     Double,
+    Select,
     Table,
     and_,
     bindparam,
@@ -37,7 +38,12 @@ from app.metrics.models import Metric, MetricKey
 
 LOSS_KEY = "train/loss"
 ACC_KEY = "val/acc"
-_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
+_CHUNK = 500
+# The keys a runs list shows first: train/* and val/*, then the rest, each by name.
+LIST_ORDER = (
+    case((or_(MetricKey.key.startswith("train/"), MetricKey.key.startswith("val/")), 0), else_=1),
+    MetricKey.key,
+)  # ids per IN (...) list, well under every driver's parameter limit
 
 # Cast, so PostgreSQL knows a parameter's type even where it is only tested for NULL.
 _MIN = cast(bindparam("lo_value", type_=Double), Double)
@@ -111,6 +117,10 @@ def recompute_summaries(session: Session, *, run_id: int) -> None:
     )
 
 
+# run_id, key, last, min, max, last_step: what summaries_by_run reads.
+_Rows = Select[int, str, float | None, float | None, float | None, int | None]
+
+
 @dataclass(frozen=True)
 class SeriesSummary:
     last: float | None
@@ -120,21 +130,60 @@ class SeriesSummary:
 
 
 def summaries_by_run(
-    session: Session, *, run_ids: Sequence[int], keys: Collection[str] | None = None
+    session: Session,
+    *,
+    run_ids: Sequence[int],
+    keys: Collection[str] | None = None,
+    first: int | None = None,
+    also: Collection[str] = (),
 ) -> dict[int, dict[str, SeriesSummary]]:
-    """{run_id: {key: summary}} of every series with at least one point (or only ``keys``)."""
+    """{run_id: {key: summary}} of every series with at least one point (or only ``keys``).
+    ``first``: each run's first that many keys only (LIST_ORDER), plus those named in ``also``,
+    so a list of runs stays small whatever a run logged (design.md: at most 50 in a list)."""
     ids = sorted(set(run_ids))
     found: dict[int, dict[str, SeriesSummary]] = {i: {} for i in ids}
     k = MetricKey
     for start in range(0, len(ids), _CHUNK):
-        stmt = select(k.run_id, k.key, k.last_value, k.min_value, k.max_value, k.last_step).where(
-            k.run_id.in_(ids[start : start + _CHUNK]), k.last_step.is_not(None)
-        )
+        stmt: _Rows = select(
+            k.run_id, k.key, k.last_value, k.min_value, k.max_value, k.last_step
+        ).where(k.run_id.in_(ids[start : start + _CHUNK]), k.last_step.is_not(None))
         if keys is not None:
             stmt = stmt.where(k.key.in_(list(keys)))
-        for run_id, key, last, mn, mx, step in session.execute(stmt.order_by(k.run_id, k.key)):
+        if first is not None:
+            stmt = _first_keys(stmt, first, also)
+        for run_id, key, last, mn, mx, step in session.execute(stmt.order_by("run_id", "key")):
             found[run_id][key] = SeriesSummary(last=last, min=mn, max=mx, step=step or 0)
     return found
+
+
+def runs_with_more_keys(session: Session, *, run_ids: Sequence[int], than: int) -> set[int]:
+    """The runs of ``run_ids`` with more than ``than`` series (a list cut their summaries)."""
+    k = MetricKey
+    found: set[int] = set()
+    ids = sorted(set(run_ids))
+    for start in range(0, len(ids), _CHUNK):
+        stmt = (
+            select(k.run_id)
+            .where(k.run_id.in_(ids[start : start + _CHUNK]), k.last_step.is_not(None))
+            .group_by(k.run_id)
+            .having(func.count() > than)
+        )
+        found.update(session.scalars(stmt))
+    return found
+
+
+def _first_keys(stmt: _Rows, first: int, also: Collection[str]) -> _Rows:
+    """``stmt``'s rows limited to each run's first ``first`` keys in LIST_ORDER (a window over
+    the (run_id, key) index: a run with 10,000 keys costs a scan of its own keys, no sort of
+    everyone's) and the keys named in ``also``."""
+    k = MetricKey
+    rank = func.row_number().over(partition_by=k.run_id, order_by=LIST_ORDER).label("rank")
+    inner = stmt.add_columns(rank).subquery()
+    kept = inner.c.rank <= first
+    if also:
+        kept = or_(kept, inner.c.key.in_(list(also)))
+    c = inner.c
+    return select(c.run_id, c.key, c.last_value, c.min_value, c.max_value, c.last_step).where(kept)
 
 
 @dataclass(frozen=True)

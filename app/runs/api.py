@@ -17,7 +17,7 @@ from app.experiments.config import run_config
 from app.http_errors import error_responses
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
-from app.ownership import OwnedExperiment, OwnedRun
+from app.ownership import LaunchExperiment, OwnedExperiment, OwnedRun
 from app.runs import events, logs, service, work_dir
 from app.runs.job_files import FileRefused
 from app.runs.models import RunStatus
@@ -54,7 +54,7 @@ NO_NUL = r"^[^\x00]*$"
     responses=error_responses(400, 403, 404),  # 400: a body that is not even JSON text
 )
 def create_run(
-    experiment: OwnedExperiment,
+    experiment: LaunchExperiment,
     session: SessionDep,
     user: CurrentUser,
     data: RunCreate | None = None,
@@ -81,8 +81,9 @@ def create_run(
 
 @router.get("/experiments/{experiment_id}/runs", response_model=list[RunOut], responses=OWNED)
 def list_experiment_runs(experiment: OwnedExperiment, session: SessionDep) -> list[RunOut]:
+    """The experiment's runs, each with at most 50 metric summaries (GET /api/runs/{id}: all)."""
     runs = service.runs_of_experiment(session, experiment_id=experiment.id)
-    return run_outs(session, runs)
+    return run_outs(session, runs, listed=True)
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses=OWNED)

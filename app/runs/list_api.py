@@ -15,13 +15,14 @@ from app.http_errors import error_responses
 from app.ownership import OwnedRun
 from app.runs import listing, service
 from app.runs.models import RunStatus
-from app.runs.out import run_outs
+from app.runs.out import LIST_SUMMARIES, run_outs
 from app.runs.schemas import RunListOut, RunOut, RunPatch
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner
 
 router = APIRouter(prefix="/api", tags=["runs"])
 NO_NUL = r"^[^\x00]*$"
+MAX_SUMMARY_KEYS = 100
 
 
 @router.get("/runs", response_model=RunListOut)
@@ -39,8 +40,16 @@ def list_runs(
         list[str] | None,
         Query(
             alias="filter",
-            description="a condition, repeatable (all must hold): "
-            f"{listing.FILTER_SYNTAX}; e.g. `params.params.lr>0.01`, `summary.val/acc.max>=0.9`",
+            description="the filter language, repeatable (all must hold): "
+            f"{listing.FILTER_SYNTAX}; e.g. `val/acc>0.9 and (lr<=0.01 or tags~best)`, "
+            "`name in (a, b)`, `val/acc.max>=0.9`",
+        ),
+    ] = None,
+    summary_keys: Annotated[
+        list[str] | None,
+        Query(
+            description="metric keys whose summaries each run carries besides its first "
+            f"{LIST_SUMMARIES} (train/ and val/ first, then by name); repeat for several",
         ),
     ] = None,
     sort: Annotated[str, Query(max_length=600, pattern=NO_NUL, description=listing.SYNTAX)] = "-id",
@@ -50,9 +59,13 @@ def list_runs(
     ] = None,
 ) -> RunListOut:
     """Runs on the box (everyone reads them all), filtered, sorted, a page at a time: see
-    app/runs/listing.py for the sort and filter syntax. `owner=me` (or a username) for one
-    owner's. `next` is null on the last page."""
-    for loc, values in (("tag", tag), ("filter", filters)):
+    app/runs/listing.py for the sort and filter syntax. Each run carries at most 50 metric
+    summaries plus those `summary_keys` names, `summary_cut` when it has more (GET
+    /api/runs/{id}: all). `owner=me` (or a username) for one owner's. `next` is null on the
+    last page."""
+    if len(summary_keys or ()) > MAX_SUMMARY_KEYS:
+        raise Invalid.at(["query", "summary_keys"], f"at most {MAX_SUMMARY_KEYS} keys", None)
+    for loc, values in (("tag", tag), ("filter", filters), ("summary_keys", summary_keys)):
         for value in values or []:
             if len(value) > 600 or "\x00" in value:
                 raise Invalid.at(["query", loc], "at most 600 characters, no NUL", value[:100])
@@ -68,7 +81,8 @@ def list_runs(
         filters=filters or (),
     )
     page = listing.list_runs(session, query)
-    return RunListOut(runs=run_outs(session, page.runs), next=page.next)
+    outs = run_outs(session, page.runs, listed=True, summary_keys=summary_keys or ())
+    return RunListOut(runs=outs, next=page.next)
 
 
 @router.patch(

@@ -7,10 +7,9 @@ Sort (``sort=``): a run field (SORT_FIELDS), ``params.<key>`` with <key> a key o
 value come last either way, and the run id (in the same direction) breaks ties, so the order
 is total and a cursor is stable under it.
 
-Conditions (``filter=``, repeatable, all must hold): ``<field><op><value>`` with op one of
-``= != > >= < <=``, field ``params.<key>`` or ``summary.<key>.<last|min|max>``. A value that
-reads as a number (or ``true``/``false``, 1/0) compares with the param's number, anything else
-with its text; summaries are numbers only. A run lacking the param or key never matches.
+Conditions (``filter=``, repeatable, all must hold): each one text of the filter language,
+parsed by app/runs/filter_lang.py and compiled to SQL by app/runs/filter_sql.py (``val/acc>0.9``,
+``lr<=0.01 and (tags~best or name in (a, b))``); a refused one is a 422 naming the position.
 
 Paging: keyset, not offset. ``next`` is an opaque cursor (base64 of the sort and the last
 row's sort values); the next page is the rows strictly after it in the sort order, so runs
@@ -23,18 +22,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, exists, false, or_, select
+from sqlalchemy import ColumnElement, Select, and_, case, exists, false, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
 from app.errors import Invalid
 from app.metrics.models import MetricKey
+from app.runs import filter_lang
+from app.runs.filter_sql import compile_filter
 from app.runs.models import Run, RunParam, RunStatus, RunTag
 
 SORT_FIELDS: dict[str, Any] = {
@@ -51,23 +51,15 @@ SORT_FIELDS: dict[str, Any] = {
 SUMMARY_COLUMNS = {"last": "last_value", "min": "min_value", "max": "max_value"}
 MAX_FILTERS = 20
 _SUMMARY = re.compile(r"^summary\.(.+)\.(last|min|max)$", re.DOTALL)
-_CONDITION = re.compile(
-    r"^(?P<field>params\..+?|summary\..+?\.(?:last|min|max))(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$",
-    re.DOTALL,
-)
-_OPS: dict[str, Callable[[Any, Any], ColumnElement[bool]]] = {
-    "=": lambda c, v: c == v,
-    "!=": lambda c, v: c != v,
-    ">": lambda c, v: c > v,
-    ">=": lambda c, v: c >= v,
-    "<": lambda c, v: c < v,
-    "<=": lambda c, v: c <= v,
-}
 SYNTAX = (
     "field, params.<key> or summary.<key>.<last|min|max>, with - in front for descending; "
     f"fields: {', '.join(SORT_FIELDS)}"
 )
-FILTER_SYNTAX = "<params.key|summary.key.last|min|max><op><value>, op one of = != > >= < <="
+FILTER_SYNTAX = (
+    "key op value joined by and/or, with parentheses: keys are params (lr, params.lr), metrics "
+    "(val/acc is the last value, val/acc.max, val/acc.min), name, tags, status, id; op one of "
+    "= != > >= < <= ~ (contains) or in (a, b)"
+)
 
 
 @dataclass(frozen=True)
@@ -109,42 +101,10 @@ def _sort_columns(sort: str) -> tuple[list[Any], bool, list[Any]]:
     raise Invalid.at(["query", "sort"], f"cannot sort by {name!r}: sort takes a {SYNTAX}", sort)
 
 
-def _literal(text: str) -> float | str:
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return 1.0 if low == "true" else 0.0
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return number if math.isfinite(number) else text
-
-
 def condition(text: str) -> ColumnElement[bool]:
-    """One ``filter=`` condition as an EXISTS over run_params or metric_keys."""
-    match = _CONDITION.match(text)
-    if match is None:
-        raise Invalid.at(
-            ["query", "filter"], f"cannot read {text!r} as a condition: {FILTER_SYNTAX}", text
-        )
-    field, op, raw = match.group("field", "op", "value")
-    value = _literal(raw)
-    compare = _OPS[op]
-    if field.startswith("params."):
-        column = RunParam.value_num if isinstance(value, float) else RunParam.value_text
-        return exists().where(
-            RunParam.run_id == Run.id,
-            RunParam.key == field.removeprefix("params."),
-            compare(column, value),
-        )
-    summary = _SUMMARY.match(field)
-    assert summary is not None  # the pattern only lets summary.<key>.<col> through
-    if not isinstance(value, float):
-        raise Invalid.at(["query", "filter"], f"{field} is a number: {raw!r} is not one", text)
-    key, col = summary.group(1), SUMMARY_COLUMNS[summary.group(2)]
-    return exists().where(
-        MetricKey.run_id == Run.id, MetricKey.key == key, compare(getattr(MetricKey, col), value)
-    )
+    """One ``filter=`` text as a condition on runs (every run when it holds no condition)."""
+    tree = filter_lang.parse_query(text)
+    return true() if tree is None else compile_filter(tree)
 
 
 def _encode(sort: str, values: list[Any]) -> str:

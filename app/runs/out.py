@@ -3,9 +3,11 @@ while it is queued, why it waits, and why its sweep stopped it early (if it did)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
-from app.metrics.summary import summaries_by_run
+from app.metrics.summary import runs_with_more_keys, summaries_by_run
 from app.runs.disk import disk_by_run
 from app.runs.models import Run
 from app.runs.notices import stopped_early_reason
@@ -14,13 +16,27 @@ from app.runs.phase import phase_of
 from app.runs.schemas import RunOut, SummaryOut
 from app.runs.service import tags_by_run, why_queued_many
 
+# A list of runs carries each run's first LIST_SUMMARIES metric summaries (train/ and val/
+# first) plus the keys the caller names: one run logging 10,000 keys made GET /api/runs 670 KB
+# (issue 31). A single run (GET /api/runs/{id}) has them all.
+LIST_SUMMARIES = 50
 
-def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
-    """A query each for params, tags and summaries, whatever the number of runs."""
+
+def run_outs(
+    session: Session,
+    runs: list[Run],
+    *,
+    listed: bool = False,
+    summary_keys: Sequence[str] = (),
+) -> list[RunOut]:
+    """A query each for params, tags and summaries, whatever the number of runs. ``listed``:
+    at most LIST_SUMMARIES summaries a run, plus those of ``summary_keys``."""
     ids = [r.id for r in runs]
     params = params_by_run(session, ids)
     tags = tags_by_run(session, ids)
-    summaries = summaries_by_run(session, run_ids=ids)
+    first = LIST_SUMMARIES if listed else None
+    summaries = summaries_by_run(session, run_ids=ids, first=first, also=summary_keys)
+    cut = runs_with_more_keys(session, run_ids=ids, than=first) if first is not None else set()
     disks = disk_by_run(session, ids)
     reasons = why_queued_many(session, runs=runs)
     phases = {r.id: phase_of(r) for r in runs}
@@ -35,6 +51,7 @@ def run_outs(session: Session, runs: list[Run]) -> list[RunOut]:
                 "disk_bytes": disks.get(r.id, 0),
                 "queue_reason": reasons.get(r.id),
                 "stopped_early": stopped_early_reason(r.notices),
+                "summary_cut": r.id in cut,
                 "summary": {
                     k: SummaryOut(last=s.last, min=s.min, max=s.max, step=s.step)
                     for k, s in summaries[r.id].items()

@@ -96,6 +96,9 @@ class RunOut(BaseModel):
     sweep_id: int | None = None
     # Every metric key the run logged (TensorBoard tags too): app/metrics/summary.py.
     summary: dict[str, SummaryOut] = Field(default_factory=dict)
+    # In a list of runs (GET /api/runs): true when the run has more summaries than the list
+    # carries (50, plus those `summary_keys=` names); GET /api/runs/{id} has them all.
+    summary_cut: bool = False
     # What ingestion kept out of the run, as sentences: "3 lines skipped: <reason>", a limit
     # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/notices.py).
     notices: list[str] = Field(default_factory=list)

@@ -3,13 +3,15 @@
 // rebuilt from GET /api/runs once the page loads (the server's
 // rows are what shows before, and without scripts): the params that differ across the loaded
 // runs as columns, summary columns picked per metric key (last/min/max), sort by any column (in
-// the API's SQL: `sort=`), filters (status, tag, one `filter=` condition: app/runs/listing.py),
+// the API's SQL: `sort=`), filters (status, tag, and the filter language's text, typed or built
+// a condition at a time: lib/filter.js; a refused filter empties the table and says why),
 // cursor paging ("Load more"), and the selected runs compared, tagged or deleted. A run its
 // sweep stopped early is marked next to its status, the reason in the mark's title.
 // Every name, key and value from a run reaches the page as textContent, never as HTML.
 import {call, deleteObject, errorText} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
+import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
 
@@ -130,6 +132,7 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
     $("runs-more").hidden = !state.next;
     $("runs-all").hidden = !state.next;
     renderPicker();
+    renderFilterKeys();
     updateActions();
     // The page's other views of these runs (the parallel coordinates) follow the table.
     section.dispatchEvent(new CustomEvent("ty:runs", {detail: {runs: state.runs, summaries: state.summaries}}));
@@ -172,6 +175,12 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
     picker.append(grid);
   };
 
+  // The builder's key suggestions: the loaded runs' params and metrics (any key may be typed).
+  const renderFilterKeys = () => {
+    const list = $("runs-filter-keys");
+    list.replaceChildren(...filterKeys(state.runs).map((k) => { const o = el("option"); o.value = k; return o; }));
+  };
+
   const selectedIds = () => state.runs.filter((r) => state.selected.has(r.id)).map((r) => r.id);
   const updateActions = () => {
     const n = selectedIds().length;
@@ -186,10 +195,14 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
     const params = new URLSearchParams({[scope.key]: scope.id, sort: state.sort, limit: String(PAGE)});
     const status = $("runs-status").value;
     const tag = $("runs-tag").value.trim();
-    const condition = $("runs-filter").value.trim();
+    const text = $("runs-filter").value.trim();
     if (status) params.append("status", status);
     if (tag) params.append("tag", tag);
-    if (condition) params.append("filter", condition);
+    if (text) params.append("filter", text);
+    // A list carries 50 summaries a run (train/ and val/ first): the chosen columns' keys too.
+    for (const key of new Set((state.summaries || []).map((c) => splitSummary(c)[0]))) {
+      params.append("summary_keys", key);
+    }
     if (cursor) params.set("cursor", cursor);
     return api.runs(params);
   };
@@ -217,7 +230,16 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
       cursor = r.body.next;
     } while (all && cursor);
     section.removeAttribute("aria-busy");
-    if (!r.ok) { showError(`Could not list the runs: ${errorText(r.body)}`); return; }
+    if (!r.ok) {
+      // No stale rows under the message: a refused filter lists nothing, and says why.
+      state.runs = [];
+      state.next = null;
+      render();
+      showError(r.status === 422 ? `Refused: ${refusal(r.body) || errorText(r.body)}`
+        : `Could not list the runs: ${errorText(r.body)}`);
+      section.dataset.loaded = String(ticket);
+      return;
+    }
     showError("");
     state.runs = runs;
     state.next = cursor;
@@ -231,6 +253,14 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
 
   $("runs-filters").addEventListener("submit", (event) => { event.preventDefault(); load(); });
   $("runs-status").addEventListener("change", () => load());
+  $("runs-filter-add").addEventListener("click", () => {
+    const key = $("runs-filter-key").value.trim();
+    const value = $("runs-filter-value").value;
+    if (!key || !value.trim()) { showError("Pick a key and type a value first."); return; }
+    $("runs-filter").value = append($("runs-filter").value, condition(key, $("runs-filter-op").value, value));
+    $("runs-filter-value").value = "";
+    load();
+  });
   $("runs-more").addEventListener("click", () => load(true));
   $("runs-all").addEventListener("click", () => load(true, true));
   $("runs-compare").addEventListener("click", () => {

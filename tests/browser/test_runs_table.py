@@ -73,13 +73,32 @@ def test_sort_by_a_param_select_compare_tag_and_delete(admin_page: Page, api: ht
     assert _shown(page) == by_lr[::-1]
     assert page.evaluate("window.pwned") is None
 
-    # A param condition through the API's filter= syntax.
-    page.fill("#runs-filter", "params.params.lr>=0.1")
+    # The filter language (app/runs/filter_lang.py): bare param and metric keys, and/or, in.
+    rows = page.locator("table#runs tbody tr")
+    page.fill("#runs-filter", "lr>=0.1 and Loss/train<2.5")  # the loss is lr * 10
     page.click("#runs-apply")
-    expect(page.locator("table#runs tbody tr")).to_have_count(3)
-    page.fill("#runs-filter", "lr is small")  # the API's 422, said where the filter is
+    expect(rows).to_have_count(2)
+    assert sorted(_shown(page)) == sorted(by_lr[1:3])
+    page.fill("#runs-filter", "lr in (0.3, 0.05) or Loss/train.max<1.5")
     page.click("#runs-apply")
-    expect(page.locator("#runs-error")).to_contain_text("cannot read 'lr is small'")
+    expect(rows).to_have_count(3)
+    # The builder appends a condition that holds for all the box held.
+    page.fill("#runs-filter-key", "lr")
+    page.select_option("#runs-filter-op", ">")
+    page.fill("#runs-filter-value", "0.06")
+    page.click("#runs-filter-add")
+    expect(page.locator("#runs-filter")).to_have_value(
+        "(lr in (0.3, 0.05) or Loss/train.max<1.5) and lr>0.06"
+    )
+    expect(rows).to_have_count(2)
+    assert sorted(_shown(page)) == sorted([by_lr[1], by_lr[3]])
+    # A refused filter: the API's 422 with the position, and no rows left under it.
+    page.fill("#runs-filter", "Loss/train.max>")
+    page.click("#runs-apply")
+    expect(page.locator("#runs-error")).to_contain_text(
+        "filter: position 15: expected a value after '>'"
+    )
+    expect(rows).to_have_count(0)
     page.fill("#runs-filter", "")
     page.click("#runs-apply")
     expect(page.locator("table#runs tbody tr")).to_have_count(4)

@@ -38,7 +38,7 @@ def member_page(browser: Browser, live_stack: LiveStack) -> Iterator[Page]:
     assert not errors, f"uncaught JavaScript errors on the member's pages: {errors}"
 
 
-def test_admin_adds_a_member_who_reads_the_admins_run_but_only_launches_their_own(
+def test_admin_adds_a_member_who_reads_the_admins_run_but_changes_only_their_own(
     admin_page: Page, member_page: Page, api: httpx.Client
 ) -> None:
     # The admin's experiment with a run that is training.
@@ -68,8 +68,10 @@ def test_admin_adds_a_member_who_reads_the_admins_run_but_only_launches_their_ow
         expect(row).to_contain_text("admin")
         row.locator("a", has_text=exp_name).click()
         member.wait_for_url(re.compile(rf"/experiments/{exp_id}$"))
-        expect(member.locator("#launch-read-only")).to_be_visible()
-        assert member.locator("#launch-run").count() == 0
+        # A member may launch a run of it (the run is theirs), not delete it.
+        expect(member.locator("#launch-theirs")).to_be_visible()
+        expect(member.locator("#launch-run")).to_be_visible()
+        assert member.locator("#delete-experiment").count() == 0
 
         # ... and the run's curves, growing while it trains, without a cancel button.
         wait_for_status(api, run_id, {"running"}, timeout=60)
