@@ -275,4 +275,4 @@ def search_statement(
     stmt = select(*RUN_COLUMNS).where(
         Run.experiment_id.in_(experiment_ids), *parse_filter(filter_text)
     )
-    return apply_order(stmt, order_by)
+    return apply_order(cast(Select[Any], stmt), order_by)
