@@ -116,6 +116,13 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_environments",  # pip environments built for a run
         "test_e2e_hf",  # Hugging Face Trainer, unmodified
         "test_e2e_isolation",  # the bwrap sandbox around jobs
+        "test_e2e_limits",  # cgroups and rlimits on real jobs (the logins beside: any stack)
+        "test_cgroups",  # the real cgroupfs
+        "test_limits",  # limits' enforcement choice, keeper options, the sweep
+        "test_job_base",  # what a job's Python sees
+        "test_filter_lang",  # the filter parser (its SQL: test_filter_sql, both stacks)
+        "test_phase",  # a run's phase and durations from its timestamps
+        "test_env_build",  # pip's error text, the build's heartbeat
         "test_e2e_job_output",  # a script's logging and errors in its log
         "test_e2e_lightning",  # PyTorch Lightning, unmodified
         "test_e2e_mlflow_job",  # MLflow inside a job writes its spool (ingest: test_forwarder)
