@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.db import session_scope
+from app.db import Session, session_scope
 from app.runs import lifecycle
 from app.runs.disk import record_disk_use
 from app.runs.recovery import HandoverOutcome, hand_over_attempt
@@ -126,15 +126,24 @@ def finish(
     run_id: int, status: RunStatus, code: int | None, error: str | None, *, attempt: int
 ) -> RunStatus:
     """The final status, written only while the run is still this worker's (running, same
-    attempt): a run the reaper already handed over (failed "worker lost", or requeued after a
-    long database outage) is not overwritten. Leases go in the same transaction."""
-    with_db(
-        run_id,
-        "finish",
-        lambda s: lifecycle.finish(
+    attempt): a run the reaper already requeued (the worker stalled past run_lost_seconds, or
+    a long database outage) is not overwritten. One it failed as "worker lost" is settled as
+    the job exited: its exit status is known now, the reaper only guessed. Leases go in the
+    same transaction as the status."""
+
+    def write(s: Session) -> bool:
+        if lifecycle.finish(
             s, run_id=run_id, attempt=attempt, status=status, exit_code=code, error=error
-        ),
-    )
+        ):
+            return True
+        if status is RunStatus.cancelled or code is None:
+            return False
+        settled = lifecycle.settle(s, run_id=run_id, attempt=attempt, exit_code=code, error=error)
+        if settled:
+            log.warning("run %s: failed as worker lost, settled by its job's exit", run_id)
+        return settled
+
+    with_db(run_id, "finish", write)
     log.info("run %s %s (exit code %s)", run_id, status.value, code)
     return status
 
