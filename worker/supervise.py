@@ -101,7 +101,7 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     else:
         error = run_error(run_dir, log_path, code)
         status = finish(run.run_id, RunStatus.failed, code, error, attempt=attempt)
-    forget(run.run_id)
+    forget_attempt(run)
     return status
 
 
@@ -111,10 +111,16 @@ def fenced(run: Watched, run_dir: Path, code: int | None) -> RunStatus:
     only while it is still this attempt's (the next one may run on this host already)."""
     note_in_log(run_dir, f"attempt {run.attempt} was handed over; every process of it stopped")
     log.warning("run %s: attempt %s stopped (exit code %s)", run.run_id, run.attempt, code)
+    forget_attempt(run)
+    return RunStatus.queued
+
+
+def forget_attempt(run: Watched) -> None:
+    """The job's record goes only while it is still this attempt's: the next attempt may run
+    on this host already, after a hand-over."""
     record = job_records.load(job_records.record_path(run.run_id))
     if record is None or record.attempt == run.attempt:
         forget(run.run_id)
-    return RunStatus.queued
 
 
 def forget(run_id: int) -> None:
