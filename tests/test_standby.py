@@ -30,8 +30,11 @@ class Output(threading.Thread):
         self.lines: list[str] = []
 
     def run(self) -> None:
-        for line in self.stream:  # type: ignore[attr-defined]
-            self.lines.append(line)
+        try:
+            for line in self.stream:  # type: ignore[attr-defined]
+                self.lines.append(line)
+        except ValueError:  # closed by the test's end
+            return
 
     def count(self, text: str) -> int:
         return sum(text in line for line in list(self.lines))
@@ -85,7 +88,12 @@ def test_sigterm_of_the_server_under_up_it_answers_again_within_15_s(tmp_path: P
         os.kill(server, signal.SIGTERM)
         wait_for(lambda: not _alive(server), timeout=5, what="the server gone within 5 s")
         gone = time.monotonic() - stopped_at
-        wait_for(lambda: _health(base), timeout=15, every=0.1, what="answering within 15 s")
+        wait_for(
+            lambda: _health(base),
+            timeout=15,
+            every=0.1,
+            what=lambda: f"answering within 15 s: {output.lines[-30:]}",
+        )
         back = time.monotonic() - stopped_at
         for stream in streams:
             stream.join(timeout=5)

@@ -1,6 +1,6 @@
 """`up`'s supervisor (app/cli/supervisor.py) with real child processes: a restart hands over to
-the waiting spare, which then serves; a child that exited 0 (stopped on SIGTERM) comes back at
-once, a killed one after the backoff; stopping ends the spare too."""
+the waiting spare, which then serves; a child that was asked to stop (SIGTERM, or exit 0) comes
+back at once, a killed one after the backoff; stopping ends the spare too."""
 
 from __future__ import annotations
 
@@ -53,19 +53,23 @@ def test_a_restart_hands_over_to_the_spare_which_then_serves(tmp_path: Path) -> 
     assert child.proc is not None and child.proc.poll() is not None
 
 
-def test_a_child_that_exited_0_comes_back_at_once_and_stop_ends_the_spare(
+def test_a_child_stopped_on_request_comes_back_at_once_and_stop_ends_the_spare(
     tmp_path: Path,
 ) -> None:
-    child = _child(tmp_path, "pass")
+    child = _child(tmp_path, "import time; time.sleep(60)")
     child.start()
     assert child.proc is not None
+    child.proc.terminate()  # uvicorn, once shut down, dies of the SIGTERM it handled
     child.proc.wait()
     now = time.monotonic()
     assert on_exit(child, now)
     assert child.restart_at == now
+    child.proc.kill()
+    child.argv = [sys.executable, "-c", "pass"]
     child.start()  # no spare yet: a fresh process
     assert child.proc is not None and not (tmp_path / "served").exists()
     child.proc.wait()
+    assert on_exit(child, now) and child.restart_at == now  # exit 0: as asked too
     child.keep_spare(time.monotonic())  # the child is gone: no spare for a dead child
     assert child.spare is None
     child.spare = subprocess.Popen(list(child.standby or []), stdin=subprocess.PIPE)

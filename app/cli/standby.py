@@ -54,10 +54,13 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     app_dir = argv[argv.index("--app-dir") + 1]
     sys.path.insert(0, app_dir)
+    from uvicorn.config import Config
     from uvicorn.importer import import_from_string
     from uvicorn.main import main as uvicorn_main
 
     import_from_string(argv[0])  # the factory's module: every router, model and dependency
+    # uvicorn's own protocol and loop modules, and one app built (what serving imports next)
+    Config(argv[0], factory=True).load()
     files = loaded_files(Path(app_dir))
     print(f"torchyard: a spare server is ready (pid {os.getpid()})", file=sys.stderr, flush=True)
     if sys.stdin.readline().strip() != GO:

@@ -10,9 +10,9 @@ retried for ever: after MAX_QUICK_FAILURES in a row, `up` stops and says so.
 A child started with a `standby` argv (the server) keeps a spare beside it that has done its
 imports and waits (app/cli/standby.py): a restart hands the spare the port at once, so the
 web UI answers again within seconds of a server's exit, not after a fresh interpreter's
-imports (25-45 s on a loaded box, issue 27), and a new spare starts. A child that exited 0
-(the server stopped on SIGTERM: an upgrade, an operator) is started again without a backoff;
-one that crashed or was killed waits out the backoff.
+imports (25-45 s on a loaded box, issue 27), and a new spare starts. A child that was asked to
+stop (SIGTERM: an upgrade, an operator) is started again without a backoff; one that crashed
+or was killed (SIGKILL, the OOM killer) waits out the backoff.
 
 Stopping (Ctrl-C, SIGTERM) sends SIGTERM to both and waits for each as long as its own
 shutdown takes: the worker gets its `shutdown_grace_seconds` to hand its runs back, plus a
@@ -38,6 +38,9 @@ HEALTHY_AFTER_SECONDS = 60.0
 QUICK_FAILURE_SECONDS = 10.0
 MAX_QUICK_FAILURES = 5
 POLL_SECONDS = 0.2
+# A child that ended like this was asked to stop (uvicorn re-raises the SIGTERM it handled
+# once it has shut down): it is started again with no backoff.
+STOPPED_AS_ASKED = (0, -signal.SIGTERM, -signal.SIGINT)
 # A child's spare (app/cli/standby.py) starts this long after the child did.
 SPARE_AFTER_SECONDS = 5.0
 
@@ -138,12 +141,12 @@ def on_exit(child: Child, now: float) -> bool:
             "above says why)"
         )
         return False
-    delay = 0 if child.proc.returncode == 0 else child.backoff
+    asked = child.proc.returncode in STOPPED_AS_ASKED
     say(
         f"the {child.name} (pid {child.proc.pid}) {exit_text(child.proc.returncode)} after "
-        f"{lived:.0f} s; starting it again in {delay:g} s"
+        f"{lived:.0f} s; starting it again in {0 if asked else child.backoff:g} s"
     )
-    if child.proc.returncode == 0:  # asked to stop (SIGTERM: an upgrade): back at once
+    if asked:  # stopped on request (an upgrade's SIGTERM), not a crash: back at once
         child.restart_at = now
         return True
     child.restart_at = now + child.backoff
