@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -109,4 +110,11 @@ def test_sigterm_of_the_server_under_up_it_answers_again_within_15_s(tmp_path: P
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
     finally:
+        if proc.poll() is None:  # its children hold the output pipe open until `up` ends them
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                pass
+        output.join(timeout=10)
         _end(proc)
