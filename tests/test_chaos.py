@@ -265,6 +265,7 @@ def test_faults_leave_every_run_ended_no_gpu_shared_no_step_twice_no_500(
         viewers += [Viewer(stack, dict(api.headers), watched) for _ in range(4)]  # type: ignore[arg-type]
         for viewer in viewers:
             viewer.start()
+        wait_for(lambda: all(v.lines for v in viewers), timeout=60, what="4 streams open")
 
         # 1. kill -9 of a worker (its jobs train on; the next worker re-adopts or fences them).
         stack.workers["chaos-a"].kill()
