@@ -50,15 +50,21 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def make_engine(url: str, *, pooled: bool = True) -> Engine:
-    """Every engine of torchyard comes from here, so SQLite always gets WAL and its pragmas."""
+def make_engine(url: str, *, pooled: bool = True, idle_transaction_seconds: float = 0) -> Engine:
+    """Every engine of torchyard comes from here, so SQLite always gets WAL and its pragmas.
+    ``idle_transaction_seconds``: PostgreSQL ends a session idle in a transaction that long
+    (settings.db_idle_transaction_seconds says why)."""
     if url.startswith("sqlite"):
         kw: dict[str, Any] = {} if pooled else {"poolclass": NullPool}
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kw)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     # PostgreSQL's JIT adds ~100 ms to a downsampling query and helps none of ours.
-    pg: dict[str, Any] = {"connect_args": {"options": "-c jit=off"}} if "postgresql" in url else {}
+    options = "-c jit=off"
+    if idle_transaction_seconds > 0:
+        timeout_ms = int(idle_transaction_seconds * 1000)
+        options += f" -c idle_in_transaction_session_timeout={timeout_ms}"
+    pg: dict[str, Any] = {"connect_args": {"options": options}} if "postgresql" in url else {}
     if not pooled:
         return create_engine(url, poolclass=NullPool, **pg)
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **pg)
@@ -69,7 +75,10 @@ def get_engine() -> Engine:
     settings = get_settings()
     if settings.resolved_database_url.startswith("sqlite"):
         settings.make_data_dir()
-    return make_engine(settings.resolved_database_url)
+    return make_engine(
+        settings.resolved_database_url,
+        idle_transaction_seconds=settings.db_idle_transaction_seconds,
+    )
 
 
 @lru_cache

@@ -157,6 +157,10 @@ class Settings(BaseSettings):
     # worker and is failed ("worker lost") or, with max_restarts left, requeued.
     run_heartbeat_seconds: float = 5.0
     run_lost_seconds: float = 60.0
+    # PostgreSQL ends a session left idle inside a transaction this long (0: never): a process
+    # frozen mid-transaction (SIGSTOP, swapped out) would otherwise keep its row locks, and the
+    # reaper waiting on them could never hand its runs over. Below run_lost_seconds.
+    db_idle_transaction_seconds: float = Field(default=30.0, ge=0)
     # How often the API and each worker look for lost runs (0: never; tests that build runs
     # by hand turn it off).
     reap_interval_seconds: float = 5.0

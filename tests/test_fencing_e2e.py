@@ -12,6 +12,7 @@ host the reaper would see the job training and wait for its worker).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -25,9 +26,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.metrics.models import Metric, MetricKey
-from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL
+from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, WORKSPACE_DIR
 from tests.databases import own_database, user_with_token
-from tests.stack import free_port, purge_broker, stop_process
+from tests.stack import REPO, free_port, purge_broker, stop_process
 from tests.test_liveness import FINISHED, LOST_AFTER, Stack, wait_until
 from tests.test_liveness import ROOT as STACK_LOGS
 from tests.waits import holds_for, wait_for
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.slow
 STEPS = 400  # 0.06 s each: the job outlives the freeze
 ROOT = BASE_DIR / "fencing"
 DATA_DIR = ROOT / "data"
+CHAOS_SCRIPT = REPO / "tests" / "workspace_scripts" / "chaos_steps.py"
 BROKER = (
     BROKER_URL.rsplit("/", 1)[0] + "/6"
     if BROKER_URL.startswith("redis")
@@ -180,3 +182,41 @@ def test_a_frozen_workers_reaped_attempt_is_fenced_when_it_resumes(remote_reaper
     assert [step for step, _ in points] == list(range(1, STEPS + 1))  # each step once
     assert min(wall for _, wall in points) >= started - 1  # all of attempt 2
     print(f"old attempt gone {gone_after:.2f} s after SIGCONT; {sampler.samples} samples")
+
+
+def test_jobs_that_exit_while_their_worker_is_frozen_end_their_runs_as_they_exited(
+    remote_reaper: Stack,
+) -> None:
+    """Two jobs end (exit 0) while their worker is frozen past run_lost_seconds: the reaper,
+    which cannot see them, fails their runs "worker lost"; once the worker resumes it knows
+    how they exited, and the runs end succeeded with every step (app.runs.lifecycle.settle)."""
+    live = remote_reaper
+    (WORKSPACE_DIR / "chaos").mkdir(parents=True, exist_ok=True)
+    shutil.copy(CHAOS_SCRIPT, WORKSPACE_DIR / "chaos" / CHAOS_SCRIPT.name)
+    worker = live.start_worker()
+    config = {
+        "script": f"chaos/{CHAOS_SCRIPT.name}",
+        "params": {"steps": 60, "step_sleep": 0.1},
+        "max_restarts": 0,
+    }
+    exp = live.api.post("/api/experiments", json={"name": "exits", "config": config})
+    assert exp.status_code == 201, exp.text
+    ids = [int(live.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"])]
+    ids.append(int(live.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]))
+    wait_for(lambda: all(jobs_of(r) for r in ids), timeout=90, what="both jobs started")
+    worker.send_signal(signal.SIGSTOP)
+    try:
+        for run_id in ids:
+            lost = wait_until(live.api, run_id, lambda r: r["status"] != "running", timeout=60)
+            assert lost["status"] == "failed" and lost["error"].startswith("worker lost"), lost
+        wait_for(lambda: not any(jobs_of(r) for r in ids), timeout=60, what="both jobs exited")
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    for run_id in ids:
+        run = wait_until(live.api, run_id, lambda r: r["status"] == "succeeded", timeout=30)
+        assert run["exit_code"] == 0 and run["error"] is None, run
+        got = live.api.get(f"/api/runs/{run_id}/metrics", params={"keys": "chaos/step"}).json()
+        assert got["series"]["chaos/step"]["step"] == list(range(1, 61)), run_id
+    took = time.monotonic() - resumed
+    print(f"both runs settled as their jobs exited {took:.1f} s after SIGCONT")

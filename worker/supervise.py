@@ -13,7 +13,7 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from app.db import session_scope
+from app.db import Session, session_scope
 from app.runs import lifecycle
 from app.runs.disk import record_disk_use
 from app.runs.recovery import HandoverOutcome, hand_over_attempt
@@ -113,7 +113,7 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
         if hit is not None:  # the limit first: the job's own last words follow
             error = f"{hit}\n\n{error}"
         status = finish(run.run_id, RunStatus.failed, code, error, attempt=attempt)
-    forget(run.run_id)
+    forget_attempt(run)
     return status
 
 
@@ -123,10 +123,16 @@ def fenced(run: Watched, run_dir: Path, code: int | None) -> RunStatus:
     only while it is still this attempt's (the next one may run on this host already)."""
     note_in_log(run_dir, f"attempt {run.attempt} was handed over; every process of it stopped")
     log.warning("run %s: attempt %s stopped (exit code %s)", run.run_id, run.attempt, code)
+    forget_attempt(run)
+    return RunStatus.queued
+
+
+def forget_attempt(run: Watched) -> None:
+    """The job's record goes only while it is still this attempt's: the next attempt may run
+    on this host already, after a hand-over."""
     record = job_records.load(job_records.record_path(run.run_id))
     if record is None or record.attempt == run.attempt:
         forget(run.run_id)
-    return RunStatus.queued
 
 
 def forget(run_id: int) -> None:
@@ -138,15 +144,24 @@ def finish(
     run_id: int, status: RunStatus, code: int | None, error: str | None, *, attempt: int
 ) -> RunStatus:
     """The final status, written only while the run is still this worker's (running, same
-    attempt): a run the reaper already handed over (failed "worker lost", or requeued after a
-    long database outage) is not overwritten. Leases go in the same transaction."""
-    with_db(
-        run_id,
-        "finish",
-        lambda s: lifecycle.finish(
+    attempt): a run the reaper already requeued (the worker stalled past run_lost_seconds, or
+    a long database outage) is not overwritten. One it failed as "worker lost" is settled as
+    the job exited: its exit status is known now, the reaper only guessed. Leases go in the
+    same transaction as the status."""
+
+    def write(s: Session) -> bool:
+        if lifecycle.finish(
             s, run_id=run_id, attempt=attempt, status=status, exit_code=code, error=error
-        ),
-    )
+        ):
+            return True
+        if status is RunStatus.cancelled or code is None:
+            return False
+        settled = lifecycle.settle(s, run_id=run_id, attempt=attempt, exit_code=code, error=error)
+        if settled:
+            log.warning("run %s: failed as worker lost, settled by its job's exit", run_id)
+        return settled
+
+    with_db(run_id, "finish", write)
     log.info("run %s %s (exit code %s)", run_id, status.value, code)
     return status
 

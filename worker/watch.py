@@ -105,6 +105,8 @@ def watch(
             backoff.failed()
             continue
         backoff.succeeded()
+        if standing is Standing.NOT_OWNED and job.poll() is not None:
+            return None  # it ended by itself (while the worker stalled): its exit status speaks
         if standing is Standing.NOT_OWNED:  # handed over under us: the server's word is final
             log.warning(
                 "run %s: attempt %s was handed over; stopping its job", run.run_id, run.attempt

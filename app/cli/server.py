@@ -100,6 +100,12 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
     ]
 
 
+def standby_argv(host: str, port: int) -> list[str]:
+    """The server's spare (app/cli/standby.py): server_argv's uvicorn arguments, served only
+    when `up`'s supervisor says so."""
+    return [sys.executable, "-P", "-m", "app.cli.standby", *server_argv(host, port)[4:]]
+
+
 def up(
     host: Annotated[str, typer.Option(help="address the server binds to")] = "127.0.0.1",
     port: Annotated[
@@ -139,7 +145,12 @@ def up(
             worker_argv(),
             stop_timeout=settings.shutdown_grace_seconds + STOP_TIMEOUT_SECONDS,
         ),
-        Child("server", server_argv(host, port), stop_timeout=STOP_TIMEOUT_SECONDS),
+        Child(
+            "server",
+            server_argv(host, port),
+            stop_timeout=STOP_TIMEOUT_SECONDS,
+            standby=standby_argv(host, port),
+        ),
     ]
     print(f"torchyard is up: http://{host}:{port}  (API docs: /docs)", flush=True)
     print(f"data: {settings.resolved_data_dir}", flush=True)

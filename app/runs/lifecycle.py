@@ -2,7 +2,7 @@
 
     queued --start--> running --finish--> succeeded | failed | cancelled
       |                 |  \\--requeue--> queued (the next attempt)
-      |                 \\--fail--> failed (worker lost, worker error)
+      |                 \\--fail--> failed (worker lost, worker error) --settle--> as its job exited
       \\--cancel--> cancelled       running --cancel--> cancel_requested, then the worker
                                    stops the job and finishes it cancelled
 
@@ -38,6 +38,10 @@ from app.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
+# A reaper's reason for a run whose worker stopped heartbeating (app.runs.recovery): a guess,
+# which the attempt's job, if its worker comes back with its exit status, overrules (settle).
+WORKER_LOST = "worker lost"
+
 
 class Standing(enum.Enum):
     """A worker's check-in answer about the attempt it trains (check_in)."""
@@ -63,6 +67,18 @@ def _running(run_id: int, attempt: int) -> Update:
     """An UPDATE of the run only while it is running as `attempt`: still this worker's."""
     return update(Run).where(
         Run.id == run_id, Run.status == RunStatus.running, Run.attempt == attempt
+    )
+
+
+def _lost(run_id: int, attempt: int) -> Update:
+    """An UPDATE of the run only while a reaper failed it as `attempt` for a lost worker (no
+    exit status): no other attempt will run, so the attempt's own worker still speaks for it."""
+    return update(Run).where(
+        Run.id == run_id,
+        Run.status == RunStatus.failed,
+        Run.attempt == attempt,
+        Run.exit_code.is_(None),
+        Run.error.startswith(WORKER_LOST),
     )
 
 
@@ -285,13 +301,16 @@ def check_in(
 
 
 def holds(session: Session, *, run_id: int, attempt: int) -> bool:
-    """Whether `attempt` still owns the run (running as that attempt), asked by whatever is
-    about to write on the attempt's behalf (the forwarder's batch): the server's word on
-    which attempt owns a run is final, so a late batch of an older attempt is refused here
-    and none of its points lands in a newer attempt's curve. The answer holds to the end of
-    the caller's transaction: it is a guarded UPDATE that changes nothing but takes the row's
+    """Whether `attempt` still owns the run (running as that attempt, or failed "worker lost"
+    as it: no other attempt writes there, and settle may end it as its job did), asked by
+    whatever is about to write on the attempt's behalf (the forwarder's batch): the server's
+    word on which attempt owns a run is final, so a late batch of an older attempt is refused
+    here and none of its points lands in a newer attempt's curve. The answer holds to the end
+    of the caller's transaction: a guarded UPDATE that changes nothing but takes the row's
     lock (SQLite: the write lock), so a requeue commits wholly before it or after it."""
-    return _took_effect(session, _running(run_id, attempt).values(attempt=attempt))
+    owns = _running(run_id, attempt).values(attempt=attempt)
+    lost = _lost(run_id, attempt).values(attempt=attempt)
+    return _took_effect(session, owns) or _took_effect(session, lost)
 
 
 def finish(
@@ -320,6 +339,21 @@ def finish(
         _ended(session, run_id, status)
     else:
         log.warning("run %s: attempt %s no longer runs; its status stays", run_id, attempt)
+    session.flush()
+    return done
+
+
+def settle(
+    session: Session, *, run_id: int, attempt: int, exit_code: int, error: str | None
+) -> bool:
+    """failed "worker lost" -> as the attempt's job exited (0: succeeded), when its worker,
+    stalled past run_lost_seconds (SIGSTOP, swap), comes back and finds the job ended: a known
+    exit status beats the reaper's guess (issue 27). Leases were released with the failure."""
+    status = RunStatus.succeeded if exit_code == 0 else RunStatus.failed
+    values = {"status": status, "exit_code": exit_code, "error": error, "finished_at": utcnow()}
+    done = _took_effect(session, _lost(run_id, attempt).values(**values))
+    if done:
+        _ended(session, run_id, status)
     session.flush()
     return done
 

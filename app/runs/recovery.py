@@ -27,13 +27,12 @@ from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
+from app.runs.lifecycle import WORKER_LOST
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.timeutil import as_utc, utcnow
 from torchyard.contract import SYSTEM_KEY_PREFIX
 
 log = logging.getLogger(__name__)
-
-WORKER_LOST = "worker lost"
 
 
 class HandoverOutcome(enum.Enum):

@@ -1,0 +1,79 @@
+"""`up`'s supervisor (app/cli/supervisor.py) with real child processes: a restart hands over to
+the waiting spare, which then serves; a child that was asked to stop (SIGTERM, or exit 0) comes
+back at once, a killed one after the backoff; stopping ends the spare too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from app.cli.supervisor import SPARE_AFTER_SECONDS, Child, on_exit, stop_all
+from tests.waits import wait_for
+
+# What the spare does once told to serve: says so in a file, then runs until stopped.
+SPARE = """
+import sys, time
+if sys.stdin.readline().strip() == "serve":
+    open(sys.argv[1], "w").write("serving")
+    time.sleep(60)
+"""
+
+
+def _child(tmp_path: Path, code: str) -> Child:
+    return Child(
+        "server",
+        [sys.executable, "-c", code],
+        stop_timeout=5,
+        standby=[sys.executable, "-c", SPARE, str(tmp_path / "served")],
+    )
+
+
+def test_a_restart_hands_over_to_the_spare_which_then_serves(tmp_path: Path) -> None:
+    child = _child(tmp_path, "import time; time.sleep(60)")
+    child.start()
+    try:
+        first = child.proc
+        assert first is not None
+        child.keep_spare(time.monotonic())
+        assert child.spare is None  # not while the child itself starts
+        child.keep_spare(time.monotonic() + SPARE_AFTER_SECONDS)
+        spare = child.spare
+        assert spare is not None
+        first.kill()
+        first.wait()
+        assert on_exit(child, time.monotonic())
+        assert child.restart_at is not None and child.restart_at > time.monotonic()  # backoff
+        child.start()
+        assert child.proc is spare and child.spare is None
+        wait_for(lambda: (tmp_path / "served").exists(), timeout=30, what="the spare serving")
+    finally:
+        stop_all([child])
+    assert child.proc is not None and child.proc.poll() is not None
+
+
+def test_a_child_stopped_on_request_comes_back_at_once_and_stop_ends_the_spare(
+    tmp_path: Path,
+) -> None:
+    child = _child(tmp_path, "import time; time.sleep(60)")
+    child.start()
+    assert child.proc is not None
+    child.proc.terminate()  # uvicorn, once shut down, dies of the SIGTERM it handled
+    child.proc.wait()
+    now = time.monotonic()
+    assert on_exit(child, now)
+    assert child.restart_at == now
+    child.proc.kill()
+    child.argv = [sys.executable, "-c", "pass"]
+    child.start()  # no spare yet: a fresh process
+    assert child.proc is not None and not (tmp_path / "served").exists()
+    child.proc.wait()
+    assert on_exit(child, now) and child.restart_at == now  # exit 0: as asked too
+    child.keep_spare(time.monotonic())  # the child is gone: no spare for a dead child
+    assert child.spare is None
+    child.spare = subprocess.Popen(list(child.standby or []), stdin=subprocess.PIPE)
+    spare = child.spare
+    stop_all([child])
+    assert spare.wait(timeout=10) is not None and child.spare is None
+    assert not (tmp_path / "served").exists()
