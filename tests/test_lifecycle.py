@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
 from app.gpus.models import GpuLease
-from app.runs import lifecycle
+from app.runs import lifecycle, phase
 from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Run, RunStatus
 from app.runs.recovery import HandoverOutcome, hand_over
@@ -327,17 +327,17 @@ def test_the_build_phase_is_written_only_while_the_attempt_runs_and_a_requeue_cl
 ) -> None:
     run_id = running(sessions)
     with sessions.begin() as s:
-        assert lifecycle.building(s, run_id=run_id, attempt=1)
-        assert lifecycle.build_progress(s, run_id=run_id, attempt=1, line="Collecting x" * 100)
-        assert not lifecycle.build_progress(s, run_id=run_id, attempt=2, line="stale")
-        assert not lifecycle.training(s, run_id=run_id, attempt=2)
+        assert phase.building(s, run_id=run_id, attempt=1)
+        assert phase.build_progress(s, run_id=run_id, attempt=1, line="Collecting x" * 100)
+        assert not phase.build_progress(s, run_id=run_id, attempt=2, line="stale")
+        assert not phase.training(s, run_id=run_id, attempt=2)
     run = row(sessions, run_id)
     assert run.env_build_started_at is not None and run.training_started_at is None
-    assert run.env_build_line == ("Collecting x" * 100)[: lifecycle.MAX_BUILD_LINE]
+    assert run.env_build_line == ("Collecting x" * 100)[: phase.MAX_BUILD_LINE]
     with sessions.begin() as s:
-        assert lifecycle.training(s, run_id=run_id, attempt=1)
+        assert phase.training(s, run_id=run_id, attempt=1)
         assert lifecycle.requeue(s, run_id=run_id, attempt=1, resume_from=None, reason="lost")
     run = row(sessions, run_id)  # the next attempt builds (or reuses) and starts anew
     assert (run.env_build_started_at, run.env_build_line, run.training_started_at) == (None,) * 3
     with sessions.begin() as s:
-        assert not lifecycle.building(s, run_id=run_id, attempt=1)  # queued: nobody's now
+        assert not phase.building(s, run_id=run_id, attempt=1)  # queued: nobody's now

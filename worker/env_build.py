@@ -6,7 +6,7 @@ run and its leases (the reaper must not take it for lost), ships the run's log (
 appear on the run page as they come, each as ``torchyard: pip: ...``), and stops the build on
 a cancel or a worker shutdown. The time the environment took (built, or found and reused) is
 said in the log. While it builds, the run's phase is "building environment" with pip's last
-line (app.runs.lifecycle.building / build_progress: the API, `submit --follow` and the run page
+line (app.runs.phase.building / build_progress: the API, `submit --follow` and the run page
 show it). A failed build raises PipFailed: pip's ERROR lines first, then its other last lines
 (its "Looking in indexes" preamble left out), so the line that matters is the error's first.
 """
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.runs import lifecycle
+from app.runs import phase
 from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from worker import sandbox
@@ -192,7 +192,7 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     with_db(
         run.run_id,
         "record the environment build's start",
-        lambda s: lifecycle.building(s, run_id=run.run_id, attempt=run.attempt),
+        lambda s: phase.building(s, run_id=run.run_id, attempt=run.attempt),
     )
     building = _Building(cache, requirements, pip)
     thread = threading.Thread(target=building.run, name=f"run-{run.run_id}-env", daemon=True)
@@ -238,7 +238,7 @@ def _keep_alive(
         if line and line != shown:
             shown = line
             show = functools.partial(
-                lifecycle.build_progress, run_id=run.run_id, attempt=run.attempt, line=line
+                phase.build_progress, run_id=run.run_id, attempt=run.attempt, line=line
             )
             ingest.step("show pip's last line", show, False)
         ingest.step(

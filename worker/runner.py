@@ -27,7 +27,7 @@ from app.experiments.config import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
-from app.runs import environment_record, lifecycle
+from app.runs import environment_record, phase
 from app.runs.job_files import FileRefused, regular_fd, replace_job_file, within
 from app.runs.status import RunStatus
 from app.settings import get_settings
@@ -268,7 +268,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     with_db(
         run_id,
         "record the training start",
-        lambda s: lifecycle.training(s, run_id=run_id, attempt=attempt),
+        lambda s: phase.training(s, run_id=run_id, attempt=attempt),
     )
     try:
         job = JobProcess(

@@ -6,17 +6,15 @@
       \\--cancel--> cancelled       running --cancel--> cancel_requested, then the worker
                                    stops the job and finishes it cancelled
 
-A run logged from outside (``origin``, app/mlflow: no job, no worker) is born running and its
-client ends it: open_external -> running --end_external--> succeeded | failed | cancelled, and
---reopen_external--> running again (MLflow's start_run(run_id=...) of an ended run); a cancel
-ends it at once, since no worker would.
+A run logged from outside (``origin``, app/mlflow: no worker) is born running, its client ends
+it (open_external, end_external, reopen_external: MLflow's start_run(run_id=...) of an ended
+run), and a cancel ends it at once, since no worker would.
 
-Each transition is one conditional UPDATE whose WHERE names the state it expects (the status,
-and for a running run the attempt it was started as), and answers whether it took effect. So
-two actors racing for one run (two reapers, a worker finishing a run the reaper has just handed
-over, a cancel arriving while the scheduler starts the run) never both win, and the loser
-learns it and leaves the run alone. The GPU leases go in the same transaction as the final
-status. Functions take the caller's session and flush, never commit.
+Each transition is one conditional UPDATE naming the state it expects (the status; for a
+running run, its attempt) that says whether it took effect: of two actors racing for one run
+(two reapers, a worker finishing a run just handed over, a cancel as the run starts) one wins,
+and the loser leaves the run alone. The GPU leases go in the final status's transaction.
+Functions take the caller's session and flush, never commit.
 """
 
 from __future__ import annotations
@@ -58,12 +56,12 @@ class CancelOutcome(enum.Enum):
     FINISHED = "finished"  # it had already ended: nothing to cancel
 
 
-def _took_effect(session: Session, stmt: Update) -> bool:
+def took_effect(session: Session, stmt: Update) -> bool:
     result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
     return bool(result.rowcount)
 
 
-def _running(run_id: int, attempt: int) -> Update:
+def running_as(run_id: int, attempt: int) -> Update:
     """An UPDATE of the run only while it is running as `attempt`: still this worker's."""
     return update(Run).where(
         Run.id == run_id, Run.status == RunStatus.running, Run.attempt == attempt
@@ -90,13 +88,6 @@ def enqueue_run(run_id: int, dispatch: int) -> None:
     send_run(run_id, dispatch)
 
 
-def enqueue_sweep_advance(sweep_id: int) -> None:
-    """A trial ended: its sweep may launch the next one (app.sweeps.service.advance)."""
-    from app.broker import send_sweep_advance
-
-    send_sweep_advance(sweep_id)
-
-
 def _ended(session: Session, run_id: int, status: RunStatus) -> None:
     """After a run's final status: its owner's notification goes into the outbox (sent by a
     delivery thread after the commit: no network I/O in this transaction), and a sweep's trial
@@ -104,7 +95,9 @@ def _ended(session: Session, run_id: int, status: RunStatus) -> None:
     run_ended(session, run_id=run_id, status=status)
     sweep_id = session.scalar(select(Run.sweep_id).where(Run.id == run_id))
     if sweep_id is not None:
-        after_commit(session, lambda: enqueue_sweep_advance(sweep_id))
+        from app.broker import send_sweep_advance  # a trial ended: the sweep's next one
+
+        after_commit(session, lambda: send_sweep_advance(sweep_id))
 
 
 def queue(
@@ -177,7 +170,7 @@ def end_external(
     running (or not external)."""
     if not status.finished:
         raise ValueError(f"{status.value} is not a final status")
-    done = _took_effect(
+    done = took_effect(
         session, _external(run_id, RunStatus.running).values(status=status, finished_at=finished_at)
     )
     if done:
@@ -188,7 +181,7 @@ def end_external(
 
 def reopen_external(session: Session, *, run_id: int, finished: RunStatus) -> bool:
     """An ended external run (status `finished`) running again: its client resumed it."""
-    return _took_effect(
+    return took_effect(
         session,
         _external(run_id, finished).values(
             status=RunStatus.running, finished_at=None, cancel_requested=False
@@ -206,7 +199,7 @@ def start(
 ) -> bool:
     """queued -> running on `host` with `gpu_indices` ("0,1"; "" without GPUs). False when it
     is not queued any more or its cancel was requested meanwhile: the caller takes no lease."""
-    return _took_effect(
+    return took_effect(
         session,
         update(Run)
         .where(Run.id == run_id, Run.status == RunStatus.queued, ~Run.cancel_requested)
@@ -224,35 +217,9 @@ def start(
     )
 
 
-MAX_BUILD_LINE = 500
-
-
-def building(session: Session, *, run_id: int, attempt: int, now: datetime | None = None) -> bool:
-    """The attempt's environment build began (its phase is "building environment" until
-    `training`); False when the run is not this attempt's any more."""
-    return _took_effect(
-        session,
-        _running(run_id, attempt).values(env_build_started_at=now or utcnow(), env_build_line=None),
-    )
-
-
-def build_progress(session: Session, *, run_id: int, attempt: int, line: str) -> bool:
-    """pip's last line while the attempt's environment builds (shown as the run's phase)."""
-    return _took_effect(
-        session, _running(run_id, attempt).values(env_build_line=line[:MAX_BUILD_LINE])
-    )
-
-
-def training(session: Session, *, run_id: int, attempt: int, now: datetime | None = None) -> bool:
-    """The attempt's job starts: the run's duration counts from here, not from the build."""
-    return _took_effect(
-        session, _running(run_id, attempt).values(training_started_at=now or utcnow())
-    )
-
-
 def record_pid(session: Session, *, run_id: int, attempt: int, pid: int) -> bool:
     """The job's first process, once it is spawned (shown on the run's page)."""
-    return _took_effect(session, _running(run_id, attempt).values(pid=pid))
+    return took_effect(session, running_as(run_id, attempt).values(pid=pid))
 
 
 def heartbeat(
@@ -267,7 +234,7 @@ def heartbeat(
     when the run is not this worker's any more (handed over): its leases, if any now, belong
     to the next attempt and are not this worker's to keep alive."""
     now = now or utcnow()
-    alive = _took_effect(session, _running(run_id, attempt).values(heartbeat_at=now))
+    alive = took_effect(session, running_as(run_id, attempt).values(heartbeat_at=now))
     if alive and renew_leases:
         heartbeat_leases(session, run_id=run_id, now=now)
     return alive
@@ -308,9 +275,9 @@ def holds(session: Session, *, run_id: int, attempt: int) -> bool:
     here and none of its points lands in a newer attempt's curve. The answer holds to the end
     of the caller's transaction: a guarded UPDATE that changes nothing but takes the row's
     lock (SQLite: the write lock), so a requeue commits wholly before it or after it."""
-    owns = _running(run_id, attempt).values(attempt=attempt)
+    owns = running_as(run_id, attempt).values(attempt=attempt)
     lost = _lost(run_id, attempt).values(attempt=attempt)
-    return _took_effect(session, owns) or _took_effect(session, lost)
+    return took_effect(session, owns) or took_effect(session, lost)
 
 
 def finish(
@@ -328,9 +295,9 @@ def finish(
     "worker lost", or requeued) keeps the status it has."""
     if not status.finished:
         raise ValueError(f"{status.value} is not a final status")
-    done = _took_effect(
+    done = took_effect(
         session,
-        _running(run_id, attempt).values(
+        running_as(run_id, attempt).values(
             status=status, finished_at=now or utcnow(), exit_code=exit_code, error=error
         ),
     )
@@ -351,7 +318,7 @@ def settle(
     exit status beats the reaper's guess (issue 27). Leases were released with the failure."""
     status = RunStatus.succeeded if exit_code == 0 else RunStatus.failed
     values = {"status": status, "exit_code": exit_code, "error": error, "finished_at": utcnow()}
-    done = _took_effect(session, _lost(run_id, attempt).values(**values))
+    done = took_effect(session, _lost(run_id, attempt).values(**values))
     if done:
         _ended(session, run_id, status)
     session.flush()
@@ -378,9 +345,9 @@ def requeue(
 ) -> bool:
     """running (as `attempt`) -> queued as attempt + 1, resuming from `resume_from`; leases
     released, and the task enqueued once the caller commits."""
-    done = _took_effect(
+    done = took_effect(
         session,
-        _running(run_id, attempt).values(
+        running_as(run_id, attempt).values(
             status=RunStatus.queued,
             attempt=attempt + 1,
             resume_from=resume_from,
@@ -407,7 +374,7 @@ def requeue(
 def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> CancelOutcome:
     """A queued run ends here and now; a running one is marked, and its worker (which polls
     `cancel_requested`) stops every process of it and finishes it cancelled."""
-    if _took_effect(
+    if took_effect(
         session,
         update(Run)
         .where(Run.id == run_id, Run.status == RunStatus.queued)
@@ -415,7 +382,7 @@ def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> Can
     ):
         _ended(session, run_id, RunStatus.cancelled)
         return CancelOutcome.CANCELLED
-    if _took_effect(  # no worker stops an external run: it ends here (its client may go on)
+    if took_effect(  # no worker stops an external run: it ends here (its client may go on)
         session,
         _external(run_id, RunStatus.running).values(
             status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True
@@ -423,7 +390,7 @@ def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> Can
     ):
         _ended(session, run_id, RunStatus.cancelled)
         return CancelOutcome.CANCELLED
-    if _took_effect(
+    if took_effect(
         session,
         update(Run)
         .where(Run.id == run_id, Run.status == RunStatus.running)

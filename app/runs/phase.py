@@ -2,7 +2,8 @@
 its training (issue 29). One derivation, used by the API (app/runs/out.py) and the run's
 event stream (app/runs/events.py), so the CLI and the page say the same.
 
-The columns are written by app.runs.lifecycle (`building`, `build_progress`, `training`):
+The columns are written here (`building`, `build_progress`, `training`, each only while the
+attempt still owns the run: app.runs.lifecycle's conditional UPDATE):
 a running run is "starting" (its code copied, its environment looked up) until either its
 environment's build begins, "building environment" until its job starts, then "training";
 a run without packages goes from "starting" to "training" at once. The duration
@@ -16,6 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from app.runs.lifecycle import running_as, took_effect
 from app.timeutil import as_utc, utcnow
 
 STARTING = "starting"
@@ -52,3 +56,31 @@ def phase_of(run: Any, now: datetime | None = None) -> Phase:
         build_seconds = max(((training or end) - build).total_seconds(), 0.0)
     duration = max((end - training).total_seconds(), 0.0) if training is not None else None
     return Phase(phase, build_seconds, duration)
+
+
+MAX_BUILD_LINE = 500
+
+
+def building(session: Session, *, run_id: int, attempt: int, now: datetime | None = None) -> bool:
+    """The attempt's environment build began (its phase is "building environment" until
+    `training`); False when the run is not this attempt's any more."""
+    return took_effect(
+        session,
+        running_as(run_id, attempt).values(
+            env_build_started_at=now or utcnow(), env_build_line=None
+        ),
+    )
+
+
+def build_progress(session: Session, *, run_id: int, attempt: int, line: str) -> bool:
+    """pip's last line while the attempt's environment builds (shown as the run's phase)."""
+    return took_effect(
+        session, running_as(run_id, attempt).values(env_build_line=line[:MAX_BUILD_LINE])
+    )
+
+
+def training(session: Session, *, run_id: int, attempt: int, now: datetime | None = None) -> bool:
+    """The attempt's job starts: the run's duration counts from here, not from the build."""
+    return took_effect(
+        session, running_as(run_id, attempt).values(training_started_at=now or utcnow())
+    )
