@@ -102,19 +102,25 @@ def test_bad_json_is_422(client, user_headers) -> None:
     assert r.status_code == 422
 
 
-def test_everyone_reads_every_experiment_and_only_the_owner_launches_from_it(
+def test_everyone_reads_every_experiment_and_any_member_launches_from_it(
     client, user_headers, admin_headers
 ) -> None:
+    """Members launch runs in any experiment, and the run is theirs (design.md, issue 31);
+    a viewer launches none."""
     from tests.conftest import make_user
 
     other = make_user()[2]
+    other_id = client.get("/api/users/me", headers=other).json()["id"]
+    viewer = make_user(role="viewer")[2]
     mine = client.post(
         "/api/experiments", json={"name": "mine", "config": digits()}, headers=user_headers
     ).json()
     assert client.get(f"/api/experiments/{mine['id']}", headers=other).status_code == 200
     assert mine["id"] in [e["id"] for e in client.get("/api/experiments", headers=other).json()]
     r = client.post(f"/api/experiments/{mine['id']}/runs", json={}, headers=other)
-    assert r.status_code == 403 and "another user" in r.json()["detail"]
+    assert r.status_code == 201 and r.json()["owner_id"] == other_id, r.text
+    r = client.post(f"/api/experiments/{mine['id']}/runs", json={}, headers=viewer)
+    assert r.status_code == 403, r.text
     assert client.get(f"/api/experiments/{mine['id']}", headers=admin_headers).status_code == 200
     assert client.get("/api/experiments/999999", headers=user_headers).status_code == 404
 

@@ -20,6 +20,8 @@ import signal
 import sys
 from pathlib import Path
 
+from app.runs.job_files import within
+
 GO = "serve"
 
 
@@ -28,7 +30,7 @@ def loaded_files(root: Path) -> dict[str, float]:
     files: dict[str, float] = {}
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if path and Path(path).is_relative_to(root):
+        if path and within(Path(path), root):
             try:
                 files[path] = os.stat(path).st_mtime
             except OSError:
