@@ -80,7 +80,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         for name in ("torchyard.db", "broker.db"):
             assert (tmp_path / "data" / name).stat().st_mode & 0o777 == 0o600, name
         children = _children(proc.pid)
-        assert len(children) == 2  # uvicorn and the Celery worker
+        assert len(children) == 3  # uvicorn, its spare (app/cli/standby.py), the worker
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
         assert "torchyard stopped" in proc.stdout.read()
