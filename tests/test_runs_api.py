@@ -85,9 +85,11 @@ def test_other_users_read_a_run_but_only_admins_change_it(
     for path in ("", "/metrics", "/logs", "/checkpoints"):
         r = client.get(f"/api/runs/{run['id']}{path}", headers=other)
         assert r.status_code == 200, (path, r.text)
-    for path in (f"/api/runs/{run['id']}/cancel", f"/api/experiments/{exp['id']}/runs"):
-        r = client.post(path, headers=other)
-        assert r.status_code == 403 and "another user" in r.json()["detail"], (path, r.text)
+    r = client.post(f"/api/runs/{run['id']}/cancel", headers=other)
+    assert r.status_code == 403 and "another user" in r.json()["detail"], r.text
+    # A member launches a run of another's experiment: the new run is theirs (issue 31).
+    r = client.post(f"/api/experiments/{exp['id']}/runs", headers=other)
+    assert r.status_code == 201, r.text
     assert run["id"] in [x["id"] for x in client.get("/api/runs", headers=other).json()["runs"]]
     assert run["id"] not in [
         x["id"] for x in client.get("/api/runs?owner=me", headers=other).json()["runs"]
