@@ -162,10 +162,10 @@ LOCAL_ONLY_MODULES = frozenset(
 
 
 # Test modules whose subject is PostgreSQL itself (a restart of the server, its connections
-# cut): the PostgreSQL + Redis pass only. The two passes run side by side (`make test`), so the
-# embedded pass touches no PostgreSQL at all (`-m "not postgres_only"`, no
-# TORCHYARD_TEST_POSTGRES_URL: its metrics-store tests run on SQLite there, on both databases in
-# the other pass) and a PostgreSQL restart never lands under one of its tests.
+# cut): the PostgreSQL + Redis pass only. The embedded pass touches no PostgreSQL at all (`-m
+# "not postgres_only"`, no TORCHYARD_TEST_POSTGRES_URL: its metrics-store tests run on SQLite
+# there, on both databases in the other pass), so the two passes may run at once without a
+# PostgreSQL restart landing under one of its tests.
 POSTGRES_ONLY_MODULES = frozenset(
     {
         "test_db_connections_cut",  # pg_terminate_backend on its own database

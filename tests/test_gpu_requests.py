@@ -21,7 +21,7 @@ from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.conftest import make_user
 from tests.factories import add_run
-from tests.test_gpus_api import (
+from tests.test_gpu_panel import (
     NEVER_STARVES,
     TOP,
     TTL,
@@ -39,7 +39,7 @@ GPUS_LOC = ["body", "overrides", "resources", "gpus"]
 
 @pytest.fixture
 def made() -> Iterator[Made]:
-    """What a test created, removed afterwards (tests/test_gpus_api.py's `made`)."""
+    """What a test created, removed afterwards (tests/test_gpu_panel.py's `made`)."""
     made = Made([], [])
     yield made
     remove(made)

@@ -30,7 +30,7 @@ from app.timeutil import utcnow
 from tests.conftest import make_user
 from tests.factories import add_run
 from tests.notify_receivers import SmtpReceiver, smtp_receiver, wait_until, webhook_receiver
-from tests.test_gpus_api import fake_nvml
+from tests.test_gpu_panel import fake_nvml
 from worker.forwarder import forward
 from worker.gpus import read_gpu_stats
 

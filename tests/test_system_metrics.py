@@ -3,7 +3,7 @@
 the worker stores them (and across a requeue), and end to end through the real worker (a CPU
 run of the live stack, which samples every second: tests/conftest.py; a job whose memory is
 in a detached grandchild). The GPU series end to end, on a fake inventory with the stand-in,
-is in tests/test_gpus_leases.py; a job's own sys/ keys are refused in test_spool_lines.py and
+is in tests/test_gpu_leases.py; a job's own sys/ keys are refused in test_spool_lines.py and
 test_tensorboard_events.py."""
 
 from __future__ import annotations

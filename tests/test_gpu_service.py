@@ -231,7 +231,7 @@ def test_a_start_that_waited_for_a_finish_is_recorded_after_it(
     """A start that waited for the scheduler's lock while the run before it finished records
     its start after that finish: it used to record the time it began, before the wait, so two
     runs' times showed one GPU held twice although the second started after the first ended
-    (seen in CI, tests/test_gpus_leases.py, on PostgreSQL)."""
+    (seen in CI, tests/test_gpu_leases.py, on PostgreSQL)."""
     first, second = queued_runs(committed_sessions, 2, 1)
     assert start(committed_sessions, first).outcome is StartOutcome.STARTED
     result: dict[str, StartResult] = {}
