@@ -12,6 +12,7 @@ host the reaper would see the job training and wait for its worker).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import threading
@@ -102,7 +103,7 @@ def remote_reaper() -> Iterator[Stack]:
     ROOT.mkdir(parents=True, exist_ok=True)
     STACK_LOGS.mkdir(parents=True, exist_ok=True)  # Stack's processes log there
     kind = "postgresql" if DATABASE_URL.startswith("postgresql") else "sqlite"
-    with own_database(kind, ROOT, f"fencing_{os.getpid()}") as engine:
+    with own_database(kind, ROOT, f"fencing_{os.getpid()}_{secrets.token_hex(3)}") as engine:
         token = user_with_token(engine, "alice")
         env = dict(
             os.environ,
