@@ -63,6 +63,7 @@ from app.experiments.requirements import (
 )
 from app.runs.job_files import FileRefused, read_job_file
 from worker import job_base
+from worker.file_lock import flock
 from worker.job_base import JobBase
 
 log = logging.getLogger(__name__)
@@ -149,21 +150,6 @@ def site_packages(env: Path) -> Path:
     return env / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
 
-@contextlib.contextmanager
-def _flock(path: Path, mode: int) -> Iterator[bool]:
-    """The lock held while the block runs; with LOCK_NB, yields False when it is held."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, mode)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
-
-
 class Cache:
     """The environments of one host, under ``root``."""
 
@@ -195,8 +181,8 @@ class Cache:
         final = self.root / key
         # Shared before looking: an eviction (exclusive) either ended before, and the folder
         # is gone, or waits until this run ends.
-        with _flock(self._lock(key, "use"), fcntl.LOCK_SH):
-            with _flock(self._lock(key, "build"), fcntl.LOCK_EX):
+        with flock(self._lock(key, "use"), fcntl.LOCK_SH):
+            with flock(self._lock(key, "build"), fcntl.LOCK_EX):
                 built = not (final / MARKER).is_file()
                 if built:
                     self._build(key, final, requirements, base, builder)
@@ -254,7 +240,7 @@ class Cache:
                 break
             if key == keep:
                 continue
-            with _flock(self._lock(key, "use"), fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
+            with flock(self._lock(key, "use"), fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
                 if not free:
                     continue
                 trash = self.root / f".evicted-{key}-{secrets.token_hex(4)}"

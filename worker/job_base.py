@@ -28,8 +28,6 @@ hundred links).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -42,12 +40,14 @@ import site
 import sys
 import venv
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+
+from worker.file_lock import flock
 
 log = logging.getLogger(__name__)
 
@@ -205,20 +205,10 @@ def ensure(
         return base
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # a run's uid reads its interpreter through it
-    with _locked(root / f".{PREFIX}{base.key}.lock"):
+    with flock(root / f".{PREFIX}{base.key}.lock"):
         if not (base.path / MARKER).is_file():
             _build(base, dirs, tuple(extra))
     return base
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _build(base: JobBase, dirs: tuple[str, ...], extra: tuple[str, ...]) -> None:

@@ -35,6 +35,7 @@ from pathlib import Path
 from app.code.store import local_archive
 from app.code.tarcheck import Limits, extract
 from app.settings import get_settings
+from worker.file_lock import flock
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +49,6 @@ def _hex(digest: str) -> str:
     if not name or not all(c in "0123456789abcdef" for c in name):
         raise ValueError(f"not a snapshot digest: {digest!r}")
     return name
-
-
-@contextlib.contextmanager
-def _flock(path: Path, mode: int) -> Iterator[bool]:
-    """The lock held while the block runs; with LOCK_NB, yields False when it is held."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, mode)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _read_only(root: Path) -> int:
@@ -118,8 +104,8 @@ class Snapshots:
         try:
             # Shared before looking: an eviction either ended before (the folder is gone) or
             # waits for this run to end.
-            with _flock(self._lock(name, "use"), fcntl.LOCK_SH):
-                with _flock(self._lock(name, "unpack"), fcntl.LOCK_EX):
+            with flock(self._lock(name, "use"), fcntl.LOCK_SH):
+                with flock(self._lock(name, "unpack"), fcntl.LOCK_EX):
                     if self._marker(name).is_file() and final.is_dir():
                         os.utime(self._marker(name))  # the least recently used go first
                     else:
@@ -166,7 +152,7 @@ class Snapshots:
                 break
             if name == keep:
                 continue
-            with _flock(self._lock(name, "use"), fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
+            with flock(self._lock(name, "use"), fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
                 if not free:
                     continue
                 self._marker(name).unlink(missing_ok=True)
