@@ -5,7 +5,8 @@
 //
 // A chart's state lives on its element in Plotly's shape, which the pages and the tests read:
 // `div.data` is the traces ({x, y, name, line: {color, width, dash}, mode, visible, opacity,
-// meta}), `div.layout` the layout ({title: {text}, xaxis: {title: {text}, type, range,
+// fill, fillcolor, meta}; fill "tonexty": the area between this trace and the one before it,
+// a grouped chart's band), `div.layout` the layout ({title: {text}, xaxis: {title: {text}, type, range,
 // autorange}, yaxis: {type: "linear"|"log", range (log10 when log), autorange}}).
 // Titles, names and axis titles are plain text (uPlot and this module set textContent).
 export const plot = (() => {
@@ -52,7 +53,7 @@ export const plot = (() => {
   // What, when changed, needs a new uPlot (anything but the data, visibility and ranges).
   const shapeOf = (traces, layout) => JSON.stringify([
     traces.map((t) => [t.name, (t.line || {}).color, (t.line || {}).width, (t.line || {}).dash,
-      t.opacity, t.mode]),
+      t.opacity, t.mode, t.fill, t.fillcolor]),
     (layout.title || {}).text, ((layout.xaxis || {}).title || {}).text, (layout.xaxis || {}).type,
     (layout.yaxis || {}).type]);
 
@@ -68,6 +69,10 @@ export const plot = (() => {
       spanGaps: false,
     };
   };
+
+  // Plotly's fill "tonexty" as uPlot's bands: the area between trace i and trace i - 1.
+  const bandsOf = (traces) => traces.flatMap((t, i) => (t.fill === "tonexty" && i > 0
+    ? [{series: [i + 1, i], fill: t.fillcolor || rgba((t.line || {}).color || "#2456d6", 0.2)}] : []));
 
   const emit = (div, ev) => { for (const f of (charts.get(div) || {}).listeners || []) f(ev); };
 
@@ -140,6 +145,7 @@ export const plot = (() => {
         {size: 52, font: "11px system-ui, sans-serif", ...ink},
       ],
       series: [{}, ...traces.map(seriesOf)],
+      bands: bandsOf(traces),
       hooks: {
         // A dragged x range (uPlot then zooms to it itself).
         setSelect: [(u) => {

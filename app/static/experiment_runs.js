@@ -14,6 +14,8 @@ import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
+import {bindBy, getState as groupingState, onChange as onGrouping} from "./grouping.js";
+import {groupedRows} from "./runs_groups.js";
 
 (() => {
   const section = document.getElementById("runs-section");
@@ -36,6 +38,7 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
     lostSince: null, // when the server stopped answering (a Date), null while it answers
     highlight: null, // ids the parallel coordinates' brush keeps (a Set), null: no brush
     summaries: null, // chosen summary columns, ["train/loss.last", ...]; null: not chosen yet
+    expanded: new Set(), // grouped (grouping.js): the keys of the groups shown open
   };
   // The picked summary columns are kept per experiment in this browser, for the next visit.
   const COLUMNS_KEY = `ty.runs.columns.${scope.columns}`;
@@ -100,8 +103,7 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
       }
       head.append(th);
     }
-    const body = el("tbody");
-    for (const run of state.runs) {
+    const runRow = (run) => {
       const tr = el("tr");
       tr.dataset.runId = String(run.id);
       tr.style.setProperty("--run-color", runColor(run.id));
@@ -121,8 +123,14 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
       td.append(box);
       tr.append(td);
       for (const col of cols) tr.append(col.cell(run));
-      body.append(tr);
-    }
+      return tr;
+    };
+    // Grouped: a row per group (runs_groups.js), its runs under it once expanded.
+    const body = el("tbody");
+    const group = groupingState().group;
+    if (group.by) body.append(...groupedRows(state.runs, group, cols, runRow, state.expanded, toggleGroup));
+    else body.append(...state.runs.map(runRow));
+    bindBy($("runs-group-by"), state.runs);
     const thead = el("thead");
     thead.append(head);
     table.replaceChildren(thead, body);
@@ -137,6 +145,17 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
     // The page's other views of these runs (the parallel coordinates) follow the table.
     section.dispatchEvent(new CustomEvent("ty:runs", {detail: {runs: state.runs, summaries: state.summaries}}));
   };
+
+  const toggleGroup = (key) => {
+    if (!state.expanded.delete(key)) state.expanded.add(key);
+    render();
+  };
+  let groupedBy = groupingState().group.by;
+  onGrouping((g) => {
+    if (g.by !== groupedBy) state.expanded.clear();  // another grouping: every group closed
+    groupedBy = g.by;
+    render();
+  });
 
   const renderPicker = () => {
     const picker = $("runs-column-picker");

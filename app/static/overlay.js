@@ -13,6 +13,8 @@ import {emaAll, emaState} from "./lib/series.js";
 import {plot} from "./chart.js";
 import {isActive} from "./lib/status.js";
 import {api, pages} from "./lib/urls.js";
+import {bindBand, bindBy, getState as groupingState, onChange as onGrouping} from "./grouping.js";
+import {groupLegend, groupTraces} from "./overlay_groups.js";
 
 export const overlay = (() => {
   const POLL_MS = 3000;
@@ -98,6 +100,7 @@ export const overlay = (() => {
   const mount = (container, runs, opts) => {
     const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls),
                    loaded: false, near: new Set(), more: 0,
+                   group: groupingState().group,
                    // The link: whether this poll found the server unreachable, since when it has
                    // been, and the status line to put back once it answers again.
                    down: false, lostSince: null, liveText: ""};
@@ -130,14 +133,21 @@ export const overlay = (() => {
       return s.time.map((t) => (t == null || t0 == null ? null : t - t0));
     };
 
+    // Grouped (grouping.js): each group's mean and band (overlay_groups.js) instead of its runs.
     const draw = (div) => {
       const key = div.dataset.key, v = state.view;
-      const traces = [];
-      for (const r of state.runs) {
+      const curve = (r) => {
         const s = (state.series.get(r.id) || {})[key];
-        if (!s) continue;
-        const y = v.smoothing > 0 ? emaAll(s.value, v.smoothing, emaState()) : s.value;
-        traces.push({mode: s.step.length < 60 ? "lines+markers" : "lines", x: xs(r, s), y,
+        if (!s) return null;
+        return {x: xs(r, s), y: v.smoothing > 0 ? emaAll(s.value, v.smoothing, emaState()) : s.value,
+                points: s.step.length};
+      };
+      const traces = [];
+      if (state.group.by) traces.push(...groupTraces(state.runs, state.group, curve));
+      else for (const r of state.runs) {
+        const c = curve(r);
+        if (!c) continue;
+        traces.push({mode: c.points < 60 ? "lines+markers" : "lines", x: c.x, y: c.y,
                      name: state.labels.get(r.id), line: {color: runColor(r.id), width: 1.5}});
       }
       const layout = {
@@ -155,17 +165,28 @@ export const overlay = (() => {
     };
     const drawAll = () => Promise.all(charts().filter((d) => state.near.has(d)).map(draw));
 
+    const runLink = (r) => {
+      const a = document.createElement("a");
+      a.href = pages.run(r.id);
+      a.textContent = state.labels.get(r.id);
+      return a;
+    };
     const showLegend = () => {
       if (!opts.legend) return;
+      opts.legend.classList.toggle("grouped", Boolean(state.group.by));
+      if (state.group.by) {  // a group's list of runs stays open across the live redraws
+        const open = new Set([...opts.legend.querySelectorAll("li[data-group] details[open]")]
+          .map((d) => d.closest("li").dataset.group));
+        opts.legend.replaceChildren(...groupLegend(state.runs, state.group, runLink, open));
+        return;
+      }
       opts.legend.replaceChildren(...state.runs.map((r) => {
         const li = document.createElement("li");
         li.dataset.runId = String(r.id);
         const swatch = document.createElement("span");
         swatch.className = "swatch";
         swatch.style.background = runColor(r.id);
-        const a = document.createElement("a");
-        a.href = pages.run(r.id);
-        a.textContent = state.labels.get(r.id);
+        const a = runLink(r);
         const badge = document.createElement("span");
         badge.className = `badge status-${r.status}`;
         badge.textContent = r.status;
@@ -209,6 +230,7 @@ export const overlay = (() => {
     const setRuns = (runs) => {
       state.runs = runs;
       state.labels = labels(runs);
+      bindBy(document.getElementById(`${opts.controls}-group-by`), runs);
       showLegend();
     };
 
@@ -274,6 +296,8 @@ export const overlay = (() => {
     };
 
     const onControl = () => { state.view = readView(opts.controls); drawAll(); };
+    bindBand(document.getElementById(`${opts.controls}-band`));
+    onGrouping((group) => { state.group = group; showLegend(); if (state.loaded) drawAll(); });
     for (const name of ["smoothing", "log-scale", "clip", "x-axis"]) {
       const el = document.getElementById(`${opts.controls}-${name}`);
       if (!el) continue;
