@@ -28,6 +28,11 @@ export const bindBy = (select, runs) => {
   const by = current.by;
   const choices = groupChoices(runs);
   if (by && !choices.some((c) => c.by === by)) choices.push({by, label: by.replace(/^param:/, "")});
+  // The same choices as drawn: the options stay (a live page redraws every few seconds, and
+  // rebuilding them would close the list under the reader's pointer).
+  const drawn = JSON.stringify(choices.map((c) => c.by));
+  if (select.dataset.choices === drawn) { select.value = by || ""; return; }
+  select.dataset.choices = drawn;
   const none = document.createElement("option");
   none.value = "";
   none.textContent = "none";
