@@ -300,6 +300,7 @@ export const overlay = (() => {
     // A metric chosen as the x axis: its series for every run, once, before drawing.
     const onControl = async () => {
       state.view = readView(opts.controls);
+      container.dataset.x = state.view.x;  // the chart state's x, for what keeps views
       const key = xKey();
       const missing = key ? state.runs.filter((r) => !(state.series.get(r.id) || {})[key]) : [];
       if (missing.length) await fetchSeries(missing, [key]);

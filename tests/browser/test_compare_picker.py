@@ -114,8 +114,16 @@ def test_search_shows_matches_keeps_picks_and_works_from_the_keyboard(
     expect(legend).to_have_count(2)
     expect(legend.nth(0)).to_have_text(re.compile(rf"^run {ids[0]} · arch=resnet50 lr=0\.1 "))
     assert "seed" not in (legend.nth(0).text_content() or "")
+    # nor a config difference: its row hidden, a note saying why
+    seed_row = page.locator('table#config-diff tr[data-key="seed"]')
+    expect(seed_row).to_be_hidden()
+    expect(page.locator("#config-diff-seed-note")).to_be_visible()
+    expect(page.locator('table#config-diff tr[data-key="params.arch"]')).to_be_visible()
     page.check("#compare-show-seed")
     expect(legend.nth(0)).to_contain_text("seed=1000")
+    expect(seed_row).to_be_visible()
+    expect(page.locator("#config-diff-show-seed")).to_be_checked()  # every toggle in step
+    expect(page.locator("#config-diff-seed-note")).to_be_hidden()
     # the choice is the browser's: it holds after a reload
     page.reload()
     expect(page.locator("#compare-show-seed")).to_be_checked()
