@@ -306,3 +306,37 @@ def test_a_run_with_10000_keys_keeps_the_runs_list_under_100_kb(client) -> None:
     ).json()["runs"][0]
     assert len(named["summary"]) == 51 and named["summary"]["k/9998"]["last"] == 0.5
     assert len(_summary(client, headers, big)) == 10_000  # the run itself: every key
+
+
+def test_free_text_search_finds_name_tag_param_value_and_id(client) -> None:
+    """The compare picker's search (q=): each word in the name, a tag, a param's value or the
+    id; case-insensitive, % and _ literal."""
+    username, _, headers = make_user()
+    configs = [
+        {"recipe": "tiny_mlp", "params": {"lr": 0.01, "arch": "ResNet50"}},
+        {"recipe": "tiny_mlp", "params": {"lr": 0.3, "arch": "vit_small"}},
+        {"recipe": "tiny_mlp", "params": {"lr": 0.01, "arch": "mlp"}},
+    ]
+    runs = _runs_of(username, 3, configs)
+    client.patch(
+        f"/api/runs/{runs[2]}", json={"name": "Warmup 100%", "tags": ["best"]}, headers=headers
+    )
+
+    def found(q: str) -> list[int]:
+        r = client.get(
+            "/api/runs", params={"owner": username, "q": q, "sort": "id"}, headers=headers
+        )
+        assert r.status_code == 200, r.text
+        return [x["id"] for x in r.json()["runs"]]
+
+    assert found("resnet") == [runs[0]]  # a param's text, any case
+    assert found("vit_") == [runs[1]] and found("v_t") == []  # _ is literal
+    assert found("0.01") == [runs[0], runs[2]]  # a param's number
+    assert found("warmup") == [runs[2]] and found("100%") == [runs[2]] and found("0%x") == []
+    assert found("BEST") == [runs[2]]  # a tag
+    assert found("0.01 warmup") == [runs[2]] and found("tiny_mlp") == runs  # every word found
+    assert found(str(runs[1])) == [runs[1]]  # the id
+    assert found("  ") == runs  # blank: no condition
+    assert found("nothing-like-it") == []
+    r = client.get("/api/runs", params={"q": "x" * 201}, headers=headers)
+    assert r.status_code == 422

@@ -45,6 +45,15 @@ def list_runs(
             "`name in (a, b)`, `val/acc.max>=0.9`",
         ),
     ] = None,
+    q: Annotated[
+        str,
+        Query(
+            max_length=200,
+            pattern=NO_NUL,
+            description="free text: each word found in the run's name, a tag or a param's "
+            "value (text, or the number), or the run's id (the compare page's run picker)",
+        ),
+    ] = "",
     summary_keys: Annotated[
         list[str] | None,
         Query(
@@ -79,6 +88,7 @@ def list_runs(
         tags=tag or (),
         sweep_id=sweep_id,
         filters=filters or (),
+        search=q,
     )
     page = listing.list_runs(session, query)
     outs = run_outs(session, page.runs, listed=True, summary_keys=summary_keys or ())

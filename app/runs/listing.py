@@ -22,15 +22,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, exists, false, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, case, exists, false, func, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
+from app.db import MAX_ID
 from app.errors import Invalid
 from app.metrics.models import MetricKey
 from app.runs import filter_lang
@@ -50,6 +52,7 @@ SORT_FIELDS: dict[str, Any] = {
 }
 SUMMARY_COLUMNS = {"last": "last_value", "min": "min_value", "max": "max_value"}
 MAX_FILTERS = 20
+MAX_SEARCH_WORDS = 8
 _SUMMARY = re.compile(r"^summary\.(.+)\.(last|min|max)$", re.DOTALL)
 SYNTAX = (
     "field, params.<key> or summary.<key>.<last|min|max>, with - in front for descending; "
@@ -75,6 +78,7 @@ class RunQuery:
     tags: Sequence[str] = ()
     sweep_id: int | None = None
     filters: Sequence[str] = ()
+    search: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,48 @@ def _filtered(stmt: Select[Any], q: RunQuery) -> Select[Any]:
         raise Invalid.at(["query", "filter"], f"at most {MAX_FILTERS} conditions", len(q.filters))
     for text in q.filters:
         stmt = stmt.where(condition(text))
+    if q.search.strip():
+        stmt = stmt.where(search_condition(q.search))
     return stmt
+
+
+def _like(text: str) -> str:
+    """``text`` as a case-insensitive "contains" pattern, its own % and _ taken literally."""
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def search_condition(text: str) -> ColumnElement[bool]:
+    """The compare picker's free-text search (``q=``): each word must be found in the run's
+    name, one of its tags or a param's text value, or be its id or a param's number. Free
+    text rather than the filter language: a reader looking for "resnet" or "0.01" does not
+    know which field holds it. Plain LIKEs and EXISTS probes on the run's own rows: a scan of
+    1,000 runs' params answers in milliseconds (bench/picker_search.py)."""
+    parts = []
+    for word in text.split()[:MAX_SEARCH_WORDS]:
+        like = _like(word)
+        options: list[ColumnElement[bool]] = [
+            func.lower(Run.name).like(like, escape="\\"),
+            exists().where(RunTag.run_id == Run.id, func.lower(RunTag.tag).like(like, escape="\\")),
+            exists().where(
+                RunParam.run_id == Run.id, func.lower(RunParam.value_text).like(like, escape="\\")
+            ),
+        ]
+        number = _number(word)
+        if number is not None:
+            options.append(exists().where(RunParam.run_id == Run.id, RunParam.value_num == number))
+            if number.is_integer() and 0 < number <= MAX_ID:
+                options.append(Run.id == int(number))
+        parts.append(or_(*options))
+    return and_(*parts) if parts else true()
+
+
+def _number(word: str) -> float | None:
+    try:
+        value = float(word)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def list_runs(session: Session, q: RunQuery) -> Page:

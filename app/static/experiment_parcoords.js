@@ -1,8 +1,8 @@
 // The experiment page's parallel coordinates (app/static/parcoords.js) over the runs the table
 // shows: redrawn whenever the table's runs change (a load, a sort, a filter, a live refresh),
 // the brushed runs highlighted in the table and, on request, selected there (then compared,
-// tagged or deleted like runs ticked by hand). The picked metric is kept per experiment in
-// this browser.
+// tagged or deleted like runs ticked by hand). The picked metric and the chosen axes are kept
+// per experiment in this browser.
 import {compareKeys} from "./lib/format.js";
 import {parcoords} from "./parcoords.js";
 (() => {
@@ -11,8 +11,13 @@ import {parcoords} from "./parcoords.js";
   if (!section || !el) return;
   const select = document.getElementById("parcoords-select");
   const METRIC_KEY = `parcoords.metric.${section.dataset.experimentId}`;
-  let saved = null;
-  try { saved = localStorage.getItem(METRIC_KEY); } catch (_) { /* storage unavailable */ }
+  const AXES_KEY = `parcoords.axes.${section.dataset.experimentId}`;
+  let saved = null, axes = null;
+  try {
+    saved = localStorage.getItem(METRIC_KEY);
+    axes = JSON.parse(localStorage.getItem(AXES_KEY) || "null");
+  } catch (_) { /* storage unavailable, or not ours */ }
+  if (!Array.isArray(axes) || !axes.every((a) => typeof a === "string")) axes = null;
   let chart = null;
   let kept = null;
 
@@ -38,11 +43,14 @@ import {parcoords} from "./parcoords.js";
   const onMetric = (col) => {
     try { if (col) localStorage.setItem(METRIC_KEY, col); } catch (_) { /* ok */ }
   };
+  const onAxes = (ids) => {
+    try { if (ids) localStorage.setItem(AXES_KEY, JSON.stringify(ids)); else localStorage.removeItem(AXES_KEY); } catch (_) { /* ok */ }
+  };
 
   section.addEventListener("ty:runs", (event) => {
     const {runs, summaries} = event.detail;
     if (!chart) {
-      chart = parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), onBrush, onMetric});
+      chart = parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), axes, onBrush, onMetric, onAxes});
     } else {
       chart.update(runs);
       if (!chart.metric()) chart.setMetric(defaultMetric(runs, summaries));

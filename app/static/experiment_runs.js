@@ -12,6 +12,7 @@ import {call, deleteObject, errorText} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
+import {SEED_EVENT} from "./lib/seed.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
 import {bindBy, getState as groupingState, onChange as onGrouping} from "./grouping.js";
@@ -359,6 +360,8 @@ import {groupedRows} from "./runs_groups.js";
     pickDefaultSummaries();
     render();
   });
+  // "Show seed" (lib/seed.js): the seed columns come or go.
+  document.addEventListener(SEED_EVENT, render);
 
   load();
 })();

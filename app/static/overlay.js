@@ -7,9 +7,10 @@
 import {call, errorText, serverDown} from "./lib/api.js";
 import {chartGroup} from "./lib/dom.js";
 import {
-  compareGroups, compareKeys, differingParams, keyGroup, lostText, runColor, runLabels, stepTitle,
+  compareGroups, compareKeys, differingParams, isSystemKey, keyGroup, lostText, runColor, runLabels, stepTitle,
 } from "./lib/format.js";
-import {emaAll, emaState} from "./lib/series.js";
+import {emaAll, emaState, xAtSteps, xMetricKey} from "./lib/series.js";
+import {SEED_EVENT, seedShown} from "./lib/seed.js";
 import {plot} from "./chart.js";
 import {isActive} from "./lib/status.js";
 import {api, pages} from "./lib/urls.js";
@@ -79,14 +80,15 @@ export const overlay = (() => {
     return div;
   };
 
-  // The controls (ids under `prefix`): smoothing, log scale, clip outliers, x axis.
+  // The controls (ids under `prefix`): smoothing, log scale, clip outliers, x axis (the chart
+  // state's x: "step", "time", "relative" or "metric:<key>", lib/series.js).
   const readView = (prefix) => {
     const $ = (name) => document.getElementById(`${prefix}-${name}`);
     return {
       smoothing: Math.min(0.99, Math.max(0, Number($("smoothing")?.value || 0))),
       logY: Boolean($("log-scale")?.checked),
       clip: Boolean($("clip")?.checked),
-      xMode: $("x-axis")?.value || "step",
+      x: $("x-axis")?.value || "step",
     };
   };
 
@@ -126,9 +128,14 @@ export const overlay = (() => {
     const budget = () => Math.max(MIN_POINTS, Math.min(MAX_POINTS,
       Math.floor(CHART_BUDGET / Math.max(1, state.runs.length))));
 
+    // The x-metric's key when the x axis is another metric (its series is fetched with the
+    // charted keys'), else null.
+    const xKey = () => xMetricKey(state.view.x);
     const xs = (run, s) => {
-      if (state.view.xMode === "step" || !s.time) return s.step;
-      if (state.view.xMode === "wall") return s.time;  // seconds since the epoch: a date axis
+      const key = xKey();
+      if (key) return xAtSteps(s.step, (state.series.get(run.id) || {})[key]);
+      if (state.view.x === "step" || !s.time) return s.step;
+      if (state.view.x === "time") return s.time;  // seconds since the epoch: a date axis
       const t0 = s.time.find((t) => t != null);
       return s.time.map((t) => (t == null || t0 == null ? null : t - t0));
     };
@@ -152,9 +159,9 @@ export const overlay = (() => {
       }
       const layout = {
         title: {text: key},
-        xaxis: {title: {text: {step: stepTitle(key), wall: "wall time",
-                               relative: "time since start (s)"}[v.xMode]},
-                type: v.xMode === "wall" ? "date" : "linear"},
+        xaxis: {title: {text: xKey() || {step: stepTitle(key), time: "wall time",
+                                         relative: "time since start (s)"}[v.x]},
+                type: v.x === "time" ? "date" : "linear"},
         yaxis: {type: v.logY ? "log" : "linear", autorange: true},
       };
       const range = v.clip ? clippedRange(traces, v.logY) : null;
@@ -219,7 +226,23 @@ export const overlay = (() => {
       }));
       return errors.filter(Boolean);
     };
-    const chartedKeys = () => charts().map((d) => d.dataset.key);
+    const chartedKeys = () => {
+      const keys = charts().map((d) => d.dataset.key);
+      return xKey() && !keys.includes(xKey()) ? [...keys, xKey()] : keys;
+    };
+    // The x-axis choice offers every charted key but the system series (their steps are
+    // seconds, not training steps).
+    const fillXChoice = () => {
+      const select = document.getElementById(`${opts.controls}-x-axis`);
+      if (!select) return;
+      const group = select.querySelector("optgroup.x-metrics") || document.createElement("optgroup");
+      group.className = "x-metrics";
+      group.label = "Metric";
+      const keys = charts().map((d) => d.dataset.key).filter((k) => !isSystemKey(k)).sort(compareKeys);
+      group.replaceChildren(...keys.map((k) => Object.assign(document.createElement("option"),
+        {value: `metric:${k}`, textContent: k})));
+      if (!group.parentNode) select.append(group);
+    };
 
     const say = (text, error) => {
       if (!opts.status) return;
@@ -229,7 +252,7 @@ export const overlay = (() => {
 
     const setRuns = (runs) => {
       state.runs = runs;
-      state.labels = labels(runs);
+      state.labels = labels(runs, seedShown());
       bindBy(document.getElementById(`${opts.controls}-group-by`), runs);
       showLegend();
     };
@@ -245,6 +268,7 @@ export const overlay = (() => {
       state.near.clear();
       capCharts();
       arrange(container);
+      fillXChoice();
       return [...fresh];
     };
 
@@ -295,9 +319,18 @@ export const overlay = (() => {
       }
     };
 
-    const onControl = () => { state.view = readView(opts.controls); drawAll(); };
     bindBand(document.getElementById(`${opts.controls}-band`));
     onGrouping((group) => { state.group = group; showLegend(); if (state.loaded) drawAll(); });
+    // A metric chosen as the x axis: its series for every run, once, before drawing.
+    const onControl = async () => {
+      state.view = readView(opts.controls);
+      container.dataset.x = state.view.x;  // the chart state's x, for what keeps views
+      const key = xKey();
+      const missing = key ? state.runs.filter((r) => !(state.series.get(r.id) || {})[key]) : [];
+      if (missing.length) await fetchSeries(missing, [key]);
+      await drawAll();
+    };
+    document.addEventListener(SEED_EVENT, () => { setRuns(state.runs); drawAll(); });
     for (const name of ["smoothing", "log-scale", "clip", "x-axis"]) {
       const el = document.getElementById(`${opts.controls}-${name}`);
       if (!el) continue;
@@ -315,6 +348,7 @@ export const overlay = (() => {
       setRuns(state.runs);
       capCharts();
       arrange(container);
+      fillXChoice();
       const failed = await fetchSeries(state.runs, chartedKeys());
       showLegend();
       state.loaded = true;

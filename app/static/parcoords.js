@@ -1,16 +1,19 @@
 // Parallel coordinates: runs' params against one metric, hand-written SVG (no chart library,
-// so it works beside whichever one the curves use). One vertical axis per param that differs
-// across the runs (differingParams), then one for the metric (a summary key x last/min/max,
-// picked here); one polyline per run, coloured by its metric value (viridis; grey: the run has
-// no value). Numbers sit on a linear axis (log when all > 0 and spanning > 2 decades, like
-// lr), anything else on evenly spaced categories; a run without the value sits at "–" below
-// the axis. Hover a line for the run's values, click it to open the run; drag along an axis
-// to keep the runs inside that range (brushes on several axes combine), double-click the
-// axis to clear its brush. Every name and value reaches the page as text (textContent,
-// createElementNS), never as markup.
-// parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), metric(), kept()};
-// opts: metric ("key.agg"), onBrush(ids | null), onMetric(col). Reusable by any page of runs.
-import {compareKeys, differingParams, fmtParam, runLabels} from "./lib/format.js";
+// so it works beside whichever one the curves use). The axes are the reader's choice ("Axes":
+// add, remove, move; parcoords_axes.js), by default one per param that differs across the
+// runs (not the seed) then one for the metric (a summary key x last/min/max, picked here);
+// one polyline per run, coloured by its metric value (viridis; grey: the run has no value).
+// Numbers sit on a linear axis (log when all > 0 and spanning > 2 decades, like lr), anything
+// else on evenly spaced categories; a run without the value sits at "–" below the axis. Hover
+// a line for the run's values, click it to open the run; drag along an axis to keep the runs
+// inside that range (brushes on several axes combine), double-click the axis to clear its
+// brush. Every name and value reaches the page as text (textContent, createElementNS).
+// parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), metric(), setAxes(ids),
+// axes(), kept()}; opts: metric ("key.agg"), axes (ids, null: the default), onBrush(ids |
+// null), onMetric(col), onAxes(ids | null). Reusable by any page of runs.
+import {compareKeys, fmtParam, runLabels} from "./lib/format.js";
+import {SEED_EVENT, seedShown} from "./lib/seed.js";
+import {METRIC, axesChooser, axisIds, makeAxis, present} from "./parcoords_axes.js";
 import {pages} from "./lib/urls.js";
 
 export const parcoords = (() => {
@@ -21,7 +24,6 @@ export const parcoords = (() => {
   const VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
     "#addc30", "#fde725"];
   const GREY = "#b8bec8";
-  const METRIC = "m"; // the metric axis' brush (a param's is "p:" + its key)
   let gradients = 0;
 
   const svgEl = (tag, attrs = {}, text) => {
@@ -56,50 +58,8 @@ export const parcoords = (() => {
     const v = ((run.summary || {})[key] || {})[agg];
     return typeof v === "number" && isFinite(v) ? v : null;
   };
-  const isNum = (v) => typeof v === "number" && isFinite(v);
-  const present = (v) => v !== undefined && v !== null;
-
-  // About 5 round ticks between lo and hi.
-  const linearTicks = (lo, hi) => {
-    const raw = (hi - lo) / 4;
-    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || raw;
-    const ticks = [];
-    for (let k = Math.ceil(lo / step); k * step <= hi + step * 1e-9; k++) ticks.push(Number((k * step).toPrecision(12)));
-    return ticks;
-  };
-
-  // An axis over `values` (one per run, undefined/null when the run has none): pos(v) gives
-  // 0 (bottom) .. 1 (top), or null for a missing value; ticks: [{at, text}].
-  const makeAxis = (values) => {
-    const have = values.filter(present);
-    if (have.length && have.every(isNum)) {
-      let lo = Math.min(...have), hi = Math.max(...have);
-      if (lo > 0 && hi / lo > 100) {
-        const a = Math.log10(lo), b = Math.log10(hi);
-        const ticks = [];
-        for (let e = Math.ceil(a); e <= Math.floor(b); e++) ticks.push(Math.pow(10, e));
-        return {kind: "log", pos: (v) => (isNum(v) && v > 0 ? (Math.log10(v) - a) / (b - a) : null),
-                ticks: ticks.map((v) => ({at: (Math.log10(v) - a) / (b - a), text: fmtParam(v)}))};
-      }
-      if (lo === hi) { const pad = Math.abs(lo) * 0.1 || 1; lo -= pad; hi += pad; }
-      const pos = (v) => (isNum(v) ? (v - lo) / (hi - lo) : null);
-      return {kind: "linear", pos, ticks: linearTicks(lo, hi).map((v) => ({at: pos(v), text: fmtParam(v)}))};
-    }
-    // Categories: numbers first in order, then the rest by their text.
-    const byText = new Map();
-    for (const v of have) byText.set(JSON.stringify(v), v);
-    const cats = [...byText.entries()].sort(([ta, a], [tb, b]) =>
-      (isNum(a) && isNum(b) ? a - b : isNum(a) ? -1 : isNum(b) ? 1 : ta < tb ? -1 : ta > tb ? 1 : 0));
-    const index = new Map(cats.map(([t], i) => [t, i]));
-    const at = (i) => (cats.length === 1 ? 0.5 : i / (cats.length - 1));
-    const every = Math.ceil(cats.length / 12); // at most ~12 labels
-    return {kind: "category", pos: (v) => (present(v) ? at(index.get(JSON.stringify(v))) : null),
-            ticks: cats.map(([, v], i) => ({at: at(i), text: i % every ? "" : fmtParam(v)}))};
-  };
-
   const mount = (el, runs, opts = {}) => {
-    const state = {runs: [...runs], metric: opts.metric || null, brushes: new Map(), axes: [],
+    const state = {runs: [...runs], metric: opts.metric || null, chosen: opts.axes || null, brushes: new Map(), axes: [],
                    width: 0, renders: 0, drawn: "", byId: new Map(),
                    ys: new Map(), out: new Set(), dragging: false, pending: false};
     const toolbar = htmlEl("div", undefined, "toolbar");
@@ -107,7 +67,12 @@ export const parcoords = (() => {
     const picker = htmlEl("select", undefined, "pc-metric");
     picker.id = `${el.id || "parcoords"}-metric`;
     label.append(picker);
-    toolbar.append(label, htmlEl("span", "Drag along an axis to keep a range; double-click it to clear.", "hint"));
+    const chooser = axesChooser((ids) => {
+      state.chosen = ids;
+      render();
+      if (opts.onAxes) opts.onAxes(ids);
+    });
+    toolbar.append(label, chooser.el, htmlEl("span", "Drag along an axis to keep a range; double-click it to clear.", "hint"));
     const status = htmlEl("p", undefined, "hint pc-status");
     status.setAttribute("aria-live", "polite");
     const chart = htmlEl("div", undefined, "pc-chart");
@@ -313,14 +278,22 @@ export const parcoords = (() => {
     const render = () => {
       fillPicker();
       state.labels = runLabels(state.runs);
-      const params = differingParams(state.runs);
-      const axes = params.map((key) => ({key, id: `p:${key}`, title: key.replace(/^params\./, ""),
-        ...makeAxis(state.runs.map((r) => (r.params || {})[key]))}));
-      if (state.metric) {
+      const title = (key) => key.replace(/^params\./, "");
+      const axes = axisIds(state.runs, state.chosen, seedShown()).flatMap((id) => {
+        if (id !== METRIC) {
+          const key = id.slice(2);
+          return [{key, id, title: title(key), ...makeAxis(state.runs.map((r) => (r.params || {})[key]))}];
+        }
+        if (!state.metric) return [];
         const [key, agg] = splitMetric(state.metric);
-        axes.push({key: state.metric, id: METRIC, metric: true, title: `${key} (${agg})`,
-                   ...makeAxis(state.runs.map((r) => metricValue(r, state.metric)))});
-      }
+        return [{key: state.metric, id: METRIC, metric: true, title: `${key} (${agg})`,
+                 ...makeAxis(state.runs.map((r) => metricValue(r, state.metric)))}];
+      });
+      const params = axes.filter((a) => !a.metric);
+      const options = new Map();
+      for (const r of state.runs) for (const k of Object.keys(r.params || {})) options.set(`p:${k}`, title(k));
+      options.set(METRIC, state.metric ? `${splitMetric(state.metric)[0]} (metric)` : "the metric");
+      chooser.fill(new Map([...options].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))), axes.map((a) => a.id));
       axes.forEach((a, i) => { a.index = i; });
       state.axes = axes;
       for (const id of [...state.brushes.keys()]) if (!axes.some((a) => a.id === id)) state.brushes.delete(id);
@@ -364,7 +337,7 @@ export const parcoords = (() => {
       const noValue = state.runs.filter((r) => state.metric && metricValue(r, state.metric) === null).length;
       status.textContent = !state.runs.length ? "No runs to show: their params and metrics appear here."
         : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}` +
-          (params.length ? `, ${params.length} param${params.length === 1 ? "" : "s"} that differ` : "; no param differs across them") +
+          (params.length ? `, ${params.length} param axis${params.length === 1 ? "" : "es"}` : "; no param axis (none differs, or none chosen)") +
           (noValue ? `; ${noValue} without ${metricAxis.title} (grey)` : "") + ". Click a line to open its run.";
       state.drawn = JSON.stringify(state.runs.map((r) => [r.id, r.name, r.params, r.summary]));
       state.renders += 1;
@@ -376,6 +349,7 @@ export const parcoords = (() => {
     if (typeof ResizeObserver !== "undefined") {
       new ResizeObserver(() => { if (Math.abs(el.clientWidth - state.width) > 2 && state.width) render(); }).observe(el);
     }
+    document.addEventListener(SEED_EVENT, () => { if (!state.chosen) render(); });
     render();
     return {
       update: (fresh) => {
@@ -386,6 +360,8 @@ export const parcoords = (() => {
         state.runs = [...fresh];
         if (state.dragging) state.pending = true; else render();
       },
+      setAxes: (ids) => { state.chosen = ids; render(); },
+      axes: () => state.axes.map((a) => a.id),
       setMetric: (col) => { state.metric = col || null; state.brushes.delete(METRIC); render(); },
       metric: () => state.metric,
       kept: keptIds,

@@ -3,6 +3,7 @@
 // The pure parts (summaryKeys, defaultSummaries, splitSummary, seconds) are unit-tested.
 import {timeEl} from "./lib/dom.js";
 import {compareKeys, differingParams, fmtDuration, fmtValue, parseTime, runColor} from "./lib/format.js";
+import {seedShown} from "./lib/seed.js";
 import {pages} from "./lib/urls.js";
 
 export const el = (tag, text, cls) => {
@@ -64,7 +65,7 @@ export const columns = (runs, summaries, owners) => {
       return td;
     }},
   ];
-  for (const key of differingParams(runs)) {
+  for (const key of differingParams(runs, seedShown())) {
     cols.push({title: key, sort: `params.${key}`, num: true, param: key,
                cell: (run) => el("td", fmtValue((run.params || {})[key]), "num")});
   }

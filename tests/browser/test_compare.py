@@ -144,3 +144,46 @@ def test_experiment_page_overlays_every_runs_curves_live(admin_page: Page) -> No
         arg=150,
         timeout=15_000,
     )
+
+
+def test_x_axis_any_logged_metric(admin_page: Page) -> None:
+    """X axis "metric:tokens": each loss point at the tokens logged at its step (between two
+    tokens points, on the line between them); back to step; the state's names (x)."""
+
+    def points(i: int) -> dict[str, list[tuple[int, float]]]:
+        return {
+            "train/loss": [(s, 1.0 / s) for s in range(1, 21)],
+            "tokens": [(s, 1000.0 * (i + 1) * s) for s in range(2, 21, 2)],  # every other step
+            "epoch": [(10, 1.0), (20, 2.0)],
+        }
+
+    configs = [{"recipe": "tiny_mlp", "params": {"lr": lr}, "seed": 1} for lr in (0.1, 0.01)]
+    _, ids = make_experiment_runs(configs, per_run=points, name="x-metric")
+    page = admin_page
+    page.goto(f"/compare?runs={ids[0]},{ids[1]}")
+    traces(page, "train/loss", 2)
+    options = page.locator("#compare-x-axis option").evaluate_all("(os) => os.map((o) => o.value)")
+    assert options == [
+        "step",
+        "time",
+        "relative",
+        "metric:train/loss",
+        "metric:epoch",
+        "metric:tokens",
+    ]
+    page.select_option("#compare-x-axis", "metric:tokens")
+    page.wait_for_function(
+        """() => document.querySelector('div.metric-chart[data-key="train/loss"]')
+                 .layout.xaxis.title.text === "tokens" """
+    )
+    xs = page.evaluate(
+        """() => document.querySelector('div.metric-chart[data-key="train/loss"]')
+                 .data.map((t) => t.x.slice(0, 5))"""
+    )
+    # step 1 is before the first tokens point: a gap; step 3 between 2000 and 4000
+    assert xs == [[None, 2000, 3000, 4000, 5000], [None, 4000, 6000, 8000, 10000]]
+    page.select_option("#compare-x-axis", "step")
+    page.wait_for_function(
+        """() => document.querySelector('div.metric-chart[data-key="train/loss"]')
+                 .data[0].x[0] === 1"""
+    )

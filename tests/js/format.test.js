@@ -4,7 +4,7 @@ import {test} from "node:test";
 
 import {
   collapseCarriageReturns, compareKeys, differingParams, fmtBytes, fmtDuration, fmtParam, fmtValue,
-  groupTitle, keyGroup, lostText, parseTime, runColor, runLabels, stepTitle, utcText,
+  groupTitle, isSeedParam, keyGroup, lostText, parseTime, runColor, runLabels, stepTitle, utcText,
 } from "../../app/static/lib/format.js";
 
 test("bytes read as the server writes them (app/runs/notices.py size_text): binary units", () => {
@@ -88,4 +88,17 @@ test("run labels name the params that differ, short unless two end the same", ()
   assert.equal(labels.get(1), "run 1 · bs=64 params.lr=0.1");
   assert.equal(labels.get(2), "run 2 warm · bs=64 params.lr=0.01");
   assert.equal(labels.get(3), "run 3 · opt.lr=2 params.lr=0.01");
+});
+
+test("the seed varies by design: left out of the differing params and labels unless asked", () => {
+  const runs = [
+    {id: 1, params: {"params.lr": 0.1, seed: 11, "params.seed": 1, "hparams.random_seed": 5}},
+    {id: 2, params: {"params.lr": 0.1, seed: 3843, "params.seed": 2, "hparams.random_seed": 6}},
+  ];
+  for (const key of ["seed", "params.seed", "hparams.random_seed"]) assert.ok(isSeedParam(key), key);
+  for (const key of ["params.seeds", "seed_lr", "params.lr"]) assert.ok(!isSeedParam(key), key);
+  assert.deepEqual(differingParams(runs), []);
+  assert.deepEqual(differingParams(runs, true), ["hparams.random_seed", "params.seed", "seed"]);
+  assert.equal(runLabels(runs).get(2), "run 2");
+  assert.equal(runLabels(runs, true).get(2), "run 2 · random_seed=6 params.seed=2 seed=3843");
 });

@@ -2,7 +2,9 @@
 import assert from "node:assert/strict";
 import {test} from "node:test";
 
-import {decimate, emaAll, emaPush, emaState, lowerBound} from "../../app/static/lib/series.js";
+import {
+  decimate, emaAll, emaPush, emaState, lowerBound, xAtSteps, xMetricKey,
+} from "../../app/static/lib/series.js";
 
 test("lowerBound finds the first index at or past x", () => {
   const a = [1, 3, 3, 5];
@@ -49,4 +51,22 @@ test("a bucket of gaps keeps its first point (and the series its last)", () => {
   const out = decimate(d, 6);  // 2 buckets of 3
   assert.deepEqual(out.step, [0, 1, 3, 5]);
   assert.deepEqual(out.value, [1, 2, null, null]);
+});
+
+test("xAtSteps: the x-metric's value at each step, interpolated between its points, null outside", () => {
+  const tokens = {step: [0, 10, 20], value: [0, 2560, 5120]};
+  assert.deepEqual(xAtSteps([0, 5, 10, 15, 20], tokens), [0, 1280, 2560, 3840, 5120]);
+  // before the first point and after the last: nothing known, a gap
+  const epoch = {step: [100, 200], value: [1, 2]};
+  assert.deepEqual(xAtSteps([50, 100, 150, 200, 250], epoch), [null, 1, 1.5, 2, null]);
+  // a null x value stays a gap; no x series at all: all gaps
+  assert.deepEqual(xAtSteps([1, 2, 3], {step: [1, 3], value: [null, 3]}), [null, null, 3]);
+  assert.deepEqual(xAtSteps([1, 2], null), [null, null]);
+  assert.deepEqual(xAtSteps([1, 2], {step: [], value: []}), [null, null]);
+});
+
+test("xMetricKey reads the chart state's x: metric:<key>, or null for step and time", () => {
+  assert.equal(xMetricKey("metric:epoch"), "epoch");
+  assert.equal(xMetricKey("metric:train/tokens"), "train/tokens");
+  for (const x of ["step", "time", "relative", undefined]) assert.equal(xMetricKey(x), null);
 });

@@ -105,14 +105,22 @@ export const fmtValue = (v) => {
   return JSON.stringify(v);
 };
 
+// Params varying by design, by the last part of their dotted key: the launch config's `seed`
+// (app/experiments/config.py with_seed draws one per run), and a seed a script keeps among its
+// params or reports as an hparam (params.seed, hparams.random_seed). THE set: every "differing"
+// view leaves them out unless the reader ticks "Show seed" (lib/seed.js).
+export const SEED_NAMES = ["seed", "random_seed"];
+export const isSeedParam = (key) => SEED_NAMES.includes(key.slice(key.lastIndexOf(".") + 1));
+
 // The params whose values are not all the same across `runs` (a run without one counts as
-// differing), in key order: the runs table's columns, the overlays' legends, the parallel
-// coordinates' axes.
-export const differingParams = (runs) => {
+// differing), in key order, the seed left out unless `withSeed`: the runs table's columns, the
+// overlays' legends, the parallel coordinates' axes.
+export const differingParams = (runs, withSeed = false) => {
   const keys = new Set();
   for (const r of runs) for (const k of Object.keys(r.params || {})) keys.add(k);
   if (runs.length < 2) return [];
   return [...keys].sort().filter((k) => {
+    if (!withSeed && isSeedParam(k)) return false;
     const first = JSON.stringify((runs[0].params || {})[k]);
     return runs.some((r) => JSON.stringify((r.params || {})[k]) !== first);
   });
@@ -121,8 +129,8 @@ export const differingParams = (runs) => {
 // Each run's label, by id: "run 12 · lr=0.01 bs=64" (a named run: "run 12 warmup · ..."), with
 // at most 4 of the params that differ; "params.lr" shows as "lr" unless two differing params
 // end the same.
-export const runLabels = (runs) => {
-  const diff = differingParams(runs).slice(0, 4);
+export const runLabels = (runs, withSeed = false) => {
+  const diff = differingParams(runs, withSeed).slice(0, 4);
   const last = (k) => k.slice(k.lastIndexOf(".") + 1);
   const count = new Map();
   for (const k of diff) count.set(last(k), (count.get(last(k)) || 0) + 1);

@@ -43,3 +43,32 @@ export const decimate = (d, budget) => {
   return out;
 };
 
+
+// --- another metric as the x axis ----------------------------------------------------------
+// The chart state's x: "step", "time" (wall time), "relative" (seconds since the run's first
+// point) or "metric:<key>" (any logged key: epoch, tokens). The same names wherever a chart's
+// state is kept (the overlays' control, saved views).
+export const X_METRIC = "metric:";
+export const xMetricKey = (x) => (typeof x === "string" && x.startsWith(X_METRIC) ? x.slice(X_METRIC.length) : null);
+
+// Each of `steps` (ascending) mapped to the x-metric's value at that step: `xs` is the
+// x-metric's series ({step, value}, steps ascending). Its value at the same step when it has
+// one; between two of its points, the straight line between them (a downsampled series, or one
+// logged less often, has no point at every step: tokens every 10 steps read 1280 at step 5
+// between 0 and 2560); before its first point or after its last, null (a gap: nothing is
+// known there). A null x value stays a gap.
+export const xAtSteps = (steps, xs) => {
+  const out = new Array(steps.length).fill(null);
+  if (!xs || !xs.step.length) return out;
+  const n = xs.step.length;
+  for (let i = 0; i < steps.length; i++) {
+    const step = steps[i];
+    const j = lowerBound(xs.step, step);
+    if (j < n && xs.step[j] === step) { out[i] = xs.value[j]; continue; }
+    if (j === 0 || j === n) continue;
+    const s0 = xs.step[j - 1], s1 = xs.step[j], v0 = xs.value[j - 1], v1 = xs.value[j];
+    if (v0 === null || v1 === null || !isFinite(v0) || !isFinite(v1)) continue;
+    out[i] = v0 + ((v1 - v0) * (step - s0)) / (s1 - s0);
+  }
+  return out;
+};

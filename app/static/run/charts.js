@@ -6,7 +6,7 @@ import {plot} from "../chart.js";
 import {call, errorText} from "../lib/api.js";
 import {$, chartGroup} from "../lib/dom.js";
 import {compareGroups, compareKeys, isSystemKey, keyGroup, stepTitle} from "../lib/format.js";
-import {decimate, emaAll, emaPush, emaState, lowerBound} from "../lib/series.js";
+import {decimate, emaAll, emaPush, emaState, lowerBound, xAtSteps, xMetricKey} from "../lib/series.js";
 import {api} from "../lib/urls.js";
 import {BUDGET, history} from "./prefetch.js";
 
@@ -20,7 +20,9 @@ const SHOW_STEP = 200;
 // root: the run page's #run element. Returns the charts (key -> state), the stream's metrics
 // handler, the last step held per key (the stream's `after`) and load() for the history.
 export const mountCharts = (root, runId) => {
-  const view = {smoothing: 0, logY: false, xMode: "step", t0: null};
+  // x: the chart state's x ("step", "time": seconds since the run's first point, or
+  // "metric:<key>": another key's value at each step, lib/series.js).
+  const view = {smoothing: 0, logY: false, x: "step", t0: null};
   const charts = new Map();     // key -> chart state
   // A resumed run: its parent's curve up to the checkpoint's step is drawn first, lighter
   // (step x-axis only: the parent's wall times are not this run's).
@@ -32,8 +34,12 @@ export const mountCharts = (root, runId) => {
 
 
   // A new array: the chart keeps (and plot.extend grows) the trace's own arrays.
-  const xsOf = (d) => view.xMode === "time"
-    ? d.time.map((t) => (t == null || view.t0 == null ? null : t - view.t0)) : d.step.slice();
+  const xsOf = (d) => {
+    const key = xMetricKey(view.x);
+    if (key) return xAtSteps(d.step, (charts.get(key) || {}).data);
+    return view.x === "time"
+      ? d.time.map((t) => (t == null || view.t0 == null ? null : t - view.t0)) : d.step.slice();
+  };
 
   // --- charts -------------------------------------------------------------------------------
   // One box per key group (keyGroup: the prefix before the first "/") with its grid of
@@ -77,7 +83,7 @@ export const mountCharts = (root, runId) => {
 
   const layoutFor = (key) => ({
     title: {text: key},
-    xaxis: {title: {text: view.xMode === "time" ? "wall time (s)" : stepTitle(key)},
+    xaxis: {title: {text: xMetricKey(view.x) || (view.x === "time" ? "wall time (s)" : stepTitle(key))},
             autorange: true},
     yaxis: {type: view.logY ? "log" : "linear", autorange: true},
   });
@@ -86,7 +92,7 @@ export const mountCharts = (root, runId) => {
   const parentTrace = (key) => {
     const p = parentSeries[key];
     // Not a system series: the parent's seconds are not this run's, nor training steps.
-    if (!p || !p.step.length || view.xMode !== "step" || isSystemKey(key)) return [];
+    if (!p || !p.step.length || view.x !== "step" || isSystemKey(key)) return [];
     return [{mode: p.step.length < 60 ? "lines+markers" : "lines", name: `run ${parent.id} (parent)`,
              x: p.step.slice(), y: p.value.slice(), line: {width: 1.2, color: "#9aa3b2", dash: "dot"},
              opacity: 0.8, meta: "parent"}];
@@ -159,6 +165,9 @@ export const mountCharts = (root, runId) => {
     const chart = {key, div, data: d, shown: d, pending: null, updates: 0, zoom: 0,
                    ema: emaState(), drawn: false};
     charts.set(key, chart);
+    if (!isSystemKey(key)) {  // a choice for the x axis (sys/ steps are seconds)
+      $("x-axis").append(Object.assign(document.createElement("option"), {value: `metric:${key}`, textContent: key}));
+    }
     if (view.t0 == null && d.time.length) view.t0 = d.time[0];
     const g = groupBox(keyGroup(key));
     if (!lazy || g.shown < g.limit || shownAtFirst < SHOW_STEP) {
@@ -194,7 +203,8 @@ export const mountCharts = (root, runId) => {
     }
     const lo = ev["xaxis.range[0]"] ?? (ev["xaxis.range"] || [])[0];
     const hi = ev["xaxis.range[1]"] ?? (ev["xaxis.range"] || [])[1];
-    if (lo === undefined || hi === undefined) return;
+    // Against another metric uPlot's own zoom stands: its x is not monotonic in the step.
+    if (lo === undefined || hi === undefined || xMetricKey(view.x)) return;
     // x -> step through the overview (so the same code serves the time axis).
     const d = chart.data, xs = xsOf(d);
     const i0 = Math.max(0, lowerBound(xs, Number(lo)) - 1);
@@ -222,6 +232,8 @@ export const mountCharts = (root, runId) => {
   };
 
   const flush = () => {
+    // Against another metric, a point's x may come in the same batch: all held, then redrawn.
+    const byMetric = xMetricKey(view.x), redraw = new Set();
     for (const chart of charts.values()) {
       const p = chart.pending;
       if (!p) continue;
@@ -241,6 +253,7 @@ export const mountCharts = (root, runId) => {
         draw(chart, chart.data, false);
         continue;
       }
+      if (byMetric) { chart.shown = chart.data; chart.updates += 1; redraw.add(chart); continue; }
       const x = xsOf(p);
       const y = p.value;
       const ys = y.map((v) => emaPush(chart.ema, v, view.smoothing));
@@ -252,6 +265,9 @@ export const mountCharts = (root, runId) => {
       chart.updates += 1;
       markCounts(chart);
     }
+    // new x values (the x-metric's own points) move every chart's; else only the updated ones
+    const all = [...redraw].some((c) => c.key === byMetric);
+    for (const c of all ? charts.values() : redraw) if (c.drawn) draw(c, c.data, false);
   };
 
   const onMetrics = (series) => {
@@ -301,7 +317,7 @@ export const mountCharts = (root, runId) => {
       plot.relayout(c.div, {"yaxis.type": view.logY ? "log" : "linear", "yaxis.autorange": true});
     }
   });
-  $("x-axis").addEventListener("change", (e) => { view.xMode = e.target.value; redrawAll(); });
+  $("x-axis").addEventListener("change", (e) => { view.x = e.target.value; redrawAll(); });
 
   const showChartsError = (text) => { const e = $("charts-error"); e.textContent = text; e.hidden = false; };
 
