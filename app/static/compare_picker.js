@@ -91,6 +91,7 @@ export const picker = (form) => {
     }
     fillMetrics();
     show();
+    list.dataset.searchedFor = text;  // the text this list answers
     list.dataset.searched = String(mine);
   };
 
