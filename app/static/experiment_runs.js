@@ -79,6 +79,7 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
     head.append(allTh);
     for (const col of cols) {
       const th = el("th", undefined, col.num ? "num" : undefined);
+      if (col.cls) th.classList.add(col.cls);
       if (col.param) th.dataset.param = col.param;
       if (col.summary) th.dataset.summary = col.summary;
       if (col.sort) {
