@@ -18,6 +18,10 @@ export const mountCheckpoints = (root, runId, stream) => {
     if (!r.ok) { err.textContent = `Could not list checkpoints: ${errorText(r.body)}`; err.hidden = false; return; }
     err.hidden = true;
     const body = $("checkpoints").querySelector("tbody");
+    // The server's list is the whole truth: retention drops checkpoints as the run goes
+    // (and at its end), so a row the answer no longer has goes too.
+    const listed = new Set(r.body.map((c) => c.name));
+    for (const tr of [...body.children]) if (!listed.has(tr.dataset.checkpoint)) tr.remove();
     const have = new Set([...body.children].map((tr) => tr.dataset.checkpoint));
     for (const c of r.body) {
       if (have.has(c.name)) continue;
