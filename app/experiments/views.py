@@ -15,6 +15,7 @@ from app.auth.models import User
 from app.db import MAX_ID, SessionDep
 from app.errors import Invalid
 from app.experiments import service
+from app.experiments.best import best_of_experiments
 from app.experiments.config import RunConfig, ScriptConfig, run_config
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
@@ -75,16 +76,19 @@ def experiments_page(
     )
     rows = service.to_out(session, found)
     runs = service.run_ids_by_experiment(session, experiment_ids=[e.id for e in found])
-    summaries = run_summaries(session, run_ids=[rid for rs in runs.values() for rid, _ in rs])
+    bests = best_of_experiments(
+        session,
+        experiments=found,
+        run_ids={exp_id: [rid for rid, _ in rs] for exp_id, rs in runs.items()},
+    )
     items = []
     for row in rows:
         exp_runs = runs.get(row.id, [])
-        accs = [a for rid, _ in exp_runs if (a := summaries[rid].best_acc) is not None]
         items.append(
             {
                 "exp": row,
                 "last_status": exp_runs[0][1] if exp_runs else None,
-                "best_acc": max(accs) if accs else None,
+                "best": bests.get(row.id),
             }
         )
     return render(

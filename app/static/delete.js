@@ -3,6 +3,7 @@
 // X-Freed-Bytes header of the 204), then offers the way back (the page's object is gone).
 // lib/api.js deleteObject is the one DELETE call (the runs table's "Delete" uses it too).
 import {deleteObject} from "./lib/api.js";
+import {showFailure} from "./lib/dom.js";
 import {fmtBytes} from "./lib/format.js";
 
 // Wires every such button of the page, once (a module runs once however often imported).
@@ -20,11 +21,11 @@ export const mountDeleteButtons = () => {
       if (!confirm(`Delete ${what}? Its metrics, logs, files and checkpoints are removed for good.`)) return;
       button.disabled = true;
       const errorBox = document.getElementById("delete-error");
-      if (errorBox) errorBox.hidden = true;
+      showFailure(errorBox);
       const result = await deleteObject(button.dataset.deleteUrl);
       if (!result.ok) {
         button.disabled = false;
-        show("delete-error", `Could not delete: ${result.error}`);
+        showFailure(errorBox, "Could not delete", result.error);
         return;
       }
       const done = show("delete-done", `Deleted ${what}: ${fmtBytes(result.freed)} freed. `);

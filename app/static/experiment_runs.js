@@ -8,7 +8,7 @@
 // cursor paging ("Load more"), and the selected runs compared, tagged or deleted. A run its
 // sweep stopped early is marked next to its status, the reason in the mark's title.
 // Every name, key and value from a run reaches the page as textContent, never as HTML.
-import {call, deleteObject, errorText} from "./lib/api.js";
+import {call, deleteObject, errorText, failureText} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
@@ -83,6 +83,7 @@ import {groupedRows} from "./runs_groups.js";
     head.append(allTh);
     for (const col of cols) {
       const th = el("th", undefined, col.num ? "num" : undefined);
+      if (col.cls) th.classList.add(col.cls);
       if (col.param) th.dataset.param = col.param;
       if (col.summary) th.dataset.summary = col.summary;
       if (col.sort) {
@@ -295,11 +296,11 @@ import {groupedRows} from "./runs_groups.js";
     for (const run of state.runs.filter((r) => state.selected.has(r.id))) {
       const tags = [...new Set([...(run.tags || []), tag])];
       const r = await call("PATCH", api.run(run.id), {tags});
-      if (!r.ok) failed.push(`run ${run.id}: ${errorText(r.body)}`);
+      if (!r.ok) failed.push(`run ${run.id}: ${failureText(r)}`);
     }
+    await load();  // listed again first: a successful listing clears the error box
     if (failed.length) showError(`Not tagged: ${failed.join("; ")}`);
     else showNotice(`Tagged ${selectedIds().length} run(s) "${tag}".`);
-    await load();
   });
   $("runs-delete")?.addEventListener("click", async () => {
     const ids = selectedIds();
@@ -315,9 +316,9 @@ import {groupedRows} from "./runs_groups.js";
       if (result.ok) { deleted += 1; freed += result.freed; state.selected.delete(id); }
       else failed.push(`run ${id}: ${result.error}`);
     }
+    await load();  // listed again first: a successful listing clears the error box
     if (deleted) showNotice(`Deleted ${deleted} run(s): ${fmtBytes(freed)} freed.`);
     if (failed.length) showError(`Not deleted: ${failed.join("; ")}`);
-    await load();
   });
 
   // The parallel coordinates' brush: its runs highlighted here, and selected on request (then

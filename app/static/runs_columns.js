@@ -48,7 +48,7 @@ export const splitSummary = (col) => {
 // sort= name), num, param | summary, cell(run) -> <td>}. owners: user id -> name.
 export const columns = (runs, summaries, owners) => {
   const cols = [
-    {title: "Run", sort: "id", cell: runCell},
+    {title: "Run", sort: "id", cls: "run-name", cell: runCell},
     {title: "Status", sort: "status", cell: (run) => {
       const td = el("td");
       td.append(el("span", run.status, `badge status-${run.status}`));
@@ -90,13 +90,16 @@ export const columns = (runs, summaries, owners) => {
   return cols;
 };
 
+// The name column stays in view while the table scrolls sideways (app.css: sticky); a long
+// name is cut there, the whole of it in the link's title.
 function runCell(run) {
-  const td = el("td");
+  const td = el("td", undefined, "run-name");
   const swatch = el("span", undefined, "run-swatch");
   swatch.style.backgroundColor = runColor(run.id);
   swatch.setAttribute("aria-hidden", "true");
-  const link = el("a", run.name || `run ${run.id}`);
+  const link = el("a", run.name || `run ${run.id}`, "name-cut");
   link.href = pages.run(run.id);
+  link.title = link.textContent;
   td.append(swatch, link);
   if (run.name) td.append(" ", el("span", `#${run.id}`, "muted"));
   return td;

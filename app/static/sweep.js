@@ -5,7 +5,7 @@
 // body), then polled every 3 s while the sweep runs. Every name and value from the sweep
 // reaches the page through textContent / createElementNS, never as markup.
 import {call, errorText, serverDown} from "./lib/api.js";
-import {markStale} from "./lib/dom.js";
+import {markStale, showFailure} from "./lib/dom.js";
 import {fmtParam, lostText} from "./lib/format.js";
 import {parcoords} from "./parcoords.js";
 import {api, pages} from "./lib/urls.js";
@@ -215,7 +215,7 @@ import {finishedCount} from "./lib/status.js";
       cancel.disabled = true;
       const r = await call("POST", api.sweepCancel(id));
       cancel.disabled = false;
-      if (r.ok) { showError(""); draw(r.body); schedule(r.body.status); } else showError(errorText(r.body));
+      if (r.ok) { showError(""); draw(r.body); schedule(r.body.status); } else showFailure(error, "Could not cancel", r);
     });
   }
 })();

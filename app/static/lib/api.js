@@ -28,6 +28,17 @@ export const errorText = (body) => {
   return typeof body === "string" ? body : JSON.stringify(body);
 };
 
+// What a failed action says, on every page alike (lib/dom.js showFailure puts it next to the
+// control that took it): the server's own message for a refusal (403), a conflict (409) or a
+// refused value (422); the network's error when the server could not be reached (status 0);
+// the status for a 5xx whose body is not the server's JSON (a proxy's HTML page).
+export const failureText = (r) => {
+  if (r.status >= 500 && (r.body === null || typeof r.body !== "object")) {
+    return `the server failed (HTTP ${r.status})`;
+  }
+  return errorText(r.body);
+};
+
 // Whether an answer means the server did not answer for itself: unreachable (status 0) or
 // failing behind a proxy (5xx). A 4xx is the server talking.
 export const serverDown = (r) => r.status === 0 || r.status >= 500;
@@ -46,7 +57,7 @@ export const deleteObject = async (url) => {
   if (response.status !== 204) {
     let body = null;
     try { body = await response.json(); } catch { /* not JSON */ }
-    return {ok: false, freed: 0, error: errorText(body)};
+    return {ok: false, freed: 0, error: failureText({status: response.status, body})};
   }
   return {ok: true, freed: Number(response.headers.get("X-Freed-Bytes") || 0), error: null};
 };

@@ -1,9 +1,19 @@
 // DOM helpers shared by the pages: times as <time> elements, form errors by their fields, a
 // chart group's box, and the "not confirmed since" marks of a page whose server went quiet.
-import {errorText} from "./api.js";
+import {errorText, failureText} from "./api.js";
 import {clockText, fmtTime, groupTitle, parseTime, utcText} from "./format.js";
 
 export const $ = (id) => document.getElementById(id);
+
+// The one place a page says that an action failed (403, 409, 422, or the network): `box`, the
+// alert next to the control that took it, shows "<what>: <why>", why being `r`'s failureText
+// (a call's {status, body}) or text already made (deleteObject's error); no `r` clears it.
+export const showFailure = (box, what, r) => {
+  if (!box) return;
+  const text = r ? `${what}: ${typeof r === "string" ? r : failureText(r)}` : "";
+  box.textContent = text;
+  box.hidden = !text;
+};
 
 // A <time> showing `iso` in the reader's locale, with the UTC time in its title.
 export const showTime = (el, iso) => {

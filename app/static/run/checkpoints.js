@@ -2,7 +2,7 @@
 // write), asked for again on the stream's events (soon after an "epoch" point: a recipe saves
 // its checkpoint just after logging it), and the resume form.
 import {call, errorText} from "../lib/api.js";
-import {$, timeEl} from "../lib/dom.js";
+import {$, showFailure, timeEl} from "../lib/dom.js";
 import {fmtBytes} from "../lib/format.js";
 import {api, pages} from "../lib/urls.js";
 
@@ -18,6 +18,10 @@ export const mountCheckpoints = (root, runId, stream) => {
     if (!r.ok) { err.textContent = `Could not list checkpoints: ${errorText(r.body)}`; err.hidden = false; return; }
     err.hidden = true;
     const body = $("checkpoints").querySelector("tbody");
+    // The server's list is the whole truth: retention drops checkpoints as the run goes
+    // (and at its end), so a row the answer no longer has goes too.
+    const listed = new Set(r.body.map((c) => c.name));
+    for (const tr of [...body.children]) if (!listed.has(tr.dataset.checkpoint)) tr.remove();
     const have = new Set([...body.children].map((tr) => tr.dataset.checkpoint));
     for (const c of r.body) {
       if (have.has(c.name)) continue;
@@ -103,8 +107,7 @@ export const mountCheckpoints = (root, runId, stream) => {
       const r = await call("POST", api.runResume(runId), {checkpoint: resumeName, overrides});
       if (r.ok) { window.location.href = pages.run(r.body.id); return; }
       $("resume-submit").disabled = false;
-      err.textContent = `Could not resume from ${resumeName}: ${errorText(r.body)}`;
-      err.hidden = false;
+      showFailure(err, `Could not resume from ${resumeName}`, r);
     });
   }
   return {load};

@@ -1,7 +1,7 @@
 // The run page's name, tags and notes: shown as text, edited inline through PATCH /api/runs/{id}.
 // Everything the server sends back is set with textContent (never HTML).
-import {call, errorText} from "../lib/api.js";
-import {$} from "../lib/dom.js";
+import {call} from "../lib/api.js";
+import {$, showFailure} from "../lib/dom.js";
 import {api} from "../lib/urls.js";
 
 export const mountLabel = () => {
@@ -27,7 +27,7 @@ export const mountLabel = () => {
     $("run-tags-input").value = run.tags.join(" ");
     $("run-notes-input").value = run.notes || "";
   };
-  const close = () => { form.hidden = true; editButton.hidden = false; error.textContent = ""; };
+  const close = () => { form.hidden = true; editButton.hidden = false; showFailure(error); };
 
   editButton.addEventListener("click", () => {
     form.hidden = false;
@@ -44,7 +44,7 @@ export const mountLabel = () => {
     };
     const result = await call("PATCH", api.run(root.dataset.runId), body);
     if (!result.ok) {
-      error.textContent = errorText(result.body);
+      showFailure(error, "Not saved", result);
       return;
     }
     show(result.body);

@@ -3,8 +3,8 @@
 // the loss with the facts shown marked stale). Fed by the run's stream (lib/run_stream.js):
 // its status events, and a re-read of the run on the stream's events (no timer of its own
 // but the clock of the running duration).
-import {call, errorText, serverDown} from "../lib/api.js";
-import {$, markStale, showTime} from "../lib/dom.js";
+import {call, serverDown} from "../lib/api.js";
+import {$, markStale, showFailure, showTime} from "../lib/dom.js";
 import {LOST_TEXT, clockText, fmtBytes, fmtDuration, lostText, parseTime} from "../lib/format.js";
 import {BUILDING, isActive, isFinished} from "../lib/status.js";
 import {api} from "../lib/urls.js";
@@ -152,7 +152,7 @@ export const mountStatus = (root, runId, stream, charts) => {
     $("run-action-error").textContent = "";
     const r = await call("POST", api.runCancel(runId));
     button.disabled = false;
-    if (!r.ok) { $("run-action-error").textContent = `Could not cancel: ${errorText(r.body)}`; return; }
+    if (!r.ok) { showFailure($("run-action-error"), "Could not cancel", r); return; }
     setStatus({status: r.body.status, started_at: r.body.started_at,
                finished_at: r.body.finished_at, error: r.body.error});
     if (r.body.status === "running") $("run-action-error").textContent = "";
