@@ -65,6 +65,8 @@ def _postgres_head_template(admin: Engine) -> str:
             conn.exec_driver_sql(f"CREATE DATABASE {name}")
         atexit.register(_drop_postgres_database, name)
         upgrade(make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False))
+        with admin.connect() as conn:  # nor does autovacuum connect to it from now on
+            conn.exec_driver_sql(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")
         _head_templates["postgresql"] = name
     return _head_templates["postgresql"]
 
