@@ -66,11 +66,13 @@ REPO = Path(__file__).resolve().parent.parent
 # Test modules whose subject is not the database or the broker, named by their path under
 # tests/ (dots for slashes: the browser tests' names repeat some of the others'). The PostgreSQL
 # + Redis pass (`make test-services`) leaves them out with `-m "not local_only"`, since they
-# would only repeat what the first pass showed; each says why it is here. What stays in both
-# passes is what exercises the database or the broker: the API in-process, ingest, listing,
-# leases, lifecycle, liveness, the sweeps driver, deletion, migrations, PG restart, separate
-# hosts. Single tests whose subject is not the database are marked `local_only` where they are
-# (test_e2e_runs: training quality and seeding; test_e2e_sweeps: the samplers' quality).
+# would only repeat what the first pass showed; each says why it is here (and
+# tests/test_local_only.py fails on a module that reaches neither, by its imports and fixture
+# names, and is not here). What stays in both passes is what exercises the database or the
+# broker: the API in-process, ingest, listing, leases, lifecycle, liveness, the sweeps
+# driver, deletion, migrations, PG restart, separate hosts. Single tests whose subject is not
+# the database are marked `local_only` where they are (test_e2e_runs: training quality and
+# seeding; test_e2e_sweeps: the samplers' quality).
 LOCAL_ONLY_MODULES = frozenset(
     {
         # the UI in a real browser: its DOM, charts and forms over an API tested on both stacks
@@ -158,6 +160,16 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_tensorboard_events",  # the event-file parser on hostile bytes
         "test_wheel",
         "test_workspace",
+        # source rules, pure parsers and models, process supervision: no database reached
+        "test_architecture",  # import and layering rules, read from the source
+        "test_contract_paths",  # one way to name a run's files, read from the source
+        "test_experiments_config",  # the run config model (its storage: test_experiments_api)
+        "test_http_errors",  # domain errors to responses, on an app of its own
+        "test_mlflow_search",  # MLflow's filter grammar (run on both databases: test_mlflow_client)
+        "test_periodic",  # app.periodic's rounds and wake-ups
+        "test_static_modules",  # the front-end's ES module imports, read from the files
+        "test_supervisor",  # `up`'s supervisor over real child processes
+        "test_standby",  # `up`'s spare server (its own SQLite stack in either pass)
     }
 )
 

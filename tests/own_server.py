@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.auth.service import create_user, issue_token
 from app.cli.server import server_argv
 from app.db import make_engine
-from app.migrate import upgrade
+from tests.databases import sqlite_at_head
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
 
 
@@ -27,7 +27,7 @@ class OwnServer:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         url = f"sqlite:///{directory / 'own.db'}"
-        upgrade(url, "head")
+        sqlite_at_head(directory / "own.db")
         self.engine: Engine = make_engine(url)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")} | {
             "TORCHYARD_DATA_DIR": str(directory / "data"),

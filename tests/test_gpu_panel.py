@@ -103,9 +103,15 @@ def queue_stranded(made: Made, username: str, gpus: int, priority: int = TOP) ->
         return run.id
 
 
-def host(made: Made) -> str:
+def host(made: Made, gpus: list[int]) -> str:
+    """A new host, live (heartbeated now) with these GPUs: a run asking for GPUs is refused
+    while no live host has that many (app.runs.service), so each test brings its own rather
+    than rely on the hosts another module's workers left heartbeating (with only the suite's
+    0-GPU worker live, a 1-GPU run is refused)."""
     name = f"panel-{secrets.token_hex(4)}"
     made.hosts.append(name)
+    with session_scope() as session:
+        touch_host(session, host=name, gpus=gpus, now=utcnow())
     return name
 
 
@@ -188,7 +194,7 @@ def test_read_gpu_stats_reports_memory_utilization_and_processes() -> None:
 
 def test_a_gpu_busy_with_a_process_torchyard_did_not_start_is_not_handed_out(made) -> None:
     username, _, _ = make_user()
-    box = host(made)
+    box = host(made, [0, 1])
     # GPU 0 runs somebody's hand-started job; GPU 1 is idle.
     stats = gpu_stats(Inventory(box, (0, 1), "nvml"), fake_nvml([999], []))
     first, second = queue_run(made, username, 1), queue_run(made, username, 1)
@@ -215,7 +221,7 @@ def test_a_gpu_busy_with_a_process_torchyard_did_not_start_is_not_handed_out(mad
 
 def test_gpu_panel_shows_each_gpu_state_and_the_queue_with_reasons(client, made) -> None:
     alice, _, alice_headers = make_user()
-    box = host(made)
+    box = host(made, [0, 1, 2])
     stats = gpu_stats(Inventory(box, (0, 1, 2), "nvml"), fake_nvml([], [555], []))
     holder = queue_run(made, alice, 1)
     assert start_on(holder, box, [0, 1, 2], stats).gpu_indices == (0,)
@@ -249,7 +255,7 @@ def test_gpu_panel_queue_order_and_reasons_come_from_the_scheduler(made) -> None
     """Exact reasons need a world of our own: hosts heartbeating in the future are the only
     live ones there, and our runs (top priority) come before anything else queued."""
     bob, _, _ = make_user()
-    box = host(made)
+    box = host(made, [0, 1])
     future = utcnow() + timedelta(days=365 * 50)
     holder = queue_run(made, bob, 1)
     assert start_on(holder, box, [0, 1]).gpu_indices == (0,)
@@ -372,7 +378,7 @@ def test_usage_rejects_an_empty_period(client, user_headers) -> None:
 
 def test_gpus_page_shows_hosts_queue_and_usage(client, made) -> None:
     username, password, _ = make_user()
-    box = host(made)
+    box = host(made, [0, 1])
     holder = queue_run(made, username, 1)
     assert start_on(holder, box, [0, 1]).outcome is StartOutcome.STARTED
     waiting = queue_stranded(made, username, 64)

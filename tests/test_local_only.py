@@ -3,6 +3,7 @@ silently send its module through the PostgreSQL + Redis pass again (or keep noth
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from tests.conftest import LOCAL_ONLY_MODULES, POSTGRES_ONLY_MODULES, module_key
@@ -27,3 +28,66 @@ def test_the_browser_modules_are_told_apart_from_their_namesakes() -> None:
     assert module_key("tests.browser.test_pages") == "browser.test_pages"
     assert module_key("tests.test_pages") == "test_pages"
     assert "test_pages" not in LOCAL_ONLY_MODULES  # the in-process pages run on both stacks
+
+
+# What lets a test module reach the suite's database or broker: conftest's fixtures (the live
+# stack and the browser pages on it, the in-process app, sessions, users) and the helpers that
+# open a database, a stack or a broker of a module's own.
+DATABASE_FIXTURES = frozenset(
+    {
+        "app",
+        "client",
+        "db",
+        "db_sessions",
+        "rollback_engine",
+        "live_stack",
+        "user_headers",
+        "admin_headers",
+        "page",
+        "admin_page",
+        "member_page",
+        "offline_page",
+        "api",
+    }
+)
+DATABASE_IMPORTS = (
+    "app.db",
+    "sqlalchemy",
+    "redis",
+    "kombu",
+    "celery",
+    "tests.conftest",
+    "tests.databases",
+    "tests.factories",
+    "tests.stack",
+    "tests.own_server",
+)
+
+
+def reaches_a_database_or_broker(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        elif isinstance(node, ast.FunctionDef):
+            if {a.arg for a in node.args.args} & DATABASE_FIXTURES:
+                return True
+            continue
+        else:
+            continue
+        if any(n == m or n.startswith(m + ".") for n in names for m in DATABASE_IMPORTS):
+            return True
+    return False
+
+
+def test_a_module_that_reaches_no_database_or_broker_runs_in_the_first_pass_only() -> None:
+    """The services pass is for what the database or the broker changes; a new module that
+    can reach neither would only repeat the first pass's minutes there."""
+    pure = {
+        module_key(".".join(("tests", *p.relative_to(TESTS).with_suffix("").parts)))
+        for p in TESTS.rglob("test_*.py")
+        if not reaches_a_database_or_broker(p)
+    }
+    assert pure <= LOCAL_ONLY_MODULES, sorted(pure - LOCAL_ONLY_MODULES)
