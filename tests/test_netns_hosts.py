@@ -16,10 +16,12 @@ from sqlalchemy import select
 
 from app.cli import worker_argv
 from app.db import session_scope
+from app.experiments.config import run_config
 from app.gpus.models import WorkerHost
 from tests.conftest import BASE_DIR, BROKER_URL
 from tests.netns_hosts import NetnsHosts, ip, python_in, require_netns
 from tests.stack import purge_broker, wait_for_hosts
+from worker.launcher import LaunchSpec, NodeSpec, build_launch
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +97,49 @@ def test_two_workers_in_two_namespaces_register_as_two_hosts(two_hosts: NetnsHos
     with session_scope() as session:
         rows = session.scalars(select(WorkerHost).where(WorkerHost.host.in_(names))).all()
         assert {r.host: list(r.gpus) for r in rows} == {name: [0, 1] for name in names}
+
+
+# A DDP step's worth of gloo: each rank says who it is and the sum of all ranks.
+ALL_REDUCE = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+print("RANK", dist.get_rank(), dist.get_world_size(), os.environ["GROUP_RANK"], total.item())
+dist.destroy_process_group()
+"""
+
+
+def test_the_launchers_two_node_torchrun_runs_one_gloo_job_across_two_hosts(
+    two_hosts: NetnsHosts, tmp_path: Path
+) -> None:
+    """Each host runs the argv build_launch gives its node (the entry point swapped for a
+    plain all-reduce script), Gloo on each host's interface: one world of 4, node 1's ranks
+    are 2 and 3."""
+    script = tmp_path / "all_reduce.py"
+    script.write_text(ALL_REDUCE)
+    config = run_config({"recipe": "tiny_mlp", "seed": 5, "resources": {"nodes": 2, "nproc": 2}})
+    master = two_hosts.hosts[0].address
+    nodes = []
+    for rank, host in enumerate(two_hosts.hosts):
+        node = NodeSpec(rank, master, 29611, interface=host.interface)
+        launch = build_launch(
+            LaunchSpec(7, tmp_path / host.name, config, sys.executable, "tok", 0, node=node)
+        )
+        assert launch.argv[-2:] == ["--module", "torchyard.job"]
+        assert launch.env["GLOO_SOCKET_IFNAME"] == "eth0"
+        argv = [*launch.argv[:-2], str(script)]
+        env = {**launch.env, "PATH": os.environ["PATH"]}
+        log = tmp_path / f"{host.name}.log"
+        nodes.append((two_hosts.start(host, argv, env, log), log))
+    ranks = {}
+    for proc, log in nodes:
+        assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+        for line in log.read_text().splitlines():
+            if "RANK " in line:
+                rank, world, group, total = line.split("RANK ", 1)[1].split()
+                ranks[int(rank)] = (int(world), int(group), float(total))
+    assert ranks == {0: (4, 0, 6.0), 1: (4, 0, 6.0), 2: (4, 1, 6.0), 3: (4, 1, 6.0)}
 
 
 def test_everything_made_is_gone_after_a_failing_body() -> None:
