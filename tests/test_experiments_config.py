@@ -67,8 +67,8 @@ def test_a_multi_node_config_keeps_its_nodes_and_a_single_host_one_stores_none()
         ({"nodes": 0}, "greater than or equal to 1"),
         ({"nodes": 65}, "less than or equal to 64"),
         ({"nodes": 1.5}, "valid integer"),
-        ({"nodes": 2, "launcher": "none"}, "nproc and nodes must be 1"),
-        ({"nproc": 2, "launcher": "none"}, "nproc and nodes must be 1"),
+        ({"nodes": 2, "launcher": "none"}, "starts its own ranks: nodes must be 1 (got 2)"),
+        ({"nproc": 2, "launcher": "none"}, "starts its own ranks: nproc must be 1 (got 2)"),
     ],
 )
 def test_nodes_is_validated_like_the_other_resources(resources: dict, needle: str) -> None:  # type: ignore[type-arg]

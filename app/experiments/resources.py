@@ -73,9 +73,16 @@ class Resources(BaseModel):
     def _launcher_fits(self) -> Resources:
         """launcher "none" is one process on one host: it starts its own ranks, so it can
         neither have several per host nor span hosts (the other hosts would start none)."""
-        if self.launcher == "none" and (self.nproc != 1 or self.nodes != 1):
+        if self.launcher != "none":
+            return self
+        wrong = [
+            f"{name} must be 1 (got {value})"
+            for name, value in (("nproc", self.nproc), ("nodes", self.nodes))
+            if value != 1
+        ]
+        if wrong:
             raise ValueError(
                 'launcher "none" starts one process, which starts its own ranks: '
-                f"nproc and nodes must be 1 (got nproc {self.nproc}, nodes {self.nodes})"
+                + "; ".join(wrong)
             )
         return self
