@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tests import nvml_standin
-from tests.stack import start_logged, stop_process
+from tests.stack import REPO, start_logged, stop_process
 from tests.tcp_proxy import TcpProxy
 
 # The names every object of one test process carries, by its pid and the set's number s (0-3):
@@ -186,6 +186,10 @@ class NetnsHosts:
             TORCHYARD_DATABASE_URL=self.reach(os.environ["TORCHYARD_DATABASE_URL"]),
             TORCHYARD_BROKER_URL=self.reach(broker_url),
             PYTHONUNBUFFERED="1",
+            # This checkout's code: `python -P -m worker` (app.cli.worker_argv) leaves the
+            # working directory off sys.path, so without it a git worktree's worker would run
+            # the package the editable install points at (another checkout).
+            PYTHONPATH=str(REPO),
             **extra,
         )
 

@@ -295,6 +295,25 @@ def test_a_multi_node_run_leases_every_nodes_gpus_in_the_transaction_that_starts
     assert leases(sessions) == []
 
 
+def test_a_workers_address_is_kept_with_its_host(sessions) -> None:
+    (run_id,) = queued_runs(sessions, 0)
+    with sessions.begin() as s:
+        touch_host(s, host="a", gpus=[], now=utcnow(), address="10.0.0.5")
+    with sessions.begin() as s:
+        try_start(
+            s,
+            run_id=run_id,
+            host="b",
+            inventory=[],
+            lease_ttl_seconds=TTL,
+            starvation_seconds=STARVE,
+            address="10.0.0.6",
+        )
+    with sessions() as s:
+        hosts = {h.host: h.address for h in s.scalars(select(WorkerHost))}
+    assert hosts == {"a": "10.0.0.5", "b": "10.0.0.6"}
+
+
 def test_a_waiting_multi_node_run_holds_nothing_and_names_what_each_host_lacks(sessions) -> None:
     (single,), (gang,) = queued_runs(sessions, 1), queued_runs(sessions, 2, nodes=2)
     live_hosts(sessions, a=[0, 1], b=[0, 1])

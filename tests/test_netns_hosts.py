@@ -96,7 +96,9 @@ def test_two_workers_in_two_namespaces_register_as_two_hosts(two_hosts: NetnsHos
         raise
     with session_scope() as session:
         rows = session.scalars(select(WorkerHost).where(WorkerHost.host.in_(names))).all()
-        assert {r.host: list(r.gpus) for r in rows} == {name: [0, 1] for name in names}
+        registered = {r.host: (list(r.gpus), r.address) for r in rows}
+    # each under its own name, with its fake GPUs and the address the others reach it at
+    assert registered == {h.name: ([0, 1], h.address) for h in two_hosts.hosts}
 
 
 # A DDP step's worth of gloo: each rank says who it is and the sum of all ranks.

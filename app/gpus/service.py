@@ -67,6 +67,7 @@ def try_start(
     starvation_seconds: float,
     now: datetime | None = None,
     gpu_stats: list[dict[str, Any]] | None = None,
+    address: str | None = None,
 ) -> StartResult:
     """`gpu_stats` is NVML's fresh view of this host (see WorkerHost.gpu_stats): a GPU running
     compute processes that torchyard has not leased is busy (external) and not handed out."""
@@ -74,7 +75,7 @@ def try_start(
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)))
     # On SQLite: the write lock.
-    touch_host(session, host=host, gpus=inventory, now=now, gpu_stats=gpu_stats)
+    touch_host(session, host=host, gpus=inventory, now=now, gpu_stats=gpu_stats, address=address)
     expire_stale_leases(session, now=now, ttl_seconds=lease_ttl_seconds)
 
     run = session.get(Run, run_id, populate_existing=True)
@@ -280,16 +281,16 @@ def touch_host(
     gpus: list[int],
     now: datetime,
     gpu_stats: list[dict[str, Any]] | None = None,
+    address: str | None = None,
 ) -> None:
-    """Upsert this host's inventory, GPU stats and heartbeat (an UPDATE first: it is the
-    write lock)."""
+    """Upsert this host's inventory, GPU stats, address and heartbeat (an UPDATE first: it is
+    the write lock)."""
+    values = dict(gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats, address=address)
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        update(WorkerHost)
-        .where(WorkerHost.host == host)
-        .values(gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats)
+        update(WorkerHost).where(WorkerHost.host == host).values(**values)
     )
     if not result.rowcount:
-        session.add(WorkerHost(host=host, gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats))
+        session.add(WorkerHost(host=host, **values))
         session.flush()
 
 
