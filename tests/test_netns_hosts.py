@@ -19,7 +19,7 @@ from app.db import session_scope
 from app.experiments.config import run_config
 from app.gpus.models import WorkerHost
 from tests.conftest import BASE_DIR, BROKER_URL
-from tests.netns_hosts import NetnsHosts, ip, python_in, require_netns
+from tests.netns_hosts import NetnsHosts, ip, python_in, require_netns, sweep_stale
 from tests.stack import purge_broker, wait_for_hosts
 from worker.launcher import LaunchSpec, NodeSpec, build_launch
 
@@ -155,6 +155,18 @@ def test_everything_made_is_gone_after_a_failing_body() -> None:
     assert not [name for name in made if name in listed]
     assert ip("link", "show", bridge, check=False).returncode != 0
     assert sleeper.poll() is not None
+
+
+def test_what_a_killed_test_process_left_is_swept_at_the_next_start() -> None:
+    require_netns()
+    # a pid no process can have: past the kernel's largest
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    left = NetnsHosts(1, pid=gone)
+    ip("netns", "add", f"tyns{gone}-{left.number}-0")
+    ip("link", "add", left.bridge, "type", "bridge")
+    sweep_stale()
+    assert f"tyns{gone}-" not in ip("netns", "list").stdout
+    assert ip("link", "show", left.bridge, check=False).returncode != 0
 
 
 def test_ci_fails_rather_than_skips_without_namespaces(
