@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -140,6 +141,14 @@ class Settings(BaseSettings):
     # still has a thread for gpus: 0 runs and for re-checking waiting ones.
     worker_concurrency: int = 2
     worker_host: str = ""
+    # How the other hosts of a multi-node run reach this worker's jobs (node 0's rendezvous,
+    # the ranks' own sockets): an IP or a name. Empty: the host's primary address
+    # (`resolved_worker_address`). docs/multi-node.md.
+    worker_address: str = Field(default="", max_length=255, pattern=r"^[A-Za-z0-9_.:-]*$")
+    # The network interface NCCL and Gloo use between hosts (NCCL_SOCKET_IFNAME,
+    # GLOO_SOCKET_IFNAME of a multi-node job); empty: their own choice, which on a host with
+    # several cards may be one the other hosts cannot reach (pytorch#69197).
+    worker_interface: str = Field(default="", pattern=r"^[A-Za-z0-9_.:@-]{0,15}$")
     # A fake GPU inventory ("0,1"): allocation, leases and CUDA_VISIBLE_DEVICES are real, the
     # job runs on CPU. Empty: ask NVML (nvidia-ml-py), and no NVML means no GPUs.
     fake_gpus: str = ""
@@ -252,6 +261,11 @@ class Settings(BaseSettings):
         return value
 
     @property
+    def resolved_worker_address(self) -> str:
+        """`worker_address`, or the address of the interface that routes to other hosts."""
+        return self.worker_address or primary_address()
+
+    @property
     def resolved_data_dir(self) -> Path:
         return self.data_dir.expanduser().resolve()
 
@@ -309,6 +323,18 @@ class Settings(BaseSettings):
 
     def run_dir(self, run_id: int) -> Path:
         return self.runs_dir / str(run_id)
+
+
+def primary_address() -> str:
+    """The source address this host would use towards other hosts: a UDP socket "connected"
+    to a public address sends nothing, it only asks the kernel for its route. Without a route
+    (no network): the host name's address, else loopback."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: never answered, only routed
+        return str(probe.getsockname()[0])
+    with contextlib.suppress(OSError):
+        return socket.gethostbyname(socket.gethostname())
+    return "127.0.0.1"
 
 
 @lru_cache

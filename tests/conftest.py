@@ -155,6 +155,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_runtime_seeding",
         "test_sandbox",  # bwrap argv and real sandboxes
         "test_scheduler",
+        "test_settings",  # the worker address and interface settings
         "test_sweep_rules",
         "test_tensorboard_defaults",
         "test_tensorboard_events",  # the event-file parser on hostile bytes

@@ -11,11 +11,13 @@ from tests.stack import free_port
 
 
 class TcpProxy:
-    """Listens on 127.0.0.1:`port` and forwards each connection to `target`. `stop()` closes the
-    listener and every open connection (the service is gone); `start()` listens again."""
+    """Listens on `listen_host`:`port` (127.0.0.1, or e.g. the bridge of tests/netns_hosts.py)
+    and forwards each connection to `target`. `stop()` closes the listener and every open
+    connection (the service is gone); `start()` listens again."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], listen_host: str = "127.0.0.1") -> None:
         self.target = target
+        self.listen_host = listen_host
         self.port = free_port()
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
@@ -24,7 +26,7 @@ class TcpProxy:
     def start(self) -> None:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.listen_host, self.port))
         listener.listen(64)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()

@@ -43,13 +43,38 @@ def test_a_workspace_scripts_config_has_no_code_keys() -> None:
 
 def test_the_launch_spec_takes_the_models_defaults_and_has_none_of_its_own() -> None:
     assert run_config({"recipe": "tiny_mlp"}).run_spec() == RunSpec(
-        nproc=1, gpus=0, max_restarts=0, launcher="torchrun"
+        nodes=1, nproc=1, gpus=0, max_restarts=0, launcher="torchrun"
     )
     assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(RunSpec))
     spec = run_config(
         {"recipe": "tiny_mlp", "max_restarts": 2, "resources": {"gpus": 1, "launcher": "none"}}
     ).run_spec()
-    assert spec == RunSpec(nproc=1, gpus=1, max_restarts=2, launcher="none")
+    assert spec == RunSpec(nodes=1, nproc=1, gpus=1, max_restarts=2, launcher="none")
+    spec = run_config({"recipe": "tiny_mlp", "resources": {"nodes": 2, "nproc": 2}}).run_spec()
+    assert spec == RunSpec(nodes=2, nproc=2, gpus=0, max_restarts=0, launcher="torchrun")
+
+
+def test_a_multi_node_config_keeps_its_nodes_and_a_single_host_one_stores_none() -> None:
+    stored = run_config({"recipe": "tiny_mlp", "resources": {"nodes": 3, "gpus": 2}}).stored()
+    assert stored["resources"]["nodes"] == 3 and run_config(stored).stored() == stored
+    assert "nodes" not in run_config({"recipe": "tiny_mlp"}).stored()["resources"]
+    assert run_config({"recipe": "tiny_mlp", "resources": {"nodes": 1}}).resources.nodes == 1
+
+
+@pytest.mark.parametrize(
+    ("resources", "needle"),
+    [
+        ({"nodes": 0}, "greater than or equal to 1"),
+        ({"nodes": 65}, "less than or equal to 64"),
+        ({"nodes": 1.5}, "valid integer"),
+        ({"nodes": 2, "launcher": "none"}, "starts its own ranks: nodes must be 1 (got 2)"),
+        ({"nproc": 2, "launcher": "none"}, "starts its own ranks: nproc must be 1 (got 2)"),
+    ],
+)
+def test_nodes_is_validated_like_the_other_resources(resources: dict, needle: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ConfigInvalid) as caught:
+        validate_config({"recipe": "tiny_mlp", "resources": resources}, loc_prefix=("config",))
+    assert needle in str(caught.value.errors), caught.value.errors
 
 
 def test_an_old_rows_config_whose_recipe_is_gone_still_gives_its_common_part() -> None:

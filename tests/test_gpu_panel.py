@@ -23,7 +23,8 @@ from app.db import session_scope
 from app.experiments.config import validate_config, with_seed
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.service import StartOutcome, gpu_panel, touch_host, try_start
+from app.gpus.panel import gpu_panel
+from app.gpus.service import StartOutcome, touch_host, try_start
 from app.gpus.usage import gpu_usage
 from app.runs import lifecycle
 from app.runs.models import Run, RunStatus

@@ -16,16 +16,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
+from app.errors import Invalid
 from app.gpus.leases import release_leases
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.service import (
     SCHEDULER_LOCK_KEY,
     StartOutcome,
     StartResult,
+    queue_reason,
     touch_host,
     try_start,
 )
 from app.runs.models import RunStatus
+from app.runs.service import refuse_if_never_startable
 from app.timeutil import as_utc, utcnow
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 from tests.waits import wait_for
@@ -77,7 +80,7 @@ def committed_sessions(engine: Engine) -> sessionmaker[Session]:
     return maker
 
 
-def queued_runs(maker: sessionmaker[Session], *gpus: int) -> list[int]:
+def queued_runs(maker: sessionmaker[Session], *gpus: int, nodes: int = 1) -> list[int]:
     with maker.begin() as s:
         user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
         s.add(user)
@@ -89,7 +92,7 @@ def queued_runs(maker: sessionmaker[Session], *gpus: int) -> list[int]:
             models.Run(
                 experiment_id=exp.id,
                 owner_id=user.id,
-                config={"recipe": "tiny_mlp", "resources": {"gpus": k, "nproc": 1}},
+                config={"recipe": "tiny_mlp", "resources": {"gpus": k, "nproc": 1, "nodes": nodes}},
                 seed=0,
                 created_at=utcnow() + timedelta(milliseconds=i),
             )
@@ -263,3 +266,126 @@ def test_a_start_that_waited_for_a_finish_is_recorded_after_it(
         started_at = s.get_one(models.Run, second).started_at
     assert finished_at is not None and started_at is not None
     assert as_utc(started_at) >= as_utc(finished_at)
+
+
+# --- multi-node runs: every node's GPUs in one decision or none ---------------------------
+
+
+def live_hosts(maker: sessionmaker[Session], **gpus: list[int]) -> None:
+    with maker.begin() as s:
+        for host, indices in gpus.items():
+            touch_host(s, host=host, gpus=indices, now=utcnow())
+
+
+def test_a_multi_node_run_leases_every_nodes_gpus_in_the_transaction_that_starts_it(
+    sessions,
+) -> None:
+    (gang,) = queued_runs(sessions, 2, nodes=2)
+    live_hosts(sessions, a=[0, 1], b=[0, 1], c=[0])
+    assert start(sessions, gang, host="c", inventory=[0]).outcome is StartOutcome.WAIT
+    assert leases(sessions) == []
+    got = start(sessions, gang, host="b")
+    assert got.outcome is StartOutcome.STARTED and got.nodes == (("b", (0, 1)), ("a", (0, 1)))
+    assert leases(sessions) == [("a", 0, gang), ("a", 1, gang), ("b", 0, gang), ("b", 1, gang)]
+    with sessions() as s:
+        run = s.get_one(models.Run, gang)
+        assert (run.status, run.worker_host, run.gpu_indices) == ("running", "b", "0,1")
+    with sessions.begin() as s:
+        release_leases(s, run_id=gang)
+    assert leases(sessions) == []
+
+
+def test_a_workers_address_is_kept_with_its_host(sessions) -> None:
+    (run_id,) = queued_runs(sessions, 0)
+    with sessions.begin() as s:
+        touch_host(s, host="a", gpus=[], now=utcnow(), address="10.0.0.5")
+    with sessions.begin() as s:
+        try_start(
+            s,
+            run_id=run_id,
+            host="b",
+            inventory=[],
+            lease_ttl_seconds=TTL,
+            starvation_seconds=STARVE,
+            address="10.0.0.6",
+        )
+    with sessions() as s:
+        hosts = {h.host: h.address for h in s.scalars(select(WorkerHost))}
+    assert hosts == {"a": "10.0.0.5", "b": "10.0.0.6"}
+
+
+def test_a_waiting_multi_node_run_holds_nothing_and_names_what_each_host_lacks(sessions) -> None:
+    (single,), (gang,) = queued_runs(sessions, 1), queued_runs(sessions, 2, nodes=2)
+    live_hosts(sessions, a=[0, 1], b=[0, 1])
+    assert start(sessions, single, host="a").gpu_indices == (0,)
+    for host in ("a", "b"):
+        got = start(sessions, gang, host=host)
+        assert got.outcome is StartOutcome.WAIT and got.reason == (
+            "waiting for 2 hosts with 2 free GPUs each: a: 1 of 2 free, needs 1 more"
+        )
+    assert leases(sessions) == [("a", 0, single)]
+    with sessions() as s:
+        reason = queue_reason(
+            s, run_id=gang, now=utcnow(), lease_ttl_seconds=TTL, starvation_seconds=STARVE
+        )
+    assert reason == "waiting for 2 hosts with 2 free GPUs each: a: 1 of 2 free, needs 1 more"
+
+
+def test_two_two_node_runs_at_once_on_two_hosts_of_two_gpus_never_both_partly_leased(
+    committed_sessions,
+) -> None:
+    """Both runs' tasks asked from both hosts at the same moment, round after round: at any
+    commit each run holds all 4 of its GPUs or none, one runs at a time, then the other."""
+    first, second = queued_runs(committed_sessions, 2, 2, nodes=2)
+    live_hosts(committed_sessions, a=[0, 1], b=[0, 1])
+    order: list[int] = []
+    for _round in range(2):
+        asks = [(run_id, host) for run_id in (first, second) for host in ("a", "b")]
+        barrier = threading.Barrier(len(asks))
+        results: list[tuple[int, StartResult | BaseException]] = []
+
+        def ask(
+            run_id: int,
+            host: str,
+            barrier: threading.Barrier,
+            results: list[tuple[int, StartResult | BaseException]],
+        ) -> None:
+            barrier.wait()
+            try:
+                results.append((run_id, start(committed_sessions, run_id, host=host)))
+            except BaseException as exc:  # an IntegrityError would mean the lock did not hold
+                results.append((run_id, exc))
+
+        threads = [threading.Thread(target=ask, args=(*a, barrier, results)) for a in asks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert all(isinstance(r, StartResult) for _, r in results), results
+        started = [r for r, res in results if res.outcome is StartOutcome.STARTED]  # type: ignore[union-attr]
+        assert len(started) == 1, results
+        order += started
+        held = leases(committed_sessions)
+        assert {(h, i) for h, i, r in held if r == started[0]} == {
+            ("a", 0),
+            ("a", 1),
+            ("b", 0),
+            ("b", 1),
+        }
+        assert len(held) == 4  # the other holds none while it waits
+        with committed_sessions.begin() as s:  # it finishes: its GPUs are free again
+            s.execute(
+                update(models.Run)
+                .where(models.Run.id == started[0])
+                .values(status=RunStatus.succeeded, finished_at=utcnow())
+            )
+            release_leases(s, run_id=started[0])
+    assert order == [first, second]  # submit order, and both ran
+
+
+def test_a_new_multi_node_run_is_refused_until_its_launch_is_built(sessions) -> None:
+    with sessions() as s, pytest.raises(Invalid) as caught:
+        refuse_if_never_startable(
+            s, config={"recipe": "tiny_mlp", "resources": {"nodes": 2}}, loc=("body",)
+        )
+    assert "not launched yet" in str(caught.value)

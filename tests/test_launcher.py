@@ -3,9 +3,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from app.experiments.config import run_config
 from torchyard.contract import rank_prefix
-from worker.launcher import LaunchSpec, build_launch
+from worker.launcher import LaunchSpec, NodeSpec, build_launch
 
 CONFIG = {"recipe": "tiny_mlp", "params": {}, "seed": 5, "resources": {"nproc": 1, "gpus": 0}}
 
@@ -193,3 +195,53 @@ def test_a_configs_env_reaches_the_job_and_an_empty_one_is_not_stored() -> None:
     assert env["HF_HUB_OFFLINE"] == "1" and env["WANDB_MODE"] == "offline"
     assert json.loads(env["TORCHYARD_CONFIG"])["env"] == config["env"]
     assert "env" not in run_config(CONFIG).stored()
+
+
+# --- multi-node runs: one torchrun per host (docs/multi-node.md) -----------------------------
+
+TWO_NODES = {**CONFIG, "resources": {"nodes": 2, "nproc": 2, "gpus": 0}}
+
+
+def test_each_node_runs_torchrun_in_the_static_form_at_node_0s_address() -> None:
+    node = NodeSpec(rank=1, master_address="10.0.0.5", master_port=29611)
+    launch = build_launch(spec(config=TWO_NODES, node=node))
+    assert launch.argv == [
+        "/py",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--node-rank=1",
+        "--master-addr=10.0.0.5",
+        "--master-port=29611",
+        "--max-restarts=0",
+        "--nproc_per_node=2",
+        "--tee=3",
+        "--log-dir=/data/runs/7/torchrun",
+        "--module",
+        "torchyard.job",
+    ]
+    # global ranks in the lines' prefix: node 1's are rank2 and rank3
+    assert launch.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank}]: "
+    assert "GLOO_SOCKET_IFNAME" not in launch.env and "NCCL_SOCKET_IFNAME" not in launch.env
+
+
+def test_a_node_with_one_process_still_goes_through_torchrun() -> None:
+    config = {**CONFIG, "resources": {"nodes": 3, "nproc": 1}}
+    node = NodeSpec(rank=0, master_address="a", master_port=1)
+    assert build_launch(spec(config=config, node=node)).argv[3:5] == [
+        "--nnodes=3",
+        "--node-rank=0",
+    ]
+
+
+def test_the_workers_interface_goes_to_gloo_and_nccl() -> None:
+    node = NodeSpec(rank=0, master_address="10.0.0.5", master_port=29611, interface="eth1")
+    inherited = {"PATH": "/bin", "GLOO_SOCKET_IFNAME": "lo"}
+    env = build_launch(spec(config=TWO_NODES, node=node, base_env=inherited)).env
+    assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "eth1"
+
+
+@pytest.mark.parametrize("node", [None, NodeSpec(rank=2, master_address="a", master_port=1)])
+def test_a_multi_node_launch_without_its_node_is_refused(node: NodeSpec | None) -> None:
+    with pytest.raises(ValueError, match="a run of 2 nodes needs this host's node"):
+        build_launch(spec(config=TWO_NODES, node=node))

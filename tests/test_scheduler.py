@@ -1,8 +1,10 @@
-"""The scheduler's pure decision: order, single-host fit, backfill, starvation, gpus: 0."""
+"""The scheduler's pure decision: order, single-host fit, backfill, starvation, gpus: 0, and
+multi-node runs (gang scheduling)."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from datetime import UTC, datetime, timedelta
 
 from app.gpus.scheduler import (
@@ -19,9 +21,11 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 STARVE = 300.0
 
 
-def run(id: int, gpus: int, *, priority: int = 0, age: float = 0.0) -> QueuedRun:
+def run(id: int, gpus: int, *, priority: int = 0, age: float = 0.0, nodes: int = 1) -> QueuedRun:
     """A run submitted `age` seconds before T0 (ids follow submit order in these tests)."""
-    return QueuedRun(id=id, gpus=gpus, priority=priority, created_at=T0 - timedelta(seconds=age))
+    return QueuedRun(
+        id=id, gpus=gpus, priority=priority, created_at=T0 - timedelta(seconds=age), nodes=nodes
+    )
 
 
 def starts(queue, free, *, now=T0, **kw) -> dict[int, Placement]:  # type: ignore[no-untyped-def]
@@ -169,3 +173,133 @@ def test_a_run_whose_message_is_lost_never_holds_up_another_and_says_so() -> Non
     # Nor does it take GPUs it would fit on: a run behind it starts there.
     lost_small = dataclasses.replace(run(1, 1, age=5), message_lost=True)
     assert starts([lost_small, run(2, 1, age=1)], {"h": [0]}) == {2: Placement("h", (0,))}
+
+
+# --- multi-node runs (gang scheduling) ----------------------------------------------------
+
+
+def test_a_multi_node_run_gets_every_nodes_gpus_in_one_decision_or_none() -> None:
+    gang = run(1, 2, nodes=2)
+    decision = pick([gang], {"a": [0, 1], "b": [1]}, T0, STARVE)
+    assert decision.starts == {}
+    assert decision.waiting[1] == (
+        "waiting for 2 hosts with 2 free GPUs each: b: 1 of 2 free, needs 1 more"
+    )
+    got = starts([gang], {"a": [0, 1], "b": [2, 3], "c": [0, 1, 2]})
+    # best fit: the two fullest hosts that fit, node 0 the fullest (then by name)
+    assert got == {1: Placement("a", (0, 1), nodes=(("a", (0, 1)), ("b", (2, 3))))}
+
+
+def test_the_asking_host_is_node_0_of_its_multi_node_run() -> None:
+    got = starts([run(1, 1, nodes=2)], {"a": [0], "b": [0]}, asking=(1, "b"))
+    assert got == {1: Placement("b", (0,), nodes=(("b", (0,)), ("a", (0,))))}
+
+
+def test_a_multi_node_run_never_doubles_up_on_one_host() -> None:
+    decision = pick([run(1, 2, nodes=2)], {"a": [0, 1, 2, 3]}, T0, STARVE)
+    assert decision.starts == {}
+    assert "only 1 live" in decision.waiting[1]
+
+
+def test_two_two_node_runs_on_two_hosts_of_two_gpus_one_starts_whole_the_other_holds_none() -> None:
+    queue = [run(1, 2, nodes=2, age=2), run(2, 2, nodes=2, age=1)]
+    decision = pick(queue, {"a": [0, 1], "b": [0, 1]}, T0, STARVE)
+    assert decision.starts == {1: Placement("a", (0, 1), nodes=(("a", (0, 1)), ("b", (0, 1))))}
+    assert decision.waiting[2] == (
+        "waiting for 2 hosts with 2 free GPUs each: "
+        "a: 0 of 2 free, needs 2 more; b: 0 of 2 free, needs 2 more"
+    )
+    # Asked from either host, by either run: the first one, whole, or nothing.
+    for host in ("a", "b"):
+        for asking in (1, 2):
+            got = starts(queue, {"a": [0, 1], "b": [0, 1]}, asking=(asking, host))
+            assert set(got) == {1} and {h for h, _ in got[1].nodes} == {"a", "b"}
+
+
+def test_backfill_never_takes_the_gpus_a_waiting_multi_node_run_needs() -> None:
+    queue = [run(1, 2, nodes=2, age=10), run(2, 1, age=5)]
+    # a's two free GPUs are the gang's: the 1-GPU run may not take one of them
+    decision = pick(queue, {"a": [0, 1], "b": [0]}, T0, STARVE)
+    assert decision.starts == {}
+    assert decision.waiting[2] == "waiting for 1 free GPUs on one host"
+    # a host the gang does not need takes it
+    assert starts(queue, {"a": [0, 1], "b": [0], "c": [5]}, capacity_by_host=CAP3) == {
+        2: Placement("c", (5,))
+    }
+    # and a GPU beyond the gang's share on its own host
+    assert starts(queue, {"a": [0, 1, 2], "b": [0]}) == {2: Placement("a", (0,))}
+
+
+CAP3 = {"a": 2, "b": 2, "c": 1}
+
+
+def test_reservations_add_up_for_several_waiting_multi_node_runs() -> None:
+    queue = [run(1, 2, nodes=2, age=3), run(2, 1, nodes=2, age=2), run(3, 1, age=1)]
+    decision = pick(queue, {"a": [0, 1, 2], "b": [0, 1, 2], "c": [0]}, T0, STARVE)
+    # all fit: run 1 on a and b, run 2 on what is left of them, run 3 on c
+    assert set(decision.starts) == {1, 2, 3}
+    # Run 1 waits for b, keeping a's two GPUs and b's; run 2 then fits only on c and waits
+    # too, keeping c's and one more of a's; run 3 finds nothing that is not kept.
+    decision = pick(queue, {"a": [0, 1], "b": [0], "c": [0]}, T0, STARVE)
+    assert decision.starts == {}
+    assert decision.waiting[2] == (
+        "waiting for 2 hosts with 1 free GPUs each: a: 0 of 1 free, needs 1 more"
+    )
+    assert decision.waiting[3] == "waiting for 1 free GPUs on one host"
+
+
+def test_a_multi_node_run_that_can_never_fit_blocks_nobody_and_says_why() -> None:
+    queue = [run(1, 2, nodes=3, age=STARVE + 1), run(2, 1, age=1)]
+    decision = pick(queue, {"a": [0], "b": [0, 1]}, T0, STARVE, capacity_by_host={"a": 2, "b": 2})
+    assert decision.starts == {2: Placement("a", (0,))}
+    assert decision.waiting[1] == (
+        "needs 3 hosts with 2 GPUs each; only 2 of the 2 live hosts have that many (a, b)"
+    )
+
+
+def test_a_starving_multi_node_run_stops_backfill_everywhere() -> None:
+    queue = [run(1, 2, nodes=2, age=STARVE + 1), run(2, 1, age=1)]
+    decision = pick(queue, {"a": [0, 1], "b": [0], "c": [0]}, T0, STARVE)
+    assert decision.starts == {}
+    assert "run 1 has waited too long" in decision.waiting[2]
+
+
+def test_a_multi_node_run_without_gpus_needs_hosts_only_and_is_never_blocked() -> None:
+    queue = [run(1, 2, age=STARVE + 1), run(2, 0, nodes=2, age=1)]
+    got = starts(queue, {"a": [], "b": [0]})
+    assert got == {2: Placement("a", (), nodes=(("a", ()), ("b", ())))}
+    decision = pick([run(1, 0, nodes=3)], {"a": []}, T0, STARVE, capacity_by_host={"a": 0})
+    assert decision.waiting[1] == "needs 3 hosts; only 1 are live"
+
+
+def test_never_fits_counts_hosts_for_multi_node_runs() -> None:
+    assert never_fits(2, {"a": 2, "b": 2}, nodes=2) is None
+    assert never_fits(2, {"a": 2, "b": 1}, nodes=2) == (
+        "needs 2 hosts with 2 GPUs each; only 1 of the 2 live hosts have that many (a)"
+    )
+    assert never_fits(0, {"a": 0}, nodes=2) == "needs 2 hosts; only 1 are live"
+    assert never_fits(8, {}, nodes=4) is None
+
+
+def test_no_gpu_is_ever_given_twice_and_no_run_gets_part_of_its_nodes() -> None:
+    rng = random.Random(30)
+    for _ in range(2000):
+        hosts = {f"h{i}": list(range(rng.randint(0, 4))) for i in range(rng.randint(1, 4))}
+        free = {h: [g for g in gpus if rng.random() < 0.7] for h, gpus in hosts.items()}
+        queue = [
+            run(i, rng.randint(0, 3), nodes=rng.choice([1, 1, 2, 3]), age=rng.uniform(0, 600))
+            for i in range(1, rng.randint(2, 7))
+        ]
+        capacity = {h: len(g) for h, g in hosts.items()}
+        decision = pick(queue, free, T0, STARVE, capacity_by_host=capacity)
+        given: set[tuple[str, int]] = set()
+        for run_id, placement in decision.starts.items():
+            asked = next(r for r in queue if r.id == run_id)
+            nodes = placement.nodes or ((placement.host, placement.gpu_indices),)
+            assert len(nodes) == asked.nodes and len({h for h, _ in nodes}) == asked.nodes
+            for host, indices in nodes:
+                assert len(indices) == asked.gpus
+                for index in indices:
+                    assert index in free[str(host)] and (str(host), index) not in given
+                    given.add((str(host), index))
+        assert set(decision.starts) | set(decision.waiting) == {r.id for r in queue}

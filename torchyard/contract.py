@@ -120,6 +120,7 @@ class RunSpec:
     Built by app.experiments.config.RunConfig.run_spec from the validated config: the
     defaults live in that model alone, so this has none."""
 
+    nodes: int  # hosts: one torchrun each (multi-node DDP), nproc processes and gpus GPUs on each
     nproc: int
     gpus: int
     max_restarts: int

@@ -22,6 +22,16 @@ name another card than the lease's, one the scheduler may have leased to another
 
 Every job gets ``MLFLOW_TRACKING_URI=torchyard:job``, overriding an inherited value: MLflow in
 the job logs into the job's own run through torchyard.mlflow_store, network or not.
+
+A multi-node run (``resources.nodes`` > 1) starts one torchrun per host, each given its
+`NodeSpec`: torchrun's static rendezvous (``--master-addr``/``--master-port`` of node 0,
+``--node-rank``), not c10d's. Static keeps node k's ranks at k * nproc .. k * nproc + nproc - 1,
+so global rank 0 is always on node 0 (whose host keeps the checkpoints); c10d numbers nodes by
+arrival and, tried across two network namespaces (torch 2.13), node 0 did not host the store
+(it did not recognise the endpoint's address as its own) and both nodes timed out after 60 s.
+``--max-restarts=0``: a failed rank fails the run, never a silent restart of every node.
+``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` name the worker's interface when it has one set
+(TORCHYARD_WORKER_INTERFACE). Not wired yet: no worker builds a NodeSpec (docs/multi-node.md).
 """
 
 from __future__ import annotations
@@ -56,6 +66,16 @@ MLFLOW_TRACKING_URI = "torchyard:job"
 
 
 @dataclass(frozen=True)
+class NodeSpec:
+    """This host's part of a multi-node run: which node it is and where node 0 listens."""
+
+    rank: int  # 0 .. nodes - 1
+    master_address: str  # node 0's worker address (TORCHYARD_WORKER_ADDRESS)
+    master_port: int  # allocated per run on node 0
+    interface: str = ""  # this worker's TORCHYARD_WORKER_INTERFACE
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     run_id: int
     run_dir: Path
@@ -72,6 +92,8 @@ class LaunchSpec:
     # The script is in the run's copy of a code snapshot (worker.code): the job starts in the
     # script's folder there instead of in <run_dir>/work.
     from_snapshot: bool = False
+    # A multi-node run's node on this host (required when its config has nodes > 1).
+    node: NodeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +148,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
             env[WORKSPACE_VAR] = str(spec.workspace)
     if spec.resume_from is not None:
         env[RESUME_FROM_VAR] = str(spec.resume_from)
-    if run.launcher == "none" or (nproc == 1 and spec.single_process == "direct"):
+    if run.launcher == "none" or (nproc == run.nodes == 1 and spec.single_process == "direct"):
         # A plain interpreter, as `python train.py` would be: no distributed variables (code
         # that starts its own ranks takes them for ranks torchrun started, and waits for
         # them), and nothing prefixes its lines.
@@ -139,7 +161,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
         spec.python,
         "-m",
         "torch.distributed.run",
-        "--standalone",
+        *_rendezvous(run.nodes, spec.node, env),
         f"--nproc_per_node={nproc}",
         "--tee=3",
         f"--log-dir={paths.torchrun_logs}",
@@ -147,3 +169,22 @@ def build_launch(spec: LaunchSpec) -> Launch:
         JOB_MODULE,
     ]
     return Launch(argv=argv, env=env, cwd=cwd)
+
+
+def _rendezvous(nodes: int, node: NodeSpec | None, env: dict[str, str]) -> list[str]:
+    """torchrun's options that say which ranks are whose: one host alone (``--standalone``)
+    or this host's node of a multi-node run (the static form; the module's docstring says
+    why), whose interface, when set, goes to Gloo and NCCL through `env`."""
+    if nodes == 1:
+        return ["--standalone"]
+    if node is None or not 0 <= node.rank < nodes:
+        raise ValueError(f"a run of {nodes} nodes needs this host's node (got {node})")
+    if node.interface:
+        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = node.interface
+    return [
+        f"--nnodes={nodes}",
+        f"--node-rank={node.rank}",
+        f"--master-addr={node.master_address}",
+        f"--master-port={node.master_port}",
+        "--max-restarts=0",
+    ]

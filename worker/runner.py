@@ -99,6 +99,7 @@ def start(run_id: int) -> StartResult:
                 lease_ttl_seconds=settings.lease_ttl_seconds,
                 starvation_seconds=settings.starvation_seconds,
                 gpu_stats=stats,
+                address=settings.resolved_worker_address,
             )
     except Exception as exc:
         if is_conflict(exc):  # a GPU leased twice: the database refused, so nothing was taken
@@ -121,6 +122,7 @@ def heartbeat_host() -> None:
             gpus=list(inv.gpus),
             now=utcnow(),
             gpu_stats=held_gpus.mark_busy(gpu_stats(inv), inv.gpus),
+            address=get_settings().resolved_worker_address,
         )
 
 

@@ -108,6 +108,7 @@ class RunConfig(BaseModel):
     def run_spec(self) -> RunSpec:
         """How to launch it, for code that takes no pydantic model (torchyard.contract)."""
         return RunSpec(
+            nodes=self.resources.nodes,
             nproc=self.resources.nproc,
             gpus=self.resources.gpus,
             max_restarts=self.max_restarts,
@@ -116,11 +117,14 @@ class RunConfig(BaseModel):
 
     def stored(self) -> dict[str, Any]:
         """The JSON a run stores, the API answers and the job reads (defaults filled in); a
-        workspace script's config has no ``code`` or ``code_origin`` key, and one without
-        variables no ``env``, as before they existed."""
+        workspace script's config has no ``code`` or ``code_origin`` key, one without
+        variables no ``env``, and a single-host one no ``resources.nodes``, as before they
+        existed."""
         dumped: dict[str, Any] = self.model_dump(mode="json")
         if not dumped.get("env"):
             dumped.pop("env", None)
+        if dumped["resources"]["nodes"] == 1:
+            del dumped["resources"]["nodes"]
         for key in ("code", "code_origin"):
             if key in dumped and dumped[key] is None:
                 del dumped[key]

@@ -1,4 +1,5 @@
-"""What a run asks of its host: GPUs and processes, and the limits its job is held to.
+"""What a run asks of its hosts: how many, GPUs and processes on each, and the limits its job
+is held to.
 
 Part of the run config (app/experiments/config.py). The limits' defaults are the settings'
 (``run_memory_gb``, ...): the stored config keeps the values a run got; worker/limits.py holds
@@ -7,18 +8,32 @@ the job to them (docs/security.md, "Limits per run").
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.settings import get_settings
 
 
+def _setting(name: str) -> Callable[[], Any]:
+    """The default of a limit: the worker's setting of that name, read when a config is
+    validated (so the stored config keeps the value the run got)."""
+    return lambda: getattr(get_settings(), name)
+
+
 class Resources(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpus: int = Field(0, ge=0, le=64, description="GPUs on one host")
-    nproc: int = Field(1, ge=1, le=64, description="processes (DDP ranks) on that host")
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="hosts the run spans (multi-node DDP: nproc processes and gpus GPUs on "
+        "each, all leased together; docs/multi-node.md)",
+    )
+    gpus: int = Field(0, ge=0, le=64, description="GPUs on each host")
+    nproc: int = Field(1, ge=1, le=64, description="processes (DDP ranks) on each host")
     launcher: Literal["torchrun", "none"] = Field(
         "torchrun",
         description="torchrun: one process per rank (nproc of them); none: one plain process "
@@ -27,27 +42,27 @@ class Resources(BaseModel):
     )
 
     memory_gb: float = Field(
-        default_factory=lambda: get_settings().run_memory_gb,
+        default_factory=_setting("run_memory_gb"),
         gt=0,
         le=65536,
-        description="memory of the whole job (every rank and process) in GiB; past it the "
-        "run ends 'out of memory'",
+        description="memory of the whole job on each host (every rank and process) in GiB; "
+        "past it the run ends 'out of memory'",
     )
     cpus: float = Field(
-        default_factory=lambda: get_settings().run_cpus,
+        default_factory=_setting("run_cpus"),
         gt=0,
         le=4096,
-        description="CPU time of the whole job, in CPUs (a quota: 0.5 is half of one)",
+        description="CPU time of the whole job on each host, in CPUs (a quota: 0.5 is half of one)",
     )
     disk_gb: float = Field(
-        default_factory=lambda: get_settings().run_disk_gb,
+        default_factory=_setting("run_disk_gb"),
         gt=0,
         le=1_000_000,
         description="what the run's folder and its /tmp may hold, in GB; past it the run ends "
         "'disk full'",
     )
     max_processes: int = Field(
-        default_factory=lambda: get_settings().run_max_processes,
+        default_factory=_setting("run_max_processes"),
         ge=16,
         le=4_194_304,
         description="processes and threads of the job at once; past it the run ends "
@@ -55,10 +70,19 @@ class Resources(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _one_process_without_a_launcher(self) -> Resources:
-        if self.launcher == "none" and self.nproc != 1:
+    def _launcher_fits(self) -> Resources:
+        """launcher "none" is one process on one host: it starts its own ranks, so it can
+        neither have several per host nor span hosts (the other hosts would start none)."""
+        if self.launcher != "none":
+            return self
+        wrong = [
+            f"{name} must be 1 (got {value})"
+            for name, value in (("nproc", self.nproc), ("nodes", self.nodes))
+            if value != 1
+        ]
+        if wrong:
             raise ValueError(
                 'launcher "none" starts one process, which starts its own ranks: '
-                f"nproc must be 1 (got {self.nproc})"
+                + "; ".join(wrong)
             )
         return self

@@ -12,7 +12,7 @@ from pydantic import BeforeValidator
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.errors import Invalid
-from app.gpus import service
+from app.gpus import panel
 from app.gpus.schemas import GpuPanelOut, UsageOut
 from app.gpus.usage import gpu_usage
 from app.settings import get_settings
@@ -43,7 +43,7 @@ def read_gpu_panel(session: SessionDep, _user: CurrentUser) -> GpuPanelOut:
     """Each live worker host's GPUs (free, leased by which run, busy with a process torchyard
     did not start) and the queue in scheduling order with the reason each run waits."""
     settings = get_settings()
-    return service.gpu_panel(
+    return panel.gpu_panel(
         session,
         now=utcnow(),
         lease_ttl_seconds=settings.lease_ttl_seconds,

@@ -32,6 +32,9 @@ class WorkerHost(Base):
     host: Mapped[str] = mapped_column(String(255), primary_key=True)
     # The host's GPU indices (NVML or the fake inventory); [] for a CPU-only host.
     gpus: Mapped[list[int]] = mapped_column(JSON, default=list)
+    # How the other hosts reach this worker's jobs (TORCHYARD_WORKER_ADDRESS): where the nodes
+    # of a multi-node run whose node 0 is here meet. None from a worker of before it existed.
+    address: Mapped[str | None] = mapped_column(String(255), nullable=True)
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # NVML's view at the last heartbeat, one dict per GPU: index, memory_used, memory_total
     # (bytes), utilization (%), pids (compute processes); None without NVML (fake inventory).

@@ -14,6 +14,21 @@ Rules, in this order:
   it takes no GPUs here and never holds up another run, however long it has waited;
 - with no host at all (known to be none: `capacity_by_host` empty) nothing starts, and every
   run waits for a worker to come.
+
+Multi-node runs (gang scheduling, `nodes` > 1; docs/multi-node.md):
+- a run of N nodes needing k GPUs on each starts only when N different hosts each have k free
+  GPUs, and then gets all N hosts' GPUs in this one decision (the asking host, when it is one
+  of them, is node 0; the others best fit, as above); until then it holds none: no run ever
+  holds part of its GPUs while it waits, so two multi-node runs can never deadlock;
+- a multi-node run that cannot start yet reserves its k GPUs on each of the N hosts it would
+  start on soonest (those with the most free GPUs; ties by name): a run behind it may take a
+  GPU on such a host only while the k reserved there stay free, so backfill never delays it
+  past its turn; on the other hosts backfill goes on as for any waiting run (reservations add
+  up when several multi-node runs wait);
+- one that cannot fit yet names each host it lacks and what ("a: 1 of 2 free, needs 1 more");
+- one that needs more hosts with k GPUs than are known can never fit: it blocks and reserves
+  nothing (`never_fits`);
+- nodes > 1 with gpus: 0 needs N live hosts and no GPUs: it is never blocked, like gpus: 0.
 """
 
 from __future__ import annotations
@@ -40,12 +55,18 @@ class QueuedRun:
     priority: int
     created_at: datetime
     message_lost: bool = False
+    nodes: int = 1  # hosts it spans, `gpus` GPUs on each
+
+
+NodePlacement = tuple[str, tuple[int, ...]]  # (host, its GPU indices) of one node
 
 
 @dataclass(frozen=True)
 class Placement:
-    host: str | None  # None for a run without GPUs: any host may run it
-    gpu_indices: tuple[int, ...]
+    host: str | None  # None for a run without GPUs: any host may run it; node 0's
+    gpu_indices: tuple[int, ...]  # on `host`
+    # A multi-node run's every node in rank order, (host, GPU indices); () for one host.
+    nodes: tuple[NodePlacement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,52 +96,111 @@ def pick(
     waiting: dict[int, str] = {}
     if capacity_by_host is not None and not capacity_by_host:
         return Decision(starts, {run.id: NO_LIVE_HOST for run in queue})
+    # GPUs per host kept free for the waiting multi-node runs seen so far.
+    reserved: dict[str, int] = {}
     blocker: QueuedRun | None = None
     for run in queue_order(queue):
         if run.message_lost:
             waiting[run.id] = MESSAGE_LOST
             continue
-        if run.gpus == 0:
+        # Unknown capacities: assume any run may fit some day.
+        never = (
+            never_fits(run.gpus, capacity_by_host, nodes=run.nodes)
+            if capacity_by_host is not None
+            else None
+        )
+        if run.gpus == 0 and run.nodes == 1:
             starts[run.id] = Placement(None, ())
             continue
-        if blocker is not None:
+        if blocker is not None and run.gpus > 0:
             waiting[run.id] = f"run {blocker.id} has waited too long; it starts first"
             continue
-        host = _choose_host(run, free, asking)
-        if host is not None:
-            taken = tuple(free[host][: run.gpus])
-            free[host] = free[host][run.gpus :]
-            starts[run.id] = Placement(host, taken)
+        usable = {h: len(indices) - reserved.get(h, 0) for h, indices in free.items()}
+        hosts = _choose_hosts(run, usable, asking)
+        if hosts is not None:
+            nodes = []
+            for host in hosts:
+                nodes.append((host, tuple(free[host][: run.gpus])))
+                free[host] = free[host][run.gpus :]
+            starts[run.id] = Placement(*nodes[0], nodes=tuple(nodes) if run.nodes > 1 else ())
             continue
-        # Unknown capacities: assume any run may fit some day.
-        never = never_fits(run.gpus, capacity_by_host) if capacity_by_host is not None else None
         if never is not None:
             waiting[run.id] = never
             continue
-        waiting[run.id] = f"waiting for {run.gpus} free GPUs on one host"
-        if (now - run.created_at).total_seconds() > starvation_seconds:
+        if run.nodes == 1:
+            waiting[run.id] = f"waiting for {run.gpus} free GPUs on one host"
+        else:
+            waiting[run.id] = _gang_reason(run, usable, capacity_by_host)
+            for host in _soonest_hosts(run, usable, capacity_by_host):
+                reserved[host] = reserved.get(host, 0) + run.gpus
+        if run.gpus > 0 and (now - run.created_at).total_seconds() > starvation_seconds:
             blocker = run
     return Decision(starts, waiting)
 
 
-def never_fits(gpus: int, capacity_by_host: Mapping[str, int]) -> str | None:
-    """Why a run asking for `gpus` GPUs can never start on these hosts (GPUs per host), or
-    None when it may: it needs none, a host has that many, or no host is known at all (a
-    worker may yet come with any number, so nothing says it never will)."""
-    if gpus <= 0 or not capacity_by_host:
+def never_fits(gpus: int, capacity_by_host: Mapping[str, int], *, nodes: int = 1) -> str | None:
+    """Why a run asking for `gpus` GPUs on each of `nodes` hosts can never start on these
+    hosts (GPUs per host), or None when it may: enough hosts have that many, or no host is
+    known at all (a worker may yet come with any number, so nothing says it never will)."""
+    if not capacity_by_host or (gpus <= 0 and nodes == 1):
         return None
-    largest = max(capacity_by_host.values())
-    if gpus <= largest:
+    if nodes == 1:
+        largest = max(capacity_by_host.values())
+        if gpus <= largest:
+            return None
+        return (
+            f"needs {gpus} GPUs on one host; no host has that many "
+            f"(the most on one host: {largest})"
+        )
+    big = sorted(h for h, capacity in capacity_by_host.items() if capacity >= gpus)
+    if len(big) >= nodes:
         return None
-    return f"needs {gpus} GPUs on one host; no host has that many (the most on one host: {largest})"
+    if gpus <= 0:
+        return f"needs {nodes} hosts; only {len(capacity_by_host)} are live"
+    return (
+        f"needs {nodes} hosts with {gpus} GPUs each; only {len(big)} of the "
+        f"{len(capacity_by_host)} live hosts have that many"
+        + (f" ({', '.join(big)})" if big else "")
+    )
 
 
-def _choose_host(
-    run: QueuedRun, free: Mapping[str, list[int]], asking: tuple[int, str] | None
-) -> str | None:
-    fitting = [host for host, indices in free.items() if len(indices) >= run.gpus]
-    if not fitting:
+def _choose_hosts(
+    run: QueuedRun, usable: Mapping[str, int], asking: tuple[int, str] | None
+) -> list[str] | None:
+    """The hosts a run starts on now, node 0 first, or None: one host for a single-host run,
+    `nodes` different ones for a multi-node run (never fewer)."""
+    fitting = sorted(
+        (h for h, n in usable.items() if run.gpus == 0 or n >= run.gpus),
+        key=lambda h: (usable[h], h),
+    )
+    if len(fitting) < run.nodes:
         return None
     if asking is not None and asking[0] == run.id and asking[1] in fitting:
-        return asking[1]
-    return min(fitting, key=lambda host: (len(free[host]), host))
+        fitting.remove(asking[1])
+        fitting.insert(0, asking[1])
+    return fitting[: run.nodes]
+
+
+def _soonest_hosts(
+    run: QueuedRun, usable: Mapping[str, int], capacity_by_host: Mapping[str, int] | None
+) -> list[str]:
+    """The hosts a waiting multi-node run will start on soonest: those big enough with the
+    most free GPUs now (the ones its reservation keeps)."""
+    big = [h for h in usable if capacity_by_host is None or capacity_by_host.get(h, 0) >= run.gpus]
+    return sorted(big, key=lambda h: (-usable[h], h))[: run.nodes]
+
+
+def _gang_reason(
+    run: QueuedRun, usable: Mapping[str, int], capacity_by_host: Mapping[str, int] | None
+) -> str:
+    """Which hosts a waiting multi-node run lacks and what: free GPUs counted after those kept
+    for multi-node runs ahead of it."""
+    head = f"waiting for {run.nodes} hosts with {run.gpus} free GPUs each"
+    if len(usable) < run.nodes:
+        return f"{head}: only {len(usable)} live"
+    lacking = []
+    for host in _soonest_hosts(run, usable, capacity_by_host):
+        have = max(0, usable[host])
+        if have < run.gpus:
+            lacking.append(f"{host}: {have} of {run.gpus} free, needs {run.gpus - have} more")
+    return f"{head}: " + "; ".join(lacking)

@@ -20,17 +20,9 @@ from typing import Any
 from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from app.auth.models import User
 from app.experiments.config import run_config
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.scheduler import Decision, QueuedRun, never_fits, pick, queue_order
-from app.gpus.schemas import (
-    GpuOut,
-    GpuPanelOut,
-    GpuState,
-    HostOut,
-    QueuedRunOut,
-)
+from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick
 from app.runs import lifecycle
 from app.runs.dispatch import message_lost
 from app.runs.models import Run, RunStatus
@@ -56,10 +48,9 @@ class StartResult:
     attempt: int = 1
     sweep_id: int | None = None  # a sweep's trial (judged by its early-stopping rule)
     owner_id: int = 0  # whose run: the worker binds that user's caches (worker/user_cache.py)
-
-
-def run_gpus(config: dict[str, Any]) -> int:
-    return run_config(config).resources.gpus
+    # A multi-node run's nodes in rank order, (host, GPU indices), every one leased; node 0
+    # is this host. () for a single-host run.
+    nodes: tuple[NodePlacement, ...] = ()
 
 
 def format_indices(indices: tuple[int, ...] | list[int]) -> str:
@@ -76,6 +67,7 @@ def try_start(
     starvation_seconds: float,
     now: datetime | None = None,
     gpu_stats: list[dict[str, Any]] | None = None,
+    address: str | None = None,
 ) -> StartResult:
     """`gpu_stats` is NVML's fresh view of this host (see WorkerHost.gpu_stats): a GPU running
     compute processes that torchyard has not leased is busy (external) and not handed out."""
@@ -83,7 +75,7 @@ def try_start(
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)))
     # On SQLite: the write lock.
-    touch_host(session, host=host, gpus=inventory, now=now, gpu_stats=gpu_stats)
+    touch_host(session, host=host, gpus=inventory, now=now, gpu_stats=gpu_stats, address=address)
     expire_stale_leases(session, now=now, ttl_seconds=lease_ttl_seconds)
 
     run = session.get(Run, run_id, populate_existing=True)
@@ -101,8 +93,11 @@ def try_start(
     placement = decision.starts.get(run_id)
     if placement is None:
         return StartResult(StartOutcome.WAIT, reason=decision.waiting.get(run_id, ""))
+    # A multi-node run is started (all its nodes leased) by the worker of its node 0: the
+    # asking host is node 0 whenever it is one of the run's hosts.
     if placement.host not in (None, host):
-        return StartResult(StartOutcome.WAIT, reason=f"fits on host {placement.host}, not here")
+        where = ", ".join(h for h, _ in placement.nodes) or placement.host
+        return StartResult(StartOutcome.WAIT, reason=f"fits on host {where}, not here")
     # Read after the decision: the finish that freed these GPUs had committed before `decide`
     # saw them free, so its finished_at is earlier. `now` can be older: it was taken before
     # the scheduler's lock, which may have been waited for while that finish went on.
@@ -116,8 +111,12 @@ def try_start(
         started_at=started,
     ):
         return StartResult(StartOutcome.GONE)
-    for index in placement.gpu_indices:
-        session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=started))
+    # Every node's GPUs in this one transaction: all of them or (the flush refused) none.
+    for node_host, indices in placement.nodes or ((host, placement.gpu_indices),):
+        for index in indices:
+            session.add(
+                GpuLease(host=node_host, gpu_index=index, run_id=run_id, acquired_at=started)
+            )
     session.flush()
     return StartResult(
         StartOutcome.STARTED,
@@ -127,6 +126,7 @@ def try_start(
         attempt=run.attempt,
         sweep_id=run.sweep_id,
         owner_id=run.owner_id,
+        nodes=placement.nodes,
     )
 
 
@@ -166,17 +166,17 @@ def decide(
 
 
 def never_startable(
-    session: Session, *, gpus: int, now: datetime, lease_ttl_seconds: float
+    session: Session, *, gpus: int, now: datetime, lease_ttl_seconds: float, nodes: int = 1
 ) -> str | None:
     """Why a new run asking for `gpus` GPUs could never start on the live hosts (the scheduler's
     own rule, `never_fits`, over the inventories `decide` uses), or None. With no live host
     None: a worker may be starting or restarting, and the run waits for it (its reason says
     so) rather than being refused on an empty view."""
     hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
-    return never_fits(gpus, {h.host: len(h.gpus) for h in hosts})
+    return never_fits(gpus, {h.host: len(h.gpus) for h in hosts}, nodes=nodes)
 
 
-def _panel_decision(
+def panel_decision(
     session: Session, *, now: datetime, lease_ttl_seconds: float, starvation_seconds: float
 ) -> Decision:
     """The scheduler's decision with no host asking: what the GPU panel and a queued run's
@@ -220,10 +220,10 @@ def queue_reasons(
 ) -> dict[int, str]:
     """`queue_reason` of several runs from one decision (a page of the runs list): each
     queued one's reason, the others left out."""
-    decision = _panel_decision(
+    decision = panel_decision(
         session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
     )
-    reasons = {run_id: _reason(decision, run_id) for run_id in run_ids}
+    reasons = {run_id: reason_of(decision, run_id) for run_id in run_ids}
     return {run_id: reason for run_id, reason in reasons.items() if reason}
 
 
@@ -233,11 +233,13 @@ def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun
         select(Run.id, Run.priority, Run.created_at, Run.config, Run.task_seen_at).where(
             Run.status == RunStatus.queued, ~Run.cancel_requested
         )
-    )
+    ).all()
+    resources = {r.id: run_config(r.config).resources for r in rows}
     return [
         QueuedRun(
             id=r.id,
-            gpus=run_gpus(r.config),
+            gpus=resources[r.id].gpus,
+            nodes=resources[r.id].nodes,
             priority=r.priority,
             created_at=as_utc(r.created_at),
             message_lost=now is not None and message_lost(r.task_seen_at, r.created_at, now),
@@ -279,16 +281,16 @@ def touch_host(
     gpus: list[int],
     now: datetime,
     gpu_stats: list[dict[str, Any]] | None = None,
+    address: str | None = None,
 ) -> None:
-    """Upsert this host's inventory, GPU stats and heartbeat (an UPDATE first: it is the
-    write lock)."""
+    """Upsert this host's inventory, GPU stats, address and heartbeat (an UPDATE first: it is
+    the write lock)."""
+    values = dict(gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats, address=address)
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        update(WorkerHost)
-        .where(WorkerHost.host == host)
-        .values(gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats)
+        update(WorkerHost).where(WorkerHost.host == host).values(**values)
     )
     if not result.rowcount:
-        session.add(WorkerHost(host=host, gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats))
+        session.add(WorkerHost(host=host, **values))
         session.flush()
 
 
@@ -301,86 +303,8 @@ def expire_stale_leases(session: Session, *, now: datetime, ttl_seconds: float) 
     return int(result.rowcount)
 
 
-# --- the GPU panel (per-user accounting: app.gpus.usage) ---------------------------------------
-
-_MB = 1024 * 1024
-
-
-def _mb(value: Any) -> float | None:
-    return None if value is None else round(float(value) / _MB, 1)
-
-
-def gpu_panel(
-    session: Session, *, now: datetime, lease_ttl_seconds: float, starvation_seconds: float
-) -> GpuPanelOut:
-    """Each live host's GPUs (who holds which) and the queue in scheduling order, each waiting
-    run with the reason `pick` gives for it."""
-    leases: dict[str, dict[int, tuple[int, str, datetime]]] = {}
-    rows = session.execute(
-        select(
-            GpuLease.host, GpuLease.gpu_index, GpuLease.run_id, GpuLease.acquired_at, User.username
-        )
-        .join(Run, Run.id == GpuLease.run_id)
-        .join(User, User.id == Run.owner_id)
-    )
-    for host, index, run_id, acquired_at, username in rows:
-        leases.setdefault(host, {})[index] = (run_id, username, as_utc(acquired_at))
-    hosts = []
-    for h in live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds):
-        stats = {int(g["index"]): g for g in h.gpu_stats or ()}
-        leased = leases.get(h.host, {})
-        external = external_gpus(h.gpu_stats, leased)
-        gpus = []
-        for index in sorted({int(i) for i in h.gpus} | set(stats) | set(leased)):
-            stat = stats.get(index, {})
-            known = {
-                "memory_used_mb": _mb(stat.get("memory_used")),
-                "memory_total_mb": _mb(stat.get("memory_total")),
-                "utilization": stat.get("utilization"),
-            }
-            if index in leased:
-                run_id, owner, since = leased[index]
-                gpu = GpuOut(
-                    index=index, state="leased", run_id=run_id, owner=owner, since=since, **known
-                )
-            else:
-                state: GpuState = "busy (external)" if index in external else "free"
-                gpu = GpuOut(index=index, state=state, **known)
-            gpus.append(gpu)
-        hosts.append(HostOut(host=h.host, heartbeat_at=as_utc(h.heartbeat_at), gpus=gpus))
-
-    queue = queue_order(queued_runs(session))
-    decision = _panel_decision(
-        session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
-    )
-    details = {
-        run_id: (experiment_id, username)
-        for run_id, experiment_id, username in session.execute(
-            select(Run.id, Run.experiment_id, User.username)
-            .join(User, User.id == Run.owner_id)
-            .where(Run.id.in_([r.id for r in queue]))
-        )
-    }
-    out = []
-    for position, run in enumerate(queue, start=1):
-        experiment_id, owner = details[run.id]
-        out.append(
-            QueuedRunOut(
-                position=position,
-                run_id=run.id,
-                experiment_id=experiment_id,
-                owner=owner,
-                gpus=run.gpus,
-                priority=run.priority,
-                created_at=run.created_at,
-                waiting_seconds=max(0.0, (now - run.created_at).total_seconds()),
-                reason=_reason(decision, run.id),
-            )
-        )
-    return GpuPanelOut(generated_at=now, hosts=hosts, queue=out)
-
-
-def _reason(decision: Decision, run_id: int) -> str:
+def reason_of(decision: Decision, run_id: int) -> str:
+    """What the GPU panel and a queued run's page say about it, from one decision."""
     if run_id in decision.waiting:
         return decision.waiting[run_id]
     placement = decision.starts.get(run_id)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from app.db import SessionDep
-from app.gpus import service
+from app.gpus.panel import gpu_panel
 from app.gpus.usage import gpu_usage
 from app.pages import PageRoute, PageUser
 from app.settings import get_settings
@@ -28,7 +28,7 @@ def gpus_page(
 ) -> HTMLResponse:
     settings = get_settings()
     now = utcnow()
-    panel = service.gpu_panel(
+    panel = gpu_panel(
         session,
         now=now,
         lease_ttl_seconds=settings.lease_ttl_seconds,

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from app.artifacts import StoredFile, open_uri
 from app.auth.models import User
 from app.errors import Conflict, Invalid, NotFound
-from app.experiments.config import deep_merge, validate_config, with_seed
+from app.experiments.config import deep_merge, run_config, validate_config, with_seed
 from app.experiments.models import Experiment
-from app.gpus.service import never_startable, queue_reasons, run_gpus
+from app.gpus.service import never_startable, queue_reasons
 from app.runs import lifecycle
 from app.runs.job_files import FileRefused, clean_relative, is_regular, open_regular
 from app.runs.lifecycle import CancelOutcome
@@ -150,13 +150,28 @@ def refuse_if_never_startable(
     session: Session, *, config: dict[str, Any], loc: tuple[str, ...]
 ) -> None:
     """A 422 for a run no live worker host could ever start (more GPUs than any has): it would
-    wait in the queue for ever. Every new run (launched or resumed) passes here."""
-    gpus = run_gpus(config)
+    wait in the queue for ever. Every new run (launched or resumed) passes here. So does a
+    multi-node one, for now: the scheduler places it (app.gpus.scheduler) but no worker
+    launches its other nodes yet (docs/multi-node.md, "Not built yet")."""
+    resources = run_config(config).resources
+    if resources.nodes > 1:
+        raise Invalid.at(
+            loc,
+            f"multi-node runs (resources.nodes: {resources.nodes}) are not launched yet: "
+            "only their scheduling is built (docs/multi-node.md)",
+            resources.gpus,
+        )
     reason = never_startable(
-        session, gpus=gpus, now=utcnow(), lease_ttl_seconds=get_settings().lease_ttl_seconds
+        session,
+        gpus=resources.gpus,
+        now=utcnow(),
+        lease_ttl_seconds=get_settings().lease_ttl_seconds,
+        nodes=resources.nodes,
     )
     if reason is not None:
-        raise Invalid.at(loc, f"no live worker host could ever start this run: {reason}", gpus)
+        raise Invalid.at(
+            loc, f"no live worker host could ever start this run: {reason}", resources.gpus
+        )
 
 
 def why_queued(session: Session, *, run: Run) -> str | None:

@@ -1,0 +1,95 @@
+"""The GPU panel: each live host's GPUs (who holds which) and the queue with the scheduler's
+reasons, from the same decision `try_start` takes (app.gpus.service). Per-user accounting:
+app.gpus.usage."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.gpus.models import GpuLease
+from app.gpus.scheduler import queue_order
+from app.gpus.schemas import GpuOut, GpuPanelOut, GpuState, HostOut, QueuedRunOut
+from app.gpus.service import external_gpus, live_hosts, panel_decision, queued_runs, reason_of
+from app.runs.models import Run
+from app.timeutil import as_utc
+
+_MB = 1024 * 1024
+
+
+def _mb(value: Any) -> float | None:
+    return None if value is None else round(float(value) / _MB, 1)
+
+
+def gpu_panel(
+    session: Session, *, now: datetime, lease_ttl_seconds: float, starvation_seconds: float
+) -> GpuPanelOut:
+    """Each live host's GPUs (who holds which) and the queue in scheduling order, each waiting
+    run with the reason `pick` gives for it."""
+    leases: dict[str, dict[int, tuple[int, str, datetime]]] = {}
+    rows = session.execute(
+        select(
+            GpuLease.host, GpuLease.gpu_index, GpuLease.run_id, GpuLease.acquired_at, User.username
+        )
+        .join(Run, Run.id == GpuLease.run_id)
+        .join(User, User.id == Run.owner_id)
+    )
+    for host, index, run_id, acquired_at, username in rows:
+        leases.setdefault(host, {})[index] = (run_id, username, as_utc(acquired_at))
+    hosts = []
+    for h in live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds):
+        stats = {int(g["index"]): g for g in h.gpu_stats or ()}
+        leased = leases.get(h.host, {})
+        external = external_gpus(h.gpu_stats, leased)
+        gpus = []
+        for index in sorted({int(i) for i in h.gpus} | set(stats) | set(leased)):
+            stat = stats.get(index, {})
+            known = {
+                "memory_used_mb": _mb(stat.get("memory_used")),
+                "memory_total_mb": _mb(stat.get("memory_total")),
+                "utilization": stat.get("utilization"),
+            }
+            if index in leased:
+                run_id, owner, since = leased[index]
+                gpu = GpuOut(
+                    index=index, state="leased", run_id=run_id, owner=owner, since=since, **known
+                )
+            else:
+                state: GpuState = "busy (external)" if index in external else "free"
+                gpu = GpuOut(index=index, state=state, **known)
+            gpus.append(gpu)
+        hosts.append(HostOut(host=h.host, heartbeat_at=as_utc(h.heartbeat_at), gpus=gpus))
+
+    queue = queue_order(queued_runs(session))
+    decision = panel_decision(
+        session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
+    )
+    details = {
+        run_id: (experiment_id, username)
+        for run_id, experiment_id, username in session.execute(
+            select(Run.id, Run.experiment_id, User.username)
+            .join(User, User.id == Run.owner_id)
+            .where(Run.id.in_([r.id for r in queue]))
+        )
+    }
+    out = []
+    for position, run in enumerate(queue, start=1):
+        experiment_id, owner = details[run.id]
+        out.append(
+            QueuedRunOut(
+                position=position,
+                run_id=run.id,
+                experiment_id=experiment_id,
+                owner=owner,
+                gpus=run.gpus,
+                priority=run.priority,
+                created_at=run.created_at,
+                waiting_seconds=max(0.0, (now - run.created_at).total_seconds()),
+                reason=reason_of(decision, run.id),
+            )
+        )
+    return GpuPanelOut(generated_at=now, hosts=hosts, queue=out)
