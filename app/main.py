@@ -39,6 +39,7 @@ from app.runs.delete_api import router as run_delete_router
 from app.runs.images_api import router as run_images_router
 from app.runs.list_api import router as run_list_router
 from app.runs.views import router as runs_views
+from app.saved_views.api import router as saved_views_router
 from app.scheduled import JOBS
 from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
@@ -115,6 +116,7 @@ def create_app() -> FastAPI:
         notifications_router,
         users_router,
         sweeps_router,
+        saved_views_router,
     ):
         app.include_router(
             api_router,
