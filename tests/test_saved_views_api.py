@@ -101,9 +101,7 @@ def test_a_hostile_state_is_a_422_naming_the_field_and_stores_nothing(
     assert len(client.get("/api/views", headers=user_headers).json()) == before
 
 
-def test_a_view_of_a_missing_experiment_is_a_422_naming_experiment_id(
-    client, user_headers
-) -> None:
+def test_a_view_of_a_missing_experiment_is_a_422_naming_experiment_id(client, user_headers) -> None:
     r = save(client, user_headers, 999_999)
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"] == ["body", "experiment_id"]

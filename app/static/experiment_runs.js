@@ -12,6 +12,7 @@ import {call, deleteObject, errorText} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
+import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
 
@@ -339,6 +340,24 @@ import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_c
     state.runs = state.runs.map((r) => fresh.get(r.id) || r);
     pickDefaultSummaries();
     render();
+  });
+
+  // Saved views (saved_views.js) read and restore the filters, the sort and the columns.
+  register({
+    get: () => ({
+      filter: {text: $("runs-filter").value.trim(), status: $("runs-status").value, tag: $("runs-tag").value.trim()},
+      sort: state.sort,
+      columns: state.summaries,
+    }),
+    set: (view) => {
+      const filter = view.filter || {};
+      $("runs-filter").value = filter.text || "";
+      $("runs-status").value = filter.status || "";
+      $("runs-tag").value = filter.tag || "";
+      if (view.sort) state.sort = view.sort;
+      if (Array.isArray(view.columns)) state.summaries = view.columns;
+      load();
+    },
   });
 
   load();
