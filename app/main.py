@@ -14,7 +14,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from app import api_docs, static_files
 from app.auth import token_use
 from app.auth.api import router as auth_router
-from app.auth.deps import LoginRequired
+from app.auth.deps import LoginRequired, PasswordChangeRequired
 from app.auth.views import router as auth_views
 from app.code.api import router as code_router
 from app.compare.api import router as compare_router
@@ -143,6 +143,12 @@ def create_app() -> FastAPI:
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")
     install_error_handlers(app)
+
+    @app.exception_handler(PasswordChangeRequired)
+    async def to_password_change(
+        _request: Request, _exc: PasswordChangeRequired
+    ) -> RedirectResponse:
+        return RedirectResponse("/account", status_code=303)
 
     @app.exception_handler(LoginRequired)
     async def to_login(_request: Request, exc: LoginRequired) -> RedirectResponse:
