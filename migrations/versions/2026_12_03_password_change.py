@@ -29,5 +29,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("must_change_password")
+    # Plain ALTER TABLE (SQLite >= 3.35 drops a column in place): a batch would rebuild
+    # `users`, which the tables referencing it forbid (foreign_keys=ON).
+    op.drop_column("users", "must_change_password")
