@@ -63,7 +63,7 @@ def delete_view(view: OwnedView, session: SessionDep) -> Response:
 @router.put(
     "/{view_id}/default",
     response_model=ViewOut,
-    responses=error_responses(403, 404),
+    responses=error_responses(400, 403, 404),  # 400: a body that is not even JSON text
 )
 def set_default_view(
     view_id: int, data: DefaultIn, session: SessionDep, user: CurrentUser

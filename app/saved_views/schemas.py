@@ -21,7 +21,8 @@ Key = Annotated[str, Field(min_length=1, max_length=300)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `0` is not `false` and `"0.5"` not a number (a state is sent back as it is)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class FilterState(_Strict):
