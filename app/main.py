@@ -14,7 +14,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from app import api_docs, static_files
 from app.auth import token_use
 from app.auth.api import router as auth_router
-from app.auth.deps import LoginRequired
+from app.auth.deps import LoginRequired, PasswordChangeRequired
 from app.auth.views import router as auth_views
 from app.code.api import router as code_router
 from app.compare.api import router as compare_router
@@ -39,6 +39,7 @@ from app.runs.delete_api import router as run_delete_router
 from app.runs.images_api import router as run_images_router
 from app.runs.list_api import router as run_list_router
 from app.runs.views import router as runs_views
+from app.saved_views.api import router as saved_views_router
 from app.scheduled import JOBS
 from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
@@ -115,6 +116,7 @@ def create_app() -> FastAPI:
         notifications_router,
         users_router,
         sweeps_router,
+        saved_views_router,
     ):
         app.include_router(
             api_router,
@@ -141,6 +143,12 @@ def create_app() -> FastAPI:
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")
     install_error_handlers(app)
+
+    @app.exception_handler(PasswordChangeRequired)
+    async def to_password_change(
+        _request: Request, _exc: PasswordChangeRequired
+    ) -> RedirectResponse:
+        return RedirectResponse("/account", status_code=303)
 
     @app.exception_handler(LoginRequired)
     async def to_login(_request: Request, exc: LoginRequired) -> RedirectResponse:

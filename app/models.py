@@ -8,6 +8,7 @@ from app.metrics.models import Metric, MetricKey
 from app.notifications.models import Delivery, NotificationSettings
 from app.ops.models import OpsCounter
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
+from app.saved_views.models import SavedView
 from app.sweeps.models import Sweep, SweepTrial
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Run",
     "RunImage",
     "RunParam",
+    "SavedView",
     "Sweep",
     "SweepTrial",
     "User",

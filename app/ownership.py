@@ -1,4 +1,4 @@
-"""The one place that decides who may see and act on an experiment or a run.
+"""The one place that decides who may see and act on an experiment, a run or a saved view.
 
 Every signed-in user READS every experiment and run on the box (the team sees each other's
 work). Writes (cancel, resume, edit, delete) are the owner's or an admin's, and a viewer never
@@ -6,7 +6,8 @@ writes: `User.may_write`. Launching a run is any member's in any experiment (the
 launcher's, so its later writes are theirs): `LaunchExperiment`. Every route that takes an
 id depends on `get_owned_experiment` / `get_owned_run`, which tell a read from a write by the
 request's method, so the 404/403 rules are not pasted into handlers. Pages call them with
-`write=False` and ask `may_write` only to decide which buttons to show.
+`write=False` and ask `may_write` only to decide which buttons to show. A saved view is the
+exception to "everyone reads": a private one is its owner's alone (`find_view`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from app.db import MAX_ID, SessionDep
 from app.errors import Forbidden, NotFound
 from app.experiments.models import Experiment
 from app.runs.models import Run
+from app.saved_views.models import SavedView
 
 
 def _viewer_refused(user: User) -> Forbidden:
@@ -59,6 +61,17 @@ def find_run(run_id: int, session: Session, user: User, *, write: bool) -> Run:
     return run
 
 
+def find_view(view_id: int, session: Session, user: User, *, write: bool) -> SavedView:
+    """A saved view the caller may open: their own or a shared one (a teammate's private view
+    is 404, as if it did not exist); `write` (delete): the owner's or an admin's, else 403."""
+    view = session.get(SavedView, view_id) if 0 < view_id <= MAX_ID else None
+    if view is None or (not view.shared and view.owner_id != user.id):
+        raise NotFound.of("view", view_id)
+    if write:
+        check_write(user, view.owner_id, "view")
+    return view
+
+
 def get_owned_experiment(
     experiment_id: int, request: Request, session: SessionDep, user: CurrentUser
 ) -> Experiment:
@@ -76,8 +89,15 @@ def get_writer(user: CurrentUser) -> User:
     return user
 
 
+def get_owned_view(
+    view_id: int, request: Request, session: SessionDep, user: CurrentUser
+) -> SavedView:
+    return find_view(view_id, session, user, write=_is_write(request))
+
+
 OwnedExperiment = Annotated[Experiment, Depends(get_owned_experiment)]
 OwnedRun = Annotated[Run, Depends(get_owned_run)]
+OwnedView = Annotated[SavedView, Depends(get_owned_view)]
 Writer = Annotated[User, Depends(get_writer)]
 
 

@@ -84,6 +84,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "browser.test_connection_lost",  # pages on a dropped stream (events: test_runs_events)
         "browser.test_delete",  # the delete buttons (deletion itself: test_deletion)
         "browser.test_grouping",  # grouping is client-side (the runs list: test_runs_listing)
+        "browser.test_saved_views",  # restoring a view's state (the API: test_saved_views_api)
         "browser.test_new_experiment_form",  # the form shows the API's 422 next to the field
         "browser.test_notifications_page",  # the settings form (API: test_notifications_api)
         "browser.test_page_security",  # CSP, text escaping in the DOM

@@ -49,6 +49,9 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
 from app.notifications.models import Delivery, NotificationSettings
 from app.runs.models import Checkpoint, Run, RunImage
+from app.saved_views import service as saved_views
+from app.saved_views.models import SavedView
+from app.saved_views.schemas import ViewCreate, ViewState
 from app.settings import get_settings
 from app.static_files import chart_asset_url
 from app.sweeps import service as sweeps
@@ -170,6 +173,16 @@ class World:
             )
             session.execute(delete(Delivery).where(Delivery.user_id == user_id))
         return "/api/users/me/notifications/test"
+
+    def shared_view(self) -> int:
+        """A fresh shared view of the owner's experiment (a delete consumes it)."""
+        with session_scope() as session:
+            owner = session.get(User, self.owner.user_id)
+            assert owner is not None
+            data = ViewCreate(
+                name="matrix", experiment_id=self.experiment_id, shared=True, state=ViewState()
+            )
+            return saved_views.create_view(session, owner=owner, data=data).id
 
     def owner_token_id(self) -> int:
         with session_scope() as session:
@@ -386,6 +399,23 @@ MATRIX: dict[tuple[str, str], Row] = {
     ),
     ("POST", "/api/tokens"): Row(
         USER, 201, lambda w: ("/api/tokens", {"json": {"name": "m", "ttl_hours": 0.5}})
+    ),
+    # saved views: the owner's shared one is everyone's to open; its owner (or an admin)
+    # deletes it; the experiment's owner (or an admin) makes it the default
+    ("GET", "/api/views"): Row(USER, 200, _get("/api/views")),
+    ("POST", "/api/views"): Row(
+        WRITER, 201, lambda w: ("/api/views", {"json": {"name": "m", "state": {"sort": "id"}}})
+    ),
+    ("GET", "/api/views/{view_id}"): Row(
+        READ, 200, lambda w: (f"/api/views/{w.shared_view()}", {})
+    ),
+    ("DELETE", "/api/views/{view_id}"): Row(
+        OWNED, 204, lambda w: (f"/api/views/{w.shared_view()}", {})
+    ),
+    ("PUT", "/api/views/{view_id}/default"): Row(
+        OWNED,
+        200,
+        lambda w: (f"/api/views/{w.shared_view()}/default", {"json": {"default": True}}),
     ),
     ("DELETE", "/api/tokens/{token_id}"): Row(
         TOKEN, 204, lambda w: (f"/api/tokens/{w.owner_token_id()}", {})
@@ -628,6 +658,7 @@ def fingerprint() -> tuple[object, ...]:
             hash(tuple(session.scalars(select(Run.name).order_by(Run.id)))),
             session.scalar(select(func.count()).select_from(Delivery)) or 0,
             hash(tuple(session.scalars(select(NotificationSettings.updated_at)))),
+            hash(tuple(session.execute(select(SavedView.id, SavedView.default_of)).all())),
         )
 
 

@@ -18,6 +18,9 @@ from tests.conftest import wait_for_status
 from tests.stack import REPO, free_port
 from tests.waits import wait_for
 
+# The admin's password once the printed one is changed (it must be, before anything else).
+OWN = "the admin's own password"
+
 pytestmark = pytest.mark.slow
 
 
@@ -74,6 +77,14 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
         assert r.status_code == 200
+        # The printed password lets the admin in, to change it before anything else.
+        admin = {"Authorization": f"Bearer {r.json()['access_token']}"}
+        base = f"http://127.0.0.1:{port}"
+        refused = httpx.get(f"{base}/api/experiments", headers=admin)
+        assert refused.status_code == 403 and "must be changed" in refused.json()["detail"]
+        change = {"current_password": password, "new_password": OWN}
+        assert httpx.post(f"{base}/api/users/me/password", json=change, headers=admin).is_success
+        assert httpx.get(f"{base}/api/experiments", headers=admin).status_code == 200
         assert (tmp_path / "data" / "torchyard.db").exists()
         # The data dir and its files are the service's alone.
         assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
@@ -135,15 +146,23 @@ def _start_up(tmp_path: Path, port: int) -> tuple[subprocess.Popen[str], str]:
 
 
 def _token(base: str, password: str, deadline: float) -> str:
+    """The admin's token; the generated password changed to OWN first where it must be."""
     while True:
         try:
             r = httpx.post(
                 f"{base}/api/auth/token", data={"username": "admin", "password": password}
             )
-            return str(r.json()["access_token"])
+            token = str(r.json()["access_token"])
+            break
         except httpx.HTTPError:
             assert time.monotonic() < deadline, "the server never answered"
             time.sleep(0.2)
+    headers = {"Authorization": f"Bearer {token}"}
+    if httpx.get(f"{base}/api/users/me", headers=headers).json()["must_change_password"]:
+        change = {"current_password": password, "new_password": OWN}
+        r = httpx.post(f"{base}/api/users/me/password", json=change, headers=headers)
+        assert r.status_code == 204, r.text
+    return token
 
 
 def _health(base: str) -> bool:
@@ -276,7 +295,7 @@ def test_ctrl_c_and_up_again_mid_run_the_run_trains_on_as_attempt_1(tmp_path: Pa
 
         proc, _ = _start_up(tmp_path, port)
         with httpx.Client(base_url=base, headers=headers, timeout=30) as api:
-            _token(base, password, time.monotonic() + 60)  # the server answers again
+            _token(base, OWN, time.monotonic() + 60)  # the server answers again
             _assert_trained_on_as_attempt_1(api, run_id, steps=4 * 40)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0

@@ -46,6 +46,7 @@ def test_admin_adds_a_member_who_logs_in_and_reads_themselves(client, admin_head
     assert created["username"] == name and created["role"] == "member"
     assert created["disabled"] is False and created["is_admin"] is False
     assert PASSWORD not in r.text and "hash" not in r.text
+    assert created.pop("password") is None  # only a generated one is answered
     me = client.get("/api/users/me", headers=bearer(client, name, PASSWORD)).json()
     assert me == created
     listed = client.get("/api/users", headers=admin_headers).json()

@@ -46,6 +46,23 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _bearer = HTTPBearer(auto_error=False, description="A token from POST /api/auth/token")
 
 
+# A user whose password was generated (User.must_change_password) may change it, and ask who
+# they are (the answer says they must change it: `torchyard login` reads it), on the API, and
+# open these pages; everything else is 403 (API) or leads to the account page.
+PASSWORD_CHANGE_PATH = "/api/users/me/password"
+PASSWORD_CHANGE_API = frozenset({PASSWORD_CHANGE_PATH, "/api/me", "/api/users/me"})
+PASSWORD_CHANGE_PAGES = frozenset({"/account", "/account/password", "/logout"})
+MUST_CHANGE_PASSWORD = (
+    "your password was generated for you and must be changed before anything else: "
+    f"POST {PASSWORD_CHANGE_PATH} with current_password and new_password "
+    "(or `torchyard users passwd`, or the account page)"
+)
+
+
+class PasswordChangeRequired(Exception):
+    """Raised by page dependencies; the app turns it into a redirect to the account page."""
+
+
 class LoginRequired(Exception):
     """Raised by page dependencies; the app turns it into a redirect to the login page."""
 
@@ -106,6 +123,8 @@ async def get_current_user(
         raise Unauthorized("not authenticated: send 'Authorization: Bearer <token>'")
     if isinstance(user, str):
         raise Unauthorized(user)
+    if user.must_change_password and request.url.path not in PASSWORD_CHANGE_API:
+        raise Forbidden(MUST_CHANGE_PASSWORD)
     return user
 
 
@@ -123,6 +142,8 @@ async def get_browser_user(request: Request, session: SessionDep) -> User:
         raise LoginRequired(
             str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
         )
+    if user.must_change_password and request.url.path not in PASSWORD_CHANGE_PAGES:
+        raise PasswordChangeRequired()
     return user
 
 

@@ -4,6 +4,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import Boolean, DateTime, ForeignKey, Index, String
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
@@ -32,6 +33,12 @@ class User(Base):
     # An open invite: the SHA-256 of the link's secret (the link sets the first password).
     invite_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
     invite_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Its password was generated (printed by `torchyard up`, the users page or API, an admin's
+    # reset): someone else has seen it. Until the user sets their own, every API call but the
+    # password change answers 403 and the pages lead to the account page (app.auth.deps).
+    must_change_password: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=sa_false()
+    )
 
     @property
     def is_admin(self) -> bool:

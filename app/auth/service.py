@@ -199,7 +199,10 @@ def ensure_admin(session: Session, *, password: str) -> str | None:
     if session.scalar(select(User).where(User.username == ADMIN_USERNAME)) is not None:
         return None
     generated = None if password else generate_password()
-    create_user(
+    admin = create_user(
         session, username=ADMIN_USERNAME, password=password or generated or "", role=Role.admin
     )
+    # A printed password is seen in a terminal or a log: the admin sets their own first.
+    admin.must_change_password = generated is not None
+    session.flush()
     return generated

@@ -15,7 +15,18 @@ from collections.abc import Sequence
 import httpx
 import typer
 
-from app.cli import admin, commands, delete, export, run_files, runs, server, sweeps, users
+from app.cli import (
+    admin,
+    commands,
+    delete,
+    export,
+    run_files,
+    runs,
+    server,
+    sweeps,
+    users,
+    views,
+)
 from app.cli.client import CliError
 from app.cli.common import CLIENT_PANEL, err
 from app.cli.config import ConfigError
@@ -41,6 +52,7 @@ runs.register(app)
 run_files.register(app)
 export.register(app)
 sweeps.register(app)
+views.register(app)
 delete.register(app, CLIENT_PANEL)
 users.register(app)
 admin.register(app)

@@ -60,7 +60,9 @@ def reset_password(
         if user is None:
             names = ", ".join(u.username for u in service.list_users(session)) or "none"
             raise CliError(f"no user named {name!r} in {where} (users: {names})")
-        service.set_password(session, user=user, password=password)
+        # A generated password was printed: it must be changed at login; one read from
+        # stdin is the operator's own choice (often for their own locked-out account).
+        service.set_password(session, user=user, password=password, temporary=not password_stdin)
         session.execute(delete(LoginAttempt).where(LoginAttempt.username == username_key(name)))
         disabled = not user.is_active
         if disabled and enable:

@@ -74,6 +74,11 @@ def login(
         raise CliError(f"cannot save the CLI config {path}: {e.strerror or e}") from e
     role = " (admin)" if me.get("is_admin") else ""
     out.print(f"logged in to {target.server} as {me['username']}{role}; token saved to {path}")
+    if me.get("must_change_password"):
+        out.print(
+            "your password was generated for you: change it before anything else "
+            f"(torchyard users passwd {me['username']})"
+        )
 
 
 def _run_created(api: Api, run: dict[str, Any], what: str, quiet: bool) -> None:

@@ -69,14 +69,18 @@ def add(
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Add a user (admins only)."""
-    password = read_password_line() if password_stdin else new_password()
+    """Add a user (admins only). Without --password-stdin the server generates the password
+    (printed once), and the user must change it at their first login."""
+    body = {"username": name, "role": role.value}
+    if password_stdin:
+        body["password"] = read_password_line()
     with connect(server, token) as api:
-        body = {"username": name, "password": password, "role": role.value}
         user = api.post("/api/users", json=body)
     out.print(f"added user {user['username']} (id {user['id']}, {user['role']})")
     if not password_stdin:
-        out.print(f"initial password: {password}  (shown once; they can change it)")
+        out.print(
+            f"initial password: {user['password']}  (shown once; to be changed at first login)"
+        )
 
 
 @users_app.command("list")

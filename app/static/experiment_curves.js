@@ -5,6 +5,7 @@
 import {call, errorText, serverDown} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {overlay} from "./overlay.js";
+import {register} from "./lib/page_state.js";
 import {api} from "./lib/urls.js";
 (() => {
   const section = document.getElementById("experiment-curves");
@@ -38,6 +39,39 @@ import {api} from "./lib/urls.js";
     try { return el ? JSON.parse(el.textContent) : null; } catch (_) { return null; }
   };
 
+  // Saved views (saved_views.js): the controls' values, and which keys are charted (null:
+  // all). Set before the overlay mounts, the controls are read by it; after, their events
+  // redraw.
+  let shownKeys = null;
+  const showKeys = () => {
+    for (const div of charts.querySelectorAll(".metric-chart")) {
+      div.hidden = shownKeys !== null && !shownKeys.includes(div.dataset.key);
+    }
+  };
+  const control = (name) => document.getElementById(`experiment-curves-${name}`);
+  register({
+    get: () => ({charts: {keys: shownKeys, smoothing: Number(control("smoothing")?.value || 0),
+                          x: control("x-axis")?.value || "step", log: Boolean(control("log-scale")?.checked),
+                          clip: Boolean(control("clip")?.checked)}}),
+    set: (view) => {
+      const c = view.charts;
+      if (!c) return;
+      const put = (name, prop, value, event) => {
+        const el = control(name);
+        if (!el || value === undefined) return;
+        el[prop] = value;
+        el.dispatchEvent(new Event(event));
+      };
+      put("smoothing", "value", String(c.smoothing ?? 0), "input");
+      if (control("smoothing-value")) control("smoothing-value").textContent = Number(c.smoothing ?? 0).toFixed(2);
+      put("x-axis", "value", c.x || "step", "change");
+      put("log-scale", "checked", Boolean(c.log), "change");
+      put("clip", "checked", Boolean(c.clip), "change");
+      shownKeys = Array.isArray(c.keys) ? c.keys : null;
+      showKeys();
+    },
+  });
+
   const start = async () => {
     const runs = embedded() || await listRuns();
     if (!runs) return;
@@ -45,6 +79,7 @@ import {api} from "./lib/urls.js";
     const keys = new Set();
     for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
     charts.replaceChildren(...[...keys].map(overlay.chartDiv));
+    showKeys();
     overlay.mount(charts, runs.slice().reverse(), {
       controls: "experiment-curves",
       legend: document.getElementById("experiment-curves-legend"),

@@ -13,9 +13,10 @@ import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
 import {SEED_EVENT} from "./lib/seed.js";
+import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
-import {bindBy, getState as groupingState, onChange as onGrouping} from "./grouping.js";
+import {bindBy, getState as groupingState, onChange as onGrouping, setState as setGrouping} from "./grouping.js";
 import {groupedRows} from "./runs_groups.js";
 
 (() => {
@@ -363,6 +364,26 @@ import {groupedRows} from "./runs_groups.js";
   });
   // "Show seed" (lib/seed.js): the seed columns come or go.
   document.addEventListener(SEED_EVENT, render);
+
+  // Saved views (saved_views.js) read and restore the grouping ({group: {by, band}}: the
+  // table's and the curves' one state, grouping.js), the filters, the sort and the columns.
+  register({get: groupingState, set: setGrouping});
+  register({
+    get: () => ({
+      filter: {text: $("runs-filter").value.trim(), status: $("runs-status").value, tag: $("runs-tag").value.trim()},
+      sort: state.sort,
+      columns: state.summaries,
+    }),
+    set: (view) => {
+      const filter = view.filter || {};
+      $("runs-filter").value = filter.text || "";
+      $("runs-status").value = filter.status || "";
+      $("runs-tag").value = filter.tag || "";
+      if (view.sort) state.sort = view.sort;
+      if (Array.isArray(view.columns)) state.summaries = view.columns;
+      load();
+    },
+  });
 
   load();
 })();

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Depends, Request, Response, status
 
 from app.auth.deps import CurrentUser, request_token
 from app.auth.models import User
+from app.auth.security import generate_password
 from app.db import SessionDep
 from app.errors import Forbidden
 from app.http_errors import error_responses
 from app.runs.disk import disk_by_owner
 from app.users import service
-from app.users.schemas import PasswordChange, UserCreate, UserOut, UserUpdate
+from app.users.schemas import PasswordChange, UserCreate, UserCreated, UserOut, UserUpdate
 
 router = APIRouter(prefix="/api/users", tags=["users"])
 
@@ -65,12 +66,21 @@ def list_users(session: SessionDep, _admin: Admin) -> list[UserOut]:
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=UserOut,
+    response_model=UserCreated,
     responses=error_responses(400, 403, 409),
 )
-def create_user(data: UserCreate, session: SessionDep, _admin: Admin) -> UserOut:
-    user = service.add_user(session, username=data.username, password=data.password, role=data.role)
-    return UserOut.of(user)
+def create_user(data: UserCreate, session: SessionDep, _admin: Admin) -> UserCreated:
+    """Without `password`, one is generated and answered in `password` (this once); the user
+    must change it at the first login, as any password an admin sets for someone else."""
+    generated = generate_password() if data.password is None else None
+    user = service.add_user(
+        session,
+        username=data.username,
+        password=generated or data.password or "",
+        role=data.role,
+        temporary=generated is not None,
+    )
+    return UserCreated(**UserOut.of(user).model_dump(), password=generated)
 
 
 @router.patch(
@@ -78,11 +88,14 @@ def create_user(data: UserCreate, session: SessionDep, _admin: Admin) -> UserOut
     response_model=UserOut,
     responses=error_responses(400, 403, 404, 409),  # 409: the last active admin
 )
-def update_user(user_id: int, data: UserUpdate, session: SessionDep, _admin: Admin) -> UserOut:
-    """Disabling ends the user's tokens and sessions at once; their runs keep running."""
+def update_user(user_id: int, data: UserUpdate, session: SessionDep, admin: Admin) -> UserOut:
+    """Disabling ends the user's tokens and sessions at once; their runs keep running. A
+    password set for someone else must be changed by them at their next login."""
     user = service.get_user(session, user_id)
     if data.password is not None:
-        service.set_password(session, user=user, password=data.password)
+        service.set_password(
+            session, user=user, password=data.password, temporary=user.id != admin.id
+        )
     if data.role is not None:
         service.set_role(session, user=user, role=data.role)
     if data.disabled is not None:

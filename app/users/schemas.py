@@ -15,6 +15,8 @@ class UserOut(BaseModel):
     created_at: UtcDateTime
     # Bytes the user's runs hold on disk (app/runs/disk.py).
     disk_bytes: int = 0
+    # A generated password not changed yet: every API call but the change is refused.
+    must_change_password: bool = False
 
     @classmethod
     def of(cls, user: User, *, disk_bytes: int = 0) -> UserOut:
@@ -26,7 +28,15 @@ class UserOut(BaseModel):
             disabled=not user.is_active,
             created_at=user.created_at,
             disk_bytes=disk_bytes,
+            must_change_password=user.must_change_password,
         )
+
+
+class UserCreated(UserOut):
+    """The new user; `password` is the generated one when none was sent (shown this once,
+    to be changed at the first login), else null."""
+
+    password: str | None = None
 
 
 class UserCreate(BaseModel):
@@ -35,7 +45,8 @@ class UserCreate(BaseModel):
     # The name and password rules are checked in app.users.service (one message for API,
     # pages and CLI); the bounds here only keep absurd bodies out.
     username: str = Field(max_length=200, examples=["ada"])
-    password: str = Field(max_length=1000)
+    # None: one is generated, answered once, and must be changed at the first login.
+    password: str | None = Field(None, max_length=1000)
     role: Role = Role.member
 
 

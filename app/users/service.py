@@ -59,9 +59,12 @@ def check_password(password: str, field: str = "password") -> None:
         raise Invalid.at(["body", field], problem)
 
 
-def add_user(session: Session, *, username: str, password: str, role: Role) -> User:
+def add_user(
+    session: Session, *, username: str, password: str, role: Role, temporary: bool = False
+) -> User:
     """A new user; 422 for a bad name or password, 409 when the name is taken (in any case:
-    `Ada` and `ada` would be two people nobody can tell apart)."""
+    `Ada` and `ada` would be two people nobody can tell apart). `temporary`: the password was
+    generated for them (someone else saw it): they must change it at first login."""
     problem = username_problem(username)
     if problem is not None:
         raise Invalid.at(["body", "username"], problem, username[:80])
@@ -71,7 +74,10 @@ def add_user(session: Session, *, username: str, password: str, role: Role) -> U
     )
     if taken is not None:
         raise Conflict(f"username {username!r} is taken")
-    return create_user(session, username=username, password=password, role=role)
+    user = create_user(session, username=username, password=password, role=role)
+    user.must_change_password = temporary
+    session.flush()
+    return user
 
 
 def invite_user(session: Session, *, username: str, role: Role) -> tuple[User, str]:
@@ -100,6 +106,7 @@ def accept_invite(session: Session, *, user: User, password: str) -> User:
     user.password_hash = hash_password(password)
     user.invite_hash = None
     user.invite_expires_at = None
+    user.must_change_password = False
     session.flush()
     return user
 
@@ -159,11 +166,14 @@ def revoke_all_tokens(
     session.execute(stmt.values(revoked_at=utcnow()))
 
 
-def set_password(session: Session, *, user: User, password: str) -> User:
+def set_password(session: Session, *, user: User, password: str, temporary: bool) -> User:
     """An admin's reset (API, page, CLI): the user's browser sessions end with the old
-    password (someone who had it may be logged in); their named API tokens stay."""
+    password (someone who had it may be logged in); their named API tokens stay. `temporary`
+    (a password the admin chose or generated for someone else): the user must change it at
+    their next login, and until then their tokens may do nothing else."""
     check_password(password)
     user.password_hash = hash_password(password)
+    user.must_change_password = temporary
     user.invite_hash = user.invite_expires_at = None  # a set password closes an open invite
     revoke_all_tokens(session, user=user, sessions_only=True)
     session.flush()
@@ -184,6 +194,7 @@ def change_own_password(
         raise Invalid.at(["body", "current_password"], "the current password is not right")
     check_password(new_password, field="new_password")
     user.password_hash = hash_password(new_password)
+    user.must_change_password = False
     revoke_all_tokens(session, user=user, sessions_only=True, keep=current_token)
     session.flush()
     return user

@@ -159,7 +159,9 @@ def add_user_form(
         if how == "invite":
             added, secret = service.invite_user(session, username=username, role=role)
         else:
-            added = service.add_user(session, username=username, password=initial, role=role)
+            added = service.add_user(
+                session, username=username, password=initial, role=role, temporary=not password
+            )
     except (Invalid, Conflict) as exc:
         return _users(request, session, admin, status_code=status_of(exc), error=exc.detail)
     notice = f"Added {added.username} ({added.role})."
@@ -202,7 +204,7 @@ def change_user_form(
             notice = f"{target.username} is {action}d."
         elif action == "reset-password":
             secret = generate_password()
-            service.set_password(session, user=target, password=secret)
+            service.set_password(session, user=target, password=secret, temporary=True)
             notice = f"New password for {target.username}."
         else:
             notice = "Nothing changed: pick a role."

@@ -1,7 +1,7 @@
 """worker_hosts.address: how the other hosts reach a worker's jobs (multi-node runs)
 
 Revision ID: 0021
-Revises: 0018
+Revises: 0020
 Create Date: 2026-12-04 00:00:00
 
 Each worker heartbeat writes its TORCHYARD_WORKER_ADDRESS (default: the host's primary
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | None = "0018"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -42,6 +42,9 @@ export const api = {
   sweeps: (query) => withQuery("/api/sweeps", query),
   sweep: (sweepId) => `/api/sweeps/${part(sweepId)}`,
   sweepCancel: (sweepId) => `/api/sweeps/${part(sweepId)}/cancel`,
+  views: (query) => withQuery("/api/views", query),
+  view: (viewId) => `/api/views/${part(viewId)}`,
+  viewDefault: (viewId) => `/api/views/${part(viewId)}/default`,
 };
 
 export const pages = {
