@@ -104,15 +104,17 @@ def queue_stranded(made: Made, username: str, gpus: int, priority: int = TOP) ->
         return run.id
 
 
-def host(made: Made, gpus: list[int]) -> str:
-    """A new host, live (heartbeated now) with these GPUs: a run asking for GPUs is refused
-    while no live host has that many (app.runs.service), so each test brings its own rather
-    than rely on the hosts another module's workers left heartbeating (with only the suite's
-    0-GPU worker live, a 1-GPU run is refused)."""
+def host(made: Made, gpus: list[int] | None = None) -> str:
+    """A new host's name, removed after the test; with `gpus`, live (heartbeated now) with
+    them: a run asking for GPUs is refused while no live host has that many
+    (app.runs.service), so each test brings its own rather than rely on the hosts another
+    module's workers left heartbeating (with only the suite's 0-GPU worker live, a 1-GPU run
+    is refused). Without, the caller heartbeats it (tests/test_gpu_requests.py)."""
     name = f"panel-{secrets.token_hex(4)}"
     made.hosts.append(name)
-    with session_scope() as session:
-        touch_host(session, host=name, gpus=gpus, now=utcnow())
+    if gpus is not None:
+        with session_scope() as session:
+            touch_host(session, host=name, gpus=gpus, now=utcnow())
     return name
 
 
