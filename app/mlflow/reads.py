@@ -131,7 +131,7 @@ def _metrics(session: Session, ids: list[int]) -> dict[int, list[dict[str, Any]]
             {
                 "key": key,
                 "value": number_json(value),
-                "timestamp": int(wall * 1000),
+                "timestamp": round(wall * 1000),
                 "step": step,
             }
         )
