@@ -247,6 +247,10 @@ class Settings(BaseSettings):
     notify_webhook_allow_networks: str = ""
     # "Send test" at most once per this many seconds per user (it is a request to send mail).
     notify_test_cooldown_seconds: float = Field(default=10.0, ge=0)
+    # A run failed "worker lost" by a reaper is a guess its stalled worker may still correct
+    # (app.runs.lifecycle.settle, with the job's real exit status): its message waits this
+    # long, and a correction in time replaces it, so only the run's final outcome is sent.
+    notify_worker_lost_hold_seconds: float = Field(default=120.0, ge=0)
     # The address people open the dashboard at ("https://gpu.example.com"): messages link to
     # the run's page when it is set.
     public_url: str = ""
