@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     # minutes, and its run finishes within seconds of its end. Only while the worker's mark is
     # younger than spool_mark_fresh_seconds (it is refreshed at least every heartbeat): a
     # worker stopped or frozen never holds a job up longer than that.
-    spool_backlog_bytes: int = Field(default=4 * 1024**2, ge=0)
+    spool_backlog_bytes: int = Field(default=2 * 1024**2, ge=0)
     spool_mark_fresh_seconds: float = Field(default=15.0, gt=0)
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past

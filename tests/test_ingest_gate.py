@@ -26,7 +26,7 @@ import pytest
 from app.cli import server_argv, worker_argv
 from tests.conftest import BASE_DIR, DATABASE_URL
 from tests.databases import own_database, user_with_token
-from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
+from tests.stack import REPO, free_port, purge_broker, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
 from worker.ingest_gate import IngestGate, NoTurn, Turn
 
@@ -157,6 +157,8 @@ def embedded_stack() -> Iterator[tuple[str, dict[str, str], Path]]:
             TORCHYARD_DATA_DIR=str(ROOT / "data"),
             TORCHYARD_WORKSPACE_DIR=str(workspace),
             PYTHONUNBUFFERED="1",
+            # This checkout's worker and job code, whichever checkout the editable install names.
+            PYTHONPATH=str(REPO),
         )
         port = free_port()
         worker = start_logged(worker_argv(RUNS + 1), env, logs / "worker.log")

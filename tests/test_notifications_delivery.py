@@ -137,7 +137,7 @@ def test_backoff_waits_before_the_next_attempt(smtp, monkeypatch) -> None:
     with webhook_receiver(fail_first=1) as hook:
         run_id = running_run(subscriber(webhook=hook.url))
         with session_scope() as session:
-            lifecycle.fail(session, run_id=run_id, attempt=1, reason="worker error: its GPU vanished")
+            lifecycle.fail(session, run_id=run_id, attempt=1, reason="worker error: gone")
         deliver_due()
         deliver_due()
         assert len(hook.requests) == 1  # the second attempt is an hour away
