@@ -1,11 +1,12 @@
 """The worker's side of the spool's backpressure: tell the job how far its spool is ingested.
 
-After every committed batch (and on every round of the watch loop, so the mark stays fresh
-while the run waits for its turn at the ingestion gate) the watch loop writes
+After every committed batch (an empty one too: a round of the watch loop that found nothing
+new) the watch loop writes
 ``metrics.ingested`` in the run directory: "<offset> <inode>", the spool's bytes stored so
 far and which file they are of. The job's reporter holds back while its backlog past that
 offset exceeds its bound (torchyard.runtime.ingest_mark); a mark that is not refreshed (this
-worker gone or frozen) lets it spool freely again.
+worker gone or frozen, the database away, a batch failing, no turn at the gate for
+spool_mark_fresh_seconds) lets it spool freely again.
 
 The run directory is the job's (under the sandbox, its uid's): the mark is written to a new
 file (O_EXCL, no link followed) and renamed over the old one, so nothing the job put there
