@@ -107,11 +107,16 @@ def test_the_worker_never_writes_its_mark_through_a_link_the_job_left(tmp_path: 
     victim = tmp_path / "victim"
     victim.write_text("the worker's own file")
     RunPaths(tmp_path).ingested.symlink_to(victim)
-    publish(spool, 3)
+    umask = os.umask(0o077)  # the worker's (a service's umask is often 077)
+    try:
+        publish(spool, 3)
+    finally:
+        os.umask(umask)
     assert victim.read_text() == "the worker's own file"
     assert not RunPaths(tmp_path).ingested.is_symlink()
     mark = ingest_mark.read_mark(RunPaths(tmp_path).ingested, fresh_seconds=5)
     assert mark == (3, spool.stat().st_ino)
+    assert RunPaths(tmp_path).ingested.stat().st_mode & 0o777 == 0o644  # the job's uid reads it
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 

@@ -38,6 +38,7 @@ def publish(metrics_path: Path, offset: int) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
+            os.fchmod(fd, 0o644)  # the job's uid reads it (the worker's umask may be 077)
             os.write(fd, f"{offset} {inode}\n".encode())
         finally:
             os.close(fd)
