@@ -47,7 +47,6 @@ def test_a_reporter_holds_back_while_the_worker_is_far_behind_and_goes_on_as_it_
     log_steps(reporter, 20_000, done)  # ~10 MB: far past the bound
     wait_for(lambda: size(spool) > BOUND, timeout=30, every=0.01, what="first writes")
     time.sleep(0.5)  # the job keeps logging; the spool must not grow past the bound
-    assert not done.is_set()
     assert size(spool) <= BOUND + 256 * 1024 + 4096
     # The worker ingests (its mark follows the spool): the job goes on to the end.
     deadline = time.monotonic() + 120
@@ -89,16 +88,17 @@ def test_a_stopping_job_writes_everything_at_once(tmp_path: Path) -> None:
     publish(spool, 0)  # fresh, and nothing ingested: it holds back
     reporter = Reporter(spool, interval=0.01, backlog_bytes=BOUND, fresh_seconds=30)
     done = threading.Event()
-    log_steps(reporter, 3_000, done)
+    log_steps(reporter, 20_000, done)  # far more than one drain of the writer takes
     wait_for(lambda: size(spool) > BOUND, timeout=30, every=0.01, what="first writes")
-    assert not done.is_set()
+    time.sleep(0.2)
+    assert size(spool) <= BOUND + 256 * 1024 + 4096  # held back
     try:
         ingest_mark.stop_waiting()  # SIGTERM (torchyard.job): the grace must not be spent here
         assert done.wait(30)
         reporter.close()
     finally:
         ingest_mark._stopping.clear()
-    assert len(spool.read_text().splitlines()) == 3_000
+    assert len(spool.read_text().splitlines()) == 20_000
 
 
 def test_the_worker_never_writes_its_mark_through_a_link_the_job_left(tmp_path: Path) -> None:
