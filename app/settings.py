@@ -129,6 +129,14 @@ class Settings(BaseSettings):
     # writes get it in between), large enough to keep most of the one-run rate
     # (worker/forwarder.py, worker/ingest_gate.py; bench/flood.py measures it).
     forward_batch_bytes: int = Field(default=1024**2, ge=64 * 1024, le=16 * 1024**2)
+    # Backpressure at the source (torchyard.runtime.ingest_mark, worker.ingest_mark): a job
+    # holds back while more than this many bytes of its spool are not ingested yet (a few
+    # seconds of ingestion; 0: never), so a flooding job's viewers see it seconds late, not
+    # minutes, and its run finishes within seconds of its end. Only while the worker's mark is
+    # younger than spool_mark_fresh_seconds (it is refreshed at least every heartbeat): a
+    # worker stopped or frozen never holds a job up longer than that.
+    spool_backlog_bytes: int = Field(default=2 * 1024**2, ge=0)
+    spool_mark_fresh_seconds: float = Field(default=15.0, gt=0)
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past
     # the limit are not stored (a run page with 100,000 curves froze a browser).
@@ -248,6 +256,10 @@ class Settings(BaseSettings):
     notify_webhook_allow_networks: str = ""
     # "Send test" at most once per this many seconds per user (it is a request to send mail).
     notify_test_cooldown_seconds: float = Field(default=10.0, ge=0)
+    # A run failed "worker lost" by a reaper is a guess its stalled worker may still correct
+    # (app.runs.lifecycle.settle, with the job's real exit status): its message waits this
+    # long, and a correction in time replaces it, so only the run's final outcome is sent.
+    notify_worker_lost_hold_seconds: float = Field(default=120.0, ge=0)
     # The address people open the dashboard at ("https://gpu.example.com"): messages link to
     # the run's page when it is set.
     public_url: str = ""

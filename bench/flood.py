@@ -26,9 +26,7 @@ import argparse
 import json
 import multiprocessing
 import os
-import secrets
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -41,10 +39,8 @@ from sqlalchemy import Engine  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from bench.load import (  # noqa: E402
-    embedded_stack,
     load_average,
-    prepare_database,
-    services_stack,
+    running_stack,
     spool_points,
     viewers_process,
 )
@@ -202,47 +198,17 @@ def phase(
 
 
 def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from app.cli import server_argv, worker_argv
-    from tests.stack import free_port, start_logged, stop_process, wait_healthy
-
-    data_dir = Path(tempfile.mkdtemp(prefix=f"torchyard-bench-flood-{name}-"))
-    workspace = data_dir / "workspace"
-    (workspace / "sync").mkdir(parents=True)
-    (workspace / "flood_script.py").write_text(SCRIPT)
-    stack = (
-        embedded_stack(data_dir)
-        if name == "embedded"
-        else services_stack(args.postgres_url, args.redis)
-    )
-    with stack as urls:
-        url = urls["TORCHYARD_DATABASE_URL"]
-        token = prepare_database(url)
-        env = dict(
-            {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")},
-            **urls,
-            TORCHYARD_DATA_DIR=str(data_dir),
-            TORCHYARD_WORKSPACE_DIR=str(workspace),
-            TORCHYARD_SECRET_KEY=secrets.token_hex(16),
-            # One viewer per run, all as the bench's user (8 streams a user by default).
-            TORCHYARD_SSE_MAX_STREAMS_PER_USER=str(args.runs + 4),
-            PYTHONUNBUFFERED="1",
-        )
-        logs = data_dir / "logs"
-        logs.mkdir()
-        port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        worker = start_logged(worker_argv(args.runs + 1), env, logs / "worker.log")
-        server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
-        try:
-            wait_healthy(base_url, server, logs / "server.log", timeout=300)
-            load_before = load_average()
-            one = phase(1, args, base_url, token, workspace, url)
-            many = phase(args.runs, args, base_url, token, workspace, url)
-        finally:
-            stop_process(server)
-            stop_process(worker)
-            print(f"[{name}] data and logs kept in {data_dir}", flush=True)
-        locked = (logs / "server.log").read_text(errors="replace").count(LOCKED)
+    # One viewer per run, all as the bench's user (8 streams a user by default).
+    streams = {"TORCHYARD_SSE_MAX_STREAMS_PER_USER": str(args.runs + 4)}
+    script = ("flood_script.py", SCRIPT)
+    with running_stack(
+        name, args, kind="flood", script=script, runs=args.runs, extra_env=streams
+    ) as s:
+        load_before = load_average()
+        one = phase(1, args, s.base_url, s.token, s.workspace, s.database_url)
+        many = phase(args.runs, args, s.base_url, s.token, s.workspace, s.database_url)
+        log_file = s.logs / "server.log"
+    locked = log_file.read_text(errors="replace").count(LOCKED)
     return {"stack": name, "load_before": load_before, "one": one, "many": many, "locked": locked}
 
 

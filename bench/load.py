@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -357,14 +357,44 @@ def spool_points(path: Path) -> int:
     return points
 
 
-def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from app.cli import server_argv, worker_argv
-    from tests.stack import free_port, start_logged, stop_process, wait_healthy
+class Stack(NamedTuple):
+    """A running server and worker of the bench's (running_stack)."""
 
-    data_dir = Path(tempfile.mkdtemp(prefix=f"torchyard-bench-load-{name}-"))
+    base_url: str
+    token: str
+    database_url: str
+    server_pid: int
+    data_dir: Path
+    workspace: Path
+    logs: Path
+
+
+@contextmanager
+def running_stack(
+    name: str,
+    args: argparse.Namespace,
+    *,
+    kind: str,
+    script: tuple[str, str],
+    runs: int,
+    api_workers: int = 1,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Stack]:
+    """One stack for a bench (bench/load.py, bench/flood.py): a data dir of its own with the
+    job's ``script`` (name, text) in its workspace, the database and broker of the stack
+    ``name`` (embedded: SQLite files; services: a fresh PostgreSQL database and the Redis at
+    --redis), a bench user, a real uvicorn server (``api_workers`` on services) and a real
+    Celery worker with room for ``runs`` jobs. The servers import this checkout's code, and
+    so do their jobs (PYTHONPATH: an editable install may point at another checkout); the
+    operator's TORCHYARD_JOB_UID_BASE is kept, every other TORCHYARD_ variable is the
+    bench's own."""
+    from app.cli import server_argv, worker_argv
+    from tests.stack import REPO, free_port, start_logged, stop_process, wait_healthy
+
+    data_dir = Path(tempfile.mkdtemp(prefix=f"torchyard-bench-{kind}-{name}-"))
     workspace = data_dir / "workspace"
     (workspace / "sync").mkdir(parents=True)
-    (workspace / "load_script.py").write_text(SCRIPT)
+    (workspace / script[0]).write_text(script[1])
     stack = (
         embedded_stack(data_dir)
         if name == "embedded"
@@ -372,28 +402,47 @@ def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     with stack as urls:
         token = prepare_database(urls["TORCHYARD_DATABASE_URL"])
+        kept = {"TORCHYARD_JOB_UID_BASE"}
         env = dict(
-            {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")},
+            {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_") or k in kept},
             **urls,
             TORCHYARD_DATA_DIR=str(data_dir),
             TORCHYARD_WORKSPACE_DIR=str(workspace),
             TORCHYARD_SECRET_KEY=secrets.token_hex(16),
             PYTHONUNBUFFERED="1",
+            PYTHONPATH=str(REPO),
+            **(extra_env or {}),
         )
         logs = data_dir / "logs"
         logs.mkdir()
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
-        worker = start_logged(worker_argv(args.runs + 1), env, logs / "worker.log")
-        workers = args.api_workers if name == "services" else 1
+        worker = start_logged(worker_argv(runs + 1), env, logs / "worker.log")
+        workers = api_workers if name == "services" else 1
         server = start_logged(server_argv("127.0.0.1", port, workers), env, logs / "server.log")
         try:
-            wait_healthy(base_url, server, logs / "server.log")
-            return drive(name, args, base_url, token, server.pid, workspace, data_dir)
+            wait_healthy(base_url, server, logs / "server.log", timeout=300)
+            yield Stack(
+                base_url,
+                token,
+                urls["TORCHYARD_DATABASE_URL"],
+                server.pid,
+                data_dir,
+                workspace,
+                logs,
+            )
         finally:
             stop_process(server)
             stop_process(worker)
             print(f"[{name}] data and logs kept in {data_dir}", flush=True)
+
+
+def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    script = ("load_script.py", SCRIPT)
+    with running_stack(
+        name, args, kind="load", script=script, runs=args.runs, api_workers=args.api_workers
+    ) as s:
+        return drive(name, args, s.base_url, s.token, s.server_pid, s.workspace, s.data_dir)
 
 
 def drive(

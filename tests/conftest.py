@@ -142,6 +142,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_job_imports",
         "test_job_network",  # what a sandboxed job reaches (the services' ports on both stacks)
         "test_process",
+        "test_ingest_mark",  # the spool's backpressure: files in a temporary folder
         "test_launcher",
         "test_local_only",  # this list itself
         "test_mlflow_store",  # the in-job tracking store (a file writer)

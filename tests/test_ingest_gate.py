@@ -2,10 +2,12 @@
 ended first, never more holders than its width; and issue 27's embedded flood end to end: six
 jobs logging 20 keys as fast as they can through a real worker on SQLite and the SQLite broker,
 with a live stream on each run: no 'database is locked' in the API's log, every stream ends
-with its run's final status. How long after its job's end each run finished is printed, not
-asserted: issue 27 asks for 10 s, and on this 2-core box under load it was 53-129 s (every run
-ends with its own backlog: the jobs log ~500k points/s, ingestion keeps ~15k/s), so that point
-is not met yet (docs/performance.md, bench/flood.py)."""
+with its run's final status, and each run finished within 10 s of its job's end while the
+others still flood. Before the spool's backpressure (torchyard.runtime.ingest_mark) that was
+53-129 s on this 2-core box: the jobs logged ~500k points/s, ingestion kept ~15k/s, and every
+run ended with minutes of backlog. The stack follows the suite's pass: the embedded one
+(SQLite + SQLite broker), or PostgreSQL + Redis (a database of its own, the broker
+TORCHYARD_TEST_REDIS_URL's)."""
 
 from __future__ import annotations
 
@@ -22,9 +24,9 @@ import httpx
 import pytest
 
 from app.cli import server_argv, worker_argv
-from tests.conftest import BASE_DIR
+from tests.conftest import BASE_DIR, DATABASE_URL
 from tests.databases import own_database, user_with_token
-from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from tests.stack import REPO, free_port, purge_broker, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
 from worker.ingest_gate import IngestGate, NoTurn, Turn
 
@@ -104,6 +106,7 @@ def test_never_more_holders_than_the_width() -> None:
 # --- the embedded flood (slow) ------------------------------------------------------------
 
 RUNS = 6
+FINISHED_WITHIN_S = 10.0
 SECONDS = 1.0
 ROOT = BASE_DIR / "flood"
 # Waits for the test's "go", so the six jobs flood at once; says when it ended, in its log.
@@ -130,22 +133,32 @@ print(f"flood ended at {time.time()!r} after {step} steps", flush=True)
 
 @pytest.fixture
 def embedded_stack() -> Iterator[tuple[str, dict[str, str], Path]]:
-    """A server and a worker with room for six jobs, on a SQLite database and a SQLite broker
-    of their own (the API's log is this test's alone): (base URL, auth headers, log dir)."""
+    """A server and a worker with room for six jobs, on a database and a broker of their own
+    (the API's log is this test's alone): (base URL, auth headers, log dir)."""
     workspace = ROOT / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "flood.py").write_text(FLOOD_SCRIPT)
+    (workspace / "go").unlink(missing_ok=True)  # an earlier test's
     logs = ROOT / "logs"
     logs.mkdir(exist_ok=True)
-    with own_database("sqlite", ROOT, f"flood_{os.getpid()}") as engine:
+    kind = "postgresql" if DATABASE_URL.startswith("postgresql") else "sqlite"
+    broker = (
+        os.environ.get("TORCHYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
+        if kind == "postgresql"
+        else f"sqla+sqlite:///{ROOT / 'broker.db'}"
+    )
+    purge_broker(broker)  # no message of an earlier test's runs
+    with own_database(kind, ROOT, f"flood_{os.getpid()}") as engine:
         token = user_with_token(engine, "flooder")
         env = dict(
             os.environ,
             TORCHYARD_DATABASE_URL=engine.url.render_as_string(hide_password=False),
-            TORCHYARD_BROKER_URL=f"sqla+sqlite:///{ROOT / 'broker.db'}",
+            TORCHYARD_BROKER_URL=broker,
             TORCHYARD_DATA_DIR=str(ROOT / "data"),
             TORCHYARD_WORKSPACE_DIR=str(workspace),
             PYTHONUNBUFFERED="1",
+            # This checkout's worker and job code, whichever checkout the editable install names.
+            PYTHONPATH=str(REPO),
         )
         port = free_port()
         worker = start_logged(worker_argv(RUNS + 1), env, logs / "worker.log")
@@ -178,8 +191,7 @@ def follow(base_url: str, headers: dict[str, str], run_id: int, out: dict[int, o
 
 
 @pytest.mark.slow
-@pytest.mark.local_only  # SQLite's one write lock is the subject
-def test_six_runs_flooding_sqlite_hit_no_database_lock_and_every_stream_ends(
+def test_six_runs_flooding_hit_no_database_lock_every_stream_ends_and_each_finishes_soon(
     embedded_stack: tuple[str, dict[str, str], Path],
 ) -> None:
     base_url, headers, logs = embedded_stack
@@ -228,4 +240,5 @@ def test_six_runs_flooding_sqlite_hit_no_database_lock_and_every_stream_ends(
     locked = (logs / "server.log").read_text(errors="replace").count("database is locked")
     print(f"finished after the job's end (s): {late}; 'database is locked' in the API: {locked}")
     assert locked == 0
+    assert max(late.values()) <= FINISHED_WITHIN_S, late
     assert streams == dict.fromkeys(run_ids, "succeeded")

@@ -46,6 +46,9 @@ def test_single_process_starts_the_entry_point_as_a_plain_interpreter() -> None:
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TORCHYARD_TENSORBOARD_DIR": "/data/runs/7/tensorboard",
         "MLFLOW_TRACKING_URI": "torchyard:job",
+        # The spool's backlog bound (torchyard.runtime.ingest_mark), from the settings.
+        "TORCHYARD_SPOOL_BACKLOG_BYTES": str(2 * 1024**2),
+        "TORCHYARD_SPOOL_MARK_FRESH_SECONDS": "15.0",
     }
 
 
@@ -124,6 +127,9 @@ def test_single_process_through_torchrun_when_configured() -> None:
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "TORCHYARD_TENSORBOARD_DIR": "/data/runs/7/tensorboard",
         "MLFLOW_TRACKING_URI": "torchyard:job",
+        # The spool's backlog bound (torchyard.runtime.ingest_mark), from the settings.
+        "TORCHYARD_SPOOL_BACKLOG_BYTES": str(2 * 1024**2),
+        "TORCHYARD_SPOOL_MARK_FRESH_SECONDS": "15.0",
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
     }
 

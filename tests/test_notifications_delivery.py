@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from email.message import Message
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.db import session_scope
 from app.gpus.models import GpuLease
@@ -137,7 +137,7 @@ def test_backoff_waits_before_the_next_attempt(smtp, monkeypatch) -> None:
     with webhook_receiver(fail_first=1) as hook:
         run_id = running_run(subscriber(webhook=hook.url))
         with session_scope() as session:
-            lifecycle.fail(session, run_id=run_id, attempt=1, reason="worker lost")
+            lifecycle.fail(session, run_id=run_id, attempt=1, reason="worker error: gone")
         deliver_due()
         deliver_due()
         assert len(hook.requests) == 1  # the second attempt is an hour away
@@ -291,3 +291,32 @@ def test_the_spool_parser_says_whether_a_batch_has_a_null_at_no_cost() -> None:
     assert parse_spool(finite).nulls is False  # the forwarder skips the NaN check
     assert parse_spool(finite + (line(2, '{"a": null}') + "\n").encode()).nulls is True
     assert parse_spool((line(3, '{"a": NaN}') + "\n").encode()).nulls is True  # the slow path
+
+
+def test_a_worker_lost_guess_corrected_by_its_job_s_exit_sends_only_the_final_outcome(
+    smtp, monkeypatch
+) -> None:
+    """Reaped "worker lost", then settled to how the job exited (issue 27): one message, the
+    final outcome's; a guess never corrected is still sent once its hold is over."""
+    with webhook_receiver() as hook:
+        owner = subscriber(webhook=hook.url, events=["succeeded", "failed"])
+        corrected, uncorrected = running_run(owner), running_run(owner)
+        with session_scope() as session:
+            for run_id in (corrected, uncorrected):
+                reason = f"{lifecycle.WORKER_LOST}: no heartbeat for 60 s"
+                assert lifecycle.fail(session, run_id=run_id, attempt=1, reason=reason)
+        deliver_due()  # the guesses are held: nothing goes out yet
+        assert hook.requests == []
+        with session_scope() as session:
+            assert lifecycle.settle(session, run_id=corrected, attempt=1, exit_code=0, error=None)
+        wait_until(lambda: deliver_due() or hook.bodies, 30, "the final outcome sent")
+        deliver_due()
+        assert [(b["event"], b["run"]["id"]) for b in hook.bodies] == [("succeeded", corrected)]
+        with session_scope() as session:  # the other guess's hold is over
+            session.execute(
+                update(Delivery)
+                .where(Delivery.run_id == uncorrected)
+                .values(next_attempt_at=utcnow())
+            )
+        deliver_all()
+        assert [(b["event"], b["run"]["id"]) for b in hook.bodies[1:]] == [("failed", uncorrected)]

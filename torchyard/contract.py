@@ -27,6 +27,12 @@ WORKSPACE_VAR = "TORCHYARD_WORKSPACE"
 EXIT_GRACE_VAR = "TORCHYARD_EXIT_GRACE_SECONDS"
 # torchrun's per-line prefix of each rank's output (string.Template, ${rank} = global rank).
 LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+# Backpressure on the spool (torchyard.runtime.ingest_mark): the reporter holds back while more
+# than this many bytes it wrote are not ingested yet (0 or unset: never), as long as the
+# worker's mark is fresher than the second variable's seconds (a worker gone or frozen: it
+# spools as if there were no worker).
+SPOOL_BACKLOG_VAR = "TORCHYARD_SPOOL_BACKLOG_BYTES"
+SPOOL_MARK_FRESH_VAR = "TORCHYARD_SPOOL_MARK_FRESH_SECONDS"
 LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
 # What torchrun tells each rank. A single plain process gets none of them: code that starts
 # its own ranks (Lightning, accelerate) reads them as "I am one of WORLD_SIZE launched ranks".
@@ -91,6 +97,9 @@ SYSTEM_KEY_PREFIX = "sys/"
 
 # --- files inside a run directory ---------------------------------------------------------
 METRICS_FILE = "metrics.jsonl"
+# Written by the worker after each committed batch: "<offset> <inode>" of metrics.jsonl, the
+# bytes of the spool ingested so far (torchyard.runtime.ingest_mark reads it).
+INGESTED_FILE = "metrics.ingested"
 LOG_FILE = "output.log"
 CONFIG_FILE = "config.json"
 ENVIRONMENT_FILE = "environment.json"
@@ -155,6 +164,10 @@ class RunPaths:
     @property
     def metrics(self) -> Path:
         return self.root / METRICS_FILE
+
+    @property
+    def ingested(self) -> Path:
+        return self.root / INGESTED_FILE
 
     @property
     def log(self) -> Path:

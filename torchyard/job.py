@@ -35,7 +35,7 @@ from torchyard.contract import (
     RunPaths,
 )
 from torchyard.recipes.catalog import RECIPES
-from torchyard.runtime import environment, tensorboard_defaults
+from torchyard.runtime import environment, ingest_mark, tensorboard_defaults
 from torchyard.runtime.context import JobContext, get_context
 from torchyard.runtime.output import hold_progress_lines
 from torchyard.runtime.reporter import ReporterError
@@ -145,7 +145,9 @@ def run_script(ctx: JobContext, env: Mapping[str, str]) -> Any:
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     """Turn SIGTERM (cancel, or torchrun stopping the group) into SystemExit, so the
-    ``finally`` below drains the reporter instead of dying with points still buffered."""
+    ``finally`` below drains the reporter instead of dying with points still buffered
+    (at once: no waiting for the worker's ingestion, torchyard.runtime.ingest_mark)."""
+    ingest_mark.stop_waiting()
     raise SystemExit(128 + signum)
 
 

@@ -57,6 +57,9 @@ class Moved(int):
     than one batch could take: the watch loop then goes again without its pause."""
 
     more: bool = False
+    # The spool's offset after this batch (its transaction's), when it was looked up: the
+    # watch loop tells the job once it is committed (worker.ingest_mark).
+    offset: int | None = None
 
 
 def read_complete_lines(
@@ -146,7 +149,7 @@ def forward(
     settings = get_settings()
     run_dir = metrics_path.parent
     key_limit = KeyLimit(settings.max_metric_keys_per_run)
-    lines, more = _forward_lines(
+    lines, more, offset = _forward_lines(
         session,
         run_id=run_id,
         offset=offset,
@@ -166,6 +169,7 @@ def forward(
     session.flush()
     result = Moved(moved + artifacts.sync(session, run_id=run_id, run_dir=run_dir, final=final))
     result.more = more
+    result.offset = offset
     return result
 
 
@@ -194,13 +198,14 @@ def _forward_lines(
     key_limit: KeyLimit,
     max_line: int,
     batch: int,
-) -> tuple[int, bool]:
+) -> tuple[int, bool, int]:
     """The next complete lines of the spool after ``offset`` (about ``batch`` bytes): their
     points, checkpoints, the lines skipped (counted on the run) and the new offset, in the
-    caller's transaction; returns the number of lines and whether the spool holds more."""
+    caller's transaction; returns the number of lines, whether the spool holds more and the
+    offset after them."""
     chunk, new_offset, too_long, more = read_complete_lines(metrics_path, offset, max_line, batch)
     if new_offset == offset:
-        return 0, False
+        return 0, False, offset
     with _gc_paused():
         parsed = parse_spool(chunk)
         if parsed.checkpoints:
@@ -220,4 +225,5 @@ def _forward_lines(
     ingest_offsets.advance_metrics(
         session, run_id=run_id, offset=new_offset, skipped=parsed.skipped
     )
-    return max(1, chunk.count(b"\n") + too_long), more  # the offset moved: there may be more
+    # The offset moved: there may be more.
+    return max(1, chunk.count(b"\n") + too_long), more, new_offset

@@ -32,6 +32,9 @@ class IngestSteps:
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
         self.healthy = True
+        # The last step waited its whole timeout at the ingestion gate (other runs' turns):
+        # the worker is alive, only busy (worker.watch keeps the job's mark fresh then).
+        self.no_turn = False
         self._paused_until = 0.0
 
     def step(
@@ -47,6 +50,7 @@ class IngestSteps:
         ``retry`` a database that is away is waited for (worker.db_retry). With ``turn`` (a
         forwarder batch) the unit of work waits for its turn at the process's ingestion gate
         (worker.ingest_gate) and holds it to its commit."""
+        self.no_turn = False
         if time.monotonic() < self._paused_until:
             return default
         # A live batch waits at most a heartbeat interval: the loop heartbeats, then asks again.
@@ -58,6 +62,7 @@ class IngestSteps:
                 with session_scope() as session:
                     return work(session)
         except NoTurn:
+            self.no_turn = True
             return default
         except Exception as exc:
             if database_away(exc) and not retry:

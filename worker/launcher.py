@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.experiments.config import RunConfig, ScriptConfig
+from app.settings import get_settings
 from torchyard.contract import (
     CONFIG_VAR,
     DISTRIBUTED_VARS,
@@ -54,6 +55,8 @@ from torchyard.contract import (
     RUN_ID_VAR,
     SCRIPT_ARGV_VAR,
     SCRIPT_VAR,
+    SPOOL_BACKLOG_VAR,
+    SPOOL_MARK_FRESH_VAR,
     TENSORBOARD_DIR_VAR,
     WORKSPACE_VAR,
     RunPaths,
@@ -141,6 +144,9 @@ def build_launch(spec: LaunchSpec) -> Launch:
             "MLFLOW_TRACKING_URI": MLFLOW_TRACKING_URI,
         }
     )
+    settings = get_settings()  # the spool's backlog bound (torchyard.runtime.ingest_mark)
+    env[SPOOL_BACKLOG_VAR] = str(settings.spool_backlog_bytes)
+    env[SPOOL_MARK_FRESH_VAR] = str(settings.spool_mark_fresh_seconds)
     if spec.script is not None and isinstance(config, ScriptConfig):
         env[SCRIPT_VAR] = str(spec.script)
         env[SCRIPT_ARGV_VAR] = json.dumps(script_argv(config.args, config.params))

@@ -17,7 +17,7 @@ from app.db import Session
 from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from app.sweeps import early_stop
-from worker import artifacts, provenance
+from worker import artifacts, ingest_mark, provenance
 from worker.backoff import Backoff
 from worker.forwarder import Moved, forward
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
@@ -70,6 +70,7 @@ def watch(
     system = SystemSeries(run.run_id, interval=settings.system_metrics_interval_seconds)
     stopped_early = False  # kept: the cancel check may miss a round (the database away)
     moved = Moved(0)
+    ingested: int | None = None  # the spool's committed offset, as last told to the job
     while job.poll() is None:
         if not moved.more:  # a backlog goes on at once: its turn at the gate is its pause
             time.sleep(backoff.delay)
@@ -96,6 +97,13 @@ def watch(
             Moved(0),
             turn=Turn.LIVE,
         )
+        # Committed (an empty batch too): tell the job, whose reporter holds back while far
+        # ahead of it; again after a wait at the gate (this worker is alive, only busy with
+        # other runs' turns). Not after a failed or refused batch, nor while the database is
+        # away: the mark then goes stale, and the job spools freely, as without a worker.
+        ingested = ingested if moved.offset is None else moved.offset
+        if ingested is not None and (moved.offset is not None or ingest.no_turn):
+            ingest_mark.publish(run.metrics_path, ingested)
         if moved and run.in_sweep and not stopped_early:
             # Its own transaction, committed before the cancel check below sees the request.
             stopped_early = early_stop_requested(ingest, run.run_id)

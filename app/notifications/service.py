@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -95,11 +95,13 @@ def record(
     run: Run,
     event: Event,
     detail: str = "",
+    hold_seconds: float = 0.0,
     **extra: Any,
 ) -> int:
     """Put the event in the outbox, one row per channel of the run owner's, once per
     (run, event, detail, channel): a repeat inserts nothing. Returns the rows inserted; the
-    delivery threads are woken once the caller commits."""
+    delivery threads are woken once the caller commits. ``hold_seconds``: not sent before
+    then (an outcome that may still be corrected, ``withdraw_unsent``)."""
     row = subscriber(session, run, event)
     if row is None:
         return 0
@@ -119,7 +121,7 @@ def record(
             "status": DeliveryStatus.pending.value,
             "attempts": 0,
             "created_at": utcnow(),
-            "next_attempt_at": utcnow(),
+            "next_attempt_at": utcnow() + timedelta(seconds=hold_seconds),
         }
         for channel, target in channels(row)
     ]
@@ -139,6 +141,20 @@ def record(
 
         after_commit(session, wake)
     return inserted
+
+
+def withdraw_unsent(session: Session, *, run_id: int, events: Iterable[Event]) -> int:
+    """Drop the run's messages of these events not tried yet (a held outcome that turned out
+    wrong); returns how many. One already sent, or being sent, stays: it is in the user's inbox."""
+    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        delete(Delivery).where(
+            Delivery.run_id == run_id,
+            Delivery.event.in_(list(events)),
+            Delivery.status == DeliveryStatus.pending,
+            Delivery.attempts == 0,
+        )
+    )
+    return int(result.rowcount or 0)
 
 
 def already(session: Session, *, run_id: int, event: Event) -> list[Delivery]:

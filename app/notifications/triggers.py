@@ -2,6 +2,9 @@
 caller's transaction (app.notifications.service.record); nothing here touches the network.
 
 - A run's end: app.runs.lifecycle calls ``run_ended`` in the transaction of the final status.
+  A reaper's "worker lost" is held (notify_worker_lost_hold_seconds) and, when the stalled
+  worker comes back with its job's real exit status in time, replaced (``run_corrected``):
+  only the final outcome is sent.
 - NaN/inf: the forwarder calls ``metrics_arrived`` with each batch of spool lines; the spool
   writes a non-finite value as null, so a None among a line's values is one. Once per run and
   key (the keys already reported are read from the run's earlier non_finite rows), and at most
@@ -31,7 +34,7 @@ from sqlalchemy.orm import Session
 from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey
 from app.notifications.models import Delivery, Event, NotificationSettings
-from app.notifications.service import already, record, subscriber, wants
+from app.notifications.service import already, record, subscriber, wants, withdraw_unsent
 from app.runs.models import Run, RunStatus
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
@@ -58,14 +61,20 @@ def best_effort(what: str, run_id: int) -> Iterator[None]:
         log.exception("run %s: recording the %s notification failed", run_id, what)
 
 
-def run_ended(session: Session, *, run_id: int, status: RunStatus) -> None:
+def run_ended(session: Session, *, run_id: int, status: RunStatus, guess: bool = False) -> None:
+    """The run's end in the outbox, in place of an earlier end's message not sent yet (a
+    reaper's "worker lost" corrected to how its job exited: only the final outcome is sent).
+    ``guess``: an outcome that may still be corrected so: it waits
+    notify_worker_lost_hold_seconds before it is sent."""
     event = _END_EVENTS.get(status)
     if event is None:
         return
+    hold = get_settings().notify_worker_lost_hold_seconds if guess else 0.0
     with best_effort(event.value, run_id), session.begin_nested():
+        withdraw_unsent(session, run_id=run_id, events=_END_EVENTS.values())
         run = session.get(Run, run_id, populate_existing=True)
         if run is not None:
-            record(session, run=run, event=event)
+            record(session, run=run, event=event, hold_seconds=hold)
 
 
 def non_finite(steps: Sequence[tuple[int, float, Mapping[str, Any]]]) -> tuple[int, set[str]]:

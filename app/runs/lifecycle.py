@@ -88,11 +88,10 @@ def enqueue_run(run_id: int, dispatch: int) -> None:
     send_run(run_id, dispatch)
 
 
-def _ended(session: Session, run_id: int, status: RunStatus) -> None:
-    """After a run's final status: its owner's notification goes into the outbox (sent by a
-    delivery thread after the commit: no network I/O in this transaction), and a sweep's trial
-    advances its sweep once this commits."""
-    run_ended(session, run_id=run_id, status=status)
+def _ended(session: Session, run_id: int, status: RunStatus, *, guess: bool = False) -> None:
+    """After a run's final status: its owner's message into the outbox (sent after the commit;
+    a guess's held, a correction's in its place); a sweep's trial advances its sweep."""
+    run_ended(session, run_id=run_id, status=status, guess=guess)
     sweep_id = session.scalar(select(Run.sweep_id).where(Run.id == run_id))
     if sweep_id is not None:
         from app.broker import send_sweep_advance  # a trial ended: the sweep's next one
@@ -303,7 +302,8 @@ def finish(
     )
     if done:
         release_leases(session, run_id=run_id)
-        _ended(session, run_id, status)
+        guess = exit_code is None and (error or "").startswith(WORKER_LOST)  # settle() corrects
+        _ended(session, run_id, status, guess=guess)
     else:
         log.warning("run %s: attempt %s no longer runs; its status stays", run_id, attempt)
     session.flush()
@@ -314,8 +314,8 @@ def settle(
     session: Session, *, run_id: int, attempt: int, exit_code: int, error: str | None
 ) -> bool:
     """failed "worker lost" -> as the attempt's job exited (0: succeeded), when its worker,
-    stalled past run_lost_seconds (SIGSTOP, swap), comes back and finds the job ended: a known
-    exit status beats the reaper's guess (issue 27). Leases were released with the failure."""
+    stalled past run_lost_seconds, comes back and finds the job ended: a known exit status
+    beats the reaper's guess (issue 27), and only it is notified. Leases went with the failure."""
     status = RunStatus.succeeded if exit_code == 0 else RunStatus.failed
     values = {"status": status, "exit_code": exit_code, "error": error, "finished_at": utcnow()}
     done = took_effect(session, _lost(run_id, attempt).values(**values))

@@ -28,6 +28,7 @@ from torchyard.contract import (
     RUN_ID_VAR,
     RunPaths,
 )
+from torchyard.runtime import ingest_mark
 from torchyard.runtime.checkpoint import load_checkpoint
 from torchyard.runtime.checkpoint import save_checkpoint as _save_checkpoint_file
 from torchyard.runtime.reporter import Reporter
@@ -62,9 +63,13 @@ class JobContext:
         self._closed = False
         # Only rank 0 reports: every rank sees the same global step, and N copies of each
         # point would only have to be deduplicated downstream.
+        # The launcher's bound on the spool's backlog (torchyard.runtime.ingest_mark).
+        backlog, fresh = ingest_mark.from_env()
         self.reporter = Reporter(
             RunPaths(self.run_dir).metrics if self.run_dir is not None else None,
             enabled=self.is_chief,
+            backlog_bytes=backlog,
+            fresh_seconds=fresh,
         )
 
     @classmethod

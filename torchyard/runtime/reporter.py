@@ -6,6 +6,10 @@ only converts the values and appends one tuple to a deque; a daemon thread wakes
 write and one flush. The worker's forwarder tails that file, so a point is durable (in the
 OS) within ~``interval`` seconds and survives a crash of this process after that.
 
+With a bound on the spool's backlog (torchyard.runtime.ingest_mark, set by the launcher) the
+writer holds back while the worker is far behind, and ``log()`` waits while it does, so a job
+that logs faster than the host can store its points never runs minutes ahead of its viewers.
+
 A deque rather than a swapped list: ``deque.append`` and ``popleft`` are atomic, so the
 writer can take exactly the items that were there when it looked without a lock; swapping
 a list can lose an append that loaded the old list just before the swap.
@@ -31,10 +35,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from torchyard.contract import RunPaths
+from torchyard.runtime.ingest_mark import POLL_SECONDS, Backpressure
+
 DEFAULT_INTERVAL = 0.15
 # Backpressure: past this many queued items log() waits for the writer instead of growing
 # memory without bound (only a loop that logs far faster than disk can write gets here).
 DEFAULT_MAX_PENDING = 200_000
+# While the writer holds back for ingestion, log() waits past this many queued items.
+HELD_PENDING = 1_000
+# The writer writes at most about this many characters before it looks at the backlog again.
+WRITE_CHUNK = 256 * 1024
 
 
 class ReporterError(RuntimeError):
@@ -61,11 +72,15 @@ class Reporter:
         *,
         interval: float = DEFAULT_INTERVAL,
         max_pending: int = DEFAULT_MAX_PENDING,
+        backlog_bytes: int = 0,
+        fresh_seconds: float = 15.0,
     ) -> None:
         self.path: Path | None = Path(path) if path is not None else None
         self.enabled = bool(enabled) and self.path is not None
         self._interval = interval
         self._max_pending = max_pending
+        self._limit = max_pending
+        self._backpressure: Backpressure | None = None
         self._queue: deque[Any] = deque()
         self._error: BaseException | None = None
         self._closed = False
@@ -80,6 +95,13 @@ class Reporter:
         # Opened here, not in the thread, so a bad path fails at construction time.
         self._file = open(self.path, "a", encoding="utf-8", newline="\n")
         self._pid = os.getpid()
+        if backlog_bytes > 0:
+            self._backpressure = Backpressure(
+                RunPaths(self.path.parent).ingested,
+                backlog_bytes=backlog_bytes,
+                fresh_seconds=fresh_seconds,
+            )
+            self._limit = min(max_pending, HELD_PENDING)
         self._thread = threading.Thread(target=self._run, name="torchyard-reporter", daemon=True)
         self._thread.start()
         # Daemon threads are frozen at interpreter exit, but atexit runs before that: this
@@ -106,6 +128,20 @@ class Reporter:
             raise ValueError(f"steps start at 1 (the number of optimizer steps done), got {step}")
         converted = {str(key): _to_float(value) for key, value in source.items()}
         self._queue.append((int(step), time.time(), converted))
+        if len(self._queue) > self._limit:
+            self._make_room()
+
+    def _make_room(self) -> None:
+        """Wait while the writer holds back for ingestion; past ``max_pending`` items, wait
+        for the writer (backpressure instead of memory without bound)."""
+        held = self._backpressure
+        while (
+            held is not None
+            and held.holding
+            and len(self._queue) > HELD_PENDING
+            and self._error is None
+        ):
+            time.sleep(POLL_SECONDS)
         if len(self._queue) > self._max_pending:
             self.flush()
 
@@ -237,13 +273,28 @@ class Reporter:
                 waiters.append(item)
         if lines and self._error is None:
             try:
-                self._file.write("".join(lines))
-                self._file.flush()
+                self._write(lines)
             except BaseException as exc:  # surfaced on the next log() and on close()
                 self._error = exc
         # Waiters are released only after the lines queued before them reached the file.
         for waiter in waiters:
             waiter.set()
+
+    def _write(self, lines: list[str]) -> None:
+        """Append the lines; with backpressure, in chunks, each once the backlog allows."""
+        held = self._backpressure
+        if held is None:
+            self._file.write("".join(lines))
+            self._file.flush()
+            return
+        start, size = 0, 0
+        for i, line in enumerate(lines):
+            size += len(line)
+            if size >= WRITE_CHUNK or i == len(lines) - 1:
+                held.wait(self._file.fileno())
+                self._file.write("".join(lines[start : i + 1]))
+                self._file.flush()
+                start, size = i + 1, 0
 
 
 _encoded_keys: dict[str, str] = {}

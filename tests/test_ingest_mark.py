@@ -1,0 +1,127 @@
+"""The spool's backpressure (torchyard.runtime.ingest_mark, worker.ingest_mark): a reporter
+holds back while the worker's fresh mark says it is far behind, and only then; the worker's
+mark is never written through a link the job left."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from tests.waits import wait_for
+from torchyard.contract import SPOOL_BACKLOG_VAR, SPOOL_MARK_FRESH_VAR, RunPaths
+from torchyard.runtime import ingest_mark
+from torchyard.runtime.reporter import Reporter
+from worker.ingest_mark import publish
+
+BOUND = 64 * 1024
+KEYS = {f"flood/k{i:02d}": 0.123456789 for i in range(20)}  # ~500 bytes a line
+
+
+def log_steps(reporter: Reporter, steps: int, done: threading.Event) -> threading.Thread:
+    """Log ``steps`` steps in a thread (a training loop); ``done`` once log() returned."""
+
+    def loop() -> None:
+        for step in range(1, steps + 1):
+            reporter.log(step, KEYS)
+        done.set()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def test_a_reporter_holds_back_while_the_worker_is_far_behind_and_goes_on_as_it_ingests(
+    tmp_path: Path,
+) -> None:
+    spool = RunPaths(tmp_path).metrics
+    reporter = Reporter(spool, interval=0.01, backlog_bytes=BOUND, fresh_seconds=30)
+    spool.touch()
+    publish(spool, 0)  # a worker that has ingested nothing yet
+    done = threading.Event()
+    log_steps(reporter, 20_000, done)  # ~10 MB: far past the bound
+    wait_for(lambda: size(spool) > BOUND, timeout=30, every=0.01, what="first writes")
+    time.sleep(0.5)  # the job keeps logging; the spool must not grow past the bound
+    assert size(spool) <= BOUND + 256 * 1024 + 4096
+    # The worker ingests (its mark follows the spool): the job goes on to the end.
+    deadline = time.monotonic() + 120
+    while not done.is_set() and time.monotonic() < deadline:
+        publish(spool, size(spool))
+        time.sleep(0.01)
+    assert done.is_set()
+    reporter.close()
+    steps = [line for line in spool.read_text().splitlines() if line]
+    assert len(steps) == 20_000  # nothing lost, nothing twice
+
+
+def test_a_stale_mark_or_one_of_another_file_never_holds_a_job_up(tmp_path: Path) -> None:
+    spool = RunPaths(tmp_path).metrics
+    spool.touch()
+    publish(spool, 0)
+    old = time.time() - 60
+    os.utime(RunPaths(tmp_path).ingested, (old, old))  # the worker froze or went away
+    reporter = Reporter(spool, interval=0.01, backlog_bytes=BOUND, fresh_seconds=5)
+    done = threading.Event()
+    log_steps(reporter, 5_000, done).join(60)
+    assert done.is_set()
+    reporter.close()
+    assert size(spool) > 10 * BOUND
+    # A fresh mark of an earlier attempt's spool (another inode): not this file's offset.
+    other = tmp_path / "metrics.attempt-1.jsonl"
+    other.write_text("x")
+    publish(other, 0)
+    reporter = Reporter(spool, interval=0.01, backlog_bytes=BOUND, fresh_seconds=5)
+    done = threading.Event()
+    log_steps(reporter, 5_000, done).join(60)
+    assert done.is_set()
+    reporter.close()
+
+
+def test_a_stopping_job_writes_everything_at_once(tmp_path: Path) -> None:
+    spool = RunPaths(tmp_path).metrics
+    spool.touch()
+    publish(spool, 0)  # fresh, and nothing ingested: it holds back
+    reporter = Reporter(spool, interval=0.01, backlog_bytes=BOUND, fresh_seconds=30)
+    done = threading.Event()
+    log_steps(reporter, 20_000, done)  # far more than one drain of the writer takes
+    wait_for(lambda: size(spool) > BOUND, timeout=30, every=0.01, what="first writes")
+    time.sleep(0.2)
+    assert size(spool) <= BOUND + 256 * 1024 + 4096  # held back
+    try:
+        ingest_mark.stop_waiting()  # SIGTERM (torchyard.job): the grace must not be spent here
+        assert done.wait(30)
+        reporter.close()
+    finally:
+        ingest_mark._stopping.clear()
+    assert len(spool.read_text().splitlines()) == 20_000
+
+
+def test_the_worker_never_writes_its_mark_through_a_link_the_job_left(tmp_path: Path) -> None:
+    spool = RunPaths(tmp_path).metrics
+    spool.write_text("{}\n")
+    victim = tmp_path / "victim"
+    victim.write_text("the worker's own file")
+    RunPaths(tmp_path).ingested.symlink_to(victim)
+    umask = os.umask(0o077)  # the worker's (a service's umask is often 077)
+    try:
+        publish(spool, 3)
+    finally:
+        os.umask(umask)
+    assert victim.read_text() == "the worker's own file"
+    assert not RunPaths(tmp_path).ingested.is_symlink()
+    mark = ingest_mark.read_mark(RunPaths(tmp_path).ingested, fresh_seconds=5)
+    assert mark == (3, spool.stat().st_ino)
+    assert RunPaths(tmp_path).ingested.stat().st_mode & 0o777 == 0o644  # the job's uid reads it
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_bound_comes_from_the_launchers_variables() -> None:
+    env = {SPOOL_BACKLOG_VAR: "4096", SPOOL_MARK_FRESH_VAR: "7.5"}
+    assert ingest_mark.from_env(env) == (4096, 7.5)
+    assert ingest_mark.from_env({}) == (0, ingest_mark.DEFAULT_FRESH_SECONDS)
+    assert ingest_mark.from_env({SPOOL_BACKLOG_VAR: "lots"})[0] == 0

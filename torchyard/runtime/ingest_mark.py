@@ -1,0 +1,101 @@
+"""Backpressure on the spool: the reporter waits while the worker is far behind.
+
+A job that logs as fast as it can writes points many times faster than the host can store
+them (20 keys a step, hundreds of thousands of points a second; issue 27). Left alone, the
+spool grows a backlog of minutes: the live viewers see the run minutes late, and the run is
+finished only after the backlog is ingested (nothing may be lost), minutes after its job
+ended. So the worker's forwarder writes, after every committed batch, how far it has ingested
+(``metrics.ingested``: "<offset> <inode>", worker.ingest_mark) and the reporter's writer
+holds back while more than ``backlog_bytes`` it wrote are not ingested yet: the training loop
+then waits in ``log()`` (short sleeps), the backlog stays a few seconds of ingestion, and the
+run is finished within seconds of its job's end.
+
+It holds back only while the worker is alive: a mark older than ``fresh_seconds`` (a worker
+stopped, frozen, or gone with its job left to train on), a mark of another file (an earlier
+attempt's spool), no mark, or a process being stopped (SIGTERM: its points must reach the
+file before the grace ends) and the writer writes at once, as without a worker. A normal job
+never gets near the bound, so it never waits; with no variable set (outside the platform)
+nothing here is ever read.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from torchyard.contract import SPOOL_BACKLOG_VAR, SPOOL_MARK_FRESH_VAR
+
+DEFAULT_FRESH_SECONDS = 15.0
+# How long the writer sleeps between two looks at the mark while it holds back.
+POLL_SECONDS = 0.02
+
+# Set when the process is being stopped (torchyard.job's SIGTERM handler): write everything now.
+_stopping = threading.Event()
+
+
+def stop_waiting() -> None:
+    """The process is being stopped: no writer holds back any more."""
+    _stopping.set()
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> tuple[int, float]:
+    """(backlog bytes, mark freshness seconds) from the launcher's variables; 0 bytes: off."""
+    env = os.environ if environ is None else environ
+    try:
+        backlog = int(env.get(SPOOL_BACKLOG_VAR) or 0)
+        fresh = float(env.get(SPOOL_MARK_FRESH_VAR) or DEFAULT_FRESH_SECONDS)
+    except ValueError:
+        return 0, DEFAULT_FRESH_SECONDS
+    return max(0, backlog), fresh
+
+
+def read_mark(
+    path: Path, *, fresh_seconds: float, now: float | None = None
+) -> tuple[int, int] | None:
+    """(offset ingested, inode of the spool it is an offset of) when the mark is fresh; None
+    when there is none, it is stale or it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            stamp = os.fstat(f.fileno()).st_mtime
+            text = f.read(64)
+    except OSError:
+        return None
+    if (time.time() if now is None else now) - stamp > fresh_seconds:
+        return None
+    try:
+        offset, inode = (int(part) for part in text.split())
+    except ValueError:
+        return None
+    return offset, inode
+
+
+class Backpressure:
+    """The writer's side: ``wait(fd)`` returns once the spool behind ``fd`` may grow."""
+
+    def __init__(self, mark: Path, *, backlog_bytes: int, fresh_seconds: float) -> None:
+        self.mark = mark
+        self.backlog_bytes = backlog_bytes
+        self.fresh_seconds = fresh_seconds
+        # True while the writer holds back: log() then waits too, instead of queueing more.
+        self.holding = False
+
+    def wait(self, fd: int) -> None:
+        """Sleep while the written-but-not-ingested backlog exceeds the bound and the worker's
+        mark is fresh (it is ingesting this very file)."""
+        if self.backlog_bytes <= 0:
+            return
+        try:
+            while not _stopping.is_set():
+                info = os.fstat(fd)
+                mark = read_mark(self.mark, fresh_seconds=self.fresh_seconds)
+                if mark is None or mark[1] != info.st_ino:
+                    return
+                if info.st_size - mark[0] <= self.backlog_bytes:
+                    return
+                self.holding = True
+                time.sleep(POLL_SECONDS)
+        finally:
+            self.holding = False
