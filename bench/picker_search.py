@@ -17,16 +17,14 @@ Without --database-url a temporary SQLite file is used; with one, the database m
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.runs_list import analyze, fill  # noqa: E402
+from bench.runs_list import analyze, fill, migrated_database  # noqa: E402
 
 TARGET_MS = 100.0
 SEARCHES = [
@@ -75,18 +73,12 @@ def main() -> None:
         "--limit", type=int, default=25, help="runs a search shows (the picker: 25)"
     )
     args = parser.parse_args()
-    tmp = tempfile.TemporaryDirectory(prefix="torchyard-bench-")
-    url = args.database_url or f"sqlite:///{Path(tmp.name) / 'bench.db'}"
-    os.environ["TORCHYARD_DATABASE_URL"] = url
-    os.environ.setdefault("TORCHYARD_DATA_DIR", tmp.name)
-    os.environ.setdefault("TORCHYARD_BROKER_URL", "memory://")
+    tmp, url = migrated_database(args.database_url)
 
     from fastapi.testclient import TestClient
 
     from app.main import create_app
-    from app.migrate import upgrade
 
-    upgrade(url)
     fill(url, runs=args.runs, params=args.params, keys=args.keys)
     label(url, args.runs)
     if url.startswith("postgresql"):

@@ -104,6 +104,24 @@ def analyze(url: str) -> None:
     engine.dispose()
 
 
+def migrated_database(
+    database_url: str | None,
+) -> tuple[tempfile.TemporaryDirectory[str], str]:
+    """A migrated database for an in-process app (--database-url, else SQLite in a temporary
+    folder, which also holds the data dir), set in the environment before `app` is imported:
+    its settings are read once. Keep the folder object alive while the bench runs."""
+    tmp = tempfile.TemporaryDirectory(prefix="torchyard-bench-")
+    url = database_url or f"sqlite:///{Path(tmp.name) / 'bench.db'}"
+    os.environ["TORCHYARD_DATABASE_URL"] = url
+    os.environ.setdefault("TORCHYARD_DATA_DIR", tmp.name)
+    os.environ.setdefault("TORCHYARD_BROKER_URL", "memory://")
+
+    from app.migrate import upgrade
+
+    upgrade(url)
+    return tmp, url
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -114,18 +132,12 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    tmp = tempfile.TemporaryDirectory(prefix="torchyard-bench-")
-    url = args.database_url or f"sqlite:///{Path(tmp.name) / 'bench.db'}"
-    os.environ["TORCHYARD_DATABASE_URL"] = url
-    os.environ.setdefault("TORCHYARD_DATA_DIR", tmp.name)
-    os.environ.setdefault("TORCHYARD_BROKER_URL", "memory://")
+    tmp, url = migrated_database(args.database_url)
 
     from fastapi.testclient import TestClient
 
     from app.main import create_app
-    from app.migrate import upgrade
 
-    upgrade(url)
     started = time.perf_counter()
     fill(url, runs=args.runs, params=args.params, keys=args.keys)
     print(

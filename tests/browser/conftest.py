@@ -85,6 +85,22 @@ def page(context: BrowserContext, request: pytest.FixtureRequest) -> Iterator[Pa
     assert not errors, f"uncaught JavaScript errors on the page: {errors}"
 
 
+@pytest.fixture
+def second_page(browser: Browser, live_stack: LiveStack) -> Iterator[Page]:
+    """A second browser with its own cookies, for a second user beside `page`'s; uncaught
+    JavaScript errors fail the test."""
+    ctx = browser.new_context(viewport=VIEWPORT, base_url=live_stack.base_url)
+    ctx.set_default_timeout(20_000)
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield page
+    finally:
+        ctx.close()
+    assert not errors, f"uncaught JavaScript errors on the second browser's pages: {errors}"
+
+
 def log_in(page: Page, username: str = "admin", password: str = ADMIN_PASSWORD) -> None:
     """Through the real login form; ends on the page the form redirects to."""
     page.goto("/login")

@@ -5,36 +5,18 @@ sees the same state (app/static/saved_views.js over lib/page_state.js)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import VIEWPORT, log_in
+from tests.browser.conftest import log_in
 from tests.conftest import make_user
 from tests.factories import make_experiment_runs
-from tests.stack import LiveStack
 from tests.waits import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 LRS = [0.3, 0.1, 0.2, 0.05]
-
-
-@pytest.fixture
-def bob_page(browser: Browser, live_stack: LiveStack) -> Iterator[Page]:
-    """A second browser (its own cookies); uncaught JS errors fail the test."""
-    ctx = browser.new_context(viewport=VIEWPORT, base_url=live_stack.base_url)
-    ctx.set_default_timeout(20_000)
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        yield page
-    finally:
-        ctx.close()
-    assert not errors, f"uncaught JavaScript errors on bob's pages: {errors}"
 
 
 def _shown(page: Page) -> list[int]:
@@ -59,7 +41,7 @@ def _charts(page: Page) -> dict:
 
 
 def test_a_shared_view_opened_by_another_member_restores_the_page(
-    page: Page, bob_page: Page, api: httpx.Client
+    page: Page, second_page: Page, api: httpx.Client
 ) -> None:
     base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
     exp_id, ids = make_experiment_runs(
@@ -112,40 +94,44 @@ def test_a_shared_view_opened_by_another_member_restores_the_page(
     assert saved.status_code == 200 and saved.json()["state"]["sort"] == "params.params.lr"
 
     # Bob opens the link in his own browser: the same rows, order, columns and charts.
-    log_in(bob_page, bob, bob_pw)
-    bob_page.goto(url)
-    expect(bob_page.locator(f'#views-section[data-applied="{view_id}"]')).to_have_count(1)
-    expect(bob_page.locator("#views-current")).to_contain_text("lr >= 0.1, by lr")
-    expect(bob_page.locator("#runs-filter")).to_have_value("lr>=0.1")
-    wait_for(lambda: _shown(bob_page) == wanted, timeout=30, what=lambda: str(_shown(bob_page)))
-    expect(bob_page.locator('table#runs th[data-param="params.lr"]')).to_have_attribute(
+    log_in(second_page, bob, bob_pw)
+    second_page.goto(url)
+    expect(second_page.locator(f'#views-section[data-applied="{view_id}"]')).to_have_count(1)
+    expect(second_page.locator("#views-current")).to_contain_text("lr >= 0.1, by lr")
+    expect(second_page.locator("#runs-filter")).to_have_value("lr>=0.1")
+    wait_for(
+        lambda: _shown(second_page) == wanted, timeout=30, what=lambda: str(_shown(second_page))
+    )
+    expect(second_page.locator('table#runs th[data-param="params.lr"]')).to_have_attribute(
         "aria-sort", "ascending"
     )
-    assert _columns(bob_page) == _columns(page) == ["Loss/train.min"]
-    assert _charts(bob_page) == expected_charts
-    expect(bob_page.locator("#runs-group-by")).to_have_value("param:params.lr")
-    expect(bob_page.locator("#experiment-curves-band")).to_have_value("std")
-    expect(bob_page.locator("table#runs tr.group-row")).to_have_count(3)
+    assert _columns(second_page) == _columns(page) == ["Loss/train.min"]
+    assert _charts(second_page) == expected_charts
+    expect(second_page.locator("#runs-group-by")).to_have_value("param:params.lr")
+    expect(second_page.locator("#experiment-curves-band")).to_have_value("std")
+    expect(second_page.locator("table#runs tr.group-row")).to_have_count(3)
     # Not his: no delete button; a copy of its link for him to pass on.
-    bob_page.click("#views summary")
-    item = bob_page.locator(f'#views-list li[data-view-id="{view_id}"]')
+    second_page.click("#views summary")
+    item = second_page.locator(f'#views-list li[data-view-id="{view_id}"]')
     expect(item.locator(".view-delete")).to_have_count(0)
     expect(item.locator(".view-copy")).to_have_count(1)
 
     # Without ?view= the page is bob's own (the view is not the default) ...
-    bob_page.goto(f"/experiments/{exp_id}")
-    expect(bob_page.locator("#views-section[data-ready]")).to_have_count(1)
-    expect(bob_page.locator("#runs-filter")).to_have_value("")
+    second_page.goto(f"/experiments/{exp_id}")
+    expect(second_page.locator("#views-section[data-ready]")).to_have_count(1)
+    expect(second_page.locator("#runs-filter")).to_have_value("")
     # ... until the experiment's owner (the admin) makes it the default.
     assert api.put(f"/api/views/{view_id}/default", json={"default": True}).status_code == 200
-    bob_page.reload()
-    expect(bob_page.locator(f'#views-section[data-applied="{view_id}"]')).to_have_count(1)
-    expect(bob_page.locator("#runs-filter")).to_have_value("lr>=0.1")
-    wait_for(lambda: _shown(bob_page) == wanted, timeout=30, what=lambda: str(_shown(bob_page)))
+    second_page.reload()
+    expect(second_page.locator(f'#views-section[data-applied="{view_id}"]')).to_have_count(1)
+    expect(second_page.locator("#runs-filter")).to_have_value("lr>=0.1")
+    wait_for(
+        lambda: _shown(second_page) == wanted, timeout=30, what=lambda: str(_shown(second_page))
+    )
 
     # Alice deletes her view; its link then says it cannot be opened.
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator(f'#views-list li[data-view-id="{view_id}"] .view-delete').click()
     expect(page.locator(f'#views-list li[data-view-id="{view_id}"]')).to_have_count(0)
-    bob_page.goto(url)
-    expect(bob_page.locator("#views-error")).to_contain_text("view " + str(view_id))
+    second_page.goto(url)
+    expect(second_page.locator("#views-error")).to_contain_text("view " + str(view_id))

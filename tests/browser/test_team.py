@@ -7,15 +7,13 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import VIEWPORT, chart_state, launch, log_in
+from tests.browser.conftest import chart_state, launch, log_in
 from tests.conftest import wait_for_status
-from tests.stack import LiveStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -23,23 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 SLOW = {"epochs": 4, "steps_per_epoch": 50, "step_sleep": 0.1}
 
 
-@pytest.fixture
-def member_page(browser: Browser, live_stack: LiveStack) -> Iterator[Page]:
-    """A second browser (its own cookies) for the member; uncaught JS errors fail the test."""
-    ctx = browser.new_context(viewport=VIEWPORT, base_url=live_stack.base_url)
-    ctx.set_default_timeout(20_000)
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        yield page
-    finally:
-        ctx.close()
-    assert not errors, f"uncaught JavaScript errors on the member's pages: {errors}"
-
-
 def test_admin_adds_a_member_who_reads_the_admins_run_but_changes_only_their_own(
-    admin_page: Page, member_page: Page, api: httpx.Client
+    admin_page: Page, second_page: Page, api: httpx.Client
 ) -> None:
     # The admin's experiment with a run that is training.
     exp_name = f"team-{secrets.token_hex(3)}"
@@ -60,7 +43,7 @@ def test_admin_adds_a_member_who_reads_the_admins_run_but_changes_only_their_own
         expect(page.locator(f'#users tr[data-username="{name}"] td.state')).to_have_text("active")
 
         # The member logs in and sees the admin's experiment in the list.
-        member = member_page
+        member = second_page
         log_in(member, name, password)
         # The password was generated: every page leads to the account page until the member
         # sets their own (issue 31).
