@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from app.metrics.models import MetricKey
 from app.runs import filter_lang
 from app.runs.filter_sql import compile_filter
 from app.runs.models import Run, RunParam, RunStatus, RunTag
+from app.runs.params import number_of
 
 SORT_FIELDS: dict[str, Any] = {
     "id": Run.id,
@@ -203,21 +203,13 @@ def search_condition(text: str) -> ColumnElement[bool]:
                 RunParam.run_id == Run.id, func.lower(RunParam.value_text).like(like, escape="\\")
             ),
         ]
-        number = _number(word)
+        number = number_of(word)  # as the param's value_num was stored
         if number is not None:
             options.append(exists().where(RunParam.run_id == Run.id, RunParam.value_num == number))
             if number.is_integer() and 0 < number <= MAX_ID:
                 options.append(Run.id == int(number))
         parts.append(or_(*options))
     return and_(*parts) if parts else true()
-
-
-def _number(word: str) -> float | None:
-    try:
-        value = float(word)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def list_runs(session: Session, q: RunQuery) -> Page:

@@ -134,7 +134,7 @@ def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any])
     return limits
 
 
-def _number_of(text: str) -> float | None:
+def number_of(text: str) -> float | None:
     """The number a logged string spells ("0.01", "3"), for sorting and filtering in SQL."""
     try:
         number = float(text)
@@ -154,7 +154,7 @@ def record_logged(session: Session, *, run_id: int, values: Mapping[str, str], s
             "key": clip_key(key),
             "source": source,
             "value": _clean(value),
-            "value_num": _number_of(value),
+            "value_num": number_of(value),
             "value_text": _clean(value)[:TEXT_CHARS],
         }
         for key, value in values.items()
