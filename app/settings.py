@@ -72,6 +72,12 @@ class Settings(BaseSettings):
     login_max_failures: int = 5
     login_max_failures_per_client: int = 20
     login_window_seconds: float = 15 * 60
+    # argon2id's cost for new password hashes (argon2-cffi's defaults, RFC 9106's second
+    # recommendation: 3 passes over 64 MiB). A stored hash keeps the cost it was made with and
+    # is rehashed at its next login when these change. The test suite sets them low (it hashes
+    # ~500 passwords a pass); a deployment has no reason to.
+    password_hash_time_cost: int = Field(default=3, ge=1)
+    password_hash_memory_kib: int = Field(default=64 * 1024, ge=64)
     # nproc == 1 jobs start the entry point directly with torchrun's environment (saves one
     # torch import, ~2.5 s); "torchrun" launches every job through torchrun.
     single_process_launch: Literal["direct", "torchrun"] = "direct"

@@ -49,6 +49,10 @@ os.environ.update(
     # Nor does anything deliver notifications, but the stacks of tests/test_e2e_notifications.py
     # (a delivery thread with this process's settings would send their messages elsewhere).
     TORCHYARD_NOTIFY_POLL_SECONDS="0",
+    # argon2 at its least cost (app/auth/security.py): the suite hashes ~500 passwords a pass,
+    # ~0.19 s of CPU each at the product's cost; what is tested is the hashing's use, not its cost.
+    TORCHYARD_PASSWORD_HASH_TIME_COST="1",
+    TORCHYARD_PASSWORD_HASH_MEMORY_KIB="64",
     # The third-party code the e2e tests run unmodified (Lightning, HF, MLflow, matplotlib),
     # from the test venv as a team's image would have it (worker/job_base.py); SQLAlchemy,
     # FastAPI's server side and the rest stay out of every job's sight.

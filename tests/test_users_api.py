@@ -192,7 +192,20 @@ def test_a_disabled_users_open_event_stream_ends_within_5_seconds(client, admin_
     assert r.status_code == 401
 
 
-def test_login_upgrades_a_hash_made_with_weaker_argon2_parameters(client) -> None:
+def test_login_upgrades_a_hash_made_with_weaker_argon2_parameters(client, monkeypatch) -> None:
+    # At the product's cost (conftest sets the suite's low): argon2-cffi's defaults.
+    with monkeypatch.context() as env:
+        env.delenv("TORCHYARD_PASSWORD_HASH_TIME_COST")
+        env.delenv("TORCHYARD_PASSWORD_HASH_MEMORY_KIB")
+        get_settings.cache_clear()
+        try:
+            _login_upgrades_a_weak_hash(client)
+        finally:
+            env.undo()
+            get_settings.cache_clear()
+
+
+def _login_upgrades_a_weak_hash(client) -> None:
     username, password, _headers = make_user()
     weak = PasswordHasher(time_cost=1, memory_cost=8 * 1024, parallelism=1).hash(password)
     with session_scope() as session:
