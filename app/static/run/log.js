@@ -68,6 +68,7 @@ export const mountLog = (runId, stream, status) => {
   let logRank = "";          // "" = every line
   let logPartial = "";       // the start of a line the stream has not finished yet
   let timer = null;
+  let shown = 0;             // counts the filter's changes: a read for an earlier choice is dropped
   const append = (text) => {
     if (!text) return;
     const atBottom = logEl.scrollHeight - logEl.scrollTop - logEl.clientHeight < 24;
@@ -86,12 +87,13 @@ export const mountLog = (runId, stream, status) => {
   // One read of the shown node's log: its tail, or (polling) what came after `from`.
   const read = async (query) => {
     const node = logNode;
+    const choice = shown;
     const response = await fetch(api.runLogs(runId, logQuery({node, rank: logRank, nodes, nproc, ...query})),
                                  {credentials: "same-origin"});
-    if (!response.ok || node !== logNode) return;  // another node was chosen meanwhile
+    if (!response.ok || choice !== shown) return;  // another node or rank was chosen meanwhile
     const size = Number(response.headers.get("X-Log-Size") || 0);
     const text = await response.text();
-    if (node !== logNode) return;
+    if (choice !== shown) return;
     if (node === 0) offset = size; else nodeOffset = size;
     append(text);
   };
@@ -108,6 +110,7 @@ export const mountLog = (runId, stream, status) => {
   const reload = async () => {
     clearTimeout(timer);
     timer = null;
+    shown += 1;
     logEl.dataset.rank = logRank;
     logEl.dataset.node = String(logNode);
     const live = stream.open;
