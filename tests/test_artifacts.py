@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from app.artifacts import open_uri
 from app.db import session_scope
+from app.runs import log_store
 from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
 from tests.factories import make_run
@@ -229,3 +230,42 @@ def test_resume_from_a_checkpoint_only_in_the_store_and_the_worker_fetches_it(
     assert r.status_code == 409 and "not in the artifact store" in r.json()["detail"]
     with pytest.raises(artifacts.ArtifactMissing, match="neither on this host"):
         artifacts.ensure_local(runs_dir, f"{run['id']}/checkpoints/nowhere.pt")
+
+
+def test_only_node_0_reaches_the_store_node_1_ships_only_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multi-node run's checkpoints are global rank 0's, on node 0's host: node 1's
+    forwarder never reads a spool or uploads, whatever its run folder holds; it ships its
+    output.log to node 1's chunks and leaves the run's offsets alone."""
+    store = tmp_path / "store"
+    monkeypatch.setattr(get_settings(), "artifact_store", str(store))
+    run_id = make_run(config={**MULTI_NODE, "seed": 1})
+    node_dirs = {k: tmp_path / f"node{k}" for k in (0, 1)}
+    for k, run_dir in node_dirs.items():
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "epoch-0001.pt").write_bytes(PAYLOAD)
+        (run_dir / "metrics.jsonl").write_text(checkpoint_line("epoch-0001.pt", 10) + "\n")
+        (run_dir / "output.log").write_text(f"[rank{2 * k}]: hello from node {k}\n")
+    for _ in range(20):
+        with session_scope() as session:
+            moved = forward(
+                session,
+                run_id=run_id,
+                metrics_path=node_dirs[1] / "metrics.jsonl",
+                final=True,
+                node=1,
+            )
+        if not moved:
+            break
+    assert not store.exists() and uris(run_id) == {}  # nothing recorded, nothing uploaded
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.metrics_offset == 0 and run.log_offset == 0
+    assert log_store.ChunkLogSource(run_id, 1).read(0, 100) == b"[rank2]: hello from node 1\n"
+    drain(run_id, node_dirs[0])  # node 0's forwarder: the checkpoint goes to the store
+    assert set(uris(run_id)) == {"epoch-0001.pt"}
+    assert (store / f"runs/{run_id}/checkpoints/epoch-0001.pt").read_bytes() == PAYLOAD
+
+
+MULTI_NODE = {"recipe": "tiny_mlp", "params": {}, "resources": {"nodes": 2, "nproc": 2, "gpus": 0}}

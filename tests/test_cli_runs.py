@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from app.db import session_scope
 from app.metrics.ingest import ingest_points
+from app.runs import log_store
 from app.runs.params import record_config
 from tests.factories import make_run
 from tests.stack import LiveStack
@@ -115,3 +117,27 @@ def test_resume_with_set_overrides_and_the_final_pt_rule(cli: Cli) -> None:
     assert shown.returncode == 0, shown.stderr
     got = {r["id"]: r for r in json.loads(shown.stdout)}
     assert got[new]["params"]["params.epochs"] == 4
+
+
+def test_logs_of_a_multi_node_run_by_node_and_rank(cli: Cli, tmp_path: Path) -> None:
+    """`torchyard logs --node K --rank N`: each node's log as its worker shipped it; a rank
+    alone reads its node's; a rank of another node is refused with the reason."""
+    config = {"recipe": "tiny_mlp", "params": {}, "resources": {"nodes": 2, "nproc": 2, "gpus": 0}}
+    run_id = make_run(config=config, status="succeeded")
+    logs = {0: "[rank0]: zero\n[rank1]: one\n", 1: "[rank2]: two\n[rank3]: three\n"}
+    for node, text in logs.items():
+        path = tmp_path / f"node{node}.log"
+        path.write_text(text)
+        with session_scope() as session:
+            assert log_store.ship(session, run_id=run_id, log_path=path, final=True, node=node)
+    for args, out in [
+        ((), logs[0]),
+        (("--node", "1"), logs[1]),
+        (("--node", "1", "--rank", "3"), "[rank3]: three\n"),
+        (("--rank", "2"), "[rank2]: two\n"),
+        (("--rank", "1", "--tail", "12"), "[rank1]: one\n"[-12:]),
+    ]:
+        done = cli("logs", str(run_id), *args)
+        assert done.returncode == 0 and done.stdout == out, (args, done.stderr)
+    refused = cli("logs", str(run_id), "--node", "0", "--rank", "3")
+    assert refused.returncode != 0 and "rank 3 runs on node 1, not node 0" in refused.stderr

@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.metrics.service import count_points, read_series
 from app.runs.models import Run
 from app.runs.notices import notice_lines
 from app.runs.service import checkpoints_of
+from app.settings import get_settings
 from tests.factories import admin_run
 from worker.forwarder import forward
+from worker.liveness import holds_node_0, salvage_spool
 
 
 def line(step: int, **values: object) -> str:
@@ -136,3 +139,35 @@ def test_nan_and_infinity_are_stored_as_null_ints_as_floats_and_a_non_number_ski
         "c": {"step": [1, 2], "value": [1.0, None]},
     }
     assert all(type(v) is float for s in series.values() for v in s["value"] if v is not None)
+
+
+def test_the_reapers_salvage_forwards_only_node_0s_folder_of_a_multi_node_run(
+    tmp_path: Path, db_sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node 1's host has a folder of the run too; salvaged as the run's (node 0's), its spool
+    and log would land on node 0's offsets. Only the host of node 0 (runs.worker_host), or any
+    host of a single-host run, salvages."""
+    monkeypatch.setattr(get_settings(), "data_dir", tmp_path)
+    config = {"recipe": "tiny_mlp", "params": {}, "resources": {"nodes": 2, "nproc": 1, "gpus": 0}}
+    with db_sessions.begin() as session:
+        multi, single = admin_run(session, config), admin_run(session)
+        for run_id in (multi, single):
+            session.get_one(Run, run_id).worker_host = "node0-host"
+    for run_id in (multi, single):
+        run_dir = get_settings().run_dir(run_id)
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(line(1, **{"train/loss": 1.0}) + "\n")
+
+    def salvaged_on(host: str, run_id: int) -> int:
+        monkeypatch.setattr(get_settings(), "worker_host", host)
+        with db_sessions.begin() as session:
+            assert holds_node_0(session, run_id=run_id, host=host) == (
+                host == "node0-host" or run_id == single
+            )
+            salvage_spool(session, run_id)
+        with db_sessions.begin() as session:
+            return count_points(session, run_id=run_id)
+
+    assert salvaged_on("node1-host", multi) == 0
+    assert salvaged_on("node0-host", multi) == 1
+    assert salvaged_on("elsewhere", single) == 1

@@ -20,9 +20,9 @@ from tests.test_runs_api import new_experiment, tiny
 from tests.test_runs_logs import random_log, reference
 
 
-def ship(run_id: int, log: Path, *, final: bool = False) -> bool:
+def ship(run_id: int, log: Path, *, final: bool = False, node: int = 0) -> bool:
     with session_scope() as session:
-        return log_store.ship(session, run_id=run_id, log_path=log, final=final)
+        return log_store.ship(session, run_id=run_id, log_path=log, final=final, node=node)
 
 
 def ship_all(run_id: int, log: Path) -> None:
@@ -30,11 +30,11 @@ def ship_all(run_id: int, log: Path) -> None:
         pass
 
 
-def chunks_of(run_id: int) -> list[tuple[int, bytes]]:
+def chunks_of(run_id: int, node: int = 0) -> list[tuple[int, bytes]]:
     with session_scope() as session:
         rows = session.execute(
             select(RunLogChunk.offset, RunLogChunk.data)
-            .where(RunLogChunk.run_id == run_id)
+            .where(RunLogChunk.run_id == run_id, RunLogChunk.node == node)
             .order_by(RunLogChunk.offset)
         ).all()
     return [(int(o), bytes(d)) for o, d in rows]
@@ -221,3 +221,121 @@ def test_the_local_file_wins_when_the_run_directory_is_here(
             select(func.count()).select_from(RunLogChunk).where(RunLogChunk.run_id == run_id)
         )
     assert count == 1
+
+
+# --- a multi-node run: one log per node ----------------------------------------------------
+
+MULTI_NODE = {**tiny(), "resources": {"nodes": 2, "nproc": 2, "gpus": 0}}
+NODE_LOGS = {
+    0: "torchrun 0\n[rank0]: zero a\n[rank1]: one a\n[rank0]: zero b\n",
+    1: "torchrun 1\n[rank2]: two a\n[rank3]: three a\n[rank3]: three b\n",
+}
+
+
+def multi_node_run(tmp_path: Path) -> int:
+    """A 2-node x 2-process run whose two logs exist only as shipped chunks."""
+    run_id = make_run(config=MULTI_NODE)
+    for node, text in NODE_LOGS.items():
+        path = tmp_path / f"node{node}.log"
+        path.write_text(text)
+        while ship(run_id, path, final=True, node=node):
+            pass
+    return run_id
+
+
+def test_each_node_ships_its_own_log_tiled_on_its_own_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_store, "SHIP_BYTES", 50)
+    monkeypatch.setattr(log_store, "CHUNK_BYTES", 120)
+    monkeypatch.setattr(log_store, "MAX_SMALL_CHUNKS", 3)
+    run_id = make_run(config=MULTI_NODE)
+    rng = random.Random(3)
+    paths = {k: tmp_path / f"node{k}.log" for k in (0, 1)}
+    data = {k: b"" for k in paths}
+    for _ in range(30):  # the two hosts append and ship in any order
+        node = rng.choice([0, 1])
+        more = random_log(rng)[:200]
+        with open(paths[node], "ab") as f:
+            f.write(more)
+        data[node] += more
+        ship(run_id, paths[node], node=node)
+    for node, path in paths.items():
+        while ship(run_id, path, final=True, node=node):
+            pass
+    assert_tiles(run_id, data[0])  # node 0's: runs.log_offset, as on one host
+    position = 0
+    for offset, piece in chunks_of(run_id, node=1):  # node 1's tile its own file
+        assert offset == position
+        position += len(piece)
+    assert b"".join(p for _, p in chunks_of(run_id, node=1)) == data[1]
+    assert any(len(p) > 50 for _, p in chunks_of(run_id, node=1))  # merged, as node 0's are
+    with session_scope() as session:
+        assert log_store.shipped_bytes(session, run_id=run_id, node=1) == len(data[1])
+    source = log_store.ChunkLogSource(run_id, 1)
+    assert source.size() == len(data[1]) and source.read(0, len(data[1]) + 10) == data[1]
+    for offset in (0, 7, len(data[1]) // 2):
+        via_file, via_chunks = [
+            b"".join(logs.read_rank(s, rank=1, offset=offset, tail=None).body)
+            for s in (logs.FileLogSource(paths[1]), source)
+        ]
+        assert via_file == via_chunks
+
+
+def test_a_nodes_log_is_cut_once_at_the_limit_and_never_ships_past_its_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(get_settings(), "max_log_bytes", 4096)
+    run_id = make_run(config=MULTI_NODE)
+    path = tmp_path / "node1.log"
+    path.write_bytes(b"[rank2]: spam\n" * 400)  # 5600 bytes
+    with session_scope() as session:
+        log_store.limit(session, run_id=run_id, log_path=path, max_bytes=4096, node=1)
+    cut = path.read_bytes()
+    assert len(cut) > 4096 and cut.endswith(b"the rest of this run's output is not kept\n")
+    with open(path, "ab") as f:
+        f.write(b"[rank3]: more after the cut\n")
+    while ship(run_id, path, final=True, node=1):
+        pass
+    assert log_store.ChunkLogSource(run_id, 1).read(0, 10_000) == cut  # not what came after
+    with session_scope() as session:
+        log_store.limit(session, run_id=run_id, log_path=path, max_bytes=4096, node=1)
+        run = session.get(Run, run_id)
+        assert run is not None and "log" not in (run.notices or {})  # the run's cut is node 0's
+    assert path.read_bytes() == cut  # cut again where it was, the note once
+
+
+def test_logs_route_reads_each_node_and_a_rank_picks_its_node(
+    client, admin_headers, tmp_path: Path
+) -> None:
+    run_id = multi_node_run(tmp_path)
+    url = f"/api/runs/{run_id}/logs"
+
+    def get(**params: int) -> tuple[int, str, int]:
+        r = client.get(url, params=params, headers=admin_headers)
+        return r.status_code, r.text, int(r.headers.get("x-log-size", -1))
+
+    assert get() == (200, NODE_LOGS[0], len(NODE_LOGS[0]))  # node 0's: the run's own
+    assert get(node=1) == (200, NODE_LOGS[1], len(NODE_LOGS[1]))
+    assert get(node=1, tail=17) == (200, "[rank3]: three b\n", len(NODE_LOGS[1]))
+    assert get(rank=3)[:2] == (200, "[rank3]: three a\n[rank3]: three b\n")
+    assert get(node=1, rank=2)[:2] == (200, "[rank2]: two a\n")
+    assert get(rank=1)[:2] == (200, "[rank1]: one a\n")
+    offset = NODE_LOGS[1].index("[rank3]: three b")
+    assert get(rank=3, offset=offset)[1] == "[rank3]: three b\n"
+    for params, field, says in [
+        ({"rank": 4}, "rank", "rank must be below 4"),
+        ({"node": 2}, "node", "node must be below 2"),
+        ({"node": 0, "rank": 2}, "rank", "rank 2 runs on node 1, not node 0"),
+    ]:
+        r = client.get(url, params=params, headers=admin_headers)
+        assert r.status_code == 422, params
+        assert r.json()["detail"][0]["loc"] == ["query", field] and says in r.text
+
+
+def test_a_single_host_run_has_only_node_0(client, user_headers, tmp_path: Path) -> None:
+    run_id = remote_run(client, user_headers, tmp_path, LOG)
+    url = f"/api/runs/{run_id}/logs"
+    assert client.get(url, params={"node": 0}, headers=user_headers).text == LOG
+    r = client.get(url, params={"node": 1}, headers=user_headers)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "node"]

@@ -20,8 +20,10 @@ from sqlalchemy import update
 
 import tests.nvml_standin as standin
 from app.db import session_scope
+from app.gpus.models import GpuLease
 from app.metrics.ingest import ingest_points
 from app.metrics.service import count_points, list_keys, read_series
+from app.metrics.system_series import series_start
 from app.runs import lifecycle, recovery
 from app.runs.models import Run
 from app.settings import get_settings
@@ -194,6 +196,39 @@ def test_a_requeued_run_keeps_its_series_and_the_next_attempt_continues_after_th
     with session_scope() as session:
         steps = read_series(session, run_id=run_id, keys=[CPU_PERCENT])[CPU_PERCENT]["step"]
     assert steps[:61] == list(range(61)) and steps[61:] in ([66], [67])  # 61 + 5 s
+
+
+def test_each_node_of_a_multi_node_run_stores_its_own_series_and_gpus() -> None:
+    """Node k's sampler writes sys/node<k>/..., with the GPUs its own host leases (the run's
+    gpu_indices are node 0's); node 0's are labelled too, so neither hides the other."""
+    config = {"recipe": "tiny_mlp", "params": {}, "resources": {"nodes": 2, "nproc": 2, "gpus": 2}}
+    run_id = make_run(config=config, status="running")
+    host_a, host_b = f"a-{run_id}", f"b-{run_id}"
+    with session_scope() as session:
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id)
+            .values(started_at=utcnow() - timedelta(seconds=9), gpu_indices="0,1")
+        )
+        for host, index in [(host_a, 0), (host_a, 1), (host_b, 2), (host_b, 3)]:
+            session.add(GpuLease(host=host, gpu_index=index, run_id=run_id))
+    for node, host in ((0, host_a), (1, host_b)):
+        series = SystemSeries(run_id, interval=1.0, nvml=standin, node=node, host=host)
+        with session_scope() as session:
+            assert series.record(session, [os.getpid()]) == 8
+    with session_scope() as session:
+        keys = list_keys(session, run_id=run_id)
+    assert not [k for k in keys if not k.startswith(("sys/node0/", "sys/node1/"))]
+    assert {k.split("/")[2] for k in keys if k.startswith("sys/node0/")} == {
+        "cpu_percent", "rss_mb", "gpu0", "gpu1"
+    }  # fmt: skip
+    assert {k.split("/")[2] for k in keys if k.startswith("sys/node1/")} == {
+        "cpu_percent", "rss_mb", "gpu2", "gpu3"
+    }  # fmt: skip
+    with session_scope() as session:  # a later attempt of node 1 continues after its own
+        start = series_start(session, run_id=run_id, keys=(CPU_PERCENT,), node=1, host=host_b)
+    assert start is not None and start.key(CPU_PERCENT) == "sys/node1/cpu_percent"
+    assert start.gpu_indices == (2, 3)
 
 
 # --- end to end: the live stack's worker samples every second ---------------------------------

@@ -244,7 +244,11 @@ def _keep_alive(
         ingest.step(
             "forward",
             lambda s: forward(
-                s, run_id=run.run_id, metrics_path=run.metrics_path, attempt=run.attempt
+                s,
+                run_id=run.run_id,
+                metrics_path=run.metrics_path,
+                attempt=run.attempt,
+                node=run.node,
             ),
             0,
         )

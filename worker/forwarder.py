@@ -17,6 +17,11 @@ points (app.metrics.ingest), the offsets and what was kept out (app.runs.ingest_
 checkpoint rows and their retention (app.runs.checkpoint_records), the log's copy and its
 size limit (app.runs.log_store, which ships output.log to the database when the API is on
 another host). With an artifact store, checkpoints go there too (worker.artifacts).
+
+A multi-node run's node k > 0 (``node``) forwards only its output.log, always to the database
+(the API never has that host's disk): metrics, TensorBoard scalars and checkpoints are global
+rank 0's, on node 0, so node k's spool, offsets and checkpoints are never read, and nothing of
+its host reaches the artifact store (docs/multi-node.md).
 """
 
 from __future__ import annotations
@@ -118,6 +123,7 @@ def forward(
     metrics_path: Path,
     final: bool = False,
     attempt: int | None = None,
+    node: int = 0,
 ) -> Moved:
     """One batch: returns the number of metrics lines and TensorBoard event records moved, plus
     the log chunks written and checkpoint uploads recorded (and, when ``final``, still in
@@ -137,12 +143,19 @@ def forward(
     longer that attempt's (app.runs.lifecycle.holds: requeued by a reaper, finished): a
     stalled worker's late batch never lands in the next attempt's curve. None: the caller
     already holds the run in this transaction (the reaper's salvage).
+
+    ``node``: this host's node of a multi-node run (0: node 0, or a single host); node k > 0
+    ships its log and nothing else (the module's docstring says why).
     """
     if attempt is not None and not lifecycle.holds(session, run_id=run_id, attempt=attempt):
         log.warning(
             "run %s: attempt %s no longer owns the run; its batch is refused", run_id, attempt
         )
         return Moved(0)
+    if node:
+        return _forward_node_log(
+            session, run_id=run_id, run_dir=metrics_path.parent, node=node, final=final
+        )
     offset = ingest_offsets.metrics_offset(session, run_id=run_id)
     if offset is None:
         return Moved(0)
@@ -171,6 +184,18 @@ def forward(
     result.more = more
     result.offset = offset
     return result
+
+
+def _forward_node_log(
+    session: Session, *, run_id: int, run_dir: Path, node: int, final: bool
+) -> Moved:
+    """Node k > 0's batch: its output.log, kept within the limit, to its own chunks."""
+    log_path = RunPaths(run_dir).log
+    max_bytes = get_settings().max_log_bytes
+    log_store.limit(session, run_id=run_id, log_path=log_path, max_bytes=max_bytes, node=node)
+    moved = log_store.ship(session, run_id=run_id, log_path=log_path, final=final, node=node)
+    session.flush()
+    return Moved(int(moved))
 
 
 @contextmanager

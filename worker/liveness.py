@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 
 from app.db import Session
+from app.experiments.config import run_config
 from app.runs import notices
+from app.runs.models import Run
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import job_records
@@ -29,9 +31,12 @@ MAX_SALVAGE_BATCHES = 10_000
 def salvage_spool(session: Session, run_id: int) -> None:
     """Move the rest of a run's local spool (if this machine has it) in the caller's
     transaction."""
-    metrics_path = RunPaths(get_settings().run_dir(run_id)).metrics
+    settings = get_settings()
+    metrics_path = RunPaths(settings.run_dir(run_id)).metrics
     if not metrics_path.parent.is_dir():
         return
+    if not holds_node_0(session, run_id=run_id, host=host_name(settings)):
+        return  # another node's folder: its spool and log are not the run's (worker.forwarder)
     # In a savepoint: an error in one run's spool is that run's (its points so far are kept,
     # the rest noted on it); the reaper still hands it over, and every other lost run too.
     try:
@@ -46,6 +51,16 @@ def salvage_spool(session: Session, run_id: int) -> None:
         notices.note_ingest_error(
             session, run_id=run_id, error=f"salvage: {type(exc).__name__}: {first}"
         )
+
+
+def holds_node_0(session: Session, *, run_id: int, host: str) -> bool:
+    """Whether this host's folder of the run is the run's own: a single-host run's, or node
+    0's of a multi-node run (``runs.worker_host``). Node k > 0's host has a folder too, whose
+    spool and log forwarded as the run's would land on node 0's offsets."""
+    run = session.get(Run, run_id)
+    if run is None:
+        return False
+    return run_config(run.config or {}).resources.nodes == 1 or run.worker_host == host
 
 
 def still_training(run_id: int) -> bool:

@@ -92,7 +92,9 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
         # Said in the run's own log (shipped by the drain): the job itself saw only a SIGTERM.
         note_in_log(run_dir, "the run was cancelled; every process of it stopped")
     drain(run)
-    if settings.artifact_store:  # the API reads the run's files from the store
+    # The API reads the run's files from the store: node 0's (global rank 0's host, where the
+    # checkpoints are); a multi-node run's node k > 0 stores nothing there (docs/multi-node.md).
+    if settings.artifact_store and not run.node:
         store_while_heartbeating(
             settings.artifact_store,
             run,

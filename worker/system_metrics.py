@@ -20,6 +20,10 @@ gives a fake inventory GPU series on CPU. RSS is summed as each process reports 
 that forked dataloader workers share with their parent count once per process (PSS would
 not, at the price of reading every process's smaps).
 
+On a multi-node run each node's worker samples its own host's job and its own leased GPUs,
+stored under ``sys/node<k>/`` (app.metrics.system_series says why); ``node``/``host`` say
+which it is.
+
 The pids are the worker's view of the job (worker.process.JobProcess.members: the sandbox's
 PID namespace, or the processes carrying the job's token), asked anew every sample.
 """
@@ -35,7 +39,7 @@ from typing import Any
 
 from app.db import Session
 from app.metrics.ingest import Point, ingest_points
-from app.metrics.system_series import series_start
+from app.metrics.system_series import SeriesStart, series_start
 from torchyard.contract import SYSTEM_KEY_PREFIX
 from worker import gpus
 
@@ -152,13 +156,23 @@ class SystemSeries:
     passed (the first time at once), `record(session, pids)` samples the job and the run's
     leased GPUs and stores the points at whole seconds since the run started."""
 
-    def __init__(self, run_id: int, *, interval: float, nvml: Any = None) -> None:
+    def __init__(
+        self,
+        run_id: int,
+        *,
+        interval: float,
+        nvml: Any = None,
+        node: int = 0,
+        host: str | None = None,
+    ) -> None:
         self.run_id = run_id
+        self.node = node  # this host's node of a multi-node run (0: node 0 or a single host)
+        self.host = host  # this host's name: where node k's leased GPUs are
         self.interval = interval
         self.nvml = nvml  # None: worker.gpus's NVML (pynvml or settings.nvml_module)
         self.tree = ProcessTreeSampler()
         self._next = 0.0
-        self._run: tuple[float, tuple[int, ...]] | None = None  # (started_at, gpu indices)
+        self._run: SeriesStart | None = None
 
     def due(self) -> bool:
         now = time.monotonic()
@@ -167,14 +181,17 @@ class SystemSeries:
         self._next = now + self.interval
         return True
 
-    def run_facts(self, session: Session) -> tuple[float, tuple[int, ...]] | None:
-        """(the Unix time of step 0, leased GPU indices), read once
-        (app.metrics.system_series.series_start); None when the run has no start."""
+    def run_facts(self, session: Session) -> SeriesStart | None:
+        """The Unix time of step 0, this host's leased GPU indices and the keys' prefix, read
+        once (app.metrics.system_series.series_start); None when the run has no start."""
         if self._run is None:
-            start = series_start(session, run_id=self.run_id, keys=(CPU_PERCENT, RSS_MB))
-            if start is None:
-                return None
-            self._run = (start.at, start.gpu_indices)
+            self._run = series_start(
+                session,
+                run_id=self.run_id,
+                keys=(CPU_PERCENT, RSS_MB),
+                node=self.node,
+                host=self.host,
+            )
         return self._run
 
     def sample(self, pids: Iterable[int], gpu_indices: Iterable[int] = ()) -> dict[str, float]:
@@ -191,9 +208,10 @@ class SystemSeries:
         facts = self.run_facts(session)
         if facts is None:
             return 0
-        started, indices = facts
-        values = self.sample(pids, indices)
+        values = self.sample(pids, facts.gpu_indices)
         now = time.time()
-        step = max(0, int(now - started))
-        points: list[Point] = [(key, step, value, now) for key, value in sorted(values.items())]
+        step = max(0, int(now - facts.at))
+        points: list[Point] = [
+            (facts.key(key), step, value, now) for key, value in sorted(values.items())
+        ]
         return ingest_points(session, run_id=self.run_id, points=points)

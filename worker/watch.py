@@ -17,7 +17,7 @@ from app.db import Session
 from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from app.sweeps import early_stop
-from worker import artifacts, ingest_mark, provenance
+from worker import artifacts, gpus, ingest_mark, provenance
 from worker.backoff import Backoff
 from worker.forwarder import Moved, forward
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
@@ -62,12 +62,17 @@ def watch(
     Returns what stopped it, or None when the job ended by itself.
     """
     settings = get_settings()
-    recorded = False
+    recorded = run.node > 0  # the environment record is node 0's (its job's rank 0 writes it)
     shutdown_deadline: float | None = None
     backoff = Backoff(interval)
     heartbeat = Heartbeat(run)
     ingest = IngestSteps(run.run_id)
-    system = SystemSeries(run.run_id, interval=settings.system_metrics_interval_seconds)
+    system = SystemSeries(
+        run.run_id,
+        interval=settings.system_metrics_interval_seconds,
+        node=run.node,
+        host=gpus.host_name(settings),
+    )
     stopped_early = False  # kept: the cancel check may miss a round (the database away)
     moved = Moved(0)
     ingested: int | None = None  # the spool's committed offset, as last told to the job
@@ -92,7 +97,11 @@ def watch(
         moved = ingest.step(
             "forward",
             lambda s: forward(
-                s, run_id=run.run_id, metrics_path=run.metrics_path, attempt=run.attempt
+                s,
+                run_id=run.run_id,
+                metrics_path=run.metrics_path,
+                attempt=run.attempt,
+                node=run.node,
             ),
             Moved(0),
             turn=Turn.LIVE,
@@ -161,13 +170,14 @@ def drain(run: Watched) -> None:
     yet. A database that is away for a while (a PostgreSQL restart) is waited for; any other
     error ends the drain with a note on the run, and the run still gets its final status."""
     ingest = IngestSteps(run.run_id)
-    ingest.step(
-        "record the environment",
-        lambda s: provenance.merge_job_record(
-            s, run_id=run.run_id, run_dir=run.metrics_path.parent
-        ),
-        default=False,
-    )
+    if not run.node:  # node 0's, as in watch()
+        ingest.step(
+            "record the environment",
+            lambda s: provenance.merge_job_record(
+                s, run_id=run.run_id, run_dir=run.metrics_path.parent
+            ),
+            default=False,
+        )
 
     def one_batch(session: Session) -> int:
         run.heartbeat(session)
@@ -177,6 +187,7 @@ def drain(run: Watched) -> None:
             metrics_path=run.metrics_path,
             final=True,
             attempt=run.attempt,
+            node=run.node,
         )
 
     # Batches of forward_batch_bytes: a bound of 1M batches is a spool of a terabyte.

@@ -196,13 +196,21 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="keep printing new output until the run ends")
     ] = False,
-    rank: Annotated[int | None, typer.Option(min=0, help="only this DDP rank's lines")] = None,
+    rank: Annotated[
+        int | None, typer.Option(min=0, help="only this (global) DDP rank's lines")
+    ] = None,
+    node: Annotated[
+        int | None, typer.Option(min=0, help="a multi-node run's node (default: node 0)")
+    ] = None,
     tail: Annotated[int | None, typer.Option(min=1, help="start with the last N bytes")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Print a run's output (stdout and stderr of every process) as it was written."""
+    """Print a run's output (stdout and stderr of every process) as it was written. A
+    multi-node run has one output per node: --node picks it (--rank alone picks the rank's)."""
     base: dict[str, Any] = {"rank": rank} if rank is not None else {}
+    if node is not None:
+        base["node"] = node
     with connect(server, token) as api:
         text, offset = _read_logs(api, run, {**base, "tail": tail} if tail else base)
         sys.stdout.write(text)

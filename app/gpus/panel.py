@@ -1,6 +1,10 @@
 """The GPU panel: each live host's GPUs (who holds which) and the queue with the scheduler's
 reasons, from the same decision `try_start` takes (app.gpus.service). Per-user accounting:
-app.gpus.usage."""
+app.gpus.usage.
+
+A multi-node run shows on each of its hosts: gpu_leases holds every node's rows. Its GPUs say
+the run's hosts in node order and which node each host is: `try_start` adds one start's leases
+node by node, in rank order, so the order of their ids is the order of the nodes."""
 
 from __future__ import annotations
 
@@ -31,15 +35,28 @@ def gpu_panel(
     """Each live host's GPUs (who holds which) and the queue in scheduling order, each waiting
     run with the reason `pick` gives for it."""
     leases: dict[str, dict[int, tuple[int, str, datetime]]] = {}
+    first_lease: dict[int, dict[str, int]] = {}  # run -> host -> its lowest lease id
     rows = session.execute(
         select(
-            GpuLease.host, GpuLease.gpu_index, GpuLease.run_id, GpuLease.acquired_at, User.username
+            GpuLease.id,
+            GpuLease.host,
+            GpuLease.gpu_index,
+            GpuLease.run_id,
+            GpuLease.acquired_at,
+            User.username,
         )
         .join(Run, Run.id == GpuLease.run_id)
         .join(User, User.id == Run.owner_id)
     )
-    for host, index, run_id, acquired_at, username in rows:
+    for lease_id, host, index, run_id, acquired_at, username in rows:
         leases.setdefault(host, {})[index] = (run_id, username, as_utc(acquired_at))
+        hosts_of = first_lease.setdefault(run_id, {})
+        hosts_of[host] = min(lease_id, hosts_of.get(host, lease_id))
+    run_hosts = {
+        run_id: sorted(by_host, key=by_host.__getitem__)
+        for run_id, by_host in first_lease.items()
+        if len(by_host) > 1
+    }
     hosts = []
     for h in live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds):
         stats = {int(g["index"]): g for g in h.gpu_stats or ()}
@@ -55,8 +72,16 @@ def gpu_panel(
             }
             if index in leased:
                 run_id, owner, since = leased[index]
+                spans = run_hosts.get(run_id, [])
                 gpu = GpuOut(
-                    index=index, state="leased", run_id=run_id, owner=owner, since=since, **known
+                    index=index,
+                    state="leased",
+                    run_id=run_id,
+                    owner=owner,
+                    since=since,
+                    run_hosts=spans,
+                    node=spans.index(h.host) if spans else None,
+                    **known,
                 )
             else:
                 state: GpuState = "busy (external)" if index in external else "free"
@@ -86,6 +111,7 @@ def gpu_panel(
                 experiment_id=experiment_id,
                 owner=owner,
                 gpus=run.gpus,
+                nodes=run.nodes,
                 priority=run.priority,
                 created_at=run.created_at,
                 waiting_seconds=max(0.0, (now - run.created_at).total_seconds()),

@@ -18,6 +18,10 @@ class GpuOut(BaseModel):
     run_id: int | None = None
     owner: str | None = None
     since: UtcDateTime | None = None
+    # A multi-node run's GPU: the run's hosts in node order (node 0's first) and this host's
+    # node; a single-host run's leave them empty.
+    run_hosts: list[str] = []
+    node: int | None = None
     # From NVML at the host's last heartbeat; None when unknown (fake inventory, no NVML).
     memory_used_mb: float | None = None
     memory_total_mb: float | None = None
@@ -35,7 +39,8 @@ class QueuedRunOut(BaseModel):
     run_id: int
     experiment_id: int
     owner: str
-    gpus: int
+    gpus: int  # on each of its `nodes` hosts
+    nodes: int = 1
     priority: int
     created_at: UtcDateTime
     waiting_seconds: float

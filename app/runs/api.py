@@ -158,24 +158,24 @@ def read_logs(
         int | None, Query(ge=1, le=MAX_INT64, description="only the last this many bytes")
     ] = None,
     rank: Annotated[
-        int | None, Query(ge=0, description="only this rank's lines (whole lines)")
+        int | None, Query(ge=0, description="only this (global) rank's lines (whole lines)")
+    ] = None,
+    node: Annotated[
+        int | None, Query(ge=0, le=MAX_INT64, description="a multi-node run's node (default 0)")
     ] = None,
 ) -> Response:
     """The output from `offset` (or its last `tail` bytes); X-Log-Size is where it ends.
 
     With `rank`, only that rank's whole lines in the same byte range, `tail` counting the
     bytes of those lines, and X-Log-Size the end of the last whole line (app/runs/logs.py).
+    A multi-node run has one log per node, with its own offsets: `node` picks it (a `rank`
+    alone picks the rank's node); without either, node 0's, the run's own.
     """
-    source = logs.log_source(run.id)
-    nproc = run_config(run.config).resources.nproc
-    if rank is not None and rank >= nproc:
-        raise Invalid.at(
-            ["query", "rank"],
-            f"the run has {nproc} process(es): rank must be below {nproc}",
-            rank,
-            kind="less_than",
-        )
-    if rank is None or nproc == 1:  # a single process's lines are all rank 0's
+    resources = run_config(run.config).resources
+    nodes, nproc = resources.nodes, resources.nproc
+    chosen = logs.choose_node(nodes=nodes, nproc=nproc, node=node, rank=rank)
+    source = logs.log_source(run.id, chosen)
+    if rank is None or nodes * nproc == 1:  # a single process's lines are all rank 0's
         read = logs.read_all(source, offset=offset, tail=tail)
         text = logs.collapse_carriage_returns(b"".join(read.body)).decode("utf-8", "replace")
         return PlainTextResponse(text, headers={"X-Log-Size": str(read.end)})

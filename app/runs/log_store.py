@@ -14,6 +14,13 @@ so a long run is a modest number of rows. Chunks tile the file (offset = bytes b
 ``limit`` keeps output.log within ``max_log_bytes``: the cut and the note that ends it are
 recorded on the run (app.runs.notices), and the shipped copy never goes past the cut.
 
+A multi-node run has one output.log per host. Node 0's is the run's log as above (its size in
+``runs.log_offset``, its cut in the run's notices). Node k > 0's worker always ships its file
+(the API never has that host's disk) as chunks with ``node = k``, tiled on their own; their
+size is where the last chunk ends, and its cut is found in the file itself: the note that ends
+a cut log is always the same bytes for a limit, so a node's log never ships past
+``max_bytes + len(note)`` (docs/multi-node.md).
+
 Every function that writes takes the caller's session and flushes at most.
 """
 
@@ -28,6 +35,7 @@ from app.db import session_scope
 from app.runs import notices
 from app.runs.job_files import FileRefused, cut_job_file, job_file_size, open_job_file
 from app.runs.models import Run, RunLogChunk
+from app.settings import get_settings
 
 # No log is this long; a client's offset past it reads nothing (instead of overflowing a seek
 # or a BIGINT).
@@ -40,22 +48,31 @@ CHUNK_BYTES = 64 * 1024
 MAX_SMALL_CHUNKS = 64
 
 
-def limit(session: Session, *, run_id: int, log_path: Path, max_bytes: int) -> None:
+def _cut_note(max_bytes: int) -> bytes:
+    """The line that ends a log cut at ``max_bytes`` (the same bytes every time)."""
+    return (
+        f"\ntorchyard: the log reached its limit of {notices.size_text(max_bytes)}; "
+        "the rest of this run's output is not kept\n"
+    ).encode()
+
+
+def limit(session: Session, *, run_id: int, log_path: Path, max_bytes: int, node: int = 0) -> None:
     """Keep the log within ``max_bytes``: the first time it is longer, it is cut there and a
     note ends it (the run says so too); afterwards whatever the job appends is cut off again
-    on each call. The job's descriptor appends, so its writes land at the end either way."""
+    on each call. The job's descriptor appends, so its writes land at the end either way.
+    ``node``: a multi-node run's node whose log this is (0: the run's own, or a single host's)."""
     size = job_file_size(log_path)
     if size is None or size <= max_bytes:
+        return
+    if node:
+        _limit_node_log(log_path, max_bytes, size)
         return
     run = session.get(Run, run_id)
     if run is None:
         return
     kept = notices.log_kept(run)
     if kept is None:
-        note = (
-            f"\ntorchyard: the log reached its limit of {notices.size_text(max_bytes)}; "
-            "the rest of this run's output is not kept\n"
-        ).encode()
+        note = _cut_note(max_bytes)
         if cut_job_file(log_path, max_bytes, note):
             notices.log_cut(run, limit=max_bytes, kept=max_bytes + len(note))
             session.flush()
@@ -63,19 +80,50 @@ def limit(session: Session, *, run_id: int, log_path: Path, max_bytes: int) -> N
         cut_job_file(log_path, kept)
 
 
-def shipped_bytes(session: Session, *, run_id: int) -> int:
-    """How much of the log the database holds (``runs.log_offset``); 0 for no such run."""
+def _limit_node_log(log_path: Path, max_bytes: int, size: int) -> None:
+    """Node k > 0's cut, told from the file: its note is already at ``max_bytes`` (cut before:
+    only what the job appended since goes), or it is cut there now."""
+    note = _cut_note(max_bytes)
+    try:
+        with open_job_file(log_path) as f:
+            f.seek(max_bytes)
+            cut_before = f.read(len(note)) == note
+    except (FileNotFoundError, FileRefused):
+        return
+    if not cut_before:
+        cut_job_file(log_path, max_bytes, note)
+    elif size > max_bytes + len(note):
+        cut_job_file(log_path, max_bytes + len(note))
+
+
+def shipped_bytes(session: Session, *, run_id: int, node: int = 0) -> int:
+    """How much of the log the database holds (``runs.log_offset``; node k > 0's: where its
+    last chunk ends); 0 for no such run."""
+    if node:
+        last = session.execute(
+            select(RunLogChunk.offset, func.length(RunLogChunk.data))
+            .where(RunLogChunk.run_id == run_id, RunLogChunk.node == node)
+            .order_by(RunLogChunk.offset.desc())
+            .limit(1)
+        ).first()
+        return 0 if last is None else int(last[0]) + int(last[1])
     return int(session.scalar(select(Run.log_offset).where(Run.id == run_id)) or 0)
 
 
-def ship(session: Session, *, run_id: int, log_path: Path, final: bool) -> bool:
+def ship(session: Session, *, run_id: int, log_path: Path, final: bool, node: int = 0) -> bool:
     """Copy the next bytes of output.log after ``runs.log_offset`` into one chunk; True if it
-    did."""
+    did. ``node``: whose output.log this is (a multi-node run's node k ships its own file to
+    its own chunks; 0 for a single host)."""
     run = session.get(Run, run_id)
     if run is None:
         return False
-    offset = run.log_offset
-    end = notices.log_kept(run)  # bytes past a cut are not the run's log
+    if node:
+        offset = shipped_bytes(session, run_id=run_id, node=node)
+        max_bytes = get_settings().max_log_bytes
+        end: int | None = max_bytes + len(_cut_note(max_bytes))  # a cut node log's end
+    else:
+        offset = run.log_offset
+        end = notices.log_kept(run)  # bytes past a cut are not the run's log
     try:
         with open_job_file(log_path) as f:
             f.seek(offset)
@@ -90,20 +138,21 @@ def ship(session: Session, *, run_id: int, log_path: Path, final: bool) -> bool:
             return False
     if not data:
         return False
-    session.execute(insert(RunLogChunk).values(run_id=run_id, offset=offset, data=data))
-    run.log_offset = offset + len(data)
+    session.execute(insert(RunLogChunk).values(run_id=run_id, node=node, offset=offset, data=data))
+    if not node:
+        run.log_offset = offset + len(data)
     session.flush()
-    _compact(session, run_id=run_id, end=run.log_offset)
+    _compact(session, run_id=run_id, node=node, end=offset + len(data))
     return True
 
 
-def _compact(session: Session, *, run_id: int, end: int) -> None:
+def _compact(session: Session, *, run_id: int, node: int, end: int) -> None:
     """Merge the trailing chunks smaller than CHUNK_BYTES into one when they add up to it or
     are MAX_SMALL_CHUNKS many. Sizes come from the offsets (a chunk ends where the next
     begins, the last at ``end``), so only the index is read to decide."""
     offsets = session.scalars(
         select(RunLogChunk.offset)
-        .where(RunLogChunk.run_id == run_id)
+        .where(RunLogChunk.run_id == run_id, RunLogChunk.node == node)
         .order_by(RunLogChunk.offset.desc())
         .limit(MAX_SMALL_CHUNKS)
     ).all()
@@ -116,16 +165,16 @@ def _compact(session: Session, *, run_id: int, end: int) -> None:
     if len(small) < 2 or (end - small[-1] < CHUNK_BYTES and len(small) < MAX_SMALL_CHUNKS):
         return
     first = small[-1]
-    in_tail = (RunLogChunk.run_id == run_id, RunLogChunk.offset >= first)
-    pieces = session.scalars(select(RunLogChunk.data).where(*in_tail).order_by(RunLogChunk.offset))
-    merged = b"".join(bytes(p) for p in pieces)
-    session.execute(
-        delete(RunLogChunk).where(RunLogChunk.run_id == run_id, RunLogChunk.offset > first)
+    of_log = (RunLogChunk.run_id == run_id, RunLogChunk.node == node)
+    pieces = session.scalars(
+        select(RunLogChunk.data)
+        .where(*of_log, RunLogChunk.offset >= first)
+        .order_by(RunLogChunk.offset)
     )
+    merged = b"".join(bytes(p) for p in pieces)
+    session.execute(delete(RunLogChunk).where(*of_log, RunLogChunk.offset > first))
     session.execute(
-        update(RunLogChunk)
-        .where(RunLogChunk.run_id == run_id, RunLogChunk.offset == first)
-        .values(data=merged)
+        update(RunLogChunk).where(*of_log, RunLogChunk.offset == first).values(data=merged)
     )
 
 
@@ -138,14 +187,15 @@ class ChunkLogSource:
     a chunk block by block costs one query, and small chunks are joined on the way out.
     """
 
-    def __init__(self, run_id: int) -> None:
+    def __init__(self, run_id: int, node: int = 0) -> None:
         self.run_id = run_id
+        self.node = node
         self._span_start = 0
         self._span = b""
 
     def size(self) -> int:
         with session_scope() as session:
-            return shipped_bytes(session, run_id=self.run_id)
+            return shipped_bytes(session, run_id=self.run_id, node=self.node)
 
     def read(self, offset: int, n: int) -> bytes:
         if offset >= MAX_OFFSET:
@@ -158,16 +208,15 @@ class ChunkLogSource:
 
     def _fetch(self, offset: int, end: int) -> None:
         chunk = RunLogChunk
+        of_log = (chunk.run_id == self.run_id, chunk.node == self.node)
         # The chunk that holds `offset` starts at the greatest chunk offset <= it.
         first = (
-            select(func.max(chunk.offset))
-            .where(chunk.run_id == self.run_id, chunk.offset <= offset)
-            .scalar_subquery()
+            select(func.max(chunk.offset)).where(*of_log, chunk.offset <= offset).scalar_subquery()
         )
         stmt = (
             select(chunk.offset, chunk.data)
             .where(
-                chunk.run_id == self.run_id,
+                *of_log,
                 chunk.offset >= func.coalesce(first, 0),
                 chunk.offset < end,
             )

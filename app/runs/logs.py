@@ -9,6 +9,11 @@ Under torchrun every line of rank N starts with ``[rankN]: `` (worker.launcher);
 a prefix come from torchrun itself. A single-process run's lines are all rank 0's, prefixed or
 not. Offsets are byte positions in the whole file, filtered or not.
 
+A multi-node run has one log per node (``node``; app.runs.log_store): node k's torchrun writes
+global ranks k * nproc .. k * nproc + nproc - 1 (the static rendezvous: worker.launcher), so a
+rank names its node, and each node's offsets are its own file's. Node 0's is the run's log
+(the one the event stream follows); ``choose_node`` says which a request reads.
+
 With a rank, only whole lines are read: a line belongs to the read when it starts at or after
 ``offset`` and ends (with its newline) before the end of the file, and the returned end offset
 is the end of the last whole line, so a client that continues from it (the SSE stream's
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from app.errors import Invalid
 from app.runs.job_files import FileRefused, job_file_size, open_job_file
 from app.runs.log_store import MAX_OFFSET, ChunkLogSource
 from app.runs.service import log_path
@@ -63,10 +69,41 @@ class FileLogSource:
             return b""
 
 
-def log_source(run_id: int) -> LogSource:
-    """The file when this machine has the run directory, else the shipped chunks."""
+def log_source(run_id: int, node: int = 0) -> LogSource:
+    """The file when this machine has the run directory, else the shipped chunks; node k > 0's
+    log of a multi-node run always from its chunks (its file is on its own host)."""
+    if node:
+        return ChunkLogSource(run_id, node)
     path = log_path(run_id)
     return FileLogSource(path) if job_file_size(path) is not None else ChunkLogSource(run_id)
+
+
+def choose_node(*, nodes: int, nproc: int, node: int | None, rank: int | None) -> int:
+    """The node whose log a read of ``node`` and/or global ``rank`` is from: the one asked, or
+    the rank's (node = rank // nproc), else node 0. Raises Invalid for a node or rank the run
+    does not have, or a rank that runs on another node than the one asked."""
+    world = nodes * nproc
+    if rank is not None and rank >= world:
+        raise Invalid.at(
+            ["query", "rank"],
+            f"the run has {world} process(es): rank must be below {world}",
+            rank,
+            kind="less_than",
+        )
+    if node is not None and node >= nodes:
+        raise Invalid.at(
+            ["query", "node"],
+            f"the run has {nodes} node(s): node must be below {nodes}",
+            node,
+            kind="less_than",
+        )
+    if rank is None:
+        return node or 0
+    if node is not None and rank // nproc != node:
+        raise Invalid.at(
+            ["query", "rank"], f"rank {rank} runs on node {rank // nproc}, not node {node}", rank
+        )
+    return rank // nproc
 
 
 def _as_source(log: LogSource | Path) -> LogSource:

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -141,12 +142,15 @@ class Checkpoint(Base):
 
 class RunLogChunk(Base):
     """A piece of a run's output.log, shipped by the worker so the API can serve the log
-    without sharing the worker's disk. Chunks tile the file: offset = bytes before it.
+    without sharing the worker's disk. Chunks tile the file: offset = bytes before it. A
+    multi-node run has one such file per node (``node``), each tiled on its own.
     Written and read by app.runs.log_store (and removed with its run by app.runs.deletion)."""
 
     __tablename__ = "run_log_chunks"
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    # Which node's output.log (0 on a single host): a multi-node run's hosts each ship their own.
+    node: Mapped[int] = mapped_column(SmallInteger, primary_key=True, default=0, server_default="0")
     offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     data: Mapped[bytes] = mapped_column(LargeBinary)
 

@@ -2,7 +2,7 @@
 // from GET /api/usage when the period changes (and once a minute).
 import {call, errorText, serverDown} from "./lib/api.js";
 import {markStale, timeEl} from "./lib/dom.js";
-import {fmtDuration, lostText} from "./lib/format.js";
+import {fmtDuration, gpusText, lostText, nodeText} from "./lib/format.js";
 import {api, pages} from "./lib/urls.js";
 
 (() => {
@@ -35,6 +35,8 @@ import {api, pages} from "./lib/urls.js";
         el("a", {href: pages.run(gpu.run_id), text: `run ${gpu.run_id}`}), " · ",
         el("span", {class: "gpu-owner", text: gpu.owner || "?"}), " · since ",
         el("span", {class: "gpu-since"}, timeEl(gpu.since))));
+      const nodes = nodeText(gpu);
+      if (nodes) card.append(el("div", {class: "gpu-nodes muted", text: nodes}));
     }
     const mem = gpu.memory_total_mb != null
       ? `${Math.round(gpu.memory_used_mb)} / ${Math.round(gpu.memory_total_mb)} MiB` : "memory: unknown";
@@ -71,7 +73,7 @@ import {api, pages} from "./lib/urls.js";
       el("td", {class: "num position", text: String(q.position)}),
       el("td", {}, el("a", {href: pages.run(q.run_id), text: `run ${q.run_id}`})),
       el("td", {text: q.owner}),
-      el("td", {class: "num", text: String(q.gpus)}),
+      el("td", {class: "num", text: gpusText(q)}),
       el("td", {class: "num", text: String(q.priority)}),
       el("td", {text: fmtDuration(q.waiting_seconds)}),
       el("td", {class: "reason", text: q.reason}))));

@@ -4,7 +4,8 @@ import {test} from "node:test";
 
 import {
   collapseCarriageReturns, compareKeys, differingParams, fmtBytes, fmtDuration, fmtParam, fmtValue,
-  groupTitle, isSeedParam, keyGroup, lostText, parseTime, runColor, runLabels, stepTitle, utcText,
+  gpusText, groupTitle, isSeedParam, keyGroup, lostText, nodeText, parseTime, runColor, runLabels,
+  stepTitle, utcText,
 } from "../../app/static/lib/format.js";
 
 test("bytes read as the server writes them (app/runs/notices.py size_text): binary units", () => {
@@ -101,4 +102,13 @@ test("the seed varies by design: left out of the differing params and labels unl
   assert.deepEqual(differingParams(runs, true), ["hparams.random_seed", "params.seed", "seed"]);
   assert.equal(runLabels(runs).get(2), "run 2");
   assert.equal(runLabels(runs, true).get(2), "run 2 · random_seed=6 params.seed=2 seed=3843");
+});
+
+test("a multi-node run's GPU says its node and hosts; a queued one its GPUs per host", () => {
+  assert.equal(nodeText({run_hosts: ["b", "a"], node: 1}), "node 1 of 2: b, a");
+  assert.equal(nodeText({run_hosts: [], node: null}), "");
+  assert.equal(nodeText({}), "");
+  assert.equal(gpusText({gpus: 2, nodes: 3}), "2 × 3 hosts");
+  assert.equal(gpusText({gpus: 1, nodes: 1}), "1");
+  assert.equal(gpusText({gpus: 4}), "4");
 });

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import {test} from "node:test";
 
-import {rankLines, trimLog} from "../../app/static/run/log.js";
+import {logQuery, nodeRanks, rankLines, trimLog} from "../../app/static/run/log.js";
 import {defaultSummaries, seconds, splitSummary, summaryKeys} from "../../app/static/runs_columns.js";
 
 test("the log keeps its last characters, from a line start when one is near", () => {
@@ -34,4 +34,21 @@ test("a run's duration runs to now while it has no end", () => {
   assert.equal(seconds(null, null), null);
   assert.equal(seconds("2026-01-01T00:00:00", "2026-01-01T00:01:30"), 90);
   assert.equal(seconds("2026-01-01T00:00:00Z", null, new Date("2026-01-01T00:00:10Z")), 10);
+});
+
+test("a node's ranks are its block of global ranks", () => {
+  assert.deepEqual(nodeRanks(0, 2), [0, 1]);
+  assert.deepEqual(nodeRanks(1, 2), [2, 3]);
+  assert.deepEqual(nodeRanks(2, 1), [2]);
+});
+
+test("the log query names a node only past node 0 and a rank only when there are several", () => {
+  assert.deepEqual(logQuery({tail: 10}), {tail: 10, offset: undefined, node: null, rank: null});
+  assert.deepEqual(logQuery({node: 1, rank: "3", nodes: 2, nproc: 2, offset: 5}),
+    {tail: undefined, offset: 5, node: 1, rank: "3"});
+  assert.deepEqual(logQuery({node: 0, rank: "1", nodes: 2, nproc: 2, tail: 9}),
+    {tail: 9, offset: undefined, node: null, rank: "1"});
+  assert.deepEqual(logQuery({node: 1, rank: "", nodes: 2, nproc: 1}),
+    {tail: undefined, offset: undefined, node: 1, rank: null});
+  assert.equal(logQuery({rank: "0", nodes: 1, nproc: 1}).rank, null);  // one process: every line
 });

@@ -45,6 +45,17 @@ export const clockText = (date) => date.toLocaleTimeString(undefined, {hour: "2-
 export const LOST_TEXT = "connection lost — reconnecting…";
 export const lostText = (since) => (since ? `${LOST_TEXT} (shown as of ${clockText(since)})` : LOST_TEXT);
 
+// --- multi-node runs on the GPU page ---------------------------------------------------------
+// A leased GPU of a multi-node run says which node its host is and the run's hosts in node
+// order ("node 1 of 2: a, b"); "" for a single-host run's.
+export const nodeText = (gpu) => {
+  const hosts = gpu.run_hosts || [];
+  return hosts.length > 1 && gpu.node != null ? `node ${gpu.node} of ${hosts.length}: ${hosts.join(", ")}` : "";
+};
+
+// A queued run's GPUs: per host times its hosts for a multi-node run ("2 × 3 hosts").
+export const gpusText = (run) => (run.nodes > 1 ? `${run.gpus} × ${run.nodes} hosts` : String(run.gpus));
+
 // --- metric keys ---------------------------------------------------------------------------
 // Keys are grouped by what comes before their first "/" (`train/loss` -> train, `Loss/train`
 // -> Loss); a key without one is ungrouped (""). Groups show in name order, then the ungrouped
