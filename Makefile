@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test browser compose sandbox up test test-embedded test-services test-embedded-quick test-services-quick lint js-check bench clean
+.PHONY: install install-test browser compose sandbox up test test-embedded test-services test-embedded-quick test-services-quick-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -112,11 +112,14 @@ js-check: node_modules/.installed
 # The passes share nothing, so they may run at once: the embedded pass uses no PostgreSQL (the
 # services pass restarts it), its own Redis database for the two-host tests, its own range of
 # job uids, and each test process its own data dir (whose digest names its jobs' cgroups).
-# `make test` (CI) runs the passes' quick tests (neither `slow` nor `browser`: in-process, one
-# core each) side by side, then each pass's slow and browser tests (real workers, jobs and
-# Chromium, whose time bounds want the CPU to themselves: run side by side whole, each pass
-# took twice as long and "cancel within 5 s" failed), one pass after the other (issue 26: CI
-# under 40 minutes on 2 cores; docs/testing.md).
+# `make test` (CI) runs two streams side by side: the embedded pass's quick tests (neither
+# `slow` nor `browser`: in-process, one core each), and the services pass's quick tests then
+# the embedded pass's browser tests (Chromium against a live stack of their own: no time
+# bounds but Playwright's 20 s waits; their jobs get a uid range of their own). Then each
+# pass's other slow tests (real workers, jobs, faults, whose time bounds want the CPU to
+# themselves: run side by side whole, each pass took twice as long and "cancel within 5 s"
+# failed), one pass after the other (issue 26: CI under 40 minutes on 2 cores;
+# docs/testing.md).
 TEST_DEPS := install-test browser compose sandbox
 QUICK := not slow and not browser
 PYTEST := $(PY) -m pytest -q --durations=25 -p no:cacheprovider
@@ -126,15 +129,17 @@ POSTGRES_ENV := TORCHYARD_TEST_POSTGRES_URL=$(POSTGRES_URL)
 # start: one per pass, so that the passes may run at once.
 EMBEDDED_TEST_REDIS_URL ?= redis://127.0.0.1:6379/4
 SERVICES_TEST_REDIS_URL ?= redis://127.0.0.1:6379/3
-EMBEDDED_PYTEST := env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL -u TORCHYARD_TEST_POSTGRES_URL \
-	TORCHYARD_TEST_REDIS_URL=$(EMBEDDED_TEST_REDIS_URL) TORCHYARD_JOB_UID_BASE=300000 $(PYTEST)
+EMBEDDED_JOB_UID_BASE := 300000
+EMBEDDED_PYTEST = env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL -u TORCHYARD_TEST_POSTGRES_URL \
+	TORCHYARD_TEST_REDIS_URL=$(EMBEDDED_TEST_REDIS_URL) TORCHYARD_JOB_UID_BASE=$(EMBEDDED_JOB_UID_BASE) \
+	$(PYTEST)
 # The metrics store's own tests run on both databases here (TORCHYARD_TEST_POSTGRES_URL).
 SERVICES_PYTEST := TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 	$(POSTGRES_ENV) TORCHYARD_TEST_REDIS_URL=$(SERVICES_TEST_REDIS_URL) $(PYTEST)
 
 test: lint js-check $(TEST_DEPS)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-quick test-services-quick
-	$(EMBEDDED_PYTEST) -m "not postgres_only and not ($(QUICK))"
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-quick test-services-quick-browser
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not ($(QUICK)) and not browser"
 	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK))"
 
 test-embedded: $(TEST_DEPS)
@@ -143,12 +148,15 @@ test-embedded: $(TEST_DEPS)
 test-services: $(TEST_DEPS)
 	$(SERVICES_PYTEST) -m "not local_only"
 
-# `make test`'s first step (its prerequisites installed by it).
+# `make test`'s two streams (their prerequisites installed by it).
 test-embedded-quick:
 	$(EMBEDDED_PYTEST) -m "not postgres_only and $(QUICK)"
 
-test-services-quick:
+test-services-quick-browser: EMBEDDED_JOB_UID_BASE := 500000
+test-services-quick-browser: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
+test-services-quick-browser:
 	$(SERVICES_PYTEST) -m "not local_only and $(QUICK)"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and browser"
 
 bench: install-test browser
 	$(PY) bench/log_overhead.py
