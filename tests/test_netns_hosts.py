@@ -112,6 +112,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.local_only  # the launcher's argv across namespaces: no database or broker in it
 def test_the_launchers_two_node_torchrun_runs_one_gloo_job_across_two_hosts(
     two_hosts: NetnsHosts, tmp_path: Path
 ) -> None:
