@@ -379,39 +379,3 @@ def test_rows_of_a_first_migration_database_survive_upgrade_to_head(kind, tmp_pa
         engine.dispose()
         assert migrate.current_revision(engine) == migrate.head_revision(url)
         assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_experiment_best_metric_upgrades_empty_and_downgrades_without_it(kind, tmp_path) -> None:
-    """0023 (experiments.best_metric/best_mode): rows from before have no choice (NULL), a
-    choice is stored, and the downgrade drops both columns keeping the experiment."""
-    with own_database(kind, tmp_path, "ty_mig23", revision="0021") as engine:
-        url = engine.url.render_as_string(hide_password=False)
-        with engine.begin() as conn:
-            user = {k: v for k, v in V1_ROWS["users"][1].items() if k != "is_admin"}
-            users = sa.table("users", *(sa.column(k) for k in user))
-            conn.execute(sa.insert(users), [user])  # 0006 made is_admin a role (default member)
-            conn.execute(sa.insert(V1_TABLES["experiments"]), V1_ROWS["experiments"])
-        migrate.upgrade(url, "0023")
-        engine.dispose()
-        columns = {c["name"] for c in inspect(engine).get_columns("experiments")}
-        assert {"best_metric", "best_mode"} <= columns
-        with engine.begin() as conn:
-            row = conn.execute(sa.text("SELECT best_metric, best_mode FROM experiments"))
-            assert [tuple(r) for r in row] == [(None, None)]
-            conn.execute(
-                sa.text("UPDATE experiments SET best_metric = 'val/loss', best_mode = 'min'")
-            )
-
-        migrate.downgrade(url, "0021")
-        engine.dispose()
-        columns = {c["name"] for c in inspect(engine).get_columns("experiments")}
-        assert not {"best_metric", "best_mode"} & columns
-        with engine.connect() as conn:
-            names = conn.execute(sa.text("SELECT id, name FROM experiments"))
-            assert [tuple(r) for r in names] == [(1, "digits")]
-        migrate.upgrade(url, "0023")
-        engine.dispose()
-        with engine.connect() as conn:
-            row = conn.execute(sa.text("SELECT best_metric, best_mode FROM experiments"))
-            assert [tuple(r) for r in row] == [(None, None)]
