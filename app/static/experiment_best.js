@@ -28,4 +28,5 @@ import {api} from "./lib/urls.js";
     save({metric, mode: $("best-mode").value});
   });
   $("best-clear").addEventListener("click", () => save(null));
+  form.dataset.ready = "true";  // the handlers are on: a press now is a PATCH, not a reload
 })();

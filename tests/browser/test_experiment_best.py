@@ -35,6 +35,7 @@ def test_the_owner_chooses_the_best_metric_on_the_experiment_page(
     expect(page.locator("#best-key")).to_have_text("Acc/val")
     expect(page.locator("#best-source")).to_have_attribute("data-source", "checkpoints")
 
+    expect(page.locator("#best-form[data-ready]")).to_have_count(1)  # its module has run
     page.click("#best-edit summary")
     page.fill("#best-metric", "")
     page.click("#best-save")
@@ -62,6 +63,7 @@ def test_the_owner_chooses_the_best_metric_on_the_experiment_page(
 
     # Cleared: the config's checkpoint metric applies again.
     page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#best-form[data-ready]")).to_have_count(1)
     page.click("#best-edit summary")
     with page.expect_navigation():
         page.click("#best-clear")
