@@ -437,6 +437,14 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/experiments/{experiment_id}"): Row(
         READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}", {})
     ),
+    ("PATCH", "/api/experiments/{experiment_id}"): Row(
+        OWNED,
+        200,
+        lambda w: (
+            f"/api/experiments/{w.experiment_id}",
+            {"json": {"name": _fresh_name(), "best": {"metric": "val/loss", "mode": "min"}}},
+        ),
+    ),
     ("GET", "/api/experiments/{experiment_id}/runs"): Row(
         READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}/runs", {})
     ),
@@ -656,6 +664,7 @@ def fingerprint() -> tuple[object, ...]:
             session.scalar(select(func.count()).where(ApiToken.revoked_at.is_not(None))) or 0,
             hash(tuple(tuple(u) for u in users)),
             hash(tuple(session.scalars(select(Run.name).order_by(Run.id)))),
+            hash(tuple(session.scalars(select(Experiment.name).order_by(Experiment.id)))),
             session.scalar(select(func.count()).select_from(Delivery)) or 0,
             hash(tuple(session.scalars(select(NotificationSettings.updated_at)))),
             hash(tuple(session.execute(select(SavedView.id, SavedView.default_of)).all())),

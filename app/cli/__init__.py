@@ -3,7 +3,7 @@
 Server commands (`up`, `worker`, `db`, `admin`) run on the torchyard host; client commands
 (`login`, `submit`, `sweep`, `follow`, `ls`, `logs`, `cancel`, `download`, `files`, `export`,
 `resume`, `users`,
-`runs delete`, `experiments delete`) speak
+`runs delete`, `experiments edit`, `experiments delete`) speak
 only the REST API, so they work from a laptop against the team box. `main` returns the exit
 code instead of exiting, so tests and the console-script wrapper share it.
 """
@@ -19,6 +19,7 @@ from app.cli import (
     admin,
     commands,
     delete,
+    experiments,
     export,
     run_files,
     runs,
@@ -53,6 +54,7 @@ run_files.register(app)
 export.register(app)
 sweeps.register(app)
 views.register(app)
+experiments.register()
 delete.register(app, CLIENT_PANEL)
 users.register(app)
 admin.register(app)

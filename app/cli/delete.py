@@ -18,7 +18,9 @@ ExperimentArg = Annotated[
 ]
 
 runs_app = typer.Typer(name="runs", help="Runs: delete.", no_args_is_help=True)
-experiments_app = typer.Typer(name="experiments", help="Experiments: delete.", no_args_is_help=True)
+experiments_app = typer.Typer(
+    name="experiments", help="Experiments: edit, delete.", no_args_is_help=True
+)
 
 
 def _delete(api: Api, path: str, what: str) -> None:

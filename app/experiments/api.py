@@ -5,7 +5,7 @@ from fastapi import APIRouter, status
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.experiments import service
-from app.experiments.schemas import ExperimentCreate, ExperimentOut
+from app.experiments.schemas import ExperimentCreate, ExperimentOut, ExperimentPatch
 from app.http_errors import error_responses
 from app.ownership import OwnedExperiment, Writer
 from app.users.filters import OwnerQuery
@@ -41,3 +41,18 @@ def list_experiments(
 @router.get("/{experiment_id}", response_model=ExperimentOut, responses=OWNED)
 def read_experiment(experiment: OwnedExperiment, session: SessionDep) -> ExperimentOut:
     return service.to_out(session, [experiment])[0]
+
+
+@router.patch(
+    "/{experiment_id}",
+    response_model=ExperimentOut,
+    responses=error_responses(400, 403, 404),  # 400: a body that is not even JSON text
+)
+def edit_experiment(
+    experiment: OwnedExperiment, data: ExperimentPatch, session: SessionDep
+) -> ExperimentOut:
+    """Name, description and the experiment's own "best" metric (the owner's or an admin's);
+    absent fields stay as they are, `best: null` clears the choice."""
+    return service.to_out(
+        session, [service.edit_experiment(session, experiment=experiment, patch=data)]
+    )[0]

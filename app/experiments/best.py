@@ -1,5 +1,7 @@
 """The experiments list's "best" column: each experiment judged by its own metric, not a
-hard-coded val/acc (issue 31). The metric is the experiment's newest sweep's (its name and
+hard-coded val/acc (issue 31). The metric is the experiment's own choice (its owner's, set by
+PATCH /api/experiments/{id}, the experiment page or `torchyard experiments edit`: it wins, as
+the one thing a person said on purpose), else the experiment's newest sweep's (its name and
 goal), else the one its config ranks checkpoints by (``checkpoints.metric`` and ``mode``: the
 experiment's own choice of what "better" means), else none and the column stays empty for it.
 The best value is that metric's best over all of the experiment's runs: the max of each run's
@@ -22,7 +24,8 @@ from app.sweeps.models import Sweep
 class BestMetric:
     key: str
     maximize: bool
-    source: str  # "sweep" or "checkpoints": where the choice came from (shown in the title)
+    # "experiment", "sweep" or "checkpoints": where the choice came from (shown in the title)
+    source: str
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,12 @@ def experiment_metrics(
             newest[exp_id] = BestMetric(key=key, maximize=goal != "minimize", source="sweep")
     out: dict[int, BestMetric] = {}
     for e in experiments:
-        metric = newest.get(e.id) or _from_config(e.config or {})
+        own = (
+            BestMetric(key=e.best_metric, maximize=e.best_mode != "min", source="experiment")
+            if e.best_metric
+            else None
+        )
+        metric = own or newest.get(e.id) or _from_config(e.config or {})
         if metric is not None:
             out[e.id] = metric
     return out

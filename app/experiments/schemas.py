@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,31 @@ class ExperimentCreate(BaseModel):
     config: dict[str, Any]
 
 
+class BestChoice(BaseModel):
+    """The experiment's own "best" metric: a metric key its runs log, and whether larger
+    (``max``) or smaller (``min``) is better. Shown in the experiments list's best column
+    before the newest sweep's metric and the config's checkpoints.metric."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str = Field(
+        min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]*$", examples=["val/loss"]
+    )
+    mode: Literal["max", "min"] = "max"
+
+
+class ExperimentPatch(BaseModel):
+    """What the owner (or an admin) may change on an experiment: absent (or null) name and
+    description stay; ``best`` sets the experiment's own best metric, ``best: null`` clears it.
+    The config is not editable: its runs were launched from it (clone the experiment instead)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = Field(None, max_length=10_000)
+    best: BestChoice | None = Field(None, examples=[{"metric": "val/loss", "mode": "min"}])
+
+
 class ExperimentOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -29,3 +54,5 @@ class ExperimentOut(BaseModel):
     run_count: int = 0
     # Bytes its runs hold on disk (app/runs/disk.py).
     disk_bytes: int = 0
+    # The experiment's own best metric (null: none chosen; see ExperimentPatch).
+    best: BestChoice | None = None

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 from app.auth.models import User
 from app.experiments.config import validate_config
 from app.experiments.models import Experiment
-from app.experiments.schemas import ExperimentCreate, ExperimentOut
+from app.experiments.schemas import BestChoice, ExperimentCreate, ExperimentOut, ExperimentPatch
 from app.runs.disk import disk_by_experiment
 from app.runs.models import Run
 
@@ -21,6 +21,31 @@ def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) 
     session.add(experiment)
     session.flush()
     return experiment
+
+
+def edit_experiment(
+    session: Session, *, experiment: Experiment, patch: ExperimentPatch
+) -> Experiment:
+    """Set what the patch names (app.experiments.schemas.ExperimentPatch); ``best: null``
+    clears the experiment's own best metric."""
+    given = patch.model_fields_set
+    if patch.name is not None:
+        experiment.name = patch.name
+    if patch.description is not None:
+        experiment.description = patch.description
+    if "best" in given:
+        experiment.best_metric = patch.best.metric if patch.best else None
+        experiment.best_mode = patch.best.mode if patch.best else None
+    session.flush()
+    return experiment
+
+
+def best_choice(experiment: Experiment) -> BestChoice | None:
+    """The experiment's own best metric, if its owner chose one."""
+    if not experiment.best_metric:
+        return None
+    mode = "min" if experiment.best_mode == "min" else "max"
+    return BestChoice(metric=experiment.best_metric, mode=mode)
 
 
 def visible_experiments(session: Session, *, owner_id: int | None = None) -> list[Experiment]:
@@ -100,6 +125,7 @@ def to_out(session: Session, experiments: list[Experiment]) -> list[ExperimentOu
             created_at=e.created_at,
             run_count=counts.get(e.id, 0),
             disk_bytes=disks.get(e.id, 0),
+            best=best_choice(e),
         )
         for e in experiments
     ]

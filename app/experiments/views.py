@@ -15,7 +15,7 @@ from app.auth.models import User
 from app.db import MAX_ID, SessionDep
 from app.errors import Invalid
 from app.experiments import service
-from app.experiments.best import best_of_experiments
+from app.experiments.best import best_of_experiments, experiment_metrics
 from app.experiments.config import RunConfig, ScriptConfig, run_config
 from app.experiments.models import Experiment
 from app.metrics.summary import run_summaries
@@ -269,6 +269,12 @@ def experiment_page(
     summaries = run_summaries(session, run_ids=[r.id for r in runs])
     names = _usernames(session, {r.owner_id for r in runs} | {experiment.owner_id})
     reasons = why_queued_many(session, runs=runs)  # the scheduler's words for queued runs
+    curve_runs = [
+        out.model_dump(mode="json")
+        for out in run_outs(
+            session, listing.list_runs(session, _curve_runs(experiment.id)).runs, listed=True
+        )
+    ]
     return render(
         request,
         "experiment.html",
@@ -296,12 +302,11 @@ def experiment_page(
         # The overlaid curves' runs (app/static/experiment_curves.js), as GET /api/runs gives
         # them: in the page, so the curves' series are asked for at once, not after a list
         # request (a round trip that was a third of the page's time with 100 runs).
-        curve_runs=[
-            out.model_dump(mode="json")
-            for out in run_outs(
-                session, listing.list_runs(session, _curve_runs(experiment.id)).runs, listed=True
-            )
-        ],
+        curve_runs=curve_runs,
+        # The "best" metric the experiments list uses for it (app/experiments/best.py), and
+        # the keys its runs log, offered when choosing one (app/static/experiment_best.js).
+        best=experiment_metrics(session, experiments=[experiment]).get(experiment.id),
+        logged_keys=sorted({k for r in curve_runs for k in r.get("summary") or {}}),
     )
 
 

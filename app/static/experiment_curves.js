@@ -3,7 +3,10 @@
 // Loaded deferred, before the deferred chart library: it starts on DOMContentLoaded, which
 // comes after every deferred script has run.
 import {call, errorText, serverDown} from "./lib/api.js";
+import {isShown, normalizeKeys} from "./lib/chart_keys.js";
 import {markStale} from "./lib/dom.js";
+import {compareKeys} from "./lib/format.js";
+import {keysPicker} from "./chart_keys_picker.js";
 import {overlay} from "./overlay.js";
 import {register} from "./lib/page_state.js";
 import {api} from "./lib/urls.js";
@@ -39,15 +42,34 @@ import {api} from "./lib/urls.js";
     try { return el ? JSON.parse(el.textContent) : null; } catch (_) { return null; }
   };
 
-  // Saved views (saved_views.js): the controls' values, and which keys are charted (null:
-  // all). Set before the overlay mounts, the controls are read by it; after, their events
-  // redraw.
+  // Which keys are charted (null: all): the "Charts" picker (chart_keys_picker.js) and saved
+  // views (saved_views.js) set it. A chart box not charted, and a key group left with none,
+  // are hidden (not removed: the overlay keeps them, so ticking a key again shows it at once).
   let shownKeys = null;
   const showKeys = () => {
     for (const div of charts.querySelectorAll(".metric-chart")) {
-      div.hidden = shownKeys !== null && !shownKeys.includes(div.dataset.key);
+      div.hidden = !isShown(shownKeys, div.dataset.key);
     }
+    for (const group of charts.querySelectorAll(".chart-group")) {
+      group.hidden = !group.querySelector(".metric-chart:not([hidden])");
+    }
+    section.dataset.shownKeys = shownKeys === null ? "all" : String(shownKeys.length);
   };
+  const pickerRoot = document.getElementById("experiment-curves-keys");
+  const picker = pickerRoot
+    ? keysPicker(pickerRoot, (shown) => { shownKeys = shown; showKeys(); })
+    : {offer: () => {}, show: () => {}};
+  // The boxes change when the overlay arranges them into groups or adds a newly logged key's:
+  // offer every key boxed, and hide again what is not charted.
+  new MutationObserver((records) => {
+    // only boxes moved or added (not a chart's own redraw inside its box)
+    if (!records.some((r) => r.target === charts || r.target.classList?.contains("chart-grid"))) return;
+    picker.offer([...charts.querySelectorAll(".metric-chart")].map((d) => d.dataset.key).sort(compareKeys));
+    showKeys();
+  }).observe(charts, {childList: true, subtree: true});
+
+  // Saved views (saved_views.js): the controls' values, and which keys are charted. Set before
+  // the overlay mounts, the controls are read by it; after, their events redraw.
   const control = (name) => document.getElementById(`experiment-curves-${name}`);
   register({
     get: () => ({charts: {keys: shownKeys, smoothing: Number(control("smoothing")?.value || 0),
@@ -67,7 +89,8 @@ import {api} from "./lib/urls.js";
       put("x-axis", "value", c.x || "step", "change");
       put("log-scale", "checked", Boolean(c.log), "change");
       put("clip", "checked", Boolean(c.clip), "change");
-      shownKeys = Array.isArray(c.keys) ? c.keys : null;
+      shownKeys = normalizeKeys(c.keys);
+      picker.show(shownKeys);
       showKeys();
     },
   });

@@ -1,7 +1,8 @@
 """Issue 31's acceptance for saved views, in a real browser: alice, a member, sets up the
-experiment page (a filter, a sort, her columns, the charts' smoothing, x axis and log scale)
-and saves it as a shared view; bob, another member in his own browser, opens its URL and
-sees the same state (app/static/saved_views.js over lib/page_state.js)."""
+experiment page (a filter, a sort, her columns, grouping, the keys charted and the charts'
+smoothing, x axis and log scale) and saves it as a shared view; bob, another member in his own
+browser, opens its URL and sees the same state (app/static/saved_views.js over
+lib/page_state.js)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def _columns(page: Page) -> list[str]:
     )
 
 
+def _charted(page: Page) -> dict[str, bool]:
+    """{key: whether its chart shows} for the experiment page's curves."""
+    return page.locator("#experiment-charts .metric-chart").evaluate_all(  # type: ignore[no-any-return]
+        "(ds) => Object.fromEntries(ds.map((d) => [d.dataset.key, d.checkVisibility()]))"
+    )
+
+
 def _charts(page: Page) -> dict:
     return page.evaluate(  # type: ignore[no-any-return]
         """() => ({
@@ -46,7 +54,10 @@ def test_a_shared_view_opened_by_another_member_restores_the_page(
     base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
     exp_id, ids = make_experiment_runs(
         [{**base, "params": {"epochs": 1, "lr": lr}} for lr in LRS],
-        per_run=lambda i: {"Loss/train": [(1, LRS[i] * 10), (2, LRS[i] * 5)]},
+        per_run=lambda i: {
+            "Loss/train": [(1, LRS[i] * 10), (2, LRS[i] * 5)],
+            "lr/current": [(1, LRS[i]), (2, LRS[i] / 2)],
+        },
         name="browser-saved-views",
     )
     wanted = [run_id for lr, run_id in sorted(zip(LRS, ids, strict=True)) if lr >= 0.1]
@@ -79,6 +90,19 @@ def test_a_shared_view_opened_by_another_member_restores_the_page(
     page.select_option("#runs-group-by", "param:params.lr")
     page.select_option("#experiment-curves-band", "std")
     expect(page.locator("table#runs tr.group-row")).to_have_count(3)
+    # Only the loss charted: "lr/current" unticked in the Charts picker.
+    page.click("#experiment-curves-keys summary")
+    picked = page.locator('#experiment-curves-keys input[data-key="lr/current"]')
+    expect(picked).to_be_checked()
+    expect(page.locator("#experiment-curves-keys summary")).to_have_text("Charts: all 2")
+    picked.uncheck()
+    expect(page.locator("#experiment-curves-keys summary")).to_have_text("Charts: 1 of 2")
+    wait_for(
+        lambda: _charted(page) == {"Loss/train": True, "lr/current": False},
+        timeout=20,
+        what=lambda: str(_charted(page)),
+    )
+    page.click("#experiment-curves-keys summary")  # closed again
 
     page.click("#views summary")
     page.fill("#view-name", "lr >= 0.1, by lr")
@@ -92,6 +116,7 @@ def test_a_shared_view_opened_by_another_member_restores_the_page(
     assert url == f"/experiments/{exp_id}?view={view_id}"
     saved = api.get(f"/api/views/{view_id}")  # the admin sees a shared view too
     assert saved.status_code == 200 and saved.json()["state"]["sort"] == "params.params.lr"
+    assert saved.json()["state"]["charts"]["keys"] == ["Loss/train"]
 
     # Bob opens the link in his own browser: the same rows, order, columns and charts.
     log_in(second_page, bob, bob_pw)
@@ -110,6 +135,21 @@ def test_a_shared_view_opened_by_another_member_restores_the_page(
     expect(second_page.locator("#runs-group-by")).to_have_value("param:params.lr")
     expect(second_page.locator("#experiment-curves-band")).to_have_value("std")
     expect(second_page.locator("table#runs tr.group-row")).to_have_count(3)
+    # ... and the same charts: the loss only, "lr/current" unticked in his picker.
+    wait_for(
+        lambda: _charted(second_page) == {"Loss/train": True, "lr/current": False},
+        timeout=20,
+        what=lambda: str(_charted(second_page)),
+    )
+    expect(second_page.locator("#experiment-curves-keys summary")).to_have_text("Charts: 1 of 2")
+    second_page.click("#experiment-curves-keys summary")
+    expect(
+        second_page.locator('#experiment-curves-keys input[data-key="lr/current"]')
+    ).not_to_be_checked()
+    expect(
+        second_page.locator('#experiment-curves-keys input[data-key="Loss/train"]')
+    ).to_be_checked()
+    second_page.click("#experiment-curves-keys summary")
     # Not his: no delete button; a copy of its link for him to pass on.
     second_page.click("#views summary")
     item = second_page.locator(f'#views-list li[data-view-id="{view_id}"]')
@@ -120,6 +160,11 @@ def test_a_shared_view_opened_by_another_member_restores_the_page(
     second_page.goto(f"/experiments/{exp_id}")
     expect(second_page.locator("#views-section[data-ready]")).to_have_count(1)
     expect(second_page.locator("#runs-filter")).to_have_value("")
+    wait_for(
+        lambda: _charted(second_page) == {"Loss/train": True, "lr/current": True},
+        timeout=20,
+        what=lambda: str(_charted(second_page)),
+    )
     # ... until the experiment's owner (the admin) makes it the default.
     assert api.put(f"/api/views/{view_id}/default", json={"default": True}).status_code == 200
     second_page.reload()

@@ -22,6 +22,7 @@ export const api = {
   code: () => "/api/code",
   compareMetrics: (query) => withQuery("/api/compare/metrics", query),
   experiments: () => "/api/experiments",
+  experiment: (experimentId) => `/api/experiments/${part(experimentId)}`,
   experimentRuns: (experimentId) => `/api/experiments/${part(experimentId)}/runs`,
   gpus: () => "/api/gpus",
   usage: (query) => withQuery("/api/usage", query),

@@ -1,0 +1,32 @@
+// The experiment page's "best metric": its owner chooses the metric (and whether larger or
+// smaller is better) that the experiments list's Best column judges it by, before the newest
+// sweep's and the config's checkpoints.metric (app/experiments/best.py). PATCH
+// /api/experiments/{id} {best}; a refusal (403, 422, network) is shown under the form. On
+// success the page reloads: the line above the form says which metric now applies, the
+// server's words (a cleared choice falls back to one the browser does not know).
+import {call} from "./lib/api.js";
+import {showFailure} from "./lib/dom.js";
+import {api} from "./lib/urls.js";
+
+(() => {
+  const form = document.getElementById("best-form");
+  if (!form) return;
+  const $ = (id) => document.getElementById(id);
+  const experimentId = $("best-section").dataset.experimentId;
+
+  const save = async (best) => {
+    showFailure($("best-error"), "", null);
+    const r = await call("PATCH", api.experiment(experimentId), {best});
+    if (!r.ok) { showFailure($("best-error"), "Not saved", r); return; }
+    window.location.reload();
+  };
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const metric = $("best-metric").value.trim();
+    if (!metric) { showFailure($("best-error"), "Not saved", "name a metric key first"); return; }
+    save({metric, mode: $("best-mode").value});
+  });
+  $("best-clear").addEventListener("click", () => save(null));
+  form.dataset.ready = "true";  // the handlers are on: a press now is a PATCH, not a reload
+})();
