@@ -17,7 +17,7 @@ from tests.test_migrations import V1_ROWS, V1_TABLES
 def test_experiment_best_metric_upgrades_empty_and_downgrades_without_it(kind, tmp_path) -> None:
     """0023 (experiments.best_metric/best_mode): rows from before have no choice (NULL), a
     choice is stored, and the downgrade drops both columns keeping the experiment."""
-    with own_database(kind, tmp_path, "ty_mig23", revision="0021") as engine:
+    with own_database(kind, tmp_path, "ty_mig23", revision="0022") as engine:
         url = engine.url.render_as_string(hide_password=False)
         with engine.begin() as conn:
             user = {k: v for k, v in V1_ROWS["users"][1].items() if k != "is_admin"}
@@ -35,7 +35,7 @@ def test_experiment_best_metric_upgrades_empty_and_downgrades_without_it(kind, t
                 sa.text("UPDATE experiments SET best_metric = 'val/loss', best_mode = 'min'")
             )
 
-        migrate.downgrade(url, "0021")
+        migrate.downgrade(url, "0022")
         engine.dispose()
         columns = {c["name"] for c in inspect(engine).get_columns("experiments")}
         assert not {"best_metric", "best_mode"} & columns

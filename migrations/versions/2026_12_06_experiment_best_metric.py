@@ -1,7 +1,7 @@
 """experiments.best_metric / best_mode: the experiment's own choice of its "best" metric
 
 Revision ID: 0023
-Revises: 0021
+Revises: 0022
 Create Date: 2026-12-06 00:00:00
 
 The experiments list's best column judged every experiment by its newest sweep's metric or its
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0023"
-down_revision: str | None = "0021"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
