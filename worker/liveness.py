@@ -13,9 +13,8 @@ from __future__ import annotations
 import logging
 
 from app.db import Session
-from app.experiments.config import run_config
 from app.runs import notices
-from app.runs.models import Run
+from app.runs.nodes import holds_node_0
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import job_records
@@ -51,16 +50,6 @@ def salvage_spool(session: Session, run_id: int) -> None:
         notices.note_ingest_error(
             session, run_id=run_id, error=f"salvage: {type(exc).__name__}: {first}"
         )
-
-
-def holds_node_0(session: Session, *, run_id: int, host: str) -> bool:
-    """Whether this host's folder of the run is the run's own: a single-host run's, or node
-    0's of a multi-node run (``runs.worker_host``). Node k > 0's host has a folder too, whose
-    spool and log forwarded as the run's would land on node 0's offsets."""
-    run = session.get(Run, run_id)
-    if run is None:
-        return False
-    return run_config(run.config or {}).resources.nodes == 1 or run.worker_host == host
 
 
 def still_training(run_id: int) -> bool:
