@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,13 +20,30 @@ from app.metrics.models import Metric, MetricKey, MetricOverview
 from app.metrics.overlay import read_overlay
 from app.metrics.overview import MAX_BUCKETS, drop_overviews, read_overviews
 from app.metrics.service import LiveRun, read_runs_series, read_series
-from tests.test_metrics_service import (  # noqa: F401 (fixtures)
-    engine,
-    new_run,
-    rollback_engine,
-    run_id,
-    session,
-)
+from tests.databases import KINDS, own_database, rolled_back, savepoints_on
+from tests.test_metrics_service import new_run
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def engine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engine]:
+    with own_database(request.param, tmp_path_factory.mktemp("overview"), "ty_overview") as eng:
+        with savepoints_on(eng) as rollback:
+            yield rollback
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    """Rolled back after the test, its commits included."""
+    with rolled_back(engine) as sessions, sessions() as s:
+        yield s
+
+
+@pytest.fixture
+def run_id(session: Session) -> int:
+    return new_run(session)
+
 
 Stored = dict[int, tuple[float | None, float]]  # step -> (value, wall time)
 
@@ -187,7 +205,7 @@ def test_a_requeued_attempt_rewriting_steps_is_drawn_from_its_new_points(
 
 
 def test_the_overlay_reads_no_point_and_falls_back_without_an_overview(
-    session: Session, engine: Engine
+    session: Session,
 ) -> None:
     """100 runs x 2 keys in one statement over metric_keys and metric_overviews; a series
     whose overview is missing (dropped) is read from its points, the same way as before."""
