@@ -139,13 +139,17 @@ def fit(points: Points, width: int) -> tuple[int, Points]:
 
 def merge(old: Points, new: Points) -> Points:
     """Both sets of points in step order, a step held by both once (the old point: a stored
-    point never changes)."""
+    point never changes). Appended points (the normal case) are only put after the old."""
+    if not len(old) or not len(new) or new.steps[0] > old.steps[-1]:
+        return Points(
+            np.concatenate((old.steps, new.steps)),
+            np.concatenate((old.values, new.values)),
+            np.concatenate((old.times, new.times)),
+        )
     steps = np.concatenate((old.steps, new.steps))
     _, first = np.unique(steps, return_index=True)
-    both = Points(
-        steps, np.concatenate((old.values, new.values)), np.concatenate((old.times, new.times))
-    )
-    return both.take(first)
+    values = np.concatenate((old.values, new.values))
+    return Points(steps, values, np.concatenate((old.times, new.times))).take(first)
 
 
 def view(width: int, points: Points, max_points: int) -> Points:
@@ -269,21 +273,19 @@ def _by_key(rows: list[Row]) -> dict[int, Points]:
     """Rows grouped by key, each key's in step order and each step once (the first row)."""
     if not rows:
         return {}
-    table = np.array(rows, dtype=_ROW)
+    table = np.array(rows, dtype=_ROW)  # None -> NaN
     table = table[np.lexsort((table["step"], table["key"]))]
     keys = table["key"]
-    cuts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]), dtype=bool))
+    cuts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     result: dict[int, Points] = {}
     for start, end in zip(cuts.tolist(), [*cuts[1:].tolist(), len(table)], strict=True):
         part = table[start:end]
-        points = Points(
-            np.ascontiguousarray(part["step"]),
-            np.ascontiguousarray(part["value"]),
-            np.ascontiguousarray(part["time"]),
-        )
-        if len(points) > 1 and bool(np.any(points.steps[1:] == points.steps[:-1])):
-            points = merge(Points(points.steps[:0], points.values[:0], points.times[:0]), points)
-        result[int(keys[start])] = points
+        steps = np.ascontiguousarray(part["step"])
+        if len(steps) > 1 and bool(np.any(steps[1:] == steps[:-1])):
+            part = part[np.unique(steps, return_index=True)[1]]  # lexsort is stable: the first
+            steps = np.ascontiguousarray(part["step"])
+        values = np.ascontiguousarray(part["value"])
+        result[int(keys[start])] = Points(steps, values, np.ascontiguousarray(part["time"]))
     return result
 
 
