@@ -130,9 +130,10 @@ def ingest_points(
         steps = [row[1] for row in rows]
         touched = {key_ids[key] for key in keys if key in key_ids}
         lo, hi = min(steps), max(steps)
-        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
         stored = rows if inserted == len(rows) else None
+        # Before the summaries: a key whose summary has no step yet had no point before.
         update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
+        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
     return inserted
 
 
@@ -175,9 +176,10 @@ def ingest_steps(
         numbers = [s for s, _w, _v in steps]
         touched = {ids[key] for key in keys if key in ids}
         lo, hi = min(numbers), max(numbers)
-        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
         stored = rows if inserted == len(rows) else None
+        # Before the summaries: a key whose summary has no step yet had no point before.
         update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
+        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
     return inserted
 
 
