@@ -18,14 +18,16 @@ Kept by ingest after each batch's insert (``update_overviews``): from the batch'
 every one was stored (the normal case); when some were not (a replayed spool, a repeated step:
 the first point of a step is the one kept), from the points stored in the batch's step range,
 read back; merging a point the overview already has changes nothing. A series without an
-overview yet is built from all its points. A requeued run loses its points past the
+overview yet is built from all its points (from the batch alone when its summary shows no
+earlier point). Existing overview rows are locked for the merge on PostgreSQL; a series' first
+overview is not (one forwarder writes a run's spool keys at a time). A requeued run loses its points past the
 checkpoint: ``drop_overviews`` forgets its series' overviews, and the next batch of each
 builds it again from what is left.
 
 A view for max_points (``view``): the smallest width, the overview's times a power of two,
 whose buckets between the first and the last step number at most (max_points - 2) // 2; those
-buckets' extremes and the two ends. Between half and all of max_points points (as a growing
-series' live view), at most max_points.
+buckets' extremes and the two ends. At most max_points points; between half and all of them
+for a series without long gaps in its steps (as a growing series' live view).
 """
 
 from __future__ import annotations
