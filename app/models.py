@@ -4,7 +4,7 @@ from app.auth.models import ApiToken, User
 from app.code.models import CodeSnapshot
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
-from app.metrics.models import Metric, MetricKey
+from app.metrics.models import Metric, MetricKey, MetricOverview
 from app.notifications.models import Delivery, NotificationSettings
 from app.ops.models import OpsCounter
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
@@ -20,6 +20,7 @@ __all__ = [
     "GpuLease",
     "Metric",
     "MetricKey",
+    "MetricOverview",
     "NotificationSettings",
     "OpsCounter",
     "Run",

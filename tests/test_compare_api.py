@@ -4,7 +4,14 @@ run filter, in-process against the real app and SQLite."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from sqlalchemy import func, select
+
+from app.db import session_scope
+from app.metrics.models import MetricOverview
+from app.runs import recovery
+from app.runs.models import Checkpoint, Run, RunStatus
 from tests.test_pages import launch, log_points, new_experiment, user  # noqa: F401
 
 
@@ -51,3 +58,39 @@ def test_compare_page_picks_runs_by_filter_newest_first(client, user) -> None:  
     assert checked == [runs[2]["id"], runs[1]["id"]]
     r = client.get("/compare", params={"filter": "params.lr~~1"})
     assert r.status_code == 422
+
+
+def test_a_requeued_run_is_overlaid_from_its_next_attempts_points(client, user) -> None:  # noqa: F811
+    """A requeue drops the points past the checkpoint and their overviews: the overlay shows
+    what is left, then the next attempt's rewritten steps, never the old attempt's."""
+    exp = new_experiment(client, user)
+    run_id = launch(client, user, exp["id"])["id"]
+    with session_scope() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        run.status = RunStatus.running  # as the worker's start would leave it
+        s.add(Checkpoint(run_id=run_id, name="c.pt", epoch=1, step=1000, size_bytes=1, path="c.pt"))
+    log_points(run_id, [("train/loss", s, 5.0 if s != 1500 else 99.0) for s in range(1, 3001)])
+
+    def overlaid() -> dict[str, list[Any]]:
+        r = client.get(
+            "/api/compare/metrics",
+            params={"runs": str(run_id), "keys": "train/loss", "max_points": 100},
+            headers=user,
+        )
+        assert r.status_code == 200, r.text
+        series: dict[str, list[Any]] = r.json()["runs"][str(run_id)]["series"]["train/loss"]
+        assert len(series["step"]) <= 100
+        return series
+
+    assert max(overlaid()["value"]) == 99.0
+    with session_scope() as s:
+        run = s.get(Run, run_id)
+        assert run is not None and recovery.requeue(s, run=run, reason="worker lost")
+    left = overlaid()
+    assert left["step"][0] == 1 and left["step"][-1] == 1000 and set(left["value"]) == {5.0}
+    log_points(run_id, [("train/loss", s, -1.0) for s in range(1001, 2001)])
+    again = overlaid()
+    assert again["step"][-1] == 2000 and set(again["value"]) == {5.0, -1.0}
+    with session_scope() as s:
+        assert s.scalar(select(func.count()).select_from(MetricOverview)) >= 1

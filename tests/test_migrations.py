@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from app import migrate
 from app.auth.models import User
 from app.db import Base, make_engine
+from app.metrics.overview import read_overviews
 from app.runs.models import Run
 from tests.databases import KINDS, own_database
 
@@ -354,6 +355,21 @@ def test_rows_of_a_first_migration_database_survive_upgrade_to_head(kind, tmp_pa
                 (2, 0.975, 0.975, 0.975, 0),
                 (3, 9.5, 9.5, 9.5, 0),
             ]
+        # 0024: each series' overview backfilled from its points (width 1: every point)
+        with Session(engine) as session:
+            overviews = read_overviews(session.connection(), [1, 2, 3])
+            assert {k: (w, p.lists()) for k, (w, p) in overviews.items()} == {
+                1: (
+                    1,
+                    (
+                        [0, 1, 2**33],
+                        [2.302585, None, 0.0123],
+                        [1763630000.25, 1763630000.5, 1763630001.0],
+                    ),
+                ),
+                2: (1, ([0], [0.975], [1763630002.0])),
+                3: (1, ([0], [9.5], [1763630003.0])),
+            }
 
         # the current ORM reads the old rows, and new rows get fresh ids past the old ones
         with Session(engine) as session:

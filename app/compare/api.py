@@ -17,7 +17,8 @@ from app.compare.views import parse_run_ids
 from app.db import MAX_ID, SessionDep
 from app.errors import Invalid
 from app.metrics.downsample import MIN_MAX_POINTS
-from app.metrics.service import LiveRun, read_runs_series
+from app.metrics.overlay import read_overlay
+from app.metrics.service import LiveRun
 from app.runs.models import Run, RunStatus
 from app.runs.schemas import SeriesOut
 
@@ -46,7 +47,8 @@ def read_many_runs_metrics(
     with_time: Annotated[bool, Query(description="add each point's wall time")] = False,
 ) -> ManyRunsMetricsOut:
     """The runs' downsampled series of `keys` (as GET /api/runs/{id}/metrics with
-    max_points), with each run's status (a page polls the active ones)."""
+    max_points, from each series' overview: app.metrics.overlay), with each run's status (a
+    page polls the active ones)."""
     ids = parse_run_ids([runs])
     wanted = [k for k in keys.split(",") if k]
     for loc, count, most in (("runs", len(ids), MAX_RUNS), ("keys", len(wanted), MAX_KEYS)):
@@ -56,7 +58,7 @@ def read_many_runs_metrics(
     found = sorted(
         session.scalars(select(Run).where(Run.id.in_(ids))).all(), key=lambda r: ids.index(r.id)
     )
-    series = read_runs_series(
+    series = read_overlay(
         session,
         runs=[
             LiveRun(id=run.id, generation=run.attempt, growing=not RunStatus(run.status).finished)

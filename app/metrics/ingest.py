@@ -5,7 +5,8 @@ Every function takes the caller's session, flushes at most, and never commits. A
 unique per (key id, step) and the first one stored is kept (ON CONFLICT DO NOTHING, so
 replaying the spool is harmless), and a non-finite value is stored as NULL. Each batch also
 updates the summaries of the keys it touched (app.metrics.summary: one aggregate query, one
-UPDATE per key).
+UPDATE per key), and their overviews (app.metrics.overview: what the overlays of many runs
+read instead of the points).
 
 Two entry points with those semantics: ``ingest_steps`` takes metrics lines as the job wrote
 them, (step, wall_time, {key: value}), which is the forwarder's hot path: the rows for the
@@ -39,6 +40,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.metrics.models import MetricKey
+from app.metrics.overview import update_overviews
 from app.metrics.summary import update_summaries
 from app.ops import counters
 
@@ -127,7 +129,11 @@ def ingest_points(
     if rows:
         steps = [row[1] for row in rows]
         touched = {key_ids[key] for key in keys if key in key_ids}
-        update_summaries(session, key_ids=touched, lo=min(steps), hi=max(steps))
+        lo, hi = min(steps), max(steps)
+        stored = rows if inserted == len(rows) else None
+        # Before the summaries: a key whose summary has no step yet had no point before.
+        update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
+        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
     return inserted
 
 
@@ -169,7 +175,11 @@ def ingest_steps(
     if rows:  # per line, not per point: the hot path pays one pass over the lines
         numbers = [s for s, _w, _v in steps]
         touched = {ids[key] for key in keys if key in ids}
-        update_summaries(session, key_ids=touched, lo=min(numbers), hi=max(numbers))
+        lo, hi = min(numbers), max(numbers)
+        stored = rows if inserted == len(rows) else None
+        # Before the summaries: a key whose summary has no step yet had no point before.
+        update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
+        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
     return inserted
 
 

@@ -7,7 +7,16 @@ spool idempotent.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
@@ -51,3 +60,21 @@ class Metric(Base):
     # NULL is a non-finite value (NaN/inf): stored, shown as a gap.
     value: Mapped[float | None] = mapped_column(Double)
     wall_time: Mapped[float] = mapped_column(Double)
+
+
+class MetricOverview(Base):
+    """A series' overview, kept by ingest (app.metrics.overview) so that an overlay of many
+    runs reads one row per series instead of its points: the series' first and last points
+    and, per bucket of `width` steps (buckets aligned on multiples of `width`, a power of
+    two), its min and max points; at most overview.MAX_BUCKETS buckets hold points, so `data`
+    is at most ~49 KB. `data` is the points' steps (int64), values (float64, NaN for NULL)
+    and wall times (float64), each array after the other, little-endian. Width 1: every
+    point of the series is there."""
+
+    __tablename__ = "metric_overviews"
+
+    key_id: Mapped[int] = mapped_column(
+        ForeignKey("metric_keys.id", ondelete="CASCADE"), primary_key=True
+    )
+    width: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)

@@ -1,0 +1,72 @@
+"""The series of many runs for an overlay (GET /api/compare/metrics: compare, the experiment
+page's curves), read from their overviews (app/metrics/overview.py): one statement for every
+run's series, no point read. That is the same work on a fresh server as on a warm one, where
+the live downsample (app.metrics.service.read_runs_series) reads each series' buckets from
+the points once per process (1-3 s for 100 runs x 2 keys x 10k points) before its cache
+answers. A series without an overview (none is kept for it yet), and views of more than
+MAX_VIEW_POINTS points, are read the live way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.metrics.downsample import MIN_MAX_POINTS
+from app.metrics.models import MetricKey, MetricOverview
+from app.metrics.overview import MAX_VIEW_POINTS, decode, view
+from app.metrics.service import LiveRun, Series, read_runs_series
+
+
+def read_overlay(
+    session: Session,
+    *,
+    runs: Sequence[LiveRun],
+    keys: Sequence[str],
+    max_points: int,
+    with_time: bool = False,
+) -> dict[int, Series]:
+    """{run id: {key: {"step", "value"[, "time"]}}} of the runs' `keys`, each series at most
+    max_points points (whole when it has no more; else each bucket's min and max point and
+    the series' ends, between half and all of max_points); a run without any of `keys` has
+    {}, keys in key order."""
+    if max_points < MIN_MAX_POINTS:
+        raise ValueError(
+            f"max_points must be at least {MIN_MAX_POINTS} (the two ends, one bucket's min and max)"
+        )
+    if max_points > MAX_VIEW_POINTS or not runs or not keys:
+        return read_runs_series(
+            session, runs=runs, keys=keys, max_points=max_points, with_time=with_time
+        )
+    result: dict[int, Series] = {run.id: {} for run in runs}
+    stmt = (
+        select(MetricKey.run_id, MetricKey.key, MetricOverview.width, MetricOverview.data)
+        .outerjoin(MetricOverview, MetricOverview.key_id == MetricKey.id)
+        .where(MetricKey.run_id.in_(list(result)), MetricKey.key.in_(list(keys)))
+        .order_by(MetricKey.run_id, MetricKey.key)
+    )
+    live: dict[int, set[str]] = {}
+    for run_id, key, width, data in session.connection().execute(stmt):
+        if data is None:
+            live.setdefault(run_id, set()).add(key)
+            continue
+        steps, values, times = view(width, decode(bytes(data)), max_points).lists()
+        result[run_id][key] = {"step": steps, "value": values}
+        if with_time:
+            result[run_id][key]["time"] = times
+    if live:
+        by_id = {run.id: run for run in runs}
+        wanted = sorted(set().union(*live.values()))
+        read = read_runs_series(
+            session,
+            runs=[by_id[run_id] for run_id in live],
+            keys=wanted,
+            max_points=max_points,
+            with_time=with_time,
+        )
+        for run_id, missing in live.items():
+            series = result[run_id]
+            series.update({k: v for k, v in read[run_id].items() if k in missing})
+            result[run_id] = dict(sorted(series.items()))
+    return result
