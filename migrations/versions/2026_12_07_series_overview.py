@@ -1,7 +1,7 @@
 """metric_overviews: each series' overview, kept at ingest for the overlays of many runs
 
 Revision ID: 0024
-Revises: 0021
+Revises: 0023
 Create Date: 2026-12-07 00:00:00
 
 One row per metric key (app/metrics/overview.py): the series' ends and its buckets' min and max
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0024"
-down_revision: str | None = "0021"
+down_revision: str | None = "0023"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
