@@ -268,15 +268,10 @@ def test_a_job_run_is_read_but_its_status_and_deletion_stay_torchyard_s(
     assert "has not ended" in refused.value.message
 
 
-def test_a_history_read_in_pages_keeps_every_point_and_the_collector_runs_after(
-    server: str, member: dict[str, str]
-) -> None:
-    """metrics/get-history builds its points with the cyclic collector paused
-    (app/mlflow/service.py): every point comes back as logged, page by page, NaN as NaN, and
-    the collector of this process (the server's) runs again afterwards. Timestamps are the
-    logged milliseconds (they were truncated: 1.001 s stored read back as 1000 ms)."""
-    import gc
-
+def test_a_history_read_in_pages_keeps_every_point(server: str, member: dict[str, str]) -> None:
+    """metrics/get-history's pages (the database writes their JSON: app/mlflow/history.py):
+    every point comes back as logged, page by page, NaN as NaN. Timestamps are the logged
+    milliseconds (they were truncated: 1.001 s stored read back as 1000 ms)."""
     client = MlflowClient()
     run_id = client.create_run(client.create_experiment(f"h-{secrets.token_hex(4)}")).info.run_id
     values = [float("nan") if s == 7 else 0.5 + s for s in range(2500)]
@@ -305,9 +300,85 @@ def test_a_history_read_in_pages_keeps_every_point_and_the_collector_runs_after(
     assert [p["timestamp"] for p in got] == [1000 + s for s in range(2500)]
     assert got[7]["value"] == "NaN"
     assert [p["value"] for p in got if p["step"] != 7] == [v for v in values if v == v]
-    assert gc.isenabled()
     r = httpx.get(f"{server}/api/2.0/mlflow/runs/get", params={"run_id": run_id}, headers=member)
     assert r.json()["run"]["data"]["metrics"] == [
         {"key": "loss", "value": 2499.5, "timestamp": 3499, "step": 2499}
     ]
     assert len(client.get_metric_history(run_id, "loss")) == 2500
+
+
+# What the database writes for each value must read back as the same double (app/mlflow/history.py):
+# the edges of SQLite's printf path (1e-100 < |v| < 1e100), PostgreSQL's whole numbers (written
+# without a fraction there), the shortest texts, the longest mantissas, the extremes.
+EDGE_VALUES = [
+    0.0,
+    -0.0,
+    3.0,
+    -7.0,
+    1e15,
+    1e15 - 1,
+    1e16,
+    2.0**53,
+    2.0**53 + 2,
+    0.1,
+    1 / 3,
+    2 / 3,
+    0.30000000000000004,
+    1e-05,
+    -2.5e-07,
+    123456789.125,
+    1.2345678901234568e17,
+    1.0000000000000002,
+    0.9999999999999999,
+    1e-100,
+    1.0000000000000001e-100,
+    1e100,
+    9.999999999999999e99,
+    -1e300,
+    1.7976931348623157e308,
+    -1.7976931348623157e308,
+    2.2250738585072014e-308,
+    5e-324,
+    -5e-324,
+    *(1.0 / (1 + s) for s in range(1, 400)),
+    *(math.pi * 10.0**e for e in range(-120, 121, 7)),
+]
+
+
+def test_a_history_s_values_read_back_as_the_same_doubles(
+    server: str, member: dict[str, str]
+) -> None:
+    """Every finite value comes back as the double logged (a JSON float: ``3.0``, not ``3``);
+    NaN and both infinities as "NaN" (torchyard stores them as a gap); -0.0 keeps its sign on
+    PostgreSQL (SQLite stores an integral REAL as an integer: 0.0 there, as before); big
+    timestamps and steps as integers; the real client reads the same values."""
+    from tests.conftest import DATABASE_URL
+
+    client = MlflowClient()
+    run_id = client.create_run(client.create_experiment(f"v-{secrets.token_hex(4)}")).info.run_id
+    values = [math.nan, math.inf, -math.inf, *EDGE_VALUES]
+    base = 1_764_200_000_123
+    steps = [s * 1_000_003 for s in range(len(values))]
+    client.log_batch(
+        run_id, metrics=[Metric("v", v, base + s, steps[s]) for s, v in enumerate(values)]
+    )
+    r = httpx.get(
+        f"{server}/api/2.0/mlflow/metrics/get-history",
+        params={"run_id": run_id, "metric_key": "v"},
+        headers=member,
+    )
+    r.raise_for_status()
+    got = r.json()["metrics"]
+    assert [p["step"] for p in got] == steps
+    assert [p["timestamp"] for p in got] == [base + s for s in range(len(values))]
+    assert [p["key"] for p in got] == ["v"] * len(values)
+    assert [p["value"] for p in got[:3]] == ["NaN"] * 3
+    finite = [p["value"] for p in got[3:]]
+    assert all(type(v) is float for v in finite), [v for v in finite if type(v) is not float]
+    assert finite == EDGE_VALUES
+    negative_zero = math.copysign(1.0, finite[1])
+    assert negative_zero == (-1.0 if DATABASE_URL.startswith("postgresql") else 1.0)
+    read = client.get_metric_history(run_id, "v")
+    assert all(math.isnan(m.value) for m in read[:3])
+    assert [m.value for m in read[3:]] == EDGE_VALUES
+    assert r.headers["content-type"] == "application/json"
