@@ -45,7 +45,7 @@ _PG_VALUE = """CASE WHEN value IS NULL OR value = 'NaN' THEN '"NaN"'
     WHEN value = 'Infinity' THEN '"Infinity"' WHEN value = '-Infinity' THEN '"-Infinity"'
     WHEN value = trunc(value) AND abs(value) < 1e15 THEN value::text || '.0'
     ELSE value::text END"""
-_PG = f"""SELECT string_agg(format('{_PG_ROW}', :key, {_PG_VALUE},
+_PG = f"""SELECT string_agg(format('{_PG_ROW}', CAST(:key AS text), {_PG_VALUE},
     round(wall_time * 1000)::bigint, step), ',' ORDER BY step), count(*), max(step)
 FROM (SELECT step, value, wall_time FROM metrics WHERE key_id = :key_id {{after}}
       ORDER BY step LIMIT :limit) AS page"""
