@@ -382,3 +382,23 @@ def test_a_history_s_values_read_back_as_the_same_doubles(
     assert all(math.isnan(m.value) for m in read[:3])
     assert [m.value for m in read[3:]] == EDGE_VALUES
     assert r.headers["content-type"] == "application/json"
+
+
+def test_a_history_s_key_is_written_as_json_whatever_its_characters(
+    server: str, member: dict[str, str]
+) -> None:
+    """The key is part of each point's text the database writes: quotes, backslashes, printf's
+    % and non-ASCII come back as logged (a raw log-batch: the client allows fewer names)."""
+    client = MlflowClient()
+    run_id = client.create_run(client.create_experiment(f"k-{secrets.token_hex(4)}")).info.run_id
+    key = 'loss %s %d %% "q" \\ ü\'s/å'
+    body = {"run_id": run_id, "metrics": [{"key": key, "value": 0.5, "timestamp": 7, "step": 3}]}
+    httpx.post(
+        f"{server}/api/2.0/mlflow/runs/log-batch", json=body, headers=member
+    ).raise_for_status()
+    r = httpx.get(
+        f"{server}/api/2.0/mlflow/metrics/get-history",
+        params={"run_id": run_id, "metric_key": key},
+        headers=member,
+    )
+    assert r.json() == {"metrics": [{"key": key, "value": 0.5, "timestamp": 7, "step": 3}]}

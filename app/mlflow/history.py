@@ -37,10 +37,7 @@ from app.mlflow.service import page_offset, page_token
 from app.runs.models import Run
 
 MAX_HISTORY_RESULTS = 1_000_000
-# PostgreSQL's format() knows %s alone; SQLite's printf writes a rounded REAL with %d
-_PG_ROW = '{"key":%s,"value":%s,"timestamp":%s,"step":%s}'
-_SQLITE_ROW = '{"key":%s,"value":%s,"timestamp":%d,"step":%d}'
-
+_PG_ROW = '{"key":%s,"value":%s,"timestamp":%s,"step":%s}'  # format() knows %s alone
 _PG_VALUE = """CASE WHEN value IS NULL OR value = 'NaN' THEN '"NaN"'
     WHEN value = 'Infinity' THEN '"Infinity"' WHEN value = '-Infinity' THEN '"-Infinity"'
     WHEN value = trunc(value) AND abs(value) < 1e15 THEN value::text || '.0'
@@ -50,13 +47,16 @@ _PG = f"""SELECT string_agg(format('{_PG_ROW}', CAST(:key AS text), {_PG_VALUE},
 FROM (SELECT step, value, wall_time FROM metrics WHERE key_id = :key_id {{after}}
       ORDER BY step LIMIT :limit) AS page"""
 
-_SQLITE_VALUE = """CASE WHEN value IS NULL THEN '"NaN"'
-    WHEN :printf AND abs(value) > 1e-100 AND abs(value) < 1e100 THEN printf('%!.17g', value)
-    ELSE ty_float_json(value) END"""
-# group_concat keeps the subquery's order (SQLite before 3.44 has no ORDER BY in aggregates).
-_SQLITE = f"""SELECT group_concat(printf('{_SQLITE_ROW}',
-    :key, {_SQLITE_VALUE}, round(wall_time * 1000), step), ','), count(*), max(step)
-FROM (SELECT step, value, wall_time FROM metrics WHERE key_id = :key_id {{after}}
+# One printf a row, the key already in its format (:exact, :other): printf of the value on its
+# own, then of the row, was a third more. A rounded REAL takes %d. group_concat keeps the
+# subquery's order (SQLite before 3.44 has no ORDER BY in aggregates).
+_SQLITE = """SELECT group_concat(CASE
+    WHEN :printf AND abs(value) > 1e-100 AND abs(value) < 1e100
+    THEN printf(:exact, value, round(wall_time * 1000), step)
+    WHEN value IS NULL THEN printf(:other, '"NaN"', round(wall_time * 1000), step)
+    ELSE printf(:other, ty_float_json(value), round(wall_time * 1000), step) END, ','),
+    count(*), max(step)
+FROM (SELECT step, value, wall_time FROM metrics WHERE key_id = :key_id {after}
       ORDER BY step LIMIT :limit)"""
 _MORE = text("SELECT 1 FROM metrics WHERE key_id = :key_id AND step > :last LIMIT 1")
 
@@ -73,23 +73,28 @@ def history_body(
         return b'{"metrics":[]}'
     after = page_offset(token) if token else None
     limit = min(max_results or MAX_HISTORY_RESULTS, MAX_HISTORY_RESULTS)
-    params: dict[str, object] = {"key": orjson.dumps(key).decode(), "key_id": key_id}
-    params |= {"limit": limit} | ({"after": after} if after is not None else {})
+    key_json = orjson.dumps(key).decode()
+    params: dict[str, object] = {"key_id": key_id, "limit": limit}
+    params |= {"after": after} if after is not None else {}
     connection = session.connection()
     if connection.dialect.name == "postgresql":
         connection.execute(text("SET LOCAL extra_float_digits = 1"))
+        params["key"] = key_json
         sql = _PG
     else:
         raw = connection.connection.driver_connection
         assert isinstance(raw, sqlite3.Connection)
         raw.create_function("ty_float_json", 1, _float_json, deterministic=True)
+        head = '{"key":' + key_json.replace("%", "%%") + ',"value":'
+        tail = ',"timestamp":%d,"step":%d}'
+        params |= {"exact": head + "%!.17g" + tail, "other": head + "%s" + tail}
         params["printf"] = _sqlite_printf_exact()
         sql = _SQLITE
     where = "AND step > :after" if after is not None else ""
     points, count, last = connection.execute(text(sql.replace("{after}", where)), params).one()
     more = count == limit and connection.execute(_MORE, {"key_id": key_id, "last": last}).first()
-    tail = b',"next_page_token":' + orjson.dumps(page_token(last)) if more else b""
-    return b'{"metrics":[' + (points or "").encode() + b"]" + tail + b"}"
+    token_json = b',"next_page_token":' + orjson.dumps(page_token(last)) if more else b""
+    return b'{"metrics":[' + (points or "").encode() + b"]" + token_json + b"}"
 
 
 def _float_json(value: float) -> str:
