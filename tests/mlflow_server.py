@@ -8,8 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import mlflow
+import pytest
 import uvicorn
 
+from tests.conftest import make_user
 from tests.stack import free_port
 from tests.waits import wait_for
 
@@ -32,3 +35,15 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def mlflow_member(server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A new member whose token the MLflow client sends (MLFLOW_TRACKING_TOKEN), the client
+    pointed at ``server`` with no retries; the member's headers, for plain HTTP."""
+    _name, _password, headers = make_user()
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", headers["Authorization"].split()[1])
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    mlflow.set_tracking_uri(server)
+    return headers

@@ -21,7 +21,7 @@ from app.auth.models import User
 from app.db import session_scope
 from tests.conftest import make_user
 from tests.factories import add_run
-from tests.mlflow_server import serving
+from tests.mlflow_server import mlflow_member, serving
 
 STEPS = 1000
 BATCH = 250
@@ -36,13 +36,7 @@ def server(app: Any) -> Iterator[str]:
 @pytest.fixture
 def member(server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """A member whose token the MLflow client sends (MLFLOW_TRACKING_TOKEN)."""
-    _name, _password, headers = make_user()
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", headers["Authorization"].split()[1])
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
-    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
-    mlflow.set_tracking_uri(server)
-    return headers
+    return mlflow_member(server, monkeypatch)
 
 
 def _loss(step: int, lr: float) -> float:
@@ -266,48 +260,3 @@ def test_a_job_run_is_read_but_its_status_and_deletion_stay_torchyard_s(
         client.delete_run(run_id)
     assert refused.value.error_code == "INVALID_STATE"
     assert "has not ended" in refused.value.message
-
-
-def test_a_history_read_in_pages_keeps_every_point_and_the_collector_runs_after(
-    server: str, member: dict[str, str]
-) -> None:
-    """metrics/get-history builds its points with the cyclic collector paused
-    (app/mlflow/service.py): every point comes back as logged, page by page, NaN as NaN, and
-    the collector of this process (the server's) runs again afterwards. Timestamps are the
-    logged milliseconds (they were truncated: 1.001 s stored read back as 1000 ms)."""
-    import gc
-
-    client = MlflowClient()
-    run_id = client.create_run(client.create_experiment(f"h-{secrets.token_hex(4)}")).info.run_id
-    values = [float("nan") if s == 7 else 0.5 + s for s in range(2500)]
-    for start in range(0, 2500, 1000):
-        client.log_batch(
-            run_id,
-            metrics=[
-                Metric("loss", values[s], 1000 + s, s)
-                for s in range(start, min(2500, start + 1000))
-            ],
-        )
-    got, token = [], None
-    while True:
-        params = {"run_id": run_id, "metric_key": "loss", "max_results": 1000}
-        r = httpx.get(
-            f"{server}/api/2.0/mlflow/metrics/get-history",
-            params=params | ({"page_token": token} if token else {}),
-            headers=member,
-        )
-        r.raise_for_status()
-        got += r.json()["metrics"]
-        token = r.json().get("next_page_token")
-        if not token:
-            break
-    assert [p["step"] for p in got] == list(range(2500))
-    assert [p["timestamp"] for p in got] == [1000 + s for s in range(2500)]
-    assert got[7]["value"] == "NaN"
-    assert [p["value"] for p in got if p["step"] != 7] == [v for v in values if v == v]
-    assert gc.isenabled()
-    r = httpx.get(f"{server}/api/2.0/mlflow/runs/get", params={"run_id": run_id}, headers=member)
-    assert r.json()["run"]["data"]["metrics"] == [
-        {"key": "loss", "value": 2499.5, "timestamp": 3499, "step": 2499}
-    ]
-    assert len(client.get_metric_history(run_id, "loss")) == 2500

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +20,6 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.experiments.models import Experiment
-from app.metrics.models import Metric, MetricKey
 from app.mlflow import reads, writes
 from app.mlflow.errors import (
     INVALID_STATE,
@@ -33,7 +29,7 @@ from app.mlflow.errors import (
     invalid,
     missing,
 )
-from app.mlflow.schemas import CreateRun, UpdateRun, number_json, parse_id, status_of
+from app.mlflow.schemas import CreateRun, UpdateRun, parse_id, status_of
 from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
 from app.timeutil import utcnow
@@ -41,8 +37,6 @@ from app.timeutil import utcnow
 DEFAULT_EXPERIMENT = "Default"
 ORIGIN = "mlflow"
 MAX_SEARCH_RESULTS = 50_000
-MAX_HISTORY_RESULTS = 1_000_000
-_INF = float("inf")
 
 
 # --- experiments ---------------------------------------------------------------------------
@@ -188,51 +182,3 @@ def update_run(session: Session, run: Run, body: UpdateRun) -> None:
     if not took:
         raise MlflowError(INVALID_STATE, f"run {run.id} changed meanwhile: get it and try again")
     session.refresh(run)
-
-
-def metric_history(
-    session: Session, run: Run, key: str, *, max_results: int | None, token: str | None
-) -> tuple[list[dict[str, Any]], str | None]:
-    key_id = session.scalar(
-        select(MetricKey.id).where(MetricKey.run_id == run.id, MetricKey.key == key)
-    )
-    if key_id is None:
-        return [], None
-    after = page_offset(token) if token else None
-    stmt = select(Metric.step, Metric.value, Metric.wall_time).where(Metric.key_id == key_id)
-    if after is not None:
-        stmt = stmt.where(Metric.step > after)
-    limit = min(max_results or MAX_HISTORY_RESULTS, MAX_HISTORY_RESULTS)
-    # A 100,000-point series (issue 29's benchmark) is 100,000 rows and dicts: the rows come
-    # through Core (the ORM's loading of plain columns was a fifth of the read), a finite value
-    # is taken as it is (number_json only for NULL, NaN and infinities), and the cyclic garbage
-    # collector waits while they are built (they hold no cycles; its passes over the growing
-    # young generation were a third of the read). A timestamp is rounded, not truncated: the
-    # stored seconds of 1.001 s are 1000.999... ms.
-    with _gc_paused():
-        rows = session.connection().execute(stmt.order_by(Metric.step).limit(limit + 1)).all()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        points = [
-            {
-                "key": key,
-                "value": v if v is not None and -_INF < v < _INF else number_json(v),
-                "timestamp": round(w * 1000),
-                "step": s,
-            }
-            for s, v, w in rows
-        ]
-    return points, page_token(rows[-1][0]) if more else None
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic collection while a large acyclic result is built (reference counting still
-    frees what is dropped); collection resumes as it was."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
