@@ -22,10 +22,9 @@ from app.metrics.summary import run_summaries
 from app.ownership import find_experiment, find_run
 from app.pages import PageRoute, PageUser
 from app.runs import listing
-from app.runs.disk import disk_by_experiment
-from app.runs.models import RunStatus
+from app.runs.models import Run, RunStatus
 from app.runs.out import run_outs
-from app.runs.service import runs_of_experiment, why_queued_many
+from app.runs.service import why_queued_many
 from app.settings import get_settings
 from app.sweeps.out import sweep_briefs
 from app.sweeps.service import sweeps_of
@@ -265,18 +264,24 @@ PageExperiment = Annotated[Experiment, Depends(get_page_experiment)]
 def experiment_page(
     request: Request, experiment: PageExperiment, session: SessionDep, user: PageUser
 ) -> HTMLResponse:
-    runs = runs_of_experiment(session, experiment_id=experiment.id)
-    summaries = run_summaries(session, run_ids=[r.id for r in runs])
-    names = _usernames(session, {r.owner_id for r in runs} | {experiment.owner_id})
-    reasons = why_queued_many(session, runs=runs)  # the scheduler's words for queued runs
+    """The page holds the newest runs (the curves' CURVE_RUNS, the table's first TABLE_ROWS of
+    them as rows for before the script), never every run: with 10,000 runs it was 4.5 MB of
+    HTML the table's script rebuilt from GET /api/runs anyway (issue 31). Counts are counts."""
+    out = service.to_out(session, [experiment])[0]
+    newest = listing.list_runs(session, _curve_runs(experiment.id)).runs
+    rows = newest[:TABLE_ROWS]
+    summaries = run_summaries(session, run_ids=[r.id for r in rows])
+    names = _usernames(session, _owner_ids(session, experiment))
+    reasons = why_queued_many(session, runs=rows)  # the scheduler's words for queued runs
     return render(
         request,
         "experiment.html",
         user=user,
         experiment=experiment,
-        owner=names.get(experiment.owner_id, "?"),
+        owner=out.owner,
         config_json=json.dumps(experiment.config, indent=2, sort_keys=True),
-        disk_bytes=disk_by_experiment(session, [experiment.id]).get(experiment.id, 0),
+        disk_bytes=out.disk_bytes,
+        run_count=out.run_count,
         runs=[
             {
                 "run": r,
@@ -284,7 +289,7 @@ def experiment_page(
                 "launched_by": names.get(r.owner_id, "?"),
                 "queue_reason": reasons.get(r.id),
             }
-            for r in runs
+            for r in rows
         ],
         # For the runs table's script (app/static/experiment_runs.js): who launched each run
         # (the API gives owner ids) and the statuses its filter offers.
@@ -296,13 +301,20 @@ def experiment_page(
         # The overlaid curves' runs (app/static/experiment_curves.js), as GET /api/runs gives
         # them: in the page, so the curves' series are asked for at once, not after a list
         # request (a round trip that was a third of the page's time with 100 runs).
-        curve_runs=[
-            out.model_dump(mode="json")
-            for out in run_outs(
-                session, listing.list_runs(session, _curve_runs(experiment.id)).runs, listed=True
-            )
-        ],
+        curve_runs=[out.model_dump(mode="json") for out in run_outs(session, newest, listed=True)],
     )
+
+
+# The rows the page holds for before the table's script lists them (its page: PAGE in
+# app/static/experiment_runs.js).
+TABLE_ROWS = 100
+
+
+def _owner_ids(session: SessionDep, experiment: Experiment) -> set[int]:
+    """Whoever launched any run of the experiment (a few people, however many runs), and its
+    owner: the table names the launcher of every run it lists, on any page."""
+    stmt = select(Run.owner_id).where(Run.experiment_id == experiment.id).distinct()
+    return set(session.scalars(stmt)) | {experiment.owner_id}
 
 
 CURVE_RUNS = 200  # the newest runs whose curves the experiment page overlays
