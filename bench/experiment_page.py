@@ -46,8 +46,8 @@ CURVE_RUNS = 200  # app/experiments/views.py CURVE_RUNS: the runs the page overl
 
 TABLE_READY = """() => {
     const s = document.getElementById("runs-section");
-    if (!s || !s.dataset.loaded || !document.querySelector("#runs tbody tr[data-run-id]")) return false;
-    return performance.now();
+    const rows = document.querySelector("#runs tbody tr[data-run-id]");
+    return s && s.dataset.loaded && rows ? performance.now() : false;
 }"""
 
 # The table loaded, and every chart in the viewport drawn with `runs` traces (the first time
@@ -57,7 +57,8 @@ CHARTS_READY = """(runs) => {
     if (s && s.dataset.loaded && document.querySelector("#runs tbody tr[data-run-id]"))
         window.__tableAt = window.__tableAt || performance.now();
     if (!window.__tableAt) return false;
-    const shown = [...document.querySelectorAll("#experiment-charts .metric-chart")].filter((el) => {
+    const all = document.querySelectorAll("#experiment-charts .metric-chart");
+    const shown = [...all].filter((el) => {
         const r = el.getBoundingClientRect();
         return !el.hidden && r.bottom > 0 && r.top < innerHeight;
     });
@@ -132,7 +133,10 @@ def seed_mlflow(mlflow: str, directory: Path, url: str, name: str, args: list[in
 
     from bench.mlflow_api import _mlflow_store
 
-    r = httpx.post(f"{url}/api/2.0/mlflow/experiments/create", json={"name": name}, timeout=60)
+    # Its UI opens a "GenAI" overview unless the experiment is marked as model training.
+    kind = {"key": "mlflow.experimentKind", "value": "custom_model_development"}
+    body = {"name": name, "tags": [kind]}
+    r = httpx.post(f"{url}/api/2.0/mlflow/experiments/create", json=body, timeout=60)
     r.raise_for_status()
     exp_id = str(r.json()["experiment_id"])
     python = str(Path(mlflow).with_name("python"))
@@ -241,7 +245,7 @@ def mlflow_side(browser, mlflow: str, directory: Path, size: dict[str, int], loa
             browser,
             url,
             lambda page: None,
-            f"{url}/#/experiments/{exp_id}",
+            f"{url}/#/experiments/{exp_id}/runs",
             mlflow_ready(newest),
             loads,
         )
@@ -252,12 +256,15 @@ def sizes(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, int]]]:
     if args.runs:
         yield "table", {"runs": args.runs, "params": args.params, "keys": args.keys, "steps": 0}
     if args.chart_runs:
-        yield "charts", {
-            "runs": args.chart_runs,
-            "params": args.params,
-            "keys": args.chart_keys,
-            "steps": args.steps,
-        }
+        yield (
+            "charts",
+            {
+                "runs": args.chart_runs,
+                "params": args.params,
+                "keys": args.chart_keys,
+                "steps": args.steps,
+            },
+        )
 
 
 def main() -> None:

@@ -268,8 +268,12 @@ def experiment_page(
     them as rows for before the script), never every run: with 10,000 runs it was 4.5 MB of
     HTML the table's script rebuilt from GET /api/runs anyway (issue 31). Counts are counts."""
     out = service.to_out(session, [experiment])[0]
-    newest = listing.list_runs(session, _curve_runs(experiment.id)).runs
-    rows = newest[:TABLE_ROWS]
+    first = listing.list_runs(session, _newest(experiment.id, TABLE_ROWS))
+    rows = first.runs
+    # the curves' runs go on from the table's page (by its cursor: the same runs, however
+    # many are launched meanwhile)
+    rest = _newest(experiment.id, CURVE_RUNS - TABLE_ROWS, first.next)
+    newest = rows + (listing.list_runs(session, rest).runs if first.next else [])
     summaries = run_summaries(session, run_ids=[r.id for r in rows])
     names = _usernames(session, _owner_ids(session, experiment))
     reasons = why_queued_many(session, runs=rows)  # the scheduler's words for queued runs
@@ -301,7 +305,10 @@ def experiment_page(
         # The overlaid curves' runs (app/static/experiment_curves.js), as GET /api/runs gives
         # them: in the page, so the curves' series are asked for at once, not after a list
         # request (a round trip that was a third of the page's time with 100 runs).
-        curve_runs=[out.model_dump(mode="json") for out in run_outs(session, newest, listed=True)],
+        curve_runs=[o.model_dump(mode="json") for o in run_outs(session, newest, listed=True)],
+        # The table's first page is the first of those (app/static/lib/first_page.js): how
+        # many, and its cursor, so the table shows them without asking GET /api/runs again.
+        first_page={"take": len(rows), "next": first.next},
     )
 
 
@@ -320,5 +327,6 @@ def _owner_ids(session: SessionDep, experiment: Experiment) -> set[int]:
 CURVE_RUNS = 200  # the newest runs whose curves the experiment page overlays
 
 
-def _curve_runs(experiment_id: int) -> listing.RunQuery:
-    return listing.RunQuery(sort="-id", limit=CURVE_RUNS, experiment_id=experiment_id)
+def _newest(experiment_id: int, limit: int, cursor: str | None = None) -> listing.RunQuery:
+    """The newest runs, as the table's default query lists them (sort=-id)."""
+    return listing.RunQuery(sort="-id", limit=limit, experiment_id=experiment_id, cursor=cursor)

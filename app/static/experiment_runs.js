@@ -12,6 +12,7 @@ import {call, deleteObject, errorText, failureText} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
+import {readHeld, usable} from "./lib/first_page.js";
 import {SEED_EVENT} from "./lib/seed.js";
 import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
@@ -237,6 +238,7 @@ import {groupedRows} from "./runs_groups.js";
   };
 
   let loading = 0; // answers of a superseded request are dropped
+  let held = readHeld(document); // the page's copy of the first page (lib/first_page.js): once
   // more: the next page after those loaded; all: every page after (following `next`).
   const load = async (more = false, all = false) => {
     const ticket = ++loading;
@@ -245,7 +247,11 @@ import {groupedRows} from "./runs_groups.js";
     let cursor = more ? state.next : null;
     let r;
     do {
-      r = await call("GET", query(cursor));
+      const p = new URL(query(), location.origin).searchParams;
+      const copy = cursor ? null : usable(held, {sort: state.sort, keys: p.getAll("summary_keys"),
+                                                 filtered: ["status", "tag", "filter"].some((k) => p.has(k))});
+      held = null;
+      r = copy ? {ok: true, body: copy} : await call("GET", query(cursor));
       if (ticket !== loading) return;
       if (!r.ok) break;
       runs = [...runs, ...r.body.runs];
