@@ -1,7 +1,8 @@
 // THE runs table (templates/_runs_table.html), of an experiment's page or a sweep's (its
 // trials: the section's data-experiment-id or data-sweep-id is the GET /api/runs filter),
 // rebuilt from GET /api/runs once the page loads (the server's
-// rows are what shows before, and without scripts): the params that differ across the loaded
+// rows are what shows before, and without scripts; the experiment page's first page comes with
+// it: lib/first_page.js): the params that differ across the loaded
 // runs as columns, summary columns picked per metric key (last/min/max), sort by any column (in
 // the API's SQL: `sort=`), filters (status, tag, and the filter language's text, typed or built
 // a condition at a time: lib/filter.js; a refused filter empties the table and says why),
