@@ -12,7 +12,7 @@ from fastapi.templating import Jinja2Templates
 from app.auth.deps import csrf_cookie
 from app.auth.models import User
 from app.runs.notices import size_text
-from app.static_files import chart_asset_url
+from app.static_files import chart_asset_url, module_preloads
 
 # app/templates links to the repository's top-level templates/: in a checkout (and an editable
 # install) it leads there, and a wheel carries the files themselves at this place.
@@ -20,6 +20,7 @@ TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["chart_asset_url"] = chart_asset_url
+templates.env.globals["module_preloads"] = module_preloads
 templates.env.filters["size"] = size_text  # bytes as people read them: "1.5 MiB"
 
 

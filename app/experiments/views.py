@@ -22,10 +22,9 @@ from app.metrics.summary import run_summaries
 from app.ownership import find_experiment, find_run
 from app.pages import PageRoute, PageUser
 from app.runs import listing
-from app.runs.disk import disk_by_experiment
-from app.runs.models import RunStatus
+from app.runs.models import Run, RunStatus
 from app.runs.out import run_outs
-from app.runs.service import runs_of_experiment, why_queued_many
+from app.runs.service import why_queued_many
 from app.settings import get_settings
 from app.sweeps.out import sweep_briefs
 from app.sweeps.service import sweeps_of
@@ -265,24 +264,29 @@ PageExperiment = Annotated[Experiment, Depends(get_page_experiment)]
 def experiment_page(
     request: Request, experiment: PageExperiment, session: SessionDep, user: PageUser
 ) -> HTMLResponse:
-    runs = runs_of_experiment(session, experiment_id=experiment.id)
-    summaries = run_summaries(session, run_ids=[r.id for r in runs])
-    names = _usernames(session, {r.owner_id for r in runs} | {experiment.owner_id})
-    reasons = why_queued_many(session, runs=runs)  # the scheduler's words for queued runs
-    curve_runs = [
-        out.model_dump(mode="json")
-        for out in run_outs(
-            session, listing.list_runs(session, _curve_runs(experiment.id)).runs, listed=True
-        )
-    ]
+    """The page holds the newest runs (the curves' CURVE_RUNS, the table's first TABLE_ROWS of
+    them as rows for before the script), never every run: with 10,000 runs it was 4.5 MB of
+    HTML the table's script rebuilt from GET /api/runs anyway (issue 31). Counts are counts."""
+    out = service.to_out(session, [experiment])[0]
+    first = listing.list_runs(session, _newest(experiment.id, TABLE_ROWS))
+    rows = first.runs
+    # the curves' runs go on from the table's page (by its cursor: the same runs, however
+    # many are launched meanwhile)
+    rest = _newest(experiment.id, CURVE_RUNS - TABLE_ROWS, first.next)
+    newest = rows + (listing.list_runs(session, rest).runs if first.next else [])
+    summaries = run_summaries(session, run_ids=[r.id for r in rows])
+    names = _usernames(session, _owner_ids(session, experiment))
+    reasons = why_queued_many(session, runs=rows)  # the scheduler's words for queued runs
+    curve_runs = [o.model_dump(mode="json") for o in run_outs(session, newest, listed=True)]
     return render(
         request,
         "experiment.html",
         user=user,
         experiment=experiment,
-        owner=names.get(experiment.owner_id, "?"),
+        owner=out.owner,
         config_json=json.dumps(experiment.config, indent=2, sort_keys=True),
-        disk_bytes=disk_by_experiment(session, [experiment.id]).get(experiment.id, 0),
+        disk_bytes=out.disk_bytes,
+        run_count=out.run_count,
         runs=[
             {
                 "run": r,
@@ -290,7 +294,7 @@ def experiment_page(
                 "launched_by": names.get(r.owner_id, "?"),
                 "queue_reason": reasons.get(r.id),
             }
-            for r in runs
+            for r in rows
         ],
         # For the runs table's script (app/static/experiment_runs.js): who launched each run
         # (the API gives owner ids) and the statuses its filter offers.
@@ -307,11 +311,27 @@ def experiment_page(
         # the keys its runs log, offered when choosing one (app/static/experiment_best.js).
         best=experiment_metrics(session, experiments=[experiment]).get(experiment.id),
         logged_keys=sorted({k for r in curve_runs for k in r.get("summary") or {}}),
+        # The table's first page is the first of those (app/static/lib/first_page.js): how
+        # many, and its cursor, so the table shows them without asking GET /api/runs again.
+        first_page={"take": len(rows), "next": first.next},
     )
+
+
+# The rows the page holds for before the table's script lists them (its page: PAGE in
+# app/static/experiment_runs.js).
+TABLE_ROWS = 100
+
+
+def _owner_ids(session: SessionDep, experiment: Experiment) -> set[int]:
+    """Whoever launched any run of the experiment (a few people, however many runs), and its
+    owner: the table names the launcher of every run it lists, on any page."""
+    stmt = select(Run.owner_id).where(Run.experiment_id == experiment.id).distinct()
+    return set(session.scalars(stmt)) | {experiment.owner_id}
 
 
 CURVE_RUNS = 200  # the newest runs whose curves the experiment page overlays
 
 
-def _curve_runs(experiment_id: int) -> listing.RunQuery:
-    return listing.RunQuery(sort="-id", limit=CURVE_RUNS, experiment_id=experiment_id)
+def _newest(experiment_id: int, limit: int, cursor: str | None = None) -> listing.RunQuery:
+    """The newest runs, as the table's default query lists them (sort=-id)."""
+    return listing.RunQuery(sort="-id", limit=limit, experiment_id=experiment_id, cursor=cursor)

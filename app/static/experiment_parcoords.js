@@ -47,15 +47,21 @@ import {parcoords} from "./parcoords.js";
     try { if (ids) localStorage.setItem(AXES_KEY, JSON.stringify(ids)); else localStorage.removeItem(AXES_KEY); } catch (_) { /* ok */ }
   };
 
+  // Drawn after the table's paint, not in the task that builds the table (which it slowed by
+  // the whole drawing at 10,000 runs): the latest runs, once per frame.
+  let pending = null;
   section.addEventListener("ty:runs", (event) => {
-    const {runs, summaries} = event.detail;
+    if (pending === null) requestAnimationFrame(() => setTimeout(() => { const d = pending; pending = null; draw(d); }));
+    pending = event.detail;
+  });
+  const draw = ({runs, summaries}) => {
     if (!chart) {
       chart = parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), axes, onBrush, onMetric, onAxes});
     } else {
       chart.update(runs);
       if (!chart.metric()) chart.setMetric(defaultMetric(runs, summaries));
     }
-  });
+  };
   select.addEventListener("click", () => {
     if (kept) section.dispatchEvent(new CustomEvent("ty:runs-select", {detail: {ids: kept}}));
   });

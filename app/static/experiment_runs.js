@@ -1,7 +1,8 @@
 // THE runs table (templates/_runs_table.html), of an experiment's page or a sweep's (its
 // trials: the section's data-experiment-id or data-sweep-id is the GET /api/runs filter),
 // rebuilt from GET /api/runs once the page loads (the server's
-// rows are what shows before, and without scripts): the params that differ across the loaded
+// rows are what shows before, and without scripts; the experiment page's first page comes with
+// it: lib/first_page.js): the params that differ across the loaded
 // runs as columns, summary columns picked per metric key (last/min/max), sort by any column (in
 // the API's SQL: `sort=`), filters (status, tag, and the filter language's text, typed or built
 // a condition at a time: lib/filter.js; a refused filter empties the table and says why),
@@ -12,6 +13,7 @@ import {call, deleteObject, errorText, failureText} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
+import {readHeld, usable} from "./lib/first_page.js";
 import {SEED_EVENT} from "./lib/seed.js";
 import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
@@ -237,6 +239,7 @@ import {groupedRows} from "./runs_groups.js";
   };
 
   let loading = 0; // answers of a superseded request are dropped
+  let held = readHeld(document); // the page's copy of the first page (lib/first_page.js): once
   // more: the next page after those loaded; all: every page after (following `next`).
   const load = async (more = false, all = false) => {
     const ticket = ++loading;
@@ -245,7 +248,11 @@ import {groupedRows} from "./runs_groups.js";
     let cursor = more ? state.next : null;
     let r;
     do {
-      r = await call("GET", query(cursor));
+      const p = new URL(query(), location.origin).searchParams;
+      const copy = cursor ? null : usable(held, {sort: state.sort, keys: p.getAll("summary_keys"),
+                                                 filtered: ["status", "tag", "filter"].some((k) => p.has(k))});
+      held = null;
+      r = copy ? {ok: true, body: copy} : await call("GET", query(cursor));
       if (ticket !== loading) return;
       if (!r.ok) break;
       runs = [...runs, ...r.body.runs];

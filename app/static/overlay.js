@@ -101,7 +101,7 @@ export const overlay = (() => {
    */
   const mount = (container, runs, opts) => {
     const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls),
-                   loaded: false, near: new Set(), more: 0,
+                   loaded: false, near: new Set(), fetched: new Map(), more: 0,
                    group: groupingState().group,
                    // The link: whether this poll found the server unreachable, since when it has
                    // been, and the status line to put back once it answers again.
@@ -111,7 +111,7 @@ export const overlay = (() => {
       for (const e of entries) {
         if (!e.isIntersecting || state.near.has(e.target)) continue;
         state.near.add(e.target);
-        if (state.loaded) draw(e.target);
+        if (state.loaded) show(e.target);
       }
     }, {rootMargin: "400px 0px"});
     // Keep the first MAX_CHARTS boxes in key order, watch each for when it comes near.
@@ -170,7 +170,20 @@ export const overlay = (() => {
       return plot.react(div, traces, layout)
         .then(() => { div.dataset.drawnAt = String(performance.now()); });
     };
-    const drawAll = () => Promise.all(charts().filter((d) => state.near.has(d)).map(draw));
+    // A key's series are asked for once, when a chart needing it first comes near (its own,
+    // the x-metric's), not with every other key's: 50 keys x 200 runs read 10,000 series
+    // before the first chart showed. state.fetched: key -> that request (its errors).
+    const need = (keys) => Promise.all(keys.filter(Boolean).map((k) => {
+      if (!state.fetched.has(k)) state.fetched.set(k, fetchSeries(state.runs, [k]));
+      return state.fetched.get(k);
+    })).then((errors) => errors.flat());
+    const show = async (div) => {
+      const failed = await need([div.dataset.key, xKey()]);
+      await draw(div);
+      return failed;
+    };
+    // The charts near the viewport drawn (their series asked for first); resolves to the errors.
+    const drawAll = async () => (await Promise.all(charts().filter((d) => state.near.has(d)).map(show))).flat();
 
     const runLink = (r) => {
       const a = document.createElement("a");
@@ -226,10 +239,9 @@ export const overlay = (() => {
       }));
       return errors.filter(Boolean);
     };
-    const chartedKeys = () => {
-      const keys = charts().map((d) => d.dataset.key);
-      return xKey() && !keys.includes(xKey()) ? [...keys, xKey()] : keys;
-    };
+    // The keys whose series are held (a chart that came near, the x-metric): what a poll asks
+    // for again.
+    const chartedKeys = () => [...state.fetched.keys()];
     // The x-axis choice offers every charted key but the system series (their steps are
     // seconds, not training steps).
     const fillXChoice = () => {
@@ -259,7 +271,7 @@ export const overlay = (() => {
 
     // New keys (a run began logging one, per the runs list's summaries): a box for each.
     const addKeys = (runs) => {
-      const have = new Set(chartedKeys());
+      const have = new Set(charts().map((d) => d.dataset.key));
       const fresh = new Set();
       for (const r of runs) for (const k of Object.keys(r.summary || {})) if (!have.has(k)) fresh.add(k);
       if (!fresh.size || state.more > 0) return [];
@@ -298,8 +310,7 @@ export const overlay = (() => {
       if (fresh) {
         const byId = new Map(fresh.map((r) => [r.id, r]));
         setRuns(fresh);
-        const added = addKeys(fresh);
-        if (added.length) await fetchSeries(fresh, added);
+        addKeys(fresh);  // their series come with drawAll, as their charts come near
         // the runs active before (one may have just finished) and those new since
         const again = [...active.map((r) => byId.get(r.id)).filter(Boolean),
                        ...fresh.filter((r) => !state.series.has(r.id) && !active.includes(r))];
@@ -325,9 +336,7 @@ export const overlay = (() => {
     const onControl = async () => {
       state.view = readView(opts.controls);
       container.dataset.x = state.view.x;  // the chart state's x, for what keeps views
-      const key = xKey();
-      const missing = key ? state.runs.filter((r) => !(state.series.get(r.id) || {})[key]) : [];
-      if (missing.length) await fetchSeries(missing, [key]);
+      await need([xKey()]);
       await drawAll();
     };
     document.addEventListener(SEED_EVENT, () => { setRuns(state.runs); drawAll(); });
@@ -349,10 +358,9 @@ export const overlay = (() => {
       capCharts();
       arrange(container);
       fillXChoice();
-      const failed = await fetchSeries(state.runs, chartedKeys());
       showLegend();
       state.loaded = true;
-      await drawAll();
+      const failed = await drawAll();
       container.dataset.drawn = String(performance.now());
       const live = state.runs.some((r) => isActive(r.status));
       say(failed.length
