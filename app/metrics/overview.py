@@ -19,10 +19,10 @@ every one was stored (the normal case); when some were not (a replayed spool, a 
 the first point of a step is the one kept), from the points stored in the batch's step range,
 read back; merging a point the overview already has changes nothing. A series without an
 overview yet is built from all its points (from the batch alone when its summary shows no
-earlier point). Existing overview rows are locked for the merge on PostgreSQL; a series' first
-overview is not (one forwarder writes a run's spool keys at a time). A requeued run loses its points past the
-checkpoint: ``drop_overviews`` forgets its series' overviews, and the next batch of each
-builds it again from what is left.
+earlier point). Existing overview rows are locked for the merge on PostgreSQL; a series'
+first overview is not (one forwarder writes a run's spool keys at a time). A requeued run
+loses its points past the checkpoint: ``drop_overviews`` forgets its series' overviews, and
+the next batch of each builds it again from what is left.
 
 A view for max_points (``view``): the smallest width, the overview's times a power of two,
 whose buckets between the first and the last step number at most (max_points - 2) // 2; those
