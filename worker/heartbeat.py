@@ -40,6 +40,8 @@ class Watched:
     gpus: tuple[int, ...] = ()
     # Its job's limits and cgroup (worker.limits); None: an attempt started without them.
     limits: RunLimits | None = None
+    # A multi-node run's node on this host (worker.node_run); None: a run on one host.
+    node: int | None = None
 
     def heartbeat(self, session: Session) -> bool:
         return lifecycle.heartbeat(
