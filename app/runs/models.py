@@ -204,6 +204,8 @@ class RunNode(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String(255))
     gpu_indices: Mapped[str] = mapped_column(String(255), default="")
+    # when its worker took the node's task: a redelivered task finds it taken and does nothing
+    taken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # node 0's only: the rendezvous port it picked when it reported ready
     port: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -87,8 +87,9 @@ class NodeClaim:
 
 
 def claim_node(session: Session, *, run_id: int, attempt: int, node: int) -> NodeClaim | None:
-    """The node's part of the run, while the run still runs as `attempt` (None: it ended, was
-    handed over or cancelled before this node's task came by: nothing to do)."""
+    """The node's part of the run, taken once, while the run still runs as `attempt` (None: it
+    ended, was handed over or cancelled before this node's task came by, or the node was
+    taken already: nothing to do)."""
     run = session.get(Run, run_id)
     if run is None or run.status != RunStatus.running or run.attempt != attempt:
         return None
@@ -98,8 +99,13 @@ def claim_node(session: Session, *, run_id: int, attempt: int, node: int) -> Nod
         select(RunNode).where(RunNode.run_id == run_id, RunNode.attempt == attempt)
     ).all()
     mine = [r for r in rows if r.node == node]
-    if not mine:
-        return None
+    taken = session.execute(
+        update(RunNode)
+        .where(_this(run_id, attempt, node), RunNode.taken_at.is_(None))
+        .values(taken_at=utcnow(), heartbeat_at=utcnow())
+    )
+    if not mine or not taken.rowcount:  # type: ignore[attr-defined]  # an UPDATE's CursorResult
+        return None  # a redelivered task: the node is another's already
     return NodeClaim(
         run_id=run_id,
         attempt=attempt,

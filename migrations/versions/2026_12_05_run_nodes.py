@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("host", sa.String(length=255), nullable=False),
         sa.Column("gpu_indices", sa.String(length=255), nullable=False),
+        sa.Column("taken_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("ready_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("port", sa.Integer(), nullable=True),
         sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
