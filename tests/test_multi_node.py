@@ -139,6 +139,15 @@ def series(api: httpx.Client, run_id: int) -> dict:
     return dict(api.get(f"/api/runs/{run_id}/metrics").json()["series"])
 
 
+def gone_within(cluster: Cluster, run_id: int, seconds: float) -> None:
+    wait_for(
+        lambda: not any(cluster.processes(run_id).values()),
+        timeout=seconds,
+        every=0.1,
+        what=lambda: f"processes of run {run_id} left: {cluster.processes(run_id)}",
+    )
+
+
 TWO_BY_TWO = {"nodes": 2, "nproc": 2, "gpus": 2}
 
 
@@ -165,7 +174,7 @@ def test_a_failing_rank_on_node_1_fails_the_run_on_both_hosts(cluster: Cluster) 
     assert "node 1" in error and "rank 2" in error, error
     assert "rank 2 fails on purpose at step 4" in error, error
     # every process of the run on both hosts is gone within 10 s of the failure
-    wait_for(lambda: not any(cluster.processes(run_id).values()), timeout=10, every=0.1)
+    gone_within(cluster, run_id, 10)
     assert cluster.leases(run_id) == []
 
 
@@ -184,7 +193,7 @@ def test_a_cancel_stops_every_process_on_both_hosts_and_frees_every_lease(
     assert len(cluster.leases(run_id)) == 4
     assert api.post(f"/api/runs/{run_id}/cancel").status_code == 202
     t0 = time.monotonic()
-    wait_for(lambda: not any(cluster.processes(run_id).values()), timeout=5, every=0.1)
+    gone_within(cluster, run_id, 5)
     assert time.monotonic() - t0 < 5
     assert ended(api, run_id, timeout=30)["status"] == "cancelled"
     assert cluster.leases(run_id) == []

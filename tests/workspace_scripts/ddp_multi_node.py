@@ -1,8 +1,8 @@
 """The multi-node tests' DDP script (tests/test_multi_node.py): a fixed regression set through
 a DistributedSampler with set_epoch, DDP over gloo, every step's loss averaged over the ranks
 and reported (rank 0 writes), and per epoch whether the ranks' shards, gathered on every rank,
-were disjoint and covered the set. ``--fail-rank``/``--fail-step`` make one rank raise;
-``--step-sleep`` makes a run long enough to cancel or to lose a node under."""
+were disjoint and covered the set. ``--fail_rank``/``--fail_step`` make one rank raise;
+``--step_sleep`` makes a run long enough to cancel or to lose a node under."""
 
 import argparse
 import os
@@ -19,9 +19,9 @@ from torchyard.sdk import init
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=2)
-parser.add_argument("--fail-rank", type=int, default=-1)
-parser.add_argument("--fail-step", type=int, default=0)
-parser.add_argument("--step-sleep", type=float, default=0.0)
+parser.add_argument("--fail_rank", type=int, default=-1)
+parser.add_argument("--fail_step", type=int, default=0)
+parser.add_argument("--step_sleep", type=float, default=0.0)
 args = parser.parse_args()
 
 run = init(config=vars(args))
