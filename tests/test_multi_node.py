@@ -207,3 +207,34 @@ def test_two_two_node_runs_submitted_at_once_run_one_after_the_other(cluster: Cl
     runs.sort(key=lambda r: r["started_at"])
     # never both partly: the later one started only after the earlier one had finished
     assert runs[0]["finished_at"] <= runs[1]["started_at"], runs
+
+
+def test_the_worker_of_node_1_killed_mid_run_fails_the_run_and_leaves_nothing_on_node_0(
+    cluster: Cluster,
+) -> None:
+    """Its job trains on under its keeper, but nothing speaks for node 1 any more: once its
+    heartbeat is older than run_lost_seconds the run fails as one with the reason, and node
+    0's worker stops every process of its node. (Last: it kills a worker of the cluster.)"""
+    api = cluster.api
+    run_id = submit(api, "mn-lost", TWO_BY_TWO, epochs=50, step_sleep=0.2)
+
+    def training_on_both() -> bool:
+        found = cluster.processes(run_id)
+        points = series(api, run_id).get("train/loss", {}).get("step", [])
+        return all(found.values()) and len(points) >= 2
+
+    wait_for(training_on_both, timeout=240, every=0.2, what="the run training on both hosts")
+    node_0 = api.get(f"/api/runs/{run_id}").json()["worker_host"]
+    names = [h.name for h in cluster.hosts.hosts]
+    node_1 = names[1 - names.index(node_0)]
+    cluster.hosts.workers[names.index(node_1)].kill()  # SIGKILL: its job is left behind
+    run = ended(api, run_id, timeout=RUN_LOST_SECONDS * 4)
+    assert run["status"] == "failed", run
+    assert f"node 1 ({node_1}) lost" in (run["error"] or ""), run["error"]
+    wait_for(
+        lambda: not cluster.processes(run_id)[node_0],
+        timeout=10,
+        every=0.1,
+        what=lambda: f"processes of run {run_id} left on node 0: {cluster.processes(run_id)}",
+    )
+    assert cluster.leases(run_id) == []
