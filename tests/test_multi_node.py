@@ -37,8 +37,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = BASE_DIR / "multi-node"
 SCRIPT = Path(__file__).parent / "workspace_scripts" / "ddp_multi_node.py"
-# Short enough that a lost node is noticed within a test, long enough for a busy box.
-RUN_LOST_SECONDS = 10.0
+# Short enough that a lost node is noticed within a test, long enough for a busy box (a
+# fresh data dir builds its job base without a heartbeat).
+RUN_LOST_SECONDS = 30.0
 ENDED = {"succeeded", "failed", "cancelled"}
 
 
@@ -98,6 +99,7 @@ def cluster(database: str) -> Iterator[Cluster]:
                     gpus="0,1",
                     broker_url=NETNS_BROKER_URL,
                     TORCHYARD_RUN_LOST_SECONDS=str(RUN_LOST_SECONDS),
+                    TORCHYARD_REAP_INTERVAL_SECONDS="2",  # the suite's is off
                 )
                 hosts.start(host, worker_argv(2), worker_env, logs / f"worker-{host.name}.log")
             base_url = f"http://127.0.0.1:{port}"
