@@ -152,7 +152,11 @@ def _record_end(run: Watched, node: int, code: int | None, failure: NodeFailure 
 
 def supervise_node(run: Watched, job: JobProcess, role: NodeRole) -> RunStatus:
     """Node k > 0's job, from its start to its end: stopped at once when the run is no longer
-    its attempt's (another node failed it), after the cancel grace when it was cancelled."""
+    its attempt's (another node failed it), after the cancel grace when it was cancelled.
+
+    TODO(issue 30, h2's part): forward this node's output lines and system series, labelled
+    with the node index (the log-store and system-series services' ``node`` argument); they
+    stay in this host's run directory for now."""
     settings = get_settings()
     paths = RunPaths(run.metrics_path.parent)
     stopped: StopReason | None = None
