@@ -15,6 +15,7 @@ from app.settings import get_settings
 
 RUN_TASK = "torchyard.run"
 SWEEP_ADVANCE_TASK = "sweeps.advance"
+NODE_TASK = "torchyard.node"
 POLLING_INTERVAL = 0.05
 
 
@@ -59,6 +60,17 @@ def send_run(run_id: int, dispatch: int) -> None:
     """Hand the run to the broker; any worker of any host may take it. ``dispatch``: the run's
     current message number (app.runs.dispatch), so that an older message is dropped."""
     celery_app.send_task(RUN_TASK, args=[run_id, dispatch])
+
+
+def host_queue(host: str) -> str:
+    """The queue only `host`'s worker consumes (besides the shared one): a multi-node run's
+    node k > 0 must run on the host the scheduler leased its GPUs on (worker/__main__.py)."""
+    return f"torchyard.host.{host}"
+
+
+def send_node(run_id: int, attempt: int, node: int, host: str) -> None:
+    """Node `node` of a multi-node run's attempt, to its host's worker (app.runs.nodes)."""
+    celery_app.send_task(NODE_TASK, args=[run_id, attempt, node], queue=host_queue(host))
 
 
 def send_sweep_advance(sweep_id: int) -> None:

@@ -163,6 +163,9 @@ class Settings(BaseSettings):
     # GLOO_SOCKET_IFNAME of a multi-node job); empty: their own choice, which on a host with
     # several cards may be one the other hosts cannot reach (pytorch#69197).
     worker_interface: str = Field(default="", pattern=r"^[A-Za-z0-9_.:@-]{0,15}$")
+    # How long a multi-node run's ready nodes wait for the rest (each building its own
+    # environment) before the run fails naming the nodes that never joined (app.runs.nodes).
+    node_join_seconds: float = 600.0
     # A fake GPU inventory ("0,1"): allocation, leases and CUDA_VISIBLE_DEVICES are real, the
     # job runs on CPU. Empty: ask NVML (nvidia-ml-py), and no NVML means no GPUs.
     fake_gpus: str = ""

@@ -383,9 +383,14 @@ def test_two_two_node_runs_at_once_on_two_hosts_of_two_gpus_never_both_partly_le
     assert order == [first, second]  # submit order, and both ran
 
 
-def test_a_new_multi_node_run_is_refused_until_its_launch_is_built(sessions) -> None:
-    with sessions() as s, pytest.raises(Invalid) as caught:
-        refuse_if_never_startable(
-            s, config={"recipe": "tiny_mlp", "resources": {"nodes": 2}}, loc=("body",)
-        )
-    assert "not launched yet" in str(caught.value)
+def test_a_new_multi_node_run_is_refused_only_when_no_live_hosts_could_hold_it(sessions) -> None:
+    with sessions() as s:
+        touch_host(s, host="a", gpus=[0, 1], now=utcnow())
+        touch_host(s, host="b", gpus=[0, 1], now=utcnow())
+        # two hosts of 2: a 2-node run of 2 GPUs each fits, and is not refused
+        fits = {"recipe": "tiny_mlp", "resources": {"nodes": 2, "gpus": 2}}
+        refuse_if_never_startable(s, config=fits, loc=("body",))
+        never = {"recipe": "tiny_mlp", "resources": {"nodes": 3, "gpus": 2}}
+        with pytest.raises(Invalid) as caught:
+            refuse_if_never_startable(s, config=never, loc=("body",))
+    assert "needs 3 hosts with 2 GPUs each" in str(caught.value)

@@ -8,14 +8,15 @@ before Celery looks (it then finds them loaded), and -P keeps that folder off sy
 everything else.
 
 `worker` without `--concurrency` gets the configured threads raised to GPUs + 1 (with every
-GPU leased, one thread is left for gpus: 0 runs and for re-asking about waiting runs). The
-worker says at start what it found: this host's GPUs and whether jobs are sandboxed.
+GPU leased, one thread is left for gpus: 0 runs and for re-asking about waiting runs). Without
+`--queues` it consumes the shared queue and its host's own (app.broker.host_queue). The worker
+says at start what it found: this host's GPUs and whether jobs are sandboxed.
 """
 
 import os
 import sys
 
-from app.broker import celery_app
+from app.broker import celery_app, host_queue
 from app.settings import PRIVATE_UMASK, get_settings
 from worker import tasks  # noqa: F401  (registers the tasks before Celery's own import)
 from worker.job_policy import announce_isolation
@@ -37,6 +38,10 @@ def main(argv: list[str]) -> int:
         announce_isolation()
         if not any(a == "--concurrency" or a.startswith("--concurrency=") for a in argv):
             argv = [*argv, "--concurrency", str(concurrency())]
+        if not any(a in ("-Q", "--queues") or a.startswith("--queues=") for a in argv):
+            # The shared queue, and this host's own: a multi-node run's nodes (app.broker).
+            queues = f"{celery_app.conf.task_default_queue},{host_queue(found.host)}"
+            argv = [*argv, "--queues", queues]
     status = celery_app.start(argv)
     return int(status or 0)
 

@@ -248,7 +248,7 @@ def _keep_alive(
                 run_id=run.run_id,
                 metrics_path=run.metrics_path,
                 attempt=run.attempt,
-                node=run.node,
+                node=run.node or 0,
             ),
             0,
         )

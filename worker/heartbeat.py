@@ -40,9 +40,9 @@ class Watched:
     gpus: tuple[int, ...] = ()
     # Its job's limits and cgroup (worker.limits); None: an attempt started without them.
     limits: RunLimits | None = None
-    # This host's node of a multi-node run (0: node 0, or a single host): node k > 0 forwards
-    # only its log (worker.forwarder) and stores its series under sys/node<k>/.
-    node: int = 0
+    # A multi-node run's node on this host (worker.node_run); None: a run on one host. Node
+    # k > 0 forwards only its log (worker.forwarder) and stores its series under sys/node<k>/.
+    node: int | None = None
 
     def heartbeat(self, session: Session) -> bool:
         return lifecycle.heartbeat(

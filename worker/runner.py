@@ -12,23 +12,21 @@ import contextlib
 import enum
 import json
 import logging
-import os
 import secrets
 import socket
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from app.artifacts import renames_atomically, store_fs
 from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
 from app.db import database_away, is_conflict, session_scope
 from app.experiments.config import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
-from app.gpus.service import StartOutcome, StartResult, format_indices, touch_host, try_start
-from app.runs import environment_record, phase
-from app.runs.job_files import FileRefused, regular_fd, replace_job_file, within
+from app.gpus.service import StartOutcome, StartResult, touch_host, try_start
+from app.runs import environment_record, nodes, phase
+from app.runs.job_files import replace_job_file
 from app.runs.status import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
@@ -38,11 +36,11 @@ from worker import (
     env_build,
     held_gpus,
     job_base,
-    job_network,
     job_records,
+    job_sandbox,
     limits,
+    node_run,
     provenance,
-    sandbox,
     spool,
     user_cache,
 )
@@ -50,10 +48,12 @@ from worker import code as code_copy
 from worker.db_retry import with_db
 from worker.env_build import PipFailed
 from worker.environments import BuildFailed, run_requirements
-from worker.gpus import Inventory, detect, device_minors, gpu_stats
+from worker.gpus import Inventory, detect, gpu_stats
 from worker.heartbeat import Watched
+from worker.job_network import Plan
 from worker.job_policy import job_isolation, job_limits, network_plan
-from worker.launcher import Launch, LaunchSpec, build_launch
+from worker.launcher import LaunchSpec, NodeSpec, build_launch
+from worker.node_run import NodeRole
 from worker.process import JobProcess
 from worker.supervise import (
     WORKER_SHUTDOWN_REASON,
@@ -143,9 +143,10 @@ def execute_run(run_id: int) -> RunStatus | NotRun:
     if started.outcome is StartOutcome.WAIT:
         log.debug("run %s waits: %s", run_id, started.reason)
         return NotRun.WAITING
+    role = NodeRole(0, len(started.nodes)) if started.nodes else None
     try:
         with contextlib.ExitStack() as held:  # the run's environment, until its job has ended
-            return _execute_claimed(run_id, started, held)
+            return _execute_claimed(run_id, started, held, role)
     except Exception as exc:
         # A claimed run must never stay "running" because the worker itself failed. Its job,
         # if it was spawned, is stopped already (JobProcess's block), so the GPUs are free.
@@ -154,8 +155,41 @@ def execute_run(run_id: int) -> RunStatus | NotRun:
         return finish(run_id, RunStatus.failed, None, error, attempt=started.attempt)
 
 
-def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitStack) -> RunStatus:
+def execute_node(run_id: int, attempt: int, node: int) -> RunStatus | None:
+    """Node `node` (> 0) of a multi-node run's attempt on this host (app.runs.nodes sent it
+    here); None when the run no longer runs as that attempt."""
+    with session_scope() as session:
+        claim = nodes.claim_node(session, run_id=run_id, attempt=attempt, node=node)
+    if claim is None:
+        log.info(
+            "run %s: attempt %s no longer runs; node %s has nothing to do", run_id, attempt, node
+        )
+        return None
+    claimed = StartResult(
+        StartOutcome.STARTED,
+        gpu_indices=claim.gpu_indices,
+        config=claim.config,
+        resume_from=claim.resume_from,
+        attempt=attempt,
+        sweep_id=claim.sweep_id,
+        owner_id=claim.owner_id,
+    )
+    try:
+        with contextlib.ExitStack() as held:
+            return _execute_claimed(run_id, claimed, held, NodeRole(node, claim.nodes))
+    except Exception as exc:
+        log.exception("run %s: the worker failed while running node %s", run_id, node)
+        watched = Watched(run_id, attempt, RunPaths(get_settings().run_dir(run_id)).metrics, False)
+        why = nodes.NodeFailure(f"worker error: {exc!r}", None, utcnow().timestamp())
+        return node_run.fail_as_one(watched, node, None, why)
+
+
+def _execute_claimed(
+    run_id: int, claimed: StartResult, held: contextlib.ExitStack, role: NodeRole | None = None
+) -> RunStatus:
+    """Claimed by this host: the whole run, or (`role`) one node of a multi-node run."""
     settings = get_settings()
+    chief = role is None or role.node == 0  # writes the run's own records
     assert claimed.config is not None
     config = run_config(claimed.config)  # the one place the worker reads a run's config
     script_config = config if isinstance(config, ScriptConfig) else None
@@ -164,7 +198,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     RunPaths(run_dir).checkpoints.mkdir(parents=True, exist_ok=True)
     # A requeued run's folder holds what its last job left: replaced, never written through.
     replace_job_file(RunPaths(run_dir).config, json.dumps(config.stored(), indent=2).encode())
-    if attempt > 1:
+    if attempt > 1 and chief:
         with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from
     script: Path | None = None
@@ -182,17 +216,19 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
             error = f"cannot run the script: {exc}"
             return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
-    with session_scope() as session:
+    if chief:  # the run's environment record is node 0's
         record = provenance.worker_record(
             worker_host=inventory().host,
             gpu_indices=claimed.gpu_indices,
             script=script,
             code=script_config if code else None,
         )
-        environment_record.store(session, run_id=run_id, record=record)
+        with session_scope() as session:
+            environment_record.store(session, run_id=run_id, record=record)
     in_sweep = claimed.sweep_id is not None
     gpus = tuple(claimed.gpu_indices or ())
     watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
+    watched = replace(watched, node=role.node if role is not None else None)
     try:
         requirements = run_requirements(config, unpacked)  # a snapshot's requirements.txt
         prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
@@ -218,10 +254,16 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     # environment layered on it.
     base = job_base.ensure(settings.resolved_env_dir, settings.job_package_names)
     isolation = job_isolation()
-    group = _user_group(claimed.owner_id) if isolation.as_root else None
+    group = job_sandbox.user_group(claimed.owner_id) if isolation.as_root else None
     cache = user_cache.prepare(settings.resolved_data_dir, claimed.owner_id, group)
     token = secrets.token_hex(16)
     artifacts.ensure_local(settings.runs_dir, resume)  # a checkpoint another host wrote
+    node: NodeSpec | None = None
+    if role is not None:  # every node prepared before any starts
+        met = node_run.meet(watched, role)
+        if not isinstance(met, NodeSpec):
+            return _not_met(watched, role, met)
+        node = met
     launch = build_launch(
         LaunchSpec(
             run_id=run_id,
@@ -232,12 +274,16 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             master_port=free_port(),
             single_process=settings.single_process_launch,
             resume_from=settings.runs_dir / resume if resume else None,
-            base_env={**_job_base_env(claimed.gpu_indices), **user_cache.variables(cache)},
+            base_env={
+                **job_sandbox.job_base_env(claimed.gpu_indices),
+                **user_cache.variables(cache),
+            },
             script=script,
             workspace=settings.workspace_dir.expanduser().resolve()
             if script and not code
             else None,
             from_snapshot=bool(code),
+            node=node,
         )
     )
     if not code:  # a snapshot's mirror is its own work dir already (worker.code)
@@ -253,7 +299,7 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
     options = limits.keeper_options(held_to, own_uid=own_uid, gpus=bool(gpus))
     launch = replace(launch, keeper_options=tuple(options))
     if isolation.enabled:
-        launch = _sandboxed(
+        launch = job_sandbox.sandboxed(
             launch,
             isolation,
             run_id=run_id,
@@ -265,13 +311,18 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
             python_dirs=(base.path, *([prepared.env.path] if prepared.env else [])),
             cache=(cache, group),
             held_to=held_to,
+            nvml=inventory().source == "nvml",
+            # TODO(issue 30): a multi-node job's peers must reach its ranks, which the job's
+            # own namespace (egress, isolated) does not let in: the host's network for now.
+            network=Plan("host") if role is not None else network_plan(),
         )
     # The run's duration counts from here, its environment's build apart (app.runs.phase).
-    with_db(
-        run_id,
-        "record the training start",
-        lambda s: phase.training(s, run_id=run_id, attempt=attempt),
-    )
+    if chief:
+        with_db(
+            run_id,
+            "record the training start",
+            lambda s: phase.training(s, run_id=run_id, attempt=attempt),
+        )
     try:
         job = JobProcess(
             launch,
@@ -289,6 +340,9 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     try:
         with job:  # from here on, anything that raises stops every process of the job first
+            if role is not None and role.node > 0:
+                log.info("run %s node %s started: keeper pid %s", run_id, role.node, job.pid)
+                return node_run.supervise_node(watched, job, role)
             remember(job, watched, host=inventory().host)
             log.info("run %s started: keeper pid %s, %s", run_id, job.pid, " ".join(launch.argv))
             # Removes the cgroup once the job has ended, keeps it for a job left to train on.
@@ -298,76 +352,13 @@ def _execute_claimed(run_id: int, claimed: StartResult, held: contextlib.ExitSta
         raise
 
 
-def _sandboxed(
-    launch: Launch,
-    isolation: sandbox.Isolation,
-    *,
-    run_id: int,
-    run_dir: Path,
-    script: Path | None,
-    code: Path | None,
-    gpus: tuple[int, ...],
-    resume: str | None,
-    python_dirs: tuple[Path, ...],
-    cache: tuple[Path, int | None],
-    held_to: limits.RunLimits,
-) -> Launch:
-    """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
-    is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
-    settings = get_settings()
-    uid = None
-    if isolation.as_root:
-        uid = sandbox.run_uid(run_id, settings.job_uid_base, settings.job_uid_count)
-    home = RunPaths(run_dir).home
-    sandbox.own_run_dir(run_dir, home, uid)
-    workspace = (settings.workspace_dir.expanduser().resolve(),) if script is not None else ()
-    resume_fds: tuple[tuple[int, Path], ...] = ()
-    if resume and not within(settings.runs_dir / resume, run_dir):
-        try:
-            fd = regular_fd(settings.runs_dir, resume)
-        except (OSError, FileRefused) as exc:
-            raise RuntimeError(
-                f"cannot open the checkpoint to resume from ({resume}): {exc}"
-            ) from exc
-        if os.fstat(fd).st_uid == os.geteuid():  # this worker's copy from the artifact store
-            os.fchmod(fd, 0o644)
-        resume_fds = ((fd, settings.runs_dir / resume),)
-    spec = sandbox.SandboxSpec(
-        run_dir=run_dir,
-        home=home,
-        read_only=(*sandbox.interpreter_paths(), *workspace, *python_dirs),
-        hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
-        shared_read_only=(code,) if code is not None else (),
-        read_only_fds=resume_fds,
-        devices=sandbox.device_nodes(device_minors(gpus) if inventory().source == "nvml" else None),
-        uid=uid,
-        shared=(cache[0],),
-        group=cache[1],
-        bwrap=isolation.bwrap,
-        setpriv=isolation.setpriv,
-        tmp_bytes=held_to.disk_bytes if isolation.sized_tmpfs else None,
-        shm_bytes=held_to.memory_bytes if isolation.sized_tmpfs else None,
-    )
-    return job_network.attach(sandbox.wrap(launch, spec), network_plan())
-
-
-def _user_group(owner_id: int) -> int:
-    settings = get_settings()
-    return user_cache.user_gid(owner_id, settings.job_uid_base, settings.job_uid_count)
-
-
-def _local_store(url: str) -> tuple[Path, ...]:
-    """An artifact store on a local or mounted file system: hidden from jobs like the data dir
-    (it holds every run's checkpoints)."""
-    if not url:
-        return ()
-    fs, root = store_fs(url)
-    return (Path(root).resolve(),) if renames_atomically(fs) else ()
-
-
-def _job_base_env(gpu_indices: tuple[int, ...]) -> dict[str, str]:
-    # The job must not inherit the worker's settings (database URLs, secrets).
-    env = sandbox.job_environment(os.environ)
-    # Exactly the leased GPUs; none at all ("") for a run without GPUs.
-    env["CUDA_VISIBLE_DEVICES"] = format_indices(gpu_indices)
-    return env
+def _not_met(run: Watched, role: NodeRole, why: StopReason | str) -> RunStatus:
+    """A node that did not start its job: the run was cancelled or handed over meanwhile, or
+    (node 0 says it) a node never joined."""
+    if why is StopReason.FENCED:
+        return RunStatus.queued
+    if role.node > 0:  # node 0's worker writes the run's status
+        return RunStatus.cancelled if why is StopReason.CANCEL else RunStatus.failed
+    if why is StopReason.CANCEL:
+        return finish(run.run_id, RunStatus.cancelled, None, None, attempt=run.attempt)
+    return finish(run.run_id, RunStatus.failed, None, str(why), attempt=run.attempt)

@@ -20,7 +20,7 @@ from app.runs.recovery import HandoverOutcome, hand_over_attempt
 from app.runs.status import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths
-from worker import held_gpus, job_records
+from worker import held_gpus, job_records, node_run
 from worker.db_retry import with_db
 from worker.heartbeat import Watched
 from worker.job_errors import run_error
@@ -114,7 +114,11 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
         error = run_error(run_dir, log_path, code)
         if hit is not None:  # the limit first: the job's own last words follow
             error = f"{hit}\n\n{error}"
-        status = finish(run.run_id, RunStatus.failed, code, error, attempt=attempt)
+        if run.node is not None and hit is None:  # node 0 of a multi-node run: fails as one
+            failure = node_run.node_failure((RunPaths(run_dir), code), run.node)
+            status = node_run.fail_as_one(run, run.node, code, failure)
+        else:
+            status = finish(run.run_id, RunStatus.failed, code, error, attempt=attempt)
     forget_attempt(run)
     return status
 

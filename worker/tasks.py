@@ -9,7 +9,7 @@ from typing import Any
 from celery import Task
 from celery.signals import worker_ready, worker_shutting_down
 
-from app.broker import RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
+from app.broker import NODE_TASK, RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
 from app.periodic import Process, Runner, for_process
 from app.runs.dispatch import current_message
 from app.runs.reaper import use_local_jobs
@@ -18,7 +18,7 @@ from app.settings import get_settings
 from app.sweeps.driver import advance_sweep
 from worker.adoption import adopt_jobs
 from worker.liveness import HostJobs
-from worker.runner import NotRun, execute_run, inventory
+from worker.runner import NotRun, execute_node, execute_run, inventory
 from worker.scheduled import HOST_HEARTBEAT
 from worker.watch import SHUTTING_DOWN
 
@@ -63,6 +63,14 @@ def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
     if not SHUTTING_DOWN.is_set():
         time.sleep(get_settings().schedule_retry_seconds)
     raise self.retry(countdown=0, max_retries=None)
+
+
+@celery_app.task(name=NODE_TASK, acks_late=True)  # type: ignore[untyped-decorator]  # Celery has no type hints
+def run_node(run_id: int, attempt: int, node: int) -> None:
+    """Node `node` (> 0) of a multi-node run's attempt, sent to this host's own queue by the
+    transaction that started the run (app.runs.nodes). Idempotent: a run that no longer runs
+    as `attempt` is left alone."""
+    execute_node(run_id, attempt, node)
 
 
 @celery_app.task(name=SWEEP_ADVANCE_TASK, acks_late=True)  # type: ignore[untyped-decorator]  # Celery has no type hints

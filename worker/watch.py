@@ -62,7 +62,7 @@ def watch(
     Returns what stopped it, or None when the job ended by itself.
     """
     settings = get_settings()
-    recorded = run.node > 0  # the environment record is node 0's (its job's rank 0 writes it)
+    recorded = (run.node or 0) > 0  # the environment record is node 0's (its job's rank 0 writes it)
     shutdown_deadline: float | None = None
     backoff = Backoff(interval)
     heartbeat = Heartbeat(run)
@@ -70,7 +70,7 @@ def watch(
     system = SystemSeries(
         run.run_id,
         interval=settings.system_metrics_interval_seconds,
-        node=run.node,
+        node=run.node or 0,
         host=gpus.host_name(settings),
     )
     stopped_early = False  # kept: the cancel check may miss a round (the database away)
@@ -101,7 +101,7 @@ def watch(
                 run_id=run.run_id,
                 metrics_path=run.metrics_path,
                 attempt=run.attempt,
-                node=run.node,
+                node=run.node or 0,
             ),
             Moved(0),
             turn=Turn.LIVE,
@@ -187,7 +187,7 @@ def drain(run: Watched) -> None:
             metrics_path=run.metrics_path,
             final=True,
             attempt=run.attempt,
-            node=run.node,
+            node=run.node or 0,
         )
 
     # Batches of forward_batch_bytes: a bound of 1M batches is a spool of a terabyte.

@@ -24,6 +24,7 @@ from app.experiments.config import run_config
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick
 from app.runs import lifecycle
+from app.runs import nodes as run_nodes
 from app.runs.dispatch import message_lost
 from app.runs.models import Run, RunStatus
 from app.timeutil import as_utc, utcnow
@@ -118,6 +119,8 @@ def try_start(
                 GpuLease(host=node_host, gpu_index=index, run_id=run_id, acquired_at=started)
             )
     session.flush()
+    if placement.nodes:  # each node's task goes to its host once this commits
+        run_nodes.open_nodes(session, run_id=run_id, attempt=run.attempt, nodes=placement.nodes)
     return StartResult(
         StartOutcome.STARTED,
         gpu_indices=placement.gpu_indices,

@@ -194,3 +194,27 @@ class RunImage(Base):
     height: Mapped[int] = mapped_column(Integer)
     size_bytes: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class RunNode(Base):
+    """One host's node of a multi-node run's current attempt (app.runs.nodes writes it): the
+    barrier every node reports ready at before any starts, node 0's rendezvous port, each
+    node's heartbeat (a node whose worker is lost fails the run as one) and how it ended."""
+
+    __tablename__ = "run_nodes"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    node: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_indices: Mapped[str] = mapped_column(String(255), default="")
+    # when its worker took the node's task: a redelivered task finds it taken and does nothing
+    taken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # node 0's only: the rendezvous port it picked when it reported ready
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # its first failing rank's error (worker.job_errors) and when that rank failed (epoch s)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    failed_at: Mapped[float | None] = mapped_column(Double, nullable=True)

@@ -16,6 +16,7 @@ from typing import Protocol
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
+from app.runs.nodes import reap_lost_nodes
 from app.runs.recovery import Handover, reap_lost_runs
 from app.settings import get_settings
 
@@ -51,6 +52,8 @@ def local_jobs() -> LocalJobs | None:
 def reap_once(local: LocalJobs | None = None) -> list[Handover]:
     """One round, committed; ``local`` defaults to what this process was handed."""
     local = local or local_jobs()
+    with session_scope() as session:  # a multi-node run's lost node fails it as one
+        reap_lost_nodes(session, lost_after_seconds=get_settings().run_lost_seconds)
     with session_scope() as session:
         return reap_lost_runs(
             session,

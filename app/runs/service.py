@@ -150,17 +150,9 @@ def refuse_if_never_startable(
     session: Session, *, config: dict[str, Any], loc: tuple[str, ...]
 ) -> None:
     """A 422 for a run no live worker host could ever start (more GPUs than any has): it would
-    wait in the queue for ever. Every new run (launched or resumed) passes here. So does a
-    multi-node one, for now: the scheduler places it (app.gpus.scheduler) but no worker
-    launches its other nodes yet (docs/multi-node.md, "Not built yet")."""
+    wait in the queue for ever. Every new run (launched or resumed) passes here; a multi-node
+    one needs `nodes` live hosts of that many GPUs (app.gpus.scheduler.never_fits)."""
     resources = run_config(config).resources
-    if resources.nodes > 1:
-        raise Invalid.at(
-            loc,
-            f"multi-node runs (resources.nodes: {resources.nodes}) are not launched yet: "
-            "only their scheduling is built (docs/multi-node.md)",
-            resources.gpus,
-        )
     reason = never_startable(
         session,
         gpus=resources.gpus,

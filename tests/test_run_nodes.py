@@ -1,0 +1,80 @@
+"""app.runs.nodes: a multi-node run's nodes in the database (its barrier, node 0's port, each
+node's heartbeat and failure), on this suite's database."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+
+import app.models as models
+from app.gpus.service import touch_host
+from app.runs import nodes
+from app.runs.lifecycle import Standing
+from app.runs.models import RunStatus
+from app.timeutil import utcnow
+
+
+def running_run(db: Session) -> int:
+    user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
+    db.add(user)
+    db.flush()
+    exp = models.Experiment(name="nodes", config={}, owner_id=user.id)
+    db.add(exp)
+    db.flush()
+    config = {"recipe": "tiny_mlp", "resources": {"gpus": 2, "nproc": 2, "nodes": 2}}
+    run = models.Run(
+        experiment_id=exp.id,
+        owner_id=user.id,
+        config=config,
+        seed=0,
+        status=RunStatus.running,
+        attempt=1,
+        started_at=utcnow(),
+        heartbeat_at=utcnow(),
+    )
+    db.add(run)
+    db.flush()
+    nodes.open_nodes(db, run_id=run.id, attempt=1, nodes=[("a", (0, 1)), ("b", (0, 1))])
+    return run.id
+
+
+def test_a_node_is_taken_once_and_no_node_starts_before_every_node_is_ready(db: Session) -> None:
+    run_id = running_run(db)
+    touch_host(db, host="a", gpus=[0, 1], now=utcnow(), address="10.0.0.5")
+    claim = nodes.claim_node(db, run_id=run_id, attempt=1, node=1)
+    assert claim is not None and (claim.host, claim.gpu_indices, claim.nodes) == ("b", (0, 1), 2)
+    assert nodes.claim_node(db, run_id=run_id, attempt=1, node=1) is None  # redelivered
+    assert nodes.claim_node(db, run_id=run_id, attempt=2, node=1) is None  # another attempt
+    assert nodes.report_ready(db, run_id=run_id, attempt=1, node=1)
+    waiting = nodes.barrier(db, run_id=run_id, attempt=1)
+    assert not waiting.ready and waiting.missing == ("node 0 (a)",)
+    assert nodes.report_ready(db, run_id=run_id, attempt=1, node=0, port=29611)
+    met = nodes.barrier(db, run_id=run_id, attempt=1)
+    assert (met.ready, met.master_address, met.port) == (True, "10.0.0.5", 29611)
+    assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=1) is Standing.OWNED
+
+
+def test_the_run_fails_with_the_first_failure_of_any_node(db: Session) -> None:
+    run_id = running_run(db)
+    later = nodes.NodeFailure("RuntimeError: peer closed", 0, 200.0)
+    first = nodes.NodeFailure("ValueError: bad batch", 2, 100.0)
+    nodes.node_ended(db, run_id=run_id, attempt=1, node=0, exit_code=1, failure=later)
+    nodes.node_ended(db, run_id=run_id, attempt=1, node=1, exit_code=1, failure=first)
+    assert nodes.fail_as_one(db, run_id=run_id, attempt=1, exit_code=1)
+    run = db.get(models.Run, run_id)
+    assert run is not None and run.status == RunStatus.failed
+    assert run.error == "node 1 (b), rank 2: ValueError: bad batch"
+    # the other node's check-in sees the run ended: it stops its job
+    assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=0) is Standing.NOT_OWNED
+
+
+def test_a_node_whose_worker_stopped_heartbeating_fails_the_run_as_lost(db: Session) -> None:
+    run_id = running_run(db)
+    assert nodes.reap_lost_nodes(db, lost_after_seconds=60) == []
+    later = utcnow() + timedelta(seconds=61)
+    assert nodes.reap_lost_nodes(db, lost_after_seconds=60, now=later) == [run_id]
+    run = db.get(models.Run, run_id)
+    assert run is not None and run.status == RunStatus.failed
+    assert (run.error or "").startswith("node 1 (b) lost: its worker stopped heartbeating")

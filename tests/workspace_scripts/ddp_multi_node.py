@@ -1,0 +1,63 @@
+"""The multi-node tests' DDP script (tests/test_multi_node.py): a fixed regression set through
+a DistributedSampler with set_epoch, DDP over gloo, every step's loss averaged over the ranks
+and reported (rank 0 writes), and per epoch whether the ranks' shards, gathered on every rank,
+were disjoint and covered the set. ``--fail_rank``/``--fail_step`` make one rank raise;
+``--step_sleep`` makes a run long enough to cancel or to lose a node under."""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from torchyard.sdk import init
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--fail_rank", type=int, default=-1)
+parser.add_argument("--fail_step", type=int, default=0)
+parser.add_argument("--step_sleep", type=float, default=0.0)
+args = parser.parse_args()
+
+run = init(config=vars(args))
+run.seed_everything()
+rank, world = dist.get_rank(), dist.get_world_size()
+SIZE = 256
+generator = torch.Generator().manual_seed(0)
+x = torch.randn(SIZE, 8, generator=generator)
+dataset = TensorDataset(torch.arange(SIZE), x, x.sum(dim=1, keepdim=True))
+sampler = DistributedSampler(dataset, seed=run.seed, drop_last=True)
+loader = DataLoader(dataset, batch_size=32 // world, sampler=sampler, drop_last=True)
+model = DistributedDataParallel(torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+print(f"rank {rank} of {world} on node {os.environ.get('GROUP_RANK')}", flush=True)
+
+step = 0
+for epoch in range(args.epochs):
+    sampler.set_epoch(epoch)
+    mine = torch.tensor(list(iter(sampler)))
+    shards = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(shards, mine)
+    every = torch.cat(shards).tolist()
+    disjoint = float(len(set(every)) == len(every) == SIZE)
+    for _index, inputs, targets in loader:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if rank == args.fail_rank and step == args.fail_step:
+            raise RuntimeError(f"rank {rank} fails on purpose at step {step}")
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        run.log(
+            step=step,
+            **{"train/loss": mean.item() / world, "world_size": world, "shards_disjoint": disjoint},
+        )
+        time.sleep(args.step_sleep)
+run.finish()
