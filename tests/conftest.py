@@ -121,6 +121,10 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_config_env",  # a config's env in the job's process (launcher, sandbox)
         "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process
         "test_e2e_ddp_exit",  # DDP scripts end when their work ends
+        # multi-node DDP across namespace hosts (~4 min a pass): torchrun, Gloo and the nodes'
+        # workers; the barrier, the gang's leases and failing as one on PostgreSQL too:
+        # test_run_nodes, test_gpu_service
+        "test_multi_node",
         "test_e2e_environments",  # pip environments built for a run
         "test_e2e_hf",  # Hugging Face Trainer, unmodified
         "test_e2e_isolation",  # the bwrap sandbox around jobs
