@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from app.db import database_away, session_scope
 from app.errors import Invalid, TooMany
-from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
+from app.metrics.live_read import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.ops import shutdown
 from app.ops.prometheus import EVENT_STREAMS
 from app.runs.logs import log_source
