@@ -26,6 +26,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import threading
 import time
@@ -40,6 +41,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 
 from bench.load import (  # noqa: E402
     load_average,
+    percentiles,
     running_stack,
     spool_points,
     viewers_process,
@@ -116,8 +118,29 @@ def rate_between(samples: list[tuple[float, int]], t0: float, t1: float) -> floa
     return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far of a process and its descendants (/proc, clock ticks)."""
+    ticks, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def phase(
-    runs: int, args: argparse.Namespace, base_url: str, token: str, workspace: Path, url: str
+    runs: int,
+    args: argparse.Namespace,
+    base_url: str,
+    token: str,
+    workspace: Path,
+    url: str,
+    server_pid: int,
 ) -> dict[str, Any]:
     """`runs` jobs flooding at once; their rate, lag, ends and streams."""
     from app.db import make_engine
@@ -136,11 +159,19 @@ def phase(
         r.raise_for_status()
         run_ids.append(r.json()["id"])
     deadline = time.time() + args.seconds + 900
-    queue = multiprocessing.get_context("spawn").Queue()
-    viewers = multiprocessing.get_context("spawn").Process(
-        target=viewers_process, args=(base_url, token, run_ids, runs, deadline, 0.0, queue)
-    )
-    viewers.start()
+    # A process per viewer, as each browser tab is its own client: one process parsing every
+    # stream fell behind the streams themselves on a loaded box (3.66M points of one run alone
+    # were not through it in 300 s), and its lag was counted as the product's.
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    viewers = [
+        ctx.Process(
+            target=viewers_process, args=(base_url, token, [run_id], 1, deadline, 0.0, queue)
+        )
+        for run_id in run_ids
+    ]
+    for viewer in viewers:
+        viewer.start()
     t0 = time.monotonic()
     while sum(said(workspace, run_id, "flood ready") is not None for run_id in run_ids) < runs:
         if time.monotonic() - t0 > 600:
@@ -151,6 +182,7 @@ def phase(
     sampler = threading.Thread(target=sample_counter, args=(engine, stop, samples))
     sampler.start()
     start = time.time() + 1.0
+    server_cpu = cpu_seconds(server_pid)
     (sync / "go.tmp").write_text(repr(start))
     (sync / "go.tmp").rename(sync / "go")
     finished: dict[int, dict[str, Any]] = {}
@@ -164,10 +196,18 @@ def phase(
         time.sleep(0.2)
     stop.set()
     sampler.join()
-    result = queue.get(timeout=300)
-    viewers.join()
-    if "error" in result:
-        raise RuntimeError(f"viewers failed: {result['error']}")
+    results = [queue.get(timeout=max(deadline - time.time(), 1) + 120) for _ in viewers]
+    # The API's CPU time from "go" to the last stream's end, over that time: near 1.0, the
+    # server (one process, its polls and their JSON) was saturated.
+    server_busy = (cpu_seconds(server_pid) - server_cpu) / (
+        max(r["ended_at"] for r in results) - start
+    )
+    for viewer in viewers:
+        viewer.join()
+    failed = [r["error"] for r in results if "error" in r]
+    if failed:
+        raise RuntimeError(f"viewers failed: {failed}")
+    last_seen = max(r["seen_at"] for r in finished.values())
     ends = []
     logged = 0
     for run_id in run_ids:
@@ -179,17 +219,29 @@ def phase(
     stored = ingested(engine) - min(n for _, n in samples)
     api.close()
     engine.dispose()
-    viewers_out = result["viewers"]
+    viewers_out = [v for r in results for v in r["viewers"]]
+    lags = sorted(lag for r in results for lag in r["lags"])
+    # Each viewer process's CPU time over its time from "go" to its stream's end: near 1.0,
+    # the viewer itself was the bottleneck; well below it, it waited for the stream.
+    busy = [r["cpu_s"] / max(r["ended_at"] - start, 1e-9) for r in results]
     return {
         "runs": runs,
         # Points stored for the phase over the time from "go" to the last run's end: the rate
         # ingestion held while it had a backlog (the jobs outlog it on a 2-core box).
-        "rate": stored / (max(r["seen_at"] for r in finished.values()) - start),
+        "rate": stored / (last_seen - start),
         "rate_in_window": rate_between(samples, start, start + args.seconds),
         "stream_failures": [v for v in viewers_out if not v.get("complete")][:3],
         "points_logged": logged,
         "points_stored_in_phase": stored,
-        "lag_s": result["lag_s"],
+        "lag_s": percentiles(lags),
+        "viewer_cpu_s": {
+            "max": max(r["cpu_s"] for r in results),
+            "sum": sum(r["cpu_s"] for r in results),
+        },
+        "server_busy": server_busy,
+        "viewer_busy": {"max": max(busy), "median": statistics.median(busy)},
+        # When the last stream ended after the last run was seen finished: the viewers' drain.
+        "streams_ended_after_runs_s": max(r["ended_at"] for r in results) - last_seen,
         "finish_after_job_end_s": {"max": max(ends), "min": min(ends)},
         "succeeded": sum(1 for r in finished.values() if r["status"] == "succeeded"),
         "streams_complete": sum(1 for v in viewers_out if v.get("complete")),
@@ -205,8 +257,9 @@ def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
         name, args, kind="flood", script=script, runs=args.runs, extra_env=streams
     ) as s:
         load_before = load_average()
-        one = phase(1, args, s.base_url, s.token, s.workspace, s.database_url)
-        many = phase(args.runs, args, s.base_url, s.token, s.workspace, s.database_url)
+        where = (s.base_url, s.token, s.workspace, s.database_url, s.server_pid)
+        one = phase(1, args, *where)
+        many = phase(args.runs, args, *where)
         log_file = s.logs / "server.log"
     locked = log_file.read_text(errors="replace").count(LOCKED)
     return {"stack": name, "load_before": load_before, "one": one, "many": many, "locked": locked}
@@ -259,6 +312,14 @@ def report(res: dict[str, Any]) -> bool:
         print(f"{figure:40s} {value:52s} {target:16s} {r:6.2f}  {'yes' if met else 'NO'}")
     for failure in many["stream_failures"]:
         print(f"   a stream not complete: {failure}")
+    for label, ph in (("one run alone", one), (f"{n} jobs", many)):
+        print(
+            f"   {label}: viewer lag p50 {ph['lag_s']['p50']:.2f} s, p95 {ph['lag_s']['p95']:.2f} s"
+            f"; each viewer process's CPU / wall: max {ph['viewer_busy']['max']:.2f}, median "
+            f"{ph['viewer_busy']['median']:.2f} (CPU max {ph['viewer_cpu_s']['max']:.1f} s); "
+            f"last stream ended {ph['streams_ended_after_runs_s']:.1f} s after the last run; "
+            f"the API's CPU / wall {ph['server_busy']:.2f}"
+        )
     print(
         f"   points logged {many['points_logged']:,}, stored {many['points_stored_in_phase']:,}"
         f"; ratio {n}-job / one-run rate: {ratio:.2f}"

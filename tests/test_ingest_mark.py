@@ -13,7 +13,7 @@ from tests.waits import wait_for
 from torchyard.contract import SPOOL_BACKLOG_VAR, SPOOL_MARK_FRESH_VAR, RunPaths
 from torchyard.runtime import ingest_mark
 from torchyard.runtime.reporter import Reporter
-from worker.ingest_mark import publish
+from worker.ingest_mark import MIN_SHARE, publish, share
 
 BOUND = 64 * 1024
 KEYS = {f"flood/k{i:02d}": 0.123456789 for i in range(20)}  # ~500 bytes a line
@@ -125,3 +125,34 @@ def test_the_bound_comes_from_the_launchers_variables() -> None:
     assert ingest_mark.from_env(env) == (4096, 7.5)
     assert ingest_mark.from_env({}) == (0, ingest_mark.DEFAULT_FRESH_SECONDS)
     assert ingest_mark.from_env({SPOOL_BACKLOG_VAR: "lots"})[0] == 0
+
+
+def test_the_worker_shares_the_bound_among_the_runs_it_ingests(tmp_path: Path) -> None:
+    total = 2 * 1024 * 1024
+    paths = [tmp_path / f"run{i}" / "metrics.jsonl" for i in range(4)]
+    assert share(total, paths[0]) == total  # one run alone keeps it all
+    assert share(total, paths[1]) == total // 2
+    assert share(total, paths[0]) == total // 2  # the same run again is still one
+    assert [share(total, p) for p in paths[2:]] == [total // 3, total // 4]
+    assert share(MIN_SHARE, paths[0]) == MIN_SHARE  # never below the least share
+
+
+def test_a_reporter_holds_back_at_the_workers_share_of_its_bound(tmp_path: Path) -> None:
+    spool = RunPaths(tmp_path).metrics
+    reporter = Reporter(spool, interval=0.01, backlog_bytes=BOUND, fresh_seconds=30)
+    spool.touch()
+    publish(spool, 0, BOUND // 8)  # twelve runs flooding this worker: a small share each
+    done = threading.Event()
+    log_steps(reporter, 20_000, done)
+    wait_for(lambda: size(spool) > BOUND // 16, timeout=30, every=0.01, what="first writes")
+    time.sleep(0.5)
+    # The share, not the launcher's bound (64 KiB): past the share by at most the first chunk,
+    # written before the writer first saw the share (a quarter of the launcher's bound).
+    assert size(spool) <= BOUND // 8 + BOUND // 4 + 1024
+    deadline = time.monotonic() + 120
+    while not done.is_set() and time.monotonic() < deadline:
+        publish(spool, size(spool), BOUND // 8)
+        time.sleep(0.005)
+    assert done.is_set()
+    reporter.close()
+    assert len(spool.read_text().splitlines()) == 20_000

@@ -4,6 +4,7 @@ reconnects with it as Last-Event-ID gets exactly what it missed, nothing twice."
 from __future__ import annotations
 
 import json
+import time
 
 from sqlalchemy import update
 
@@ -135,3 +136,20 @@ def test_an_open_stream_ends_once_its_token_is_revoked(client, monkeypatch) -> N
     assert any("token revoked at" in line for line in seen), seen
     again = client.get(f"/api/runs/{run_id}/events", headers=headers)
     assert again.status_code == 401 and "revoked" in again.json()["detail"]
+
+
+def test_a_stream_behind_reads_on_without_waiting_the_poll_interval(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A viewer behind a flooding run got a limit's worth of points per poll interval, at
+    most (bench/flood.py): a poll that stops at the limit is followed at once by the next."""
+    interval = 3.0
+    monkeypatch.setattr(get_settings(), "sse_poll_seconds", interval)
+    total = 3 * NEW_POINTS_LIMIT + 5  # four metrics events
+    run_id, headers = finished_run_with_points(total, b"")
+    started = time.monotonic()
+    events = parse(client.get(f"/api/runs/{run_id}/events", headers=headers).text)
+    took = time.monotonic() - started
+    assert received_steps(events) == list(range(1, total + 1))
+    assert [e["data"]["status"] for e in events if e["event"] == "status"] == ["succeeded"]
+    # One interval: after the last points, the quiet sweep that ends the stream. Before,
+    # one more after each of the three full polls (12 s).
+    assert took < 2.5 * interval, took

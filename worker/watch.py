@@ -112,7 +112,11 @@ def watch(
         # away: the mark then goes stale, and the job spools freely, as without a worker.
         ingested = ingested if moved.offset is None else moved.offset
         if ingested is not None and (moved.offset is not None or ingest.no_turn):
-            ingest_mark.publish(run.metrics_path, ingested)
+            ingest_mark.publish(
+                run.metrics_path,
+                ingested,
+                ingest_mark.share(settings.spool_backlog_bytes, run.metrics_path),
+            )
         if moved and run.in_sweep and not stopped_early:
             # Its own transaction, committed before the cancel check below sees the request.
             stopped_early = early_stop_requested(ingest, run.run_id)

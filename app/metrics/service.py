@@ -8,13 +8,11 @@ app.metrics.ingest; ``ingest_points`` and ``Point`` stay importable from here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, case, func, literal, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session, aliased
 
 from app.metrics.downsample import MIN_MAX_POINTS, downsample_timed
@@ -26,12 +24,11 @@ from app.metrics.live_downsample import (
     known_longer_than,
     note_longer_than,
 )
+from app.metrics.live_read import NEW_POINTS_LIMIT as NEW_POINTS_LIMIT
+from app.metrics.live_read import Series as Series
+from app.metrics.live_read import key_window as key_window
+from app.metrics.live_read import read_new_points as read_new_points
 from app.metrics.models import Metric, MetricKey
-
-Series = dict[str, dict[str, list[Any]]]
-
-NEW_POINTS_LIMIT = 20_000
-_NO_STEP = -(2**63)  # below any step: every point of a key the client has not seen
 
 # --- reads ------------------------------------------------------------------------------
 
@@ -329,58 +326,3 @@ def _whole_series(
     finally:
         cursor.close()
     return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows] if with_time else []
-
-
-def key_window(
-    session: Session, *, run_id: int, start: str | None, inclusive: bool, max_keys: int
-) -> list[str]:
-    """Up to `max_keys` of the run's keys in key order from `start` (all from the first when
-    None): the live stream reads a run with many keys a window at a time, so one poll's work
-    is bounded however many keys a job logged (an index range on (run_id, key))."""
-    stmt = select(MetricKey.key).where(MetricKey.run_id == run_id)
-    if start is not None:
-        stmt = stmt.where(MetricKey.key >= start if inclusive else MetricKey.key > start)
-    return list(session.scalars(stmt.order_by(MetricKey.key).limit(max_keys)))
-
-
-def read_new_points(
-    session: Session,
-    *,
-    run_id: int,
-    after: Mapping[str, int],
-    limit: int = NEW_POINTS_LIMIT,
-    keys: tuple[str, str] | None = None,
-) -> Series:
-    """Points past each key's last seen step, for the live stream.
-
-    {key: {"step", "value", "time"}} holds, per key, the points with step > after[key] (every
-    point for a key not in `after`), in step order; keys with nothing new are left out. At most
-    `limit` points in all, key by key in key order: a client catching up on a long run gets it
-    in bounded chunks. `keys` (first, last) limits the read to that key range (a window from
-    `key_window`; pass only its keys in `after`, the CASE grows with it). One statement (every
-    live viewer runs this several times a second, and a query per key cost a round trip and a
-    statement's Python overhead each).
-    """
-    last_seen: Any = (
-        case(dict(after), value=MetricKey.key, else_=literal(_NO_STEP))
-        if after
-        else literal(_NO_STEP)
-    )
-    stmt = (
-        select(MetricKey.key, Metric.step, Metric.value, Metric.wall_time)
-        .join(Metric, Metric.key_id == MetricKey.id)
-        .where(MetricKey.run_id == run_id, Metric.step > last_seen)
-        .order_by(MetricKey.key, Metric.step)
-        .limit(limit)
-    )
-    if keys is not None:
-        stmt = stmt.where(MetricKey.key >= keys[0], MetricKey.key <= keys[1])
-    result: Series = {}
-    for key, group in groupby(session.connection().execute(stmt), itemgetter(0)):
-        points = list(group)
-        result[key] = {
-            "step": [p[1] for p in points],
-            "value": [p[2] for p in points],
-            "time": [p[3] for p in points],
-        }
-    return result

@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 import anyio
+import orjson
 from anyio.lowlevel import RunVar
 from fastapi.sse import ServerSentEvent
 from sqlalchemy import bindparam, select
@@ -37,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from app.db import database_away, session_scope
 from app.errors import Invalid, TooMany
-from app.metrics.service import NEW_POINTS_LIMIT, key_window, read_new_points
+from app.metrics.live_read import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.ops import shutdown
 from app.ops.prometheus import EVENT_STREAMS
 from app.runs.logs import log_source
@@ -73,6 +74,10 @@ class StreamCursor:
     # found nothing new since: a finished run's stream ends after one whole quiet sweep.
     sweep_after_finish: bool = False
     sweep_quiet: bool = True
+    # The last poll stopped at its point limit: more is already stored, the next poll goes at
+    # once (a viewer behind a flooding run waited the poll interval between every 20,000
+    # points, a ceiling of 100,000 points/s at best, far less on a loaded box).
+    behind: bool = False
 
 
 def status_payload(run: Any) -> dict[str, Any]:
@@ -118,8 +123,9 @@ def json_event(event: str, data: Any, id: str | None = None) -> ServerSentEvent:
     """An event whose data is encoded here, in the polling thread: FastAPI would otherwise
     run each payload through jsonable_encoder on the event loop, which was a quarter of the
     server's time with 20 viewers on fast runs (bench/load.py). Non-finite values are already
-    None (stored as NULL), so this is plain JSON."""
-    raw = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    None (stored as NULL), so this is plain JSON. orjson: the stdlib encoder was a fifth of a
+    catching-up poll's time (20,000 points; bench/flood.py)."""
+    raw = orjson.dumps(data).decode()
     return ServerSentEvent(event=event, raw_data=raw, id=id)
 
 
@@ -163,6 +169,7 @@ def _read_window(session: Session, cursor: StreamCursor) -> tuple[dict[str, Any]
     """New points of the keys in the cursor's current window, and whether that window ended
     a sweep over all keys (the cursor then starts the next sweep from the first key)."""
     start, inclusive = cursor.window_start or (None, False)
+    cursor.behind = False
     keys = key_window(
         session, run_id=cursor.run_id, start=start, inclusive=inclusive, max_keys=KEY_WINDOW
     )
@@ -174,6 +181,7 @@ def _read_window(session: Session, cursor: StreamCursor) -> tuple[dict[str, Any]
     points = sum(len(s["step"]) for s in series.values())
     if points >= NEW_POINTS_LIMIT:
         cursor.window_start = (max(series), True)  # the rest of that key, and on
+        cursor.behind = True
         return series, False
     if len(keys) < KEY_WINDOW:
         cursor.window_start = None
@@ -350,6 +358,7 @@ async def stream(
             # on a fresh connection. The sweep starts over, so points that poll read and
             # never sent are read again (last_steps moved only for what was sent).
             cursor.window_start = None
+            cursor.behind = False  # the poll interval before the next try
             events, done = [], False
         for event in events:
             yield event
@@ -362,6 +371,6 @@ async def stream(
             last_sent = time.monotonic()
         else:
             yield ServerSentEvent(comment="keep-alive")
-        await anyio.sleep(interval)
+        await anyio.sleep(0 if cursor.behind else interval)  # 0: others' turns first
     # Stopping: reconnect soon (to the restarted server), from the last event's id.
     yield ServerSentEvent(comment="server stopping", retry=RECONNECT_MS)

@@ -31,6 +31,8 @@ from torchyard.contract import SPOOL_BACKLOG_VAR, SPOOL_MARK_FRESH_VAR
 DEFAULT_FRESH_SECONDS = 15.0
 # How long the writer sleeps between two looks at the mark while it holds back.
 POLL_SECONDS = 0.02
+# The least the writer writes between two looks at the backlog.
+MIN_CHUNK = 4096
 
 # Set when the process is being stopped (torchyard.job's SIGTERM handler): write everything now.
 _stopping = threading.Event()
@@ -57,6 +59,15 @@ def read_mark(
 ) -> tuple[int, int] | None:
     """(offset ingested, inode of the spool it is an offset of) when the mark is fresh; None
     when there is none, it is stale or it cannot be read."""
+    mark = read_mark_share(path, fresh_seconds=fresh_seconds, now=now)
+    return None if mark is None else (mark[0], mark[1])
+
+
+def read_mark_share(
+    path: Path, *, fresh_seconds: float, now: float | None = None
+) -> tuple[int, int, int | None] | None:
+    """read_mark and the worker's share for this job, when it wrote one: the backlog this job
+    may hold while the worker ingests several flooding runs (worker.ingest_mark.share)."""
     try:
         with open(path, "rb") as f:
             stamp = os.fstat(f.fileno()).st_mtime
@@ -66,10 +77,14 @@ def read_mark(
     if (time.time() if now is None else now) - stamp > fresh_seconds:
         return None
     try:
-        offset, inode = (int(part) for part in text.split())
+        fields = [int(part) for part in text.split()]
     except ValueError:
         return None
-    return offset, inode
+    if len(fields) == 2:
+        return fields[0], fields[1], None
+    if len(fields) == 3 and fields[2] > 0:
+        return fields[0], fields[1], fields[2]
+    return None
 
 
 class Backpressure:
@@ -81,19 +96,31 @@ class Backpressure:
         self.fresh_seconds = fresh_seconds
         # True while the writer holds back: log() then waits too, instead of queueing more.
         self.holding = False
+        self.bound = backlog_bytes  # in force at the last look: the launcher's or the share
+
+    def chunk_bytes(self) -> int:
+        """How much the writer may write between two looks at the backlog: a quarter of the
+        bound in force (the worker's share may be far below the writer's own chunk)."""
+        return max(MIN_CHUNK, self.bound // 4)
 
     def wait(self, fd: int) -> None:
         """Sleep while the written-but-not-ingested backlog exceeds the bound and the worker's
-        mark is fresh (it is ingesting this very file)."""
+        mark is fresh (it is ingesting this very file). The bound is the launcher's, or the
+        worker's share of it when the mark carries one: with twelve runs flooding one worker,
+        each holding the whole bound made every point wait for twelve runs' backlogs (a
+        minute on a loaded 2-core box; bench/flood.py)."""
         if self.backlog_bytes <= 0:
             return
         try:
             while not _stopping.is_set():
                 info = os.fstat(fd)
-                mark = read_mark(self.mark, fresh_seconds=self.fresh_seconds)
+                mark = read_mark_share(self.mark, fresh_seconds=self.fresh_seconds)
                 if mark is None or mark[1] != info.st_ino:
+                    self.bound = self.backlog_bytes
                     return
-                if info.st_size - mark[0] <= self.backlog_bytes:
+                share = mark[2]
+                self.bound = self.backlog_bytes if share is None else min(share, self.backlog_bytes)
+                if info.st_size - mark[0] <= self.bound:
                     return
                 self.holding = True
                 time.sleep(POLL_SECONDS)

@@ -288,13 +288,15 @@ class Reporter:
             self._file.flush()
             return
         start, size = 0, 0
+        chunk = min(WRITE_CHUNK, held.chunk_bytes())
         for i, line in enumerate(lines):
             size += len(line)
-            if size >= WRITE_CHUNK or i == len(lines) - 1:
+            if size >= chunk or i == len(lines) - 1:
                 held.wait(self._file.fileno())
                 self._file.write("".join(lines[start : i + 1]))
                 self._file.flush()
                 start, size = i + 1, 0
+                chunk = min(WRITE_CHUNK, held.chunk_bytes())
 
 
 _encoded_keys: dict[str, str] = {}
