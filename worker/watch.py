@@ -62,7 +62,7 @@ def watch(
     Returns what stopped it, or None when the job ended by itself.
     """
     settings = get_settings()
-    recorded = (run.node or 0) > 0  # the environment record is node 0's (its job's rank 0 writes it)
+    recorded = bool(run.node)  # the environment record is node 0's (its job's rank 0 writes it)
     shutdown_deadline: float | None = None
     backoff = Backoff(interval)
     heartbeat = Heartbeat(run)
