@@ -20,7 +20,8 @@ torchyard runs as a server of its own over a fresh SQLite database with no worke
 (tests/own_server.py); MLflow as ``<--mlflow> server --backend-store-uri sqlite:///...``.
 
     .venv/bin/python bench/mlflow_api.py --mlflow /path/to/venv/bin/mlflow \\
-        [--points 30000] [--runs 10000] [--series-points 100000] [--repeats 3] [--only history]
+        [--points 30000] [--runs 10000] [--series-points 100000] [--repeats 3] \\
+        [--only ingest|history]
 """
 
 from __future__ import annotations
@@ -310,7 +311,7 @@ def measure(
     )
     suffix = str(time.time_ns())
     out: dict[str, float] = {}
-    if args.only != "history":  # the history phase alone
+    if args.only in (None, "ingest"):
         raw_run = client.create_run(client.create_experiment(f"raw-{suffix}")).info.run_id
         out["ingest_http"] = raw_ingest(http, raw_run, args.points, args.keys)
         print(f"{name}: log-batch over HTTP {out['ingest_http']:,.0f} points/s", flush=True)
@@ -318,20 +319,19 @@ def measure(
             client, client.create_experiment(f"ingest-{suffix}"), args.points, args.keys
         )
         print(f"{name}: log-batch ingestion {out['ingest']:,.0f} points/s", flush=True)
+    if args.only is None:
         experiment_id = client.create_experiment(f"search-{suffix}")
         started = time.perf_counter()
         seed("runs", experiment_id, args.runs)
         print(f"{name}: {args.runs} runs written in {time.perf_counter() - started:.1f} s")
-        found = 0
-
-        def run_search() -> None:
-            nonlocal found
-            found = search(client, experiment_id)
-
-        out["search"] = median_of(run_search, args)
-        print(f"{name}: search_runs over {args.runs} runs ({found} found) {out['search']:.3f} s")
+        found = [0]  # the last search's count
+        out["search"] = median_of(lambda: found.append(search(client, experiment_id)), args)
+        took = out["search"]
+        print(f"{name}: search_runs over {args.runs} runs ({found[-1]} found) {took:.3f} s")
         out["search_http"] = median_of(lambda: raw_search(http, experiment_id), args)
         print(f"{name}: runs/search over HTTP {out['search_http']:.3f} s", flush=True)
+    if args.only == "ingest":
+        return out
     run_id = history(
         client, client.create_experiment(f"history-{suffix}"), args.series_points, seed
     )
@@ -358,7 +358,7 @@ def main() -> None:
     parser.add_argument("--series-points", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--repeat-budget", type=float, default=60.0)
-    parser.add_argument("--only", choices=["history"], help="the history phase alone")
+    parser.add_argument("--only", choices=["ingest", "history"], help="one phase alone")
     args = parser.parse_args()
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     with tempfile.TemporaryDirectory(prefix="bench-mlflow-") as tmp:
