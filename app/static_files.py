@@ -20,6 +20,8 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.runs.job_files import within
+
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 IMMUTABLE = "public, max-age=31536000, immutable"
 
@@ -113,7 +115,7 @@ def module_preloads(*entries: str) -> tuple[str, ...]:
     todo = [STATIC_DIR / name for name in entries]
     while todo:
         path = todo.pop(0).resolve()
-        if path in seen or not path.is_file() or not path.is_relative_to(STATIC_DIR):
+        if path in seen or not path.is_file() or not within(path, STATIC_DIR):
             continue
         seen[path] = None
         todo += [path.parent / spec for spec in _IMPORT.findall(path.read_text())]

@@ -40,7 +40,6 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.metrics.models import MetricKey
-from app.metrics.overview import update_overviews
 from app.metrics.summary import update_summaries
 from app.ops import counters
 
@@ -132,6 +131,8 @@ def ingest_points(
         lo, hi = min(steps), max(steps)
         stored = rows if inserted == len(rows) else None
         # Before the summaries: a key whose summary has no step yet had no point before.
+        from app.metrics.overview import update_overviews  # numpy: not in an idle process
+
         update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
         update_summaries(session, key_ids=touched, lo=lo, hi=hi)
     return inserted
@@ -178,6 +179,8 @@ def ingest_steps(
         lo, hi = min(numbers), max(numbers)
         stored = rows if inserted == len(rows) else None
         # Before the summaries: a key whose summary has no step yet had no point before.
+        from app.metrics.overview import update_overviews  # numpy: not in an idle process
+
         update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
         update_summaries(session, key_ids=touched, lo=lo, hi=hi)
     return inserted

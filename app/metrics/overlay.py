@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.models import MetricKey, MetricOverview
-from app.metrics.overview import MAX_VIEW_POINTS, decode, view
 from app.metrics.service import LiveRun, Series, read_runs_series
 
 
@@ -35,7 +34,9 @@ def read_overlay(
         raise ValueError(
             f"max_points must be at least {MIN_MAX_POINTS} (the two ends, one bucket's min and max)"
         )
-    if max_points > MAX_VIEW_POINTS or not runs or not keys:
+    from app.metrics import overview  # numpy: not in an idle process (tests/test_job_imports.py)
+
+    if max_points > overview.MAX_VIEW_POINTS or not runs or not keys:
         return read_runs_series(
             session, runs=runs, keys=keys, max_points=max_points, with_time=with_time
         )
@@ -51,7 +52,8 @@ def read_overlay(
         if data is None:
             live.setdefault(run_id, set()).add(key)
             continue
-        steps, values, times = view(width, decode(bytes(data)), max_points).lists()
+        points = overview.view(width, overview.decode(bytes(data)), max_points)
+        steps, values, times = points.lists()
         result[run_id][key] = {"step": steps, "value": values}
         if with_time:
             result[run_id][key]["time"] = times

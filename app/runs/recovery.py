@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session
 from app.experiments.config import ScriptConfig, run_config
 from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
-from app.metrics.overview import drop_overviews
 from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
 from app.runs.lifecycle import WORKER_LOST
@@ -86,6 +85,8 @@ def requeue(session: Session, *, run: Run, reason: str) -> bool:
     )
     session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
     recompute_summaries(session, run_id=run.id)  # their last/max may have been among them
+    from app.metrics.overview import drop_overviews  # numpy: not in an idle process
+
     drop_overviews(session, key_ids=list(session.scalars(keys)))  # an overview cannot shrink
     session.flush()
     log.warning("run %s: %s; requeued as attempt %d", run.id, reason, attempt + 1)
