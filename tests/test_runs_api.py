@@ -147,3 +147,24 @@ def test_a_non_admin_cannot_set_a_priority_above_the_ceiling(
         f"/api/experiments/{exp['id']}/runs", json={"priority": 1000}, headers=admin_headers
     )
     assert r.status_code == 201 and r.json()["priority"] == 1000
+
+
+def test_a_multi_node_run_is_refused_unless_the_server_allows_them(
+    client, user_headers, monkeypatch
+) -> None:
+    """Off by default: a multi-node job runs in its host's network (docs/multi-node.md)."""
+    exp = new_experiment(client, user_headers)
+    body = {"overrides": {"resources": {"nodes": 2, "nproc": 1, "gpus": 0}}}
+    with monkeypatch.context() as env:
+        env.delenv("TORCHYARD_MULTI_NODE_RUNS")
+        get_settings.cache_clear()
+        try:
+            r = client.post(f"/api/experiments/{exp['id']}/runs", json=body, headers=user_headers)
+        finally:
+            env.undo()
+            get_settings.cache_clear()
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "overrides", "resources", "nodes"]
+    assert "TORCHYARD_MULTI_NODE_RUNS" in error["msg"]
+    assert client.get(f"/api/experiments/{exp['id']}/runs", headers=user_headers).json() == []
