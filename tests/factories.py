@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,14 @@ from app.runs.models import Run
 
 # A run's limits as its stored config has them when it names none (the settings' defaults).
 DEFAULT_LIMITS = {"memory_gb": 8.0, "cpus": 4.0, "disk_gb": 50.0, "max_processes": 4096}
+
+
+def add_owned_run(session: Session) -> int:
+    """A queued run of a new user of its own, in the caller's session."""
+    user = User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
+    session.add(user)
+    session.flush()
+    return add_run(session, owner_id=user.id)
 
 
 def add_run(

@@ -4,18 +4,16 @@ key, a few hundred keys a statement), and a far-behind read's work bounded by it
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-import app.models as models
 from app.metrics.live_read import _KEYS_PER_READ, read_new_points
 from app.metrics.service import ingest_points
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
-from tests.factories import add_run
+from tests.factories import add_owned_run
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -40,10 +38,7 @@ def session(rollback_engine: Engine) -> Iterator[Session]:
 
 @pytest.fixture
 def run_id(session: Session) -> int:
-    user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
-    session.add(user)
-    session.flush()
-    return add_run(session, owner_id=user.id)
+    return add_owned_run(session)
 
 
 def key(i: int) -> str:

@@ -21,7 +21,7 @@ from app.metrics.overlay import read_overlay
 from app.metrics.overview import MAX_BUCKETS, drop_overviews, read_overviews
 from app.metrics.service import LiveRun, read_runs_series, read_series
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
-from tests.test_metrics_service import new_run
+from tests.factories import add_owned_run
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -42,7 +42,7 @@ def session(engine: Engine) -> Iterator[Session]:
 
 @pytest.fixture
 def run_id(session: Session) -> int:
-    return new_run(session)
+    return add_owned_run(session)
 
 
 Stored = dict[int, tuple[float | None, float]]  # step -> (value, wall time)
@@ -209,7 +209,7 @@ def test_the_overlay_reads_no_point_and_falls_back_without_an_overview(
 ) -> None:
     """100 runs x 2 keys in one statement over metric_keys and metric_overviews; a series
     whose overview is missing (dropped) is read from its points, the same way as before."""
-    run_ids = [new_run(session) for _ in range(20)]
+    run_ids = [add_owned_run(session) for _ in range(20)]
     for i, rid in enumerate(run_ids):
         points = [
             (k, s, math.sin(s / (i + 5)), float(s)) for k in ("a", "b") for s in range(1, 3001)

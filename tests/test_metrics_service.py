@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import random
-import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -25,7 +24,7 @@ from app.metrics.service import (
     read_series,
 )
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
-from tests.factories import add_run
+from tests.factories import add_owned_run
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -34,13 +33,6 @@ def engine(
 ) -> Iterator[Engine]:
     with own_database(request.param, tmp_path_factory.mktemp("metrics"), "ty_metrics") as eng:
         yield eng
-
-
-def new_run(session: Session) -> int:
-    user = models.User(username=f"u-{secrets.token_hex(6)}", password_hash="-")
-    session.add(user)
-    session.flush()
-    return add_run(session, owner_id=user.id)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +50,7 @@ def session(rollback_engine: Engine) -> Iterator[Session]:
 
 @pytest.fixture
 def run_id(session: Session) -> int:
-    return new_run(session)
+    return add_owned_run(session)
 
 
 Point = tuple[str, int, float | None, float]
@@ -91,7 +83,7 @@ def test_reingesting_the_same_points_stores_them_once(session: Session, run_id: 
 def test_replay_across_transactions_doubles_nothing(engine: Engine) -> None:
     points = pts("a", range(1, 501)) + pts("b", range(1, 501))
     with Session(engine) as s:
-        rid = new_run(s)
+        rid = add_owned_run(s)
         assert ingest_points(s, run_id=rid, points=points[:600]) == 600
         s.commit()
     # Later transactions reuse the pooled connection (on PostgreSQL, its staging temp table).
@@ -126,7 +118,7 @@ def test_key_ids_are_created_once_and_reused(session: Session, run_id: int) -> N
     )
     assert set(after) == {"a", "b", "c"}
     assert {k: after[k] for k in ids} == ids
-    other = new_run(session)
+    other = add_owned_run(session)
     ingest_points(session, run_id=other, points=pts("a", [1], f=lambda s: 99.0))
     assert list_keys(session, run_id=run_id) == ["a", "b", "c"]
     assert list_keys(session, run_id=other) == ["a"]
@@ -476,7 +468,7 @@ def test_read_new_points_returns_only_what_is_past_each_cursor(
     # At most `limit` points in all, key by key: a's four, then b's first.
     chunk = read_new_points(session, run_id=run_id, after={"a": 1}, limit=5)
     assert {k: s["step"] for k, s in chunk.items()} == {"a": [2, 3, 4, 5], "b": [1]}
-    assert read_new_points(session, run_id=new_run(session), after={}) == {}
+    assert read_new_points(session, run_id=add_owned_run(session), after={}) == {}
 
 
 def read_key_id(session: Session, run_id: int, key: str) -> int:
