@@ -113,12 +113,12 @@ js-check: node_modules/.installed
 # services pass restarts it), its own Redis database for the two-host tests, its own range of
 # job uids, and each test process its own data dir (whose digest names its jobs' cgroups).
 # `make test` (CI) runs two streams side by side, then the `timed` tests alone:
-#  1. side by side: the embedded pass but for its browser and timed tests; and the services
-#     pass but for its timed tests, then the embedded pass's browser tests (Chromium against a
-#     live stack of their own, with a job uid range and Redis database of their own). Quick
-#     tests are in-process; the slow ones here (training to a quality, sweeps, third-party
-#     scripts, pip builds, packaging) wait on conditions with minutes of margin, and the
-#     browser tests have Playwright's 20 s waits;
+#  1. side by side: the embedded pass but for its browser, timed and `second_stream` tests;
+#     and the services pass but for its timed tests, then the embedded pass's browser and
+#     `second_stream` tests (a few slow modules, to balance the streams), with a job uid range
+#     and Redis database of their own. Quick tests are in-process; the slow ones here
+#     (training to a quality, sweeps, third-party scripts, pip builds, packaging) wait on
+#     conditions with minutes of margin, and the browser tests have Playwright's 20 s waits;
 #  2. the `timed` tests (tests/phases.py: fault tests whose heartbeats and lease TTLs are
 #     seconds, "gone within 5 s of a cancel"), whose bounds want the CPU to themselves (run
 #     side by side whole, each pass took twice as long and "cancel within 5 s" failed): the
@@ -153,13 +153,13 @@ test-services: $(TEST_DEPS)
 
 # `make test`'s two side-by-side streams (their prerequisites installed by it).
 test-embedded-side:
-	$(EMBEDDED_PYTEST) -m "not postgres_only and not browser and not timed"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not browser and not timed and not second_stream"
 
 test-services-side: EMBEDDED_JOB_UID_BASE := 500000
 test-services-side: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
 test-services-side:
 	$(SERVICES_PYTEST) -m "not local_only and not timed"
-	$(EMBEDDED_PYTEST) -m "not postgres_only and browser"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not timed and (browser or second_stream)"
 
 bench: install-test browser
 	$(PY) bench/log_overhead.py

@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.databases import rolled_back, savepoint_engine
-from tests.phases import TIMED_MODULES
+from tests.phases import SECOND_STREAM_MODULES, TIMED_MODULES
 from tests.stack import LiveStack, running_stack
 from tests.waits import wait_for
 
@@ -218,6 +218,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "timed: a slow test with a tight time bound, run alone (tests/phases.py)"
     )
+    config.addinivalue_line(
+        "markers", "second_stream: run beside the browser tests in `make test` (tests/phases.py)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -229,6 +232,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.postgres_only)
         if key in TIMED_MODULES:
             item.add_marker(pytest.mark.timed)
+        if key in SECOND_STREAM_MODULES:
+            item.add_marker(pytest.mark.second_stream)
 
 
 def _reset_postgres(url: str) -> None:

@@ -10,6 +10,12 @@ quality, sweeps, third-party scripts, packaging, environments built with pip) wa
 conditions with minutes of margin: it runs side by side with the other stream, where its
 slowdown costs no failure.
 
+The side-by-side slow tests of the embedded pass would all fall to its quick stream, which
+already runs longest (413 s against 594 s for the services' quick and the browser tests, stop
+35); `SECOND_STREAM_MODULES` (marker `second_stream`) run in the other stream instead, after the
+browser tests in the same pytest process (their live stack shared): chosen as whole modules of
+their own stacks or the shared one, about a third of the embedded side-by-side slow time.
+
 Whole modules are classified here (a module's tests share its stack, so one phase starts it
 once); a module of `SIDE_BY_SIDE_MODULES` with one timed test marks that test
 `@pytest.mark.timed` where it is. tests/test_phases.py fails on a module with slow tests that
@@ -79,5 +85,15 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_resume",
         "test_system_metrics",
         "test_wheel",  # builds and installs the wheel in a venv: minutes of margin
+    }
+)
+
+# Embedded side-by-side slow modules run in the second stream, beside the browser tests
+# (Makefile test-services-side): to balance the two streams. Quiet-box times from stop 35's CI.
+SECOND_STREAM_MODULES = frozenset(
+    {
+        "test_e2e_ddp_exit",  # 43 s: 12 DDP runs
+        "test_netns_hosts",  # ~70 s: namespace hosts, a two-node torchrun job (35 s)
+        "test_wheel",  # ~54 s (stop 34): builds the wheel and starts it from a fresh venv
     }
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.phases import SIDE_BY_SIDE_MODULES, TIMED_MODULES
+from tests.phases import SECOND_STREAM_MODULES, SIDE_BY_SIDE_MODULES, TIMED_MODULES
 
 TESTS = Path(__file__).resolve().parent
 SLOW = re.compile(r"pytest\.mark\.slow\b")
@@ -38,4 +38,11 @@ def test_single_timed_tests_are_in_side_by_side_modules() -> None:
     nothing, and a reader would think the module's other tests are not timed."""
     assert modules_marking(TIMED) <= SIDE_BY_SIDE_MODULES, sorted(
         modules_marking(TIMED) - SIDE_BY_SIDE_MODULES
+    )
+
+
+def test_the_second_streams_modules_run_side_by_side() -> None:
+    """A timed module there would run beside the other stream, its bounds under its load."""
+    assert SECOND_STREAM_MODULES <= SIDE_BY_SIDE_MODULES, sorted(
+        SECOND_STREAM_MODULES - SIDE_BY_SIDE_MODULES
     )
