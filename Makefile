@@ -125,7 +125,9 @@ js-check: node_modules/.installed
 #     embedded pass's, then the services pass's.
 # Issue 26: CI under 40 minutes on 2 cores; docs/testing.md.
 TEST_DEPS := install-test browser compose sandbox
-PYTEST := $(PY) -m pytest -q --durations=25 -p no:cacheprovider
+# Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
+# slow tests wait or compute decides what running them side by side saves (docs/testing.md).
+PYTEST = $(PY) bench/cpu_busy.py $@ $(PY) -m pytest -q --durations=25 -p no:cacheprovider
 
 POSTGRES_ENV := TORCHYARD_TEST_POSTGRES_URL=$(POSTGRES_URL)
 # The two-host and queue-fault tests' own Redis database (their broker), purged when they
@@ -137,7 +139,7 @@ EMBEDDED_PYTEST = env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL -u TORCH
 	TORCHYARD_TEST_REDIS_URL=$(EMBEDDED_TEST_REDIS_URL) TORCHYARD_JOB_UID_BASE=$(EMBEDDED_JOB_UID_BASE) \
 	$(PYTEST)
 # The metrics store's own tests run on both databases here (TORCHYARD_TEST_POSTGRES_URL).
-SERVICES_PYTEST := TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
+SERVICES_PYTEST = TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 	$(POSTGRES_ENV) TORCHYARD_TEST_REDIS_URL=$(SERVICES_TEST_REDIS_URL) $(PYTEST)
 
 test: lint js-check $(TEST_DEPS)
