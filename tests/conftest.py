@@ -230,7 +230,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.local_only)
         if key in POSTGRES_ONLY_MODULES:
             item.add_marker(pytest.mark.postgres_only)
-        if key in TIMED_MODULES:
+        if key in TIMED_MODULES and item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.timed)
         if key in SECOND_STREAM_MODULES:
             item.add_marker(pytest.mark.second_stream)

@@ -17,11 +17,11 @@ browser tests in the same pytest process (their live stack shared): chosen as wh
 their own stacks or the shared one, about a third of the embedded side-by-side slow time.
 
 Whole modules are classified here (a module's tests share its stack, so one phase starts it
-once); a module of `SIDE_BY_SIDE_MODULES` with one timed test marks that test
-`@pytest.mark.timed` where it is. tests/test_phases.py fails on a module with slow tests that
-is in neither set, so a new slow module is classified when it is written. The browser tests
-(tests/browser/, marker `browser`) have no time bounds but Playwright's waits and always run
-side by side.
+once; the quick tests of a timed module stay quick); a module of `SIDE_BY_SIDE_MODULES` with
+one timed test marks that test `@pytest.mark.timed` where it is. tests/test_phases.py fails on
+a module with slow tests that is in neither set, so a new slow module is classified when it
+is written. The browser tests (tests/browser/, marker `browser`) have no time bounds but
+Playwright's waits and always run side by side.
 """
 
 from __future__ import annotations
