@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test browser compose sandbox up test test-embedded test-services test-embedded-quick test-services-quick-browser lint js-check bench clean
+.PHONY: install install-test browser compose sandbox up test test-embedded test-services test-embedded-side test-services-side lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -112,17 +112,22 @@ js-check: node_modules/.installed
 # The passes share nothing, so they may run at once: the embedded pass uses no PostgreSQL (the
 # services pass restarts it), its own Redis database for the two-host tests, its own range of
 # job uids, and each test process its own data dir (whose digest names its jobs' cgroups).
-# `make test` (CI) runs two streams side by side: the embedded pass's quick tests (neither
-# `slow` nor `browser`: in-process, one core each), and the services pass's quick tests then
-# the embedded pass's browser tests (Chromium against a live stack of their own: no time
-# bounds but Playwright's 20 s waits; their jobs get a uid range of their own). Then each
-# pass's other slow tests (real workers, jobs, faults, whose time bounds want the CPU to
-# themselves: run side by side whole, each pass took twice as long and "cancel within 5 s"
-# failed), one pass after the other (issue 26: CI under 40 minutes on 2 cores;
-# docs/testing.md).
+# `make test` (CI) runs two streams side by side, then the `timed` tests alone:
+#  1. side by side: the embedded pass but for its browser, timed and `second_stream` tests;
+#     and the services pass but for its timed tests, then the embedded pass's browser and
+#     `second_stream` tests (a few slow modules, to balance the streams), with a job uid range
+#     and Redis database of their own. Quick tests are in-process; the slow ones here
+#     (training to a quality, sweeps, third-party scripts, pip builds, packaging) wait on
+#     conditions with minutes of margin, and the browser tests have Playwright's 20 s waits;
+#  2. the `timed` tests (tests/phases.py: fault tests whose heartbeats and lease TTLs are
+#     seconds, "gone within 5 s of a cancel"), whose bounds want the CPU to themselves (run
+#     side by side whole, each pass took twice as long and "cancel within 5 s" failed): the
+#     embedded pass's, then the services pass's.
+# Issue 26: CI under 40 minutes on 2 cores; docs/testing.md.
 TEST_DEPS := install-test browser compose sandbox
-QUICK := not slow and not browser
-PYTEST := $(PY) -m pytest -q --durations=25 -p no:cacheprovider
+# Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
+# slow tests wait or compute decides what running them side by side saves (docs/testing.md).
+PYTEST = $(PY) bench/cpu_busy.py $@ $(PY) -m pytest -q --durations=25 -p no:cacheprovider
 
 POSTGRES_ENV := TORCHYARD_TEST_POSTGRES_URL=$(POSTGRES_URL)
 # The two-host and queue-fault tests' own Redis database (their broker), purged when they
@@ -134,13 +139,13 @@ EMBEDDED_PYTEST = env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL -u TORCH
 	TORCHYARD_TEST_REDIS_URL=$(EMBEDDED_TEST_REDIS_URL) TORCHYARD_JOB_UID_BASE=$(EMBEDDED_JOB_UID_BASE) \
 	$(PYTEST)
 # The metrics store's own tests run on both databases here (TORCHYARD_TEST_POSTGRES_URL).
-SERVICES_PYTEST := TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
+SERVICES_PYTEST = TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 	$(POSTGRES_ENV) TORCHYARD_TEST_REDIS_URL=$(SERVICES_TEST_REDIS_URL) $(PYTEST)
 
 test: lint js-check $(TEST_DEPS)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-quick test-services-quick-browser
-	$(EMBEDDED_PYTEST) -m "not postgres_only and not ($(QUICK)) and not browser"
-	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK))"
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-side test-services-side
+	$(EMBEDDED_PYTEST) -m "not postgres_only and timed"
+	$(SERVICES_PYTEST) -m "not local_only and timed"
 
 test-embedded: $(TEST_DEPS)
 	$(EMBEDDED_PYTEST) -m "not postgres_only"
@@ -148,15 +153,15 @@ test-embedded: $(TEST_DEPS)
 test-services: $(TEST_DEPS)
 	$(SERVICES_PYTEST) -m "not local_only"
 
-# `make test`'s two streams (their prerequisites installed by it).
-test-embedded-quick:
-	$(EMBEDDED_PYTEST) -m "not postgres_only and $(QUICK)"
+# `make test`'s two side-by-side streams (their prerequisites installed by it).
+test-embedded-side:
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not browser and not timed and not second_stream"
 
-test-services-quick-browser: EMBEDDED_JOB_UID_BASE := 500000
-test-services-quick-browser: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
-test-services-quick-browser:
-	$(SERVICES_PYTEST) -m "not local_only and $(QUICK)"
-	$(EMBEDDED_PYTEST) -m "not postgres_only and browser"
+test-services-side: EMBEDDED_JOB_UID_BASE := 500000
+test-services-side: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
+test-services-side:
+	$(SERVICES_PYTEST) -m "not local_only and not timed"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not timed and (browser or second_stream)"
 
 bench: install-test browser
 	$(PY) bench/log_overhead.py

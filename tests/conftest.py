@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.databases import rolled_back, savepoint_engine
+from tests.phases import SECOND_STREAM_MODULES, TIMED_MODULES
 from tests.stack import LiveStack, running_stack
 from tests.waits import wait_for
 
@@ -181,6 +182,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_http_errors",  # domain errors to responses, on an app of its own
         "test_mlflow_search",  # MLflow's filter grammar (run on both databases: test_mlflow_client)
         "test_periodic",  # app.periodic's rounds and wake-ups
+        "test_phases",  # tests/phases.py, read with the test modules' source
         "test_static_modules",  # the front-end's ES module imports, read from the files
         "test_supervisor",  # `up`'s supervisor over real child processes
         "test_standby",  # `up`'s spare server (its own SQLite stack in either pass)
@@ -213,6 +215,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "postgres_only: its subject is PostgreSQL itself (the services pass only)"
     )
+    config.addinivalue_line(
+        "markers", "timed: a slow test with a tight time bound, run alone (tests/phases.py)"
+    )
+    config.addinivalue_line(
+        "markers", "second_stream: run beside the browser tests in `make test` (tests/phases.py)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -222,6 +230,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.local_only)
         if key in POSTGRES_ONLY_MODULES:
             item.add_marker(pytest.mark.postgres_only)
+        if key in TIMED_MODULES and item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.timed)
+        if key in SECOND_STREAM_MODULES:
+            item.add_marker(pytest.mark.second_stream)
 
 
 def _reset_postgres(url: str) -> None:

@@ -91,8 +91,12 @@ def purge_broker(broker_url: str) -> None:
 
 
 def wait_healthy(
-    base_url: str, server: subprocess.Popen[Any], log_file: Path, timeout: float = 60
+    base_url: str, server: subprocess.Popen[Any], log_file: Path, timeout: float = 180
 ) -> None:
+    """Until the server answers /api/health. The limit only ends a wait that would never end:
+    on a 2-core box at load ~40 (side-by-side streams and other sessions) a server's imports
+    alone took over 60 s, failing every test of a stack that was merely slow to start."""
+
     def healthy() -> bool:
         if server.poll() is not None:
             raise RuntimeError(f"server exited:\n{log_file.read_text()}")

@@ -160,6 +160,7 @@ def test_a_url_requirement_is_refused_before_anything_runs(api, script) -> None:
     assert "URL or a local path" in detail["msg"]
 
 
+@pytest.mark.timed
 def test_the_build_streams_into_the_log_and_a_cancel_stops_it(api, script) -> None:
     """pip's lines reach the run's log while it works (the run heartbeats meanwhile), and a
     cancel during the build stops pip and ends the run cancelled, nothing half-built left."""

@@ -114,6 +114,7 @@ def daemon_pids(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.timed
 def test_a_double_forked_setsid_clean_environment_daemon_is_gone_within_5s_of_cancel(
     live_stack,  # type: ignore[no-untyped-def]
     member,  # type: ignore[no-untyped-def]

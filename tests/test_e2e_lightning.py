@@ -72,6 +72,7 @@ def test_launcher_none_lets_lightning_start_its_own_ranks(api) -> None:  # type:
     assert any(p.startswith("lightning_logs/") and p.endswith(".ckpt") for p in files), files
 
 
+@pytest.mark.timed
 def test_cancel_ends_every_process_of_a_lightning_ddp_run_in_5s(api) -> None:  # type: ignore[no-untyped-def]
     run = launch(api, ["--devices", "2", "--epochs", "100", "--step-sleep", "0.2"], {"nproc": 2})
     deadline = time.monotonic() + 120

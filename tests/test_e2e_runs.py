@@ -87,6 +87,7 @@ def test_same_seed_gives_the_same_curve_and_another_seed_another(api) -> None:
     assert a["value"] != c["value"]
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_cancel_ends_every_process_of_the_run_within_5s(api, nproc: int) -> None:
     tiny = {

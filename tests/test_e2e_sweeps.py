@@ -139,6 +139,7 @@ def test_grid_sweep_runs_exactly_its_points_one_at_a_time(api) -> None:
     assert [t["params"]["params.lr"] for t in sweep["trials"]] == [0.001, 0.05, 0.3]
 
 
+@pytest.mark.timed
 def test_median_rule_stops_a_clearly_bad_trial_early(api) -> None:
     config = {
         **TINY,

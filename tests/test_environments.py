@@ -108,6 +108,7 @@ def test_a_crashed_build_is_never_taken_for_a_ready_environment(tmp_path: Path) 
     assert not list(root.glob(".build-*"))
 
 
+@pytest.mark.timed
 def test_a_build_over_its_time_limit_is_stopped_and_left_nowhere(tmp_path: Path) -> None:
     cache = Cache(tmp_path / "envs", max_bytes=10**12)
     job_base.ensure(tmp_path / "envs")  # made once per host, before any build: not pip's time

@@ -1,0 +1,99 @@
+"""Which slow tests `make test` may run beside another stream, and which want the CPU to
+themselves (issue 26: CI under 40 minutes on 2 cores; docs/testing.md).
+
+A slow test is `timed` when it asserts a time bound that another stream's load could break: a
+fault test whose heartbeats, lease TTL or requeue window are seconds (chaos, fencing,
+liveness, queue faults), "gone within 5 s of a cancel / SIGTERM", "finished within 10 s of its
+job's end", "answers within a second beside a fork bomb". `make test` runs the timed tests at
+the end, one pass after the other, alone on the box. Every other slow test (training to a
+quality, sweeps, third-party scripts, packaging, environments built with pip) waits on
+conditions with minutes of margin: it runs side by side with the other stream, where its
+slowdown costs no failure.
+
+The side-by-side slow tests of the embedded pass would all fall to its quick stream, which
+already runs longest (413 s against 594 s for the services' quick and the browser tests, stop
+35); `SECOND_STREAM_MODULES` (marker `second_stream`) run in the other stream instead, after the
+browser tests in the same pytest process (their live stack shared): chosen as whole modules of
+their own stacks or the shared one, about a third of the embedded side-by-side slow time.
+
+Whole modules are classified here (a module's tests share its stack, so one phase starts it
+once; the quick tests of a timed module stay quick); a module of `SIDE_BY_SIDE_MODULES` with
+one timed test marks that test `@pytest.mark.timed` where it is. tests/test_phases.py fails on
+a module with slow tests that is in neither set, so a new slow module is classified when it
+is written. The browser tests (tests/browser/, marker `browser`) have no time bounds but
+Playwright's waits and always run side by side.
+"""
+
+from __future__ import annotations
+
+TIMED_MODULES = frozenset(
+    {
+        "test_api_shutdown",  # the server gone within 5 s of SIGTERM with streams open
+        "test_chaos",  # kill -9 / SIGSTOP with 1 s heartbeats and a 5 s lease TTL
+        "test_cli_up",  # a killed worker replaced within 10 s
+        "test_db_connections_cut",  # PostgreSQL's connections cut under load (PostgreSQL only)
+        "test_e2e_hostile_output",  # the API answers within 1 s while a job floods its log
+        "test_e2e_limits",  # logins answer within a second beside a fork bomb
+        "test_e2e_notifications",  # its "3 minutes" are 3 s, retries 0.3 s
+        "test_fencing_e2e",  # 1 s heartbeats, 5 s lease TTL, the old job gone within 5 s
+        "test_gpu_leases",  # a 5 s lease TTL
+        "test_ingest_gate",  # each flooding run finished within 10 s of its job's end
+        "test_liveness",  # 1 s heartbeats, a 5 s lease TTL, 1 s shutdown grace
+        "test_multi_node",  # every process gone within 10 s of a rank's failure, 5 s of a cancel
+        "test_pg_restart",  # a PostgreSQL restart under a running job (PostgreSQL only)
+        "test_queue_faults",  # a lost queued run re-sent and started within 60 s
+        "test_ready",  # ready again soon after the database or broker comes back
+        "test_separate_hosts",  # hosts heartbeat every 2 s against a 6 s lease TTL
+        "test_standby",  # the server gone within 5 s, its spare answering within 15 s
+    }
+)
+
+SIDE_BY_SIDE_MODULES = frozenset(
+    {
+        "test_cli",  # submit/follow/sweeps through the CLI: waits of 60-120 s
+        "test_cli_experiments",
+        "test_cli_export",
+        "test_cli_run_files",
+        "test_cli_runs",
+        "test_cli_views",
+        "test_e2e_code",
+        "test_e2e_config_env",
+        "test_e2e_ddp",  # 1 vs 2 ranks to the same accuracy
+        "test_e2e_ddp_exit",  # 12 DDP runs, each under 60 s (they take ~4 s)
+        "test_e2e_environments",  # pip builds; the cancel during a build is timed
+        "test_e2e_hf",
+        "test_e2e_isolation",  # the sandbox; the daemon gone within 5 s of a cancel is timed
+        "test_e2e_job_output",
+        "test_e2e_lightning",  # Lightning DDP; its cancel within 5 s is timed
+        "test_e2e_mlflow_job",
+        "test_e2e_retention",
+        "test_e2e_runs",  # training quality and seeding; the cancel within 5 s is timed
+        "test_e2e_script_folder",
+        "test_e2e_scripts",
+        "test_e2e_submit_code",
+        "test_e2e_sweeps",  # samplers' quality; the median rule's lease freed within 2 s is timed
+        "test_e2e_tensorboard_media",
+        "test_environments",  # pip builds; the build stopped at its time limit is timed
+        "test_job_entry",  # torchrun's ranks and their output, waits of 60 s
+        "test_job_exit",
+        "test_job_network",  # what a sandboxed job reaches (each test process its own ports)
+        "test_netns_hosts",  # namespaces and bridges named by the test process's pid
+        "test_no_secrets_leak",
+        "test_no_worker",  # waits for the TTL to pass: load only lengthens the wait
+        "test_prometheus",
+        "test_recipes",
+        "test_resume",
+        "test_system_metrics",
+        "test_wheel",  # builds and installs the wheel in a venv: minutes of margin
+    }
+)
+
+# Embedded side-by-side slow modules run in the second stream, beside the browser tests
+# (Makefile test-services-side): to balance the two streams. Quiet-box times from stop 35's CI.
+SECOND_STREAM_MODULES = frozenset(
+    {
+        "test_e2e_ddp_exit",  # 43 s: 12 DDP runs
+        "test_netns_hosts",  # ~70 s: namespace hosts, a two-node torchrun job (35 s)
+        "test_wheel",  # ~54 s (stop 34): builds the wheel and starts it from a fresh venv
+    }
+)
