@@ -109,21 +109,21 @@ def cluster(database: str) -> Iterator[Cluster]:
                 )
             base_url = f"http://127.0.0.1:{port}"
             # under load the API's start competes with both workers' (import torch and all)
-            wait_for(
-                lambda: (
-                    httpx.get(f"{base_url}/api/health", timeout=1).status_code == 200
-                    if server.poll() is None
-                    else pytest.fail((logs / "server.log").read_text())
-                ),
-                timeout=240,
-                every=0.2,
-                what="the API up",
-            )
+            wait_for(lambda: _healthy(base_url, server, logs), timeout=240, every=0.2, what="API")
             wait_for_hosts(tuple(data_dirs), t0, timeout=240)
             with LiveStack(base_url, logs, ADMIN_PASSWORD).admin_client() as api:
                 yield Cluster(api, hosts, data_dirs, services)
     finally:
         stop_process(server)
+
+
+def _healthy(base_url: str, server: subprocess.Popen[bytes], logs: Path) -> bool:
+    if server.poll() is not None:
+        pytest.fail(f"the API exited:\n{(logs / 'server.log').read_text()}")
+    try:
+        return httpx.get(f"{base_url}/api/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 REACH = """

@@ -160,7 +160,7 @@ def barrier(session: Session, *, run_id: int, attempt: int) -> Barrier:
         return Barrier(False, missing)
     hosts = [r.host for r in rows]
     listed = select(WorkerHost.host, WorkerHost.address).where(WorkerHost.host.in_(hosts))
-    known = {host: address for host, address in session.execute(listed).tuples()}
+    known = {host: address for host, address in session.execute(listed)}
     addresses = tuple(known.get(host) or host for host in hosts)
     return Barrier(True, (), addresses[0], rows[0].port or 0, addresses)
 
