@@ -42,7 +42,7 @@ def test_the_rules_of_one_uid_in_their_order() -> None:
         "ip daddr 10.0.0.1 th dport 5432 reject",
         "ip daddr 10.0.0.1 th dport 6379 reject",
         "ip daddr { 10.0.0.10, 10.0.0.11 } meta l4proto { tcp, udp } "
-        "th dport { 32768-60999, 41000 } accept",
+        "th dport { 32768-60999 } accept",
         "ip daddr { 10.0.0.10, 10.0.0.11 } reject",
         "ip daddr { 10.0.0.10/32, 172.17.0.0/16 } reject",
         f"add element inet torchyard runs {{ {UID} : jump run_{UID} }}",
@@ -50,6 +50,10 @@ def test_the_rules_of_one_uid_in_their_order() -> None:
     # the run's chain is replaced, never appended to; nothing else's is touched
     assert f"flush chain inet torchyard run_{UID}" in lines
     assert not [line for line in lines if "run_" in line and f"run_{UID}" not in line]
+
+
+def test_a_rendezvous_port_outside_the_ephemeral_range_is_added() -> None:
+    assert "th dport { 32768-60999, 29400 } accept" in job_firewall.rules(fence(port=29400))
 
 
 def test_isolated_refuses_the_world_and_no_peers_means_no_peer_rule() -> None:

@@ -99,7 +99,9 @@ def rules(fence: Fence) -> str:
     lines += [f"{rule} ip daddr {host} th dport {port} reject" for host, port in fence.services]
     if fence.peers:
         low, high = fence.ephemeral
-        ports = _set(sorted({str(fence.port), f"{low}-{high}"}))
+        # the rendezvous port is in the range as a rule (pick_port binds port 0); one outside
+        # it gets its own element (overlapping intervals are an error in some nft versions)
+        ports = _set([f"{low}-{high}", *([] if low <= fence.port <= high else [str(fence.port)])])
         peers = _set(sorted(set(fence.peers)))
         lines.append(f"{rule} ip daddr {peers} meta l4proto {{ tcp, udp }} th dport {ports} accept")
         lines.append(f"{rule} ip daddr {peers} reject")
