@@ -80,10 +80,12 @@ def test_refusals_name_the_cause() -> None:
 def test_service_endpoints_and_peers() -> None:
     urls = ("postgresql+psycopg://u:p@127.0.0.1:5433/db", "redis://localhost/0", "sqlite:///x.db")
     assert job_firewall.service_endpoints(urls) == (("127.0.0.1", 5433), ("127.0.0.1", 6379))
-    assert job_firewall.peer_addresses(["10.0.0.2", "localhost", "10.0.0.2"]) == (
+    assert job_firewall.peer_addresses(["10.0.0.2", "10.0.0.3", "10.0.0.2"]) == (
         "10.0.0.2",
-        "127.0.0.1",
+        "10.0.0.3",
     )
+    with pytest.raises(job_firewall.FirewallError, match="loopback"):  # refused by its rules
+        job_firewall.peer_addresses(["10.0.0.2", "localhost"])
     with pytest.raises(job_firewall.FirewallError, match="does not resolve"):
         job_firewall.peer_addresses(["no-such-host.invalid"])
 

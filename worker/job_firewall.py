@@ -159,6 +159,11 @@ def peer_addresses(names: Iterable[str]) -> tuple[str, ...]:
         except OSError as exc:
             raise FirewallError(f"the node address {name!r} does not resolve: {exc}") from exc
         found.update(str(info[4][0]) for info in infos)
+    if looped := sorted(a for a in found if ipaddress.IPv4Address(a).is_loopback):
+        raise FirewallError(
+            f"a node's worker address is loopback ({', '.join(looped)}), which a multi-node "
+            "job may not reach: set TORCHYARD_WORKER_ADDRESS to an address the hosts share"
+        )
     return tuple(sorted(found))
 
 
