@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -44,6 +45,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
 
 TABLE = "inet torchyard"
 MAP = "runs"
@@ -263,4 +266,11 @@ def fence(nft: str, wanted: Fence) -> Iterator[None]:
         while wanted.uid in uids_in_use() and time.monotonic() < deadline:
             time.sleep(0.05)
         if wanted.uid not in uids_in_use():
-            remove(nft, [wanted.uid])
+            try:
+                remove(nft, [wanted.uid])
+            except FirewallError as exc:  # left: it only restricts an idle uid (next sweep)
+                log.warning(
+                    "could not remove the job firewall rules of uid %s: %s", wanted.uid, exc
+                )
+        else:
+            log.warning("uid %s still has processes: its job firewall rules stay", wanted.uid)
