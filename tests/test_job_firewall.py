@@ -117,10 +117,13 @@ for target in sys.argv[1:]:
 """
 
 
-def _netns(*argv: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+def _netns(
+    *argv: str, input: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ip", "netns", "exec", NETNS, *argv],
         input=input,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -210,3 +213,26 @@ sys.stdin.read()
     finally:
         server.kill()
         server.communicate()  # its pipes closed
+
+
+def test_a_starting_worker_sweeps_the_chains_no_process_uses(namespace: str) -> None:
+    """A worker killed while its multi-node job ran left its rules: the next start removes
+    them, but never those of a uid a process still runs as (a job left to train on)."""
+    for uid in (UID, UID + 2, UID + 20):  # UID + 20: outside the swept range
+        done = _netns(namespace, "-f", "-", input=job_firewall.rules(fence(uid=uid)))
+        assert done.returncode == 0, done.stderr
+    argv = ["setpriv", f"--reuid={UID + 2}", f"--regid={UID + 2}", "--clear-groups", "sleep", "60"]
+    busy = subprocess.Popen(argv)
+    try:
+        sweep = (
+            f"from worker import job_firewall; print(job_firewall.sweep({namespace!r}, {UID}, 10))"
+        )
+        done = _netns(sys.executable, "-c", sweep, cwd=Path(__file__).parent.parent)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"[{UID}]"
+        listed = _netns(namespace, "list", "ruleset").stdout
+        assert f"run_{UID + 2}" in listed and f"run_{UID + 20}" in listed
+        assert f"chain run_{UID} " not in listed
+    finally:
+        busy.kill()
+        busy.wait()
