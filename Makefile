@@ -52,20 +52,22 @@ browser:
 
 # Jobs run in a bubblewrap sandbox (worker/sandbox.py, docs/security.md): Debian's bubblewrap
 # (and util-linux's setpriv, there on every Debian), and for the jobs' own network
-# (worker/job_network.py) slirp4netns and iproute2, installed with apt when missing, as root
+# (worker/job_network.py) slirp4netns and iproute2, and for a multi-node job's firewall rules
+# (worker/job_firewall.py) nftables, installed with apt when missing, as root
 # or through sudo. `make test` needs it in CI (CI=true: fails without it, the suite runs every
 # job sandboxed); elsewhere, without root, `torchyard up` says plainly that jobs run
 # unisolated.
 sandbox:
 	@if ! command -v bwrap >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1 \
-		|| ! command -v slirp4netns >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then \
+		|| ! command -v slirp4netns >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1 \
+		|| ! command -v nft >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
 		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
 		else echo "make sandbox: bubblewrap is missing and neither root nor sudo can install it;" \
 			"jobs will run unisolated (docs/security.md)" >&2; \
 			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap util-linux slirp4netns iproute2; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap util-linux slirp4netns iproute2 nftables; \
 	fi
 
 # tests/test_deploy.py runs `docker compose config` (or docker-compose) on the compose file

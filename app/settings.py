@@ -166,11 +166,12 @@ class Settings(BaseSettings):
     # How long a multi-node run's ready nodes wait for the rest (each building its own
     # environment) before the run fails naming the nodes that never joined (app.runs.nodes).
     node_join_seconds: float = 600.0
-    # Multi-node runs (resources.nodes > 1) are refused unless on: their jobs run in the host's
-    # network for now (a job's own namespace lets no peer connect in), where they reach the
-    # host's broker and database (docs/multi-node.md, "Not built yet"). A team that trusts its
-    # members turns it on.
-    multi_node_runs: bool = False
+    # Multi-node runs (resources.nodes > 1); off: refused with a 422 at resources.nodes. Their
+    # jobs run in the host's network fenced by firewall rules of the run's uid
+    # (worker/job_firewall.py, docs/security.md): they reach their peers, not the database,
+    # the broker or the host's other services. A worker that cannot fence them (not root, no
+    # nft) fails such a run with the cause, so a deployment of such workers turns them off.
+    multi_node_runs: bool = True
     # A fake GPU inventory ("0,1"): allocation, leases and CUDA_VISIBLE_DEVICES are real, the
     # job runs on CPU. Empty: ask NVML (nvidia-ml-py), and no NVML means no GPUs.
     fake_gpus: str = ""

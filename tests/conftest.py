@@ -53,9 +53,6 @@ os.environ.update(
     # argon2 at its least cost (app/auth/security.py): the suite hashes ~500 passwords a pass,
     # ~0.19 s of CPU each at the product's cost; what is tested is the hashing's use, not its cost.
     TORCHYARD_PASSWORD_HASH_TIME_COST="1",
-    # Multi-node runs are on for the suite (their jobs run in the host's network: off by
-    # default, tests/test_runs_api.py shows the refusal).
-    TORCHYARD_MULTI_NODE_RUNS="true",
     TORCHYARD_PASSWORD_HASH_MEMORY_KIB="64",
     # The third-party code the e2e tests run unmodified (Lightning, HF, MLflow, matplotlib),
     # from the test venv as a team's image would have it (worker/job_base.py); SQLAlchemy,

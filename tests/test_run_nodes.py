@@ -53,6 +53,8 @@ def test_a_node_is_taken_once_and_no_node_starts_before_every_node_is_ready(db: 
     assert nodes.report_ready(db, run_id=run_id, attempt=1, node=0, port=29611)
     met = nodes.barrier(db, run_id=run_id, attempt=1)
     assert (met.ready, met.master_address, met.port) == (True, "10.0.0.5", 29611)
+    # every node's address, by node (the job network's peers); b has none: its host name
+    assert met.addresses == ("10.0.0.5", "b")
     assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=1) is Standing.OWNED
 
 

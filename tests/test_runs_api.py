@@ -149,14 +149,15 @@ def test_a_non_admin_cannot_set_a_priority_above_the_ceiling(
     assert r.status_code == 201 and r.json()["priority"] == 1000
 
 
-def test_a_multi_node_run_is_refused_unless_the_server_allows_them(
+def test_a_multi_node_run_is_refused_where_the_server_turned_them_off(
     client, user_headers, monkeypatch
 ) -> None:
-    """Off by default: a multi-node job runs in its host's network (docs/multi-node.md)."""
+    """On by default; a deployment whose workers cannot fence a multi-node job's network
+    turns them off (docs/multi-node.md)."""
     exp = new_experiment(client, user_headers)
     body = {"overrides": {"resources": {"nodes": 2, "nproc": 1, "gpus": 0}}}
     with monkeypatch.context() as env:
-        env.delenv("TORCHYARD_MULTI_NODE_RUNS")
+        env.setenv("TORCHYARD_MULTI_NODE_RUNS", "false")
         get_settings.cache_clear()
         try:
             r = client.post(f"/api/experiments/{exp['id']}/runs", json=body, headers=user_headers)

@@ -4,10 +4,12 @@ worker says about them at start (`torchyard up` shows them)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+from collections.abc import Sequence
 
 from app.settings import get_settings
-from worker import job_network, limits, sandbox
+from worker import job_firewall, job_network, limits, sandbox
 
 
 def job_limits() -> limits.Enforcement:
@@ -28,6 +30,52 @@ def network_plan() -> job_network.Plan:
     return job_network.plan(settings.job_network, settings.service_urls)
 
 
+def multi_node_refusal() -> str | None:
+    """Why this worker cannot start a multi-node job with the job network it promises (None:
+    it can, or jobs share the host's network anyway: TORCHYARD_JOB_NETWORK=host)."""
+    if network_plan().mode == "host":
+        return None
+    isolation = job_isolation()
+    own_uid = isolation.enabled and isolation.as_root
+    why = "the worker does not run as root" if isolation.enabled else "jobs are not sandboxed"
+    return job_firewall.refusal(nft=job_firewall.nft_path(), run_uid=own_uid, why_no_uid=why)
+
+
+def multi_node_fence(run_id: int, peers: Sequence[str], port: int) -> job_firewall.Fence | None:
+    """The rules of a multi-node job's uid (worker.job_firewall), None in host network mode.
+    Asked per run: the host's addresses and the service hosts as they are now."""
+    plan = network_plan()
+    if plan.mode == "host":
+        return None
+    settings = get_settings()
+    ip = shutil.which("ip")
+    blocked = job_network.service_hosts(settings.service_urls)
+    if ip is not None:
+        blocked |= job_network.host_networks(ip)
+    return job_firewall.Fence(
+        uid=sandbox.run_uid(run_id, settings.job_uid_base, settings.job_uid_count),
+        peers=job_firewall.peer_addresses(peers),
+        port=port,
+        ephemeral=job_firewall.ephemeral_ports(),
+        services=job_firewall.service_endpoints(settings.service_urls),
+        blocked=tuple(sorted(blocked)),
+        world=plan.mode == "egress",
+    )
+
+
+def sweep_fences() -> None:
+    """At worker start: the rules of this worker's run uids that no process uses any more
+    (a worker killed while a multi-node job ran)."""
+    isolation, nft = job_isolation(), job_firewall.nft_path()
+    if not (isolation.enabled and isolation.as_root and nft):
+        return
+    settings = get_settings()
+    try:
+        job_firewall.sweep(nft, settings.job_uid_base, settings.job_uid_count)
+    except job_firewall.FirewallError as exc:
+        print(f"WARNING: could not sweep old job firewall rules: {exc}", file=sys.stderr)
+
+
 def announce_isolation() -> None:
     """Says at start whether jobs are sandboxed and why, and what their network reaches; with
     job_isolation "bwrap" a worker that cannot sandbox refuses to start (exit 2) rather than
@@ -41,6 +89,7 @@ def announce_isolation() -> None:
     if not refused:
         print(limits.describe(job_limits()), file=stream, flush=True)
         limits.sweep(job_limits(), get_settings().data_dir)
+        sweep_fences()
     for line in job_network.describe(
         network_plan(), get_settings().service_urls, sandboxed=isolation.enabled
     ):

@@ -76,6 +76,7 @@ class NodeSpec:
     master_address: str  # node 0's worker address (TORCHYARD_WORKER_ADDRESS)
     master_port: int  # allocated per run on node 0
     interface: str = ""  # this worker's TORCHYARD_WORKER_INTERFACE
+    peers: tuple[str, ...] = ()  # every node's worker address (worker.job_firewall's rules)
 
 
 @dataclass(frozen=True)

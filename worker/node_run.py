@@ -100,13 +100,26 @@ def meet(run: Watched, role: NodeRole) -> NodeSpec | StopReason | str:
             with session_scope() as session:
                 met = nodes.barrier(session, run_id=run.run_id, attempt=run.attempt)
             if met.ready:
-                return NodeSpec(role.node, met.master_address, met.port, settings.worker_interface)
+                return NodeSpec(
+                    role.node,
+                    met.master_address,
+                    met.port,
+                    settings.worker_interface,
+                    met.addresses,
+                )
             if time.monotonic() > deadline:
                 return (
                     f"{', '.join(met.missing)} never joined: not ready within"
                     f" {settings.node_join_seconds:.0f} s of the others"
                 )
         time.sleep(ROUND_SECONDS)
+
+
+def refuse(run: Watched, role: NodeRole, why: str) -> RunStatus:
+    """This node cannot start its job as asked (its worker cannot give it the job network):
+    the run fails as one, its error naming the node, its host and the cause."""
+    note_in_log(RunPaths(run.metrics_path.parent).root, f"this node cannot start its job: {why}")
+    return fail_as_one(run, role.node, None, NodeFailure(why, None, time.time()))
 
 
 def node_failure(run_dir_log: tuple[RunPaths, int | None], node: int) -> NodeFailure:

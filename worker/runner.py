@@ -50,8 +50,15 @@ from worker.env_build import PipFailed
 from worker.environments import BuildFailed, run_requirements
 from worker.gpus import Inventory, detect, gpu_stats
 from worker.heartbeat import Watched
+from worker.job_firewall import fence, nft_path
 from worker.job_network import Plan
-from worker.job_policy import job_isolation, job_limits, network_plan
+from worker.job_policy import (
+    job_isolation,
+    job_limits,
+    multi_node_fence,
+    multi_node_refusal,
+    network_plan,
+)
 from worker.launcher import LaunchSpec, NodeSpec, build_launch
 from worker.node_run import NodeRole
 from worker.process import JobProcess
@@ -229,6 +236,8 @@ def _execute_claimed(
     gpus = tuple(claimed.gpu_indices or ())
     watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
     watched = replace(watched, node=role.node if role is not None else None)
+    if role is not None and (refused := multi_node_refusal()) is not None:
+        return node_run.refuse(watched, role, refused)  # before a long environment build
     try:
         requirements = run_requirements(config, unpacked)  # a snapshot's requirements.txt
         prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
@@ -264,6 +273,11 @@ def _execute_claimed(
         if not isinstance(met, NodeSpec):
             return _not_met(watched, role, met)
         node = met
+        # The host's network, fenced by rules of the run's uid (worker.job_firewall), until
+        # the job has ended; nft failing fails the node.
+        rules = multi_node_fence(run_id, node.peers, node.master_port)
+        if rules is not None:
+            held.enter_context(fence(nft_path() or "nft", rules))
     launch = build_launch(
         LaunchSpec(
             run_id=run_id,
@@ -312,8 +326,8 @@ def _execute_claimed(
             cache=(cache, group),
             held_to=held_to,
             nvml=inventory().source == "nvml",
-            # TODO(issue 30): a multi-node job's peers must reach its ranks, which the job's
-            # own namespace (egress, isolated) does not let in: the host's network for now.
+            # A multi-node job's peers must reach its ranks, which a namespace of its own
+            # does not let in: the host's network, fenced above.
             network=Plan("host") if role is not None else network_plan(),
         )
     # The run's duration counts from here, its environment's build apart (app.runs.phase).

@@ -145,6 +145,8 @@ class Barrier:
     missing: tuple[str, ...] = ()  # "node 1 (host-1)" of each node not ready yet
     master_address: str = ""  # node 0's worker address (worker_hosts.address)
     port: int = 0  # node 0's rendezvous port
+    # every node's worker address, by node (the job network's peers: worker.job_firewall)
+    addresses: tuple[str, ...] = ()
 
 
 def barrier(session: Session, *, run_id: int, attempt: int) -> Barrier:
@@ -156,8 +158,11 @@ def barrier(session: Session, *, run_id: int, attempt: int) -> Barrier:
     missing = tuple(f"node {r.node} ({r.host})" for r in rows if r.ready_at is None)
     if missing or not rows:
         return Barrier(False, missing)
-    address = session.scalar(select(WorkerHost.address).where(WorkerHost.host == rows[0].host))
-    return Barrier(True, (), address or rows[0].host, rows[0].port or 0)
+    hosts = [r.host for r in rows]
+    listed = select(WorkerHost.host, WorkerHost.address).where(WorkerHost.host.in_(hosts))
+    known = {host: address for host, address in session.execute(listed)}
+    addresses = tuple(known.get(host) or host for host in hosts)
+    return Barrier(True, (), addresses[0], rows[0].port or 0, addresses)
 
 
 def node_check_in(session: Session, *, run_id: int, attempt: int, node: int) -> Standing:

@@ -152,14 +152,13 @@ def refuse_if_never_startable(
     """A 422 for a run no live worker host could ever start (more GPUs than any has): it would
     wait in the queue for ever. Every new run (launched or resumed) passes here; a multi-node
     one needs `nodes` live hosts of that many GPUs (app.gpus.scheduler.never_fits), and the
-    server's consent (settings.multi_node_runs: such a job runs in its host's network)."""
+    server's consent (settings.multi_node_runs, on unless the deployment turned them off)."""
     resources = run_config(config).resources
     if resources.nodes > 1 and not get_settings().multi_node_runs:
         raise Invalid.at(
             (*loc[:-1], "nodes") if loc[-1] == "gpus" else loc,
-            f"multi-node runs (resources.nodes: {resources.nodes}) are off on this server: their"
-            " jobs run in the host's network, where they would reach its database and broker;"
-            " an admin turns them on with TORCHYARD_MULTI_NODE_RUNS=true (docs/multi-node.md)",
+            f"multi-node runs (resources.nodes: {resources.nodes}) are off on this server"
+            " (TORCHYARD_MULTI_NODE_RUNS=false, docs/multi-node.md)",
             resources.nodes,
         )
     reason = never_startable(

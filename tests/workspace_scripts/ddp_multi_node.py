@@ -2,10 +2,13 @@
 a DistributedSampler with set_epoch, DDP over gloo, every step's loss averaged over the ranks
 and reported (rank 0 writes), and per epoch whether the ranks' shards, gathered on every rank,
 were disjoint and covered the set. ``--fail_rank``/``--fail_step`` make one rank raise;
-``--step_sleep`` makes a run long enough to cancel or to lose a node under."""
+``--step_sleep`` makes a run long enough to cancel or to lose a node under; ``--probe
+host:port,...`` makes every rank try to connect to each first and raise if one answers (the job
+network's test, tests/test_multi_node_network.py)."""
 
 import argparse
 import os
+import socket
 import time
 
 import torch
@@ -22,7 +25,20 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--fail_rank", type=int, default=-1)
 parser.add_argument("--fail_step", type=int, default=0)
 parser.add_argument("--step_sleep", type=float, default=0.0)
+parser.add_argument("--probe", default="")
 args = parser.parse_args()
+
+
+def probe(targets: str) -> None:
+    for target in filter(None, targets.split(",")):
+        host, port = target.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            print(f"probe {target}: not reached ({exc})", flush=True)
+            continue
+        raise RuntimeError(f"probe {target}: reached")
+
 
 run = init(config=vars(args))
 run.seed_everything()
@@ -36,6 +52,7 @@ loader = DataLoader(dataset, batch_size=32 // world, sampler=sampler, drop_last=
 model = DistributedDataParallel(torch.nn.Linear(8, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 print(f"rank {rank} of {world} on node {os.environ.get('GROUP_RANK')}", flush=True)
+probe(args.probe)
 
 step = 0
 for epoch in range(args.epochs):
