@@ -341,6 +341,7 @@ def _execute_claimed(
     try:
         with job:  # from here on, anything that raises stops every process of the job first
             if role is not None and role.node > 0:
+                remember(job, watched, host=inventory().host, nodes=role.nodes)
                 log.info("run %s node %s started: keeper pid %s", run_id, role.node, job.pid)
                 return node_run.supervise_node(watched, job, role)
             remember(job, watched, host=inventory().host)
