@@ -267,9 +267,5 @@ def test_the_multi_node_override_puts_the_worker_in_the_hosts_network(
     assert ":?" in worker["environment"]["TORCHYARD_WORKER_ADDRESS"]
     assert set(override["services"]) <= set(services)
     used = set(re.findall(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*)", path.read_text()))
-    assert used == {
-        "TORCHYARD_WORKER_ADDRESS",
-        "TORCHYARD_WORKER_INTERFACE",
-        "TORCHYARD_MULTI_NODE_RUNS",
-    }
+    assert used == {"TORCHYARD_WORKER_ADDRESS", "TORCHYARD_WORKER_INTERFACE"}
     assert used <= set(env_example())
