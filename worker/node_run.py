@@ -6,7 +6,9 @@ found free on its host) and waits, checking in, until every node is. Node 0's wo
 supervises the run as always (worker.supervise: metrics, heartbeat, cancel, final status);
 every other node's worker only keeps its own job in step with the run (`supervise_node`): it
 stops the job as soon as the run was cancelled or ended, and a job that fails fails the run
-as one (`fail_as_one`), with the first failure of any node.
+as one (`fail_as_one`), with the first failure of any node. Node k's job is recorded on its
+host (worker.job_records), so the host's next worker re-adopts it (worker.adoption) and runs
+`supervise_node` on it again.
 """
 
 from __future__ import annotations

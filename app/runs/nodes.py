@@ -17,7 +17,9 @@ opens the nodes here and, once committed, sends one task per node to its host's 
   same records, so whichever node's transaction wins, the error names the same node and rank.
 
 A node whose worker stops heartbeating is lost (``reap_lost_nodes``, the reaper's round): the
-run fails as one with the reason, and every other node's job stops on its next check-in.
+run fails as one with the reason, and every other node's job stops on its next check-in. A
+worker restarted on node k's host before that takes the node's job over (``readopt_node``,
+worker.adoption); a node's refused heartbeat (``node_check_in``) stops its job at once.
 """
 
 from __future__ import annotations
