@@ -160,14 +160,15 @@ def test_a_resumed_two_node_run_goes_on_from_its_checkpoint_on_whichever_hosts(
     assert whole["step"] == list(range(1, 33))
     for data_dir in cluster.data_dirs.values():
         shutil.rmtree(data_dir / "runs" / str(first["id"]), ignore_errors=True)
-    resumed = api.post(f"/api/runs/{first['id']}/resume", json={"checkpoint": "epoch-0001.pt"})
+    # the newest two are kept (checkpoint retention): epoch-0002.pt is after step 24
+    resumed = api.post(f"/api/runs/{first['id']}/resume", json={"checkpoint": "epoch-0002.pt"})
     assert resumed.status_code == 201, resumed.text
     second = succeeded(api, int(resumed.json()["id"]))
     node_0, node_1 = cluster.node_hosts(second["id"])
     print(f"first run's node 0: {first['worker_host']}; resumed run's node 0: {node_0}")
     got = series(api, second["id"])["train/loss"]
-    assert got["step"] == list(range(17, 33))  # epochs 2 and 3: from the checkpoint's step
-    assert got["value"] == pytest.approx(whole["value"][16:], rel=1e-5)
+    assert got["step"] == list(range(25, 33))  # epoch 3 only: from the checkpoint's step
+    assert got["value"] == pytest.approx(whole["value"][24:], rel=1e-5)
     log_1 = api.get(f"/api/runs/{second['id']}/logs", params={"node": 1}).text
     assert "rank 2 of 4 on node 1" in log_1, log_1[:2000]
     assert cluster.leases(second["id"]) == []
