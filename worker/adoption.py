@@ -16,6 +16,10 @@ host, before the worker takes any task:
   from its newest checkpoint by default, `requeue_after_host_restart`);
 - the run is not running as that attempt any more (a reaper handed it over while no worker
   was up, it was cancelled, deleted): the job is stale; it is stopped if it still runs.
+
+A multi-node run's node k > 0 on this host (its record says which) is taken over the same way
+as that node's (`adopt_node`), never as the run's own: only while its node was not declared
+lost, and its thread keeps it in step with the run as its launching worker did.
 """
 
 from __future__ import annotations
