@@ -251,3 +251,22 @@ def test_the_team_worker_requires_the_job_sandbox_and_may_build_it(
     assert {"seccomp=unconfined", "apparmor=unconfined"} <= set(worker["security_opt"])
     assert "bubblewrap" in (REPO / "worker/Dockerfile").read_text()
     assert "cap_add" not in services["api"]  # the api runs no job
+
+
+def test_the_multi_node_override_puts_the_worker_in_the_hosts_network(
+    services: dict[str, Any],
+) -> None:
+    """docker-compose.multi-node.yml (docs/multi-node.md): the other GPU hosts reach a worker's
+    jobs at its host's address, so the worker leaves compose's bridge network; its address is
+    required there, and every variable it interpolates is documented in .env.example."""
+    path = REPO / "docker-compose.multi-node.yml"
+    override = yaml.safe_load(path.read_text())
+    worker = override["services"]["worker"]
+    assert worker["network_mode"] == "host"
+    assert "NET_ADMIN" in worker["cap_add"]  # nft: the multi-node job's rules (job_firewall)
+    assert "ports" not in worker  # nothing to publish in the host's network
+    assert ":?" in worker["environment"]["TORCHYARD_WORKER_ADDRESS"]
+    assert set(override["services"]) <= set(services)
+    used = set(re.findall(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*)", path.read_text()))
+    assert used == {"TORCHYARD_WORKER_ADDRESS", "TORCHYARD_WORKER_INTERFACE"}
+    assert used <= set(env_example())

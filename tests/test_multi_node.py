@@ -1,157 +1,41 @@
-"""Multi-node runs for real (issue 30, docs/multi-node.md): the API in this namespace, two
-worker hosts that are network namespaces (tests/netns_hosts.py) with 2 fake GPUs each, one
-database and one broker. A run of 2 nodes x 2 processes trains as one gloo world of 4, fails
-as one when a rank of node 1 raises, cancels as one, and two such runs submitted at once run
-one after the other."""
+"""Multi-node runs for real (issue 30, docs/multi-node.md), on one shared cluster
+(tests/multi_node_cluster.py): the API in this namespace, two worker hosts that are network
+namespaces with 2 fake GPUs each, one database, one broker and one artifact store. A run of 2
+nodes x 2 processes trains as one gloo world of 4, fails as one when a rank of node 1 raises,
+cancels as one, two such runs submitted at once run one after the other, node 1's worker
+killed and restarted re-adopts its node's job, and a resumed run goes on from its checkpoint
+whichever hosts it lands on."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
-from sqlalchemy import select
 
-from app.cli import server_argv, worker_argv
-from app.db import session_scope
-from app.gpus.models import GpuLease
-from tests.conftest import ADMIN_PASSWORD, BASE_DIR, WORKSPACE_DIR, processes_in, wait_for_status
-from tests.netns_hosts import NetnsHosts, require_netns
-from tests.stack import (
-    LiveStack,
-    free_port,
-    start_logged,
-    stop_process,
-    wait_for_hosts,
-    wait_healthy,
+from tests.multi_node_cluster import (
+    RUN_LOST_SECONDS,
+    TWO_BY_TWO,
+    Cluster,
+    ended,
+    gone_within,
+    running_cluster,
+    series,
+    submit,
+    succeeded,
+    training_on_both,
 )
-from tests.test_netns_hosts import NETNS_BROKER_URL
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.slow
 
-ROOT = BASE_DIR / "multi-node"
-SCRIPT = Path(__file__).parent / "workspace_scripts" / "ddp_multi_node.py"
-# Short enough that a lost node is noticed within a test, long enough for a busy box (a
-# fresh data dir builds its job base without a heartbeat).
-RUN_LOST_SECONDS = 30.0
-ENDED = {"succeeded", "failed", "cancelled"}
-
-
-@dataclass
-class Cluster:
-    api: httpx.Client
-    hosts: NetnsHosts
-    data_dirs: dict[str, Path]
-
-    def processes(self, run_id: int) -> dict[str, list[int]]:
-        """The run's live processes on each host (its run directory in their environment)."""
-        return {
-            name: processes_in(data_dir / "runs" / str(run_id))
-            for name, data_dir in self.data_dirs.items()
-        }
-
-    def leases(self, run_id: int) -> list[tuple[str, int]]:
-        with session_scope() as session:
-            rows = session.execute(
-                select(GpuLease.host, GpuLease.gpu_index).where(GpuLease.run_id == run_id)
-            ).all()
-        return sorted((host, index) for host, index in rows)
-
-
-def _purge(url: str) -> None:
-    if url.startswith("redis"):
-        import redis
-
-        redis.Redis.from_url(url).flushdb()  # this test's own database: its hosts' queues too
-
 
 @pytest.fixture(scope="module")
 def cluster(database: str) -> Iterator[Cluster]:
-    require_netns()
-    _purge(NETNS_BROKER_URL)
-    logs = ROOT / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    (WORKSPACE_DIR / "multi_node").mkdir(parents=True, exist_ok=True)
-    shutil.copy(SCRIPT, WORKSPACE_DIR / "multi_node" / "ddp.py")
-    env = dict(
-        os.environ,
-        TORCHYARD_DATA_DIR=str(ROOT / "api-data"),
-        TORCHYARD_BROKER_URL=NETNS_BROKER_URL,
-        PYTHONUNBUFFERED="1",
-    )
-    port = free_port()
-    server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
-    try:
-        with NetnsHosts(2) as hosts:
-            t0 = time.monotonic()
-            data_dirs = {}
-            for host in hosts.hosts:
-                data_dirs[host.name] = ROOT / f"{host.name}-data"
-                worker_env = hosts.worker_env(
-                    host,
-                    data_dirs[host.name],
-                    gpus="0,1",
-                    broker_url=NETNS_BROKER_URL,
-                    TORCHYARD_RUN_LOST_SECONDS=str(RUN_LOST_SECONDS),
-                    TORCHYARD_REAP_INTERVAL_SECONDS="2",  # the suite's is off
-                )
-                hosts.start(host, worker_argv(2), worker_env, logs / f"worker-{host.name}.log")
-            base_url = f"http://127.0.0.1:{port}"
-            wait_healthy(base_url, server, logs / "server.log")
-            wait_for_hosts(tuple(data_dirs), t0, timeout=180)
-            with LiveStack(base_url, logs, ADMIN_PASSWORD).admin_client() as api:
-                yield Cluster(api, hosts, data_dirs)
-    finally:
-        stop_process(server)
-
-
-def submit(api: httpx.Client, name: str, resources: dict, **params: object) -> int:
-    config = {
-        "script": "multi_node/ddp.py",
-        "params": {"epochs": 2, **params},
-        "seed": 7,
-        "resources": resources,
-    }
-    exp = api.post("/api/experiments", json={"name": name, "config": config})
-    assert exp.status_code == 201, exp.text
-    run = api.post(f"/api/experiments/{exp.json()['id']}/runs", json={})
-    assert run.status_code == 201, run.text
-    return int(run.json()["id"])
-
-
-def ended(api: httpx.Client, run_id: int, timeout: float = 240) -> dict:
-    return wait_for_status(api, run_id, ENDED, timeout=timeout)
-
-
-def succeeded(api: httpx.Client, run_id: int) -> dict:
-    run = ended(api, run_id)
-    if run["status"] != "succeeded":
-        tail = api.get(f"/api/runs/{run_id}/logs", params={"tail": 40}).text
-        pytest.fail(f"run {run_id} {run['status']}: {run.get('error')!r}\nlog tail:\n{tail}")
-    return run
-
-
-def series(api: httpx.Client, run_id: int) -> dict:
-    return dict(api.get(f"/api/runs/{run_id}/metrics").json()["series"])
-
-
-def gone_within(cluster: Cluster, run_id: int, seconds: float) -> None:
-    wait_for(
-        lambda: not any(cluster.processes(run_id).values()),
-        timeout=seconds,
-        every=0.1,
-        what=lambda: f"processes of run {run_id} left: {cluster.processes(run_id)}",
-    )
-
-
-TWO_BY_TWO = {"nodes": 2, "nproc": 2, "gpus": 2}
+    with running_cluster() as built:
+        yield built
 
 
 def test_a_two_node_run_is_one_world_of_four_matching_one_host_of_four(cluster: Cluster) -> None:
@@ -203,13 +87,7 @@ def test_a_cancel_stops_every_process_on_both_hosts_and_frees_every_lease(
 ) -> None:
     api = cluster.api
     run_id = submit(api, "mn-cancel", TWO_BY_TWO, epochs=50, step_sleep=0.2)
-
-    def training_on_both() -> bool:
-        found = cluster.processes(run_id)
-        points = series(api, run_id).get("train/loss", {}).get("step", [])
-        return all(found.values()) and len(points) >= 2
-
-    wait_for(training_on_both, timeout=240, every=0.2, what="the run training on both hosts")
+    training_on_both(cluster, run_id)
     assert len(cluster.leases(run_id)) == 4
     assert api.post(f"/api/runs/{run_id}/cancel").status_code == 202
     t0 = time.monotonic()
@@ -231,32 +109,95 @@ def test_two_two_node_runs_submitted_at_once_run_one_after_the_other(cluster: Cl
     assert runs[0]["finished_at"] <= runs[1]["started_at"], runs
 
 
+def test_node_1s_worker_killed_and_restarted_re_adopts_its_job_and_the_run_succeeds(
+    cluster: Cluster,
+) -> None:
+    """kill -9 of node 1's worker mid-run, restarted well within run_lost_seconds: the new
+    worker takes the node's job over (its processes are the same ones), the run goes on and
+    succeeds with every step once, and node 1's log is shipped once, not again from its
+    start."""
+    api = cluster.api
+    epochs = 25  # 200 steps of at least 0.2 s: it outlasts the kill and the restart
+    run_id = submit(api, "mn-readopt", TWO_BY_TWO, epochs=epochs, step_sleep=0.2)
+    training_on_both(cluster, run_id)
+    node_0, node_1 = cluster.node_hosts(run_id)
+    before = set(cluster.processes(run_id)[node_1])
+    cluster.kill_worker(node_1)
+    killed = time.monotonic()
+    cluster.restart_worker(node_1)
+    took = time.monotonic() - killed
+    wait_for(
+        lambda: f"run {run_id}: re-adopted node 1's job" in cluster.worker_log(node_1),
+        timeout=RUN_LOST_SECONDS,
+        what="the restarted worker re-adopting node 1's job",
+    )
+    print(f"node 1's worker killed -> its restart heartbeating: {took:.1f} s")
+    assert api.get(f"/api/runs/{run_id}").json()["status"] == "running"
+    assert before <= set(cluster.processes(run_id)[node_1])  # the same job, taken over
+    run = succeeded(api, run_id, timeout=300)
+    got = series(api, run_id)
+    assert got["train/loss"]["step"] == list(range(1, 8 * epochs + 1))  # each step once
+    assert got["world_size"]["value"] == [4.0] * 8 * epochs
+    log_1 = api.get(f"/api/runs/{run_id}/logs", params={"node": 1}).text
+    on_host = (cluster.data_dirs[node_1] / "runs" / str(run_id) / "output.log").read_text()
+    line = "rank 2 of 4 on node 1"
+    assert log_1.count(line) == on_host.count(line) >= 1, log_1[:2000]
+    assert run["worker_host"] == node_0
+    assert cluster.leases(run_id) == []
+    gone_within(cluster, run_id, 10)
+
+
+def test_a_resumed_two_node_run_goes_on_from_its_checkpoint_on_whichever_hosts(
+    cluster: Cluster,
+) -> None:
+    """A 2-node run's checkpoint reaches the artifact store from node 0's host; its run
+    folders are then removed from both hosts, so wherever the resumed run's nodes land
+    (node 0 on the other host or not), each fetches the checkpoint from the store. It goes
+    on at the checkpoint's step, with the curve the uninterrupted run had."""
+    api = cluster.api
+    first = succeeded(api, submit(api, "mn-resume", TWO_BY_TWO, epochs=4, checkpoint=1))
+    whole = series(api, first["id"])["train/loss"]
+    assert whole["step"] == list(range(1, 33))
+    for data_dir in cluster.data_dirs.values():
+        shutil.rmtree(data_dir / "runs" / str(first["id"]), ignore_errors=True)
+    # the newest two are kept (checkpoint retention): epoch-0002.pt is after step 24
+    resumed = api.post(f"/api/runs/{first['id']}/resume", json={"checkpoint": "epoch-0002.pt"})
+    assert resumed.status_code == 201, resumed.text
+    second = succeeded(api, int(resumed.json()["id"]))
+    node_0, node_1 = cluster.node_hosts(second["id"])
+    print(f"first run's node 0: {first['worker_host']}; resumed run's node 0: {node_0}")
+    got = series(api, second["id"])["train/loss"]
+    assert got["step"] == list(range(25, 33))  # epoch 3 only: from the checkpoint's step
+    assert got["value"] == pytest.approx(whole["value"][24:], rel=1e-5)
+    log_1 = api.get(f"/api/runs/{second['id']}/logs", params={"node": 1}).text
+    assert "rank 2 of 4 on node 1" in log_1, log_1[:2000]
+    assert cluster.leases(second["id"]) == []
+
+
 def test_the_worker_of_node_1_killed_mid_run_fails_the_run_and_leaves_nothing_on_node_0(
     cluster: Cluster,
 ) -> None:
-    """Its job trains on under its keeper, but nothing speaks for node 1 any more: once its
-    heartbeat is older than run_lost_seconds the run fails as one with the reason, and node
-    0's worker stops every process of its node. (Last: it kills a worker of the cluster.)"""
+    """Killed and not restarted: its job trains on under its keeper, but nothing speaks for
+    node 1 any more: once its heartbeat is older than run_lost_seconds the run fails as one
+    with the reason, and node 0's worker stops every process of its node. Node 1's worker is
+    then restarted (the cluster stays whole for any later test), and it stops what is left
+    of the node's job: the run is not its any more."""
     api = cluster.api
     run_id = submit(api, "mn-lost", TWO_BY_TWO, epochs=50, step_sleep=0.2)
-
-    def training_on_both() -> bool:
-        found = cluster.processes(run_id)
-        points = series(api, run_id).get("train/loss", {}).get("step", [])
-        return all(found.values()) and len(points) >= 2
-
-    wait_for(training_on_both, timeout=240, every=0.2, what="the run training on both hosts")
-    node_0 = api.get(f"/api/runs/{run_id}").json()["worker_host"]
-    names = [h.name for h in cluster.hosts.hosts]
-    node_1 = names[1 - names.index(node_0)]
-    cluster.hosts.workers[names.index(node_1)].kill()  # SIGKILL: its job is left behind
-    run = ended(api, run_id, timeout=RUN_LOST_SECONDS * 4)
-    assert run["status"] == "failed", run
-    assert f"node 1 ({node_1}) lost" in (run["error"] or ""), run["error"]
-    wait_for(
-        lambda: not cluster.processes(run_id)[node_0],
-        timeout=10,
-        every=0.1,
-        what=lambda: f"processes of run {run_id} left on node 0: {cluster.processes(run_id)}",
-    )
-    assert cluster.leases(run_id) == []
+    training_on_both(cluster, run_id)
+    node_0, node_1 = cluster.node_hosts(run_id)
+    cluster.kill_worker(node_1)  # SIGKILL: its job is left behind
+    try:
+        run = ended(api, run_id, timeout=RUN_LOST_SECONDS * 4)
+        assert run["status"] == "failed", run
+        assert f"node 1 ({node_1}) lost" in (run["error"] or ""), run["error"]
+        wait_for(
+            lambda: not cluster.processes(run_id)[node_0],
+            timeout=10,
+            every=0.1,
+            what=lambda: f"processes of run {run_id} left on node 0: {cluster.processes(run_id)}",
+        )
+        assert cluster.leases(run_id) == []
+    finally:
+        cluster.restart_worker(node_1)
+    gone_within(cluster, run_id, 30)  # node 1's too, once its worker is back

@@ -80,3 +80,33 @@ def test_a_node_whose_worker_stopped_heartbeating_fails_the_run_as_lost(db: Sess
     run = db.get(models.Run, run_id)
     assert run is not None and run.status == RunStatus.failed
     assert (run.error or "").startswith("node 1 (b) lost: its worker stopped heartbeating")
+
+
+def test_a_restarted_worker_re_adopts_its_node_until_the_node_is_lost(db: Session) -> None:
+    """readopt_node (worker.adoption): node 1's job is taken over by its own host's next worker
+    while the run runs as its attempt; not by another host, not for another attempt, and not
+    once the node was declared lost (the run failed as one: its job is stopped instead)."""
+    run_id = running_run(db)
+    assert nodes.readopt_node(db, run_id=run_id, attempt=1, node=1, host="b")
+    assert not nodes.readopt_node(db, run_id=run_id, attempt=1, node=1, host="a")
+    assert not nodes.readopt_node(db, run_id=run_id, attempt=2, node=1, host="b")
+    later = utcnow() + timedelta(seconds=61)
+    assert nodes.reap_lost_nodes(db, lost_after_seconds=60, now=later) == [run_id]
+    assert not nodes.readopt_node(db, run_id=run_id, attempt=1, node=1, host="b")
+
+
+def test_a_node_whose_heartbeat_is_refused_stops_its_job(db: Session) -> None:
+    """Fencing per node: a node's check-in that stamps no row of a running attempt (its end
+    was recorded already, or another attempt's nodes replaced it) is NOT_OWNED, whatever the
+    run's own standing; a requested cancel still says cancel."""
+    run_id = running_run(db)
+    assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=1) is Standing.OWNED
+    assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=2) is Standing.NOT_OWNED
+    nodes.node_ended(db, run_id=run_id, attempt=1, node=1, exit_code=0)
+    assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=1) is Standing.NOT_OWNED
+    assert not nodes.readopt_node(db, run_id=run_id, attempt=1, node=1, host="b")
+    run = db.get(models.Run, run_id)
+    assert run is not None
+    run.cancel_requested = True
+    db.flush()
+    assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=1) is Standing.CANCEL_REQUESTED

@@ -16,6 +16,10 @@ host, before the worker takes any task:
   from its newest checkpoint by default, `requeue_after_host_restart`);
 - the run is not running as that attempt any more (a reaper handed it over while no worker
   was up, it was cancelled, deleted): the job is stale; it is stopped if it still runs.
+
+A multi-node run's node k > 0 on this host (its record says which) is taken over the same way
+as that node's (`adopt_node`), never as the run's own: only while its node was not declared
+lost, and its thread keeps it in step with the run as its launching worker did.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import contextlib
 import enum
 import logging
 import threading
+import time
 
 from app.db import is_conflict, session_scope
+from app.runs.nodes import NodeFailure, readopt_node
 from app.runs.recovery import readopt
 from app.settings import get_settings
 from torchyard.contract import RunPaths
@@ -33,6 +39,7 @@ from worker import snapshots
 from worker.heartbeat import Watched
 from worker.job_records import JobRecord, records
 from worker.limits import RunLimits, release
+from worker.node_run import NodeRole, fail_as_one, supervise_node
 from worker.process import JobProcess
 from worker.supervise import forget, hand_over_stopped, supervise
 
@@ -59,6 +66,8 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
     )
     alive = record.alive()
     limits = RunLimits.loads(record.limits) if record.limits is not None else None
+    if record.node:
+        return adopt_node(record, host, job, limits)
     try:
         with session_scope() as session:
             run = readopt(session, run_id=record.run_id, attempt=record.attempt, host=host)
@@ -116,6 +125,72 @@ def _supervise_adopted(watched: Watched, job: JobProcess, code: str | None) -> N
         log.exception("run %s: supervising the re-adopted job failed", watched.run_id)
         release(watched.limits)
         hand_over_stopped(watched.run_id, attempt=watched.attempt, reason="worker error")
+
+
+def adopt_node(
+    record: JobRecord, host: str, job: JobProcess, limits: RunLimits | None
+) -> tuple[Found, threading.Thread | None]:
+    """Node k > 0's job of a multi-node run (docs/multi-node.md): taken over while the run
+    still runs as its attempt and the node was not declared lost; a thread keeps it in step
+    with the run as its launching worker did (worker.node_run.supervise_node). Its log resumes
+    from what the database holds of it, so no line is doubled. A keeper gone without an exit
+    status (the host restarted) fails the run as one, naming the node."""
+    settings = get_settings()
+    with session_scope() as session:
+        ours = readopt_node(
+            session, run_id=record.run_id, attempt=record.attempt, node=record.node, host=host
+        )
+    if not ours:
+        if record.alive():
+            log.warning("run %s: node %s's job is stale; stopping it", record.run_id, record.node)
+            job.stop(0.0)  # fenced: the run ended or moved on without this node
+        release(limits)
+        record.remove()
+        return Found.STALE, None
+    watched = Watched(
+        record.run_id,
+        record.attempt,
+        RunPaths(settings.run_dir(record.run_id)).metrics,
+        has_leases=False,  # node 0's heartbeat renews every node's leases
+        limits=limits,
+        node=record.node,
+    )
+    role = NodeRole(record.node, record.nodes)
+    if not record.alive() and record.exit_code() is None:
+        thread = threading.Thread(
+            target=_node_host_restarted, args=(watched, role, limits), daemon=True
+        )
+        thread.start()
+        return Found.HOST_RESTARTED, thread
+    thread = threading.Thread(
+        target=_supervise_node, args=(watched, job, role), name=f"run-{record.run_id}", daemon=True
+    )
+    thread.start()
+    log.info(
+        "run %s: re-adopted node %s's job (keeper pid %s)",
+        record.run_id,
+        record.node,
+        record.keeper_pid,
+    )
+    return Found.ADOPTED, thread
+
+
+def _supervise_node(watched: Watched, job: JobProcess, role: NodeRole) -> None:
+    try:
+        with job:  # anything that raises stops every process of the node's job
+            supervise_node(watched, job, role)
+    except Exception as exc:
+        log.exception("run %s: supervising node %s's job failed", watched.run_id, role.node)
+        release(watched.limits)
+        why = NodeFailure(f"worker error: {exc!r}", None, time.time())
+        fail_as_one(watched, role.node, None, why)
+
+
+def _node_host_restarted(watched: Watched, role: NodeRole, limits: RunLimits | None) -> None:
+    release(limits)
+    forget(watched.run_id)
+    why = NodeFailure(HOST_RESTART_REASON, None, time.time())
+    fail_as_one(watched, role.node, None, why)
 
 
 ADOPTED: list[threading.Thread] = []

@@ -13,12 +13,15 @@ refuses its batches too: app.runs.lifecycle.holds).
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from app.db import Session, session_scope
-from app.runs import lifecycle
+from app.runs import lifecycle, nodes
 from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from worker.limits import RunLimits
@@ -73,13 +76,21 @@ class Heartbeat:
         beat = time.monotonic() - self._last >= self.every
         try:
             with session_scope() as session:
-                standing = lifecycle.check_in(
-                    session,
-                    run_id=self.run.run_id,
-                    attempt=self.run.attempt,
-                    renew_leases=self.run.has_leases,
-                    beat=beat,
-                )
+                if self.run.node:  # node k > 0 of a multi-node run: its node's heartbeat
+                    standing = nodes.node_check_in(
+                        session,
+                        run_id=self.run.run_id,
+                        attempt=self.run.attempt,
+                        node=self.run.node,
+                    )
+                else:
+                    standing = lifecycle.check_in(
+                        session,
+                        run_id=self.run.run_id,
+                        attempt=self.run.attempt,
+                        renew_leases=self.run.has_leases,
+                        beat=beat,
+                    )
         except Exception as exc:
             log.warning(
                 "run %s: heartbeat failed (%s); retry in the next round", self.run.run_id, exc
@@ -88,3 +99,31 @@ class Heartbeat:
         if beat:
             self._last = time.monotonic()
         return standing
+
+
+T = TypeVar("T")
+
+
+def while_heartbeating(run: Watched, work: Callable[[], T]) -> T:
+    """`work()` in a thread while the attempt (node k's: its node) keeps heartbeating: a step
+    before the job starts that may outlast run_lost_seconds on a busy host (a fresh data dir's
+    job base) must not get the run, or a multi-node run's node, counted lost."""
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run_it() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run_it, name=f"run-{run.run_id}-prepare", daemon=True)
+    thread.start()
+    heartbeat = Heartbeat(run)
+    while thread.is_alive():
+        thread.join(timeout=heartbeat.every)
+        if thread.is_alive():
+            heartbeat.check()
+    if failed:
+        raise failed[0]
+    return done[0]

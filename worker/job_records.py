@@ -49,6 +49,11 @@ class JobRecord:
     # The attempt's limits and cgroup (worker.limits.RunLimits as a dict): the next worker
     # keeps watching them and removes the cgroup when the job ends.
     limits: dict[str, Any] | None = None
+    # A multi-node run's node on this host (worker.node_run) and how many nodes the run has:
+    # node k > 0's job is re-adopted as that node's (app.runs.nodes.readopt_node), never as
+    # the run's own. 0 and 1: a single-host run's job, or node 0's (older records too).
+    node: int = 0
+    nodes: int = 1
 
     @property
     def path(self) -> Path:
@@ -118,5 +123,21 @@ def records(host: str) -> Iterator[JobRecord]:
 
 
 def find(run_id: int, host: str) -> JobRecord | None:
+    """The run's own job on `host` (a single-host run's, or node 0's): what the reaper asks
+    about the run (worker.liveness). Node k > 0's job speaks for its node only: a run whose
+    node 0 is lost is not kept alive, nor ended, by node k's job."""
     found = load(record_path(run_id))
-    return found if found is not None and found.host == host else None
+    return found if found is not None and found.host == host and not found.node else None
+
+
+def forget(run_id: int) -> None:
+    record_path(run_id).unlink(missing_ok=True)
+    exit_path(run_id).unlink(missing_ok=True)
+
+
+def forget_attempt(run_id: int, attempt: int) -> None:
+    """The job's record goes only while it is still this attempt's: the next attempt may run
+    on this host already, after a hand-over."""
+    record = load(record_path(run_id))
+    if record is None or record.attempt == attempt:
+        forget(run_id)

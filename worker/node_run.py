@@ -6,7 +6,9 @@ found free on its host) and waits, checking in, until every node is. Node 0's wo
 supervises the run as always (worker.supervise: metrics, heartbeat, cancel, final status);
 every other node's worker only keeps its own job in step with the run (`supervise_node`): it
 stops the job as soon as the run was cancelled or ended, and a job that fails fails the run
-as one (`fail_as_one`), with the first failure of any node.
+as one (`fail_as_one`), with the first failure of any node. Node k's job is recorded on its
+host (worker.job_records), so the host's next worker re-adopts it (worker.adoption) and runs
+`supervise_node` on it again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from app.runs.nodes import NodeFailure
 from app.runs.status import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths
-from worker import gpus
+from worker import gpus, job_records
 from worker.db_retry import with_db
 from worker.forwarder import forward
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
@@ -195,6 +197,12 @@ def supervise_node(run: Watched, job: JobProcess, role: NodeRole) -> RunStatus:
         standing = _check_in(run, role, None)
         if standing is None or (standing is Standing.OWNED and not SHUTTING_DOWN.is_set()):
             continue
+        if standing is Standing.OWNED and settings.keep_jobs_on_worker_stop:
+            # This worker shuts down: the job trains on for the host's next worker
+            # (worker.adoption), as a single host's does, unless the node is lost meanwhile.
+            job.detach()
+            log.warning("run %s node %s: left training for the next worker", run.run_id, role.node)
+            return RunStatus.running
         if standing is Standing.OWNED:  # this worker shuts down: the run cannot go on
             stopped = StopReason.SHUTDOWN
             job.stop(settings.cancel_grace_seconds)
@@ -206,6 +214,23 @@ def supervise_node(run: Watched, job: JobProcess, role: NodeRole) -> RunStatus:
             job.stop(0.0)
         break
     code = job.wait()
+    try:
+        return _ended(run, role, job, (code, stopped, early))
+    finally:
+        job_records.forget_attempt(run.run_id, run.attempt)  # nothing left to re-adopt
+
+
+def _ended(
+    run: Watched,
+    role: NodeRole,
+    job: JobProcess,
+    how: tuple[int, StopReason | None, NodeFailure | None],
+) -> RunStatus:
+    """Node k's job has exited (`how`: its exit status, why this worker stopped it, the
+    failure its ranks recorded early): the last of its log, its limits released, its end
+    recorded, and the run failed as one when the job failed."""
+    code, stopped, early = how
+    paths = RunPaths(run.metrics_path.parent)
     _forward(run, role, None, job, final=True)
     release(run.limits)
     if stopped is StopReason.SHUTDOWN:

@@ -49,7 +49,7 @@ from worker.db_retry import with_db
 from worker.env_build import PipFailed
 from worker.environments import BuildFailed, run_requirements
 from worker.gpus import Inventory, detect, gpu_stats
-from worker.heartbeat import Watched
+from worker.heartbeat import Watched, while_heartbeating
 from worker.job_firewall import fence, nft_path
 from worker.job_network import Plan
 from worker.job_policy import (
@@ -261,7 +261,9 @@ def _execute_claimed(
         return hand_over_stopped(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
     # Every job runs on the job base (never the worker's own packages), or on its own
     # environment layered on it.
-    base = job_base.ensure(settings.resolved_env_dir, settings.job_package_names)
+    base = while_heartbeating(
+        watched, lambda: job_base.ensure(settings.resolved_env_dir, settings.job_package_names)
+    )
     isolation = job_isolation()
     group = job_sandbox.user_group(claimed.owner_id) if isolation.as_root else None
     cache = user_cache.prepare(settings.resolved_data_dir, claimed.owner_id, group)
@@ -355,6 +357,7 @@ def _execute_claimed(
     try:
         with job:  # from here on, anything that raises stops every process of the job first
             if role is not None and role.node > 0:
+                remember(job, watched, host=inventory().host, nodes=role.nodes)
                 log.info("run %s node %s started: keeper pid %s", run_id, role.node, job.pid)
                 return node_run.supervise_node(watched, job, role)
             remember(job, watched, host=inventory().host)

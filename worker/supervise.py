@@ -35,9 +35,10 @@ log = logging.getLogger(__name__)
 WORKER_SHUTDOWN_REASON = "the worker shut down while the run was training"
 
 
-def remember(job: JobProcess, run: Watched, *, host: str) -> None:
+def remember(job: JobProcess, run: Watched, *, host: str, nodes: int = 1) -> None:
     """The job's record for the next worker on this host (worker.job_records), written as soon
-    as the keeper runs, and its pid on the run."""
+    as the keeper runs, and its pid on the run. A multi-node run's node k > 0 (``run.node``,
+    of ``nodes``) is recorded as that node's; the run's pid stays node 0's."""
     start = job.start_ticks()
     if start is not None:
         job_records.JobRecord(
@@ -50,7 +51,11 @@ def remember(job: JobProcess, run: Watched, *, host: str) -> None:
             token=job.token,
             sandboxed=job.sandboxed,
             limits=asdict(run.limits) if run.limits is not None else None,
+            node=run.node or 0,
+            nodes=nodes,
         ).save()
+    if run.node:
+        return
     with session_scope() as session:
         lifecycle.record_pid(session, run_id=run.run_id, attempt=run.attempt, pid=job.pid)
 
@@ -134,16 +139,11 @@ def fenced(run: Watched, run_dir: Path, code: int | None) -> RunStatus:
 
 
 def forget_attempt(run: Watched) -> None:
-    """The job's record goes only while it is still this attempt's: the next attempt may run
-    on this host already, after a hand-over."""
-    record = job_records.load(job_records.record_path(run.run_id))
-    if record is None or record.attempt == run.attempt:
-        forget(run.run_id)
+    job_records.forget_attempt(run.run_id, run.attempt)
 
 
 def forget(run_id: int) -> None:
-    job_records.record_path(run_id).unlink(missing_ok=True)
-    job_records.exit_path(run_id).unlink(missing_ok=True)
+    job_records.forget(run_id)
 
 
 def finish(

@@ -17,7 +17,9 @@ opens the nodes here and, once committed, sends one task per node to its host's 
   same records, so whichever node's transaction wins, the error names the same node and rank.
 
 A node whose worker stops heartbeating is lost (``reap_lost_nodes``, the reaper's round): the
-run fails as one with the reason, and every other node's job stops on its next check-in.
+run fails as one with the reason, and every other node's job stops on its next check-in. A
+worker restarted on node k's host before that takes the node's job over (``readopt_node``,
+worker.adoption); a node's refused heartbeat (``node_check_in``) stops its job at once.
 """
 
 from __future__ import annotations
@@ -168,13 +170,35 @@ def barrier(session: Session, *, run_id: int, attempt: int) -> Barrier:
 def node_check_in(session: Session, *, run_id: int, attempt: int, node: int) -> Standing:
     """A node's round while it prepares, waits or trains: its heartbeat, and the run's
     standing as node 0's worker would see it (without stamping the run's own heartbeat, which
-    is node 0's)."""
-    session.execute(
-        update(RunNode).where(_this(run_id, attempt, node)).values(heartbeat_at=utcnow())
+    is node 0's). A refused heartbeat (no such node of a running attempt: the run ended, the
+    node was declared lost, a new attempt's nodes replaced it) is NOT_OWNED unless a cancel
+    says more: the node stops its job at once (fencing per node)."""
+    beat = session.execute(
+        update(RunNode)
+        .where(_this(run_id, attempt, node), RunNode.exit_code.is_(None))
+        .values(heartbeat_at=utcnow())
     )
-    return lifecycle.check_in(
+    standing = lifecycle.check_in(
         session, run_id=run_id, attempt=attempt, renew_leases=False, beat=False
     )
+    refused = not beat.rowcount  # type: ignore[attr-defined]  # a CursorResult for an UPDATE
+    return Standing.NOT_OWNED if refused and standing is Standing.OWNED else standing
+
+
+def readopt_node(session: Session, *, run_id: int, attempt: int, node: int, host: str) -> bool:
+    """Node k's job, left training by the previous worker on `host` (worker.adoption): taken
+    over while the run still runs as `attempt` and the node, on this host, has not ended. Its
+    heartbeat is stamped at once. A node declared lost failed its run already
+    (``reap_lost_nodes``): then False, and the job left behind is stopped."""
+    run = session.get(Run, run_id, populate_existing=True)
+    if run is None or run.status != RunStatus.running or run.attempt != attempt:
+        return False
+    beat = session.execute(
+        update(RunNode)
+        .where(_this(run_id, attempt, node), RunNode.host == host, RunNode.exit_code.is_(None))
+        .values(heartbeat_at=utcnow())
+    )
+    return bool(beat.rowcount)  # type: ignore[attr-defined]  # a CursorResult for an UPDATE
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 a DistributedSampler with set_epoch, DDP over gloo, every step's loss averaged over the ranks
 and reported (rank 0 writes), and per epoch whether the ranks' shards, gathered on every rank,
 were disjoint and covered the set. ``--fail_rank``/``--fail_step`` make one rank raise;
-``--step_sleep`` makes a run long enough to cancel or to lose a node under; ``--probe
-host:port,...`` makes every rank try to connect to each first and raise if one answers (the job
-network's test, tests/test_multi_node_network.py)."""
+``--step_sleep`` makes a run long enough to cancel or to lose a node under; ``--checkpoint 1``
+saves one after each epoch, and a run that resumes one goes on from its epoch and step;
+``--probe host:port,...`` makes every rank try to connect to each first and raise if one
+answers (the job network's test)."""
 
 import argparse
 import os
@@ -25,6 +26,7 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--fail_rank", type=int, default=-1)
 parser.add_argument("--fail_step", type=int, default=0)
 parser.add_argument("--step_sleep", type=float, default=0.0)
+parser.add_argument("--checkpoint", type=int, default=0)  # 1: a checkpoint after each epoch
 parser.add_argument("--probe", default="")
 args = parser.parse_args()
 
@@ -49,13 +51,15 @@ x = torch.randn(SIZE, 8, generator=generator)
 dataset = TensorDataset(torch.arange(SIZE), x, x.sum(dim=1, keepdim=True))
 sampler = DistributedSampler(dataset, seed=run.seed, drop_last=True)
 loader = DataLoader(dataset, batch_size=32 // world, sampler=sampler, drop_last=True)
-model = DistributedDataParallel(torch.nn.Linear(8, 1))
+model = torch.nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+state = run.load_checkpoint(model, optimizer)  # every rank, on every node's host
+model = DistributedDataParallel(model)
 print(f"rank {rank} of {world} on node {os.environ.get('GROUP_RANK')}", flush=True)
 probe(args.probe)
 
-step = 0
-for epoch in range(args.epochs):
+step = state["step"] if state else 0
+for epoch in range(state["epoch"] + 1 if state else 0, args.epochs):
     sampler.set_epoch(epoch)
     mine = torch.tensor(list(iter(sampler)))
     shards = [torch.empty_like(mine) for _ in range(world)]
@@ -77,4 +81,6 @@ for epoch in range(args.epochs):
             **{"train/loss": mean.item() / world, "world_size": world, "shards_disjoint": disjoint},
         )
         time.sleep(args.step_sleep)
+    if args.checkpoint:
+        run.save_checkpoint(model, optimizer, epoch=epoch, step=step)
 run.finish()
