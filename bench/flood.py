@@ -52,6 +52,7 @@ RATIO_TARGET = 0.5
 LAG_TARGET_S = 10.0
 FINISH_TARGET_S = 10.0
 LOCKED = "database is locked"
+WAL_BYTES: list[int] = []  # the SQLite WAL's size at each sample of the current phase
 KEYS = 20
 
 # The job: says it is ready (in its log: the workspace is read-only in the sandbox), waits for
@@ -129,7 +130,13 @@ def sample_counter(
     """The points counter every 0.5 s, and each key's stored step every 0.25 s (when a point
     was stored, to split a viewer's lag into ingestion and stream)."""
     tick = 0
+    wal = Path(f"{engine.url.database}-wal") if engine.url.get_backend_name() == "sqlite" else None
     while not stop.is_set():
+        if wal is not None:  # SQLite: how far its WAL grows while the streams read beside it
+            try:
+                WAL_BYTES.append(wal.stat().st_size)
+            except OSError:
+                pass
         if tick % 2 == 0:
             out.append((time.time(), ingested(engine)))
         steps.append((time.time(), stored_steps(engine, run_ids)))
@@ -242,6 +249,7 @@ def phase(
         if time.monotonic() - t0 > 600:
             raise RuntimeError("the runs did not come up in 600 s")
         time.sleep(0.2)
+    WAL_BYTES.clear()
     samples: list[tuple[float, int]] = []
     steps: list[tuple[float, dict[tuple[int, str], int]]] = []
     stop = threading.Event()
@@ -318,6 +326,7 @@ def phase(
             part: {"n": n, "mean_ms": 1000 * total / n if n else float("nan"), "sum_s": total}
             for part, (total, n) in polls.items()
         },
+        "wal_mb_max": max(WAL_BYTES, default=0) / 1e6,
         "stream_seconds": max(r["ended_at"] for r in results) - start,
         "viewer_cpu_s": {
             "max": max(r["cpu_s"] for r in results),
@@ -418,6 +427,7 @@ def report(res: dict[str, Any]) -> bool:
             f"   {label}: {polls:.0f} polls, {polls / streams / ph['stream_seconds']:.1f} a "
             "second a stream; a poll's mean ms: "
             + ", ".join(f"{part} {v['mean_ms']:.1f}" for part, v in sorted(ph["polls"].items()))
+            + f"; SQLite WAL at most {ph['wal_mb_max']:.0f} MB"
         )
     print(
         f"   points logged {many['points_logged']:,}, stored {many['points_stored_in_phase']:,}"
