@@ -142,10 +142,6 @@ class Settings(BaseSettings):
     # younger than spool_mark_fresh_seconds (it is refreshed at least every heartbeat): a
     # worker stopped or frozen never holds a job up longer than that.
     spool_backlog_bytes: int = Field(default=2 * 1024**2, ge=0)
-    # ... and at most this many seconds of the run's own ingestion rate (the worker measures
-    # it; worker.ingest_mark.share), so the lag stays seconds on a slow or loaded box too;
-    # 0: the byte bound alone.
-    spool_backlog_seconds: float = Field(default=1.0, ge=0)
     spool_mark_fresh_seconds: float = Field(default=15.0, gt=0)
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past

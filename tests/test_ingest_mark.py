@@ -156,35 +156,3 @@ def test_a_reporter_holds_back_at_the_workers_share_of_its_bound(tmp_path: Path)
     assert done.is_set()
     reporter.close()
     assert len(spool.read_text().splitlines()) == 20_000
-
-
-def test_the_share_is_at_most_seconds_of_the_runs_own_ingestion_rate(tmp_path: Path) -> None:
-    """A byte bound is seconds of lag on a fast box and half a minute on a loaded one: the
-    share follows the run's measured rate (bench/flood.py found the viewers' lag there)."""
-    total = 2 * 1024 * 1024
-    path = tmp_path / "slow" / "metrics.jsonl"
-    t = time.monotonic() + 1000  # past every other test's runs: this one alone is live
-    assert share(total, path, 0, 1.0, now=t) == total  # no rate known yet: the byte bound
-    # Ingested at 100 KB/s for 3 s: a second of it is 100 KB, not 2 MiB.
-    for i in range(1, 31):
-        got = share(total, path, i * 10_000, 1.0, now=t + i * 0.1)
-    assert abs(got - 100_000) <= 1
-    assert share(total, path, 310_000, 0, now=t + 3.1) == total  # seconds 0: bytes alone
-    # A crawl is floored at the least share; a spool replaced (offset back) starts over.
-    crawl = tmp_path / "crawl" / "metrics.jsonl"
-    for i in range(30):
-        got = share(total, crawl, i * 100, 1.0, now=t + i * 0.1)
-    assert got == MIN_SHARE
-    assert share(total, crawl, 0, 1.0, now=t + 3.1) == total // 2  # two runs live, no rate
-
-
-def test_log_waits_past_the_shares_worth_of_lines_while_the_writer_holds_back(
-    tmp_path: Path,
-) -> None:
-    held = ingest_mark.Backpressure(tmp_path / "mark", backlog_bytes=BOUND, fresh_seconds=5)
-    assert held.held_items(1000) == 1000  # no line written yet
-    held.line_bytes = 700.0  # 20 keys a step
-    held.bound = 64 * 1024
-    assert held.held_items(1000) == 64 * 1024 // 700
-    held.bound = 4096
-    assert held.held_items(1000) == ingest_mark.MIN_HELD_ITEMS

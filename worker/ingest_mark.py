@@ -23,7 +23,6 @@ import os
 import secrets
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 from torchyard.contract import RunPaths
@@ -34,63 +33,28 @@ log = logging.getLogger(__name__)
 # Runs whose marks this worker wrote lately (spool path -> monotonic time): the runs it is
 # ingesting now, among which the backlog bound is shared.
 _published: dict[Path, float] = {}
-# Per run, (monotonic time, offset ingested) of its recent marks: its own ingestion rate.
-_progress: dict[Path, deque[tuple[float, int]]] = {}
 _published_lock = threading.Lock()
 # A run counts as being ingested while its mark was written within this many seconds (the watch
 # loop writes it every round, after every batch or wait at the gate).
 LIVE_SECONDS = 5.0
 # The least share: a run's backlog never goes below this (a few of its lines at a time).
 MIN_SHARE = 64 * 1024
-# A run's ingestion rate is measured over about this long (at least a second of it).
-RATE_SECONDS = 3.0
 
 
-def share(
-    total: int,
-    metrics_path: Path,
-    offset: int | None = None,
-    seconds: float = 0,
-    now: float | None = None,
-) -> int:
+def share(total: int, metrics_path: Path) -> int:
     """This run's part of the backlog bound ``total``: an equal share among the runs this
     worker is ingesting. Each flooding job holding the whole bound made a point wait for every
     run's backlog before its own turn (12 jobs: a minute's lag on a loaded box, bench/flood.py);
-    shared, the worker's whole backlog stays about ``total``, and one run alone keeps it all.
-
-    With ``offset`` (ingested so far) and ``seconds`` (> 0), the share is also at most
-    ``seconds`` of this run's own ingestion rate: a byte bound is seconds of lag on a fast box
-    and half a minute on a slow one (12 jobs on a loaded 2-core box: 2 MiB was ~8 s of one
-    run's ingestion; bench/flood.py split the viewers' lag and found it all there). ``now``:
-    a monotonic time (a test's clock)."""
-    now = time.monotonic() if now is None else now
+    shared, the worker's whole backlog stays about ``total``, a second or so of ingestion, and
+    one run alone keeps it all."""
+    now = time.monotonic()
     with _published_lock:
         _published[metrics_path] = now
         for path, at in list(_published.items()):
             if now - at > LIVE_SECONDS:
                 del _published[path]
-                _progress.pop(path, None)
         runs = len(_published)
-        rate = None if offset is None else _rate(metrics_path, now, offset)
-    bound = total // runs
-    if rate is not None and seconds > 0:
-        bound = min(bound, int(rate * seconds))
-    return max(MIN_SHARE, bound)
-
-
-def _rate(metrics_path: Path, now: float, offset: int) -> float | None:
-    """Bytes a second this run was ingested at over the last RATE_SECONDS; None until a
-    second of it is known (or when the spool was replaced: its offset went back)."""
-    marks = _progress.setdefault(metrics_path, deque())
-    if marks and offset < marks[-1][1]:
-        marks.clear()
-    marks.append((now, offset))
-    while len(marks) > 2 and now - marks[1][0] >= RATE_SECONDS:
-        marks.popleft()
-    then, start = marks[0]
-    if now - then < 1.0:
-        return None
-    return (offset - start) / (now - then)
+    return max(MIN_SHARE, total // runs)
 
 
 def publish(metrics_path: Path, offset: int, share: int | None = None) -> None:

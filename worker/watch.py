@@ -115,12 +115,7 @@ def watch(
             ingest_mark.publish(
                 run.metrics_path,
                 ingested,
-                ingest_mark.share(
-                    settings.spool_backlog_bytes,
-                    run.metrics_path,
-                    ingested,
-                    settings.spool_backlog_seconds,
-                ),
+                ingest_mark.share(settings.spool_backlog_bytes, run.metrics_path),
             )
         if moved and run.in_sweep and not stopped_early:
             # Its own transaction, committed before the cancel check below sees the request.

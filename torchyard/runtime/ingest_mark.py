@@ -33,8 +33,6 @@ DEFAULT_FRESH_SECONDS = 15.0
 POLL_SECONDS = 0.02
 # The least the writer writes between two looks at the backlog.
 MIN_CHUNK = 4096
-# The fewest items log() may queue while the writer holds back.
-MIN_HELD_ITEMS = 16
 
 # Set when the process is being stopped (torchyard.job's SIGTERM handler): write everything now.
 _stopping = threading.Event()
@@ -99,22 +97,11 @@ class Backpressure:
         # True while the writer holds back: log() then waits too, instead of queueing more.
         self.holding = False
         self.bound = backlog_bytes  # in force at the last look: the launcher's or the share
-        # The mean size of a spool line, as the writer last wrote them (0: not known yet).
-        self.line_bytes = 0.0
 
     def chunk_bytes(self) -> int:
         """How much the writer may write between two looks at the backlog: a quarter of the
         bound in force (the worker's share may be far below the writer's own chunk)."""
         return max(MIN_CHUNK, self.bound // 4)
-
-    def held_items(self, most: int) -> int:
-        """How many items log() may queue while the writer holds back: about the bound's
-        worth of lines, at most ``most``. The queue sits in front of the spool, so its points
-        wait for the whole backlog too: a fixed 1,000 steps was ~20 s of one flooding run's
-        ingestion among twelve on a loaded box (bench/flood.py's lag split)."""
-        if self.line_bytes <= 0:
-            return most
-        return max(MIN_HELD_ITEMS, min(most, int(self.bound / self.line_bytes)))
 
     def wait(self, fd: int) -> None:
         """Sleep while the written-but-not-ingested backlog exceeds the bound and the worker's

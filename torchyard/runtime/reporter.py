@@ -36,14 +36,13 @@ from types import TracebackType
 from typing import Any
 
 from torchyard.contract import RunPaths
-from torchyard.runtime.ingest_mark import MIN_HELD_ITEMS, POLL_SECONDS, Backpressure
+from torchyard.runtime.ingest_mark import POLL_SECONDS, Backpressure
 
 DEFAULT_INTERVAL = 0.15
 # Backpressure: past this many queued items log() waits for the writer instead of growing
 # memory without bound (only a loop that logs far faster than disk can write gets here).
 DEFAULT_MAX_PENDING = 200_000
-# While the writer holds back for ingestion, log() waits past this many queued items (fewer
-# when the worker's share of the backlog holds fewer lines: Backpressure.held_items).
+# While the writer holds back for ingestion, log() waits past this many queued items.
 HELD_PENDING = 1_000
 # The writer writes at most about this many characters before it looks at the backlog again.
 WRITE_CHUNK = 256 * 1024
@@ -102,7 +101,7 @@ class Reporter:
                 backlog_bytes=backlog_bytes,
                 fresh_seconds=fresh_seconds,
             )
-            self._limit = min(max_pending, MIN_HELD_ITEMS)
+            self._limit = min(max_pending, HELD_PENDING)
         self._thread = threading.Thread(target=self._run, name="torchyard-reporter", daemon=True)
         self._thread.start()
         # Daemon threads are frozen at interpreter exit, but atexit runs before that: this
@@ -139,7 +138,7 @@ class Reporter:
         while (
             held is not None
             and held.holding
-            and len(self._queue) > held.held_items(HELD_PENDING)
+            and len(self._queue) > HELD_PENDING
             and self._error is None
         ):
             time.sleep(POLL_SECONDS)
@@ -288,7 +287,6 @@ class Reporter:
             self._file.write("".join(lines))
             self._file.flush()
             return
-        held.line_bytes = sum(map(len, lines)) / len(lines)
         start, size = 0, 0
         chunk = min(WRITE_CHUNK, held.chunk_bytes())
         for i, line in enumerate(lines):
