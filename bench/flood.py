@@ -23,6 +23,7 @@ point and the run's final status. Exits 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import multiprocessing
 import os
@@ -51,6 +52,7 @@ RATIO_TARGET = 0.5
 LAG_TARGET_S = 10.0
 FINISH_TARGET_S = 10.0
 LOCKED = "database is locked"
+WAL_BYTES: list[int] = []  # the SQLite WAL's size at each sample of the current phase
 KEYS = 20
 
 # The job: says it is ready (in its log: the workspace is read-only in the sandbox), waits for
@@ -105,10 +107,80 @@ def ingested(engine: Engine) -> int:
         return counters.total(session, name=counters.POINTS_INGESTED)
 
 
-def sample_counter(engine: Engine, stop: threading.Event, out: list[tuple[float, int]]) -> None:
+def stored_steps(engine: Engine, run_ids: list[int]) -> dict[tuple[int, str], int]:
+    """Each key's last stored step (its summary, written with the points)."""
+    from sqlalchemy import select
+
+    from app.metrics.models import MetricKey
+
+    stmt = select(MetricKey.run_id, MetricKey.key, MetricKey.last_step).where(
+        MetricKey.run_id.in_(run_ids)
+    )
+    with Session(engine) as session:
+        return {(r, k): step for r, k, step in session.execute(stmt) if step is not None}
+
+
+def sample_counter(
+    engine: Engine,
+    stop: threading.Event,
+    out: list[tuple[float, int]],
+    run_ids: list[int],
+    steps: list[tuple[float, dict[tuple[int, str], int]]],
+) -> None:
+    """The points counter every 0.5 s, and each key's stored step every 0.25 s (when a point
+    was stored, to split a viewer's lag into ingestion and stream)."""
+    tick = 0
+    wal = Path(f"{engine.url.database}-wal") if engine.url.get_backend_name() == "sqlite" else None
     while not stop.is_set():
-        out.append((time.time(), ingested(engine)))
-        stop.wait(0.5)
+        if wal is not None:  # SQLite: how far its WAL grows while the streams read beside it
+            try:
+                WAL_BYTES.append(wal.stat().st_size)
+            except OSError:
+                pass
+        if tick % 2 == 0:
+            out.append((time.time(), ingested(engine)))
+        steps.append((time.time(), stored_steps(engine, run_ids)))
+        tick += 1
+        stop.wait(0.25)
+    steps.append((time.time(), stored_steps(engine, run_ids)))
+
+
+def split_lags(
+    seen: list[tuple[int, str, int, float, float]],
+    steps: list[tuple[float, dict[tuple[int, str], int]]],
+) -> tuple[list[float], list[float]]:
+    """Each viewed point's lag in two: ingestion (the job's log() -> the first sample that has
+    it stored) and stream (that sample -> the viewer got it). The samples are 0.25 s apart, so
+    a part is known to about that; a point stored before the sampling began is left out."""
+    series: dict[tuple[int, str], tuple[list[int], list[float]]] = {}
+    for t, last in steps:  # each key's stored step only grows: bisect it
+        for k, step in last.items():
+            stored, times = series.setdefault(k, ([], []))
+            stored.append(step)
+            times.append(t)
+    ingest, stream = [], []
+    for run_id, key, step, logged_at, got_at in seen:
+        stored, times = series.get((run_id, key), ([], []))
+        at = bisect.bisect_left(stored, step)
+        if at == len(stored) or times[at] == steps[0][0]:
+            continue
+        stored_at = times[at]
+        stored_at = min(stored_at, got_at)  # sampled after the viewer had it
+        ingest.append(max(0.0, stored_at - logged_at))
+        stream.append(got_at - stored_at)
+    return ingest, stream
+
+
+def poll_parts(api: httpx.Client) -> dict[str, tuple[float, float]]:
+    """The server's stream-poll histogram (app/ops/prometheus.py): part -> (sum s, count)."""
+    parts: dict[str, list[float]] = {}
+    for line in api.get("/metrics").text.splitlines():
+        for suffix, i in (("_sum", 0), ("_count", 1)):
+            name = f'torchyard_event_stream_poll_seconds{suffix}{{part="'
+            if line.startswith(name):
+                part = line[len(name) :].split('"', 1)[0]
+                parts.setdefault(part, [0.0, 0.0])[i] = float(line.rsplit(" ", 1)[1])
+    return {k: (v[0], v[1]) for k, v in parts.items()}
 
 
 def rate_between(samples: list[tuple[float, int]], t0: float, t1: float) -> float:
@@ -177,10 +249,13 @@ def phase(
         if time.monotonic() - t0 > 600:
             raise RuntimeError("the runs did not come up in 600 s")
         time.sleep(0.2)
+    WAL_BYTES.clear()
     samples: list[tuple[float, int]] = []
+    steps: list[tuple[float, dict[tuple[int, str], int]]] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=sample_counter, args=(engine, stop, samples))
+    sampler = threading.Thread(target=sample_counter, args=(engine, stop, samples, run_ids, steps))
     sampler.start()
+    parts_before = poll_parts(api)
     start = time.time() + 1.0
     server_cpu = cpu_seconds(server_pid)
     (sync / "go.tmp").write_text(repr(start))
@@ -202,6 +277,7 @@ def phase(
     server_busy = (cpu_seconds(server_pid) - server_cpu) / (
         max(r["ended_at"] for r in results) - start
     )
+    parts_after = poll_parts(api)
     for viewer in viewers:
         viewer.join()
     failed = [r["error"] for r in results if "error" in r]
@@ -221,6 +297,16 @@ def phase(
     engine.dispose()
     viewers_out = [v for r in results for v in r["viewers"]]
     lags = sorted(lag for r in results for lag in r["lags"])
+    ingest_lags, stream_lags = split_lags([p for r in results for p in r["seen"]], steps)
+    # Where the stream's polls went over the phase: per part, the mean seconds a poll spent
+    # there, and how many polls (the wait part counts every poll, read those that read).
+    polls = {
+        part: (
+            parts_after[part][0] - parts_before.get(part, (0.0, 0.0))[0],
+            parts_after[part][1] - parts_before.get(part, (0.0, 0.0))[1],
+        )
+        for part in parts_after
+    }
     # Each viewer process's CPU time over its time from "go" to its stream's end: near 1.0,
     # the viewer itself was the bottleneck; well below it, it waited for the stream.
     busy = [r["cpu_s"] / max(r["ended_at"] - start, 1e-9) for r in results]
@@ -234,6 +320,14 @@ def phase(
         "points_logged": logged,
         "points_stored_in_phase": stored,
         "lag_s": percentiles(lags),
+        "ingest_lag_s": percentiles(ingest_lags),
+        "stream_lag_s": percentiles(stream_lags),
+        "polls": {
+            part: {"n": n, "mean_ms": 1000 * total / n if n else float("nan"), "sum_s": total}
+            for part, (total, n) in polls.items()
+        },
+        "wal_mb_max": max(WAL_BYTES, default=0) / 1e6,
+        "stream_seconds": max(r["ended_at"] for r in results) - start,
         "viewer_cpu_s": {
             "max": max(r["cpu_s"] for r in results),
             "sum": sum(r["cpu_s"] for r in results),
@@ -319,6 +413,21 @@ def report(res: dict[str, Any]) -> bool:
             f"{ph['viewer_busy']['median']:.2f} (CPU max {ph['viewer_cpu_s']['max']:.1f} s); "
             f"last stream ended {ph['streams_ended_after_runs_s']:.1f} s after the last run; "
             f"the API's CPU / wall {ph['server_busy']:.2f}"
+        )
+    for label, ph in (("one run alone", one), (f"{n} jobs", many)):
+        ing, st = ph["ingest_lag_s"], ph["stream_lag_s"]
+        print(
+            f"   {label}: lag split at the point's storing: ingestion (log() -> stored) p50 "
+            f"{ing['p50']:.2f} s, p95 {ing['p95']:.2f} s; stream (stored -> viewer) p50 "
+            f"{st['p50']:.2f} s, p95 {st['p95']:.2f} s"
+        )
+        streams = ph["runs"]
+        polls = ph["polls"].get("read", {}).get("n", 0)
+        print(
+            f"   {label}: {polls:.0f} polls, {polls / streams / ph['stream_seconds']:.1f} a "
+            "second a stream; a poll's mean ms: "
+            + ", ".join(f"{part} {v['mean_ms']:.1f}" for part, v in sorted(ph["polls"].items()))
+            + f"; SQLite WAL at most {ph['wal_mb_max']:.0f} MB"
         )
     print(
         f"   points logged {many['points_logged']:,}, stored {many['points_stored_in_phase']:,}"

@@ -163,9 +163,16 @@ def parse_sse(lines: list[str]) -> tuple[str, str]:
 
 
 async def view(
-    client: httpx.AsyncClient, run_id: int, deadline: float, lags: list[float], delay: float
+    client: httpx.AsyncClient,
+    run_id: int,
+    deadline: float,
+    lags: list[float],
+    delay: float,
+    marks: list[tuple[int, str, int, float, float]] | None = None,
 ) -> dict[str, Any]:
-    """Follow one run's stream to its end: every (key, step) -> value received."""
+    """Follow one run's stream to its end: every (key, step) -> value received. `marks` gets
+    (run, key, step, the job's time, received) of each event's oldest point per key, so a
+    bench can split the lag at the moment the point was stored (bench/flood.py)."""
     await asyncio.sleep(delay)
     got: dict[str, dict[int, float | None]] = {}
     duplicates = events = 0
@@ -194,6 +201,8 @@ async def view(
                         seen[step] = value
                     if s.get("time"):
                         lags.append(now - s["time"][0])  # the oldest point of the event
+                        if marks is not None:
+                            marks.append((run_id, key, s["step"][0], s["time"][0], now))
             elif event == "status":
                 final_status = json.loads(data).get("status")
         ended = True
@@ -213,9 +222,10 @@ async def viewers_main(
     headers = {"Authorization": f"Bearer {token}"}
     limits = httpx.Limits(max_connections=viewers + 4)
     lags: list[float] = []
+    marks: list[tuple[int, str, int, float, float]] = []
     async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits) as client:
         tasks = [
-            view(client, run_ids[i % len(run_ids)], deadline, lags, i * stagger)
+            view(client, run_ids[i % len(run_ids)], deadline, lags, i * stagger, marks)
             for i in range(viewers)
         ]
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -264,6 +274,7 @@ async def viewers_main(
         "viewers": out,
         "lag_s": percentiles(lags),
         "lags": lags,
+        "seen": marks,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "ended_at": time.time(),
     }

@@ -5,10 +5,10 @@ Two kinds of figures, so the answer is the same whichever API process a scrape r
 - from the database at scrape time: runs by status, the queue's length and oldest wait, GPU
   leases held, live worker hosts, points ingested (app/ops/counters.py: the workers add to it
   in the same transaction as the points, on any host);
-- per process: request latency and open event streams. With several uvicorn processes
-  (`--workers`, the compose api), PROMETHEUS_MULTIPROC_DIR must name a directory they share
-  (`torchyard up` and docker-compose.yml set it); prometheus_client then sums every process's
-  files. Without it, those two figures are this process's own.
+- per process: request latency, open event streams and their polls' parts. With several
+  uvicorn processes (`--workers`, the compose api), PROMETHEUS_MULTIPROC_DIR must name a
+  directory they share (`torchyard up` and docker-compose.yml set it); prometheus_client then
+  sums every process's files. Without it, those figures are this process's own.
 """
 
 from __future__ import annotations
@@ -55,6 +55,16 @@ EVENT_STREAMS = Gauge(
     "Open live event streams (SSE) of run pages and clients",
     registry=None,
     multiprocess_mode="livesum",
+)
+# Where an event stream's polls spend their time: `wait` for a poll thread (the fair turn,
+# app/runs/poll_pool.py), `read` the database and log, `encode` the JSON, `send` the events to
+# the client's socket. bench/flood.py reads it to say where a lagging viewer's time goes.
+STREAM_POLL_SECONDS = Histogram(
+    "torchyard_event_stream_poll_seconds",
+    "Time of each part of an event stream's polls: wait, read, encode, send",
+    ["part"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    registry=None,
 )
 
 router = APIRouter(tags=["health"])
@@ -120,6 +130,7 @@ def build_registry() -> CollectorRegistry:
     else:
         registry.register(REQUEST_SECONDS)
         registry.register(EVENT_STREAMS)
+        registry.register(STREAM_POLL_SECONDS)
     registry.register(DatabaseCollector())
     return registry
 

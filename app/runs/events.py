@@ -10,10 +10,12 @@ holds no connection while it waits. The stream ends after the run has finished a
 points and log lines went out.
 
 Streams cannot starve each other: a stream is a coroutine (no thread of its own); its polls run
-in a small shared thread pool, at most one poll per user at a time, and each poll reads at most
-KEY_WINDOW keys (a run with 100,000 keys is swept a window per poll). So a user with many tabs
-on a huge run holds one pool thread for a short while per poll, and another user's poll gets a
-thread at once. A user may hold at most `sse_max_streams_per_user` open streams (429 beyond).
+in a small shared thread pool handed out fairly (app/runs/poll_pool.py: one user's polls hold
+all threads but one, a freed thread goes to the user holding fewest), and each poll reads at
+most KEY_WINDOW keys (a run with 100,000 keys is swept a window per poll). So a user with many
+tabs on a huge run holds a few pool threads for a short while per poll, and another user's poll
+gets a thread at once. A user may hold at most `sse_max_streams_per_user` open streams (429
+beyond).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import Any
 
 import anyio
 import orjson
-from anyio.lowlevel import RunVar
 from fastapi.sse import ServerSentEvent
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import DBAPIError
@@ -40,10 +41,11 @@ from app.db import database_away, session_scope
 from app.errors import Invalid, TooMany
 from app.metrics.live_read import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.ops import shutdown
-from app.ops.prometheus import EVENT_STREAMS
+from app.ops.prometheus import EVENT_STREAMS, STREAM_POLL_SECONDS
 from app.runs.logs import log_source
 from app.runs.models import Run, RunStatus
 from app.runs.phase import phase_of
+from app.runs.poll_pool import run_polled
 from app.timeutil import as_utc
 
 MAX_LOG_CHUNK = 256 * 1024
@@ -130,8 +132,9 @@ def json_event(event: str, data: Any, id: str | None = None) -> ServerSentEvent:
 
 
 def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
-    """One round: the events to send, and whether the stream is complete."""
-    events: list[ServerSentEvent] = []
+    """One round: the events to send, and whether the stream is complete. Its time goes into
+    the poll histogram in two parts: `read` (the database and the log) and `encode` (JSON)."""
+    began = time.perf_counter()
     with session_scope() as session:
         run = session.execute(_STATUS_COLUMNS, {"run_id": cursor.run_id}).one_or_none()
         if run is None:
@@ -140,6 +143,10 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
             cursor.sweep_after_finish = RunStatus(run.status).finished
             cursor.sweep_quiet = True
         series, sweep_done = _read_window(session, cursor)
+    text = _read_log(cursor)
+    read = time.perf_counter()
+    STREAM_POLL_SECONDS.labels("read").observe(read - began)
+    events: list[ServerSentEvent] = []
     building = (run.env_build_started_at, run.env_build_line, run.training_started_at)
     if (run.status, run.attempt, building) != (cursor.status, cursor.attempt, cursor.building):
         cursor.status = run.status
@@ -153,7 +160,6 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
         for key, s in series.items():
             cursor.last_steps[key] = s["step"][-1]
         events.append(json_event("metrics", {"series": series}, id=event_id(cursor)))
-    text = _read_log(cursor)
     if text:
         # offset: where this text ends in output.log, for a client that reconnects.
         events.append(
@@ -161,6 +167,7 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
         )
     if status_event is not None:
         events.append(status_event)  # after the data, so "finished" comes last
+    STREAM_POLL_SECONDS.labels("encode").observe(time.perf_counter() - read)
     done = sweep_done and cursor.sweep_after_finish and cursor.sweep_quiet and not text
     return events, done
 
@@ -251,37 +258,8 @@ def parse_after(raw: str | None) -> dict[str, int]:
     return parsed
 
 
-# The polls of all streams share this many threads, so at most this many database connections:
-# 20 viewers polling at once otherwise hold most of the pool, and a request that then waits for
-# a connection stalls everything queued behind it (bench/load.py, docs/performance.md).
-POLL_THREADS = 4
-_POLL_LIMITER: RunVar[anyio.CapacityLimiter] = RunVar("torchyard_sse_poll_limiter")
-# Per user: a limiter of one poll at a time (so one user's streams take at most one of the
-# POLL_THREADS), and the count of open streams. Per event loop, like the shared limiter.
-_USER_LIMITERS: RunVar[dict[int, anyio.CapacityLimiter]] = RunVar("torchyard_sse_user_limiters")
+# Open streams per user (in this server process), for the per-user stream limit.
 _OPEN_STREAMS: dict[int, int] = {}
-
-
-def _poll_limiter() -> anyio.CapacityLimiter:
-    """One limiter per event loop (a limiter belongs to the loop it was made in)."""
-    try:
-        return _POLL_LIMITER.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(POLL_THREADS)
-        _POLL_LIMITER.set(limiter)
-        return limiter
-
-
-def _user_limiter(user_id: int) -> anyio.CapacityLimiter:
-    try:
-        limiters = _USER_LIMITERS.get()
-    except LookupError:
-        limiters = {}
-        _USER_LIMITERS.set(limiters)
-    limiter = limiters.get(user_id)
-    if limiter is None:
-        limiter = limiters[user_id] = anyio.CapacityLimiter(1)
-    return limiter
 
 
 @contextmanager
@@ -309,12 +287,11 @@ def stream_slot(user_id: int, limit: int) -> Iterator[None]:
 
 
 async def _in_pool(user_id: int | None, func: Callable[..., Any], *args: Any) -> Any:
-    """`func` in the shared poll pool, behind the user's own one-at-a-time limiter first: a
-    user whose polls are slow waits for their own, never holds more than one pool thread."""
-    if user_id is None:
-        return await anyio.to_thread.run_sync(func, *args, limiter=_poll_limiter())
-    async with _user_limiter(user_id):
-        return await anyio.to_thread.run_sync(func, *args, limiter=_poll_limiter())
+    """`func` in the shared poll threads, at the user's fair turn (app/runs/poll_pool.py); the
+    wait for the thread is counted in the `wait` part of the poll histogram."""
+    result, waited = await run_polled(user_id, func, *args)
+    STREAM_POLL_SECONDS.labels("wait").observe(waited)
+    return result
 
 
 async def stream(
@@ -360,8 +337,13 @@ async def stream(
             cursor.window_start = None
             cursor.behind = False  # the poll interval before the next try
             events, done = [], False
+        sent = time.perf_counter()
         for event in events:
             yield event
+        if events:
+            # From the first event handed over to the last one taken back: FastAPI's framing
+            # and the write to the client's socket (it waits while the client reads slowly).
+            STREAM_POLL_SECONDS.labels("send").observe(time.perf_counter() - sent)
         if done:
             return
         if events:
