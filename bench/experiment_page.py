@@ -12,8 +12,10 @@ run (issue 31's targets, warm server):
 
 The data goes straight into each side's tables (not timed): torchyard's by bench/runs_list.fill
 (runs, params as run_params rows, metric keys with their summaries) plus the points into
-`metrics` as ingest writes them; MLflow's by the python beside --mlflow into its own dbmodels
-(runs, params, tags, latest_metrics and the last point of each key). Each side is a server of
+`metrics` as ingest writes them and each series' overview (app/metrics/overview.py, as ingest
+keeps it; --no-overviews leaves them out, the path of a series stored before them); MLflow's
+by the python beside --mlflow into its own dbmodels (runs, params, tags, latest_metrics and
+the last point of each key). Each side is a server of
 its own over SQLite (torchyard: tests/own_server.py, no worker; MLflow: `mlflow server`, as
 bench/mlflow_api.py). Every load is a fresh browser context after one warm-up load;
 performance.now() (origin: the navigation start) is read when the page is ready.
@@ -77,7 +79,8 @@ MLFLOW_READY = """(name) => document.body && document.body.textContent.includes(
 
 def add_points(db: Path, steps: int) -> int:
     """`steps` points of every metric key (as ingest stores them: one row per (key_id, step) in
-    the WITHOUT ROWID table), through sqlite3's executemany: 50M rows in about a minute."""
+    the WITHOUT ROWID table), through sqlite3's executemany: 50M rows in about a minute. Their
+    overviews are built by `add_overviews` (ingest keeps them as it stores the points)."""
     conn = sqlite3.connect(db)
     keys = [k for (k,) in conn.execute("SELECT id FROM metric_keys ORDER BY id")]
     rows = (
@@ -90,6 +93,24 @@ def add_points(db: Path, steps: int) -> int:
         conn.execute("UPDATE metric_keys SET last_step = ?", (steps,))
     conn.close()
     return len(keys) * steps
+
+
+def add_overviews(db: Path) -> None:
+    """Every series' overview from its points (app.metrics.overview.build_overviews, what the
+    migration that added them runs), as ingest would have kept them: the page's overlay reads
+    these, one row a series, not the points."""
+    from sqlalchemy import text
+
+    from app.db import make_engine
+    from app.metrics.overview import build_overviews
+
+    engine = make_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        keys = [k for (k,) in conn.execute(text("SELECT id FROM metric_keys ORDER BY id"))]
+    for start in range(0, len(keys), 500):
+        with engine.begin() as conn:
+            build_overviews(conn, key_ids=keys[start : start + 500])
+    engine.dispose()
 
 
 _MLFLOW_SEED = """
@@ -205,15 +226,25 @@ def summary(label: str, times: list[float]) -> float:
     return median
 
 
-def torchyard_side(browser, directory: Path, size: dict[str, int], loads: int) -> float:  # type: ignore[no-untyped-def]
+def torchyard_side(  # type: ignore[no-untyped-def]
+    browser, directory: Path, size: dict[str, int], loads: int, *, overviews: bool = True
+) -> float:
     from tests.own_server import own_server
 
-    directory.mkdir()
+    # A directory of an earlier run of the same size (--data-dir) is reused: writing 50M points
+    # and their overviews takes minutes on a loaded box.
+    done = directory / f"written-{size['runs']}x{size['keys']}x{size['steps']}-{overviews}"
+    directory.mkdir(parents=True, exist_ok=done.exists())
     with own_server(directory) as ty:
         db = directory / "own.db"
         t0 = time.perf_counter()
-        fill(f"sqlite:///{db}", runs=size["runs"], params=size["params"], keys=size["keys"])
-        points = add_points(db, size["steps"]) if size["steps"] else 0
+        if not done.exists():
+            fill(f"sqlite:///{db}", runs=size["runs"], params=size["params"], keys=size["keys"])
+            points = add_points(db, size["steps"]) if size["steps"] else 0
+            if points and overviews:
+                add_overviews(db)
+            done.touch()
+        points = size["runs"] * size["keys"] * size["steps"]
         print(
             f"torchyard: {size['runs']:,} runs x {size['params']} params x {size['keys']} keys"
             f" ({points:,} points) written in {time.perf_counter() - t0:.1f} s",
@@ -280,6 +311,17 @@ def main() -> None:
     parser.add_argument("--chart-keys", type=int, default=50)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--loads", type=int, default=5)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="keep torchyard's data here, and reuse it when a run of the same size wrote it",
+    )
+    parser.add_argument(
+        "--no-overviews",
+        action="store_true",
+        help="leave the series without overviews (the page's curves then read the points)",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -294,7 +336,13 @@ def main() -> None:
         try:
             for name, size in sizes(args):
                 print(f"--- {name}: {size}", flush=True)
-                ours = torchyard_side(browser, Path(tmp) / f"ty-{name}", size, args.loads)
+                ours = torchyard_side(
+                    browser,
+                    (args.data_dir or Path(tmp)) / f"ty-{name}",
+                    size,
+                    args.loads,
+                    overviews=not args.no_overviews,
+                )
                 if args.mlflow and not args.skip_mlflow:
                     mlflow_dir = Path(tmp) / f"mlflow-{name}"
                     theirs = mlflow_side(browser, args.mlflow, mlflow_dir, size, args.loads)

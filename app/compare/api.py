@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+import orjson
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 from sqlalchemy import select
 
@@ -45,7 +46,7 @@ def read_many_runs_metrics(
     keys: Annotated[str, Query(max_length=20000, pattern=NO_NUL, description="comma-separated")],
     max_points: Annotated[int, Query(ge=MIN_MAX_POINTS, le=4000)] = 300,
     with_time: Annotated[bool, Query(description="add each point's wall time")] = False,
-) -> ManyRunsMetricsOut:
+) -> Response:
     """The runs' downsampled series of `keys` (as GET /api/runs/{id}/metrics with
     max_points, from each series' overview: app.metrics.overlay), with each run's status (a
     page polls the active ones)."""
@@ -68,9 +69,7 @@ def read_many_runs_metrics(
         max_points=max_points,
         with_time=with_time,
     )
-    return ManyRunsMetricsOut(
-        runs={
-            run.id: RunSeriesOut.model_validate({"status": run.status, "series": series[run.id]})
-            for run in found
-        }
-    )
+    # ManyRunsMetricsOut's shape, serialized once by orjson: 200 runs x 150 points x 3 lists
+    # (~1 MB) spent ~3x read_overlay's time in FastAPI's dump, validation and json.dumps.
+    body = {"runs": {str(r.id): {"status": r.status, "series": series[r.id]} for r in found}}
+    return Response(orjson.dumps(body), media_type="application/json")

@@ -1,7 +1,7 @@
 // The experiment page's "all runs' curves": every run of the experiment (the newest MAX_RUNS)
 // overlaid, one chart per metric key, live while a run is active (app/static/overlay.js).
-// Loaded deferred, before the deferred chart library: it starts on DOMContentLoaded, which
-// comes after every deferred script has run.
+// Loaded deferred, after the deferred chart library: it draws from DOMContentLoaded, which
+// comes after every deferred script has run, and asks for the first charts' series at once.
 import {call, errorText, serverDown} from "./lib/api.js";
 import {isShown, normalizeKeys} from "./lib/chart_keys.js";
 import {markStale} from "./lib/dom.js";
@@ -41,6 +41,20 @@ import {api} from "./lib/urls.js";
     const el = document.getElementById("experiment-curves-runs");
     try { return el ? JSON.parse(el.textContent) : null; } catch (_) { return null; }
   };
+
+  // The first charts' series are asked for now, as this module runs (the first of the page's
+  // deferred scripts: before the runs table is built and DOMContentLoaded), not when the
+  // overlay mounts: the page holds the runs. The overlay takes these answers by URL. Only for
+  // the charts about to be shown: the page opened at its curves (those in view and just below,
+  // the first in key order), or few enough keys that all are drawn at once.
+  const EARLY_CHARTS = 12;
+  const held = embedded();
+  const early = (() => {
+    if (!held || !held.length) return null;
+    const keys = [...new Set(held.flatMap((r) => Object.keys(r.summary || {})))].sort(compareKeys);
+    if (location.hash !== `#${section.id}` && keys.length > overlay.LAZY_AFTER) return null;
+    return overlay.prefetch(held.slice().reverse(), keys.slice(0, EARLY_CHARTS));
+  })();
 
   // Which keys are charted (null: all): the "Charts" picker (chart_keys_picker.js) and saved
   // views (saved_views.js) set it. A chart box not charted, and a key group left with none,
@@ -96,7 +110,7 @@ import {api} from "./lib/urls.js";
   });
 
   const start = async () => {
-    const runs = embedded() || await listRuns();
+    const runs = held || await listRuns();
     if (!runs) return;
     if (!runs.length) { status.textContent = "No runs yet: their curves appear here."; return; }
     const keys = new Set();
@@ -107,6 +121,7 @@ import {api} from "./lib/urls.js";
       controls: "experiment-curves",
       legend: document.getElementById("experiment-curves-legend"),
       status,
+      early,
       refreshRuns: async (markDown) => {
         const fresh = await listRuns(markDown);
         // the runs table and the parallel coordinates refresh from the same answer

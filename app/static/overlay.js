@@ -92,12 +92,23 @@ export const overlay = (() => {
     };
   };
 
+  const budgetFor = (runs) => Math.max(MIN_POINTS, Math.min(MAX_POINTS, Math.floor(CHART_BUDGET / Math.max(1, runs))));
+  // `runs`' series of `key`, `points` a curve: what the overlay asks for.
+  const seriesUrl = (runs, key, points) => api.compareMetrics(
+    {runs: runs.map((r) => r.id).join(","), keys: key, max_points: points, with_time: "true"});
+  // The series of `keys` of the `runs` a mount will overlay, asked for before it (a page that
+  // holds its runs asks for its first charts' before DOMContentLoaded): {url: the call's
+  // promise}, for opts.early.
+  const prefetch = (runs, keys) => new Map(keys.map((k) => seriesUrl(runs, k, budgetFor(runs.length)))
+    .map((url) => [url, call("GET", url)]));
+
   /**
    * Overlay `runs` ({id, name, status, params}) in the `.metric-chart[data-key]` boxes under
    * `container`. `opts.controls` is the id prefix of the controls, `opts.legend` an element for
    * the page's legend, `opts.status` one for what is shown, `opts.refreshRuns` (optional) an
    * async function giving the runs again (new ones are added) while any is active, null when it
    * could not (calling its argument when the server did not answer: the status line says so).
+   * `opts.early` (optional): prefetch's answers, taken (once) for a request of the same URL.
    */
   const mount = (container, runs, opts) => {
     const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls),
@@ -125,8 +136,7 @@ export const overlay = (() => {
         else { observer.unobserve(div); observer.observe(div); }
       }
     };
-    const budget = () => Math.max(MIN_POINTS, Math.min(MAX_POINTS,
-      Math.floor(CHART_BUDGET / Math.max(1, state.runs.length))));
+    const budget = () => budgetFor(state.runs.length);
 
     // The x-metric's key when the x axis is another metric (its series is fetched with the
     // charted keys'), else null.
@@ -221,10 +231,10 @@ export const overlay = (() => {
     const fetchSeries = async (runs, keys) => {
       if (!runs.length) return [];
       const byId = new Map(runs.map((r) => [r.id, r]));
-      const ids = runs.map((r) => r.id).join(",");
       const errors = await Promise.all(keys.map(async (key) => {
-        const q = {runs: ids, keys: key, max_points: budget(), with_time: "true"};
-        const res = await call("GET", api.compareMetrics(q));
+        const url = seriesUrl(runs, key, budget()), early = opts.early && opts.early.get(url);
+        if (early) opts.early.delete(url);
+        const res = await (early || call("GET", url));
         if (!res.ok && serverDown(res)) state.down = true;
         if (!res.ok) return `${key}: ${errorText(res.body)}`;
         for (const [id, got] of Object.entries(res.body.runs)) {
@@ -374,5 +384,5 @@ export const overlay = (() => {
     return state;
   };
 
-  return {mount, labels, differingParams, clippedRange, chartDiv, arrange};
+  return {mount, prefetch, labels, differingParams, clippedRange, chartDiv, arrange, LAZY_AFTER};
 })();
