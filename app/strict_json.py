@@ -8,14 +8,25 @@ encoding exists for it, so storing or echoing it failed (a 500).
 Nesting past a sane depth is refused too, with a message instead of a parser's RecursionError.
 A pure ASGI middleware: the body is read once, checked, and handed on unchanged; bodies over
 the size limit are passed through untouched for the app's own 413.
+
+The check parses with orjson, which refuses NaN, Infinity, numbers too large for a float and
+lone surrogates itself, so what is left is NUL and depth, both read off the body's bytes (a
+NUL in a string can only arrive as the escape \\u0000). A body orjson refuses goes the way of
+the stdlib parser and a walk of the value, which words the refusal (or leaves malformed JSON
+to FastAPI). The stdlib path alone was most of an MLflow log-batch request's CPU time (issue
+29: a parse_float call per number, then a walk of every value). The parsed value is kept in
+the request's scope under PARSED: a route that reads it there (app/mlflow/errors.py) does
+not parse the body a second time.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import Invalid
@@ -23,6 +34,12 @@ from app.http_errors import error_response
 
 MAX_DEPTH = 64
 _CHECKED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The scope key of the checked body's parsed value (absent when it was not checked).
+PARSED = "torchyard.json"
+# Every byte but the structural ones, for bytes.translate's delete.
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+_STRING = re.compile(rb'"[^"]*"')
+_LEAF = re.compile(rb"\[\]|\{\}")
 
 
 class UnfitJSON(ValueError):
@@ -70,21 +87,45 @@ def check_value(value: Any) -> None:
             _check_text(item, "string")
 
 
-def problem(body: bytes) -> str | None:
-    """Why this body is refused, or None (also for malformed JSON: FastAPI reports that)."""
+def _too_deep(body: bytes) -> bool:
+    """Whether the (valid JSON) body nests deeper than MAX_DEPTH, from its bytes: escapes
+    dropped (``\\\\`` first, so ``\\"`` is then an escaped quote), all but brackets and quotes
+    deleted, strings (now empty, or brackets as text) removed; then each pass removes the
+    innermost containers, so the body is empty after `depth` passes."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return False
+    marks = body.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    marks = marks.replace(b'""', b"")
+    if b'"' in marks:
+        marks = _STRING.sub(b"", marks)
+    for _ in range(MAX_DEPTH):
+        marks = _LEAF.sub(b"", marks)
+        if not marks:
+            return False
+    return True
+
+
+def parse(body: bytes) -> Any:
+    """The body's value; UnfitJSON says why it is refused, a ValueError that it is not JSON."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _parse_slowly(body)
+    if b"\\u0000" in body:
+        check_value(value)
+    elif _too_deep(body):
+        raise UnfitJSON(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _parse_slowly(body: bytes) -> Any:
+    """The stdlib's parse and a walk of the value: its messages for what orjson refused."""
     try:
         value = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
-    except UnfitJSON as exc:
-        return str(exc)
     except RecursionError:
-        return f"JSON nested deeper than {MAX_DEPTH} levels"
-    except ValueError:  # malformed JSON or bad encoding: FastAPI's own 422/400 says where
-        return None
-    try:
-        check_value(value)
-    except UnfitJSON as exc:
-        return str(exc)
-    return None
+        raise UnfitJSON(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    check_value(value)
+    return value
 
 
 def _is_json(scope: Scope) -> bool:
@@ -120,11 +161,14 @@ class StrictJSONMiddleware:
                 break
         complete = read[-1]["type"] == "http.request" and not read[-1].get("more_body", False)
         if complete and size <= self.max_body_bytes:
-            why = problem(b"".join(m.get("body", b"") for m in read))
-            if why is not None:
-                refused = Invalid.at(["body"], why, kind="json_invalid")
+            try:
+                scope[PARSED] = parse(b"".join(m.get("body", b"") for m in read))
+            except UnfitJSON as exc:
+                refused = Invalid.at(["body"], str(exc), kind="json_invalid")
                 await error_response(refused)(scope, receive, send)
                 return
+            except ValueError:  # malformed JSON or bad encoding: FastAPI's own 422/400 says where
+                pass
 
         async def replay() -> Message:
             return read.pop(0) if read else await receive()

@@ -142,7 +142,7 @@ def seed_torchyard(ty: OwnServer, username: str, what: str, target: str, count: 
 
     from app.auth.models import User
     from app.mlflow import service, writes
-    from app.mlflow.schemas import CreateRun, KeyValue, MetricIn
+    from app.mlflow.schemas import CreateRun, KeyValue
 
     with Session(ty.engine) as session:
         if what == "series":
@@ -152,7 +152,7 @@ def seed_torchyard(ty: OwnServer, username: str, what: str, target: str, count: 
                     session,
                     run,
                     [
-                        MetricIn(key="loss", value=1.0 / (1 + s), timestamp=s, step=s)
+                        ("loss", s, 1.0 / (1 + s), s / 1000)
                         for s in range(start, min(count, start + BATCH))
                     ],
                 )
@@ -164,9 +164,7 @@ def seed_torchyard(ty: OwnServer, username: str, what: str, target: str, count: 
             writes.log_params(
                 session, run, [KeyValue(key="lr", value=_lr(i)), KeyValue(key="opt", value=_opt(i))]
             )
-            writes.log_metrics(
-                session, run, [MetricIn(key="loss", value=1.0 / (1 + i), timestamp=0, step=1)]
-            )
+            writes.log_metrics(session, run, [("loss", 1, 1.0 / (1 + i), 0.0)])
         session.commit()
 
 

@@ -99,10 +99,11 @@ def decode(data: bytes) -> Points:
     )
 
 
-def extremes(points: Points, width: int) -> Points:
-    """Each bucket's min and max points and the two ends (see the module's rules)."""
+def extremes(points: Points, width: int, *, first: bool = True) -> Points:
+    """Each bucket's min and max points and the two ends (see the module's rules); without
+    `first`, the first point only where it is an extreme (the points are a series' tail)."""
     n = len(points)
-    if n <= 2:
+    if n <= 2 and first:
         return points
     bucket = points.steps // width
     starts = np.flatnonzero(np.concatenate(([True], bucket[1:] != bucket[:-1])))
@@ -113,7 +114,7 @@ def extremes(points: Points, width: int) -> Points:
     is_min = low == np.minimum.reduceat(low, starts)[group]  # all NULL: every point, take 1st
     is_max = (high == np.maximum.reduceat(high, starts)[group]) & ~null
     keep = np.concatenate((_first_per_group(is_min, group), _first_per_group(is_max, group)))
-    return points.take(np.unique(np.concatenate((keep, [0, n - 1]))))
+    return points.take(np.unique(np.concatenate((keep, [0, n - 1] if first else [n - 1]))))
 
 
 def _first_per_group(mask: npt.NDArray[np.bool_], group: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -137,6 +138,31 @@ def fit(points: Points, width: int) -> tuple[int, Points]:
     while _buckets(points.steps, width) > MAX_BUCKETS:
         width *= 2
     return width, extremes(points, width)
+
+
+def extend(width: int, old: Points, new: Points) -> tuple[int, Points]:
+    """``fit(merge(old, new), width)`` for points `new` that all come after `old`'s last step
+    (the normal batch), looking again only at `old`'s last bucket: the buckets before it keep
+    their extremes, and an overview's points are their own extremes. A batch of 1,000 points
+    into a long series was 2,000 points sorted and bucketed per key before (issue 29)."""
+    cut = int(np.searchsorted(old.steps, old.steps[-1] // width * width))
+    tail = extremes(
+        Points(
+            np.concatenate((old.steps[cut:], new.steps)),
+            np.concatenate((old.values[cut:], new.values)),
+            np.concatenate((old.times[cut:], new.times)),
+        ),
+        width,
+        first=cut == 0,
+    )
+    points = Points(
+        np.concatenate((old.steps[:cut], tail.steps)),
+        np.concatenate((old.values[:cut], tail.values)),
+        np.concatenate((old.times[:cut], tail.times)),
+    )
+    if _buckets(points.steps, width) > MAX_BUCKETS:
+        return fit(points, width)
+    return width, points
 
 
 def merge(old: Points, new: Points) -> Points:
@@ -195,8 +221,12 @@ def update_overviews(
         appended = _appended(data, points) if width == 1 else None
         if appended is not None:
             raw[key_id] = (1, appended)
+            continue
+        stored = decode(data)
+        if len(stored) and points.steps[0] > stored.steps[-1]:
+            written[key_id] = extend(width, stored, points)
         else:
-            written[key_id] = fit(merge(decode(data), points), width)
+            written[key_id] = fit(merge(stored, points), width)
     if rows is not None and fresh:  # a key's first points are this batch: no read back
         first = _without_points(conn, fresh)
         written.update({k: fit(new[k], 1) for k in first if k in new})

@@ -30,6 +30,7 @@ from app.mlflow.schemas import (
     SearchRuns,
     SetTag,
     UpdateRun,
+    metric_points,
     parse_id,
 )
 from app.runs import deletion, lifecycle
@@ -150,16 +151,17 @@ def search_runs(body: SearchRuns, session: SessionDep, _user: MlflowUser) -> Res
 @router.post("/runs/log-batch")
 def log_batch(body: LogBatch, session: SessionDep, user: MlflowWriter) -> Json:
     writes.check_batch(len(body.metrics), len(body.params), len(body.tags))
+    points = metric_points(body.metrics)
     run = service.writable_run(session, user, body.ref)
     writes.log_params(session, run, body.params)
     writes.set_tags(session, run, body.tags)
-    writes.log_metrics(session, run, body.metrics)
+    writes.log_metrics(session, run, points)
     return {}
 
 
 @router.post("/runs/log-metric")
 def log_metric(body: LogMetric, session: SessionDep, user: MlflowWriter) -> Json:
-    writes.log_metrics(session, service.writable_run(session, user, body.ref), [body])
+    writes.log_metrics(session, service.writable_run(session, user, body.ref), [body.point()])
     return {}
 
 

@@ -12,8 +12,9 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.metrics.ingest import Point
 from app.mlflow.errors import invalid
 from app.runs.models import RunStatus
 from app.timeutil import as_utc
@@ -33,6 +34,49 @@ class MetricIn(Message):
     value: float
     timestamp: int = 0
     step: int = 0
+
+    def point(self) -> Point:
+        """As ingest takes it: (key, step, value, wall time in seconds)."""
+        return _in_range(self.key, self.step, self.value, self.timestamp)
+
+
+_INT64 = 2**63
+
+
+def _in_range(key: str, step: int, value: float, timestamp: int) -> Point:
+    if not (-_INT64 <= step < _INT64 and -_INT64 <= timestamp < _INT64):
+        raise invalid(f"metric {key[:250]!r}: step and timestamp must be 64-bit integers")
+    return key, step, value, timestamp / 1000
+
+
+def metric_points(items: list[Any]) -> list[Point]:
+    """A log-batch's metrics as ingest points, checked as MetricIn checks them, in one pass.
+
+    Why not MetricIn per metric: a model per metric was most of a batch's validation time
+    (issue 29). The shape every client sends (a string key, a number, integer step and
+    timestamp) is taken as it is; anything else (a string "NaN", a step as a string, a missing
+    field) goes through MetricIn, which converts or refuses it with pydantic's words."""
+    points: list[Point] = []
+    append = points.append
+    for i, item in enumerate(items):
+        if type(item) is dict:
+            key, value = item.get("key"), item.get("value")
+            step, timestamp = item.get("step", 0), item.get("timestamp", 0)
+            if (
+                type(key) is str
+                and (type(value) is float or type(value) is int)
+                and type(step) is int
+                and type(timestamp) is int
+            ):
+                append(_in_range(key, step, value, timestamp))
+                continue
+        try:
+            append(MetricIn.model_validate(item).point())
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in ("metrics", i, *error["loc"]))
+            raise invalid(f"{where}: {error['msg']}") from None
+    return points
 
 
 class CreateExperiment(Message):
@@ -73,7 +117,8 @@ class UpdateRun(RunRef):
 
 
 class LogBatch(RunRef):
-    metrics: list[MetricIn] = Field(default_factory=list)
+    # checked by metric_points, after the batch's size (MetricIn per metric was the cost)
+    metrics: list[Any] = Field(default_factory=list)
     params: list[KeyValue] = Field(default_factory=list)
     tags: list[KeyValue] = Field(default_factory=list)
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from operator import itemgetter
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.metrics.ingest import KeyLimit, ingest_points
+from app.metrics.ingest import KeyLimit, Point, ingest_points
 from app.mlflow.errors import invalid
 from app.mlflow.reads import NOTE_TAG, PARAM_PREFIX, RUN_NAME_TAG, TAG_PREFIX, USER_TAG
-from app.mlflow.schemas import KeyValue, MetricIn
+from app.mlflow.schemas import KeyValue
 from app.runs import notices, params
 from app.runs.models import Run, RunParam
 from app.runs.schemas import MAX_NAME_CHARS, MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN, RunPatch
@@ -75,10 +76,10 @@ def _check_value(value: str, what: str, key: str, limit: int) -> None:
         raise invalid(f"{what} {key!r}: a value must not contain NUL")
 
 
-def log_metrics(session: Session, run: Run, metrics: Sequence[MetricIn]) -> None:
-    for key in {m.key for m in metrics}:
+def log_metrics(session: Session, run: Run, points: Sequence[Point]) -> None:
+    """Points as app.mlflow.schemas makes them: (key, step, value, wall time in seconds)."""
+    for key in set(map(itemgetter(0), points)):
         _check_key(key, "metric")
-    points = [(m.key, m.step, m.value, m.timestamp / 1000) for m in metrics]
     limit = KeyLimit(get_settings().max_metric_keys_per_run)
     ingest_points(session, run_id=run.id, points=points, key_limit=limit)
     if limit.dropped_points:

@@ -8,8 +8,6 @@ forwarders of different runs update different rows instead of queueing on one ro
 from __future__ import annotations
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.ops.models import OpsCounter
@@ -18,16 +16,21 @@ POINTS_INGESTED = "points_ingested"
 SHARDS = 16
 
 
+# The driver's own statement: built and compiled per call, Core's upsert was 10% of an
+# ingest batch's time (issue 29). The same text on both databases, but for the placeholders.
+_UPSERT = (
+    "INSERT INTO ops_counters (name, shard, value) VALUES ({0}, {0}, {0}) "
+    "ON CONFLICT (name, shard) DO UPDATE SET value = ops_counters.value + excluded.value"
+)
+
+
 def add(session: Session, *, name: str, amount: int, key: int) -> None:
     """Count `amount` more of `name`; `key` (a run id) picks the shard."""
     if amount <= 0:
         return
-    insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    stmt = insert(OpsCounter).values(name=name, shard=key % SHARDS, value=amount)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["name", "shard"], set_={"value": OpsCounter.value + stmt.excluded.value}
-    )
-    session.execute(stmt)
+    conn = session.connection()
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    conn.exec_driver_sql(_UPSERT.format(mark), (name, key % SHARDS, amount))
 
 
 def total(session: Session, *, name: str) -> int:
