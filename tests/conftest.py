@@ -122,8 +122,8 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_config_env",  # a config's env in the job's process (launcher, sandbox)
         "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process
         "test_e2e_ddp_exit",  # DDP scripts end when their work ends
-        # multi-node DDP across namespace hosts (one cluster, ~5 min): torchrun, Gloo, the
-        # nodes' workers and the job's network (its broker is Redis on either pass); the
+        # multi-node DDP across namespace hosts (one cluster, 8 tests: 595 s at load 2-12):
+        # torchrun, Gloo, the nodes' workers and the job's network (its broker Redis); the
         # barrier, the gang's leases and failing as one on PostgreSQL too: test_run_nodes,
         # test_gpu_service
         "test_multi_node",
