@@ -122,9 +122,10 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_config_env",  # a config's env in the job's process (launcher, sandbox)
         "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process
         "test_e2e_ddp_exit",  # DDP scripts end when their work ends
-        # multi-node DDP across namespace hosts (~4 min a pass): torchrun, Gloo and the nodes'
-        # workers; the barrier, the gang's leases and failing as one on PostgreSQL too:
-        # test_run_nodes, test_gpu_service
+        # multi-node DDP across namespace hosts (one cluster, 8 tests: 595 s at load 2-12):
+        # torchrun, Gloo, the nodes' workers and the job's network (its broker Redis); the
+        # barrier, the gang's leases and failing as one on PostgreSQL too: test_run_nodes,
+        # test_gpu_service
         "test_multi_node",
         "test_e2e_environments",  # pip environments built for a run
         "test_e2e_hf",  # Hugging Face Trainer, unmodified
@@ -153,6 +154,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_job_files",
         "test_job_imports",
         "test_job_network",  # what a sandboxed job reaches (the services' ports on both stacks)
+        "test_job_firewall",  # a multi-node job's nftables rules, in a namespace of its own
         "test_process",
         "test_ingest_mark",  # the spool's backpressure: files in a temporary folder
         "test_launcher",
@@ -182,6 +184,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_http_errors",  # domain errors to responses, on an app of its own
         "test_mlflow_search",  # MLflow's filter grammar (run on both databases: test_mlflow_client)
         "test_periodic",  # app.periodic's rounds and wake-ups
+        "test_poll_pool",  # the event streams' thread pool, on threads of its own
         "test_phases",  # tests/phases.py, read with the test modules' source
         "test_static_modules",  # the front-end's ES module imports, read from the files
         "test_supervisor",  # `up`'s supervisor over real child processes

@@ -3,6 +3,12 @@ worker hosts that are network namespaces (tests/netns_hosts.py) with 2 fake GPUs
 database, one broker and one artifact store (the hosts share no run directory with the API,
 as two GPU boxes would not).
 
+The broker is a service the hosts reach over the network and a multi-node job must not
+(worker/job_firewall.py): the tests' own Redis database (TORCHYARD_TEST_REDIS_URL, not the
+suite's broker, so the hosts take none of the shared worker's tasks), on either pass, reached
+through a proxy on the bridge as PostgreSQL is. `Cluster.services` names what the hosts reach
+that way, the targets the job network's test probes.
+
 Building it (namespaces, two workers, their job bases) takes most of a test's time, so a test
 module builds it once::
 
@@ -21,10 +27,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -34,7 +42,7 @@ from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.gpus.models import GpuLease
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, WORKSPACE_DIR, processes_in, wait_for_status
-from tests.netns_hosts import NetnsHosts, require_netns
+from tests.netns_hosts import NetnsHost, NetnsHosts, python_in, require_netns
 from tests.stack import (
     LiveStack,
     free_port,
@@ -43,7 +51,6 @@ from tests.stack import (
     wait_for_hosts,
     wait_healthy,
 )
-from tests.test_netns_hosts import NETNS_BROKER_URL
 from tests.waits import wait_for
 
 ROOT = BASE_DIR / "multi-node"
@@ -54,6 +61,28 @@ SCRIPT = Path(__file__).parent / "workspace_scripts" / "ddp_multi_node.py"
 RUN_LOST_SECONDS = 60.0  # the default; a restart took 21 s at load 27, 75 s at load 35
 ENDED = {"succeeded", "failed", "cancelled"}
 TWO_BY_TWO = {"nodes": 2, "nproc": 2, "gpus": 2}
+BROKER_URL = os.environ.get("TORCHYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
+# Listens on each address given (a host's loopback, its own address) and accepts every
+# connection: what a job of that host must not reach and root there can.
+LISTENER = """
+import selectors, socket, sys
+chooser = selectors.DefaultSelector()
+for host in sys.argv[2:]:
+    chooser.register(socket.create_server((host, int(sys.argv[1]))), selectors.EVENT_READ)
+while True:
+    for key, _ in chooser.select():
+        key.fileobj.accept()[0].close()
+"""
+# Prints each target it could not connect to (none: all reached).
+REACH = """
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        print(f"{target} ({exc})")
+"""
 
 
 @dataclass
@@ -65,6 +94,9 @@ class Cluster:
     worker_envs: dict[str, dict[str, str]]
     workers: dict[str, subprocess.Popen[bytes]]  # each host's current worker
     logs: Path
+    # host:port of the database (PostgreSQL; none for a SQLite file) and the broker as the
+    # hosts reach them: the proxies on the bridge
+    services: tuple[str, ...]
 
     @property
     def names(self) -> list[str]:
@@ -109,6 +141,53 @@ class Cluster:
     def worker_log(self, name: str) -> str:
         return (self.logs / f"worker-{name}.log").read_text(errors="replace")
 
+    @contextlib.contextmanager
+    def listening(self, port: int) -> Iterator[None]:
+        """A listener on `port` of each host's loopback and own address while the block runs."""
+        listeners = [
+            self.hosts.start(
+                host,
+                [sys.executable, "-c", LISTENER, str(port), "127.0.0.1", host.address],
+                dict(os.environ),
+                self.logs / f"listen-{host.name}.log",
+            )
+            for host in self.hosts.hosts
+        ]
+        try:
+            yield
+        finally:
+            for listener in listeners:
+                stop_process(listener, timeout=10)
+
+    def unreached(self, targets: list[str]) -> list[str]:
+        """The targets that root (not a run's uid) fails to connect to in each host's
+        namespace: what a job gets refused beyond these is the fence's doing."""
+        code = f"import sys; sys.argv = ['reach', *{targets!r}]\n{REACH}"
+        return [
+            f"{host.name}: {line}"
+            for host in self.hosts.hosts
+            for line in python_in(host, code).splitlines()
+        ]
+
+    def run_rules(self) -> list[str]:
+        """Each host's nftables ruleset that still jumps to a run's chain (job_firewall)."""
+        return [
+            f"{host.name}: {listed}"
+            for host in self.hosts.hosts
+            if "jump run_" in (listed := _ruleset(host))
+        ]
+
+
+def _ruleset(host: NetnsHost) -> str:
+    return subprocess.run(
+        host.argv(["nft", "list", "ruleset"]), capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _host_port(url: str) -> str | None:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}" if parts.hostname and parts.port else None
+
 
 def _start_worker(
     hosts: NetnsHosts, name: str, env: dict[str, str], logs: Path
@@ -117,18 +196,23 @@ def _start_worker(
     return hosts.start(host, worker_argv(2), env, logs / f"worker-{name}.log")
 
 
-def _purge(url: str) -> None:
-    if url.startswith("redis"):
-        import redis
-
-        redis.Redis.from_url(url).flushdb()  # this test's own database: its hosts' queues too
+def require_nft() -> None:
+    """A multi-node job is refused without nft (worker/job_firewall.py): skip where it is not
+    installed, except on CI."""
+    if shutil.which("nft") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must run the multi-node tests, but nft (nftables) is not installed")
+        pytest.skip("nft (nftables) is not installed: `make sandbox`")
 
 
 @contextlib.contextmanager
 def running_cluster() -> Iterator[Cluster]:
     """The cluster, torn down (workers, namespaces, API) however the block ends."""
     require_netns()
-    _purge(NETNS_BROKER_URL)
+    require_nft()
+    import redis
+
+    redis.Redis.from_url(BROKER_URL).flushdb()  # the tests' own database: its hosts' queues
     logs = ROOT / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     store = ROOT / "store"
@@ -138,7 +222,7 @@ def running_cluster() -> Iterator[Cluster]:
     env = dict(
         os.environ,
         TORCHYARD_DATA_DIR=str(ROOT / "api-data"),
-        TORCHYARD_BROKER_URL=NETNS_BROKER_URL,
+        TORCHYARD_BROKER_URL=BROKER_URL,
         TORCHYARD_ARTIFACT_STORE=str(store),
         PYTHONUNBUFFERED="1",
     )
@@ -153,7 +237,7 @@ def running_cluster() -> Iterator[Cluster]:
                     h,
                     data_dirs[h.name],
                     gpus="0,1",
-                    broker_url=NETNS_BROKER_URL,
+                    broker_url=BROKER_URL,
                     TORCHYARD_ARTIFACT_STORE=str(store),
                     TORCHYARD_RUN_LOST_SECONDS=str(RUN_LOST_SECONDS),
                     TORCHYARD_REAP_INTERVAL_SECONDS="2",  # the suite's is off
@@ -163,11 +247,13 @@ def running_cluster() -> Iterator[Cluster]:
             workers = {
                 name: _start_worker(hosts, name, worker_envs[name], logs) for name in data_dirs
             }
+            reached = (worker_envs["host-0"]["TORCHYARD_DATABASE_URL"], hosts.reach(BROKER_URL))
+            services = tuple(found for url in reached if (found := _host_port(url)))
             base_url = f"http://127.0.0.1:{port}"
             wait_healthy(base_url, server, logs / "server.log")
             wait_for_hosts(tuple(data_dirs), t0, timeout=180)
             with LiveStack(base_url, logs, ADMIN_PASSWORD).admin_client() as api:
-                yield Cluster(api, hosts, data_dirs, store, worker_envs, workers, logs)
+                yield Cluster(api, hosts, data_dirs, store, worker_envs, workers, logs, services)
     finally:
         stop_process(server)
 

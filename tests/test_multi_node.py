@@ -4,7 +4,10 @@ namespaces with 2 fake GPUs each, one database, one broker and one artifact stor
 nodes x 2 processes trains as one gloo world of 4, fails as one when a rank of node 1 raises,
 cancels as one, two such runs submitted at once run one after the other, node 1's worker
 killed and restarted re-adopts its node's job, and a resumed run goes on from its checkpoint
-whichever hosts it lands on."""
+whichever hosts it lands on. The job's network for real (worker/job_firewall.py,
+docs/security.md): every rank is refused the database (PostgreSQL), the broker, loopback and
+the hosts' other ports, each reachable from the hosts themselves, while DDP across the nodes
+succeeds, and no rule is left on either host afterwards."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import DATABASE_URL
 from tests.multi_node_cluster import (
     RUN_LOST_SECONDS,
     TWO_BY_TWO,
@@ -28,8 +32,13 @@ from tests.multi_node_cluster import (
     training_on_both,
 )
 from tests.waits import wait_for
+from torchyard.contract import RunPaths
 
 pytestmark = pytest.mark.slow
+
+# A port below every ephemeral range and not a rendezvous port: each host listens on it on its
+# loopback and on its own address for the job network's test.
+LISTEN_PORT = 24_117
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +65,53 @@ def test_a_two_node_run_is_one_world_of_four_matching_one_host_of_four(cluster: 
     assert "rank 2 of 4 on node 1" in node_1 and "rank 3 of 4 on node 1" in node_1, node_1
     rank_3 = api.get(f"/api/runs/{multi['id']}/logs", params={"rank": 3}).text
     assert "rank 3 of 4 on node 1" in rank_3 and "rank 2 of 4" not in rank_3, rank_3
+
+
+def test_a_multi_node_job_reaches_its_peers_and_none_of_the_hosts_services(
+    cluster: Cluster,
+) -> None:
+    """Every rank first connects to each target and raises if one answers: the database's
+    (PostgreSQL) and the broker's address:port as the workers reach them, a listener on each
+    host's loopback, one on its own address and one on its peer's."""
+    a, b = cluster.hosts.hosts
+    targets = [
+        *cluster.services,
+        f"127.0.0.1:{LISTEN_PORT}",
+        f"{a.address}:{LISTEN_PORT}",  # node a's own address, and its peer's for node b
+        f"{b.address}:{LISTEN_PORT}",
+    ]
+    want = 2 if DATABASE_URL.startswith("postgresql") else 1  # the database, the broker
+    assert len(cluster.services) == want, cluster.services
+    api = cluster.api
+    with cluster.listening(LISTEN_PORT):
+        # root on each host reaches each target: what the job is refused is the fence's doing
+        wait_for(
+            lambda: not cluster.unreached(targets),
+            timeout=60,
+            every=0.5,
+            what=lambda: f"root on the hosts reaching {cluster.unreached(targets)}",
+        )
+        run_id = submit(api, "mn-network", TWO_BY_TWO, epochs=1, probe=",".join(targets))
+        run = ended(api, run_id, timeout=300)
+    node_1 = api.get(f"/api/runs/{run_id}/logs", params={"node": 1}).text
+    assert run["status"] == "succeeded", f"{run['error']}\nnode 1's log:\n{node_1}"
+    # the training went across the nodes: one world of 4
+    assert set(series(api, run_id)["world_size"]["value"]) == {4.0}
+    # every rank tried every target and was refused (the script raises if one answers)
+    run_dir = cluster.data_dirs[run["worker_host"]] / "runs" / str(run_id)
+    node_0 = RunPaths(run_dir).log.read_text()
+    for log in (node_0, node_1):
+        for target in targets:
+            assert log.count(f"probe {target}: not reached") == 2, (target, log)
+    assert "Connection refused" in node_1
+    # and no rule of a run is left on either host once its worker is done with the node
+    # (node k's may still be stopping its job when node 0 has ended the run)
+    wait_for(
+        lambda: not cluster.run_rules(),
+        timeout=60,
+        every=0.5,
+        what=lambda: str(cluster.run_rules()),
+    )
 
 
 def test_a_failing_rank_on_node_1_fails_the_run_on_both_hosts(cluster: Cluster) -> None:
