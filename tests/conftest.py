@@ -132,8 +132,6 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_isolation",  # the bwrap sandbox around jobs
         "test_e2e_limits",  # cgroups and rlimits on real jobs (the logins beside: any stack)
         "test_cgroups",  # the real cgroupfs
-        "test_job_firewall",  # nft rules of a run's uid in a namespace (the rule builder)
-        "test_poll_pool",  # the stream's poll threads shared between users (no database)
         "test_ingest_fast_paths",  # byte checks, batch validation, overview extend (pure)
         "test_limits",  # limits' enforcement choice, keeper options, the sweep
         "test_job_base",  # what a job's Python sees
