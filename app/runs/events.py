@@ -143,9 +143,7 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
             cursor.sweep_after_finish = RunStatus(run.status).finished
             cursor.sweep_quiet = True
         series, sweep_done = _read_window(session, cursor)
-    text = _read_log(cursor)
     read = time.perf_counter()
-    STREAM_POLL_SECONDS.labels("read").observe(read - began)
     events: list[ServerSentEvent] = []
     building = (run.env_build_started_at, run.env_build_line, run.training_started_at)
     if (run.status, run.attempt, building) != (cursor.status, cursor.attempt, cursor.building):
@@ -160,6 +158,11 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
         for key, s in series.items():
             cursor.last_steps[key] = s["step"][-1]
         events.append(json_event("metrics", {"series": series}, id=event_id(cursor)))
+    # The log is read only now: the metrics event's id carries the log offset from before this
+    # poll's text, so a client resuming from it gets that text again (tests/test_sse_resume.py).
+    log_began = time.perf_counter()
+    text = _read_log(cursor)
+    log_read = time.perf_counter()
     if text:
         # offset: where this text ends in output.log, for a client that reconnects.
         events.append(
@@ -167,7 +170,9 @@ def poll(cursor: StreamCursor) -> tuple[list[ServerSentEvent], bool]:
         )
     if status_event is not None:
         events.append(status_event)  # after the data, so "finished" comes last
-    STREAM_POLL_SECONDS.labels("encode").observe(time.perf_counter() - read)
+    ended = time.perf_counter()
+    STREAM_POLL_SECONDS.labels("read").observe((read - began) + (log_read - log_began))
+    STREAM_POLL_SECONDS.labels("encode").observe((log_began - read) + (ended - log_read))
     done = sweep_done and cursor.sweep_after_finish and cursor.sweep_quiet and not text
     return events, done
 
