@@ -88,8 +88,9 @@ SIDE_BY_SIDE_MODULES = frozenset(
     }
 )
 
-# Embedded side-by-side slow modules run in the second stream, beside the browser tests
-# (Makefile test-services-side): to balance the two streams. Quiet-box times from stop 35's CI.
+# Embedded side-by-side slow modules that stop 36's trial ran in the second stream, beside the
+# browser tests, to balance the two streams (the Makefile no longer splits the slow tests:
+# docs/testing.md). Quiet-box times from stop 35's CI.
 SECOND_STREAM_MODULES = frozenset(
     {
         "test_e2e_ddp_exit",  # 43 s: 12 DDP runs
