@@ -252,7 +252,9 @@ def test_a_cpu_run_records_cpu_and_rss_every_interval(live_stack) -> None:
         summary = api.get(f"/api/runs/{run['id']}").json()["summary"]
     assert_series_every_second(got, done)
     assert max(got[CPU_PERCENT]["value"]) > 1  # torch's import and the steps cost CPU
-    assert min(got[RSS_MB]["value"][1:]) > 20  # a python with torch loaded
+    # a python with torch loaded; the first sample may precede torch's import and the last
+    # follow the interpreter's exit (only the job's shell left: 1.7 MB seen in CI under load)
+    assert min(got[RSS_MB]["value"][1:-1]) > 20
     assert summary[RSS_MB]["max"] == max(got[RSS_MB]["value"])  # in the summary like any key
 
 
