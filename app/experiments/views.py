@@ -17,13 +17,14 @@ from app.errors import Invalid
 from app.experiments import service
 from app.experiments.best import best_of_experiments, experiment_metrics
 from app.experiments.config import RunConfig, ScriptConfig, run_config
+from app.experiments.held_keys import held_keys
 from app.experiments.models import Experiment
-from app.metrics.summary import run_summaries
+from app.metrics.summary import listed_keys, run_summaries
 from app.ownership import find_experiment, find_run
 from app.pages import PageRoute, PageUser
 from app.runs import listing
 from app.runs.models import Run, RunStatus
-from app.runs.out import run_outs
+from app.runs.out import LIST_SUMMARIES, run_outs
 from app.runs.service import why_queued_many
 from app.settings import get_settings
 from app.sweeps.out import sweep_briefs
@@ -277,7 +278,12 @@ def experiment_page(
     summaries = run_summaries(session, run_ids=[r.id for r in rows])
     names = _usernames(session, _owner_ids(session, experiment))
     reasons = why_queued_many(session, runs=rows)  # the scheduler's words for queued runs
-    curve_runs = [o.model_dump(mode="json") for o in run_outs(session, newest, listed=True)]
+    # The keys' names, and the summaries of those the table and the parallel coordinates
+    # show first only (app/experiments/held_keys.py): every key's were 90% of the page.
+    keys = sorted(listed_keys(session, run_ids=[r.id for r in newest], first=LIST_SUMMARIES))
+    held = held_keys(keys)
+    outs = run_outs(session, newest, listed=True, only_keys=held)
+    curve_runs = [o.model_dump(mode="json") for o in outs]
     return render(
         request,
         "experiment.html",
@@ -310,7 +316,10 @@ def experiment_page(
         # The "best" metric the experiments list uses for it (app/experiments/best.py), and
         # the keys its runs log, offered when choosing one (app/static/experiment_best.js).
         best=experiment_metrics(session, experiments=[experiment]).get(experiment.id),
-        logged_keys=sorted({k for r in curve_runs for k in r.get("summary") or {}}),
+        logged_keys=keys,
+        # The keys of the curves' runs ("all": their charts, the columns offered) and those
+        # whose summaries the runs carry ("held"; the table asks the API for any other).
+        metric_keys={"all": keys, "held": held},
         # The table's first page is the first of those (app/static/lib/first_page.js): how
         # many, and its cursor, so the table shows them without asking GET /api/runs again.
         first_page={"take": len(rows), "next": first.next},

@@ -172,6 +172,22 @@ def runs_with_more_keys(session: Session, *, run_ids: Sequence[int], than: int) 
     return found
 
 
+def listed_keys(session: Session, *, run_ids: Sequence[int], first: int) -> set[str]:
+    """The keys a list of ``run_ids`` carries summaries of (each run's first ``first`` in
+    LIST_ORDER), without their summaries: what the experiment page offers as columns and
+    charts while holding the summaries of only the few it shows first (issue 31)."""
+    k = MetricKey
+    ids = sorted(set(run_ids))
+    found: set[str] = set()
+    for start in range(0, len(ids), _CHUNK):
+        stmt: _Rows = select(
+            k.run_id, k.key, k.last_value, k.min_value, k.max_value, k.last_step
+        ).where(k.run_id.in_(ids[start : start + _CHUNK]), k.last_step.is_not(None))
+        inner = _first_keys(stmt, first, ()).subquery()
+        found.update(session.scalars(select(inner.c.key).distinct()))
+    return found
+
+
 def _first_keys(stmt: _Rows, first: int, also: Collection[str]) -> _Rows:
     """``stmt``'s rows limited to each run's first ``first`` keys in LIST_ORDER (a window over
     the (run_id, key) index: a run with 10,000 keys costs a scan of its own keys, no sort of

@@ -3,7 +3,7 @@ while it is queued, why it waits, and why its sweep stopped it early (if it did)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy.orm import Session
 
@@ -28,14 +28,21 @@ def run_outs(
     *,
     listed: bool = False,
     summary_keys: Sequence[str] = (),
+    only_keys: Collection[str] | None = None,
 ) -> list[RunOut]:
     """A query each for params, tags and summaries, whatever the number of runs. ``listed``:
-    at most LIST_SUMMARIES summaries a run, plus those of ``summary_keys``."""
+    at most LIST_SUMMARIES summaries a run, plus those of ``summary_keys``. ``only_keys``: the
+    summaries of those keys alone (the experiment page holds its columns' only: issue 31);
+    ``summary_cut`` still says whether a list would have cut the run's."""
     ids = [r.id for r in runs]
     params = params_by_run(session, ids)
     tags = tags_by_run(session, ids)
     first = LIST_SUMMARIES if listed else None
-    summaries = summaries_by_run(session, run_ids=ids, first=first, also=summary_keys)
+    summaries = (
+        summaries_by_run(session, run_ids=ids, keys=only_keys)
+        if only_keys is not None
+        else summaries_by_run(session, run_ids=ids, first=first, also=summary_keys)
+    )
     cut = runs_with_more_keys(session, run_ids=ids, than=first) if first is not None else set()
     disks = disk_by_run(session, ids)
     reasons = why_queued_many(session, runs=runs)

@@ -5,6 +5,7 @@
 import {call, errorText, serverDown} from "./lib/api.js";
 import {isShown, normalizeKeys} from "./lib/chart_keys.js";
 import {markStale} from "./lib/dom.js";
+import {metricKeys} from "./lib/first_page.js";
 import {compareKeys} from "./lib/format.js";
 import {keysPicker} from "./chart_keys_picker.js";
 import {overlay} from "./overlay.js";
@@ -49,11 +50,15 @@ import {api} from "./lib/urls.js";
   // the first in key order), or few enough keys that all are drawn at once.
   const EARLY_CHARTS = 12;
   const held = embedded();
+  // Their keys: the page says which they logged (it holds only a few keys' summaries).
+  const heldKeys = held && (metricKeys(document)?.all
+    || [...new Set(held.flatMap((r) => Object.keys(r.summary || {})))]);
   const early = (() => {
     if (!held || !held.length) return null;
-    const keys = [...new Set(held.flatMap((r) => Object.keys(r.summary || {})))].sort(compareKeys);
+    const keys = [...heldKeys].sort(compareKeys);
     if (location.hash !== `#${section.id}` && keys.length > overlay.LAZY_AFTER) return null;
-    return overlay.prefetch(held.slice().reverse(), keys.slice(0, EARLY_CHARTS));
+    return overlay.prefetch(held.slice().reverse(), keys.slice(0, EARLY_CHARTS),
+                            document.getElementById("experiment-curves-x-axis")?.value);
   })();
 
   // Which keys are charted (null: all): the "Charts" picker (chart_keys_picker.js) and saved
@@ -113,7 +118,7 @@ import {api} from "./lib/urls.js";
     const runs = held || await listRuns();
     if (!runs) return;
     if (!runs.length) { status.textContent = "No runs yet: their curves appear here."; return; }
-    const keys = new Set();
+    const keys = new Set(held ? heldKeys : []);
     for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
     charts.replaceChildren(...[...keys].map(overlay.chartDiv));
     showKeys();

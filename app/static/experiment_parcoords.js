@@ -40,9 +40,16 @@ import {parcoords} from "./parcoords.js";
     select.disabled = !ids || !ids.length;
     select.textContent = ids ? `Select these ${ids.length} run${ids.length === 1 ? "" : "s"}` : "";
   };
+  // The page holds a few keys' summaries (lib/first_page.js): the table lists its runs again
+  // with a picked metric's key when they do not carry it.
+  const need = (col) => {
+    if (col) section.dispatchEvent(new CustomEvent("ty:runs-need", {detail: {keys: [col.slice(0, col.lastIndexOf("."))]}}));
+  };
   const onMetric = (col) => {
+    need(col);
     try { if (col) localStorage.setItem(METRIC_KEY, col); } catch (_) { /* ok */ }
   };
+  let keys = [];
   const onAxes = (ids) => {
     try { if (ids) localStorage.setItem(AXES_KEY, JSON.stringify(ids)); else localStorage.removeItem(AXES_KEY); } catch (_) { /* ok */ }
   };
@@ -54,9 +61,12 @@ import {parcoords} from "./parcoords.js";
     if (pending === null) requestAnimationFrame(() => setTimeout(() => { const d = pending; pending = null; draw(d); }));
     pending = event.detail;
   });
-  const draw = ({runs, summaries}) => {
+  const draw = ({runs, summaries, keys: logged}) => {
+    keys = logged || [];
     if (!chart) {
-      chart = parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), axes, onBrush, onMetric, onAxes});
+      chart = parcoords.mount(el, runs, {metric: saved || defaultMetric(runs, summaries), axes, onBrush, onMetric, onAxes,
+                                         keys: () => keys});
+      need(saved);
     } else {
       chart.update(runs);
       if (!chart.metric()) chart.setMetric(defaultMetric(runs, summaries));

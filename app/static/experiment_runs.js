@@ -13,11 +13,12 @@ import {call, deleteObject, errorText, failureText} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
-import {readHeld, usable} from "./lib/first_page.js";
+import {metricKeys, readHeld, usable} from "./lib/first_page.js";
 import {SEED_EVENT} from "./lib/seed.js";
 import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
+import {fillPicker} from "./runs_picker.js";
 import {bindBy, getState as groupingState, onChange as onGrouping, setState as setGrouping} from "./grouping.js";
 import {groupedRows} from "./runs_groups.js";
 
@@ -43,7 +44,13 @@ import {groupedRows} from "./runs_groups.js";
     highlight: null, // ids the parallel coordinates' brush keeps (a Set), null: no brush
     summaries: null, // chosen summary columns, ["train/loss.last", ...]; null: not chosen yet
     expanded: new Set(), // grouped (grouping.js): the keys of the groups shown open
+    carried: null, // the keys whose summaries the loaded runs carry (a Set), null: a list's
+    extraKeys: new Set(), // keys asked for besides the columns' (the parallel coordinates' metric)
   };
+  // The keys the page's runs logged (the experiment page says; lib/first_page.js), offered as
+  // columns and filter keys besides the loaded runs' own.
+  const pageKeys = (metricKeys(document) || {all: []}).all;
+  const keysRun = {summary: Object.fromEntries(pageKeys.map((k) => [k, {}]))};
   // The picked summary columns are kept per experiment in this browser, for the next visit.
   const COLUMNS_KEY = `ty.runs.columns.${scope.columns}`;
   try {
@@ -148,7 +155,7 @@ import {groupedRows} from "./runs_groups.js";
     renderFilterKeys();
     updateActions();
     // The page's other views of these runs (the parallel coordinates) follow the table.
-    section.dispatchEvent(new CustomEvent("ty:runs", {detail: {runs: state.runs, summaries: state.summaries}}));
+    section.dispatchEvent(new CustomEvent("ty:runs", {detail: {runs: state.runs, summaries: state.summaries, keys: pageKeys}}));
   };
 
   const toggleGroup = (key) => {
@@ -162,47 +169,26 @@ import {groupedRows} from "./runs_groups.js";
     render();
   });
 
-  const renderPicker = () => {
-    const picker = $("runs-column-picker");
-    const keys = summaryKeys(state.runs);
-    const chosen = new Set(state.summaries || []);
-    for (const col of chosen) { // keep chosen keys listed even when no loaded run has them
-      const [key] = splitSummary(col);
-      if (!keys.includes(key)) keys.push(key);
-    }
-    picker.replaceChildren();
-    if (!keys.length) { picker.append(el("p", "No metrics logged yet.", "hint")); return; }
-    const grid = el("table", undefined, "column-picker");
-    for (const key of keys) {
-      const tr = el("tr");
-      tr.append(el("th", key));
-      for (const agg of ["last", "min", "max"]) {
-        const td = el("td");
-        const label = el("label");
-        const box = el("input");
-        box.type = "checkbox";
-        box.dataset.summary = `${key}.${agg}`;
-        box.checked = chosen.has(`${key}.${agg}`);
-        box.addEventListener("change", () => {
-          const list = (state.summaries || []).filter((c) => c !== box.dataset.summary);
-          if (box.checked) list.push(box.dataset.summary);
-          state.summaries = list;
-          saveColumns();
-          render();
-        });
-        label.append(box, ` ${agg}`);
-        td.append(label);
-        tr.append(td);
-      }
-      grid.append(tr);
-    }
-    picker.append(grid);
+  // A column whose key the loaded runs may not carry (the page held a few keys' summaries, a
+  // list cut a run's to 50) lists the runs again, with its key in summary_keys=.
+  const carried = (key) => (!state.carried || state.carried.has(key))
+    && state.runs.every((r) => !r.summary_cut || key in (r.summary || {}));
+  const needKeys = (keys) => {
+    for (const key of keys) state.extraKeys.add(key);
+    if (keys.some((key) => !carried(key))) load();
   };
+  const renderPicker = () => fillPicker($("runs-column-picker"), state.runs, pageKeys, state.summaries, (col, on) => {
+    const list = (state.summaries || []).filter((c) => c !== col);
+    if (on) list.push(col);
+    state.summaries = list;
+    saveColumns();
+    if (on && !carried(splitSummary(col)[0])) load(); else render();
+  });
 
   // The builder's key suggestions: the loaded runs' params and metrics (any key may be typed).
   const renderFilterKeys = () => {
     const list = $("runs-filter-keys");
-    list.replaceChildren(...filterKeys(state.runs).map((k) => { const o = el("option"); o.value = k; return o; }));
+    list.replaceChildren(...filterKeys([...state.runs, keysRun]).map((k) => { const o = el("option"); o.value = k; return o; }));
   };
 
   const selectedIds = () => state.runs.filter((r) => state.selected.has(r.id)).map((r) => r.id);
@@ -224,7 +210,7 @@ import {groupedRows} from "./runs_groups.js";
     if (tag) params.append("tag", tag);
     if (text) params.append("filter", text);
     // A list carries 50 summaries a run (train/ and val/ first): the chosen columns' keys too.
-    for (const key of new Set((state.summaries || []).map((c) => splitSummary(c)[0]))) {
+    for (const key of new Set([...(state.summaries || []).map((c) => splitSummary(c)[0]), ...state.extraKeys])) {
       params.append("summary_keys", key);
     }
     if (cursor) params.set("cursor", cursor);
@@ -234,7 +220,7 @@ import {groupedRows} from "./runs_groups.js";
   // Until the reader picks, once some run has logged a metric (a page loaded before the first
   // point gets its columns with the first refresh that brings one).
   const pickDefaultSummaries = () => {
-    const keys = summaryKeys(state.runs);
+    const keys = summaryKeys([...state.runs, keysRun]);
     if (state.summaries === null && keys.length) state.summaries = defaultSummaries(keys, section.dataset.defaultSummary);
   };
 
@@ -252,6 +238,7 @@ import {groupedRows} from "./runs_groups.js";
       const copy = cursor ? null : usable(held, {sort: state.sort, keys: p.getAll("summary_keys"),
                                                  filtered: ["status", "tag", "filter"].some((k) => p.has(k))});
       held = null;
+      if (!more) state.carried = copy ? copy.keys : null;
       r = copy ? {ok: true, body: copy} : await call("GET", query(cursor));
       if (ticket !== loading) return;
       if (!r.ok) break;
@@ -369,6 +356,8 @@ import {groupedRows} from "./runs_groups.js";
     pickDefaultSummaries();
     render();
   });
+  // The parallel coordinates' metric: its key's summaries (asked for when not carried).
+  section.addEventListener("ty:runs-need", (event) => needKeys(event.detail.keys));
   // "Show seed" (lib/seed.js): the seed columns come or go.
   document.addEventListener(SEED_EVENT, render);
 

@@ -10,7 +10,8 @@
 // brush. Every name and value reaches the page as text (textContent, createElementNS).
 // parcoords.mount(el, runs, opts) -> {update(runs), setMetric(col), metric(), setAxes(ids),
 // axes(), kept()}; opts: metric ("key.agg"), axes (ids, null: the default), onBrush(ids |
-// null), onMetric(col), onAxes(ids | null). Reusable by any page of runs.
+// null), onMetric(col), onAxes(ids | null), keys() (metric keys to offer besides the runs'
+// summaries'). Reusable by any page of runs.
 import {compareKeys, fmtParam, runLabels} from "./lib/format.js";
 import {SEED_EVENT, seedShown} from "./lib/seed.js";
 import {METRIC, axesChooser, axisIds, makeAxis, present} from "./parcoords_axes.js";
@@ -89,6 +90,7 @@ export const parcoords = (() => {
     const fillPicker = () => {
       const keys = new Set();
       for (const r of state.runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
+      for (const k of opts.keys ? opts.keys() : []) keys.add(k);  // logged, not loaded
       if (state.metric) keys.add(splitMetric(state.metric)[0]);
       picker.replaceChildren();
       for (const key of [...keys].sort(compareKeys)) {

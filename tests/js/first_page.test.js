@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import {test} from "node:test";
 
-import {heldPage, usable} from "../../app/static/lib/first_page.js";
+import {heldPage, metricKeys, usable} from "../../app/static/lib/first_page.js";
 
 const runs = [{id: 3, summary: {"val/acc": {}}}, {id: 2, summary: {}}, {id: 1, summary: {}}];
 
@@ -34,4 +34,26 @@ test("used only for the newest-first, unfiltered query whose summary keys it car
   assert.equal(usable(cut, {...query, keys: []}), cut);
   const kept = {runs: [{id: 1, summary: {"val/acc": {}}, summary_cut: true}], next: null};
   assert.equal(usable(kept, query), kept);
+});
+
+test("the page's held keys decide: a column of any other key asks the API", () => {
+  const keys = JSON.stringify({all: ["train/loss", "val/acc", "x/k1"], held: ["train/loss", "val/acc"]});
+  const held = heldPage(JSON.stringify(runs), JSON.stringify({take: 3, next: null}), keys);
+  assert.deepEqual([...held.keys], ["train/loss", "val/acc"]);
+  const query = {sort: "-id", filtered: false, keys: ["train/loss", "val/acc"]};
+  // carried, though run 2 has no summary of them (it logged neither)
+  assert.equal(usable(held, query), held);
+  assert.equal(usable(held, {...query, keys: ["x/k1"]}), null);
+  assert.equal(usable(held, {...query, keys: []}), held);
+  // without the keys element: as before, the runs' own summaries
+  assert.equal(heldPage(JSON.stringify(runs), JSON.stringify({take: 3, next: null}), null).keys, null);
+  assert.equal(heldPage(JSON.stringify(runs), JSON.stringify({take: 3}), "{"), null);
+});
+
+test("metricKeys reads {all, held} from the page, null when missing or junk", () => {
+  const doc = (text) => ({getElementById: () => (text === null ? null : {textContent: text})});
+  assert.deepEqual(metricKeys(doc(JSON.stringify({all: ["a"], held: []}))), {all: ["a"], held: []});
+  assert.equal(metricKeys(doc(null)), null);
+  assert.equal(metricKeys(doc("[")), null);
+  assert.equal(metricKeys(doc("{}")), null);
 });
