@@ -5,11 +5,11 @@
 // (sse_max_streams_per_user), so only the active runs' downsampled series are asked for
 // again every POLL_MS.
 import {call, errorText, serverDown} from "./lib/api.js";
-import {chartGroup} from "./lib/dom.js";
+import {arrange, chartDiv} from "./lib/dom.js";
 import {
-  compareGroups, compareKeys, differingParams, isSystemKey, keyGroup, lostText, runColor, runLabels, stepTitle,
+  compareKeys, differingParams, isSystemKey, lostText, runColor, runLabels, stepTitle,
 } from "./lib/format.js";
-import {emaAll, emaState, xAtSteps, xMetricKey} from "./lib/series.js";
+import {clippedRange, emaAll, emaState, xAtSteps, xMetricKey} from "./lib/series.js";
 import {SEED_EVENT, seedShown} from "./lib/seed.js";
 import {plot} from "./chart.js";
 import {isActive} from "./lib/status.js";
@@ -22,6 +22,12 @@ export const overlay = (() => {
   // Points per chart in all; each run gets its share (at least MIN_POINTS, at most MAX_POINTS),
   // so 100 runs x 2 keys draw ~2 x 30,000 points, not 2 x 400,000.
   const CHART_BUDGET = 30000, MIN_POINTS = 100, MAX_POINTS = 2000;
+  // The first draw's budget: ~21 points per pixel column of the narrowest chart (380 px,
+  // app.css .chart-grid) in all, at least FIRST_MIN a curve: 40 a curve at 200 runs, where the
+  // full budget's 150 made each chart's request 926 KB (issue 31). A chart zoomed into asks
+  // again with the full budget; the wall times come only for an x axis of time.
+  const FIRST_CHART_POINTS = 8000, FIRST_MIN = 24;
+  const PREFETCH_KEYS = 3;
   // Charts made at most (the first keys in key order; a run page shows them all), and each
   // drawn only once it scrolls near: a run with thousands of keys otherwise froze the page.
   const MAX_CHARTS = 48;
@@ -30,55 +36,6 @@ export const overlay = (() => {
   // The params that differ across runs, and each run's label: differingParams and runLabels
   // (lib/format.js), shared with the runs table and the parallel coordinates.
   const labels = runLabels;
-
-  // "Clip outliers": each run's curve without its top and bottom 2% (a spike), then the runs
-  // whose range lies far outside the others' (a diverged run: more than 3 typical spans past
-  // the median) left out of the y range, so one run at loss 70 no longer flattens the rest.
-  const clippedRange = (traces, logY) => {
-    const lows = [], highs = [];
-    for (const t of traces) {
-      if (t.visible === "legendonly") continue;
-      const vs = [];
-      for (const v of t.y) if (v !== null && isFinite(v) && (!logY || v > 0)) vs.push(logY ? Math.log10(v) : v);
-      if (!vs.length) continue;
-      vs.sort((a, b) => a - b);
-      const q = (p) => vs[Math.min(vs.length - 1, Math.floor(p * vs.length))];
-      lows.push(q(0.02)); highs.push(q(0.98));
-    }
-    if (!lows.length) return null;
-    const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[(s.length - 1) >> 1]; };
-    const mLow = median(lows), mHigh = median(highs);
-    const span = Math.max(mHigh - mLow, Math.abs(mHigh) * 1e-3, 1e-12);
-    const lo = Math.min(...lows.filter((v) => v >= mLow - 3 * span));
-    const hi = Math.max(...highs.filter((v) => v <= mHigh + 3 * span));
-    const pad = (hi - lo) * 0.08 || span * 0.1;
-    return [lo - pad, hi + pad];
-  };
-
-  // Group the chart boxes under `container` (server-rendered or made by the caller) into the
-  // run page's layout: one box per key group (keyGroup), each a grid of charts.
-  const arrange = (container) => {
-    const byGroup = new Map();
-    for (const div of [...container.querySelectorAll(".metric-chart")]) {
-      const group = keyGroup(div.dataset.key);
-      if (!byGroup.has(group)) byGroup.set(group, []);
-      byGroup.get(group).push(div);
-    }
-    container.replaceChildren(...[...byGroup.keys()].sort(compareGroups).map((group) => {
-      const {box, grid} = chartGroup(group);
-      grid.append(...byGroup.get(group).sort((a, b) => compareKeys(a.dataset.key, b.dataset.key)));
-      return box;
-    }));
-  };
-
-  const chartDiv = (key) => {
-    const div = document.createElement("div");
-    div.className = "metric-chart";
-    div.dataset.key = key;
-    div.setAttribute("role", "img");
-    div.setAttribute("aria-label", `${key} of every run`);
-    return div;
-  };
 
   // The controls (ids under `prefix`): smoothing, log scale, clip outliers, x axis (the chart
   // state's x: "step", "time", "relative" or "metric:<key>", lib/series.js).
@@ -93,14 +50,27 @@ export const overlay = (() => {
   };
 
   const budgetFor = (runs) => Math.max(MIN_POINTS, Math.min(MAX_POINTS, Math.floor(CHART_BUDGET / Math.max(1, runs))));
-  // `runs`' series of `key`, `points` a curve: what the overlay asks for.
-  const seriesUrl = (runs, key, points) => api.compareMetrics(
-    {runs: runs.map((r) => r.id).join(","), keys: key, max_points: points, with_time: "true"});
+  const firstFor = (runs) => Math.min(budgetFor(runs), Math.max(FIRST_MIN, Math.floor(FIRST_CHART_POINTS / Math.max(1, runs))));
+  const timed = (x) => x === "time" || x === "relative";
+  // `runs`' series of `key`, `points` a curve (with the points' wall times when `time`): what
+  // the overlay asks for.
+  const seriesUrl = (runs, key, points, time) => api.compareMetrics(
+    {runs: runs.map((r) => r.id).join(","), keys: key, max_points: points, ...(time ? {with_time: "true"} : {})});
   // The series of `keys` of the `runs` a mount will overlay, asked for before it (a page that
   // holds its runs asks for its first charts' before DOMContentLoaded): {url: the call's
   // promise}, for opts.early.
-  const prefetch = (runs, keys) => new Map(keys.map((k) => seriesUrl(runs, k, budgetFor(runs.length)))
-    .map((url) => [url, call("GET", url)]));
+  // A few keys a request (the endpoint takes several; fetchSeries reads its key's series from
+  // such an answer): 12 charts' series in 4 requests, one round of the browser's 6 connections,
+  // not two rounds of 12 requests' authentication and run lookups.
+  const prefetch = (runs, keys, x = "step") => {
+    const early = new Map(), points = firstFor(runs.length);
+    for (let i = 0; i < keys.length; i += PREFETCH_KEYS) {
+      const some = keys.slice(i, i + PREFETCH_KEYS);
+      const answer = call("GET", seriesUrl(runs, some.join(","), points, timed(x)));
+      for (const k of some) early.set(seriesUrl(runs, k, points, timed(x)), answer);
+    }
+    return early;
+  };
 
   /**
    * Overlay `runs` ({id, name, status, params}) in the `.metric-chart[data-key]` boxes under
@@ -113,6 +83,7 @@ export const overlay = (() => {
   const mount = (container, runs, opts) => {
     const state = {runs: [...runs], series: new Map(), labels: new Map(), view: readView(opts.controls),
                    loaded: false, near: new Set(), fetched: new Map(), more: 0,
+                   points: new Map(), zoom: new Map(), // key -> points a curve held; div -> {x, range}
                    group: groupingState().group,
                    // The link: whether this poll found the server unreachable, since when it has
                    // been, and the status line to put back once it answers again.
@@ -137,6 +108,7 @@ export const overlay = (() => {
       }
     };
     const budget = () => budgetFor(state.runs.length);
+    const pointsOf = (key) => state.points.get(key) || firstFor(state.runs.length);
 
     // The x-metric's key when the x axis is another metric (its series is fetched with the
     // charted keys'), else null.
@@ -164,7 +136,8 @@ export const overlay = (() => {
       else for (const r of state.runs) {
         const c = curve(r);
         if (!c) continue;
-        traces.push({mode: c.points < 60 ? "lines+markers" : "lines", x: c.x, y: c.y,
+        // markers for a short series, not for a first draw's few points of a long one
+        traces.push({mode: c.points < Math.min(60, pointsOf(key) / 2) ? "lines+markers" : "lines", x: c.x, y: c.y,
                      name: state.labels.get(r.id), line: {color: runColor(r.id), width: 1.5}});
       }
       const layout = {
@@ -176,7 +149,10 @@ export const overlay = (() => {
       };
       const range = v.clip ? clippedRange(traces, v.logY) : null;
       if (range) { layout.yaxis.range = range; layout.yaxis.autorange = false; }
+      const zoom = state.zoom.get(div);  // kept across redraws on the same x axis
+      if (zoom && zoom.x === v.x) Object.assign(layout.xaxis, {autorange: false, range: zoom.range});
       div.dataset.traces = String(traces.length);
+      if (!div.data) plot.onRelayout(div, (ev) => zoomed(div, ev));
       return plot.react(div, traces, layout)
         .then(() => { div.dataset.drawnAt = String(performance.now()); });
     };
@@ -187,13 +163,34 @@ export const overlay = (() => {
       if (!state.fetched.has(k)) state.fetched.set(k, fetchSeries(state.runs, [k]));
       return state.fetched.get(k);
     })).then((errors) => errors.flat());
+    // A drag-zoom: the chart's key (and the x-metric's) at the full budget, once, then drawn
+    // again in the zoomed range; a double-click back to everything keeps what is held.
+    const zoomed = async (div, ev) => {
+      if (ev["xaxis.autorange"]) { state.zoom.delete(div); return; }
+      state.zoom.set(div, {x: state.view.x, range: [ev["xaxis.range[0]"], ev["xaxis.range[1]"]]});
+      const sharper = [div.dataset.key, xKey()].filter((k) => k && pointsOf(k) < budget());
+      if (!sharper.length) return;
+      for (const k of sharper) {
+        state.points.set(k, budget());
+        state.fetched.set(k, fetchSeries(state.runs, [k]));
+      }
+      await need(sharper);
+      await draw(div);
+    };
     const show = async (div) => {
       const failed = await need([div.dataset.key, xKey()]);
       await draw(div);
       return failed;
     };
-    // The charts near the viewport drawn (their series asked for first); resolves to the errors.
-    const drawAll = async () => (await Promise.all(charts().filter((d) => state.near.has(d)).map(show))).flat();
+    // The charts near the viewport drawn (their series asked for first), those in it before the
+    // ones within the observer's margin; resolves to the errors.
+    const inView = (d) => { const r = d.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; };
+    const drawAll = async () => {
+      const near = charts().filter((d) => state.near.has(d));
+      const first = near.filter(inView);
+      const failed = await Promise.all(first.map(show));
+      return [...failed, ...await Promise.all(near.filter((d) => !first.includes(d)).map(show))].flat();
+    };
 
     const runLink = (r) => {
       const a = document.createElement("a");
@@ -232,7 +229,8 @@ export const overlay = (() => {
       if (!runs.length) return [];
       const byId = new Map(runs.map((r) => [r.id, r]));
       const errors = await Promise.all(keys.map(async (key) => {
-        const url = seriesUrl(runs, key, budget()), early = opts.early && opts.early.get(url);
+        const url = seriesUrl(runs, key, pointsOf(key), timed(state.view.x));
+        const early = opts.early && opts.early.get(url);
         if (early) opts.early.delete(url);
         const res = await (early || call("GET", url));
         if (!res.ok && serverDown(res)) state.down = true;
@@ -344,8 +342,10 @@ export const overlay = (() => {
     onGrouping((group) => { state.group = group; showLegend(); if (state.loaded) drawAll(); });
     // A metric chosen as the x axis: its series for every run, once, before drawing.
     const onControl = async () => {
+      const wasTimed = timed(state.view.x);
       state.view = readView(opts.controls);
       container.dataset.x = state.view.x;  // the chart state's x, for what keeps views
+      if (timed(state.view.x) && !wasTimed) state.fetched.clear();  // asked again, with the times
       await need([xKey()]);
       await drawAll();
     };
@@ -375,7 +375,7 @@ export const overlay = (() => {
       const live = state.runs.some((r) => isActive(r.status));
       say(failed.length
         ? `Some curves could not be loaded (${failed.join("; ")}). Reload to try again.`
-        : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}, up to ${budget()} points per curve (spikes kept)${live ? "; live while a run is active" : ""}. Drag to zoom, double-click to reset.`
+        : `${state.runs.length} run${state.runs.length === 1 ? "" : "s"}, up to ${firstFor(state.runs.length)} points per curve (spikes kept; ${budget()} in a zoomed chart)${live ? "; live while a run is active" : ""}. Drag to zoom, double-click to reset.`
           + (state.more ? ` ${state.more} more keys are not charted here: open a run's page for them.` : ""),
         failed.length > 0);
       schedule();
@@ -384,5 +384,5 @@ export const overlay = (() => {
     return state;
   };
 
-  return {mount, prefetch, labels, differingParams, clippedRange, chartDiv, arrange, LAZY_AFTER};
+  return {mount, prefetch, firstFor, labels, differingParams, chartDiv, arrange, LAZY_AFTER};
 })();

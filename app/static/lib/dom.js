@@ -1,7 +1,8 @@
 // DOM helpers shared by the pages: times as <time> elements, form errors by their fields, a
-// chart group's box, and the "not confirmed since" marks of a page whose server went quiet.
+// chart group's box (and the overlays' chart boxes arranged into them), and the "not
+// confirmed since" marks of a page whose server went quiet.
 import {errorText, failureText} from "./api.js";
-import {clockText, fmtTime, groupTitle, parseTime, utcText} from "./format.js";
+import {clockText, compareGroups, compareKeys, fmtTime, groupTitle, keyGroup, parseTime, utcText} from "./format.js";
 
 export const $ = (id) => document.getElementById(id);
 
@@ -99,4 +100,30 @@ export const markStale = (elements, since) => {
       delete el.dataset.titleBefore;
     }
   }
+};
+
+// Group the chart boxes under `container` (server-rendered or made by the caller) into the
+// run page's layout: one box per key group (keyGroup), each a grid of charts.
+export const arrange = (container) => {
+  const byGroup = new Map();
+  for (const div of [...container.querySelectorAll(".metric-chart")]) {
+    const group = keyGroup(div.dataset.key);
+    if (!byGroup.has(group)) byGroup.set(group, []);
+    byGroup.get(group).push(div);
+  }
+  container.replaceChildren(...[...byGroup.keys()].sort(compareGroups).map((group) => {
+    const {box, grid} = chartGroup(group);
+    grid.append(...byGroup.get(group).sort((a, b) => compareKeys(a.dataset.key, b.dataset.key)));
+    return box;
+  }));
+};
+
+// A chart box for `key`, for the overlay to draw in.
+export const chartDiv = (key) => {
+  const div = document.createElement("div");
+  div.className = "metric-chart";
+  div.dataset.key = key;
+  div.setAttribute("role", "img");
+  div.setAttribute("aria-label", `${key} of every run`);
+  return div;
 };

@@ -72,3 +72,27 @@ export const xAtSteps = (steps, xs) => {
   }
   return out;
 };
+
+// "Clip outliers": each run's curve without its top and bottom 2% (a spike), then the runs
+// whose range lies far outside the others' (a diverged run: more than 3 typical spans past
+// the median) left out of the y range, so one run at loss 70 no longer flattens the rest.
+export const clippedRange = (traces, logY) => {
+  const lows = [], highs = [];
+  for (const t of traces) {
+    if (t.visible === "legendonly") continue;
+    const vs = [];
+    for (const v of t.y) if (v !== null && isFinite(v) && (!logY || v > 0)) vs.push(logY ? Math.log10(v) : v);
+    if (!vs.length) continue;
+    vs.sort((a, b) => a - b);
+    const q = (p) => vs[Math.min(vs.length - 1, Math.floor(p * vs.length))];
+    lows.push(q(0.02)); highs.push(q(0.98));
+  }
+  if (!lows.length) return null;
+  const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[(s.length - 1) >> 1]; };
+  const mLow = median(lows), mHigh = median(highs);
+  const span = Math.max(mHigh - mLow, Math.abs(mHigh) * 1e-3, 1e-12);
+  const lo = Math.min(...lows.filter((v) => v >= mLow - 3 * span));
+  const hi = Math.max(...highs.filter((v) => v <= mHigh + 3 * span));
+  const pad = (hi - lo) * 0.08 || span * 0.1;
+  return [lo - pad, hi + pad];
+};
