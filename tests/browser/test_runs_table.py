@@ -180,6 +180,43 @@ def test_summary_columns_are_picked_and_sorted_server_side(
     ) == ["Loss/train.max"]
 
 
+def test_a_column_of_a_key_the_page_does_not_hold_is_listed_from_the_api(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    """The page holds the summaries of its default columns' keys only (issue 31): its table
+    shows them without a list request, and a column of another key lists the runs again with
+    that key's summaries (summary_keys=)."""
+    configs = [{"recipe": "tiny_mlp", "params": {"lr": lr}, "seed": 1} for lr in LRS]
+    exp_id, ids = make_experiment_runs(
+        configs,
+        per_run=lambda i: {"Loss/train": [(1, LRS[i] * 10)], "other/extra": [(1, i + 0.5)]},
+        name="browser-runs-held-keys",
+    )
+    page = admin_page
+    lists: list[str] = []
+    page.on("request", lambda r: lists.append(r.url) if "/api/runs?" in r.url else None)
+    page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
+    assert page.evaluate(
+        "() => JSON.parse(document.getElementById('experiment-metric-keys').textContent)"
+    ) == {"all": ["Loss/train", "other/extra"], "held": ["Loss/train"]}
+    expect(page.locator('table#runs th[data-summary="Loss/train.last"]')).to_have_count(1)
+    assert lists == []  # the held first page
+    page.click("#runs-columns summary")
+    page.check('#runs-column-picker input[data-summary="other/extra.last"]')
+    expect(page.locator('table#runs th[data-summary="other/extra.last"]')).to_have_count(1)
+    shown = page.evaluate(
+        """() => {
+            const ths = [...document.querySelectorAll("table#runs thead th")];
+            const at = ths.findIndex((th) => th.dataset.summary === "other/extra.last");
+            return [...document.querySelectorAll("table#runs tbody tr")]
+                .map((tr) => tr.children[at].textContent);
+        }"""
+    )
+    assert shown == ["3.5", "2.5", "1.5", "0.5"], shown  # newest first: run i logged i + 0.5
+    assert any("summary_keys=other%2Fextra" in url for url in lists), lists
+
+
 def test_more_runs_than_a_page_load_by_the_cursor(admin_page: Page, api: httpx.Client) -> None:
     """100 a page; "Load more" and "Load all" follow the API's `next` cursor, in sort order."""
     lrs = [round(0.001 * (i + 1), 6) for i in range(230)]
