@@ -234,7 +234,16 @@ def _key_ids(
         raise ValueError(f"metric keys must be 1-{MAX_KEY_LENGTH} characters: {too_long[:3]!r}")
     session.flush()
     stmt = select(MetricKey.key, MetricKey.id).where(MetricKey.run_id == run_id)
-    ids: dict[str, int] = {k: i for k, i in session.execute(stmt)}
+    # Straight through the driver: every batch asks, and the ORM session's statement work
+    # was most of this read's time (issue 29).
+    conn = session.connection()
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(f"SELECT key, id FROM metric_keys WHERE run_id = {mark}", (run_id,))
+        ids: dict[str, int] = dict(cursor.fetchall())
+    finally:
+        cursor.close()
     missing = keys - ids.keys()
     if key_limit is not None and len(ids) + len(missing) > key_limit.max_keys:
         missing = set(sorted(missing)[: max(0, key_limit.max_keys - len(ids))])
