@@ -17,6 +17,7 @@ than MAX_BUCKETS buckets (its width doubles) is left to ``overview.extend`` too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -35,14 +36,19 @@ class Batch:
     __slots__ = ("keys", "steps", "values", "times", "ids", "starts", "ends")
 
     def __init__(self, rows: Sequence[Row]) -> None:
-        keys, steps, values, times = zip(*rows, strict=True)
-        key_col = np.array(keys, dtype=np.int64)
-        step_col = np.array(steps, dtype=np.int64)
+        # A column at a time through itemgetter: zip(*rows) made an iterator object per row,
+        # and on a forwarder's 20,000-row batch those allocations set off the cyclic
+        # collector's full passes (~65 ms each).
+        n = len(rows)
+        key_col = np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=n)
+        step_col = np.fromiter(map(itemgetter(1), rows), dtype=np.int64, count=n)
         order = np.lexsort((step_col, key_col))
         self.keys: Ints = key_col[order]
         self.steps: Ints = step_col[order]
-        self.values: Floats = np.array(values, dtype=np.float64)[order]  # None -> NaN
-        self.times: Floats = np.array(times, dtype=np.float64)[order]
+        values = np.array(list(map(itemgetter(2), rows)), dtype=np.float64)  # None -> NaN
+        self.values: Floats = values[order]
+        times = np.fromiter(map(itemgetter(3), rows), dtype=np.float64, count=n)
+        self.times: Floats = times[order]
         firsts = np.flatnonzero(np.concatenate(([True], self.keys[1:] != self.keys[:-1])))
         self.ids: list[int] = self.keys[firsts].tolist()
         self.starts: list[int] = firsts.tolist()
