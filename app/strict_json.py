@@ -94,7 +94,9 @@ def _too_deep(body: bytes) -> bool:
     innermost containers, so the body is empty after `depth` passes."""
     if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
         return False
-    marks = body.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    if b"\\" in body:  # (the two replaces were ~40% of this check on a body without any)
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = body.translate(None, _NOT_STRUCTURE)
     marks = marks.replace(b'""', b"")
     if b'"' in marks:
         marks = _STRING.sub(b"", marks)

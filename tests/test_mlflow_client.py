@@ -260,3 +260,34 @@ def test_a_job_run_is_read_but_its_status_and_deletion_stay_torchyard_s(
         client.delete_run(run_id)
     assert refused.value.error_code == "INVALID_STATE"
     assert "has not ended" in refused.value.message
+
+
+def test_log_batch_refusals_come_in_the_order_the_dependencies_gave(
+    server: str, member: dict[str, str]
+) -> None:
+    """log-batch runs as one worker-thread hop (app/mlflow/routes.py), not as FastAPI
+    dependencies: a body that is not JSON first, then who asks, then the batch's shape."""
+    url = f"{server}/api/2.0/mlflow/runs/log-batch"
+    client = MlflowClient()
+    run_id = client.create_run(
+        client.create_experiment(f"order-{secrets.token_hex(4)}")
+    ).info.run_id
+    as_json = {"Content-Type": "application/json"}
+    cases: list[tuple[dict[str, Any], int, str, str]] = [
+        ({"content": b'{"run_id": ', "headers": as_json}, 400, "INVALID_PARAMETER_VALUE", "JSON"),
+        ({"json": {"metrics": "x"}}, 401, "UNAUTHENTICATED", "MLFLOW_TRACKING_TOKEN"),
+        ({"headers": member}, 400, "INVALID_PARAMETER_VALUE", "body: Field required"),
+        ({"json": {"run_id": run_id, "params": "x"}, "headers": member}, 400, "", "params"),
+        ({"json": {"run_id": run_id, "tags": [{"value": "v"}]}, "headers": member}, 400, "", "key"),
+        ({"json": {"run_id": "999999"}, "headers": member}, 404, "RESOURCE_DOES_NOT_EXIST", ""),
+    ]
+    for kwargs, status, code, says in cases:
+        r = httpx.post(url, **kwargs)
+        assert r.status_code == status, (kwargs, r.text)
+        assert r.json()["error_code"] == (code or "INVALID_PARAMETER_VALUE"), r.text
+        assert says in r.json()["message"], r.text
+    r = httpx.post(
+        url, json={"run_id": run_id, "metrics": [{"key": "m", "value": 1}]}, headers=member
+    )
+    assert (r.status_code, r.json()) == (200, {})
+    assert r.headers["content-type"] == "application/json"

@@ -129,12 +129,7 @@ def ingest_points(
         steps = [row[1] for row in rows]
         touched = {key_ids[key] for key in keys if key in key_ids}
         lo, hi = min(steps), max(steps)
-        stored = rows if inserted == len(rows) else None
-        # Before the summaries: a key whose summary has no step yet had no point before.
-        from app.metrics.overview import update_overviews  # numpy: not in an idle process
-
-        update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
-        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
+        _after_insert(session, rows, inserted, touched=touched, lo=lo, hi=hi)
     return inserted
 
 
@@ -177,13 +172,22 @@ def ingest_steps(
         numbers = [s for s, _w, _v in steps]
         touched = {ids[key] for key in keys if key in ids}
         lo, hi = min(numbers), max(numbers)
-        stored = rows if inserted == len(rows) else None
-        # Before the summaries: a key whose summary has no step yet had no point before.
-        from app.metrics.overview import update_overviews  # numpy: not in an idle process
-
-        update_overviews(session, key_ids=touched, rows=stored, lo=lo, hi=hi)
-        update_summaries(session, key_ids=touched, lo=lo, hi=hi)
+        _after_insert(session, rows, inserted, touched=touched, lo=lo, hi=hi)
     return inserted
+
+
+def _after_insert(
+    session: Session, rows: list[Row], inserted: int, *, touched: set[int], lo: int, hi: int
+) -> None:
+    """The touched keys' overviews, then their summaries (a key whose summary has no step yet
+    had no point before this batch); from the batch's own rows when all were stored."""
+    # numpy: not in an idle process
+    from app.metrics.overview import update_overviews
+    from app.metrics.overview_batch import Batch
+
+    batch = Batch(rows) if inserted == len(rows) else None
+    update_overviews(session, key_ids=touched, batch=batch, lo=lo, hi=hi)
+    update_summaries(session, key_ids=touched, lo=lo, hi=hi, batch=batch)
 
 
 def _number_or_none(value: Any) -> float | None:
@@ -230,7 +234,16 @@ def _key_ids(
         raise ValueError(f"metric keys must be 1-{MAX_KEY_LENGTH} characters: {too_long[:3]!r}")
     session.flush()
     stmt = select(MetricKey.key, MetricKey.id).where(MetricKey.run_id == run_id)
-    ids: dict[str, int] = {k: i for k, i in session.execute(stmt)}
+    # Straight through the driver: every batch asks, and the ORM session's statement work
+    # was most of this read's time (issue 29).
+    conn = session.connection()
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(f"SELECT key, id FROM metric_keys WHERE run_id = {mark}", (run_id,))
+        ids: dict[str, int] = dict(cursor.fetchall())
+    finally:
+        cursor.close()
     missing = keys - ids.keys()
     if key_limit is not None and len(ids) + len(missing) > key_limit.max_keys:
         missing = set(sorted(missing)[: max(0, key_limit.max_keys - len(ids))])

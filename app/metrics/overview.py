@@ -15,7 +15,8 @@ width doubles: a bucket of 2w is two buckets of w, so its extremes are among the
 wider overview is exact without reading a point again. At width 1 it holds every point.
 
 Kept by ingest after each batch's insert (``update_overviews``): from the batch's rows when
-every one was stored (the normal case); when some were not (a replayed spool, a repeated step:
+every one was stored (the normal case: app.metrics.overview_batch extends every key's overview
+in one pass); when some were not (a replayed spool, a repeated step:
 the first point of a step is the one kept), from the points stored in the batch's step range,
 read back; merging a point the overview already has changes nothing. A series without an
 overview yet is built from all its points (from the batch alone when its summary shows no
@@ -33,7 +34,7 @@ for a series without long gaps in its steps (as a growing series' live view).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +42,9 @@ from sqlalchemy import Connection, delete, select
 from sqlalchemy.orm import Session
 
 from app.metrics.models import MetricKey, MetricOverview
+
+if TYPE_CHECKING:
+    from app.metrics.overview_batch import Batch
 
 # Buckets holding points, at most: <= 2 x 1024 + 2 points, ~49 KB a series.
 MAX_BUCKETS = 1024
@@ -198,22 +202,25 @@ def view(width: int, points: Points, max_points: int) -> Points:
 
 
 def update_overviews(
-    session: Session, *, key_ids: Collection[int], rows: list[Row] | None, lo: int, hi: int
+    session: Session, *, key_ids: Collection[int], batch: Batch | None, lo: int, hi: int
 ) -> None:
-    """Merge a batch into its keys' overviews. `rows`: the batch, when every row of it was
+    """Merge a batch into its keys' overviews. `batch`: the batch's rows, when every one was
     stored; None when some were not, and then the points stored between steps lo and hi
     are read back instead."""
     if not key_ids:
         return
+    from app.metrics.overview_batch import extend_kept  # imports this module
+
     conn = session.connection()
     kept = _load(conn, key_ids, lock=True)
     fresh = [k for k in key_ids if k not in kept]
-    if rows is None:
+    raw: dict[int, tuple[int, bytes]] = {}
+    if batch is None:
         new = _by_key(_stored_rows(conn, [k for k in key_ids if k in kept], lo, hi))
     else:
-        new = _by_key(rows)
+        raw = extend_kept(kept, batch)  # the normal case: every key's points appended
+        new = {k: batch.points(i) for i, k in enumerate(batch.ids) if k not in raw}
     written: dict[int, tuple[int, Points]] = {}
-    raw: dict[int, tuple[int, bytes]] = {}
     for key_id, (width, data) in kept.items():
         points = new.get(key_id)
         if points is None:
@@ -227,7 +234,7 @@ def update_overviews(
             written[key_id] = extend(width, stored, points)
         else:
             written[key_id] = fit(merge(stored, points), width)
-    if rows is not None and fresh:  # a key's first points are this batch: no read back
+    if batch is not None and fresh:  # a key's first points are this batch: no read back
         first = _without_points(conn, fresh)
         written.update({k: fit(new[k], 1) for k in first if k in new})
         fresh = [k for k in fresh if k not in first]
@@ -284,13 +291,22 @@ def _load(
     overview they read, and the later write would lose the other's points."""
     ids = list(key_ids)
     found: dict[int, tuple[int, bytes]] = {}
-    for i in range(0, len(ids), _CHUNK):
-        stmt = select(MetricOverview.key_id, MetricOverview.width, MetricOverview.data).where(
-            MetricOverview.key_id.in_(ids[i : i + _CHUNK])
-        )
-        if lock and conn.dialect.name == "postgresql":
-            stmt = stmt.with_for_update()
-        found.update({k: (w, bytes(d)) for k, w, d in conn.execute(stmt)})
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    lock_clause = " FOR UPDATE" if lock and conn.dialect.name == "postgresql" else ""
+    # Straight through the driver, as _stored_rows: the Core statement's own work was a third
+    # of an MLflow batch's overview read (issue 29).
+    cursor = conn.connection.cursor()
+    try:
+        for i in range(0, len(ids), _CHUNK):
+            chunk = ids[i : i + _CHUNK]
+            cursor.execute(
+                "SELECT key_id, width, data FROM metric_overviews"
+                f" WHERE key_id IN ({', '.join([mark] * len(chunk))}){lock_clause}",
+                chunk,
+            )
+            found.update({k: (w, bytes(d)) for k, w, d in cursor.fetchall()})
+    finally:
+        cursor.close()
     return found
 
 

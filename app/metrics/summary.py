@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from typing import cast as type_cast
 
 from sqlalchemy import (
@@ -35,6 +35,9 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.metrics.models import Metric, MetricKey
+
+if TYPE_CHECKING:
+    from app.metrics.overview_batch import Batch
 
 LOSS_KEY = "train/loss"
 ACC_KEY = "val/acc"
@@ -80,15 +83,33 @@ _MERGE = (
 )
 
 
-def update_summaries(session: Session, *, key_ids: Collection[int], lo: int, hi: int) -> None:
-    """Fold the stored points of ``key_ids`` with steps in [lo, hi] into their summaries."""
+def update_summaries(
+    session: Session,
+    *,
+    key_ids: Collection[int],
+    lo: int,
+    hi: int,
+    batch: Batch | None = None,
+) -> None:
+    """Fold the stored points of ``key_ids`` with steps in [lo, hi] into their summaries.
+
+    ``batch``: the batch's rows, when every one was stored; its own figures per key then stand
+    for the aggregate query (why that is the same: stored points of the range that are not the
+    batch's were folded in before, and the merge is idempotent; the query was ~0.4 ms of a
+    1,000-point MLflow batch, issue 29)."""
     if not key_ids:
         return
-    rows = session.execute(
-        select(Metric.key_id, func.min(Metric.value), func.max(Metric.value), func.max(Metric.step))
-        .where(Metric.key_id.in_(list(key_ids)), Metric.step.between(lo, hi))
-        .group_by(Metric.key_id)
-    ).all()
+    rows: Sequence[Any]
+    if batch is not None:
+        rows = batch.summaries()
+    else:
+        rows = session.execute(
+            select(
+                Metric.key_id, func.min(Metric.value), func.max(Metric.value), func.max(Metric.step)
+            )
+            .where(Metric.key_id.in_(list(key_ids)), Metric.step.between(lo, hi))
+            .group_by(Metric.key_id)
+        ).all()
     if rows:
         params = [
             {"key_id_": key_id, "lo_value": mn, "hi_value": mx, "top_step": step}
