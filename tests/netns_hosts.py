@@ -141,6 +141,7 @@ class NetnsHosts:
             self.hosts.append(host)  # before it exists: close() deletes what was made
             outer, inner = f"tyv{tag}-{k}", f"tyi{tag}-{k}"
             ip("netns", "add", host.netns)
+            _resolver_refusing_at_once(host.netns)
             ip("link", "add", outer, "type", "veth", "peer", "name", inner)
             ip("link", "set", inner, "netns", host.netns)
             ip("link", "set", outer, "master", self.bridge)
@@ -218,13 +219,30 @@ def _default_port(scheme: str) -> int:
     return 6379 if scheme.startswith("redis") else 5432
 
 
+# `ip netns exec NAME` binds each file of /etc/netns/NAME over its namesake in /etc.
+NETNS_ETC = Path("/etc/netns")
+# The machine's resolver is out of a namespace's reach: its packets leave by the bridge and
+# are dropped, and every lookup (torch's c10d looks up each peer socket's name, rank by rank)
+# waited 5 s x 2 tries for nothing: two 10 s stalls in each multi-node run's start, measured
+# in the worker logs (stop 37). Pointed at the namespace's own loopback, where nothing listens,
+# a lookup fails at once, as on a host whose job fence rejects DNS (worker/job_firewall.py).
+RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+
+
+def _resolver_refusing_at_once(netns: str) -> None:
+    folder = NETNS_ETC / netns
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "resolv.conf").write_text(RESOLV_CONF)
+
+
 def _delete_netns(name: str) -> None:
     """Kill what still runs in it (processes this test started there, by pid), then delete
-    it: its veth goes with it, the root end too."""
+    it and its /etc/netns folder: its veth goes with it, the root end too."""
     for pid in NetnsHost("", name, "").pids():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     ip("netns", "del", name, check=False)
+    shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
 
 
 def sweep_stale() -> None:
@@ -238,6 +256,10 @@ def sweep_stale() -> None:
         found = re.match(r"^\d+:\s+(tybr(\d+)-\d)[:@]", line)
         if found and not _alive(int(found[2])):
             ip("link", "del", found[1], check=False)
+    for folder in NETNS_ETC.glob(f"{NETNS_PREFIX}*") if NETNS_ETC.is_dir() else ():
+        match = _NETNS_NAME.match(folder.name)
+        if match and not _alive(int(match[1])):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
