@@ -306,7 +306,13 @@ def test_faults_leave_every_run_ended_no_gpu_shared_no_step_twice_no_500(
     assert all(code == 503 and retry for code, retry, _ in poller.errors), poller.errors
     assert poller.answers > 50, poller.answers
     ended = wait_for(lambda: runs_of(api, ids), timeout=30, what="the runs listed")
-    assert {r["status"] for r in ended.values()} == {"succeeded"}, ended
+    not_succeeded = {
+        i: (r["status"], r["attempt"], r["worker_host"], r.get("error"))
+        for i, r in ended.items()
+        if r["status"] != "succeeded"
+    }
+    logs = {i: api.get(f"/api/runs/{i}/logs").text[-1500:] for i in not_succeeded}
+    assert not not_succeeded, f"{not_succeeded}; their logs' ends: {logs}"
     for run_id, (steps, _) in zip(ids, RUNS, strict=True):
         got = api.get(f"/api/runs/{run_id}/metrics", params={"keys": "chaos/step"}).json()
         assert got["series"]["chaos/step"]["step"] == list(range(1, steps + 1)), run_id
