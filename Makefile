@@ -144,11 +144,11 @@ SERVICES_PYTEST = TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(
 
 test: lint js-check $(TEST_DEPS)
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-quick test-services-quick-browser
-	$(EMBEDDED_PYTEST) -m "not postgres_only and not ($(QUICK)) and not browser"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser"
 	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK))"
 
 test-embedded: $(TEST_DEPS)
-	$(EMBEDDED_PYTEST) -m "not postgres_only"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only"
 
 test-services: $(TEST_DEPS)
 	$(SERVICES_PYTEST) -m "not local_only"

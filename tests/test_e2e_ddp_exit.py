@@ -1,9 +1,10 @@
 """The DDP tutorial pattern (gloo, DistributedSampler + set_epoch, DDP, destroy_process_group)
-under nproc 2 ends when its work ends, every time: 12 runs in a row, all succeeded, none over
+under nproc 2 ends when its work ends, every time: 8 runs in a row, all succeeded, none over
 60 s. A finished DDP script used to hang at exit in 3 runs of 6 (the reducer's destructor
 waiting on a gloo thread while the script's globals were freed), leaving the run "running".
-At that rate 12 runs all pass by chance once in 4,096 (0.5 ** 12); 20 cost 100 s more of CI
-for a margin already past what a flaky regression would show."""
+At that rate 8 runs all pass by chance once in 256 (0.5 ** 8); 12 (1 in 4,096) cost ~25 s
+more of CI, which issue 26's 40 minutes cannot spare for a margin a flaky regression would
+show within a few CI runs anyway."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.conftest import WORKSPACE_DIR, wait_for_status
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).parent / "workspace_scripts" / "ddp_tutorial.py"
-RUNS = 12
+RUNS = 8
 
 
 def seconds(run: dict) -> float:
@@ -27,7 +28,7 @@ def seconds(run: dict) -> float:
     return (finished - started).total_seconds()
 
 
-def test_twelve_ddp_tutorial_runs_all_end_and_succeed(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_eight_ddp_tutorial_runs_all_end_and_succeed(live_stack) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     (WORKSPACE_DIR / "ddp").mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, WORKSPACE_DIR / "ddp" / "multigpu_torchrun.py")
     config = {

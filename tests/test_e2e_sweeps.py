@@ -108,6 +108,7 @@ def check_finished(api: httpx.Client, sweep: dict, *, planned: int, at_once: int
     assert sweep["best"]["value"] == pytest.approx(truth[best])
 
 
+@pytest.mark.local_only  # the driver's SQL on both stacks: test_sweeps_*
 def test_random_sweep_runs_its_budget_two_at_a_time_and_names_the_best(api) -> None:
     sweep_id = start_sweep(
         api,
@@ -125,6 +126,7 @@ def test_random_sweep_runs_its_budget_two_at_a_time_and_names_the_best(api) -> N
     assert sweep["best"]["params"]["params.lr"] in lrs
 
 
+@pytest.mark.local_only  # the driver's SQL on both stacks: test_sweeps_*
 def test_grid_sweep_runs_exactly_its_points_one_at_a_time(api) -> None:
     sweep_id = start_sweep(
         api,
@@ -140,6 +142,7 @@ def test_grid_sweep_runs_exactly_its_points_one_at_a_time(api) -> None:
 
 
 @pytest.mark.timed
+@pytest.mark.local_only  # the driver's SQL on both stacks: test_sweeps_*
 def test_median_rule_stops_a_clearly_bad_trial_early(api) -> None:
     config = {
         **TINY,

@@ -296,6 +296,8 @@ def patient(stack: Stack) -> Iterator[Stack]:
         stack.start_server(stack.port)
 
 
+# On the embedded stack: test_cli_up's Ctrl-C and `up` again mid-run (services_only: conftest).
+@pytest.mark.services_only
 def test_a_stopped_worker_leaves_its_job_training_and_the_next_one_re_adopts_it(
     stack: Stack,
 ) -> None:
@@ -319,6 +321,8 @@ def test_a_stopped_worker_leaves_its_job_training_and_the_next_one_re_adopts_it(
     assert stack.api.get(f"/api/runs/{run_id}").json()["error"] is None
 
 
+# On the embedded stack: test_cli_up's killed worker started again by `up`.
+@pytest.mark.services_only
 def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack) -> None:
     stack = patient
     worker = stack.start_worker(**PATIENT)
@@ -330,6 +334,8 @@ def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack)
     assert_trained_through(stack, run_id, attempt=1, steps=5 * 40)
 
 
+# The same lifecycle calls on either stack; the broker only carries the requeued task.
+@pytest.mark.services_only
 def test_a_job_gone_with_its_host_is_requeued_from_its_newest_checkpoint(patient: Stack) -> None:
     """A reboot (or a recreated container) takes the job: the record the worker left names a
     keeper that is gone, without an exit status. The run had no restarts left, but it has a

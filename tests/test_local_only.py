@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import LOCAL_ONLY_MODULES, POSTGRES_ONLY_MODULES, module_key
+from tests.conftest import LOCAL_ONLY_MODULES, POSTGRES_ONLY_MODULES, is_local_only, module_key
 
 TESTS = Path(__file__).resolve().parent
 
@@ -28,6 +28,13 @@ def test_the_browser_modules_are_told_apart_from_their_namesakes() -> None:
     assert module_key("tests.browser.test_pages") == "browser.test_pages"
     assert module_key("tests.test_pages") == "test_pages"
     assert "test_pages" not in LOCAL_ONLY_MODULES  # the in-process pages run on both stacks
+
+
+def test_every_browser_module_runs_in_the_first_pass_only() -> None:
+    browser = [p.stem for p in (TESTS / "browser").glob("test_*.py")]
+    assert browser
+    assert all(is_local_only(f"browser.{name}") for name in browser)
+    assert not is_local_only("test_pages")
 
 
 # What lets a test module reach the suite's database or broker: conftest's fixtures (the live
