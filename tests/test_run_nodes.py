@@ -72,6 +72,23 @@ def test_the_run_fails_with_the_first_failure_of_any_node(db: Session) -> None:
     assert nodes.node_check_in(db, run_id=run_id, attempt=1, node=0) is Standing.NOT_OWNED
 
 
+def test_node_0_finishes_the_run_only_once_every_other_node_recorded_its_end(
+    db: Session,
+) -> None:
+    """So that a run that reads "succeeded" has each node's log whole: the multi-node resume
+    test read node 1's log right after the run succeeded and found only its first lines (node
+    0 had finished the run while node 1's worker still had its last lines to ship)."""
+    run_id = running_run(db)
+    assert not nodes.peers_ended(db, run_id=run_id, attempt=1)
+    nodes.node_ended(db, run_id=run_id, attempt=1, node=1, exit_code=0)
+    assert nodes.peers_ended(db, run_id=run_id, attempt=1)
+    # A run another node already ended (failed as one) has nothing to wait for.
+    other = running_run(db)
+    db.get_one(models.Run, other).status = RunStatus.failed
+    db.flush()
+    assert nodes.peers_ended(db, run_id=other, attempt=1)
+
+
 def test_a_node_whose_worker_stopped_heartbeating_fails_the_run_as_lost(db: Session) -> None:
     run_id = running_run(db)
     assert nodes.reap_lost_nodes(db, lost_after_seconds=60) == []

@@ -47,6 +47,9 @@ FAIL_SETTLE_SECONDS = 3.0
 ROUND_SECONDS = 0.25
 # How often node k ships its new output lines and samples its series (one transaction each).
 FORWARD_SECONDS = 1.0
+# How long node 0 waits, its job done, for the other nodes' ends (their ranks leave the
+# process group together: a second or two) before it finishes the run anyway.
+PEERS_END_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,22 @@ def _ended(
         _record_end(run, role.node, 0, None)
         return RunStatus.succeeded
     return fail_as_one(run, role.node, code, early or node_failure((paths, code), role.node))
+
+
+def await_peers(run: Watched, seconds: float = PEERS_END_SECONDS) -> None:
+    """Node 0's job exited 0: wait (bounded) until every other node has shipped its last log
+    lines and recorded its end (app.runs.nodes.peers_ended) before the run is finished. A peer
+    that outlasts the bound is stopped at its next check-in, once the run has ended."""
+    deadline = time.monotonic() + seconds
+    while not with_db(
+        run.run_id,
+        "wait for the other nodes' ends",
+        lambda s: nodes.peers_ended(s, run_id=run.run_id, attempt=run.attempt),
+    ):
+        if time.monotonic() > deadline:
+            log.warning("run %s: a node had not ended %s s after node 0", run.run_id, seconds)
+            return
+        time.sleep(ROUND_SECONDS)
 
 
 def _forward(

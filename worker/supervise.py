@@ -114,6 +114,8 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     elif stopped_by is StopReason.SHUTDOWN:
         status = hand_over_stopped(run.run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
     elif code == 0 and stopped_by is not StopReason.LIMIT:
+        if run.node == 0:  # a multi-node run ends once each node's log is whole
+            node_run.await_peers(run)
         status = finish(run.run_id, RunStatus.succeeded, code, None, attempt=attempt)
     else:
         error = run_error(run_dir, log_path, code)

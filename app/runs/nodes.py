@@ -295,6 +295,30 @@ def holds_node_0(session: Session, *, run_id: int, host: str) -> bool:
     return run_config(run.config or {}).resources.nodes == 1 or run.worker_host == host
 
 
+def peers_ended(session: Session, *, run_id: int, attempt: int) -> bool:
+    """Whether every node but 0 has recorded how its job ended, or the run no longer runs as
+    this attempt (a node failed it): node 0, its own job done, finishes the run only then, so
+    a run that reads "succeeded" has every node's log whole (each node ships its last lines
+    before it records its end)."""
+    running = session.scalar(
+        select(Run.id).where(
+            Run.id == run_id, Run.attempt == attempt, Run.status == RunStatus.running
+        )
+    )
+    if running is None:
+        return True
+    waiting = session.scalar(
+        select(RunNode.node).where(
+            RunNode.run_id == run_id,
+            RunNode.attempt == attempt,
+            RunNode.node > 0,
+            RunNode.exit_code.is_(None),
+            RunNode.error.is_(None),
+        )
+    )
+    return waiting is None
+
+
 def is_latest_attempt(session: Session, *, run_id: int, attempt: int) -> bool:
     """Whether no later attempt of the run exists (it may have ended): node k's last log lines
     still ship after node 0 finished the run, never into a requeued run's next attempt."""
