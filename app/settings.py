@@ -143,6 +143,10 @@ class Settings(BaseSettings):
     # worker stopped or frozen never holds a job up longer than that.
     spool_backlog_bytes: int = Field(default=2 * 1024**2, ge=0)
     spool_mark_fresh_seconds: float = Field(default=15.0, gt=0)
+    # ... and while its oldest point not yet ingested was logged longer ago than this: a byte
+    # bound alone is minutes of points for a run that gets a twelfth of a loaded host's
+    # ingestion (issue 27: viewers lagged 26-75 s); 0: no age bound.
+    spool_max_age_seconds: float = Field(default=3.0, ge=0)
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past
     # the limit are not stored (a run page with 100,000 curves froze a browser).

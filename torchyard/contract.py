@@ -33,6 +33,9 @@ LOG_LINE_PREFIX_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 # spools as if there were no worker).
 SPOOL_BACKLOG_VAR = "TORCHYARD_SPOOL_BACKLOG_BYTES"
 SPOOL_MARK_FRESH_VAR = "TORCHYARD_SPOOL_MARK_FRESH_SECONDS"
+# ... and while the oldest point it wrote that is not ingested yet was logged more than this
+# many seconds ago (0 or unset: no age bound): what a live viewer lags by under a flood.
+SPOOL_MAX_AGE_VAR = "TORCHYARD_SPOOL_MAX_AGE_SECONDS"
 LOG_LINE_PREFIX_TEMPLATE = "[rank${rank}]: "
 # What torchrun tells each rank. A single plain process gets none of them: code that starts
 # its own ranks (Lightning, accelerate) reads them as "I am one of WORLD_SIZE launched ranks".

@@ -57,6 +57,7 @@ from torchyard.contract import (
     SCRIPT_VAR,
     SPOOL_BACKLOG_VAR,
     SPOOL_MARK_FRESH_VAR,
+    SPOOL_MAX_AGE_VAR,
     TENSORBOARD_DIR_VAR,
     WORKSPACE_VAR,
     RunPaths,
@@ -148,6 +149,7 @@ def build_launch(spec: LaunchSpec) -> Launch:
     settings = get_settings()  # the spool's backlog bound (torchyard.runtime.ingest_mark)
     env[SPOOL_BACKLOG_VAR] = str(settings.spool_backlog_bytes)
     env[SPOOL_MARK_FRESH_VAR] = str(settings.spool_mark_fresh_seconds)
+    env[SPOOL_MAX_AGE_VAR] = str(settings.spool_max_age_seconds)
     if spec.script is not None and isinstance(config, ScriptConfig):
         env[SCRIPT_VAR] = str(spec.script)
         env[SCRIPT_ARGV_VAR] = json.dumps(script_argv(config.args, config.params))

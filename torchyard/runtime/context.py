@@ -64,12 +64,13 @@ class JobContext:
         # Only rank 0 reports: every rank sees the same global step, and N copies of each
         # point would only have to be deduplicated downstream.
         # The launcher's bound on the spool's backlog (torchyard.runtime.ingest_mark).
-        backlog, fresh = ingest_mark.from_env()
+        bounds = ingest_mark.from_env()
         self.reporter = Reporter(
             RunPaths(self.run_dir).metrics if self.run_dir is not None else None,
             enabled=self.is_chief,
-            backlog_bytes=backlog,
-            fresh_seconds=fresh,
+            backlog_bytes=bounds.backlog_bytes,
+            fresh_seconds=bounds.fresh_seconds,
+            max_age_seconds=bounds.max_age_seconds,
         )
 
     @classmethod

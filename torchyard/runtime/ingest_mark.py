@@ -23,10 +23,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
-from torchyard.contract import SPOOL_BACKLOG_VAR, SPOOL_MARK_FRESH_VAR
+from torchyard.contract import SPOOL_BACKLOG_VAR, SPOOL_MARK_FRESH_VAR, SPOOL_MAX_AGE_VAR
 
 DEFAULT_FRESH_SECONDS = 15.0
 # How long the writer sleeps between two looks at the mark while it holds back.
@@ -43,15 +45,24 @@ def stop_waiting() -> None:
     _stopping.set()
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> tuple[int, float]:
-    """(backlog bytes, mark freshness seconds) from the launcher's variables; 0 bytes: off."""
+class Bounds(NamedTuple):
+    """The launcher's bounds on a job's spool; 0 bytes: no backpressure at all."""
+
+    backlog_bytes: int
+    fresh_seconds: float
+    max_age_seconds: float = 0.0
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Bounds:
+    """The bounds from the launcher's variables (none set, or one unreadable: off)."""
     env = os.environ if environ is None else environ
     try:
         backlog = int(env.get(SPOOL_BACKLOG_VAR) or 0)
         fresh = float(env.get(SPOOL_MARK_FRESH_VAR) or DEFAULT_FRESH_SECONDS)
+        max_age = float(env.get(SPOOL_MAX_AGE_VAR) or 0.0)
     except ValueError:
-        return 0, DEFAULT_FRESH_SECONDS
-    return max(0, backlog), fresh
+        return Bounds(0, DEFAULT_FRESH_SECONDS)
+    return Bounds(max(0, backlog), fresh, max(0.0, max_age))
 
 
 def read_mark(
@@ -90,10 +101,21 @@ def read_mark_share(
 class Backpressure:
     """The writer's side: ``wait(fd)`` returns once the spool behind ``fd`` may grow."""
 
-    def __init__(self, mark: Path, *, backlog_bytes: int, fresh_seconds: float) -> None:
+    def __init__(
+        self,
+        mark: Path,
+        *,
+        backlog_bytes: int,
+        fresh_seconds: float,
+        max_age_seconds: float = 0.0,
+    ) -> None:
         self.mark = mark
         self.backlog_bytes = backlog_bytes
         self.fresh_seconds = fresh_seconds
+        self.max_age_seconds = max_age_seconds
+        # (the spool's size after a write, when the write's oldest point was logged), oldest
+        # first, down to the first write the mark has not passed.
+        self._writes: deque[tuple[int, float]] = deque()
         # True while the writer holds back: log() then waits too, instead of queueing more.
         self.holding = False
         self.bound = backlog_bytes  # in force at the last look: the launcher's or the share
@@ -102,6 +124,18 @@ class Backpressure:
         """How much the writer may write between two looks at the backlog: a quarter of the
         bound in force (the worker's share may be far below the writer's own chunk)."""
         return max(MIN_CHUNK, self.bound // 4)
+
+    def wrote(self, size: int, oldest_logged: float) -> None:
+        """A write brought the spool to `size` bytes; its oldest point was logged then."""
+        if self.max_age_seconds > 0:
+            self._writes.append((size, oldest_logged))
+
+    def _too_old(self, ingested: int, now: float) -> bool:
+        """Whether the oldest written point not ingested yet was logged over max_age ago."""
+        writes = self._writes
+        while writes and writes[0][0] <= ingested:
+            writes.popleft()
+        return bool(writes) and now - writes[0][1] > self.max_age_seconds
 
     def wait(self, fd: int) -> None:
         """Sleep while the written-but-not-ingested backlog exceeds the bound and the worker's
@@ -120,7 +154,7 @@ class Backpressure:
                     return
                 share = mark[2]
                 self.bound = self.backlog_bytes if share is None else min(share, self.backlog_bytes)
-                if info.st_size - mark[0] <= self.bound:
+                if info.st_size - mark[0] <= self.bound and not self._too_old(mark[0], time.time()):
                     return
                 self.holding = True
                 time.sleep(POLL_SECONDS)

@@ -74,6 +74,7 @@ class Reporter:
         max_pending: int = DEFAULT_MAX_PENDING,
         backlog_bytes: int = 0,
         fresh_seconds: float = 15.0,
+        max_age_seconds: float = 0.0,
     ) -> None:
         self.path: Path | None = Path(path) if path is not None else None
         self.enabled = bool(enabled) and self.path is not None
@@ -100,6 +101,7 @@ class Reporter:
                 RunPaths(self.path.parent).ingested,
                 backlog_bytes=backlog_bytes,
                 fresh_seconds=fresh_seconds,
+                max_age_seconds=max_age_seconds,
             )
             self._limit = min(max_pending, HELD_PENDING)
         self._thread = threading.Thread(target=self._run, name="torchyard-reporter", daemon=True)
@@ -261,27 +263,31 @@ class Reporter:
         if not count:
             return
         lines: list[str] = []
+        stamps: list[float] = []  # when each line's point was logged (the spool's age bound)
         waiters: list[threading.Event] = []
         for _ in range(count):
             item = queue.popleft()
             if type(item) is tuple:
                 step, stamp, values = item
                 lines.append(_encode_metrics(step, stamp, values))
+                stamps.append(stamp)
             elif type(item) is dict:
                 lines.append(json.dumps(item, allow_nan=False) + "\n")
+                stamps.append(time.time())
             else:
                 waiters.append(item)
         if lines and self._error is None:
             try:
-                self._write(lines)
+                self._write(lines, stamps)
             except BaseException as exc:  # surfaced on the next log() and on close()
                 self._error = exc
         # Waiters are released only after the lines queued before them reached the file.
         for waiter in waiters:
             waiter.set()
 
-    def _write(self, lines: list[str]) -> None:
-        """Append the lines; with backpressure, in chunks, each once the backlog allows."""
+    def _write(self, lines: list[str], stamps: list[float]) -> None:
+        """Append the lines; with backpressure, in chunks, each once the backlog allows (and
+        noted with when its first point was logged: the age bound's clock)."""
         held = self._backpressure
         if held is None:
             self._file.write("".join(lines))
@@ -295,6 +301,7 @@ class Reporter:
                 held.wait(self._file.fileno())
                 self._file.write("".join(lines[start : i + 1]))
                 self._file.flush()
+                held.wrote(os.fstat(self._file.fileno()).st_size, stamps[start])
                 start, size = i + 1, 0
                 chunk = min(WRITE_CHUNK, held.chunk_bytes())
 
