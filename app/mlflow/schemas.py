@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.errors import field_error
 from app.metrics.ingest import Point
 from app.mlflow.errors import invalid
 from app.runs.models import RunStatus
@@ -87,8 +88,7 @@ def validated(model: type[_M], body: Any) -> _M:
     """A request body checked as FastAPI checks a body parameter of type `model`, for a route
     that validates after its own checks (log-batch: who asks first), with FastAPI's error."""
     if body is None:
-        errors: list[Any] = [{"type": "missing", "loc": ("body",), "msg": "Field required"}]
-        raise RequestValidationError(errors)
+        raise RequestValidationError([field_error(["body"], "Field required", kind="missing")])
     try:
         return model.model_validate(body)
     except ValidationError as exc:
