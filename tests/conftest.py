@@ -27,6 +27,9 @@ from tests.phases import SECOND_STREAM_MODULES, TIMED_MODULES
 from tests.stack import LiveStack, running_stack
 from tests.waits import wait_for
 
+# Each module's time at the end of a run (CI keeps only the log's tail).
+pytest_plugins = ("tests.module_times",)
+
 BASE_DIR = Path(tempfile.mkdtemp(prefix="torchyard-tests-"))
 DATA_DIR = BASE_DIR / "data"
 # User scripts run from here (worker.workspace); the in-process app and the live stack share it.
