@@ -142,10 +142,14 @@ EMBEDDED_PYTEST = env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL -u TORCH
 SERVICES_PYTEST = TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
 	$(POSTGRES_ENV) TORCHYARD_TEST_REDIS_URL=$(SERVICES_TEST_REDIS_URL) $(PYTEST)
 
+# Every phase runs even when one before it failed, and `make test` fails at the end: one CI run
+# then says every failure at once (a quick test failing used to hide the slow passes).
 test: lint js-check $(TEST_DEPS)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-quick test-services-quick-browser
-	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser"
-	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK))"
+	@status=0; \
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-quick test-services-quick-browser || status=1; \
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser" || status=1; \
+	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK))" || status=1; \
+	exit $$status
 
 test-embedded: $(TEST_DEPS)
 	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only"

@@ -49,6 +49,7 @@ def test_single_process_starts_the_entry_point_as_a_plain_interpreter() -> None:
         # The spool's backlog bound (torchyard.runtime.ingest_mark), from the settings.
         "TORCHYARD_SPOOL_BACKLOG_BYTES": str(2 * 1024**2),
         "TORCHYARD_SPOOL_MARK_FRESH_SECONDS": "15.0",
+        "TORCHYARD_SPOOL_MAX_AGE_SECONDS": "3.0",
     }
 
 
@@ -130,6 +131,7 @@ def test_single_process_through_torchrun_when_configured() -> None:
         # The spool's backlog bound (torchyard.runtime.ingest_mark), from the settings.
         "TORCHYARD_SPOOL_BACKLOG_BYTES": str(2 * 1024**2),
         "TORCHYARD_SPOOL_MARK_FRESH_SECONDS": "15.0",
+        "TORCHYARD_SPOOL_MAX_AGE_SECONDS": "3.0",
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ",
     }
 
