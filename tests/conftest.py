@@ -119,6 +119,10 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_phase",  # a run's phase and durations from its timestamps
         "test_env_build",  # pip's error text, the build's heartbeat
         "test_e2e_job_output",  # a script's logging and errors in its log
+        "test_e2e_hostile_output",  # hostile spool and log files, read by the worker
+        "test_no_secrets_leak",  # what a job's environment and files hold
+        "test_e2e_retention",  # a real job's kept files (the rows: test_checkpoint_records)
+        "test_cli_experiments",  # the CLI's experiment commands (their API: in-process, both)
         "test_e2e_lightning",  # PyTorch Lightning, unmodified
         "test_e2e_mlflow_job",  # MLflow inside a job writes its spool (ingest: test_forwarder)
         "test_e2e_script_folder",  # a script's own folder first on sys.path

@@ -74,6 +74,7 @@ def test_request_latency_is_labelled_by_route_template(client, user_headers) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.local_only  # counters of several server processes in their folder: no database in it
 def test_several_server_processes_add_up(tmp_path: Path) -> None:
     """uvicorn --workers 2 sharing PROMETHEUS_MULTIPROC_DIR: 40 requests spread over both
     processes are all counted, and the database figures agree whichever process answers."""

@@ -137,6 +137,7 @@ def test_logs_tail_returns_the_last_bytes_and_the_size(client, user_headers) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.local_only  # a job resuming; the resume routes: the quick tests, both stacks
 def test_a_resumed_run_continues_the_curve_where_the_checkpoint_stopped(live_stack) -> None:
     tiny = {
         "recipe": "tiny_mlp",

@@ -235,6 +235,7 @@ def test_each_node_of_a_multi_node_run_stores_its_own_series_and_gpus() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.local_only  # the sampler over a real job; its rows: quick tests, both stacks
 def test_a_cpu_run_records_cpu_and_rss_every_interval(live_stack) -> None:
     config = {
         "recipe": "tiny_mlp",
@@ -291,6 +292,7 @@ hold.wait()
 
 
 @pytest.mark.slow
+@pytest.mark.local_only  # the sampler over a real job; its rows: quick tests, both stacks
 def test_the_series_count_a_detached_grandchild_of_the_job(live_stack) -> None:
     folder = WORKSPACE_DIR / "sysmetrics"
     folder.mkdir(parents=True, exist_ok=True)

@@ -56,8 +56,11 @@ def test_a_watched_run_page_lists_exactly_the_kept_checkpoints_when_the_run_ends
         timeout=15_000,
     )
     assert _listed(page) == kept
-    watched_disk = page.locator("#run-disk").inner_text()
+    # The disk is the status panel's (its own re-read at the run's end), not the checkpoints
+    # table's: read at once, it was sometimes still the running value (CI, stop 37).
     fresh = page.context.new_page()
     fresh.goto(f"/runs/{run['id']}")
-    assert fresh.locator("#run-disk").inner_text() == watched_disk != "0 bytes"
+    ended_disk = fresh.locator("#run-disk").inner_text()
     fresh.close()
+    assert ended_disk != "0 bytes"
+    expect(page.locator("#run-disk")).to_have_text(ended_disk, timeout=15_000)
