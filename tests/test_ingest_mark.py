@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.waits import wait_for
 from torchyard.contract import SPOOL_BACKLOG_VAR, SPOOL_MARK_FRESH_VAR, SPOOL_MAX_AGE_VAR, RunPaths
 from torchyard.runtime import ingest_mark
-from torchyard.runtime.reporter import Reporter
+from torchyard.runtime.reporter import HELD_PENDING, Reporter
 from worker.ingest_mark import MIN_SHARE, publish, share
 
 BOUND = 64 * 1024
@@ -147,6 +147,24 @@ def test_a_reporter_holds_back_while_its_oldest_point_not_stored_is_older_than_t
     publish(spool, size(spool))
     reporter.close()
     assert len([line for line in spool.read_text().splitlines() if line]) == 50
+
+
+def test_a_flooding_loop_never_queues_more_than_held_pending_items_in_memory(
+    tmp_path: Path,
+) -> None:
+    """log() waited only while the writer held back for ingestion: while the writer slept
+    between drains or encoded its last batch, a loop logging as fast as it can queued up to
+    max_pending items, and one run alone lagged its viewers by 30 s (bench/flood.py, stop 37;
+    0.7 s since)."""
+    spool = RunPaths(tmp_path).metrics
+    reporter = Reporter(spool, interval=0.15, backlog_bytes=100 * BOUND, fresh_seconds=30)
+    most = 0
+    for step in range(1, 20_001):
+        reporter.log(step, KEYS)
+        most = max(most, len(reporter._queue))
+    reporter.close()
+    assert most <= HELD_PENDING + 1, most
+    assert len([line for line in spool.read_text().splitlines() if line]) == 20_000
 
 
 def test_the_bound_comes_from_the_launchers_variables() -> None:

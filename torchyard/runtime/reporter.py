@@ -134,15 +134,14 @@ class Reporter:
             self._make_room()
 
     def _make_room(self) -> None:
-        """Wait while the writer holds back for ingestion; past ``max_pending`` items, wait
-        for the writer (backpressure instead of memory without bound)."""
+        """With backpressure, wait past HELD_PENDING queued items until the writer has taken
+        them, whether it is holding back or still writing its last batch: waiting only while
+        it held back let a flooding loop queue up to max_pending items (minutes of points)
+        while the writer encoded, and one run alone lagged its viewers by 30 s (bench/flood.py).
+        Past ``max_pending`` items, wait for the writer (memory without bound otherwise)."""
         held = self._backpressure
-        while (
-            held is not None
-            and held.holding
-            and len(self._queue) > HELD_PENDING
-            and self._error is None
-        ):
+        while held is not None and len(self._queue) > HELD_PENDING and self._error is None:
+            self._wake.set()
             time.sleep(POLL_SECONDS)
         if len(self._queue) > self._max_pending:
             self.flush()
