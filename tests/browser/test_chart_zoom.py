@@ -45,9 +45,12 @@ def ingest(run_id: int) -> None:
                 break
 
 
-def drag(page: Page, left: float, right: float) -> None:
-    """Drag across the plot area from `left` to `right` (fractions of its width)."""
-    over = page.locator('div.metric-chart[data-key="train/loss"] .u-over')
+LOSS_CHART = 'div.metric-chart[data-key="train/loss"]'
+
+
+def drag(page: Page, left: float, right: float, chart: str = LOSS_CHART) -> None:
+    """Drag across `chart`'s plot area from `left` to `right` (fractions of its width)."""
+    over = page.locator(chart).locator(".u-over")
     box = over.bounding_box()
     assert box is not None
     y = box["y"] + box["height"] / 2

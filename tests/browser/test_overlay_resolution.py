@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from playwright.sync_api import Page
 
+from tests.browser.test_chart_zoom import drag
 from tests.factories import make_experiment_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -49,7 +50,7 @@ def test_first_draw_is_coarse_and_a_zoom_reads_the_full_budget(admin_page: Page)
     assert not any("with_time" in a for a in asked), asked
 
     page.locator(CHART).scroll_into_view_if_needed()
-    _drag(page, 0.2, 0.8)
+    drag(page, 0.2, 0.8, CHART)
     page.wait_for_function(f"() => ({TRACE})().zoom && ({TRACE})().n > 800")
     zoomed = page.evaluate(TRACE)
     assert zoomed["n"] <= 2_000 and zoomed["zoom"] is not None, zoomed
@@ -61,17 +62,3 @@ def test_first_draw_is_coarse_and_a_zoom_reads_the_full_budget(admin_page: Page)
     )
     page.wait_for_function(f"() => ({TRACE})() !== null")
     assert any(a.get("with_time") == ["true"] for a in asked), asked
-
-
-def _drag(page: Page, left: float, right: float) -> None:
-    """Drag across the chart's plot area from `left` to `right` (fractions of its width), as
-    tests/browser/test_chart_zoom.py does on the run page."""
-    over = page.locator(CHART).locator(".u-over")
-    box = over.bounding_box()
-    assert box is not None
-    y = box["y"] + box["height"] / 2
-    page.mouse.move(box["x"] + box["width"] * left, y)
-    page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * (left + right) / 2, y, steps=4)
-    page.mouse.move(box["x"] + box["width"] * right, y, steps=4)
-    page.mouse.up()
