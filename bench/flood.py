@@ -77,6 +77,7 @@ while not go.exists():
     time.sleep(0.01)
 start = float(go.read_text())
 time.sleep(max(0.0, start - time.time()))
+cpu = time.process_time()
 keys = [f"flood/k{i:02d}" for i in range(20)]
 step = 0
 end = time.time() + args.seconds
@@ -85,7 +86,8 @@ while time.time() < end:
     x = step * 1e-4
     run.log({k: math.sin(x + i) for i, k in enumerate(keys)}, step=step)
 run.finish()
-print(f"flood ended at {time.time()!r} after {step * 20} points", flush=True)
+cpu = time.process_time() - cpu
+print(f"flood ended at {time.time()!r} after {step * 20} points, cpu {cpu:.3f}", flush=True)
 '''
 
 
@@ -190,7 +192,7 @@ def rate_between(samples: list[tuple[float, int]], t0: float, t1: float) -> floa
     return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else float("nan")
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
     """User + system CPU time so far of a process and its descendants (/proc, clock ticks)."""
     ticks, todo = 0, [pid]
     while todo:
@@ -198,10 +200,25 @@ def cpu_seconds(pid: int) -> float:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             ticks += int(fields[11]) + int(fields[12])
-            for task in Path(f"/proc/{p}/task").iterdir():
+            for task in Path(f"/proc/{p}/task").iterdir() if descendants else ():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def database_cpu_seconds() -> float:
+    """CPU time so far of the machine's PostgreSQL processes (their backends do the services
+    stack's inserts and reads; SQLite's work is in the worker and the API): 0 without one."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, _, tail = stat.read_text().rpartition(")")
+        except OSError:
+            continue
+        if head.split("(", 1)[-1] in ("postgres", "postmaster"):
+            fields = tail.split()
+            ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -213,6 +230,7 @@ def phase(
     workspace: Path,
     url: str,
     server_pid: int,
+    worker_pid: int,
 ) -> dict[str, Any]:
     """`runs` jobs flooding at once; their rate, lag, ends and streams."""
     from app.db import make_engine
@@ -258,6 +276,8 @@ def phase(
     parts_before = poll_parts(api)
     start = time.time() + 1.0
     server_cpu = cpu_seconds(server_pid)
+    worker_cpu = cpu_seconds(worker_pid, descendants=False)
+    database_cpu = database_cpu_seconds()
     (sync / "go.tmp").write_text(repr(start))
     (sync / "go.tmp").rename(sync / "go")
     finished: dict[int, dict[str, Any]] = {}
@@ -269,6 +289,8 @@ def phase(
                     finished[run_id] = run
                     finished[run_id]["seen_at"] = time.time()
         time.sleep(0.2)
+    worker_after = cpu_seconds(worker_pid, descendants=False)
+    database_after = database_cpu_seconds()
     stop.set()
     sampler.join()
     results = [queue.get(timeout=max(deadline - time.time(), 1) + 120) for _ in viewers]
@@ -284,12 +306,17 @@ def phase(
     if failed:
         raise RuntimeError(f"viewers failed: {failed}")
     last_seen = max(r["seen_at"] for r in finished.values())
+    # The worker's own process (its forwarding threads, not its jobs) from "go" to the last
+    # run's end: near 1.0, ingestion was bound by the worker's one interpreter.
+    worker_busy = (worker_after - worker_cpu) / (last_seen - start)
     ends = []
     logged = 0
+    jobs_cpu = 0.0  # the jobs' own CPU from "go" to their end (each job says it)
     for run_id in run_ids:
         ended = said(workspace, run_id, "flood ended at ")
         assert ended is not None, f"run {run_id}: the job did not say when it ended"
         end = float(ended.split()[0])
+        jobs_cpu += float(ended.rsplit("cpu ", 1)[1])
         ends.append(finished[run_id]["seen_at"] - end)
         logged += spool_points(workspace.parent / "runs" / str(run_id) / "metrics.jsonl")
     stored = ingested(engine) - min(n for _, n in samples)
@@ -333,6 +360,15 @@ def phase(
             "sum": sum(r["cpu_s"] for r in results),
         },
         "server_busy": server_busy,
+        "worker_busy": worker_busy,
+        # CPU seconds per 1,000 points stored, by whom: where a point's cost grows with runs.
+        "cpu_ms_per_1k": {
+            "jobs": 1e6 * jobs_cpu / stored,
+            "worker": 1e6 * (worker_after - worker_cpu) / stored,
+            "postgresql": 1e6 * (database_after - database_cpu) / stored,
+            "api": 1e6 * server_busy * (max(r["ended_at"] for r in results) - start) / stored,
+            "viewers": 1e6 * sum(r["cpu_s"] for r in results) / stored,
+        },
         "viewer_busy": {"max": max(busy), "median": statistics.median(busy)},
         # When the last stream ended after the last run was seen finished: the viewers' drain.
         "streams_ended_after_runs_s": max(r["ended_at"] for r in results) - last_seen,
@@ -346,12 +382,13 @@ def phase(
 def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
     # One viewer per run, all as the bench's user (8 streams a user by default).
     streams = {"TORCHYARD_SSE_MAX_STREAMS_PER_USER": str(args.runs + 4)}
+    streams |= dict(item.split("=", 1) for item in args.set)  # settings to try
     script = ("flood_script.py", SCRIPT)
     with running_stack(
         name, args, kind="flood", script=script, runs=args.runs, extra_env=streams
     ) as s:
         load_before = load_average()
-        where = (s.base_url, s.token, s.workspace, s.database_url, s.server_pid)
+        where = (s.base_url, s.token, s.workspace, s.database_url, s.server_pid, s.worker_pid)
         one = phase(1, args, *where)
         many = phase(args.runs, args, *where)
         log_file = s.logs / "server.log"
@@ -412,8 +449,11 @@ def report(res: dict[str, Any]) -> bool:
             f"; each viewer process's CPU / wall: max {ph['viewer_busy']['max']:.2f}, median "
             f"{ph['viewer_busy']['median']:.2f} (CPU max {ph['viewer_cpu_s']['max']:.1f} s); "
             f"last stream ended {ph['streams_ended_after_runs_s']:.1f} s after the last run; "
-            f"the API's CPU / wall {ph['server_busy']:.2f}"
+            f"the API's CPU / wall {ph['server_busy']:.2f}, the worker's own "
+            f"{ph['worker_busy']:.2f}"
         )
+        per = ", ".join(f"{k} {v:.2f}" for k, v in ph["cpu_ms_per_1k"].items())
+        print(f"   {label}: CPU ms per 1,000 points stored: {per}")
     for label, ph in (("one run alone", one), (f"{n} jobs", many)):
         ing, st = ph["ingest_lag_s"], ph["stream_lag_s"]
         print(
@@ -452,6 +492,13 @@ def main() -> None:
     )
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/7", help="flushed first")
     parser.add_argument("--json", type=Path, help="write the numbers here")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="TORCHYARD_NAME=VALUE",
+        help="a setting for the stack's server, worker and jobs (repeatable)",
+    )
     args = parser.parse_args()
     stacks = ["embedded", "services"] if args.stack == "both" else [args.stack]
     results, ok = [], True

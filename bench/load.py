@@ -389,6 +389,7 @@ class Stack(NamedTuple):
     data_dir: Path
     workspace: Path
     logs: Path
+    worker_pid: int = 0
 
 
 @contextmanager
@@ -452,6 +453,7 @@ def running_stack(
                 data_dir,
                 workspace,
                 logs,
+                worker.pid,
             )
         finally:
             stop_process(server)

@@ -395,3 +395,27 @@ def test_rows_of_a_first_migration_database_survive_upgrade_to_head(kind, tmp_pa
         engine.dispose()
         assert migrate.current_revision(engine) == migrate.head_revision(url)
         assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
+
+
+def _overview_storage(engine: sa.Engine) -> str:
+    with engine.connect() as conn:
+        return str(
+            conn.exec_driver_sql(
+                "SELECT attstorage FROM pg_attribute "
+                "WHERE attrelid = 'metric_overviews'::regclass AND attname = 'data'"
+            ).scalar_one()
+        )
+
+
+def test_overviews_are_stored_uncompressed_on_postgresql(tmp_path) -> None:
+    """0026: each ingest batch rewrites its keys' overviews, and pglz compressing them was most
+    of PostgreSQL's CPU under a flood (issue 27). EXTERNAL: out of line, not compressed."""
+    if "postgresql" not in KINDS:
+        pytest.skip("PostgreSQL is the services pass's (tests/databases.py)")
+    with own_database("postgresql", tmp_path, "ty_ovstore", revision="0025") as engine:
+        url = engine.url.render_as_string(hide_password=False)
+        assert _overview_storage(engine) == "x"  # EXTENDED: compressed, then out of line
+        migrate.upgrade(url)
+        assert _overview_storage(engine) == "e"
+        migrate.downgrade(url, "0025")
+        assert _overview_storage(engine) == "x"

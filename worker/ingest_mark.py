@@ -37,8 +37,13 @@ _published_lock = threading.Lock()
 # A run counts as being ingested while its mark was written within this many seconds (the watch
 # loop writes it every round, after every batch or wait at the gate).
 LIVE_SECONDS = 5.0
-# The least share: a run's backlog never goes below this (a few of its lines at a time).
-MIN_SHARE = 64 * 1024
+# The least share: a run's backlog never goes below this, so neither do its batches. Each
+# batch has a fixed cost (its transaction's commit rewrites the pages its keys' rows end in,
+# and each key's overview is rewritten whole): twelve runs at a 64 KiB share moved ~4,000
+# points a batch and ingested at a third of one run's rate; at 512 KiB, ~12,000 points a
+# batch, 1.4x more points per CPU second on SQLite (bench/flood.py, issue 27). The whole
+# backlog is then runs x 512 KiB past four runs: still about a second of ingestion at twelve.
+MIN_SHARE = 512 * 1024
 
 
 def share(total: int, metrics_path: Path) -> int:
