@@ -217,3 +217,12 @@ def test_a_long_history_is_streamed_in_chunks_and_keeps_every_point(
     small = page("identity", max_results=10)
     assert small.headers["content-length"] == str(len(small.content))
     assert len(client.get_metric_history(run_id, "loss")) == total
+    with httpx.stream(
+        "GET",
+        f"{server}/api/2.0/mlflow/metrics/get-history",
+        params={"run_id": run_id, "metric_key": "loss"},
+        headers=member,
+    ) as cut:
+        next(cut.iter_raw())  # the first chunk, then the client goes away mid-page
+    client.log_batch(run_id, metrics=[Metric("loss", 0.5, total, total)])  # no read left open
+    assert [p["step"] for p in page("identity").json()["metrics"]] == list(range(total + 1))
