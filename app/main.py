@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import RedirectResponse
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -19,6 +18,7 @@ from app.auth.views import router as auth_views
 from app.code.api import router as code_router
 from app.compare.api import router as compare_router
 from app.compare.views import router as compare_views
+from app.compression import NetworkGZipMiddleware
 from app.experiments.api import router as experiments_router
 from app.experiments.views import router as experiments_views
 from app.gpus.api import router as gpus_router
@@ -90,7 +90,13 @@ def create_app() -> FastAPI:
     app.add_middleware(StrictJSONMiddleware, max_body_bytes=get_settings().max_body_bytes)
     # Level 1: a 200 KB metrics response takes ~2 ms instead of ~20 ms at the default 9, for
     # 4% more bytes; under load that difference was most of the API's p95 (bench/load.py).
-    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=1)
+    # None for a client on this machine (app/compression.py: there it costs more than it saves).
+    app.add_middleware(
+        NetworkGZipMiddleware,
+        minimum_size=1024,
+        compresslevel=1,
+        behind_proxy=bool(get_settings().trusted_proxies),
+    )
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(RequestTimer)
     # X-Forwarded-For only from the configured proxies; uvicorn's own proxy handling is off

@@ -3,8 +3,9 @@ uplot-python package, and the Swagger UI and ReDoc bundles straight from the ins
 fastapi-offline package.
 
 Vendor files are served under versioned URLs with a year-long immutable cache header (and gzip
-from the app's middleware). uPlot is 120 KB (Plotly, used before, was 4.8 MB and took a fresh
-browser ~1.2 s to parse on every first chart page); the pages draw only line charts.
+from the app's middleware for a browser across a network: app/compression.py). uPlot is 120 KB
+(Plotly, used before, was 4.8 MB and took a fresh browser ~1.2 s to parse on every first chart
+page); the pages draw only line charts.
 Nothing comes from a CDN: the pages work on a box without internet.
 """
 

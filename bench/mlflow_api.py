@@ -21,7 +21,7 @@ torchyard runs as a server of its own over a fresh SQLite database with no worke
 
     .venv/bin/python bench/mlflow_api.py --mlflow /path/to/venv/bin/mlflow \\
         [--points 30000] [--runs 10000] [--series-points 100000] [--repeats 3] \\
-        [--only ingest|history]
+        [--only ingest|search|history]
 """
 
 from __future__ import annotations
@@ -317,7 +317,7 @@ def measure(
             client, client.create_experiment(f"ingest-{suffix}"), args.points, args.keys
         )
         print(f"{name}: log-batch ingestion {out['ingest']:,.0f} points/s", flush=True)
-    if args.only is None:
+    if args.only in (None, "search"):
         experiment_id = client.create_experiment(f"search-{suffix}")
         started = time.perf_counter()
         seed("runs", experiment_id, args.runs)
@@ -328,7 +328,7 @@ def measure(
         print(f"{name}: search_runs over {args.runs} runs ({found[-1]} found) {took:.3f} s")
         out["search_http"] = median_of(lambda: raw_search(http, experiment_id), args)
         print(f"{name}: runs/search over HTTP {out['search_http']:.3f} s", flush=True)
-    if args.only == "ingest":
+    if args.only in ("ingest", "search"):
         return out
     run_id = history(
         client, client.create_experiment(f"history-{suffix}"), args.series_points, seed
@@ -356,7 +356,7 @@ def main() -> None:
     parser.add_argument("--series-points", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--repeat-budget", type=float, default=60.0)
-    parser.add_argument("--only", choices=["ingest", "history"], help="one phase alone")
+    parser.add_argument("--only", choices=["ingest", "search", "history"], help="one phase alone")
     args = parser.parse_args()
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     with tempfile.TemporaryDirectory(prefix="bench-mlflow-") as tmp:

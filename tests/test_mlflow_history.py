@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -162,3 +163,66 @@ def test_a_history_s_key_is_written_as_json_whatever_its_characters(
         headers=member,
     )
     assert r.json() == {"metrics": [{"key": key, "value": 0.5, "timestamp": 7, "step": 3}]}
+
+
+def test_a_long_history_is_streamed_in_chunks_and_keeps_every_point(
+    app: Any, server: str, member: dict[str, str]
+) -> None:
+    """A page longer than one chunk (app.mlflow.history.CHUNK_POINTS) is sent as it is read
+    (chunked; gzipped as it goes for a client across a network, app/compression.py): every
+    point once and in order, the page's limit and its token exact at and across the chunks'
+    edges, the same JSON gzipped or not; a series that ends exactly at a chunk's edge ends
+    with no token."""
+    from app.mlflow.history import CHUNK_POINTS
+
+    total = 2 * CHUNK_POINTS
+    client = MlflowClient()
+    run_id = client.create_run(client.create_experiment(f"c-{secrets.token_hex(4)}")).info.run_id
+    for start in range(0, total, 1000):
+        client.log_batch(
+            run_id, metrics=[Metric("loss", 1 / (1 + s), s, s) for s in range(start, start + 1000)]
+        )
+
+    def page(encoding: str, **params: Any) -> httpx.Response:
+        r = httpx.get(
+            f"{server}/api/2.0/mlflow/metrics/get-history",
+            params={"run_id": run_id, "metric_key": "loss", **params},
+            headers=member | {"Accept-Encoding": encoding},
+            timeout=60,
+        )
+        r.raise_for_status()
+        return r
+
+    whole = page("gzip")
+    assert whole.headers["transfer-encoding"] == "chunked"
+    assert "content-encoding" not in whole.headers  # a client on this machine
+    remote = TestClient(app, client=("203.0.113.7", 50000)).get(
+        "/api/2.0/mlflow/metrics/get-history",
+        params={"run_id": run_id, "metric_key": "loss"},
+        headers=member | {"Accept-Encoding": "gzip"},
+    )
+    assert remote.headers["content-encoding"] == "gzip"
+    assert remote.content == whole.content == page("identity").content
+    body = whole.json()
+    assert "next_page_token" not in body
+    assert [p["step"] for p in body["metrics"]] == list(range(total))
+    assert [p["value"] for p in body["metrics"]] == [1 / (1 + s) for s in range(total)]
+    for limit in (CHUNK_POINTS - 1, CHUNK_POINTS, CHUNK_POINTS + 1, total - 1):
+        first = page("gzip", max_results=limit).json()
+        assert [p["step"] for p in first["metrics"]] == list(range(limit)), limit
+        rest = page("identity", max_results=total, page_token=first["next_page_token"]).json()
+        assert [p["step"] for p in rest["metrics"]] == list(range(limit, total)), limit
+        assert "next_page_token" not in rest
+    assert "next_page_token" not in page("gzip", max_results=total).json()
+    small = page("identity", max_results=10)
+    assert small.headers["content-length"] == str(len(small.content))
+    assert len(client.get_metric_history(run_id, "loss")) == total
+    with httpx.stream(
+        "GET",
+        f"{server}/api/2.0/mlflow/metrics/get-history",
+        params={"run_id": run_id, "metric_key": "loss"},
+        headers=member,
+    ) as cut:
+        next(cut.iter_raw())  # the first chunk, then the client goes away mid-page
+    client.log_batch(run_id, metrics=[Metric("loss", 0.5, total, total)])  # no read left open
+    assert [p["step"] for p in page("identity").json()["metrics"]] == list(range(total + 1))

@@ -22,21 +22,28 @@ steps integers.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import sqlite3
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
+from dataclasses import dataclass
 from functools import cache
+from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import select, text
+from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
+from app.db import session_scope
 from app.metrics.models import MetricKey
 from app.mlflow.service import page_offset, page_token
 from app.runs.models import Run
 
 MAX_HISTORY_RESULTS = 1_000_000
+_T = TypeVar("_T")
 _PG_ROW = '{"key":%s,"value":%s,"timestamp":%s,"step":%s}'  # format() knows %s alone
 _PG_VALUE = """CASE WHEN value IS NULL OR value = 'NaN' THEN '"NaN"'
     WHEN value = 'Infinity' THEN '"Infinity"' WHEN value = '-Infinity' THEN '"-Infinity"'
@@ -48,10 +55,11 @@ FROM (SELECT step, value, wall_time FROM metrics WHERE key_id = :key_id {{after}
       ORDER BY step LIMIT :limit) AS page"""
 
 # One printf a row, the key already in its format (:exact, :other): printf of the value on its
-# own, then of the row, was a third more. A rounded REAL takes %d. group_concat keeps the
-# subquery's order (SQLite before 3.44 has no ORDER BY in aggregates).
+# own, then of the row, was a third more; the range test by comparisons alone (abs() twice a
+# row was 5% of the query). A rounded REAL takes %d. group_concat keeps the subquery's order
+# (SQLite before 3.44 has no ORDER BY in aggregates).
 _SQLITE = """SELECT group_concat(CASE
-    WHEN :printf AND abs(value) > 1e-100 AND abs(value) < 1e100
+    WHEN :printf AND (value > 1e-100 AND value < 1e100 OR value < -1e-100 AND value > -1e100)
     THEN printf(:exact, value, round(wall_time * 1000), step)
     WHEN value IS NULL THEN printf(:other, '"NaN"', round(wall_time * 1000), step)
     ELSE printf(:other, ty_float_json(value), round(wall_time * 1000), step) END, ','),
@@ -61,11 +69,36 @@ FROM (SELECT step, value, wall_time FROM metrics WHERE key_id = :key_id {after}
 _MORE = text("SELECT 1 FROM metrics WHERE key_id = :key_id AND step > :last LIMIT 1")
 
 
+# A page is read (and sent) in chunks of this many points: each chunk's query runs in a worker
+# thread while the chunk before is compressed and sent, and the client receives and unzips as
+# it goes (the whole 100,000-point page was one query, then one gzip, then the transfer, in
+# series). A page that fits in one chunk is one query and one plain body, as before.
+CHUNK_POINTS = 10_000
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What every chunk of one page's read needs: the series, its key as JSON, the dialect."""
+
+    key_id: int
+    key_json: str
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    points: str  # the chunk's points as JSON objects joined by commas ("" for none)
+    count: int
+    last: int | None  # the chunk's last step
+
+
 def history_body(
     session: Session, run: Run, key: str, *, max_results: int | None, token: str | None
-) -> bytes:
+) -> bytes | AsyncIterator[bytes]:
     """The page of ``key``'s points after ``token`` (the last step of the page before) as
-    get-history's JSON body, with ``next_page_token`` when more points follow."""
+    get-history's JSON body, with ``next_page_token`` when more points follow: the body itself
+    when the page fits in one chunk, else the body's parts as they are read (the first chunk
+    already read here, in the request's session: a missing run or key is an error before any
+    byte is sent)."""
     key_id = session.scalar(
         select(MetricKey.id).where(MetricKey.run_id == run.id, MetricKey.key == key)
     )
@@ -73,28 +106,75 @@ def history_body(
         return b'{"metrics":[]}'
     after = page_offset(token) if token else None
     limit = min(max_results or MAX_HISTORY_RESULTS, MAX_HISTORY_RESULTS)
-    key_json = orjson.dumps(key).decode()
-    params: dict[str, object] = {"key_id": key_id, "limit": limit}
+    read = _Read(key_id, orjson.dumps(key).decode())
+    first = _chunk(session.connection(), read, after, min(limit, CHUNK_POINTS))
+    head = b'{"metrics":[' + first.points.encode()
+    if first.count < CHUNK_POINTS or limit == first.count:
+        return head + _tail(session.connection(), read, first, limit - first.count)
+    return _rest(read, head, first, limit - first.count)
+
+
+async def _rest(read: _Read, head: bytes, chunk: _Chunk, left: int) -> AsyncIterator[bytes]:
+    """The page's body after its first chunk: the next chunk's query starts (in a worker
+    thread, a session of its own) before this one is yielded, so it runs while the server
+    compresses and sends this one. Each chunk starts after the last step of the one before,
+    as a page token would: no point is sent twice or skipped for a point logged meanwhile."""
+    pending: asyncio.Future[_Chunk] | None = _start(read, chunk.last, min(left, CHUNK_POINTS))
+    try:
+        yield head
+        while pending is not None:
+            chunk = await pending
+            left -= chunk.count
+            full = chunk.count == CHUNK_POINTS and left > 0
+            pending = _start(read, chunk.last, min(left, CHUNK_POINTS)) if full else None
+            if chunk.count:
+                yield b"," + chunk.points.encode()
+        yield await run_in_threadpool(_in_session, _tail, read, chunk, left)
+    finally:
+        if pending is not None:  # the client went away: let the running query end
+            pending.cancel()
+
+
+def _start(read: _Read, after: int | None, limit: int) -> asyncio.Future[_Chunk]:
+    return asyncio.ensure_future(run_in_threadpool(_in_session, _chunk, read, after, limit))
+
+
+def _in_session(fn: Callable[..., _T], *args: Any) -> _T:
+    with session_scope() as session:
+        return fn(session.connection(), *args)
+
+
+def _tail(connection: Connection, read: _Read, last: _Chunk, left: int) -> bytes:
+    """The page's end: ``next_page_token`` when the page is full and a point follows."""
+    step = last.last
+    if left > 0 or step is None:
+        return b"]}"
+    if connection.execute(_MORE, {"key_id": read.key_id, "last": step}).first() is None:
+        return b"]}"
+    return b'],"next_page_token":' + orjson.dumps(page_token(step)) + b"}"
+
+
+def _chunk(connection: Connection, read: _Read, after: int | None, limit: int) -> _Chunk:
+    """Up to ``limit`` points after step ``after``, written by the database (see the module's
+    docstring for how each value is written)."""
+    params: dict[str, object] = {"key_id": read.key_id, "limit": limit}
     params |= {"after": after} if after is not None else {}
-    connection = session.connection()
     if connection.dialect.name == "postgresql":
         connection.execute(text("SET LOCAL extra_float_digits = 1"))
-        params["key"] = key_json
+        params["key"] = read.key_json
         sql = _PG
     else:
         raw = connection.connection.driver_connection
         assert isinstance(raw, sqlite3.Connection)
         raw.create_function("ty_float_json", 1, _float_json, deterministic=True)
-        head = '{"key":' + key_json.replace("%", "%%") + ',"value":'
+        head = '{"key":' + read.key_json.replace("%", "%%") + ',"value":'
         tail = ',"timestamp":%d,"step":%d}'
         params |= {"exact": head + "%!.17g" + tail, "other": head + "%s" + tail}
         params["printf"] = _sqlite_printf_exact()
         sql = _SQLITE
     where = "AND step > :after" if after is not None else ""
     points, count, last = connection.execute(text(sql.replace("{after}", where)), params).one()
-    more = count == limit and connection.execute(_MORE, {"key_id": key_id, "last": last}).first()
-    token_json = b',"next_page_token":' + orjson.dumps(page_token(last)) if more else b""
-    return b'{"metrics":[' + (points or "").encode() + b"]" + token_json + b"}"
+    return _Chunk(points or "", count, last)
 
 
 def _float_json(value: float) -> str:

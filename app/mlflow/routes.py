@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Body, Request, Response
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.db import SessionDep, session_scope
@@ -229,4 +230,6 @@ def get_metric_history(request: Request, session: SessionDep, _user: MlflowUser)
         max_results=int(raw_max) if raw_max else None,
         token=request.query_params.get("page_token"),
     )
-    return Response(body, media_type="application/json")
+    if isinstance(body, bytes):
+        return Response(body, media_type="application/json")
+    return StreamingResponse(body, media_type="application/json")
