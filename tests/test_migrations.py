@@ -407,11 +407,11 @@ def _overview_storage(engine: sa.Engine) -> str:
         )
 
 
+@pytest.mark.postgres_only
 def test_overviews_are_stored_uncompressed_on_postgresql(tmp_path) -> None:
     """0026: each ingest batch rewrites its keys' overviews, and pglz compressing them was most
     of PostgreSQL's CPU under a flood (issue 27). EXTERNAL: out of line, not compressed."""
-    if "postgresql" not in KINDS:
-        pytest.skip("PostgreSQL is the services pass's (tests/databases.py)")
+    assert "postgresql" in KINDS, "needs TORCHYARD_TEST_POSTGRES_URL (the services pass sets it)"
     with own_database("postgresql", tmp_path, "ty_ovstore", revision="0025") as engine:
         url = engine.url.render_as_string(hide_password=False)
         assert _overview_storage(engine) == "x"  # EXTENDED: compressed, then out of line
