@@ -112,11 +112,6 @@ def remote_reaper() -> Iterator[Stack]:
             TORCHYARD_BROKER_URL=BROKER,
             TORCHYARD_REAP_INTERVAL_SECONDS="1",
             TORCHYARD_RUN_LOST_SECONDS=str(LOST_AFTER),
-            # Below run_lost_seconds, as the setting says: a worker frozen inside a
-            # transaction holds the run's row lock, and the reaper's requeue waits for it until
-            # PostgreSQL ends that session (30 s by default: the job's whole life here, so the
-            # old attempt had ended by itself before the hold below; seen once in CI).
-            TORCHYARD_DB_IDLE_TRANSACTION_SECONDS="3",
             TORCHYARD_RUN_HEARTBEAT_SECONDS="1",
             TORCHYARD_LEASE_TTL_SECONDS="5",
             TORCHYARD_FAKE_GPUS="0",
@@ -140,7 +135,11 @@ def remote_reaper() -> Iterator[Stack]:
 
 def test_a_frozen_workers_reaped_attempt_is_fenced_when_it_resumes(remote_reaper: Stack) -> None:
     live = remote_reaper
-    worker = live.start_worker()
+    # Below run_lost_seconds, as the setting says: a worker frozen inside a transaction holds
+    # the run's row lock, and the reaper's requeue waits for it until PostgreSQL ends that
+    # session (30 s by default: the job's whole life here, so the old attempt had ended by
+    # itself before the hold below; seen once in CI, on PostgreSQL). test_chaos sets 3 s too.
+    worker = live.start_worker(TORCHYARD_DB_IDLE_TRANSACTION_SECONDS="3")
     config = {
         "recipe": "tiny_mlp",
         "params": {"epochs": 1, "steps_per_epoch": STEPS, "step_sleep": 0.06},
