@@ -78,7 +78,7 @@ CHUNK_POINTS = 10_000
 
 @dataclass(frozen=True)
 class _Read:
-    """What every chunk of one page's read needs: the series, its key as JSON, the dialect."""
+    """What every chunk of one page's read needs: the series and its key as JSON."""
 
     key_id: int
     key_json: str
