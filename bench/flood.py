@@ -198,8 +198,7 @@ def cpu_seconds(pid: int, *, descendants: bool = True) -> float:
     while todo:
         p = todo.pop()
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
+            ticks += _stat_ticks(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1])
             for task in Path(f"/proc/{p}/task").iterdir() if descendants else ():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
@@ -217,9 +216,14 @@ def database_cpu_seconds() -> float:
         except OSError:
             continue
         if head.split("(", 1)[-1] in ("postgres", "postmaster"):
-            fields = tail.split()
-            ticks += int(fields[11]) + int(fields[12])
+            ticks += _stat_ticks(tail)
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_ticks(after_name: str) -> int:
+    """User + system clock ticks from a /proc/PID/stat line's fields after its ``(name)``."""
+    fields = after_name.split()
+    return int(fields[11]) + int(fields[12])
 
 
 def phase(
