@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from app.metrics.models import Metric, MetricKey
 from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, WORKSPACE_DIR
 from tests.databases import own_database, user_with_token
+from tests.freezing import freeze
 from tests.stack import REPO, free_port, purge_broker, stop_process
 from tests.test_liveness import FINISHED, LOST_AFTER, Stack, wait_until
 from tests.test_liveness import ROOT as STACK_LOGS
@@ -100,6 +101,9 @@ class Sampler:
 @pytest.fixture
 def remote_reaper() -> Iterator[Stack]:
     """The liveness tests' stack in a database and data dir of its own, on a short limit."""
+    # Each test's runs count from 1 in a new database: the last test's run dirs must not be
+    # taken for theirs (its spool ingested into this test's run 1).
+    shutil.rmtree(DATA_DIR, ignore_errors=True)
     ROOT.mkdir(parents=True, exist_ok=True)
     STACK_LOGS.mkdir(parents=True, exist_ok=True)  # Stack's processes log there
     kind = "postgresql" if DATABASE_URL.startswith("postgresql") else "sqlite"
@@ -116,6 +120,12 @@ def remote_reaper() -> Iterator[Stack]:
             TORCHYARD_LEASE_TTL_SECONDS="5",
             TORCHYARD_FAKE_GPUS="0",
             TORCHYARD_WORKER_HOST="box-a",
+            # Below run_lost_seconds, as the setting says: a worker frozen inside a transaction
+            # holds the run's row lock, and the reaper's requeue waits for it until PostgreSQL
+            # ends that session (30 s by default: the job's whole life here, so the old
+            # attempt had ended by itself before the hold below; seen once in CI). On SQLite
+            # the tests freeze the worker between its transactions (tests/freezing.py).
+            TORCHYARD_DB_IDLE_TRANSACTION_SECONDS="3",
             PYTHONUNBUFFERED="1",
         )
         purge_broker(BROKER)
@@ -135,11 +145,7 @@ def remote_reaper() -> Iterator[Stack]:
 
 def test_a_frozen_workers_reaped_attempt_is_fenced_when_it_resumes(remote_reaper: Stack) -> None:
     live = remote_reaper
-    # Below run_lost_seconds, as the setting says: a worker frozen inside a transaction holds
-    # the run's row lock, and the reaper's requeue waits for it until PostgreSQL ends that
-    # session (30 s by default: the job's whole life here, so the old attempt had ended by
-    # itself before the hold below; seen once in CI, on PostgreSQL). test_chaos sets 3 s too.
-    worker = live.start_worker(TORCHYARD_DB_IDLE_TRANSACTION_SECONDS="3")
+    worker = live.start_worker()
     config = {
         "recipe": "tiny_mlp",
         "params": {"epochs": 1, "steps_per_epoch": STEPS, "step_sleep": 0.06},
@@ -153,7 +159,7 @@ def test_a_frozen_workers_reaped_attempt_is_fenced_when_it_resumes(remote_reaper
     with Sampler(run_id) as sampler:
         wait_for(lambda: jobs_of(run_id), timeout=90, what="the job started")
         (old_token,) = jobs_of(run_id)
-        worker.send_signal(signal.SIGSTOP)
+        freeze(worker, live.env["TORCHYARD_DATABASE_URL"])
         try:
             requeued = wait_until(live.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
             assert requeued["status"] == "queued", requeued
@@ -209,7 +215,7 @@ def test_jobs_that_exit_while_their_worker_is_frozen_end_their_runs_as_they_exit
     ids = [int(live.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"])]
     ids.append(int(live.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]))
     wait_for(lambda: all(jobs_of(r) for r in ids), timeout=90, what="both jobs started")
-    worker.send_signal(signal.SIGSTOP)
+    freeze(worker, live.env["TORCHYARD_DATABASE_URL"])
     try:
         for run_id in ids:
             lost = wait_until(live.api, run_id, lambda r: r["status"] != "running", timeout=60)
