@@ -116,6 +116,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_limits",  # limits' enforcement choice, keeper options, the sweep
         "test_job_base",  # what a job's Python sees
         "test_filter_lang",  # the filter parser (its SQL: test_filter_sql, both stacks)
+        "test_freezing",  # the test helper that freezes a process between SQLite writes
         "test_phase",  # a run's phase and durations from its timestamps
         "test_env_build",  # pip's error text, the build's heartbeat
         "test_e2e_job_output",  # a script's logging and errors in its log
