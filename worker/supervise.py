@@ -13,7 +13,7 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from app.db import Session, session_scope
+from app.db import Session
 from app.runs import lifecycle
 from app.runs.disk import record_disk_use
 from app.runs.recovery import HandoverOutcome, hand_over_attempt
@@ -56,8 +56,14 @@ def remember(job: JobProcess, run: Watched, *, host: str, nodes: int = 1) -> Non
         ).save()
     if run.node:
         return
-    with session_scope() as session:
-        lifecycle.record_pid(session, run_id=run.run_id, attempt=run.attempt, pid=job.pid)
+    # Tried again while the database is away: this runs inside the job's block, where an error
+    # stops the job (a connection ended by PostgreSQL under a frozen worker stopped healthy
+    # jobs, and left one that had exited 0 meanwhile failed "worker lost").
+    with_db(
+        run.run_id,
+        "record the pid",
+        lambda s: lifecycle.record_pid(s, run_id=run.run_id, attempt=run.attempt, pid=job.pid),
+    )
 
 
 def supervise(run: Watched, job: JobProcess) -> RunStatus:
