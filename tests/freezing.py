@@ -43,10 +43,12 @@ def holds_sqlite_write_lock(pid: int, database: Path) -> bool:
 
 def stopped(pid: int) -> bool:
     """Every thread of ``pid`` stopped (SIGSTOP reaches them asynchronously)."""
-    tasks = Path(f"/proc/{pid}/task")
-    states = [
-        (task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] for task in tasks.iterdir()
-    ]
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:  # a thread that ended since the listing stops nothing
+            states.append((task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue
     return all(state in (b"T", b"t") for state in states)
 
 
