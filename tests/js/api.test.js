@@ -20,3 +20,26 @@ test("an unreachable server and a proxy's error page say what happened instead",
   assert.equal(failureText({status: 503, body: null}), "the server failed (HTTP 503)");
   assert.equal(failureText({status: 500, body: {detail: "boom"}}), "boom");
 });
+
+// lib/api.js call: a server that dies while it sends its answer. A real HTTP server announces
+// 1000 bytes and closes after a few; the fetch resolves, its body read rejects.
+test("an answer cut off mid-body resolves as unreachable instead of rejecting", async () => {
+  const {createServer} = await import("node:http");
+  const server = createServer((req, res) => {
+    res.writeHead(200, {"Content-Type": "application/json", "Content-Length": "1000"});
+    res.write('{"runs": [');
+    res.socket.end();  // FIN after the bytes sent: the headers arrive, the body stops short
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  globalThis.document = {querySelector: () => null};  // csrf(): a page without the meta tag
+  try {
+    const {call} = await import("../../app/static/lib/api.js");
+    const r = await call("GET", `http://127.0.0.1:${server.address().port}/api/runs`);
+    assert.equal(r.ok, false);
+    assert.equal(r.status, 0);
+    assert.match(r.body.detail, /^The server cannot be reached: /);
+  } finally {
+    delete globalThis.document;
+    server.close();
+  }
+});

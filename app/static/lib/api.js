@@ -3,18 +3,20 @@
 
 export const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
 
-// Resolves to {ok, status, body}; status 0 when the server could not be reached.
+// Resolves to {ok, status, body}; status 0 when the server could not be reached, or went away
+// while it sent the answer (a body cut off rejects as fetch itself does: a server killed
+// mid-answer must leave the page's "connection lost", not an uncaught error).
 export const call = async (method, path, body) => {
   const headers = {"X-CSRF-Token": csrf()};
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  let response;
+  let text, response;
   try {
     response = await fetch(path, {method, headers, credentials: "same-origin",
                                   body: body === undefined ? undefined : JSON.stringify(body)});
+    text = await response.text();
   } catch (err) {
     return {ok: false, status: 0, body: {detail: "The server cannot be reached: " + err}};
   }
-  const text = await response.text();
   let parsed = text;
   try { parsed = text ? JSON.parse(text) : null; } catch { /* plain text */ }
   return {ok: response.ok, status: response.status, body: parsed};
