@@ -102,8 +102,11 @@ def meet(run: Watched, role: NodeRole) -> NodeSpec | StopReason | str:
                 return StopReason.CANCEL
             if standing is Standing.NOT_OWNED:
                 return StopReason.FENCED
-            with session_scope() as session:
-                met = nodes.barrier(session, run_id=run.run_id, attempt=run.attempt)
+            met = with_db(
+                run.run_id,
+                "read the barrier",
+                lambda s: nodes.barrier(s, run_id=run.run_id, attempt=run.attempt),
+            )
             if met.ready:
                 return NodeSpec(
                     role.node,
