@@ -16,9 +16,11 @@ import pytest
 
 from app.runs.job_files import FileRefused, regular_fd
 from tests.waits import wait_for
+from torchyard.env_handoff import read_environment
 from worker import job_etc
 from worker.gpus import device_minors
 from worker.launcher import Launch
+from worker.privileged_env import HANDOFF_SCRIPT, scratch
 from worker.process import JobProcess, pids_in_namespace
 from worker.sandbox import (
     SandboxSpec,
@@ -68,7 +70,7 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         setpriv="/usr/bin/setpriv",
     )
     wrapped = wrap(JOB, spec)
-    etc_fds = wrapped.pass_fds[1:]
+    etc_fds, env_fd = wrapped.pass_fds[1:-1], wrapped.pass_fds[-1]
     with open(etc_fds[0], closefd=False) as passwd:
         assert (
             "torchyard:x:200007:200007:torchyard job:/data/runs/7/home:/bin/sh\n" in passwd.read()
@@ -133,16 +135,21 @@ def test_a_root_worker_drops_the_job_to_the_runs_uid_inside_the_sandbox() -> Non
         "--bounding-set=-all",
         "--inh-caps=-all",
         "--",
+        # the job's first process of its own: takes its environment from the memfd
+        *(sys.executable, "-I", "-S", str(HANDOFF_SCRIPT), "--env-fd", str(env_fd), "--"),
         "/venv/bin/python",
         "-m",
         "torchyard.job",
     ]
-    # The environment travels as bwrap's own, never in argv (world-readable in /proc).
+    # The job's environment travels in a memfd the handoff reads after the drop, never in
+    # argv (world-readable in /proc) nor in bwrap's and setpriv's (root's) environment.
     user = {"USER": "torchyard", "LOGNAME": "torchyard"}
-    assert wrapped.env == {**JOB.env, "HOME": "/data/runs/7/home", "TMPDIR": "/tmp", **user}
+    job_env = {**JOB.env, "HOME": "/data/runs/7/home", "TMPDIR": "/tmp", **user}
+    assert read_environment(env_fd) == job_env
+    assert wrapped.env == {**scratch(), "TORCHYARD_JOB_TOKEN": "t0k3n"}
     assert not any("t0k3n" in arg for arg in wrapped.argv)
     assert wrapped.cwd == JOB.cwd and wrapped.pass_fds[0] == 9 and len(etc_fds) == 4
-    for fd in etc_fds:
+    for fd in (*etc_fds, env_fd):
         os.close(fd)
 
 
@@ -185,7 +192,9 @@ def test_a_worker_that_is_not_root_uses_a_user_namespace_and_keeps_its_uid() -> 
         "--proc",
     ]
     assert "setpriv" not in argv and "--cap-add" not in argv
-    assert argv[argv.index("--") :] == ["--", *JOB.argv]
+    inner = argv[argv.index("--") + 1 :]
+    assert inner[:5] == [sys.executable, "-I", "-S", str(HANDOFF_SCRIPT), "--env-fd"]
+    assert inner[6:] == ["--", *JOB.argv]
 
 
 def test_a_data_dir_inside_a_readable_folder_is_masked_before_the_run_dir_is_bound() -> None:

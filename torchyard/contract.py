@@ -74,14 +74,41 @@ WORKER_SET_VARS = (
     "PYTHONHASHSEED",
     "PYTHONUNBUFFERED",
     "VIRTUAL_ENV",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     "NVIDIA_VISIBLE_DEVICES",
     LOG_LINE_PREFIX_VAR,
     *DISTRIBUTED_VARS,
 )
+
+
+# The dynamic loader's and libc's variables: they change what a program loads and how it
+# behaves before its first line runs (LD_AUDIT loads a library into every dynamically linked
+# program, GCONV_PATH into every iconv user, ...). glibc strips these (its unsecvars) only for
+# setuid programs; torchyard's root helpers are not setuid, so a run's `env` may never hold
+# one (a 422 naming it). This list is not what keeps root safe: no process torchyard starts as
+# root gets a run's variables at all (worker.privileged_env); it keeps them out of the job's
+# own tools too, where they could still reach a privileged program one day.
+LOADER_VARIABLE_PREFIXES = ("LD_", "MALLOC_")
+LOADER_VARIABLES = (
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TZDIR",
+)
+
+
+def is_loader_variable(name: str) -> bool:
+    """Whether a variable is the dynamic loader's or libc's (LOADER_VARIABLE_*)."""
+    upper = name.upper()
+    return upper.startswith(LOADER_VARIABLE_PREFIXES) or upper in LOADER_VARIABLES
 
 
 def is_server_variable(name: str) -> bool:

@@ -30,7 +30,7 @@ from pathlib import Path
 from app.runs import phase
 from app.runs.lifecycle import Standing
 from app.settings import get_settings
-from worker import sandbox
+from worker import privileged_env
 from worker.db_retry import with_db
 from worker.environments import BuildFailed, Cache, Env, pip_argv
 from worker.forwarder import forward
@@ -90,15 +90,15 @@ class Pip:
         with self._lock:
             if self.stopped.is_set():
                 raise BuildFailed(self._why_stopped)
-            # The worker's environment without its secrets (the job's rule); PIP_* stay: the
-            # index is the worker's normal pip configuration.
+            # Built from nothing but the worker's own pip settings (its index, proxies): pip
+            # runs as root, and no run's variable may reach it (worker.privileged_env).
             self._process = subprocess.Popen(
                 pip_argv(python, requirements, constraints),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                env=sandbox.job_environment(os.environ),
+                env=privileged_env.for_build(os.environ),
                 umask=0o022,  # read by a run's own uid (a root worker's sandbox)
                 start_new_session=True,
             )

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from worker import privileged_env
+
 log = logging.getLogger(__name__)
 
 TABLE = "inet torchyard"
@@ -194,6 +196,7 @@ def _nft(nft: str, *args: str, script: str | None = None) -> str:
     done = subprocess.run(
         [nft, *args],
         input=script,
+        env=privileged_env.scratch(),
         capture_output=True,
         text=True,
         check=False,

@@ -46,6 +46,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
+from worker import privileged_env
+
 if TYPE_CHECKING:  # the helper runs before every job: no more imports than it needs
     from worker.launcher import Launch
 
@@ -78,7 +80,13 @@ class Plan:
 
 
 def _ip_json(ip: str, *args: str) -> list[dict[str, object]]:
-    done = subprocess.run([ip, "-j", "-4", *args], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [ip, "-j", "-4", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=privileged_env.scratch(),
+    )
     if done.returncode != 0:
         return []
     parsed = json.loads(done.stdout or "[]")

@@ -40,6 +40,7 @@ from worker import (
     job_sandbox,
     limits,
     node_run,
+    privileged_env,
     provenance,
     spool,
     user_cache,
@@ -332,6 +333,8 @@ def _execute_claimed(
             # does not let in: the host's network, fenced above.
             network=Plan("host") if role is not None else network_plan(),
         )
+    else:  # the keeper gets no run variable either (worker.privileged_env)
+        launch = privileged_env.handed_over(launch)
     # The run's duration counts from here, its environment's build apart (app.runs.phase).
     if chief:
         with_db(

@@ -27,8 +27,10 @@ Not the host's /etc: the files programs need and an account for the job's uid
 (worker/job_etc.py). The network: a namespace of the job's own unless
 TORCHYARD_JOB_NETWORK=host (worker/job_network.py, applied to this module's argv).
 
-The environment reaches the job through bwrap's own (Popen's ``env``), never ``--setenv``:
-argv is readable by every local user in ``/proc/<pid>/cmdline``, the environment is not.
+The job's environment (a member's ``env`` among it) never reaches bwrap, setpriv or anything
+else that runs as root: they get one built from nothing, and the job's own travels in a memfd
+that torchyard/env_handoff.py reads after the privilege drop (worker/privileged_env.py). Never
+``--setenv``: argv is readable by every local user in ``/proc/<pid>/cmdline``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from typing import Literal
 
 from app.runs.job_files import within
 from torchyard.contract import is_server_variable
-from worker import job_etc
+from worker import job_etc, privileged_env
 from worker.launcher import Launch
 
 log = logging.getLogger(__name__)
@@ -225,7 +227,14 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
     for fd, dest in spec.read_only_fds:
         mounts.add("--ro-bind-fd", Path(str(fd)), dest)
     argv += [*mounts.args, "--chdir", str(launch.cwd)]
-    inner = list(launch.argv)
+    # The job's own environment reaches it only through the handoff, after the drop; bwrap,
+    # setpriv and the helpers before them get one built from nothing (worker.privileged_env).
+    job_env = dict(launch.env)
+    job_env.update(
+        HOME=str(spec.home), TMPDIR="/tmp", USER=job_etc.JOB_USER, LOGNAME=job_etc.JOB_USER
+    )
+    job = privileged_env.handed_over(replace(launch, env=job_env, pass_fds=()))
+    inner = list(job.argv)
     if spec.uid is not None:
         # Kept for setpriv alone (bwrap gives a root-started child no capability otherwise);
         # setpriv drops them all, bounding set included, before the job's exec.
@@ -238,10 +247,8 @@ def wrap(launch: Launch, spec: SandboxSpec) -> Launch:
             "--",
             *inner,
         ]
-    env = dict(launch.env)
-    env.update(HOME=str(spec.home), TMPDIR="/tmp", USER=job_etc.JOB_USER, LOGNAME=job_etc.JOB_USER)
-    fds = (*launch.pass_fds, *(fd for fd, _ in spec.read_only_fds), *etc_fds)
-    return replace(launch, argv=[*argv, "--", *inner], env=env, pass_fds=fds)
+    fds = (*launch.pass_fds, *(fd for fd, _ in spec.read_only_fds), *etc_fds, *job.pass_fds)
+    return replace(launch, argv=[*argv, "--", *inner], env=job.env, pass_fds=fds)
 
 
 def _with_group(gid: int) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from app.experiments.requirements import RequirementRefused, check_requirements_
 from app.experiments.resources import Resources
 from app.experiments.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
 from app.settings import get_settings
-from torchyard.contract import WORKER_SET_VARS, RunSpec, is_server_variable
+from torchyard.contract import WORKER_SET_VARS, RunSpec, is_loader_variable, is_server_variable
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
 
 if TYPE_CHECKING:
@@ -92,13 +92,20 @@ class RunConfig(BaseModel):
         default_factory=dict,
         max_length=100,
         description="environment variables of the job (HF_HUB_OFFLINE, WANDB_MODE, ...); "
-        "not the service's own (TORCHYARD_*, credential-like names) nor what the worker sets",
+        "not the service's own (TORCHYARD_*, credential-like names), the loader's or libc's "
+        "(LD_*, GCONV_PATH, MALLOC_*, ...) nor what the worker sets; they reach the job's own "
+        "processes only, after the privilege drop",
     )
 
     @field_validator("env")
     @classmethod
     def _env_is_the_runs(cls, env: dict[str, str]) -> dict[str, str]:
         for name in env:
+            if is_loader_variable(name):
+                raise ValueError(
+                    f"{name}: the dynamic loader's and libc's variables cannot be set by a run "
+                    "(they change how every program loads, privileged ones included)"
+                )
             if is_server_variable(name):
                 raise ValueError(f"{name}: the service's own variables cannot be set by a run")
             if name.upper() in WORKER_SET_VARS:
