@@ -119,6 +119,9 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_freezing",  # the test helper that freezes a process between SQLite writes
         "test_phase",  # a run's phase and durations from its timestamps
         "test_env_build",  # pip's error text, the build's heartbeat
+        "test_env_handoff",  # the job's first process takes its environment from a memfd
+        "test_privileged_env",  # what root's helpers get; the handoff's argv
+        "hostile.test_root_never_sees_a_runs_env",  # a member's library in a root chain
         "test_e2e_job_output",  # a script's logging and errors in its log
         "test_e2e_hostile_output",  # hostile spool and log files, read by the worker
         "test_no_secrets_leak",  # what a job's environment and files hold

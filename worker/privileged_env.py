@@ -92,4 +92,3 @@ def handed_over(launch: Launch) -> Launch:
         env=privileged,
         pass_fds=(*launch.pass_fds, fd),
     )
-
