@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     # "egress" its own namespace and outbound traffic, nothing of the host's services;
     # "isolated" its own loopback only; "host" the host's network, every service on it.
     job_network: Literal["egress", "isolated", "host"] = "egress"
+    # Whether egress jobs reach link-local addresses, the cloud metadata service among them
+    # (169.254.169.254: an instance's credentials); off unless the operator allows it.
+    job_allow_link_local: bool = False
     # Each run's limits when its config says none (`resources.memory_gb`, ...; docs/security.md
     # "Limits per run"): memory of the whole job in GiB, CPUs (a quota: 0.5 is half of one),
     # disk in GB (its folder and /tmp), processes and threads at once.

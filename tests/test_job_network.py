@@ -95,6 +95,7 @@ def test_a_members_job_reaches_no_host_service_nor_another_run(
         targets += [f"10.0.2.2:{p}" for p in (api_port, host_service)]  # slirp's gateway
         targets += [f"{host}:{p}" for p in (api_port, host_service, other_port)]
         targets += [f"127.0.0.1:{other_port}"]
+        targets += ["169.254.169.254:80"]  # a cloud's metadata service (issue 37)
         probe = launch(member, {"script": copy_script("net_probe.py"), "args": targets}, "probe")
         done = wait_for_status(member, probe["id"], FINISHED)
         log = log_of(member, probe["id"])
@@ -103,6 +104,9 @@ def test_a_members_job_reaches_no_host_service_nor_another_run(
         for target in targets:
             assert f"FAILED {target} " in log, (target, log)
         assert "REACHED" not in log, log
+        # Refused inside the job's namespace, not left to the host's routes (e30f233: slirp
+        # carried it out of the host).
+        assert "FAILED 169.254.169.254:80 [Errno 113] No route to host" in log, log
         assert "OWN LOOPBACK OK" in log
         # Its own network: loopback and the user-mode stack's tap, the default route through it.
         assert "INTERFACES lo,tap0" in log, log
@@ -288,3 +292,15 @@ def test_the_other_modes_say_what_a_job_reaches() -> None:
 def test_service_hosts_are_blocked_by_address_loopback_left_to_the_job() -> None:
     urls = ("redis://127.0.0.1:6379/0", "postgresql://u:p@192.0.2.7/db", "sqlite:///x.db")
     assert job_network.service_hosts(urls) == {"192.0.2.7/32"}
+
+
+def test_link_local_and_metadata_addresses_are_blocked_unless_the_operator_allows_them() -> None:
+    job_network.plan.cache_clear()
+    try:
+        egress = job_network.plan("egress", ())
+        assert egress.egress, egress  # slirp4netns, nsenter, ip: installed by make sandbox
+        assert {"169.254.0.0/16", "100.100.100.200/32"} <= set(egress.blocked)
+        allowed = job_network.plan("egress", (), link_local=True)
+        assert not {"169.254.0.0/16", "100.100.100.200/32"} & set(allowed.blocked)
+    finally:
+        job_network.plan.cache_clear()

@@ -58,6 +58,12 @@ TAP_NAME = "tap0"
 TUN_DEVICE = "/dev/net/tun"
 READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 10.0
+# Link-local addresses, where clouds serve an instance's metadata and credentials
+# (169.254.169.254 on AWS, GCP, Azure, OpenStack), and Alibaba Cloud's metadata address:
+# unreachable from an egress job unless the operator allows them
+# (TORCHYARD_JOB_ALLOW_LINK_LOCAL). IPv6 (fd00:ec2::254) needs no route: slirp4netns runs
+# without IPv6 here, so the job has no IPv6 route out at all.
+METADATA_NETWORKS = ("169.254.0.0/16", "100.100.100.200/32")
 # After 127.0.0.1 is on the job's loopback, how long to wait for ``lo`` to show ::1 (it is up)
 # before taking it that IPv6 is off in the namespace.
 LOOPBACK_UP_SECONDS = 1.0
@@ -134,10 +140,11 @@ def service_hosts(urls: Iterable[str]) -> set[str]:
 
 
 @lru_cache
-def plan(mode: Mode, service_urls: tuple[str, ...]) -> Plan:
+def plan(mode: Mode, service_urls: tuple[str, ...], *, link_local: bool = False) -> Plan:
     """What this machine allows for `mode`, asked once per process. Egress without
     slirp4netns (or iproute2, nsenter, the tun device) falls back to the job's own loopback:
-    never to the host's network."""
+    never to the host's network. Link-local and metadata addresses are blocked unless
+    `link_local` (METADATA_NETWORKS)."""
     if mode != "egress":
         return Plan(mode)
     slirp, nsenter, ip = shutil.which("slirp4netns"), shutil.which("nsenter"), shutil.which("ip")
@@ -146,6 +153,8 @@ def plan(mode: Mode, service_urls: tuple[str, ...]) -> Plan:
     if slirp is None or nsenter is None or ip is None or not tun:
         return Plan("egress")
     blocked = host_networks(ip) | service_hosts(service_urls)
+    if not link_local:
+        blocked |= set(METADATA_NETWORKS)
     return Plan("egress", slirp, nsenter, ip, tuple(sorted(blocked)))
 
 
@@ -196,7 +205,8 @@ def describe(network: Plan, service_urls: Sequence[str], *, sandboxed: bool) -> 
         return [
             "job network: egress: each job has its own network namespace (its ranks over its "
             "own loopback) and outbound traffic through slirp4netns; the host's addresses "
-            f"and the service hosts are unreachable ({len(network.blocked)} networks)"
+            "the service hosts and link-local (cloud metadata) addresses are unreachable "
+            f"({len(network.blocked)} networks)"
         ]
     return [
         "job network: egress asked, but slirp4netns, nsenter or ip is missing (apt-get install "

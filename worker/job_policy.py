@@ -27,7 +27,9 @@ def job_isolation() -> sandbox.Isolation:
 def network_plan() -> job_network.Plan:
     """What this worker's sandboxed jobs reach over the network (asked once per process)."""
     settings = get_settings()
-    return job_network.plan(settings.job_network, settings.service_urls)
+    return job_network.plan(
+        settings.job_network, settings.service_urls, link_local=settings.job_allow_link_local
+    )
 
 
 def multi_node_refusal() -> str | None:
