@@ -48,6 +48,7 @@ from app.strict_query import reject_unknown_query
 from app.sweeps.api import router as sweeps_router
 from app.sweeps.views import router as sweeps_views
 from app.users.api import router as users_router
+from app.users.ceilings_api import router as ceilings_router
 from app.users.views import router as users_views
 
 
@@ -126,6 +127,7 @@ def create_app() -> FastAPI:
         gpus_router,
         notifications_router,
         users_router,
+        ceilings_router,
         sweeps_router,
         saved_views_router,
     ):

@@ -10,6 +10,7 @@ from app.ops.models import OpsCounter
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
 from app.saved_views.models import SavedView
 from app.sweeps.models import Sweep, SweepTrial
+from app.users.models import ResourceCeiling
 
 __all__ = [
     "ApiToken",
@@ -23,6 +24,7 @@ __all__ = [
     "MetricOverview",
     "NotificationSettings",
     "OpsCounter",
+    "ResourceCeiling",
     "Run",
     "RunImage",
     "RunParam",

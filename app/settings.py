@@ -253,6 +253,9 @@ class Settings(BaseSettings):
     # folders, checkpoints and files; app/users/quota.py), in GB (10**9 bytes); over it an
     # upload is a 413 and a new run a 422 that names the quota and the use. 0: no quota.
     user_quota_gb: float = Field(default=0.0, ge=0)
+    # The box's default ceiling on a run's `resources.disk_gb` (app/users/ceilings.py): this
+    # share of the data dir's free space. An admin's ceilings per role or user replace it.
+    ceiling_disk_share: float = Field(default=0.5, gt=0, le=1)
 
     # Notifications (app/notifications/). E-mail goes through this box's SMTP server (empty
     # host: no e-mail; the settings page says so); user and password only when it wants a login.

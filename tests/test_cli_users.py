@@ -130,6 +130,37 @@ def test_a_member_changes_their_own_password_but_cannot_list_users(
     assert can_log_in(live_stack.base_url, member, "my own new one")
 
 
+def test_users_ceilings_set_keep_show_and_clear_through_the_cli(
+    live_stack: LiveStack, cli_env, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A user's own ceilings (a role's would change every other test's runs on this stack)."""
+    member = f"ceil-{secrets.token_hex(3)}"
+    run(["users", "add", member, "--password-stdin"], cli_env, stdin="member password\n")
+    done = run(["users", "ceilings", member, "--cpus", "1.5", "--memory-gb", "3"], cli_env)
+    assert done.returncode == 0, done.stderr
+    assert f"ceilings of {member}: memory_gb 3, cpus 1.5" in done.stdout
+    # Only the options given change: the others are kept.
+    done = run(["users", "ceilings", member, "--max-processes", "64"], cli_env)
+    assert f"ceilings of {member}: memory_gb 3, cpus 1.5, max_processes 64" in done.stdout
+    listed = run(["users", "ceilings", "--all"], cli_env)
+    assert listed.returncode == 0, listed.stderr
+    assert "box (defaults)" in listed.stdout
+    row = next(line for line in listed.stdout.splitlines() if line.split()[:1] == [member])
+    assert row.split()[1:] == ["3", "1.5", "-", "64"], row
+    env = dict(cli_env, TORCHYARD_CLI_CONFIG=str(tmp_path / "member.json"))
+    login = ["login", "--server", live_stack.base_url, "--username", member, "--password-stdin"]
+    assert run(login, env, stdin="member password\n").returncode == 0
+    own = ["users", "passwd", member, "--password-stdin"]
+    assert run(own, env, stdin="member password\nmy own new one\n").returncode == 0
+    mine = run(["users", "ceilings"], env)
+    assert mine.returncode == 0, mine.stderr
+    assert "cpus: 1.5  (user)" in mine.stdout and "disk_gb: " in mine.stdout
+    refused = run(["users", "ceilings", member, "--cpus", "64"], env)
+    assert refused.returncode == 1 and "only admins" in refused.stderr
+    cleared = run(["users", "ceilings", member, "--clear"], cli_env)
+    assert f"ceilings of {member}: none" in cleared.stdout, cleared.stderr
+
+
 # --- admin reset-password, on the server machine ----------------------------------------------
 
 

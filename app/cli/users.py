@@ -1,4 +1,4 @@
-"""`torchyard users add|list|passwd`: accounts over the REST API (an admin's token, except
+"""`torchyard users add|list|passwd|ceilings`: accounts over the REST API (an admin's token, except
 for changing your own password), so they work from a laptop like the other client commands.
 
 A password is read from stdin's first line with --password-stdin; without it, `add` and an
@@ -131,6 +131,70 @@ def _change_own(api: Api, password_stdin: bool) -> None:
         new = typer.prompt("new password", hide_input=True, confirmation_prompt=True)
     body = {"current_password": current, "new_password": new}
     api.request("POST", "/api/users/me/password", json=body)
+
+
+CEILINGS = ("memory_gb", "cpus", "disk_gb", "max_processes")
+LimitOpt = Annotated[float | None, typer.Option(min=0, show_default=False)]
+
+
+@users_app.command("ceilings")
+def ceilings_(
+    name: Annotated[
+        str | None, typer.Argument(metavar="[NAME]", help="the user to set", show_default=False)
+    ] = None,
+    role: Annotated[
+        RoleChoice | None, typer.Option(help="set this role's ceilings", show_default=False)
+    ] = None,
+    memory_gb: LimitOpt = None,
+    cpus: LimitOpt = None,
+    disk_gb: LimitOpt = None,
+    max_processes: Annotated[int | None, typer.Option(min=16, show_default=False)] = None,
+    clear: Annotated[bool, typer.Option(help="drop every ceiling set there first")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="every ceiling set (admins)")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Ceilings on a run's limits. Alone: yours, and where each comes from; --all: the box's
+    defaults and every role's and user's (admins). With NAME or --role (admins): set the
+    options given there, keep the others (--clear: fall back for the rest)."""
+    given = {"memory_gb": memory_gb, "cpus": cpus, "disk_gb": disk_gb}
+    given["max_processes"] = max_processes
+    with connect(server, token) as api:
+        if name is None and role is None:
+            if all_:
+                _print_ceilings(api.get("/api/ceilings"))
+            else:
+                mine = api.get("/api/ceilings/me")
+                for field in CEILINGS:
+                    source = mine["sources"][field]
+                    out.print(f"{field}: {mine['ceilings'][field]:g}  ({source})")
+            return
+        if name is not None and role is not None:
+            raise CliError("give NAME or --role, not both")
+        table = api.get("/api/ceilings")
+        if role is not None:
+            url, current = f"/api/ceilings/roles/{role.value}", table["roles"].get(role.value)
+        else:
+            url = f"/api/ceilings/users/{_find_user(api, str(name))['id']}"
+            current = table["users"].get(name)
+        body = {} if clear or current is None else dict(current)
+        body.update({k: v for k, v in given.items() if v is not None})
+        saved: dict[str, Any] = api.request("PUT", url, json=body).json()
+    where = f"role {role.value}" if role is not None else str(name)
+    shown = ", ".join(f"{k} {v:g}" for k, v in saved.items() if v is not None) or "none"
+    out.print(f"ceilings of {where}: {shown}")
+
+
+def _print_ceilings(found: dict[str, Any]) -> None:
+    table = Table(box=None, header_style="bold")
+    for column in ("WHO", *(c.upper() for c in CEILINGS)):
+        table.add_column(column)
+    rows = [("box (defaults)", found["box"])]
+    rows += [(f"role {r}", v) for r, v in found["roles"].items()]
+    rows += list(found["users"].items())
+    for who, values in rows:
+        table.add_row(who, *("-" if values[c] is None else f"{values[c]:g}" for c in CEILINGS))
+    out.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,10 +11,14 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import BestChoice, ExperimentCreate, ExperimentOut, ExperimentPatch
 from app.runs.disk import disk_by_experiment
 from app.runs.models import Run
+from app.users import ceilings
 
 
 def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) -> Experiment:
     config = validate_config(data.config, loc_prefix=("body", "config"), session=session)
+    # A limit asked above the creator's ceilings is refused now; the defaults stay as they
+    # are in the experiment (each run's are held to its launcher's ceilings).
+    ceilings.hold(session, owner, config, ("body", "config"))
     experiment = Experiment(
         name=data.name, description=data.description, config=config, owner_id=owner.id
     )

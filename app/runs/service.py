@@ -25,7 +25,7 @@ from app.runs.models import Checkpoint, Run, RunStatus, RunTag
 from app.runs.schemas import RunPatch
 from app.settings import get_settings
 from app.timeutil import utcnow
-from app.users import quota
+from app.users import ceilings, quota
 from torchyard.contract import RunPaths
 
 
@@ -43,6 +43,7 @@ def create_run(
     gpus_loc = ("body", "overrides", "resources", "gpus")
     refuse_if_never_startable(session, config=config, loc=gpus_loc)
     quota.refuse_run(session, owner, ("body",))
+    config = ceilings.hold(session, owner, config, ("body", "overrides"))
     return lifecycle.queue(
         session,
         experiment_id=experiment.id,
@@ -93,6 +94,7 @@ def resume_run(
     loc = ("body", "overrides", "resources", "gpus") if overrides else ("body", "checkpoint")
     refuse_if_never_startable(session, config=config, loc=loc)
     quota.refuse_run(session, owner, ("body",))
+    config = ceilings.hold(session, owner, config, ("body", "overrides"))
     return lifecycle.queue(
         session,
         experiment_id=run.experiment_id,

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.errors import Conflict, Invalid
-from app.experiments.config import ConfigInvalid, deep_merge, validate_config, with_seed
+from app.experiments.config import deep_merge, validate_config, with_seed
 from app.experiments.models import Experiment
 from app.runs import lifecycle
 from app.runs.service import refuse_if_never_startable
@@ -29,7 +29,7 @@ from app.sweeps.schemas import SweepCreate
 from app.sweeps.spec import nested, spec_errors
 from app.sweeps.trials import is_active, trials_of
 from app.timeutil import utcnow
-from app.users import quota
+from app.users import ceilings, quota
 
 
 def create_sweep(
@@ -40,6 +40,7 @@ def create_sweep(
         raise Invalid(errors)
     refuse_if_never_startable(session, config=experiment.config, loc=("body", "experiment_id"))
     quota.refuse_run(session, owner, ("body",))
+    ceilings.hold(session, owner, experiment.config, ("body", "experiment_id"))
     sweep = Sweep(
         experiment_id=experiment.id,
         owner_id=owner.id,
@@ -124,7 +125,10 @@ def _launch(
         overrides = deep_merge(overrides, nested(path, value))
     try:
         config = validate_config(deep_merge(experiment.config, overrides), loc_prefix=("trial",))
-    except ConfigInvalid as exc:  # a config the experiment no longer allows (its script gone)
+        owner = session.get(User, sweep.owner_id)
+        assert owner is not None  # users are disabled, never deleted
+        config = ceilings.hold(session, owner, config, ("trial",))
+    except Invalid as exc:  # a config the experiment no longer allows (its script gone)
         raise Conflict(
             f"sweep {sweep.id}: trial {number}'s config is invalid: {exc.errors}"
         ) from None

@@ -63,3 +63,30 @@ class PasswordChange(BaseModel):
 
     current_password: str = Field(max_length=1000)
     new_password: str = Field(max_length=1000)
+
+
+class CeilingsIn(BaseModel):
+    """A role's or a user's ceilings on a run's limits; null (or absent): falls back to the
+    role's, then the box's (app/users/ceilings.py). The bounds are the config's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_gb: float | None = Field(None, gt=0, le=65536, description="GiB of a job's memory")
+    cpus: float | None = Field(None, gt=0, le=4096, description="CPUs (a quota) of a job")
+    disk_gb: float | None = Field(None, gt=0, le=1_000_000, description="GB: folder and /tmp")
+    max_processes: int | None = Field(None, ge=16, le=4_194_304, description="at once")
+
+
+class EffectiveCeilings(BaseModel):
+    """A user's ceilings in force, and where each comes from: `user`, `role` or `box`."""
+
+    ceilings: CeilingsIn
+    sources: dict[str, str]
+
+
+class CeilingsTable(BaseModel):
+    """Every ceiling an admin set, and the box's defaults beneath them."""
+
+    box: CeilingsIn
+    roles: dict[str, CeilingsIn]
+    users: dict[str, CeilingsIn]  # by username
