@@ -206,3 +206,34 @@ def test_an_expired_or_unknown_invite_link_is_a_404_page(client) -> None:
         r = client.get(path)
         assert r.status_code == 404 and "not valid any more" in r.text, path
         assert client.post(path, data={"new_password": "long enough pw"}).status_code == 404
+
+
+def test_admin_sets_ceilings_per_role_and_per_user_on_the_users_page(client) -> None:
+    as_admin(client)
+    page = client.get("/admin/users").text
+    assert 'data-scope="box"' in page and 'data-scope="role:member"' in page
+    r = post_form(client, "/admin/ceilings", scope="role:member", cpus="1", memory_gb="2")
+    assert r.status_code == 200 and "Ceilings of role member saved." in r.text, r.text
+    assert 'aria-label="cpus of role member" value="1"' in r.text
+    name = f"ceil-{secrets.token_hex(3)}"
+    make_user_named = post_form(client, "/admin/users", username=name, role="member")
+    assert make_user_named.status_code == 200
+    r = post_form(client, "/admin/ceilings", scope=f"user:{user_id(name)}", disk_gb="3.5")
+    assert r.status_code == 200 and f"Ceilings of {name} saved." in r.text, r.text
+    assert f'data-scope="user:{user_id(name)}"' in r.text
+    # The same rules as the API: a value out of bounds names the field, nothing is saved.
+    r = post_form(client, "/admin/ceilings", scope="role:viewer", max_processes="2")
+    assert r.status_code == 422 and "greater than or equal to 16" in r.text, r.text
+    assert 'aria-label="max_processes of role viewer" value=""' in r.text
+    # Empty fields fall back: the member role's row goes.
+    r = post_form(client, "/admin/ceilings", scope="role:member")
+    assert 'aria-label="cpus of role member" value=""' in r.text
+    client.cookies.clear()
+
+
+def test_a_member_cannot_set_ceilings_on_the_page(client) -> None:
+    username, password, _ = make_user()
+    login(client, username, password)
+    r = post_form(client, "/admin/ceilings", scope="role:member", cpus="4096")
+    assert r.status_code == 403, r.text
+    client.cookies.clear()

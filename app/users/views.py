@@ -9,19 +9,22 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
 from app.auth.deps import request_token
 from app.auth.models import Role, User
 from app.auth.security import generate_password
 from app.auth.service import create_token, listed_tokens, revoke_token_id
 from app.db import SessionDep
-from app.errors import Conflict, Forbidden, Invalid, NotFound
+from app.errors import Conflict, Forbidden, Invalid, NotFound, field_error
 from app.http_errors import status_of
 from app.pages import PageRoute, PageUser
 from app.runs.disk import disk_by_owner
 from app.settings import get_settings
 from app.templating import render
-from app.users import service
+from app.users import ceilings, service
+from app.users.schemas import CeilingsIn
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
@@ -132,9 +135,63 @@ def _users(
         disk=disk_by_owner(session, [u.id for u in listed]),
         roles=list(Role),
         min_length=get_settings().password_min_length,
+        ceilings=_ceilings_table(session, listed),
+        ceiling_fields=ceilings.FIELDS,
+        ceiling_units=ceilings.UNITS,
         status_code=status_code,
         **context,
     )
+
+
+def _ceilings_table(session: Session, users: list[User]) -> list[dict[str, object]]:
+    """The ceilings section's rows: the box's defaults, each role, each user with some set."""
+    roles, by_user = ceilings.listed(session)
+    empty = ceilings.Ceilings()
+    rows: list[dict[str, object]] = [
+        {"scope": "box", "label": "box (defaults)", "values": ceilings.box_defaults()}
+    ]
+    rows += [
+        {"scope": f"role:{r.value}", "label": f"role {r.value}", "values": roles.get(r, empty)}
+        for r in Role
+    ]
+    rows += [
+        {"scope": f"user:{u.id}", "label": u.username, "values": by_user[u.id]}
+        for u in users
+        if u.id in by_user
+    ]
+    return rows
+
+
+@router.post("/admin/ceilings", response_class=HTMLResponse)
+def set_ceilings_form(
+    request: Request,
+    session: SessionDep,
+    admin: PageAdmin,
+    scope: Annotated[str, Form(pattern=r"^(role:(admin|member|viewer)|user:\d{1,18})$")],
+    memory_gb: Annotated[str, Form(max_length=40)] = "",
+    cpus: Annotated[str, Form(max_length=40)] = "",
+    disk_gb: Annotated[str, Form(max_length=40)] = "",
+    max_processes: Annotated[str, Form(max_length=40)] = "",
+) -> HTMLResponse:
+    """The same rules as PUT /api/ceilings/roles/{role} and /users/{id}: a field left empty
+    falls back (the role's, then the box's)."""
+    kind, _, ident = scope.partition(":")
+    given = {"memory_gb": memory_gb, "cpus": cpus, "disk_gb": disk_gb}
+    given["max_processes"] = max_processes
+    try:
+        data = CeilingsIn.model_validate({k: v.strip() or None for k, v in given.items()})
+    except ValidationError as exc:
+        errors = [field_error(["body", *e["loc"]], e["msg"], e.get("input")) for e in exc.errors()]
+        return _users(request, session, admin, status_code=422, error=Invalid(errors).detail)
+    values = ceilings.Ceilings(**data.model_dump())
+    if kind == "role":
+        ceilings.set_ceilings(session, values, role=Role(ident))
+        where = f"role {ident}"
+    else:
+        target = service.get_user(session, int(ident))
+        ceilings.set_ceilings(session, values, user=target)
+        where = target.username
+    return _users(request, session, admin, notice=f"Ceilings of {where} saved.")
 
 
 @router.get("/admin/users", response_class=HTMLResponse)
