@@ -8,6 +8,7 @@ the runs other tests build by hand: real uvicorn server, real Celery workers, re
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -23,11 +24,14 @@ from sqlalchemy.orm import Session
 
 from app.cli import server_argv, worker_argv
 from app.gpus.models import GpuLease
+from tests.code_archives import tar_gz
 from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL
 from tests.databases import own_database, user_with_token
 from tests.factories import spooled_points
 from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
 from tests.waits import holds_for, wait_for
+from worker.file_lock import flock
+from worker.snapshots import LOCKS, Snapshots
 
 pytestmark = pytest.mark.slow
 
@@ -399,3 +403,32 @@ def test_an_api_restart_stops_no_run_and_viewers_resume_with_last_event_id(stack
     assert run["status"] == "succeeded", run
     assert steps == list(range(1, 3 * 40 + 1))  # exactly the missed points, none twice
     assert stored(stack.api, run_id)["train/loss"]["step"] == steps
+
+
+def test_a_run_waiting_for_its_snapshot_to_unpack_keeps_heartbeating(stack) -> None:  # type: ignore[no-untyped-def]
+    """Issue 37: unpacking an allowed 1 GB snapshot kept a claimed run from heartbeating for
+    62 s, and the reaper failed it ("worker lost"). Here the snapshot's unpack lock is held
+    (as another run's unpack of the same snapshot holds it) for three times run_lost_seconds:
+    the run stays running, then runs its script once the lock is free."""
+    stack.start_worker()
+    data = tar_gz([("hold.py", "file", b"print('UNPACKED AND RAN', flush=True)\n")])
+    up = stack.api.post("/api/code", files={"file": ("code.tar.gz", data)})
+    assert up.status_code == 201, up.text
+    digest = up.json()["digest"]
+    snapshots = Snapshots(DATA_DIR / "snapshots", 0)
+    (DATA_DIR / "snapshots" / LOCKS).mkdir(parents=True, exist_ok=True)
+    unpack_lock = snapshots._lock(snapshots.path(digest).name, "unpack")
+    with flock(unpack_lock, fcntl.LOCK_EX):
+        config = {"script": "hold.py", "code": digest}
+        exp = stack.api.post("/api/experiments", json={"name": "unpack", "config": config})
+        assert exp.status_code == 201, exp.text
+        run = stack.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()
+        wait_until(stack.api, run["id"], lambda r: r["status"] == "running")
+        holds_for(
+            lambda: status_of(stack.api, run["id"]) == "running",
+            3 * LOST_AFTER,
+            what=lambda: str(stack.api.get(f"/api/runs/{run['id']}").json()),
+        )
+    done = wait_until(stack.api, run["id"], lambda r: r["status"] in FINISHED)
+    assert done["status"] == "succeeded", done
+    assert "UNPACKED AND RAN" in stack.api.get(f"/api/runs/{run['id']}/logs").text

@@ -212,12 +212,17 @@ def _execute_claimed(
     script: Path | None = None
     code = script_config.code if script_config is not None else None
     unpacked: Path | None = None  # the shared read-only copy of its snapshot (worker.code)
+    in_sweep = claimed.sweep_id is not None
+    gpus = tuple(claimed.gpu_indices or ())
+    watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
+    watched = replace(watched, node=role.node if role is not None else None)
     if script_config is not None:
         try:
             if script_config.code:
-                shared = held.enter_context(
-                    code_copy.use(run_dir, script_config.code, script_config.script)
-                )
+                # Unpacking a large snapshot, or waiting for another run's unpack of it, may
+                # outlast run_lost_seconds: the run keeps heartbeating meanwhile (issue 37).
+                use = code_copy.use(run_dir, script_config.code, script_config.script)
+                shared = while_heartbeating(watched, lambda: held.enter_context(use))
                 script, unpacked = shared.script, shared.unpacked
             else:
                 script = resolve_script(settings.workspace_dir, script_config.script)
@@ -233,10 +238,6 @@ def _execute_claimed(
         )
         with session_scope() as session:
             environment_record.store(session, run_id=run_id, record=record)
-    in_sweep = claimed.sweep_id is not None
-    gpus = tuple(claimed.gpu_indices or ())
-    watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
-    watched = replace(watched, node=role.node if role is not None else None)
     if role is not None and (refused := multi_node_refusal()) is not None:
         return node_run.refuse(watched, role, refused)  # before a long environment build
     try:
