@@ -49,7 +49,8 @@ def test_a_node_is_taken_once_and_no_node_starts_before_every_node_is_ready(db: 
     assert nodes.claim_node(db, run_id=run_id, attempt=2, node=1) is None  # another attempt
     assert nodes.report_ready(db, run_id=run_id, attempt=1, node=1)
     waiting = nodes.barrier(db, run_id=run_id, attempt=1)
-    assert not waiting.ready and waiting.missing == ("node 0 (a)",)
+    assert not waiting.ready
+    assert waiting.missing == ("node 0 (a) is preparing its code and environment",)
     assert nodes.report_ready(db, run_id=run_id, attempt=1, node=0, port=29611)
     met = nodes.barrier(db, run_id=run_id, attempt=1)
     assert (met.ready, met.master_address, met.port) == (True, "10.0.0.5", 29611)
@@ -97,6 +98,30 @@ def test_a_node_whose_worker_stopped_heartbeating_fails_the_run_as_lost(db: Sess
     run = db.get(models.Run, run_id)
     assert run is not None and run.status == RunStatus.failed
     assert (run.error or "").startswith("node 1 (b) lost: its worker stopped heartbeating")
+
+
+def test_a_node_waiting_for_a_slot_on_a_live_host_is_not_lost(db: Session) -> None:
+    """Issue 37: node 1's task waited in its host's queue (every slot busy) while both hosts
+    heartbeated, and the run failed "node 1 lost" after run_lost_seconds. Not taken yet, a
+    node is lost only once its host's worker stopped heartbeating; the barrier says it waits."""
+    run_id = running_run(db)
+    later = utcnow() + timedelta(seconds=61)
+    touch_host(db, host="b", gpus=[0, 1], now=later, address="10.0.0.6")
+    assert nodes.reap_lost_nodes(db, lost_after_seconds=60, now=later) == []
+    waiting = nodes.barrier(db, run_id=run_id, attempt=1)
+    assert waiting.missing == (
+        "node 0 (a) is preparing its code and environment",
+        "node 1 (b) waits for a free slot on its worker",
+    )
+    # Its host's worker gone too: lost.
+    much_later = later + timedelta(seconds=61)
+    assert nodes.reap_lost_nodes(db, lost_after_seconds=60, now=much_later) == [run_id]
+    # A node its worker took heartbeats itself: its own heartbeat decides.
+    other = running_run(db)
+    assert nodes.claim_node(db, run_id=other, attempt=1, node=1) is not None
+    touch_host(db, host="b", gpus=[0, 1], now=much_later + timedelta(seconds=61))
+    gone = much_later + timedelta(seconds=61)
+    assert nodes.reap_lost_nodes(db, lost_after_seconds=60, now=gone) == [other]
 
 
 def test_a_restarted_worker_re_adopts_its_node_until_the_node_is_lost(db: Session) -> None:

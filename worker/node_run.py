@@ -95,6 +95,7 @@ def meet(run: Watched, role: NodeRole) -> NodeSpec | StopReason | str:
     )
     heartbeat = Heartbeat(run) if role.node == 0 else None
     deadline = time.monotonic() + settings.node_join_seconds
+    said: tuple[str, ...] = ()
     while True:
         standing = _check_in(run, role, heartbeat)
         if standing is not None:
@@ -117,9 +118,12 @@ def meet(run: Watched, role: NodeRole) -> NodeSpec | StopReason | str:
                 )
             if time.monotonic() > deadline:
                 return (
-                    f"{', '.join(met.missing)} never joined: not ready within"
-                    f" {settings.node_join_seconds:.0f} s of the others"
+                    f"not every node joined within {settings.node_join_seconds:.0f} s of the "
+                    f"others: {'; '.join(met.missing)}"
                 )
+            if role.node == 0 and met.missing != said:  # the run's log says who waits for what
+                said = met.missing
+                note_in_log(RunPaths(run.metrics_path.parent).root, f"{'; '.join(said)}")
         time.sleep(ROUND_SECONDS)
 
 

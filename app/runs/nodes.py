@@ -139,12 +139,18 @@ def report_ready(
     return bool(done.rowcount)  # type: ignore[attr-defined]  # a CursorResult for an UPDATE
 
 
+# What a node not ready yet waits for (Barrier.missing: the run's log and its error say it).
+WAITING_FOR_SLOT = "waits for a free slot on its worker"
+PREPARING = "is preparing its code and environment"
+
+
 @dataclass(frozen=True)
 class Barrier:
     """Where the attempt's nodes stand before any starts."""
 
     ready: bool  # every node reported ready: each may start its torchrun now
-    missing: tuple[str, ...] = ()  # "node 1 (host-1)" of each node not ready yet
+    # "node 1 (host-1) waits for a free slot on its worker" of each node not ready yet
+    missing: tuple[str, ...] = ()
     master_address: str = ""  # node 0's worker address (worker_hosts.address)
     port: int = 0  # node 0's rendezvous port
     # every node's worker address, by node (the job network's peers: worker.job_firewall)
@@ -157,7 +163,12 @@ def barrier(session: Session, *, run_id: int, attempt: int) -> Barrier:
         .where(RunNode.run_id == run_id, RunNode.attempt == attempt)
         .order_by(RunNode.node)
     ).all()
-    missing = tuple(f"node {r.node} ({r.host})" for r in rows if r.ready_at is None)
+    missing = tuple(
+        # node 0 runs on the worker that started the run: never waiting for a slot
+        f"node {r.node} ({r.host}) {WAITING_FOR_SLOT if r.node and not r.taken_at else PREPARING}"
+        for r in rows
+        if r.ready_at is None
+    )
     if missing or not rows:
         return Barrier(False, missing)
     hosts = [r.host for r in rows]
@@ -259,12 +270,27 @@ def reap_lost_nodes(
 ) -> list[int]:
     """Running multi-node runs one of whose nodes (other than 0: node 0's worker is the run's,
     app.runs.recovery reaps it) stopped heartbeating before its job ended: failed as one,
-    the reason naming the node. Returns their ids."""
+    the reason naming the node. Returns their ids.
+
+    A node its host's worker has not taken yet (every slot busy: its task waits in the host's
+    queue) has no heartbeat of its own: it is lost only when its host's worker stopped
+    heartbeating (``worker_hosts``). Waiting for a slot is node 0's barrier's business, which
+    fails the run once ``node_join_seconds`` have passed, naming the node and what it waits
+    for (issue 37: such a run failed "node 1 lost" while both hosts heartbeated)."""
     now = now or utcnow()
     cutoff = now - timedelta(seconds=lost_after_seconds)
     rows = session.execute(
-        select(RunNode.run_id, RunNode.attempt, RunNode.node, RunNode.host, RunNode.heartbeat_at)
+        select(
+            RunNode.run_id,
+            RunNode.attempt,
+            RunNode.node,
+            RunNode.host,
+            RunNode.heartbeat_at,
+            RunNode.taken_at,
+            WorkerHost.heartbeat_at,
+        )
         .join(Run, Run.id == RunNode.run_id)
+        .outerjoin(WorkerHost, WorkerHost.host == RunNode.host)
         .where(
             Run.status == RunStatus.running,
             Run.attempt == RunNode.attempt,
@@ -273,7 +299,9 @@ def reap_lost_nodes(
         )
     ).all()
     failed = []
-    for run_id, attempt, node, host, beat in rows:
+    for run_id, attempt, node, host, beat, taken, host_beat in rows:
+        if taken is None and host_beat is not None:
+            beat = host_beat  # not taken yet: alive while its host's worker is
         if as_utc(beat) >= cutoff or run_id in failed:
             continue
         reason = (
