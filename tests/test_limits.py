@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cgroups import made_long_ago
+from tests.waits import wait_for
 from worker import cgroups
 from worker.launcher import Launch
 from worker.limits import (
@@ -25,6 +26,7 @@ from worker.limits import (
     keeper_options,
     prepare,
     sweep,
+    tmp_bytes,
 )
 from worker.limits import decide as decide_limits
 from worker.process import JobProcess
@@ -116,6 +118,23 @@ def test_the_disk_check_counts_the_run_folder(tmp_path: Path) -> None:
     assert guard.disk_used >= 2_500_000
 
 
+def test_tmp_is_not_measured_through_a_process_whose_root_is_still_the_hosts(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: bwrap's init measured before it entered the sandbox's root gave the host's
+    /tmp file system's whole use, and a run that wrote nothing failed "disk full"."""
+    (tmp_path / "big.bin").write_bytes(os.urandom(1_000_000))
+    host_side = subprocess.Popen(["sleep", "30"], cwd=tmp_path)
+    try:
+        assert tmp_bytes(host_side.pid) == 0
+        guard = Guard(RunLimits(8, 4, 0.002, 4096), tmp_path / "nothing", disk_interval=1)
+        guard.disk_used = tmp_bytes(host_side.pid)
+        assert guard.verdict(0) is None
+    finally:
+        host_side.kill()
+        host_side.wait()
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_the_jobs_tmp_and_shm_have_the_runs_sizes() -> None:
     isolation = decide("auto", 200000)
@@ -140,17 +159,23 @@ def test_the_jobs_tmp_and_shm_have_the_runs_sizes() -> None:
             shm_bytes=4 * 1024**2,
         )
         code = (
-            "import os\n"
+            "import os, time\n"
             "for d in ('/tmp', '/dev/shm'):\n"
             "    s = os.statvfs(d); print(d, s.f_blocks * s.f_frsize)\n"
             "try:\n"
             "    open('/tmp/fill', 'wb').write(b'0' * 16 * 2**20)\n"
             "except OSError as exc:\n"
-            "    print('refused', exc.errno)\n"
+            "    print('refused', exc.errno, flush=True)\n"
+            "while not os.path.exists('measured'):\n"
+            "    time.sleep(0.05)\n"
         )
         launch = wrap(Launch([sys.executable, "-c", code], dict(os.environ), run_dir), spec)
         log = root / "job.log"
         job = JobProcess(launch, log_path=log, cwd=run_dir, token="t", sandboxed=True)
+        wait_for(lambda: "refused" in log.read_text(), timeout=60, what=log.read_text)
+        # The worker's measure of the job's own /tmp: what the job wrote (up to its size).
+        assert 7 * 1024**2 < tmp_bytes(job.members()[0]) <= 8 * 1024**2
+        (run_dir / "measured").touch()
         assert job.wait() == 0, log.read_text()
         lines = log.read_text().splitlines()
         assert lines == [f"/tmp {8 * 1024**2}", f"/dev/shm {4 * 1024**2}", "refused 28"], lines

@@ -192,12 +192,38 @@ def folder_bytes(folder: Path) -> int:
 
 def tmp_bytes(pid: int) -> int:
     """What the job's own /tmp (a tmpfs in its mount namespace) holds, seen through one of
-    its processes; 0 when it is gone."""
+    its processes; 0 when it is gone, or while that process's root is still the host's.
+
+    bwrap's init exists before it has moved into the sandbox's root: measured then,
+    ``/proc/<pid>/root/tmp`` is the host's /tmp, and its file system's use (the host's whole
+    disk, 51 GB once) failed a run that wrote nothing "disk full" (issue 37). So /tmp counts
+    only once the process's root is not this process's own and its /tmp is a tmpfs mount."""
     try:
+        if _same_file(os.stat(f"/proc/{pid}/root"), os.stat("/")):
+            return 0
+        if not _tmp_is_a_tmpfs(pid):
+            return 0
         stat = os.statvfs(f"/proc/{pid}/root/tmp")
     except OSError:
         return 0
     return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _tmp_is_a_tmpfs(pid: int) -> bool:
+    """Whether /tmp, as the process sees its mounts, is a tmpfs of its own (mountinfo: the
+    mount point is field 5, the file system type follows the " - " separator)."""
+    with open(f"/proc/{pid}/mountinfo") as mounts:
+        found = False
+        for line in mounts:
+            fields, _, after = line.partition(" - ")
+            parts = fields.split()
+            if len(parts) > 4 and parts[4] == "/tmp":
+                found = after.split()[:1] == ["tmpfs"]  # the last mount on /tmp is in force
+        return found
 
 
 class Guard:
