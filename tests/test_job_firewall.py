@@ -32,9 +32,27 @@ def fence(**changes: object) -> Fence:
 
 
 def test_the_rules_of_one_uid_in_their_order() -> None:
-    lines = job_firewall.rules(fence()).splitlines()
+    lines = job_firewall.rules(fence(source=(1152, 1279))).splitlines()
     chain = [line.removeprefix(f"add rule inet torchyard run_{UID} ") for line in lines]
+    mark = f"{0x80000000 | UID:#x}"
+    # a reply of a socket of no run to a connection a job opened here is dropped
+    assert (
+        "add rule inet torchyard output ct direction reply ct mark and 0x80000000 != 0 "
+        "meta skuid >= 0 drop"
+    ) in lines
+    # the uid's listeners answer only its own connections: here by their mark, from a peer
+    # by the run's own source ports
+    first = chain.index(f"ct state new ct mark set {mark}")
+    assert chain[first : first + 5] == [
+        f"ct state new ct mark set {mark}",
+        f"ct direction reply fib daddr type local ct mark {mark} accept",
+        "ct direction reply fib daddr type local drop",
+        "ct direction reply ip daddr { 10.0.0.10, 10.0.0.11 } meta l4proto { tcp, udp } "
+        "th dport != 1152-1279 drop",
+        "ct state established,related accept",
+    ]
     body = chain[chain.index("ct state established,related accept") :]
+    body = body[: body.index(f"add element inet torchyard runs {{ {UID} : jump run_{UID} }}") + 1]
     assert body == [
         "ct state established,related accept",
         "meta nfproto ipv6 reject",
@@ -50,6 +68,21 @@ def test_the_rules_of_one_uid_in_their_order() -> None:
     # the run's chain is replaced, never appended to; nothing else's is touched
     assert f"flush chain inet torchyard run_{UID}" in lines
     assert not [line for line in lines if "run_" in line and f"run_{UID}" not in line]
+    # its connections to peers on other hosts leave from its own source ports
+    nat = lines[lines.index(f"flush chain ip torchyard_nat run_{UID}") + 1 :]
+    assert nat == [
+        f"add rule ip torchyard_nat run_{UID} ip daddr {{ 10.0.0.10, 10.0.0.11 }} "
+        "fib daddr type != local meta l4proto { tcp, udp } masquerade to :1152-1279",
+        f"add element ip torchyard_nat runs {{ {UID} : jump run_{UID} }}",
+    ]
+
+
+def test_each_run_has_its_own_source_ports_outside_the_ephemeral_range() -> None:
+    ranges = [job_firewall.source_ports(run_id) for run_id in range(job_firewall.SOURCE_PORT_SLOTS)]
+    assert ranges[0] == (1024, 1151) and ranges[1] == (1152, 1279)
+    assert all(low >= 1024 and high < 32768 and high - low == 127 for low, high in ranges)
+    assert len(set(ranges)) == len(ranges)
+    assert job_firewall.source_ports(job_firewall.SOURCE_PORT_SLOTS) == ranges[0]
 
 
 def test_a_rendezvous_port_outside_the_ephemeral_range_is_added() -> None:
@@ -58,12 +91,18 @@ def test_a_rendezvous_port_outside_the_ephemeral_range_is_added() -> None:
 
 def test_isolated_refuses_the_world_and_no_peers_means_no_peer_rule() -> None:
     lines = job_firewall.rules(fence(world=False, peers=())).splitlines()
-    assert lines[-2] == f"add rule inet torchyard run_{UID} reject"
+    element = lines.index(f"add element inet torchyard runs {{ {UID} : jump run_{UID} }}")
+    assert lines[element - 1] == f"add rule inet torchyard run_{UID} reject"
     assert not [line for line in lines if "th dport {" in line]
 
 
 def test_removal_only_of_the_chains_that_are_there() -> None:
     assert job_firewall.removal([5, 6], {6, 7}) == (
+        "delete element inet torchyard runs { 6 }\ndelete chain inet torchyard run_6\n"
+        "delete element ip torchyard_nat runs { 6 }\ndelete chain ip torchyard_nat run_6\n"
+    )
+    # rules of before the NAT table: only the filter's chain is there to remove
+    assert job_firewall.removal([6], {6}, set()) == (
         "delete element inet torchyard runs { 6 }\ndelete chain inet torchyard run_6\n"
     )
     assert job_firewall.removal([5], {6}) == ""
@@ -151,41 +190,61 @@ def namespace() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", NETNS], check=False, timeout=30)
 
 
-def test_the_rules_let_the_uid_reach_its_peers_and_nothing_of_the_host(namespace: str) -> None:
-    """Listeners as root in the namespace: on loopback, on a 'service' port of the host's
-    address, on the rendezvous port and an ephemeral one of a peer, on another peer port. The
-    run's uid reaches only the peer's two; another uid reaches all (the rules are its run's
-    only); once removed, the uid reaches all too."""
-    listen = f"""
-import socket, sys, time
-ports = {{}}
+LISTEN = """
+import socket, sys
 servers = []
-for name, host, port in [("lo", "127.0.0.1", 0), ("service", "{ADDRESS}", 5999),
-                         ("rdzv", "{PEER}", 0), ("low", "{PEER}", 2999)]:
-    s = socket.create_server((host, port), backlog=64)
-    servers.append(s)
-    ports[name] = f"{{host}}:{{s.getsockname()[1]}}"
-print(" ".join(f"{{k}}={{v}}" for k, v in ports.items()), flush=True)
+for item in sys.argv[1:]:
+    name, host, port = item.split(":")
+    servers.append((name, socket.create_server((host, int(port)), backlog=64)))
+print(" ".join(f"{n}={s.getsockname()[0]}:{s.getsockname()[1]}" for n, s in servers), flush=True)
 sys.stdin.read()
 """
+OTHER = UID + 1  # another multi-node run's uid on the same host, with rules of its own
+
+
+def _listen(uid: int, *items: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Listeners (name:host:port, port 0: an ephemeral one) owned by `uid` in the namespace."""
+    as_uid = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid else []
     server = subprocess.Popen(
-        ["ip", "netns", "exec", NETNS, sys.executable, "-c", listen],
+        ["ip", "netns", "exec", NETNS, *as_uid, sys.executable, "-I", "-c", LISTEN, *items],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert server.stdout is not None
+    return server, dict(item.split("=") for item in server.stdout.readline().split())
+
+
+def test_the_rules_let_the_uid_reach_its_peers_and_nothing_of_the_host(namespace: str) -> None:
+    """Listeners in the namespace: root's on loopback, on a 'service' port of the host's
+    address, on a low and an ephemeral port of a peer (a daemon of the host); the run's own
+    store on a peer's ephemeral port; another run's store there too (issue 37: the rules let a
+    job reach every peer's ephemeral range, and a 2-node job wrote into another run's store).
+    The run's uid reaches its own store only; a uid of no run reaches everything but the two
+    stores; once removed, the run's uid reaches everything but the other run's store."""
+    servers = []
     try:
-        assert server.stdout is not None
-        ports = dict(item.split("=") for item in server.stdout.readline().split())
+        root, ports = _listen(0, "lo:127.0.0.1:0", f"service:{ADDRESS}:5999", f"low:{PEER}:2999")
+        servers.append(root)
+        daemon, more = _listen(0, f"daemon:{PEER}:0")
+        servers.append(daemon)
+        own, store = _listen(UID, f"rdzv:{PEER}:0")
+        servers.append(own)
+        other, other_store = _listen(OTHER, f"other:{PEER}:0")
+        servers.append(other)
+        ports |= more | store | other_store
         rdzv_port = int(ports["rdzv"].rsplit(":", 1)[1])
-        wanted = Fence(
-            uid=UID,
-            peers=(PEER,),
-            port=rdzv_port,
-            ephemeral=job_firewall.ephemeral_ports(),
-            services=((ADDRESS, 5999),),
-            blocked=(f"{ADDRESS}/32",),
-        )
+
+        def wanted(uid: int, run_id: int) -> Fence:
+            return Fence(
+                uid=uid,
+                peers=(PEER,),
+                port=rdzv_port,
+                ephemeral=job_firewall.ephemeral_ports(),
+                services=((ADDRESS, 5999),),
+                blocked=(f"{ADDRESS}/32",),
+                source=job_firewall.source_ports(run_id),
+            )
 
         def reach(uid: int) -> dict[str, str]:
             argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
@@ -194,25 +253,30 @@ sys.stdin.read()
             by_target = dict(line.split(" ", 1) for line in done.stdout.splitlines())
             return {name: by_target[target] for name, target in ports.items()}
 
-        everything = {"lo": "open", "service": "open", "rdzv": "open", "low": "open"}
+        everything = {name: "open" for name in ports}
         assert reach(UID) == everything  # before the rules: the host's network as it is
-        done = _netns(namespace, "-f", "-", input=job_firewall.rules(wanted))
-        assert done.returncode == 0, done.stderr
+        for uid, run_id in ((UID, 7), (OTHER, 8)):
+            done = _netns(namespace, "-f", "-", input=job_firewall.rules(wanted(uid, run_id)))
+            assert done.returncode == 0, done.stderr
+        silent = "error timed out"  # a store's answer to a connection not of its run is dropped
         assert reach(UID) == {
             "lo": "refused",
             "service": "refused",
-            "rdzv": "open",
             "low": "refused",
+            "daemon": silent,
+            "rdzv": "open",
+            "other": silent,
         }
-        assert reach(UID + 1) == everything
+        assert reach(UID + 2) == {**everything, "rdzv": silent, "other": silent}
         listed = _netns(namespace, "list", "ruleset").stdout
         assert f"run_{UID}" in listed
         done = _netns(namespace, "-f", "-", input=job_firewall.removal([UID], {UID}))
         assert done.returncode == 0, done.stderr
-        assert reach(UID) == everything
+        assert reach(UID) == {**everything, "other": silent}
     finally:
-        server.kill()
-        server.communicate()  # its pipes closed
+        for server in servers:
+            server.kill()
+            server.communicate()  # its pipes closed
 
 
 def test_a_starting_worker_sweeps_the_chains_no_process_uses(namespace: str) -> None:

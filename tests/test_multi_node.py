@@ -12,7 +12,10 @@ succeeds, and no rule is left on either host afterwards."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -20,6 +23,8 @@ import pytest
 
 from tests.conftest import DATABASE_URL
 from tests.multi_node_cluster import (
+    LISTENER,
+    REACH,
     RUN_LOST_SECONDS,
     TWO_BY_TWO,
     Cluster,
@@ -31,6 +36,8 @@ from tests.multi_node_cluster import (
     succeeded,
     training_on_both,
 )
+from tests.netns_hosts import python_in
+from tests.stack import stop_process
 from tests.waits import wait_for
 from torchyard.contract import RunPaths
 
@@ -112,6 +119,75 @@ def test_a_multi_node_job_reaches_its_peers_and_none_of_the_hosts_services(
         every=0.5,
         what=lambda: str(cluster.run_rules()),
     )
+
+
+# Another multi-node run on the same hosts: its uid (far from this module's run ids), its
+# store's port in the ephemeral range, where a run's stores and ranks listen.
+OTHER_RUN = 99_999
+OTHER_STORE_PORT = 40_117
+
+
+def _fence_code(action: str, peers: tuple[str, ...]) -> str:
+    """The other run's rules on a host, installed or removed as its own worker would."""
+    return f"""
+from app.settings import get_settings
+from worker import job_firewall, sandbox
+settings = get_settings()
+uid = sandbox.run_uid({OTHER_RUN}, settings.job_uid_base, settings.job_uid_count)
+fence = job_firewall.Fence(uid=uid, peers={peers!r}, port={OTHER_STORE_PORT},
+    ephemeral=job_firewall.ephemeral_ports(), source=job_firewall.source_ports({OTHER_RUN}))
+if {action!r} == "install":
+    job_firewall.install("nft", fence)
+else:
+    job_firewall.remove("nft", [uid])
+print(uid)
+"""
+
+
+def test_a_multi_node_job_cannot_reach_another_runs_store_on_its_peers(cluster: Cluster) -> None:
+    """Issue 37: the fence let a job reach every peer's ephemeral range, where other runs'
+    torchrun stores and ranks listen (TCPStore has no credentials): a 2-node job wrote a key
+    into another run's store. Another multi-node run's store listens on host b, fenced as its
+    worker fences it: its own uid reaches it from host a, while every rank of this run, on
+    either host, is refused it, and this run's DDP across the hosts still trains."""
+    a, b = cluster.hosts.hosts
+    peers = (a.address, b.address)
+    uid = int(python_in(a, _fence_code("install", peers)))
+    python_in(b, _fence_code("install", peers))
+    target = f"{b.address}:{OTHER_STORE_PORT}"
+    as_other = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    listener = cluster.hosts.start(
+        b,
+        [*as_other, sys.executable, "-I", "-c", LISTENER, str(OTHER_STORE_PORT), b.address],
+        dict(os.environ),
+        cluster.logs / "other-store.log",
+    )
+    try:
+        reach = f"import sys; sys.argv = ['reach', {target!r}]\n{REACH}"
+
+        def its_own_run_reaches_it() -> bool:
+            done = subprocess.run(
+                a.argv([*as_other, sys.executable, "-I", "-c", reach]),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return done.returncode == 0 and done.stdout.strip() == ""
+
+        wait_for(its_own_run_reaches_it, timeout=60, every=0.5, what="the other run's store up")
+        api = cluster.api
+        run_id = submit(api, "mn-other-store", TWO_BY_TWO, epochs=1, probe=target)
+        run = ended(api, run_id, timeout=300)
+        node_1 = api.get(f"/api/runs/{run_id}/logs", params={"node": 1}).text
+        assert run["status"] == "succeeded", f"{run['error']}\nnode 1's log:\n{node_1}"
+        assert set(series(api, run_id)["world_size"]["value"]) == {4.0}
+        run_dir = cluster.data_dirs[run["worker_host"]] / "runs" / str(run_id)
+        for log in (RunPaths(run_dir).log.read_text(), node_1):
+            assert log.count(f"probe {target}: not reached") == 2, log
+    finally:
+        stop_process(listener, timeout=10)
+        for host in (a, b):
+            python_in(host, _fence_code("remove", peers))
 
 
 def test_a_failing_rank_on_node_1_fails_the_run_on_both_hosts(cluster: Cluster) -> None:

@@ -8,6 +8,14 @@ namespace, and before it starts the worker adds nftables rules matching its run'
 (worker.sandbox.run_uid: a root worker runs each run as a uid of its own) in the host's OUTPUT
 hook. For that uid, in order:
 
+0. the job's own listeners answer only the run's own processes (issue 37: the rules let a
+   job reach every peer's ephemeral range, where other runs' stores and ranks listen, and a
+   2-node job wrote into another run's TCPStore). A connection the uid opens is marked with it
+   (``ct mark``); a reply of the uid's sockets to a connection opened on this host passes only
+   when the mark is the uid's, and to one opened on a peer only when its source port is in
+   the run's own source range (``source_ports``), which every node of the run gives its
+   connections to peers (the NAT table's masquerade). A reply of a socket of no run to a
+   connection a job opened on this host is dropped (the base chain, by the mark's job bit);
 1. replies of connections already made pass (a peer's connection to one of the job's ranks);
 2. IPv6 is refused (an egress job has none either), and so is loopback (127.0.0.0/8);
 3. the database's and the broker's address:port are refused (the same services the egress
@@ -51,7 +59,18 @@ from worker import privileged_env
 log = logging.getLogger(__name__)
 
 TABLE = "inet torchyard"
+NAT_TABLE = "ip torchyard_nat"
 MAP = "runs"
+# The bit of a connection's mark that says a job opened it (the rest: its run's uid; uids are
+# below 2**31: app.settings.job_uid_base).
+JOB_MARK = 0x80000000
+# Each run's source ports towards its peers: a range of its own, outside the kernel's
+# ephemeral range (so no other process's connection has a source port in it by chance), the
+# same on every node (from the run id). 128 ports: connections to one peer address and port
+# at once (every rank and the agent of a node to node 0's store).
+SOURCE_PORT_BASE = 1024
+SOURCE_PORTS_EACH = 128
+SOURCE_PORT_SLOTS = (32768 - SOURCE_PORT_BASE) // SOURCE_PORTS_EACH
 PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # How long the rules wait for the job's last processes to be gone before they come out; a uid
 # still in use keeps its rules (safe: they only restrict it) until the next worker start.
@@ -74,6 +93,14 @@ class Fence:
     services: tuple[tuple[str, int], ...] = ()  # database and broker, (IPv4, port)
     blocked: tuple[str, ...] = ()  # the host's own addresses and networks, the service hosts
     world: bool = True  # egress: the rest of the world; isolated: nothing else
+    # the run's own source ports towards its peers (`source_ports`)
+    source: tuple[int, int] = (SOURCE_PORT_BASE, SOURCE_PORT_BASE + SOURCE_PORTS_EACH - 1)
+
+
+def source_ports(run_id: int) -> tuple[int, int]:
+    """The run's source port range towards its peers: the same on every node."""
+    low = SOURCE_PORT_BASE + (run_id % SOURCE_PORT_SLOTS) * SOURCE_PORTS_EACH
+    return low, low + SOURCE_PORTS_EACH - 1
 
 
 def chain(uid: int) -> str:
@@ -89,25 +116,41 @@ def rules(fence: Fence) -> str:
     tests read exactly what goes to nft."""
     name, uid = chain(fence.uid), fence.uid
     rule = f"add rule {TABLE} {name}"
+    mark = f"{JOB_MARK | uid:#x}"
+    low, high = fence.source
+    peers = _set(sorted(set(fence.peers)))
     lines = [
         f"add table {TABLE}",
         f"add map {TABLE} {MAP} {{ typeof meta skuid : verdict; }}",
         f"add chain {TABLE} output {{ type filter hook output priority 0; policy accept; }}",
         f"flush chain {TABLE} output",
         f"add rule {TABLE} output meta skuid vmap @{MAP}",
+        # (a socket's reply only: the kernel's own RST or ICMP answer to a refused connection
+        # has none, and must reach the job as "refused")
+        f"add rule {TABLE} output ct direction reply ct mark and {JOB_MARK:#x} != 0 "
+        "meta skuid >= 0 drop",
         f"add chain {TABLE} {name}",
         f"flush chain {TABLE} {name}",
+        f"{rule} ct state new ct mark set {mark}",
+        f"{rule} ct direction reply fib daddr type local ct mark {mark} accept",
+        f"{rule} ct direction reply fib daddr type local drop",
+    ]
+    if fence.peers:
+        lines.append(
+            f"{rule} ct direction reply ip daddr {peers} meta l4proto {{ tcp, udp }} "
+            f"th dport != {low}-{high} drop"
+        )
+    lines += [
         f"{rule} ct state established,related accept",
         f"{rule} meta nfproto ipv6 reject",
         f"{rule} ip daddr 127.0.0.0/8 reject",
     ]
     lines += [f"{rule} ip daddr {host} th dport {port} reject" for host, port in fence.services]
     if fence.peers:
-        low, high = fence.ephemeral
         # the rendezvous port is in the range as a rule (pick_port binds port 0); one outside
         # it gets its own element (overlapping intervals are an error in some nft versions)
+        low, high = fence.ephemeral
         ports = _set([f"{low}-{high}", *([] if low <= fence.port <= high else [str(fence.port)])])
-        peers = _set(sorted(set(fence.peers)))
         lines.append(f"{rule} ip daddr {peers} meta l4proto {{ tcp, udp }} th dport {ports} accept")
         lines.append(f"{rule} ip daddr {peers} reject")
     if fence.blocked:
@@ -115,15 +158,41 @@ def rules(fence: Fence) -> str:
     if not fence.world:
         lines.append(f"{rule} reject")
     lines.append(f"add element {TABLE} {MAP} {{ {uid} : jump {name} }}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_nat_rules(fence)]) + "\n"
 
 
-def removal(uids: Iterable[int], present: set[int]) -> str:
-    """The nft batch removing `uids`' rules, for those whose chain is there (`present`)."""
+def _nat_rules(fence: Fence) -> list[str]:
+    """The run's connections to its peers on other hosts leave from its own source ports."""
+    name = chain(fence.uid)
+    lines = [
+        f"add table {NAT_TABLE}",
+        f"add map {NAT_TABLE} {MAP} {{ typeof meta skuid : verdict; }}",
+        f"add chain {NAT_TABLE} postrouting "
+        "{ type nat hook postrouting priority srcnat; policy accept; }",
+        f"flush chain {NAT_TABLE} postrouting",
+        f"add rule {NAT_TABLE} postrouting meta skuid vmap @{MAP}",
+        f"add chain {NAT_TABLE} {name}",
+        f"flush chain {NAT_TABLE} {name}",
+    ]
+    if fence.peers:
+        low, high = fence.source
+        lines.append(
+            f"add rule {NAT_TABLE} {name} ip daddr {_set(sorted(set(fence.peers)))} "
+            f"fib daddr type != local meta l4proto {{ tcp, udp }} masquerade to :{low}-{high}"
+        )
+    lines.append(f"add element {NAT_TABLE} {MAP} {{ {fence.uid} : jump {name} }}")
+    return lines
+
+
+def removal(uids: Iterable[int], present: set[int], present_nat: set[int] | None = None) -> str:
+    """The nft batch removing `uids`' rules, for those whose chain is there (`present`, and
+    `present_nat` in the NAT table: None, the same uids)."""
     lines = []
-    for uid in sorted(set(uids) & present):
-        lines.append(f"delete element {TABLE} {MAP} {{ {uid} }}")
-        lines.append(f"delete chain {TABLE} {chain(uid)}")
+    nat = present if present_nat is None else present_nat
+    for table, there in ((TABLE, present), (NAT_TABLE, nat)):
+        for uid in sorted(set(uids) & there):
+            lines.append(f"delete element {table} {MAP} {{ {uid} }}")
+            lines.append(f"delete chain {table} {chain(uid)}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -211,10 +280,10 @@ def install(nft: str, fence: Fence) -> None:
     _nft(nft, "-f", "-", script=rules(fence))
 
 
-def fenced_uids(nft: str) -> set[int]:
+def fenced_uids(nft: str, table: str = TABLE) -> set[int]:
     """The uids that have a chain in torchyard's table (none: no table yet)."""
     try:
-        listed = json.loads(_nft(nft, "-j", "list", "table", *TABLE.split()) or "{}")
+        listed = json.loads(_nft(nft, "-j", "list", "table", *table.split()) or "{}")
     except FirewallError:
         return set()
     found = set()
@@ -226,7 +295,7 @@ def fenced_uids(nft: str) -> set[int]:
 
 
 def remove(nft: str, uids: Iterable[int]) -> None:
-    script = removal(uids, fenced_uids(nft))
+    script = removal(uids, fenced_uids(nft), fenced_uids(nft, NAT_TABLE))
     if script:
         _nft(nft, "-f", "-", script=script)
 

@@ -62,6 +62,7 @@ def multi_node_fence(run_id: int, peers: Sequence[str], port: int) -> job_firewa
         services=job_firewall.service_endpoints(settings.service_urls),
         blocked=tuple(sorted(blocked)),
         world=plan.mode == "egress",
+        source=job_firewall.source_ports(run_id),
     )
 
 
