@@ -122,6 +122,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_env_handoff",  # the job's first process takes its environment from a memfd
         "test_privileged_env",  # what root's helpers get; the handoff's argv
         "hostile.test_root_never_sees_a_runs_env",  # a member's library in a root chain
+        "hostile.test_attacks",  # the suite's list names real tests, the docs list them all
         "test_e2e_job_output",  # a script's logging and errors in its log
         "test_e2e_hostile_output",  # hostile spool and log files, read by the worker
         "test_no_secrets_leak",  # what a job's environment and files hold
@@ -221,11 +222,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "second_stream: run beside the browser tests in `make test` (tests/phases.py)"
     )
+    config.addinivalue_line(
+        "markers", "hostile: the standing hostile-member suite (tests/hostile/attacks.py)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.hostile.attacks import hostile_tests
+
+    hostile = hostile_tests()
     for item in items:
         key = module_key(item.module.__name__) if item.module is not None else ""
+        if key.startswith("hostile.") or item.nodeid.split("[")[0] in hostile:
+            item.add_marker(pytest.mark.hostile)
         if is_local_only(key):
             item.add_marker(pytest.mark.local_only)
         if key in POSTGRES_ONLY_MODULES:
