@@ -120,6 +120,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_phase",  # a run's phase and durations from its timestamps
         "test_env_build",  # pip's error text, the build's heartbeat
         "test_env_handoff",  # the job's first process takes its environment from a memfd
+        "test_member_view",  # the host's paths of a run as a member is shown them
         "test_privileged_env",  # what root's helpers get; the handoff's argv
         "hostile.test_root_never_sees_a_runs_env",  # a member's library in a root chain
         "hostile.test_attacks",  # the suite's list names real tests, the docs list them all

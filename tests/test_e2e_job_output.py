@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import torchyard
-from tests.conftest import WORKSPACE_DIR, wait_for_status
+from tests.conftest import DATA_DIR, WORKSPACE_DIR, wait_for_status
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +45,11 @@ SCRIPTS = {
 
         model = torch.nn.Linear(4, 2)
         model(torch.zeros(3, 5))
+    """,
+    "missing_file.py": """
+        import os
+
+        open(os.path.abspath("missing.csv"))
     """,
 }
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -102,3 +107,25 @@ def test_each_ranks_stdout_and_stderr_keep_their_order(live_stack) -> None:  # t
                 if line.split(": ", 1)[-1].split(" ")[0] in ("out", "err")
             ]
             assert mine == expected, (rank, mine)
+
+
+def test_a_failed_runs_log_error_and_record_name_no_path_of_the_host(live_stack) -> None:  # type: ignore[no-untyped-def]
+    """Issue 37: every job's log printed its script's absolute path, and the error's traceback
+    the data dir's: where the snapshots and every run live on the host. A member sees
+    run-relative paths, the workspace's as workspace/..., the rest of the data dir as <data>."""
+    with live_stack.admin_client() as api:
+        done = run_script(api, "missing_file.py", nproc=1)
+        log = api.get(f"/api/runs/{done['id']}/logs").text
+        record = api.get(f"/api/runs/{done['id']}/environment").json()
+    assert done["status"] == "failed"
+    error = done["error"]
+    assert error.startswith(
+        "FileNotFoundError: [Errno 2] No such file or directory: 'work/missing.csv'"
+    )
+    assert 'File "workspace/errors/missing_file.py", line 4' in error, error
+    for shown in (log, error, str(record)):
+        for host_path in (DATA_DIR, DATA_DIR.parent / "data-envs", WORKSPACE_DIR):
+            assert f"{host_path}/" not in shown, (host_path, shown)
+    assert "script errors/missing_file.py" in log, log
+    assert record["script"] == "errors/missing_file.py"
+    assert record["python_executable"].endswith("/bin/python"), record

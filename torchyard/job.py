@@ -37,6 +37,7 @@ from torchyard.contract import (
 from torchyard.recipes.catalog import RECIPES
 from torchyard.runtime import environment, ingest_mark, tensorboard_defaults
 from torchyard.runtime.context import JobContext, get_context
+from torchyard.runtime.member_view import member_view
 from torchyard.runtime.output import hold_progress_lines
 from torchyard.runtime.reporter import ReporterError
 from torchyard.runtime.seeding import seed_everything
@@ -132,7 +133,7 @@ def run_script(ctx: JobContext, env: Mapping[str, str]) -> Any:
     log.info(
         "run %s: script %s %s, seed %d, world size %d",
         ctx.run_id,
-        path,
+        ctx.config.get("script") or path.name,  # as the config says it (never the host's path)
         " ".join(argv),
         ctx.seed,
         ctx.world_size,
@@ -213,9 +214,9 @@ def report_failure(exc: BaseException, *, rank: int, run_dir: Path | None) -> No
     errors/rank<N>.json (torchyard.contract), so the run's error names the exception whatever
     prefixes torchrun put on the output. ``sys.exit(3)`` prints no traceback, as in Python."""
     tb = user_traceback(exc)
-    message = "".join(tb.format_exception_only()).strip()
+    message = member_view("".join(tb.format_exception_only()).strip())
     log.error("run failed: %s", message)
-    text = "" if isinstance(exc, SystemExit) else "".join(tb.format())
+    text = "" if isinstance(exc, SystemExit) else member_view("".join(tb.format()))
     if text:
         sys.stderr.write(text)
         sys.stderr.flush()

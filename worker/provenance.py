@@ -33,6 +33,7 @@ def worker_record(
     gpu_indices: tuple[int, ...],
     script: Path | None,
     code: ScriptConfig | None = None,
+    script_name: str | None = None,
 ) -> dict[str, Any]:
     """``code``: the config of a run from a code snapshot; its git state is then the client's
     (``code_origin``, recorded when the snapshot was packed), not the server workspace's."""
@@ -42,7 +43,8 @@ def worker_record(
         "gpu_indices": list(gpu_indices),
     }
     if script is not None:
-        record["script"] = str(script)
+        # As the config names it: the resolved path is the host's (issue 37)
+        record["script"] = script_name or script.name
         record["git"] = git_state(script.parent) if code is None else client_git(code)
     if code is not None:
         record["code"] = code.code

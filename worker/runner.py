@@ -235,6 +235,7 @@ def _execute_claimed(
             gpu_indices=claimed.gpu_indices,
             script=script,
             code=script_config if code else None,
+            script_name=script_config.script if script_config is not None else None,
         )
         with session_scope() as session:
             environment_record.store(session, run_id=run_id, record=record)

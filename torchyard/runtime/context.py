@@ -31,6 +31,7 @@ from torchyard.contract import (
 from torchyard.runtime import ingest_mark
 from torchyard.runtime.checkpoint import load_checkpoint
 from torchyard.runtime.checkpoint import save_checkpoint as _save_checkpoint_file
+from torchyard.runtime.member_view import member_view
 from torchyard.runtime.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ class JobContext:
             self._resume_state = load_checkpoint(self.resume_from)
             log.info(
                 "resuming from %s (epoch %d, step %d)",
-                self.resume_from,
+                member_view(str(self.resume_from)),
                 self._resume_state["epoch"],
                 self._resume_state["step"],
             )

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torchyard.contract import RunPaths
+from torchyard.runtime.member_view import member_view
 
 DETERMINISM_VARS = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
 
@@ -54,7 +55,8 @@ def collect(*, seed: int, deterministic: bool, world_size: int) -> dict[str, Any
     cudnn = torch.backends.cudnn
     return {
         "python": sys.version.split()[0],
-        "python_executable": sys.executable,
+        # which environment (the job base or the run's own), not where the host keeps it
+        "python_executable": member_view(_environment_python()),
         "platform": platform.platform(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -80,3 +82,12 @@ def write(run_dir: Path, record: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def _environment_python() -> str:
+    """The interpreter as ``<environment folder>/bin/python``: the folder's name says which
+    environment (``base-<hash>``, a run's own), its place on the host is the host's."""
+    executable, prefix = Path(sys.executable), Path(sys.prefix)
+    if executable.is_relative_to(prefix):
+        return str(prefix.name / executable.relative_to(prefix))
+    return executable.name
