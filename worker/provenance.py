@@ -20,7 +20,9 @@ from app.db import Session
 from app.experiments.config import ScriptConfig
 from app.runs import environment_record
 from app.runs.job_files import read_job_file
+from app.settings import get_settings
 from torchyard.contract import RunPaths
+from worker import privileged_env
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,26 @@ def worker_record(
     if script is not None:
         # As the config names it: the resolved path is the host's (issue 37)
         record["script"] = script_name or script.name
-        record["git"] = git_state(script.parent) if code is None else client_git(code)
+        record["git"] = workspace_git(script) if code is None else client_git(code)
     if code is not None:
         record["code"] = code.code
     return record
+
+
+def workspace_git(script: Path) -> dict[str, Any] | None:
+    """The workspace checkout's git state, read by git as root with an environment built from
+    nothing; its root shown as ``workspace/...``, not the host's path (issue 37)."""
+    state = git_state(script.parent, env=privileged_env.scratch())
+    if state is not None:
+        workspace = get_settings().workspace_dir.expanduser().resolve()
+        root = Path(state["root"])
+        if not root.is_relative_to(workspace):
+            state["root"] = root.name
+        elif root == workspace:
+            state["root"] = "workspace"
+        else:
+            state["root"] = f"workspace/{root.relative_to(workspace)}"
+    return state
 
 
 def client_git(config: ScriptConfig) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,14 @@ MAX_UNTRACKED = 200
 GIT_TIMEOUT_SECONDS = 10.0
 
 
-def _git(workspace: Path, *args: str) -> str | None:
+def _git(workspace: Path, *args: str, env: Mapping[str, str] | None = None) -> str | None:
     try:
         done = subprocess.run(
             ["git", "-C", str(workspace), *args],
             capture_output=True,
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -55,37 +57,40 @@ def strip_credentials(url: str) -> str:
     return scheme + kept + url[match.end() :]
 
 
-def _remote(root: Path) -> str | None:
+def _remote(root: Path, env: Mapping[str, str] | None) -> str | None:
     """The URL of the current branch's upstream remote, else ``origin``, else the first
     remote; credentials stripped."""
-    upstream = _git(root, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}")
-    names = (_git(root, "remote") or "").split()
+    upstream = _git(
+        root, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}", env=env
+    )
+    names = (_git(root, "remote", env=env) or "").split()
     preferred = [upstream.strip().split("/", 1)[0]] if upstream else []
     for name in [*preferred, "origin", *names]:
         if name in names:
-            url = _git(root, "remote", "get-url", name)
+            url = _git(root, "remote", "get-url", name, env=env)
             if url is not None and url.strip():
                 return strip_credentials(url.strip())
     return None
 
 
-def git_state(directory: Path) -> dict[str, Any] | None:
+def git_state(directory: Path, env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """Commit, branch, remote (no credentials), dirty flag, uncommitted diff (capped) and
     untracked files of the git checkout that holds ``directory`` (a script's directory: a
     workspace may hold several checkouts); None when it is not in one, or without git. The
     whole checkout counts: an edited helper module next to the script changes the run as much
-    as the script does."""
-    top = _git(directory.expanduser().resolve(), "rev-parse", "--show-toplevel")
+    as the script does. ``env``: git's whole environment (the worker, as root, gives one built
+    from nothing: worker.privileged_env); None: this process's."""
+    top = _git(directory.expanduser().resolve(), "rev-parse", "--show-toplevel", env=env)
     if top is None:
         return None
     root = Path(top.strip())
-    commit = _git(root, "rev-parse", "HEAD")
+    commit = _git(root, "rev-parse", "HEAD", env=env)
     if commit is None:  # a checkout with no commit yet
         return None
-    branch = (_git(root, "rev-parse", "--abbrev-ref", "HEAD") or "").strip()
+    branch = (_git(root, "rev-parse", "--abbrev-ref", "HEAD", env=env) or "").strip()
     # Staged and unstaged changes against the commit.
-    diff = _git(root, "diff", "HEAD", "--no-color") or ""
-    untracked = _git(root, "ls-files", "--others", "--exclude-standard") or ""
+    diff = _git(root, "diff", "HEAD", "--no-color", env=env) or ""
+    untracked = _git(root, "ls-files", "--others", "--exclude-standard", env=env) or ""
     untracked_files = untracked.splitlines()
     encoded = diff.encode("utf-8")
     truncated = len(encoded) > MAX_DIFF_BYTES
@@ -95,7 +100,7 @@ def git_state(directory: Path) -> dict[str, Any] | None:
         "root": str(root),
         "commit": commit.strip(),
         "branch": branch,
-        "remote": _remote(root),
+        "remote": _remote(root, env),
         "dirty": bool(diff) or bool(untracked_files),
         "diff": diff,
         "diff_truncated": truncated,
