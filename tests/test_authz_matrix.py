@@ -57,6 +57,7 @@ from app.static_files import chart_asset_url
 from app.sweeps import service as sweeps
 from app.sweeps.schemas import SweepCreate
 from app.users import service as users
+from app.users.models import ResourceCeiling
 from tests.code_archives import tar_gz
 from tests.conftest import make_user
 from tests.factories import add_run
@@ -433,6 +434,15 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("PATCH", "/api/users/{user_id}"): Row(
         ADMIN, 200, lambda w: (f"/api/users/{w.fresh_user()}", {"json": {"role": "viewer"}})
     ),
+    # ceilings on a run's limits: everyone reads their own; admins read and set them all
+    ("GET", "/api/ceilings/me"): Row(USER, 200, _get("/api/ceilings/me")),
+    ("GET", "/api/ceilings"): Row(ADMIN, 200, _get("/api/ceilings")),
+    ("PUT", "/api/ceilings/roles/{role}"): Row(
+        ADMIN, 200, lambda w: ("/api/ceilings/roles/viewer", {"json": {"cpus": 3}})
+    ),
+    ("PUT", "/api/ceilings/users/{user_id}"): Row(
+        ADMIN, 200, lambda w: (f"/api/ceilings/users/{w.fresh_user()}", {"json": {"cpus": 3}})
+    ),
     # the owner's experiment and run: everyone reads, the owner and admins write
     ("GET", "/api/experiments/{experiment_id}"): Row(
         READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}", {})
@@ -610,6 +620,11 @@ MATRIX: dict[tuple[str, str], Row] = {
         200,
         lambda w: (f"/admin/users/{w.fresh_user()}", {"data": {"action": "reset-password"}}),
     ),
+    ("POST", "/admin/ceilings"): Row(
+        PAGE_ADMIN,
+        200,
+        lambda w: ("/admin/ceilings", {"data": {"scope": "role:viewer", "cpus": "3"}}),
+    ),
     ("POST", "/logout"): Row(LOGOUT, 303, _get("/logout")),
 }
 
@@ -668,6 +683,7 @@ def fingerprint() -> tuple[object, ...]:
             session.scalar(select(func.count()).select_from(Delivery)) or 0,
             hash(tuple(session.scalars(select(NotificationSettings.updated_at)))),
             hash(tuple(session.execute(select(SavedView.id, SavedView.default_of)).all())),
+            hash(tuple(session.scalars(select(ResourceCeiling.updated_at)))),
         )
 
 

@@ -19,7 +19,7 @@ from app.cli.git_state import git_state
 from app.db import Session
 from app.experiments.config import ScriptConfig
 from app.runs import environment_record
-from app.runs.job_files import read_job_file
+from app.runs.job_files import read_job_file, within
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import privileged_env
@@ -60,7 +60,7 @@ def workspace_git(script: Path) -> dict[str, Any] | None:
     if state is not None:
         workspace = get_settings().workspace_dir.expanduser().resolve()
         root = Path(state["root"])
-        if not root.is_relative_to(workspace):
+        if not within(root, workspace):
             state["root"] = root.name
         elif root == workspace:
             state["root"] = "workspace"

@@ -41,7 +41,8 @@ def read_ceilings(session: SessionDep, _admin: Admin) -> CeilingsTable:
     )
 
 
-@router.put("/roles/{role}", response_model=CeilingsIn, responses=ADMIN_ONLY)
+# 400: a body that is not even JSON text
+@router.put("/roles/{role}", response_model=CeilingsIn, responses=error_responses(400, 403))
 def set_role_ceilings(
     role: Role, data: CeilingsIn, session: SessionDep, _admin: Admin
 ) -> CeilingsIn:
@@ -49,7 +50,7 @@ def set_role_ceilings(
     return _out(ceilings.set_ceilings(session, _in(data), role=role))
 
 
-@router.put("/users/{user_id}", response_model=CeilingsIn, responses=error_responses(403, 404))
+@router.put("/users/{user_id}", response_model=CeilingsIn, responses=error_responses(400, 403, 404))
 def set_user_ceilings(
     user_id: int, data: CeilingsIn, session: SessionDep, _admin: Admin
 ) -> CeilingsIn:

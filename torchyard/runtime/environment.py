@@ -88,6 +88,6 @@ def _environment_python() -> str:
     """The interpreter as ``<environment folder>/bin/python``: the folder's name says which
     environment (``base-<hash>``, a run's own), its place on the host is the host's."""
     executable, prefix = Path(sys.executable), Path(sys.prefix)
-    if executable.is_relative_to(prefix):
+    if prefix in executable.parents:
         return str(prefix.name / executable.relative_to(prefix))
     return executable.name
