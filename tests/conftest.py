@@ -391,18 +391,25 @@ def pids_of_run(run_id: int) -> list[int]:
 
 
 def processes_in(run_dir: Path) -> list[int]:
-    """Live (non-zombie) processes whose environment names ``run_dir`` as their run's."""
+    """Live (non-zombie) processes of the job of ``run_dir``'s run: those whose environment
+    names it as their run's, and its keeper (worker.keeper, named by its exit file), whose
+    environment holds none of the run's (worker.privileged_env) and which is there from the
+    spawn on, before the job's own processes have their environment: a test that kills "the
+    job too" kills it, or the keeper reports the job's death as the job's own exit."""
     marker = f"TORCHYARD_RUN_DIR={run_dir}".encode()
+    keeper = f"{run_dir.parent.parent / 'jobs' / run_dir.name}.exit".encode()
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
             state = Path(f"/proc/{entry.name}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in environ and state not in (b"Z", b"X"):
+        ours = marker in environ or (b"worker.keeper" in argv and keeper in argv)
+        if ours and state not in (b"Z", b"X"):
             found.append(int(entry.name))
     return found
 

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,7 +24,7 @@ from sqlalchemy.orm import Session
 from app.cli import server_argv, worker_argv
 from app.gpus.models import GpuLease
 from tests.code_archives import tar_gz
-from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL
+from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, processes_in
 from tests.databases import own_database, user_with_token
 from tests.factories import spooled_points
 from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
@@ -141,18 +140,8 @@ def not_lost(api: httpx.Client, run_id: int) -> bool:
 
 
 def job_pids(run_id: int) -> list[int]:
-    marker = f"TORCHYARD_RUN_DIR={DATA_DIR / 'runs' / str(run_id)}".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-                state = Path(f"/proc/{entry.name}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if marker in environ and state[0] not in (b"Z", b"X"):
-                found.append(int(entry.name))
-    return found
+    """The run's job's processes, its keeper included (tests/conftest.py processes_in)."""
+    return processes_in(DATA_DIR / "runs" / str(run_id))
 
 
 def stored(api: httpx.Client, run_id: int) -> dict[str, dict]:
