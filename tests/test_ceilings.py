@@ -160,3 +160,22 @@ def test_a_malformed_ceiling_is_422_at_the_field(
 def test_setting_ceilings_for_an_unknown_user_is_404(client, admin_headers) -> None:
     r = client.put("/api/ceilings/users/999999", json={"cpus": 1}, headers=admin_headers)
     assert r.status_code == 404 and "user 999999 not found" in r.text
+
+
+def test_a_limit_the_launch_did_not_ask_is_held_not_refused(
+    client, admin_headers, user_headers
+) -> None:
+    """An admin's experiment asks 8 CPUs; a member launching it gets their own ceiling. So
+    does a resume of a run whose stored limit a ceiling has since passed (the disk's follows
+    the free space: CI saw 37.4 GB stored against a ceiling of 37.3 GB)."""
+    admin = client.get("/api/users/me", headers=admin_headers).json()
+    r = client.put(f"/api/ceilings/users/{admin['id']}", json={"cpus": 64}, headers=admin_headers)
+    assert r.status_code == 200, r.text
+    exp_id = experiment(client, admin_headers, {"cpus": 8})
+    r = client.put("/api/ceilings/roles/member", json={"cpus": 1}, headers=admin_headers)
+    assert r.status_code == 200, r.text
+    run = launch(client, user_headers, exp_id)
+    assert run.status_code == 201, run.text
+    assert run.json()["config"]["resources"]["cpus"] == 1
+    asked = launch(client, user_headers, exp_id, {"cpus": 8})
+    assert asked.status_code == 422 and "above the ceiling of 1 CPUs for role member" in asked.text

@@ -18,7 +18,8 @@ def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) 
     config = validate_config(data.config, loc_prefix=("body", "config"), session=session)
     # A limit asked above the creator's ceilings is refused now; the defaults stay as they
     # are in the experiment (each run's are held to its launcher's ceilings).
-    ceilings.hold(session, owner, config, ("body", "config"))
+    asked = data.config.get("resources") if isinstance(data.config, dict) else None
+    ceilings.hold(session, owner, config, ("body", "config"), asked)
     experiment = Experiment(
         name=data.name, description=data.description, config=config, owner_id=owner.id
     )

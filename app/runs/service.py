@@ -43,7 +43,8 @@ def create_run(
     gpus_loc = ("body", "overrides", "resources", "gpus")
     refuse_if_never_startable(session, config=config, loc=gpus_loc)
     quota.refuse_run(session, owner, ("body",))
-    config = ceilings.hold(session, owner, config, ("body", "overrides"))
+    asked = overrides.get("resources")
+    config = ceilings.hold(session, owner, config, ("body", "overrides"), asked)
     return lifecycle.queue(
         session,
         experiment_id=experiment.id,
@@ -94,7 +95,8 @@ def resume_run(
     loc = ("body", "overrides", "resources", "gpus") if overrides else ("body", "checkpoint")
     refuse_if_never_startable(session, config=config, loc=loc)
     quota.refuse_run(session, owner, ("body",))
-    config = ceilings.hold(session, owner, config, ("body", "overrides"))
+    asked = (overrides or {}).get("resources")
+    config = ceilings.hold(session, owner, config, ("body", "overrides"), asked)
     return lifecycle.queue(
         session,
         experiment_id=run.experiment_id,

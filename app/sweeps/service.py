@@ -40,7 +40,6 @@ def create_sweep(
         raise Invalid(errors)
     refuse_if_never_startable(session, config=experiment.config, loc=("body", "experiment_id"))
     quota.refuse_run(session, owner, ("body",))
-    ceilings.hold(session, owner, experiment.config, ("body", "experiment_id"))
     sweep = Sweep(
         experiment_id=experiment.id,
         owner_id=owner.id,
@@ -127,7 +126,7 @@ def _launch(
         config = validate_config(deep_merge(experiment.config, overrides), loc_prefix=("trial",))
         owner = session.get(User, sweep.owner_id)
         assert owner is not None  # users are disabled, never deleted
-        config = ceilings.hold(session, owner, config, ("trial",))
+        config = ceilings.hold(session, owner, config, ("trial",), overrides.get("resources"))
     except Invalid as exc:  # a config the experiment no longer allows (its script gone)
         raise Conflict(
             f"sweep {sweep.id}: trial {number}'s config is invalid: {exc.errors}"

@@ -10,16 +10,19 @@ tmpfs as large, ``cpus: 4`` on a 2-core box took every core. Now each field has 
   user's field wins over the role's, the role's over the box's; null falls back.
 
 `hold` applies them to a run's config when the run is created (a launch, a resume, a sweep's
-trial): a limit asked above its ceiling is a 422 naming the field and the ceiling; a limit left
-at the settings' default (``run_memory_gb``, ...) is held to the ceiling instead, so that a
-small box's members can launch with the defaults. The stored config then holds the limits the
-run runs with (worker/limits.py applies exactly those). Functions flush; the caller commits.
+trial): a limit the request asked above its ceiling is a 422 naming the field and the ceiling;
+one it did not ask (a default, the experiment's, a parent run's) is held to the ceiling
+instead, so that a small box's members launch with the defaults and a resume never fails on a
+ceiling that moved (the disk's follows the free space). The stored config then holds the
+limits the run runs with (worker/limits.py applies exactly those). Functions flush; the caller
+commits.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -163,26 +166,26 @@ def _number(value: float) -> str:
 
 
 def hold(
-    session: Session, owner: User, config: dict[str, Any], loc: tuple[str | int, ...]
+    session: Session,
+    owner: User,
+    config: dict[str, Any],
+    loc: tuple[str | int, ...],
+    asked: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`config` (validated, defaults filled) with its limits held to `owner`'s ceilings: an
-    Invalid naming every field asked above its ceiling, or the config with the defaults that
-    were above one lowered to it."""
-    settings = get_settings()
-    defaults = {
-        "memory_gb": settings.run_memory_gb,
-        "cpus": settings.run_cpus,
-        "disk_gb": settings.run_disk_gb,
-        "max_processes": settings.run_max_processes,
-    }
+    """`config` (validated, defaults filled) with its limits held to `owner`'s ceilings. A
+    limit this request asked (`asked`: its own ``resources``, an experiment's body or a run's
+    overrides) above its ceiling is an Invalid naming the field and the ceiling; any other
+    above one (a default, the experiment's, a parent run's, a ceiling lowered since, a disk
+    ceiling that shrank with the free space) is lowered to it."""
     resources = dict(config.get("resources") or {})
     found = effective(session, owner)
+    asked = asked if isinstance(asked, Mapping) else {}
     errors = []
     for name in FIELDS:
         value, ceiling = resources.get(name), found.values.get(name)
         if value is None or ceiling is None or value <= ceiling:
             continue
-        if value == defaults[name]:
+        if name not in asked:
             resources[name] = int(ceiling) if name == "max_processes" else ceiling
             continue
         source = {"user": owner.username, "role": f"role {owner.role}", "box": "this box"}
