@@ -31,11 +31,13 @@ SETTINGS_IN_ENV = (
 def _environ_of_job(run_id: int, timeout: float = 60) -> list[bytes]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pid in pids_of_run(run_id):
+        for pid in pids_of_run(run_id):  # the job's own processes, past its keeper
             try:
-                return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
+            if any(v.startswith(b"TORCHYARD_RUN_DIR=") for v in environ):
+                return environ
         time.sleep(0.05)
     raise AssertionError(f"no process of run {run_id} seen within {timeout}s")
 
