@@ -11,6 +11,14 @@ appears twice, more than ``max_members`` members, regular files adding up to mor
 ``max_unpacked_bytes`` (a gzip bomb), and extended headers over 1 MiB (tarfile would read one
 into memory whole).
 
+Two layers, both on every member. Ours first, for what the standard library's extraction
+filter does not know: the limits (members, unpacked bytes, extended headers), duplicates,
+members under a link, hard links only to an earlier file, symbolic links without ``..`` even
+when they stay inside, and a refusal (not a silent strip) of an absolute name; each with our
+sentence naming the member. Then ``tarfile.data_filter`` (Python 3.11.4+) has the last word:
+it refuses device, FIFO and unknown members, and anything that would land or point outside
+the destination, so a hole in our rules is not a way out.
+
 The tar is read as a stream (``r|``): one pass, never seeking, so it works the same on a file
 and on a pipe, and what is checked is what is extracted.
 """
@@ -80,15 +88,24 @@ class Contents:
     requirements: str | None = None
 
 
-class _CheckedInfo(tarfile.TarInfo):
-    """Refuses an oversized extended header before tarfile reads it into memory."""
+# What data_filter is told the destination is while only scanning (the API's check writes
+# nothing): a path that does not exist resolves as written, so its checks are lexical.
+_SCAN_ROOT = "/nonexistent/torchyard-snapshot-scan"
 
-    def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:
-        if self.type in _EXTENDED and self.size > MAX_EXTENDED_HEADER_BYTES:
+
+class _CheckedInfo(tarfile.TarInfo):
+    """Refuses an oversized extended header before tarfile reads it into memory: ``frombuf``
+    (documented) parses each 512-byte header, before tarfile reads the body an extended header
+    announces; no extraction filter sees a header that is not a member."""
+
+    @classmethod
+    def frombuf(cls, buf: bytes, encoding: str, errors: str) -> Any:
+        info = super().frombuf(buf, encoding, errors)
+        if info.type in _EXTENDED and info.size > MAX_EXTENDED_HEADER_BYTES:
             raise TarRefused(
-                f"an extended header of {self.size} bytes (at most {MAX_EXTENDED_HEADER_BYTES})"
+                f"an extended header of {info.size} bytes (at most {MAX_EXTENDED_HEADER_BYTES})"
             )
-        return super()._proc_member(tarfile_)  # type: ignore[misc]
+        return info
 
 
 def clean_name(name: str) -> str:
@@ -120,7 +137,9 @@ class _Checker:
         self.parents: set[str] = set()
         self.sizes: dict[str, int] = {}
 
-    def check(self, member: tarfile.TarInfo) -> str:
+    def check(self, member: tarfile.TarInfo, dest: str) -> str:
+        """Our rules, then the standard library's data filter as if extracting into
+        ``dest``: the member's clean path, or TarRefused naming it."""
         c = self.contents
         c.members += 1
         if c.members > self.limits.max_members:
@@ -177,12 +196,9 @@ class _Checker:
                 )
             c.files.append((path, size))
             self.sizes[path] = size
-        elif member.ischr() or member.isblk():
-            raise TarRefused("a device file (only files, folders and links are allowed)", path)
-        elif member.isfifo():
-            raise TarRefused("a FIFO (only files, folders and links are allowed)", path)
         else:
-            raise TarRefused(f"an unsupported member type {member.type!r}", path)
+            kind = "other"  # refused by data_filter just below, with our sentence
+        _data_filter(member, dest, path)
         self.seen[path] = kind
         self.parents.update(_parents(path))
         return path
@@ -204,6 +220,27 @@ class _Checker:
             raise TarRefused("a symbolic link with other members under it", member.name)
 
 
+def _data_filter(member: tarfile.TarInfo, dest: str, path: str) -> None:
+    """``tarfile.data_filter`` on the member; its refusal as our sentence naming the member."""
+    try:
+        tarfile.data_filter(member, dest)
+    except tarfile.SpecialFileError:
+        if member.ischr() or member.isblk():
+            problem = "a device file (only files, folders and links are allowed)"
+        elif member.isfifo():
+            problem = "a FIFO (only files, folders and links are allowed)"
+        else:
+            problem = f"an unsupported member type {member.type!r}"
+        raise TarRefused(problem, path) from None
+    except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
+        kind = "symbolic" if member.issym() else "hard"
+        raise TarRefused(
+            f"a {kind} link to {member.linkname!r}, which points out of the snapshot", path
+        ) from None
+    except tarfile.FilterError as exc:
+        raise TarRefused(f"a path that leaves the snapshot ({exc})", path) from None
+
+
 def _open_stream(path: Path) -> tuple[gzip.GzipFile, tarfile.TarFile]:
     raw = gzip.open(path, "rb")
     try:
@@ -221,7 +258,7 @@ def scan(path: Path, limits: Limits) -> Contents:
     try:
         with raw, tar:
             for member in tar:
-                name = checker.check(member)
+                name = checker.check(member, _SCAN_ROOT)
                 if (
                     name == REQUIREMENTS_FILE
                     and member.isfile()
@@ -251,10 +288,11 @@ def _extract_into(path: Path, dest: Path, limits: Limits) -> Contents:
     checker = _Checker(limits)
     links: list[tuple[str, str]] = []
     raw, tar = _open_stream(path)
+    root = str(dest)
     try:
         with raw, tar:
             for member in tar:
-                rel = checker.check(member)
+                rel = checker.check(member, root)
                 if not rel:
                     continue
                 target = dest / rel
