@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from app.cli.config import Target
+from app.errors import location_text
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 REASONS = {403: "forbidden", 404: "not found", 409: "conflict", 422: "invalid request"}
@@ -52,9 +53,9 @@ def describe_detail(response: httpx.Response) -> str:
         parts = []
         for item in detail:
             if isinstance(item, dict):
-                loc = [str(x) for x in item.get("loc", []) if x != "body"]
+                where = location_text(item.get("loc", []))
                 msg = str(item.get("msg", item))
-                parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+                parts.append(f"{where}: {msg}" if where else msg)
             else:
                 parts.append(str(item))
         return "; ".join(parts)

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from app.errors import DomainError, TooMany
+from app.errors import DomainError, TooMany, location_text
 from app.http_errors import status_of
 from app.strict_json import PARSED
 
@@ -93,7 +93,7 @@ def error_response(
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for error in exc.errors()[:3]:
-        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        where = location_text(error.get("loc", ()))
         parts.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
 

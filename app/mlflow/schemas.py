@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.errors import field_error
+from app.errors import field_error, location_text
 from app.metrics.ingest import Point
 from app.mlflow.errors import invalid
 from app.runs.models import RunStatus
@@ -79,7 +79,7 @@ def metric_points(items: list[Any]) -> list[Point]:
             append(MetricIn.model_validate(item).point())
         except ValidationError as exc:
             error = exc.errors()[0]
-            where = ".".join(str(p) for p in ("metrics", i, *error["loc"]))
+            where = location_text(("metrics", i, *error["loc"]))
             raise invalid(f"{where}: {error['msg']}") from None
     return points
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.db import SessionDep
-from app.errors import Invalid
+from app.errors import Invalid, location_text
 from app.notifications import service
 from app.notifications.channel_check import send_test
 from app.notifications.models import SUBSCRIBABLE
@@ -67,8 +67,7 @@ def _field_errors(exc: ValidationError | Invalid) -> dict[str, str]:
     details = exc.errors() if isinstance(exc, ValidationError) else exc.errors
     found: dict[str, str] = {}
     for error in details:
-        loc = [str(part) for part in error["loc"] if part != "body"]
-        name = loc[0] if loc else "form"
+        name = location_text(error["loc"]).partition(".")[0] or "form"
         message = str(error["msg"]).removeprefix("Value error, ")
         found.setdefault(name, message)
     return found or {"form": str(exc)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.errors import FieldError, field_error
+from app.errors import FieldError, field_error, location_text
 from app.experiments.config import ConfigInvalid, deep_merge, validate_config
 from app.settings import get_settings
 from app.sweeps.schemas import ParameterSpec, SweepCreate
@@ -133,7 +133,7 @@ def _as_int(value: float | None) -> int | None:
 
 
 def _config_error(loc: list[str | int], path: str, value: Any, err: Error) -> Error:
-    where = ".".join(str(p) for p in err["loc"])
+    where = location_text(err["loc"])
     if err["type"] == "extra_forbidden":
         msg = f"unknown config path {path!r}: the experiment's config has no {where}"
     else:
