@@ -241,10 +241,3 @@ def run_summaries(session: Session, *, run_ids: Sequence[int]) -> dict[int, RunS
             last_loss=loss.last if loss else None, best_acc=acc.max if acc else None
         )
     return out
-
-
-def summary_json(summary: dict[str, SeriesSummary]) -> dict[str, dict[str, Any]]:
-    return {
-        key: {"last": s.last, "min": s.min, "max": s.max, "step": s.step}
-        for key, s in summary.items()
-    }

@@ -56,10 +56,6 @@ def visible_views(
     return session.scalars(stmt.order_by(SavedView.name, SavedView.id)).all()
 
 
-def default_view(session: Session, *, experiment_id: int) -> SavedView | None:
-    return session.scalar(select(SavedView).where(SavedView.default_of == experiment_id))
-
-
 def delete_view(session: Session, *, view: SavedView) -> None:
     session.delete(view)
     session.flush()
