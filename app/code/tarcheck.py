@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, Self
 
 from app.experiments.requirements import MAX_REQUIREMENTS_FILE_BYTES as REQUIREMENTS_FILE_MAX
 
@@ -99,7 +99,7 @@ class _CheckedInfo(tarfile.TarInfo):
     announces; no extraction filter sees a header that is not a member."""
 
     @classmethod
-    def frombuf(cls, buf: bytes, encoding: str, errors: str) -> Any:
+    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
         info = super().frombuf(buf, encoding, errors)
         if info.type in _EXTENDED and info.size > MAX_EXTENDED_HEADER_BYTES:
             raise TarRefused(
