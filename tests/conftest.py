@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -398,21 +399,18 @@ def processes_in(run_dir: Path) -> list[int]:
     environment holds none of the run's (worker.privileged_env) and which is there from the
     spawn on, before the job's own processes have their environment: a test that kills "the
     job too" kills it, or the keeper reports the job's death as the job's own exit."""
-    marker = f"TORCHYARD_RUN_DIR={run_dir}".encode()
-    keeper = f"{run_dir.parent.parent / 'jobs' / run_dir.name}.exit".encode()
+    keeper = f"{run_dir.parent.parent / 'jobs' / run_dir.name}.exit"
     found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry.name}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
+            argv = proc.cmdline()
+            ours = proc.environ().get("TORCHYARD_RUN_DIR") == str(run_dir) or (
+                "worker.keeper" in argv and keeper in argv
+            )
+            if ours and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                found.append(proc.pid)
+        except psutil.Error:  # gone, or another user's
             continue
-        ours = marker in environ or (b"worker.keeper" in argv and keeper in argv)
-        if ours and state not in (b"Z", b"X"):
-            found.append(int(entry.name))
     return found
 
 

@@ -54,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
+
 from worker import privileged_env
 
 log = logging.getLogger(__name__)
@@ -300,20 +302,13 @@ def remove(nft: str, uids: Iterable[int]) -> None:
         _nft(nft, "-f", "-", script=script)
 
 
-def uids_in_use(proc: Path = Path("/proc")) -> set[int]:
+def uids_in_use() -> set[int]:
     """The real uids of this host's live processes (any pid namespace's: /proc shows all)."""
     found = set()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(entry / "status") as status:
-                for line in status:
-                    if line.startswith("Uid:"):
-                        found.add(int(line.split()[1]))
-                        break
-        except OSError:
-            continue
+    for proc in psutil.process_iter(["uids"]):
+        uids = proc.info["uids"]  # None when it went away while listed
+        if uids is not None:
+            found.add(uids.real)
     return found
 
 

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from app.runs.job_files import open_job_file_for_append
 from torchyard.contract import JOB_TOKEN_VAR
 from worker.keeper import read_exit_file
@@ -88,7 +90,9 @@ def keeper_argv(launch: Launch, exit_file: Path | None) -> list[str]:
 
 def keeper_start_ticks(pid: int) -> int | None:
     """A live process's start time (clock ticks after boot, /proc/<pid>/stat field 22): with
-    the pid, it names one process for good. None once it is gone or a zombie."""
+    the pid, it names one process for good. None once it is gone or a zombie. Read by hand:
+    the number is stored in job records, and psutil gives only seconds since the epoch (boot
+    time plus these ticks, moved by every step of the wall clock)."""
     try:
         fields = _stat_fields(pid)
     except OSError:
@@ -98,23 +102,28 @@ def keeper_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
+def is_live(proc: psutil.Process) -> bool:
+    """Running or sleeping, not a zombie or gone (psutil.Error: gone, or not ours to read)."""
+    try:
+        return proc.status() not in _GONE
+    except psutil.Error:
+        return False
+
+
 def pids_with_token(token: str) -> list[int]:
-    """Live (non-zombie) processes whose environment carries this job token. Linux /proc."""
-    marker = f"{JOB_TOKEN_VAR}={token}".encode()
+    """Live (non-zombie) processes whose environment carries this job token."""
     found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                if marker not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
+            if proc.environ().get(JOB_TOKEN_VAR) != token:
+                continue
+        except psutil.Error:  # gone, or another user's
             continue
-        if state not in (b"Z", b"X"):
-            found.append(int(entry.name))
+        if is_live(proc):
+            found.append(proc.pid)
     return found
 
 
@@ -125,7 +134,8 @@ def _stat_fields(pid: int | str) -> list[bytes]:
 
 
 def pid_namespace(pid: int) -> str | None:
-    """The PID namespace's identity (``pid:[4026532...]``), None once the process is gone."""
+    """The PID namespace's identity (``pid:[4026532...]``), None once the process is gone.
+    By hand: psutil knows no namespaces."""
     try:
         return os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
@@ -133,30 +143,23 @@ def pid_namespace(pid: int) -> str | None:
 
 
 def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if int(_stat_fields(entry.name)[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
+    """The direct children of ``pid`` ([] once it is gone)."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def pids_in_namespace(namespace: str) -> list[int]:
     """Live (non-zombie) processes of this PID namespace, as the worker's /proc numbers them."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or pid_namespace(int(entry.name)) != namespace:
-            continue
-        try:
-            state = _stat_fields(entry.name)[0]
-        except (OSError, IndexError):
-            continue
-        if state not in (b"Z", b"X"):
-            found.append(int(entry.name))
-    return found
+    return [pid for pid in psutil.pids() if pid_namespace(pid) == namespace and _pid_live(pid)]
+
+
+def _pid_live(pid: int) -> bool:
+    try:
+        return is_live(psutil.Process(pid))
+    except psutil.Error:  # gone since it was listed
+        return False
 
 
 class JobProcess:

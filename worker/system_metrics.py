@@ -14,7 +14,7 @@ is whole seconds since the run's `started_at` (a later attempt's after the earli
 seconds): a watch loop that starts again for the same attempt continues the same axis, and
 the run page charts them in their own group ("System") below the training charts.
 
-CPU and memory come from /proc (stdlib: psutil would add a dependency for two numbers), GPU
+CPU and memory come from psutil (one read of /proc/<pid>/stat and statm per process), GPU
 stats from the NVML edge (worker.gpus.read_gpu_stats), so settings.nvml_module's stand-in
 gives a fake inventory GPU series on CPU. RSS is summed as each process reports it: pages
 that forked dataloader workers share with their parent count once per process (PSS would
@@ -31,11 +31,12 @@ PID namespace, or the processes carrying the job's token), asked anew every samp
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from app.db import Session
 from app.metrics.ingest import Point, ingest_points
@@ -50,9 +51,6 @@ CPU_PERCENT = f"{PREFIX}cpu_percent"
 RSS_MB = f"{PREFIX}rss_mb"
 MB = 1024 * 1024
 
-_TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
 
 def gpu_key(index: int, what: str) -> str:
     """`sys/gpu<i>/<what>`, `what` one of util, mem_mb, power_w."""
@@ -61,31 +59,36 @@ def gpu_key(index: int, what: str) -> str:
 
 @dataclass(frozen=True)
 class ProcSample:
-    """One process as /proc/<pid>/stat shows it now."""
+    """One process as psutil shows it now."""
 
-    key: tuple[int, int]  # (pid, start time in ticks): a reused pid is another process
+    key: tuple[int, float]  # (pid, start time): a reused pid is another process
     cpu_seconds: float  # utime + stime
     started: float  # seconds since boot (CLOCK_BOOTTIME, as /proc counts)
     rss_bytes: int
 
 
-def read_proc(pid: int) -> ProcSample | None:
-    """The process's CPU time, start and RSS; None once it is gone (or a zombie)."""
+def read_proc(pid: int, boot_time: float | None = None) -> ProcSample | None:
+    """The process's CPU time, start and RSS; None once it is gone (or a zombie).
+    ``boot_time``: psutil.boot_time(), read once per sample by the caller. psutil gives the
+    start in seconds since the epoch (boot time plus the kernel's ticks since boot); less the
+    boot time it is on the boot clock again, as the sampler compares it."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            # After the command name (which may hold spaces and parentheses): state is [0].
-            fields = f.read().rsplit(b")", 1)[1].split()
-        if fields[0] in (b"Z", b"X"):
-            return None
-        start_ticks = int(fields[19])
-        return ProcSample(
-            key=(pid, start_ticks),
-            cpu_seconds=(int(fields[11]) + int(fields[12])) / _TICKS,
-            started=start_ticks / _TICKS,
-            rss_bytes=int(fields[21]) * _PAGE,
-        )
-    except (OSError, IndexError, ValueError):  # gone, or not a process's stat
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return None
+            times = proc.cpu_times()
+            created = proc.create_time()
+            rss = proc.memory_info().rss
+    except psutil.Error:  # gone, or not ours to read
         return None
+    started = created - (psutil.boot_time() if boot_time is None else boot_time)
+    return ProcSample(
+        key=(pid, created),
+        cpu_seconds=times.user + times.system,
+        started=started,
+        rss_bytes=rss,
+    )
 
 
 def boot_clock() -> float:
@@ -106,12 +109,13 @@ class ProcessTreeSampler:
     def __init__(self, clock: Callable[[], float] = boot_clock) -> None:
         self._clock = clock
         self._last: float | None = None
-        self._cpu: dict[tuple[int, int], float] = {}
+        self._cpu: dict[tuple[int, float], float] = {}
 
     def sample(self, pids: Iterable[int]) -> dict[str, float]:
         """CPU percent and RSS MiB of these processes now; nothing when none is alive."""
         now = self._clock()
-        procs = [p for p in map(read_proc, set(pids)) if p is not None]
+        boot = psutil.boot_time()
+        procs = [p for p in (read_proc(pid, boot) for pid in set(pids)) if p is not None]
         rate = 0.0  # CPU seconds per wall second
         for proc in procs:
             previous = self._cpu.get(proc.key)
