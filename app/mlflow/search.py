@@ -19,20 +19,21 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Select, and_, func, not_, select
 from sqlalchemy.orm import aliased
 
+from app.filter_tokens import Lexicon, Token, TokenError, tokens
 from app.metrics.models import MetricKey
 from app.mlflow.errors import invalid
 from app.mlflow.reads import PARAM_PREFIX, RUN_NAME_TAG, TAG_PREFIX
 from app.mlflow.schemas import FROM_MLFLOW, from_millis
 from app.runs.models import Run, RunParam
 
-_TOKEN = re.compile(
-    r"""\s*(?:
-      (?P<ident>(?:[A-Za-z_]+\.)?(?:`[^`]+`|"[^"]+"|[A-Za-z0-9_./:\-]+))
-    | (?P<string>'(?:[^'\\]|\\.)*')
-    | (?P<op>!=|<=|>=|=|<|>)
-    | (?P<lparen>\() | (?P<rparen>\)) | (?P<comma>,)
-    )""",
-    re.VERBOSE,
+_WORD = re.compile(r"[A-Za-z0-9_./:\-]")
+# MLflow's tokens (app/filter_tokens.py, shared with the runs filter): 'strings' only (a
+# double quote, like a backtick, wraps part of a key: metrics.`val/acc`, params."my key").
+LEXICON = Lexicon(
+    operators=("!=", "<=", ">=", "=", "<", ">"),
+    string_quotes="'",
+    word_char=lambda char: _WORD.fullmatch(char) is not None,
+    word_quotes='`"',
 )
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _ENTITIES = {
@@ -76,28 +77,23 @@ def parse_name(text: str) -> Name:
     return Name(kind, key)
 
 
-def _tokens(text: str) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    pos = 0
+def _tokens(text: str) -> list[Token]:
+    """The filter's tokens, without the end token; MLflow's error where it cannot be read."""
     text = text.strip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            raise invalid(f"Invalid filter string at position {pos}: {text[pos : pos + 20]!r}")
-        kind = m.lastgroup or ""
-        found.append((kind, m.group(kind)))
-        pos = m.end()
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-    return found
+    try:
+        return tokens(text, LEXICON)[:-1]
+    except TokenError as exc:
+        raise invalid(
+            f"Invalid filter string at position {exc.pos}: {text[exc.pos : exc.pos + 20]!r}"
+        ) from None
 
 
-def _literal(kind: str, raw: str) -> str | float:
-    if kind == "string":
-        return re.sub(r"\\(.)", r"\1", raw[1:-1])
-    if kind == "ident" and _NUMBER.match(raw):
-        return float(raw)
-    raise invalid(f"Invalid filter value {raw!r}: a number or a 'quoted string'")
+def _literal(token: Token) -> str | float:
+    if token.kind == "string":
+        return token.text
+    if token.kind == "word" and _NUMBER.match(token.text):
+        return float(token.text)
+    raise invalid(f"Invalid filter value {token.text!r}: a number or a 'quoted string'")
 
 
 def _param_clause(key: str, op: str, value: Any) -> ColumnElement[bool]:
@@ -183,15 +179,15 @@ def parse_filter(text: str | None) -> list[ColumnElement[bool]]:
     i = 0
     while i < len(tokens):
         if clauses:
-            if tokens[i][1].upper() != "AND":
-                raise invalid(f"Invalid filter: expected AND, got {tokens[i][1]!r}")
+            if tokens[i].text.upper() != "AND":
+                raise invalid(f"Invalid filter: expected AND, got {tokens[i].text!r}")
             i += 1
-        if i + 2 > len(tokens) or tokens[i][0] != "ident":
+        if i + 2 > len(tokens) or tokens[i].kind != "word":
             raise invalid("Invalid filter: expected <entity>.<key> <comparator> <value>")
-        name = parse_name(tokens[i][1])
-        op, i = tokens[i + 1][1].upper(), i + 2
+        name = parse_name(tokens[i].text)
+        op, i = tokens[i + 1].text.upper(), i + 2
         if op in ("NOT", "IS") and i < len(tokens):
-            op, i = f"{op} {tokens[i][1].upper()}", i + 1
+            op, i = f"{op} {tokens[i].text.upper()}", i + 1
         if op in ("IN", "NOT IN"):
             values, i = _in_list(tokens, i)
             clauses.append(_clause(name, op, values))
@@ -200,19 +196,19 @@ def parse_filter(text: str | None) -> list[ColumnElement[bool]]:
             raise invalid(f"Invalid comparator {op!r}")
         if i >= len(tokens):
             raise invalid("Invalid filter: a comparison without a value")
-        clauses.append(_clause(name, op, _literal(*tokens[i])))
+        clauses.append(_clause(name, op, _literal(tokens[i])))
         i += 1
     return clauses
 
 
-def _in_list(tokens: list[tuple[str, str]], i: int) -> tuple[list[Any], int]:
-    if i >= len(tokens) or tokens[i][0] != "lparen":
+def _in_list(tokens: list[Token], i: int) -> tuple[list[Any], int]:
+    if i >= len(tokens) or tokens[i].kind != "(":
         raise invalid("Invalid filter: IN takes a list: ('a', 'b')")
     values: list[Any] = []
     i += 1
-    while i < len(tokens) and tokens[i][0] != "rparen":
-        if tokens[i][0] != "comma":
-            values.append(_literal(*tokens[i]))
+    while i < len(tokens) and tokens[i].kind != ")":
+        if tokens[i].kind != ",":
+            values.append(_literal(tokens[i]))
         i += 1
     if i >= len(tokens):
         raise invalid("Invalid filter: an IN list without its closing parenthesis")

@@ -108,9 +108,9 @@ def _experiment_filter(text: str) -> list[Any]:
     from app.mlflow.search import _text_compare, _tokens, parse_name
 
     tokens = _tokens(text)
-    if len(tokens) != 3 or parse_name(tokens[0][1]).key != "name" or tokens[2][0] != "string":
+    if len(tokens) != 3 or parse_name(tokens[0].text).key != "name" or tokens[2].kind != "string":
         raise invalid(f"Unsupported experiment filter {text!r}: name = / LIKE / ILIKE 'text'")
-    return [_text_compare(Experiment.name, tokens[1][1].upper(), tokens[2][1][1:-1])]
+    return [_text_compare(Experiment.name, tokens[1].text.upper(), tokens[2].text)]
 
 
 # --- runs ----------------------------------------------------------------------------------

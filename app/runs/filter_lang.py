@@ -8,7 +8,8 @@ out; app/runs/filter_sql.py turns the tree into SQL.
     atom       := "(" or ")" | key op value | key "in" "(" value ("," value)* ")"
     op         := = == != > >= < <= ~
 
-A key or a value is a bare word (anything but spaces and ``( ) , = ! < > ~ ' "``: so
+The tokens are app/filter_tokens.py's (shared with MLflow's search grammar). A key or a
+value is a bare word (anything but spaces and ``( ) , = ! < > ~ ' "``: so
 ``val/acc.max``, ``params.lr``, ``1e-3``, ``resnet-50``) or a quoted string ('...' or "...", a
 backslash escapes the quote). ``and``, ``or`` and ``in`` are words of the language in any case;
 quote a key or a value spelled like one. ``and`` binds tighter than ``or``.
@@ -24,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from app import filter_tokens
 from app.errors import Invalid
+from app.filter_tokens import Lexicon, Token, TokenError
 
 OPS = ("=", "==", "!=", ">", ">=", "<", "<=", "~")
 MAX_CONDITIONS = 50
@@ -62,20 +65,6 @@ class Junction:
 Node = Condition | Junction
 
 
-@dataclass(frozen=True)
-class _Token:
-    kind: Literal["word", "string", "op", "(", ")", ",", "end"]
-    text: str
-    pos: int
-
-    def keyword(self) -> str | None:
-        low = self.text.lower()
-        return low if self.kind == "word" and low in ("and", "or", "in") else None
-
-    def shown(self) -> str:
-        return "the end" if self.kind == "end" else repr(self.text)
-
-
 class FilterError(Exception):
     """Text the language cannot read: where, and what was expected there."""
 
@@ -84,51 +73,26 @@ class FilterError(Exception):
         self.pos = pos
 
 
-def _string(text: str, start: int) -> tuple[str, int]:
-    quote, out, i = text[start], [], start + 1
-    while i < len(text):
-        char = text[i]
-        if char == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-            continue
-        if char == quote:
-            return "".join(out), i + 1
-        out.append(char)
-        i += 1
-    raise FilterError(start, f"the quote {quote} here is never closed")
+def _keyword(token: Token) -> str | None:
+    low = token.text.lower()
+    return low if token.kind == "word" and low in ("and", "or", "in") else None
 
 
-def tokens(text: str) -> list[_Token]:
-    """The words, strings, operators and brackets of ``text``, then an end token."""
-    found: list[_Token] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char.isspace():
-            i += 1
-        elif char in "(),":
-            found.append(_Token(char, char, i))  # type: ignore[arg-type]
-            i += 1
-        elif char in "'\"":
-            value, end = _string(text, i)
-            found.append(_Token("string", value, i))
-            i = end
-        elif char in "=!<>~":
-            two = text[i : i + 2]
-            op = two if two in OPS else char
-            if op not in OPS:
-                raise FilterError(i, f"{char!r} is not an operator: use {', '.join(OPS)} or in")
-            found.append(_Token("op", op, i))
-            i += len(op)
-        else:
-            end = i
-            while end < len(text) and not text[end].isspace() and text[end] not in _SPECIAL:
-                end += 1
-            found.append(_Token("word", text[i:end], i))
-            i = end
-    found.append(_Token("end", "", len(text)))
-    return found
+def _word_char(char: str) -> bool:
+    return not char.isspace() and char not in _SPECIAL
+
+
+LEXICON = Lexicon(operators=OPS, string_quotes="'\"", word_char=_word_char)
+
+
+def tokens(text: str) -> list[Token]:
+    """The words, strings, operators and brackets of ``text`` (app.filter_tokens), then an end
+    token; FilterError where it cannot be read."""
+    try:
+        return filter_tokens.tokens(text, LEXICON)
+    except TokenError as exc:
+        message = f"{exc} or in" if exc.reason == "operator" else str(exc)
+        raise FilterError(exc.pos, message) from None
 
 
 class _Parser:
@@ -137,17 +101,17 @@ class _Parser:
         self.at = 0
         self.count = 0
 
-    def peek(self) -> _Token:
+    def peek(self) -> Token:
         return self.tokens[self.at]
 
-    def take(self) -> _Token:
+    def take(self) -> Token:
         token = self.tokens[self.at]
         self.at += 1
         return token
 
     def junction(self, op: Literal["and", "or"], depth: int) -> Node:
         parts = [self.conjunction(depth) if op == "or" else self.atom(depth)]
-        while self.peek().keyword() == op:
+        while _keyword(self.peek()) == op:
             self.take()
             parts.append(self.conjunction(depth) if op == "or" else self.atom(depth))
         return parts[0] if len(parts) == 1 else Junction(op, tuple(parts))
@@ -168,7 +132,7 @@ class _Parser:
                     f"expected ')' to close the '(' at position {token.pos}, found {close.shown()}",
                 )
             return inner
-        if token.kind not in ("word", "string") or token.keyword():
+        if token.kind not in ("word", "string") or _keyword(token):
             raise FilterError(
                 token.pos, f"expected a key (lr, val/acc, name...), found {token.shown()}"
             )
@@ -176,7 +140,7 @@ class _Parser:
         if self.count > MAX_CONDITIONS:
             raise FilterError(token.pos, f"at most {MAX_CONDITIONS} conditions")
         op = self.take()
-        if op.keyword() == "in":
+        if _keyword(op) == "in":
             return Condition(token.text, "in", self.listed(op), token.pos)
         if op.kind != "op":
             raise FilterError(
@@ -186,15 +150,15 @@ class _Parser:
             )
         return Condition(token.text, op.text, (self.value(op),), token.pos)
 
-    def value(self, after: _Token) -> Value:
+    def value(self, after: Token) -> Value:
         token = self.take()
         if token.kind == "string":
             return Value(token.text, quoted=True)
-        if token.kind == "word" and not token.keyword():
+        if token.kind == "word" and not _keyword(token):
             return Value(token.text)
         raise FilterError(token.pos, f"expected a value after {after.text!r}")
 
-    def listed(self, keyword: _Token) -> tuple[Value, ...]:
+    def listed(self, keyword: Token) -> tuple[Value, ...]:
         opening = self.take()
         if opening.kind != "(":
             raise FilterError(opening.pos, "expected '(' after 'in', as in: lr in (0.1, 0.01)")
