@@ -85,7 +85,7 @@ def requeue(session: Session, *, run: Run, reason: str) -> bool:
     )
     session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
     recompute_summaries(session, run_id=run.id)  # their last/max may have been among them
-    from app.metrics.overview import drop_overviews  # numpy: not in an idle process
+    from app.metrics.overview.stored import drop_overviews  # numpy: not in an idle process
 
     drop_overviews(session, key_ids=list(session.scalars(keys)))  # an overview cannot shrink
     session.flush()
