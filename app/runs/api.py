@@ -13,7 +13,7 @@ from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
 from app.errors import Invalid, NotFound
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.http_errors import error_responses
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series

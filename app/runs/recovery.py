@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.experiments.config import ScriptConfig, run_config
+from app.experiments.config.model import ScriptConfig, run_config
 from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import recompute_summaries
