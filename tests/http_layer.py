@@ -24,7 +24,6 @@ member, or a module-level name bound to one of those; a status a function was ha
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 
 from tests.import_graph import Module, Tree
 
@@ -84,6 +83,7 @@ def _is_response_class(name: str | None) -> bool:
 class Layer:
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
+        self._calls_of: dict[str, list[tuple[ast.Call, str | None]]] = {}
         self.routers = self._router_names()
         self.route_modules = {n for n, m in tree.modules.items() if self._declares_routes(m)}
         self.error_mappers = {n for n, m in tree.modules.items() if self._maps_errors(m)}
@@ -93,10 +93,15 @@ class Layer:
     def modules(self) -> set[str]:
         return self.route_modules | self.error_mappers | self.dependencies
 
-    def _calls(self, module: Module) -> Iterator[tuple[ast.Call, str | None]]:
-        for node in ast.walk(module.tree):
-            if isinstance(node, ast.Call):
-                yield node, self.tree.qualify(module, node.func)
+    def _calls(self, module: Module) -> list[tuple[ast.Call, str | None]]:
+        """The module's calls, each with what it calls (read once per module)."""
+        if module.name not in self._calls_of:
+            self._calls_of[module.name] = [
+                (node, self.tree.qualify(module, node.func))
+                for node in ast.walk(module.tree)
+                if isinstance(node, ast.Call)
+            ]
+        return self._calls_of[module.name]
 
     def _router_names(self) -> set[str]:
         """Each name a router or app is bound to (`module.router`, `module.app`), a function's
