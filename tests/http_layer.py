@@ -254,3 +254,12 @@ def http_answers(tree: Tree, module: Module) -> list[str]:
                 if isinstance(target, ast.Attribute) and target.attr == "status_code":
                     found.append((node.lineno, ".status_code = a status code"))
     return [f"line {line}: {what}" for line, what in sorted(set(found))]
+
+
+def http_outside_the_layer(tree: Tree, layer: Layer | None = None) -> dict[str, list[str]]:
+    inside = (layer or Layer(tree)).modules
+    return {
+        tree.relative(module): found
+        for name, module in tree.modules.items()
+        if name not in inside and (found := http_answers(tree, module))
+    }

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from textwrap import dedent
 
+JOB_PACKAGE = "torchyard"  # what runs inside a job
+JOB_LIBRARIES = frozenset({"numpy", "torch", JOB_PACKAGE})
 DYNAMIC_IMPORTERS = frozenset(
     {"importlib.import_module", "builtins.__import__", "__import__", "runpy.run_module"}
 )
@@ -305,3 +309,67 @@ def _cycle_through(graph: dict[str, set[str]], group: set[str]) -> list[str]:
                     following.append(dep)
         frontier = following
     raise AssertionError(f"no cycle through {sorted(group)}")
+
+
+# --- the rules, as functions of a tree (tests/test_architecture.py runs them) -----------
+
+
+def source_tree(root: Path, files: dict[str, str]) -> Tree:
+    """A tree of the given files (path -> source) under ``root``, every folder a package."""
+    for relative, text in files.items():
+        path = root / relative
+        for folder in reversed(path.relative_to(root).parents):
+            if folder != Path("."):
+                (root / folder).mkdir(exist_ok=True)
+                (root / folder / "__init__.py").touch()
+        path.write_text(dedent(text))
+    return Tree(root)
+
+
+def imports_of(tree: Tree, package: str, forbidden: str) -> list[str]:
+    """Each import in ``package`` that may load ``forbidden``, as 'file:line: module'."""
+    return [
+        f"{tree.relative(module)}:{imp.line}: {imp.module or imp.candidates[-1]}"
+        for module in tree.in_package(package)
+        for imp in module.imports
+        if any(is_in(name, forbidden) for name in imp.candidates)
+    ]
+
+
+def plugins(root: Path) -> dict[str, str]:
+    """Module -> the library that loads it through an entry point (pyproject.toml)."""
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    groups = tomllib.loads(pyproject.read_text())["project"].get("entry-points", {})
+    return {
+        value.partition(":")[0]: group.split(".")[0]
+        for group, entries in groups.items()
+        for value in entries.values()
+    }
+
+
+def job_imports_outside(tree: Tree) -> list[str]:
+    """Each import of the job's package that is not of a library a job has."""
+    loaded_by = plugins(tree.root)
+    found = []
+    for module in tree.in_package(JOB_PACKAGE):
+        allowed = JOB_LIBRARIES | {loaded_by.get(module.name, JOB_PACKAGE)}
+        for imp in module.imports:
+            name = imp.module or imp.candidates[-1]
+            if not is_stdlib(name) and name.split(".")[0] not in allowed:
+                found.append(f"{tree.relative(module)}:{imp.line}: {name}")
+    return found
+
+
+def import_cycles(tree: Tree) -> list[str]:
+    return [" -> ".join(cycle) for cycle in cycles(tree.graph())]
+
+
+def unnamed_imports(tree: Tree, allowed: dict[str, str]) -> list[str]:
+    return [
+        f"{tree.relative(module)}:{line}"
+        for name, module in tree.modules.items()
+        if name not in allowed
+        for line in module.unnamed
+    ]
