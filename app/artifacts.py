@@ -31,8 +31,8 @@ def checkpoint_key(root: str, run_id: int, name: str) -> str:
 
 
 def run_files_key(root: str, run_id: int) -> str:
-    """Where a run's working-directory files go when it ends (app.runs.work_dir_store): each file at
-    ``<key>/<path>``, and the listing at ``<key>.json``."""
+    """Where a run's working-directory files go when it ends (app.runs.work_dir.store): each
+    file at ``<key>/<path>``, and the listing at ``<key>.json``."""
     return f"{root}/runs/{run_id}/work"
 
 

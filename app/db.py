@@ -12,33 +12,23 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 from fastapi import Depends
-from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
-from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 # Re-exported: the worker types the session it passes to app services without SQLAlchemy.
 from sqlalchemy.orm import Session as Session
+from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import NullPool
 
+# Every mapper must be known before the first flush resolves foreign keys, whatever subset of
+# the domains this process imported (a worker never imports the API routers).
+import app.models  # noqa: F401
 from app.settings import get_settings
-
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
 
 # The largest id our primary keys hold (INTEGER: 32 bits on PostgreSQL). A larger id in a URL
 # names nothing, and sent to the database it is an error (PostgreSQL: integer out of range;
 # SQLite: past 64 bits, an overflow in the driver), so lookups answer "not found" first.
 MAX_ID = 2**31 - 1
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -83,10 +73,6 @@ def get_engine() -> Engine:
 
 @lru_cache
 def get_sessionmaker() -> sessionmaker[Session]:
-    # Every mapper must be known before the first flush resolves foreign keys, whatever subset
-    # of the domains this process imported (a worker never imports the API routers).
-    import app.models  # noqa: F401
-
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 

@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     # With an artifact store, the files a run wrote in its working directory (a script's
     # model.pt, a Hugging Face checkpoint-500/) are copied there when it ends, up to this many
     # bytes per run (largest left out first is not tried: files go in path order until the
-    # cap); the run's log says what was left out (app/runs/work_dir_store.py).
+    # cap); the run's log says what was left out (app/runs/work_dir/store.py).
     run_files_store_max_bytes: int = Field(default=2 * 1024**3, ge=0)
     # Images a job logs with TensorBoard (add_image, add_figure) are kept in the database, with
     # caps against a runaway or hostile job (app/runs/images.py); the run's log says when one

@@ -12,7 +12,7 @@ run (issue 31's targets, warm server):
 
 The data goes straight into each side's tables (not timed): torchyard's by bench/runs_list.fill
 (runs, params as run_params rows, metric keys with their summaries) plus the points into
-`metrics` as ingest writes them and each series' overview (app/metrics/overview.py, as ingest
+`metrics` as ingest writes them and each series' overview (app/metrics/overview/, as ingest
 keeps it; --no-overviews leaves them out, the path of a series stored before them); MLflow's
 by the python beside --mlflow into its own dbmodels (runs, params, tags, latest_metrics and
 the last point of each key). Each side is a server of
@@ -96,13 +96,13 @@ def add_points(db: Path, steps: int) -> int:
 
 
 def add_overviews(db: Path) -> None:
-    """Every series' overview from its points (app.metrics.overview.build_overviews, what the
+    """Every series' overview from its points (app.metrics.overview.stored.build_overviews, what the
     migration that added them runs), as ingest would have kept them: the page's overlay reads
     these, one row a series, not the points."""
     from sqlalchemy import text
 
     from app.db import make_engine
-    from app.metrics.overview import build_overviews
+    from app.metrics.overview.stored import build_overviews
 
     engine = make_engine(f"sqlite:///{db}")
     with engine.connect() as conn:

@@ -5,7 +5,7 @@ started for that round and asked nothing before but a token (its caches empty).
 
 Fills a fresh database (SQLite in a temporary data dir, or --database-url: an empty
 PostgreSQL database, migrated here) through ingest_points (the forwarder's path, which keeps
-each series' overview: app/metrics/overview.py), then alternates rounds of two kinds on the
+each series' overview: app/metrics/overview/), then alternates rounds of two kinds on the
 same database, each on a new server process:
 - overview: as shipped, the series read from their overviews (app/metrics/overlay.py);
 - points: the overviews moved aside first, so every series is downsampled from its points

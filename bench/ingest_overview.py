@@ -1,4 +1,4 @@
-"""What keeping the series' overviews costs ingest (app/metrics/overview.py), in one process:
+"""What keeping the series' overviews costs ingest (app/metrics/overview/), in one process:
 `ingest_steps` (the forwarder's call) with the overview update on and switched off, rounds
 alternated on one SQLite database (the migrated schema, in a temporary data dir), this
 process's CPU time per round (the box is shared: wall time is mostly waiting for a core).
@@ -51,7 +51,7 @@ def main() -> None:
     os.environ.pop("TORCHYARD_DATABASE_URL", None)
 
     import app.metrics.ingest as ingest
-    import app.metrics.overview as overview
+    import app.metrics.overview.stored as overview
     import app.models as models
     from app.db import session_scope
     from app.prestart import prestart

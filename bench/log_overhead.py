@@ -47,7 +47,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from app.experiments.config import run_config  # noqa: E402
+from app.experiments.config.model import run_config  # noqa: E402
 from torchyard.contract import LOG_FILE, METRICS_FILE  # noqa: E402
 from torchyard.runtime.reporter import Reporter  # noqa: E402
 from worker.launcher import LaunchSpec, build_launch  # noqa: E402

@@ -3,7 +3,8 @@
 from alembic import context
 
 import app.models  # noqa: F401  (fills Base.metadata)
-from app.db import Base, make_engine
+from app.db import make_engine
+from app.orm_base import Base
 from app.settings import get_settings
 
 config = context.config

@@ -171,6 +171,8 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_workspace",
         # source rules, pure parsers and models, process supervision: no database reached
         "test_architecture",  # import and layering rules, read from the source
+        "test_import_graph",  # the import rules' checker on source trees in tmp_path
+        "test_http_layer",  # the HTTP layer's checker on source trees in tmp_path
         "test_contract_paths",  # one way to name a run's files, read from the source
         "test_experiments_config",  # the run config model (its storage: test_experiments_api)
         "test_http_errors",  # domain errors to responses, on an app of its own

@@ -1,89 +1,116 @@
-"""Import and layering rules of the code base, checked on its source (issue 26).
+"""Layering rules of the code base, checked on its source by what the code does (issues 26, 38).
 
-`app` is the server and owns every table; `worker` is the host agent that calls app's
-services. The server never imports the host agent: the broker client, the reaper and the
-workspace and snapshot checks are app's, and app's commands start the worker as a process
-(`python -m worker`), never load it.
+The rules read the import graph of every package of the repository (app, worker, torchyard,
+migrations, and any package added beside them) as tests/import_graph.py builds it: each
+import at any depth in a file (a function's own, or one under `if TYPE_CHECKING:`), relative
+ones resolved, `importlib.import_module` / `__import__` with a constant name whatever it was
+imported as, and the package `__init__`s Python runs on the way.
+
+- app is the server and never loads the worker (the host agent): app's commands start it
+  as a process (`python -m worker`).
+- torchyard is what runs inside a job: it imports only the standard library, numpy, torch and
+  itself; a module a library loads through an entry point of pyproject.toml may import that
+  library (torchyard.mlflow_store, MLflow's tracking store).
+- No import cycle, however long and whichever imports it goes through: an idea split in
+  two to stay under the line cap is a package whose modules import one way.
+- A dynamic import names its module, but where a test names the place and says why.
+- Only the HTTP layer answers in HTTP terms (HTTPException, status codes): the modules that
+  declare routes, map errors or provide the request dependencies those use, found by what
+  they do (tests/http_layer.py), never by file names; everything else raises app.errors'
+  domain errors.
+
+Each rule is also run on small source trees written into tmp_path with the break a real change
+would make, and must fail there (tests/test_import_graph.py, tests/test_http_layer.py). The
+scan of the worker's data access at the end reads names only, as its own tests say.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.http_layer import Layer, http_outside_the_layer
+from tests.import_graph import (
+    JOB_PACKAGE,
+    Tree,
+    import_cycles,
+    imports_of,
+    is_in,
+    job_imports_outside,
+    unnamed_imports,
+)
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("app", "worker", "torchyard")
-
-# The HTTP layer: routes (api.py, *_api.py, views.py and the app-level routers), request
-# dependencies, the app factory and the one mapping of domain errors (app/http_errors.py).
-# Everything else raises app.errors' domain errors and never learns a status code.
-HTTP_FILE_NAMES = frozenset({"api.py", "views.py", "deps.py"})
-HTTP_MODULES = frozenset(
-    {
-        "app/main.py",
-        "app/pages.py",
-        "app/http_errors.py",
-        "app/static_files.py",
-        "app/api_docs.py",
-        # MLflow's routes answer in MLflow's error shape: their route class maps HTTP errors
-        "app/mlflow/errors.py",
-    }
-)
-HTTP_PACKAGES = ("fastapi", "starlette")
+# Dynamic imports whose module is not a constant, and why the graph need not know it.
+UNNAMED_IMPORTS = {
+    "worker.gpus": "pynvml, or the NVML stand-in that settings.nvml_module names",
+    "torchyard.job": "a built-in recipe's module, named in torchyard/recipes/catalog.py",
+}
 
 
-def _in_http_layer(relative: str) -> bool:
-    name = relative.rsplit("/", 1)[-1]
-    return relative in HTTP_MODULES or name in HTTP_FILE_NAMES or name.endswith("_api.py")
+@pytest.fixture(scope="module")
+def tree() -> Tree:
+    return Tree(REPO)
 
 
-def _http_exception_uses(source: str) -> list[str]:
-    """Each way `source` reaches fastapi's (or starlette's) HTTPException: imported by name,
-    or as an attribute of those packages (`fastapi.HTTPException`)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in HTTP_PACKAGES:
-            found += [f"line {node.lineno}" for a in node.names if a.name == "HTTPException"]
-        elif isinstance(node, ast.Attribute) and node.attr == "HTTPException":
-            root = node.value
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in HTTP_PACKAGES:
-                found.append(f"line {node.lineno}")
-    return found
+@pytest.fixture(scope="module")
+def layer(tree: Tree) -> Layer:
+    return Layer(tree)
 
 
-def test_the_scan_finds_every_way_to_reach_http_exception() -> None:
-    assert _http_exception_uses("from fastapi import HTTPException")
-    assert _http_exception_uses("from fastapi.exceptions import HTTPException as E")
-    assert _http_exception_uses("from starlette.exceptions import HTTPException")
-    assert _http_exception_uses("import fastapi\nraise fastapi.HTTPException(404)")
-    assert _http_exception_uses("import starlette.exceptions\nstarlette.exceptions.HTTPException")
-    # The standard library's has nothing to do with HTTP responses.
-    assert not _http_exception_uses("import http.client\nexcept_ = http.client.HTTPException")
-    assert not _http_exception_uses("from app.errors import NotFound")
+# --- on the real tree ---------------------------------------------------------------------
 
 
-def test_only_the_http_layer_imports_http_exception() -> None:
+def test_the_tree_holds_the_packages(tree: Tree) -> None:
+    assert set(PACKAGES) <= set(tree.packages)
+    assert all(tree.in_package(p) for p in PACKAGES)
+
+
+def test_app_never_imports_the_worker(tree: Tree) -> None:
+    """Not at the top, not inside a function, not relatively, not through importlib."""
+    found = imports_of(tree, "app", "worker")
+    assert not found, "app imports the worker:\n" + "\n".join(found)
+
+
+def test_the_job_package_imports_only_what_a_job_has(tree: Tree) -> None:
+    found = job_imports_outside(tree)
+    assert not found, f"{JOB_PACKAGE} runs inside jobs:\n" + "\n".join(found)
+
+
+def test_there_is_no_import_cycle(tree: Tree) -> None:
+    found = import_cycles(tree)
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_every_dynamic_import_names_its_module(tree: Tree) -> None:
+    assert not unnamed_imports(tree, UNNAMED_IMPORTS)
+    assert all(tree.modules[name].unnamed for name in UNNAMED_IMPORTS), "a stale entry"
+
+
+def test_only_the_http_layer_answers_in_http_terms(tree: Tree, layer: Layer) -> None:
     """Services and every other module raise app.errors' domain errors; app/http_errors.py
     maps them to HTTP once (issue 26)."""
-    offenders = {
-        relative: uses
-        for package in PACKAGES
-        for path in sorted((REPO / package).rglob("*.py"))
-        if not _in_http_layer(relative := path.relative_to(REPO).as_posix())
-        and (uses := _http_exception_uses(path.read_text()))
-    }
-    assert offenders == {}, f"raise an app.errors domain error instead: {offenders}"
+    found = http_outside_the_layer(tree, layer)
+    assert found == {}, f"raise an app.errors domain error instead: {found}"
 
 
-def _hand_built_field_errors(source: str) -> list[int]:
+def test_the_http_layer_is_found_on_the_tree(layer: Layer) -> None:
+    """What the layer is made of, by what the modules do: a guard against a finder that
+    quietly finds nothing (and so lets nothing through, or everything)."""
+    assert {"app.main", "app.runs.api", "app.pages", "app.mlflow.errors"} <= layer.route_modules
+    assert "app.http_errors" in layer.error_mappers
+    assert {"app.auth.deps", "app.db", "app.strict_query"} <= layer.dependencies
+    assert not {"app.runs.service", "app.templating", "app.errors"} & layer.modules
+    assert not any(is_in(name, "worker") or is_in(name, "torchyard") for name in layer.modules)
+
+
+def _hand_built_field_errors(tree: ast.AST) -> list[int]:
     """Lines of dict literals shaped like a 422 field error (`loc` and `msg` keys)."""
     lines = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
             if {"loc", "msg"} <= keys:
@@ -91,167 +118,17 @@ def _hand_built_field_errors(source: str) -> list[int]:
     return lines
 
 
-def test_field_errors_are_built_by_the_one_helper() -> None:
+def test_field_errors_are_built_by_the_one_helper(tree: Tree) -> None:
     """`app.errors.field_error` (and `Invalid.at`) build every 422 field error, so its shape
     (FastAPI's type/loc/msg/input) is written once."""
-    assert _hand_built_field_errors('x = {"type": "t", "loc": ["query"], "msg": "m"}')
+    assert _hand_built_field_errors(ast.parse('x = {"type": "t", "loc": ["query"], "msg": "m"}'))
     offenders = {
         relative: lines
-        for package in PACKAGES
-        for path in sorted((REPO / package).rglob("*.py"))
-        if (relative := path.relative_to(REPO).as_posix()) != "app/errors.py"
-        and (lines := _hand_built_field_errors(path.read_text()))
+        for module in tree.modules.values()
+        if (relative := tree.relative(module)) != "app/errors.py"
+        and (lines := _hand_built_field_errors(module.tree))
     }
     assert offenders == {}, f"use app.errors.field_error: {offenders}"
-
-
-def modules(package: str) -> list[Path]:
-    return sorted((REPO / package).rglob("*.py"))
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, absolute module name) of every import in the file, at any depth (a function's
-    own imports too), relative imports resolved against the file's package."""
-    package = _module_name(path)
-    if path.name != "__init__.py":
-        package = package.rpartition(".")[0]
-    return imports_in(path.read_text(encoding="utf-8"), package)
-
-
-def imports_in(source: str, package: str) -> Iterator[tuple[int, str]]:
-    """imported() of a module's source text; ``package``: the package it is in."""
-    tree = ast.parse(source)
-    here = package.split(".")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here[: len(here) - (node.level - 1)]
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
-            yield node.lineno, module
-            for alias in node.names:  # `from . import worker` names a module too
-                yield node.lineno, f"{module}.{alias.name}"
-        elif (  # importlib.import_module("worker...") / __import__("worker...")
-            isinstance(node, ast.Call)
-            and (
-                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-                or (isinstance(node.func, ast.Name) and node.func.id == "__import__")
-            )
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            yield node.lineno, node.args[0].value
-
-
-def _is_in(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
-
-
-def imports_of(package: str, forbidden: str) -> list[str]:
-    """Each import statement of ``package`` that names ``forbidden``, once."""
-    found: dict[tuple[Path, int], str] = {}
-    for path in modules(package):
-        for line, module in imported(path):
-            if _is_in(module, forbidden):
-                found.setdefault((path, line), module)
-    return [f"{path.relative_to(REPO)}:{line}: {m}" for (path, line), m in found.items()]
-
-
-def test_app_imports_nothing_from_the_worker() -> None:
-    """Not at the top, not inside a function, not relatively, not through importlib."""
-    assert modules("app"), "no app modules found"
-    found = imports_of("app", "worker")
-    assert not found, "app imports the worker:\n" + "\n".join(found)
-
-
-@pytest.mark.parametrize(
-    ("source", "found"),
-    [
-        ("import worker.tasks\n", ["worker.tasks"]),
-        (
-            "from worker.liveness import reap_forever\n",
-            ["worker.liveness", "worker.liveness.reap_forever"],
-        ),
-        ("def f():\n    from worker import gpus\n", ["worker", "worker.gpus"]),
-        ("import importlib\nimportlib.import_module('worker.code')\n", ["worker.code"]),
-        ("from app.runs import reaper\nimport workers\n", []),
-    ],
-)
-def test_the_rule_sees_every_form_of_import(source: str, found: list[str]) -> None:
-    got = [m for _line, m in imports_in(source, "app") if _is_in(m, "worker")]
-    assert got == found
-
-
-def test_a_relative_import_is_resolved_against_its_package() -> None:
-    source = "from ..ops import ready\nfrom . import reaper\n"
-    got = [m for _line, m in imports_in(source, "app.runs")]
-    assert got == ["app.ops", "app.ops.ready", "app.runs", "app.runs.reaper"]
-
-
-def import_graph(package: str) -> dict[str, set[str]]:
-    """Module -> the modules of ``package`` it imports (at any depth in the file)."""
-    names = {_module_name(path): path for path in modules(package)}
-    graph: dict[str, set[str]] = {}
-    for name, path in names.items():
-        deps = set()
-        for _line, module in imported(path):
-            while module and module not in names:  # `from x import name`: the module x
-                module = module.rpartition(".")[0]
-            if module and module != name:
-                deps.add(module)
-        graph[name] = deps
-    return graph
-
-
-def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of the graph (its modules in order), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for dep in sorted(graph[node]):
-            if state.get(dep) == 1:
-                return [*path[path.index(dep) :], dep]
-            if dep not in state and (found := visit(dep)):
-                return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return None
-
-
-def test_the_notifications_package_has_no_import_cycle() -> None:
-    """Delivery used to run the trigger checks (delivery -> triggers -> service -> delivery);
-    now app.periodic runs them as two jobs (app/notifications/scheduled.py)."""
-    graph = import_graph("app")
-    notifications = {
-        name: {dep for dep in deps if dep.startswith("app.notifications")}
-        for name, deps in graph.items()
-        if name.startswith("app.notifications")
-    }
-    assert cycle_in(notifications) is None, " -> ".join(cycle_in(notifications) or [])
-
-
-def test_a_cycle_is_found_and_named() -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
-    assert cycle_in(graph) == ["a", "b", "c", "a"]
-    assert cycle_in({"a": {"b"}, "b": set()}) is None
 
 
 # --- the host agent changes data only through app's services ------------------------------

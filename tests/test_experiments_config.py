@@ -1,4 +1,4 @@
-"""The run config model (app/experiments/config.py): one typed model from the API to the
+"""The run config model (app/experiments/config/): one typed model from the API to the
 launcher, every default in it, the stored JSON unchanged by a round trip through it."""
 
 from __future__ import annotations
@@ -7,13 +7,8 @@ import dataclasses
 
 import pytest
 
-from app.experiments.config import (
-    ConfigInvalid,
-    RunConfig,
-    ScriptConfig,
-    run_config,
-    validate_config,
-)
+from app.experiments.config.model import RunConfig, ScriptConfig, run_config
+from app.experiments.config.validate import ConfigInvalid, validate_config
 from app.settings import get_settings
 from tests.factories import DEFAULT_LIMITS
 from torchyard.contract import RunSpec

@@ -20,7 +20,8 @@ from sqlalchemy import delete, select, update
 
 from app.auth.models import User
 from app.db import session_scope
-from app.experiments.config import validate_config, with_seed
+from app.experiments.config.model import with_seed
+from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.panel import gpu_panel

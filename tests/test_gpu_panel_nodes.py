@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from app.db import session_scope
-from app.experiments.config import validate_config, with_seed
+from app.experiments.config.model import with_seed
+from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
 from app.gpus.panel import gpu_panel
 from app.gpus.schemas import GpuPanelOut

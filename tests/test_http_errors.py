@@ -21,7 +21,7 @@ from app.errors import (
     UnsupportedMedia,
     field_error,
 )
-from app.experiments.config import ConfigInvalid
+from app.experiments.config.validate import ConfigInvalid
 from app.http_errors import error_response, install_error_handlers, status_of
 
 

@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from app.metrics.overview import Points, extend, fit, merge
+from app.metrics.overview.points import Points, extend, fit, merge
 from app.mlflow.errors import MlflowError
 from app.mlflow.schemas import MetricIn, metric_points
 from app.strict_json import MAX_DEPTH, UnfitJSON, check_value, parse

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from torchyard.contract import rank_prefix
 from worker.launcher import LaunchSpec, NodeSpec, build_launch
 

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 from app.metrics.ingest import ingest_points, ingest_steps
 from app.metrics.models import Metric, MetricKey, MetricOverview
 from app.metrics.overlay import read_overlay
-from app.metrics.overview import MAX_BUCKETS, drop_overviews, read_overviews
+from app.metrics.overview.points import MAX_BUCKETS
+from app.metrics.overview.stored import drop_overviews, read_overviews
 from app.metrics.service import LiveRun, read_runs_series, read_series
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 from tests.factories import add_owned_run

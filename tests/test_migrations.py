@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session
 
 from app import migrate
 from app.auth.models import User
-from app.db import Base, make_engine
-from app.metrics.overview import read_overviews
+from app.db import make_engine
+from app.metrics.overview.stored import read_overviews
+from app.orm_base import Base
 from app.runs.models import Run
 from tests.databases import KINDS, own_database
 

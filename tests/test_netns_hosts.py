@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from app.cli import worker_argv
 from app.db import session_scope
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.gpus.models import WorkerHost
 from tests.conftest import BASE_DIR, BROKER_URL
 from tests.netns_hosts import NetnsHosts, ip, python_in, require_netns, sweep_stale

@@ -1,4 +1,4 @@
-"""app.metrics.overview_batch gives what the per-key ways give: every key's overview extended
+"""app.metrics.overview.batch gives what the per-key ways give: every key's overview extended
 in one pass against ``fit(merge(old, new))`` per key, and a batch's summary figures against
 plain min/max over its points (issue 29). Pure functions, no database."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.metrics.overview import Points, decode, encode, extend, fit, merge
-from app.metrics.overview_batch import Batch, Row, extend_kept
+from app.metrics.overview.batch import Batch, Row, extend_kept
+from app.metrics.overview.points import Points, decode, encode, extend, fit, merge
 
 
 def _series(rng: np.random.Generator, n: int) -> Points:

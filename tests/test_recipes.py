@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from tests.waits import wait_for
 from torchyard import job as jobmain
 from torchyard.recipes import digits_cnn, tiny_mlp

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.experiments.config import ConfigInvalid, validate_config
+from app.experiments.config.validate import ConfigInvalid, validate_config
 from app.experiments.requirements import (
     MAX_REQUIREMENTS,
     RequirementRefused,

@@ -59,7 +59,7 @@ DISTRIBUTED_VARS = (
 
 # --- the environment a job gets -----------------------------------------------------------
 # The worker's own variables never reach a job (worker.sandbox.job_environment), and a run's
-# config `env` may not set them (app.experiments.config.RunConfig): torchyard's own, the
+# config `env` may not set them (app.experiments.config.model.RunConfig): torchyard's own, the
 # database, the broker, the cloud credentials (the artifact store) and anything named like a
 # credential. They are the service's, not the member's whose code runs.
 SERVER_VARIABLE_PREFIXES = ("TORCHYARD_", "POSTGRES", "PG", "REDIS", "AWS_", "AZURE_", "GOOGLE_")
@@ -156,7 +156,7 @@ def rank_prefix(rank: int) -> str:
 @dataclass(frozen=True)
 class RunSpec:
     """What a run's config says about launching it, for code that takes no pydantic model.
-    Built by app.experiments.config.RunConfig.run_spec from the validated config: the
+    Built by app.experiments.config.model.RunConfig.run_spec from the validated config: the
     defaults live in that model alone, so this has none."""
 
     nodes: int  # hosts: one torchrun each (multi-node DDP), nproc processes and gpus GPUs on each

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from app.experiments.config import RunConfig
+from app.experiments.config.model import RunConfig
 from app.experiments.requirements import (
     MAX_REQUIREMENTS_FILE_BYTES,
     RequirementRefused,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from app.experiments.config import RunConfig, ScriptConfig
+from app.experiments.config.model import RunConfig, ScriptConfig
 from app.settings import get_settings
 from torchyard.contract import (
     CONFIG_VAR,

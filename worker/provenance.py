@@ -17,7 +17,7 @@ from typing import Any
 
 from app.cli.git_state import git_state
 from app.db import Session
-from app.experiments.config import ScriptConfig
+from app.experiments.config.model import ScriptConfig
 from app.runs import environment_record
 from app.runs.job_files import read_job_file, within
 from app.settings import get_settings

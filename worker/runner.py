@@ -21,7 +21,7 @@ from pathlib import Path
 from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
 from app.db import database_away, is_conflict, session_scope
-from app.experiments.config import ScriptConfig, run_config
+from app.experiments.config.model import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, touch_host, try_start

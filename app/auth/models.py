@@ -7,7 +7,7 @@ from sqlalchemy import Boolean, DateTime, ForeignKey, Index, String
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.orm_base import Base
 from app.timeutil import utcnow
 
 

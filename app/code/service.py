@@ -26,7 +26,7 @@ from app.code import store
 from app.code.models import CodeSnapshot
 from app.code.tarcheck import Contents
 from app.db import session_scope
-from app.experiments.config import ScriptConfig, run_config
+from app.experiments.config.model import ScriptConfig, run_config
 from app.experiments.models import Experiment
 from app.runs.models import Run
 from app.settings import get_settings

@@ -1,7 +1,7 @@
 """What a run asks of its hosts: how many, GPUs and processes on each, and the limits its job
 is held to.
 
-Part of the run config (app/experiments/config.py). The limits' defaults are the settings'
+Part of the run config (app/experiments/config/model.py). The limits' defaults are the settings'
 (``run_memory_gb``, ...): the stored config keeps the values a run got; worker/limits.py holds
 the job to them (docs/security.md, "Limits per run").
 """

@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.experiments.config import validate_config
+from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
 from app.experiments.schemas import BestChoice, ExperimentCreate, ExperimentOut, ExperimentPatch
 from app.runs.disk import disk_by_experiment

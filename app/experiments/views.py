@@ -16,7 +16,7 @@ from app.db import MAX_ID, SessionDep
 from app.errors import Invalid
 from app.experiments import service
 from app.experiments.best import best_of_experiments, experiment_metrics
-from app.experiments.config import RunConfig, ScriptConfig, run_config
+from app.experiments.config.model import RunConfig, ScriptConfig, run_config
 from app.experiments.held_keys import held_keys
 from app.experiments.models import Experiment
 from app.metrics.summary import listed_keys, run_summaries

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.orm_base import Base
 from app.timeutil import utcnow
 
 

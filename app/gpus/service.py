@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick
 from app.runs import lifecycle

@@ -182,8 +182,8 @@ def _after_insert(
     """The touched keys' overviews, then their summaries (a key whose summary has no step yet
     had no point before this batch); from the batch's own rows when all were stored."""
     # numpy: not in an idle process
-    from app.metrics.overview import update_overviews
-    from app.metrics.overview_batch import Batch
+    from app.metrics.overview.batch import Batch
+    from app.metrics.overview.stored import update_overviews
 
     batch = Batch(rows) if inserted == len(rows) else None
     update_overviews(session, key_ids=touched, batch=batch, lo=lo, hi=hi)

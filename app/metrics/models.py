@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.orm_base import Base
 
 
 class MetricKey(Base):
@@ -66,7 +66,7 @@ class MetricOverview(Base):
     """A series' overview, kept by ingest (app.metrics.overview) so that an overlay of many
     runs reads one row per series instead of its points: the series' first and last points
     and, per bucket of `width` steps (buckets aligned on multiples of `width`, a power of
-    two), its min and max points; at most overview.MAX_BUCKETS buckets hold points, so `data`
+    two), its min and max points; at most overview.points.MAX_BUCKETS buckets hold points, so `data`
     is at most ~49 KB. `data` is the points' steps (int64), values (float64, NaN for NULL)
     and wall times (float64), each array after the other, little-endian. Width 1: every
     point of the series is there."""

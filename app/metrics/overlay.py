@@ -1,5 +1,5 @@
 """The series of many runs for an overlay (GET /api/compare/metrics: compare, the experiment
-page's curves), read from their overviews (app/metrics/overview.py): one statement for every
+page's curves), read from their overviews (app/metrics/overview/): one statement for every
 run's series, no point read. That is the same work on a fresh server as on a warm one, where
 the live downsample (app.metrics.service.read_runs_series) reads each series' buckets from
 the points once per process (1-3 s for 100 runs x 2 keys x 10k points) before its cache
@@ -34,7 +34,8 @@ def read_overlay(
         raise ValueError(
             f"max_points must be at least {MIN_MAX_POINTS} (the two ends, one bucket's min and max)"
         )
-    from app.metrics import overview  # numpy: not in an idle process (tests/test_job_imports.py)
+    # numpy: not in an idle process (tests/test_job_imports.py)
+    from app.metrics.overview import points as overview
 
     if max_points > overview.MAX_VIEW_POINTS or not runs or not keys:
         return read_runs_series(

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from app.metrics.models import Metric, MetricKey
 
 if TYPE_CHECKING:
-    from app.metrics.overview_batch import Batch
+    from app.metrics.overview.batch import Batch
 
 LOSS_KEY = "train/loss"
 ACC_KEY = "val/acc"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.gpus.models import GpuLease
 from app.metrics.models import Metric, MetricKey
 from app.runs.models import Run

@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy import Enum as SAEnum
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.orm_base import Base
 from app.timeutil import utcnow
 
 

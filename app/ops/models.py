@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.orm_base import Base
 
 
 class OpsCounter(Base):

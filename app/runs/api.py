@@ -13,12 +13,12 @@ from app.auth.deps import CurrentUser, request_token
 from app.auth.service import token_refusal
 from app.db import SessionDep
 from app.errors import Invalid, NotFound
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.http_errors import error_responses
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import LaunchExperiment, OwnedExperiment, OwnedRun
-from app.runs import events, logs, service, work_dir
+from app.runs import events, logs, service
 from app.runs.job_files import FileRefused
 from app.runs.models import RunStatus
 from app.runs.out import run_outs
@@ -30,6 +30,7 @@ from app.runs.schemas import (
     RunOut,
     RunResume,
 )
+from app.runs.work_dir import serve as work_dir
 from app.settings import get_settings
 
 router = APIRouter(prefix="/api", tags=["runs"])

@@ -5,7 +5,7 @@ call into this module with the worker's session.
 Recording: each checkpoint line of the spool becomes one row, once per name (``record``; a
 replayed spool adds none).
 
-Retention: the policy (``config.checkpoints``, app.experiments.config.CheckpointRetention)
+Retention: the policy (``config.checkpoints``, app.experiments.config.model.CheckpointRetention)
 keeps the newest ``keep_last`` (by step), the ``keep_best`` best by ``metric`` (the metric's
 value at the checkpoint's step, or the last one before it), and ``final.pt`` always. A config
 from before the policy existed gets the default (latest two, plus the best one when a metric
@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import remove_stored
 from app.db import after_commit
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.metrics.models import Metric, MetricKey
 from app.runs.disk import active_readers
 from app.runs.job_files import FileRefused, remove_job_file

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.orm_base import Base
 from app.runs.status import RunStatus as RunStatus  # the status column's values
 from app.timeutil import utcnow
 

@@ -33,7 +33,7 @@ from sqlalchemy import ColumnElement, and_, delete, select, update
 from sqlalchemy.orm import Session
 
 from app.db import after_commit
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.gpus.models import WorkerHost
 from app.runs import lifecycle
 from app.runs.lifecycle import Standing

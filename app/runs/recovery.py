@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.experiments.config import ScriptConfig, run_config
+from app.experiments.config.model import ScriptConfig, run_config
 from app.gpus.leases import retake_leases
 from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import recompute_summaries
@@ -85,7 +85,7 @@ def requeue(session: Session, *, run: Run, reason: str) -> bool:
     )
     session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
     recompute_summaries(session, run_id=run.id)  # their last/max may have been among them
-    from app.metrics.overview import drop_overviews  # numpy: not in an idle process
+    from app.metrics.overview.stored import drop_overviews  # numpy: not in an idle process
 
     drop_overviews(session, key_ids=list(session.scalars(keys)))  # an overview cannot shrink
     session.flush()

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from app.artifacts import StoredFile, open_uri
 from app.auth.models import User
 from app.errors import Conflict, Invalid, NotFound
-from app.experiments.config import deep_merge, run_config, validate_config, with_seed
+from app.experiments.config.model import deep_merge, run_config, with_seed
+from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
 from app.gpus.service import never_startable, queue_reasons
 from app.runs import lifecycle

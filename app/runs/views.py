@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from app.code.service import code_view
 from app.db import SessionDep
-from app.experiments.config import run_config
+from app.experiments.config.model import run_config
 from app.experiments.models import Experiment
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.db import MAX_ID
-from app.experiments.config import MAX_SEED
+from app.experiments.config.model import MAX_SEED
 from app.runs.schemas import RunOut
 from app.timeutil import UtcDateTime
 

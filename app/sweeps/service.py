@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.errors import Conflict, Invalid
-from app.experiments.config import deep_merge, validate_config, with_seed
+from app.experiments.config.model import deep_merge, with_seed
+from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
 from app.runs import lifecycle
 from app.runs.service import refuse_if_never_startable

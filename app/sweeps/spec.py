@@ -14,7 +14,8 @@ import math
 from typing import Any
 
 from app.errors import FieldError, field_error, location_text
-from app.experiments.config import ConfigInvalid, deep_merge, validate_config
+from app.experiments.config.model import deep_merge
+from app.experiments.config.validate import ConfigInvalid, validate_config
 from app.settings import get_settings
 from app.sweeps.schemas import ParameterSpec, SweepCreate
 from torchyard.recipes.catalog import METRIC_KEYS

@@ -4,7 +4,7 @@ Revision ID: 0024
 Revises: 0023
 Create Date: 2026-12-07 00:00:00
 
-One row per metric key (app/metrics/overview.py): the series' ends and its buckets' min and max
+One row per metric key (app/metrics/overview/): the series' ends and its buckets' min and max
 points, so a fresh server's overlay of 100 runs reads 200 rows instead of downsampling 2M
 points (issue 31). The series stored before are backfilled here, key by key in chunks, with
 the builder ingest uses (a series without an overview would still draw, read the live way, but
@@ -36,7 +36,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["key_id"], ["metric_keys.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("key_id"),
     )
-    from app.metrics.overview import build_overviews
+    from app.metrics.overview.stored import build_overviews
 
     conn = op.get_bind()
     last = 0

@@ -4,7 +4,7 @@ Revision ID: 0026
 Revises: 0025
 Create Date: 2026-12-09 00:00:00
 
-Every ingest batch rewrites each touched key's overview (app/metrics/overview.py), up to
+Every ingest batch rewrites each touched key's overview (app/metrics/overview/stored.py), up to
 1,024 buckets' minima and maxima: ~50 KB of float bytes a key. PostgreSQL's default storage
 for bytea (EXTENDED) runs each such value through pglz before TOASTing it, and random floats
 hardly compress: with twelve runs flooding, that compression was most of the database's CPU

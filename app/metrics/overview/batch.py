@@ -1,17 +1,17 @@
 """A batch of stored points as numpy columns, sorted by key and step, and the overviews of all
-its keys extended in one vectorized pass (app.metrics.overview's rules, its ``extend``).
+its keys extended in one vectorized pass (app.metrics.overview.points' rules, its ``extend``).
 
 Why: the normal batch (a forwarder's lines, an MLflow log-batch) appends a few steps to each
 of a handful of keys, and per key ``extend`` was ~20 numpy calls on tiny arrays, a decode and
 an encode: 10 keys were ~0.6 ms of a 1,000-point batch's ~7 ms, and grouping the rows per key
 another 0.3 ms (issue 29). Here the rows become columns once; every key's tail (its overview's
 last bucket and its new points) is bucketed in the same arrays, groups being (key, bucket)
-runs; each overview's bytes are spliced, as ``overview._appended`` does, never decoded. The
+runs; each overview's bytes are spliced, as ``points.appended`` does, never decoded. The
 summaries' figures (app.metrics.summary) come from the same columns.
 
 Only the keys whose new points all follow their overview's last step are done here (the
 caller takes the rest the general way), and a key whose extended overview would hold more
-than MAX_BUCKETS buckets (its width doubles) is left to ``overview.extend`` too.
+than MAX_BUCKETS buckets (its width doubles) is left to ``points.extend`` too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from operator import itemgetter
 import numpy as np
 import numpy.typing as npt
 
-from app.metrics.overview import MAX_BUCKETS, Points
+from app.metrics.overview.points import MAX_BUCKETS, Points, first_per_group, splice
 
 Row = tuple[int, int, float | None, float]  # key id, step, value (None: NULL), wall time
 Ints = npt.NDArray[np.int64]
@@ -94,7 +94,7 @@ def extend_kept(
         added = batch.ends[i] - batch.starts[i]
         if width == 1 and n + added <= MAX_BUCKETS:  # every point kept: splice, no bucketing
             a, b = batch.starts[i], batch.ends[i]
-            spliced = _spliced(data, n, n, batch.steps[a:b], batch.values[a:b], batch.times[a:b])
+            spliced = splice(data, n, n, batch.steps[a:b], batch.values[a:b], batch.times[a:b])
             done[key_id] = (1, spliced)
         elif width > 1:
             cut = int(np.searchsorted(old_steps, last // width * width))
@@ -108,7 +108,7 @@ def _extended(
     todo: list[tuple[int, int, bytes, int, int, int]], batch: Batch
 ) -> dict[int, tuple[int, bytes]]:
     """Each key's tail (the overview's points from `cut`, then the batch's) reduced to its
-    buckets' extremes, all keys in one pass; ``overview.extremes`` per key, with its first
+    buckets' extremes, all keys in one pass; ``points.extremes`` per key, with its first
     point kept only where the tail is the whole overview (cut == 0)."""
     steps: list[Ints] = []
     values: list[Floats] = []
@@ -140,7 +140,7 @@ def _extended(
     whole = np.array([t[4] == 0 for t in todo])
     keep = np.unique(
         np.concatenate(
-            (_first_per_group(is_min, group), _first_per_group(is_max, group), ends - 1)
+            (first_per_group(is_min, group), first_per_group(is_max, group), ends - 1)
             + ((begins[whole],) if whole.any() else ())
         )
     )
@@ -154,29 +154,8 @@ def _extended(
         prefix = np.frombuffer(data, dtype="<i8", count=cut) // width
         buckets = int(np.count_nonzero(prefix[1:] != prefix[:-1])) + (1 if cut else 0)
         if buckets + tail_buckets[j] > MAX_BUCKETS:
-            continue  # the width doubles: overview.extend refits it
+            continue  # the width doubles: points.extend refits it
         a, b = cuts[j], cuts[j + 1]
-        tail = _spliced(data, n, cut, kept_steps[a:b], kept_values[a:b], kept_times[a:b])
+        tail = splice(data, n, cut, kept_steps[a:b], kept_values[a:b], kept_times[a:b])
         done[key_id] = (width, tail)
     return done
-
-
-def _first_per_group(mask: npt.NDArray[np.bool_], group: npt.NDArray[np.int64]) -> Ints:
-    index = np.flatnonzero(mask)
-    of = group[index]
-    return index[np.concatenate(([True], of[1:] != of[:-1]))] if len(index) else index
-
-
-def _spliced(data: bytes, n: int, cut: int, steps: Ints, values: Floats, times: Floats) -> bytes:
-    """The encoded overview's (n points, app.metrics.overview.encode) first `cut` points, then
-    the given ones, encoded."""
-    return b"".join(
-        (
-            data[: 8 * cut],
-            steps.astype("<i8").tobytes(),
-            data[8 * n : 8 * n + 8 * cut],
-            values.astype("<f8").tobytes(),
-            data[16 * n : 16 * n + 8 * cut],
-            times.astype("<f8").tobytes(),
-        )
-    )

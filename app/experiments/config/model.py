@@ -1,21 +1,13 @@
-"""The run config: one pydantic model from the API to the launcher, every default here.
-
-The recipe catalog (torchyard.recipes.catalog, stdlib only) declares each recipe's params; this
-module turns it into pydantic models, one per recipe, joined by a discriminated union on
-`recipe`, so an error points at the exact field: `config.digits_cnn.params.lr`.
-
-The API validates a config (``validate_config``) and stores its JSON (``RunConfig.stored``);
-whoever reads a stored one back (the scheduler, the worker, retention) gets the typed model
-from ``run_config``, never a dict read with ``.get(key, default)``. The job's side, which
-imports no pydantic, gets what it needs as torchyard.contract.RunSpec (``RunConfig.run_spec``)
-or as the stored JSON itself.
+"""The run config's models: one pydantic model per recipe (from the catalog) and the script's,
+joined by a discriminated union on `recipe`, every default here; ``run_config`` gives a
+stored config's typed model back (app.experiments.config says why).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -30,17 +22,11 @@ from pydantic import (
     model_validator,
 )
 
-from app.errors import FieldError, Invalid, field_error
 from app.experiments.environment import Environment
-from app.experiments.requirements import RequirementRefused, check_requirements_file
 from app.experiments.resources import Resources
-from app.experiments.workspace import MAX_DIFF_BYTES, ScriptPathError, resolve_script
-from app.settings import get_settings
+from app.experiments.workspace import MAX_DIFF_BYTES
 from torchyard.contract import WORKER_SET_VARS, RunSpec, is_loader_variable, is_server_variable
 from torchyard.recipes.catalog import RECIPES, Param, Recipe
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
 
 MAX_SEED = 2**32 - 1
 
@@ -168,7 +154,7 @@ def _recipe_config_model(recipe: Recipe) -> type[RunConfig]:
     )
 
 
-RECIPE_CONFIG_MODELS: dict[str, type[RunConfig]] = {
+RECIPECONFIG_MODELS: dict[str, type[RunConfig]] = {
     name: _recipe_config_model(recipe) for name, recipe in RECIPES.items()
 }
 
@@ -252,10 +238,10 @@ def _config_tag(value: Any) -> str | None:
     return getattr(value, "recipe", None)
 
 
-_CONFIG_MODELS: dict[str, type[RunConfig]] = {**RECIPE_CONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
+CONFIG_MODELS: dict[str, type[RunConfig]] = {**RECIPECONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
 
 ExperimentConfig: Any = Annotated[
-    Union[tuple(Annotated[m, Tag(n)] for n, m in _CONFIG_MODELS.items())],  # noqa: UP007
+    Union[tuple(Annotated[m, Tag(n)] for n, m in CONFIG_MODELS.items())],  # noqa: UP007
     Discriminator(
         _config_tag,
         custom_error_type="unknown_recipe",
@@ -266,49 +252,7 @@ ExperimentConfig: Any = Annotated[
     ),
 ]
 
-_adapter: TypeAdapter[Any] = TypeAdapter(ExperimentConfig)
-
-
-class ConfigInvalid(Invalid):
-    """Config errors, with locations under the caller's prefix: a 422 like any Invalid
-    (app.http_errors), so a service lets it through; the sweeps catch it to say it their way."""
-
-
-def validate_config(
-    raw: Any, *, loc_prefix: tuple[str | int, ...], session: Session | None = None
-) -> dict[str, Any]:
-    """Return the complete config (defaults filled in) as plain JSON, or raise ConfigInvalid.
-
-    A script must also be a .py file inside this server's workspace (app.experiments.workspace), or,
-    with ``code``, a file of that stored snapshot (looked up in ``session``)."""
-    if isinstance(raw, dict) and SCRIPT_TAG in raw and "recipe" in raw:
-        raise ConfigInvalid(
-            [
-                field_error(
-                    [*loc_prefix, "script"],
-                    "give either a recipe or a script, not both",
-                    raw[SCRIPT_TAG],
-                    kind="recipe_and_script",
-                )
-            ]
-        )
-    try:
-        model: RunConfig = _adapter.validate_python(raw)
-    except ValidationError as exc:
-        raise ConfigInvalid(
-            [_error(e, loc_prefix) for e in exc.errors(include_url=False)]
-        ) from None
-    if isinstance(model, ScriptConfig):
-        try:
-            if model.code is None:
-                resolve_script(get_settings().workspace_dir, model.script)
-            else:
-                _check_code(model, session, loc_prefix)
-        except ScriptPathError as exc:
-            raise ConfigInvalid(
-                [field_error([*loc_prefix, SCRIPT_TAG], str(exc), model.script, kind="script_path")]
-            ) from None
-    return model.stored()
+CONFIG_ADAPTER: TypeAdapter[Any] = TypeAdapter(ExperimentConfig)
 
 
 def run_config(stored: Mapping[str, Any]) -> RunConfig:
@@ -320,53 +264,11 @@ def run_config(stored: Mapping[str, Any]) -> RunConfig:
     a page or the scheduler never fails on an old run; only a common part that is itself
     invalid raises (pydantic's ValidationError, a ValueError)."""
     try:
-        model: RunConfig = _adapter.validate_python(stored)
+        model: RunConfig = CONFIG_ADAPTER.validate_python(stored)
     except ValidationError:
         common = {k: v for k, v in stored.items() if k in RunConfig.model_fields}
         return RunConfig.model_validate(common)
     return model
-
-
-def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | int, ...]) -> None:
-    """The snapshot exists (422 naming ``code``), holds the script (ScriptPathError), and its
-    requirements.txt passes the config's rules (422 naming ``code``, the file and the line)."""
-    from app.code.scripts import script_in_snapshot
-    from app.code.service import use
-
-    assert model.code is not None
-    used = use(session, model.code) if session is not None else None
-    if used is None:
-        raise ConfigInvalid(
-            [
-                field_error(
-                    [*loc, "code"],
-                    f"no code snapshot {model.code} on this server: upload it with "
-                    "POST /api/code (torchyard submit --code DIR does) and use the digest "
-                    "it answers",
-                    model.code,
-                    kind="code_unknown",
-                )
-            ]
-        )
-    script_in_snapshot(model.script, used.files, model.code)
-    if used.requirements is not None:
-        try:
-            check_requirements_file(
-                used.requirements, source=f"requirements.txt in code snapshot {model.code}"
-            )
-        except RequirementRefused as exc:
-            raise ConfigInvalid(
-                [field_error([*loc, "code"], str(exc), model.code, kind="code_requirements")]
-            ) from None
-
-
-def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> FieldError:
-    loc = list(err["loc"])
-    if loc and loc[0] in _CONFIG_MODELS:
-        loc = loc[1:]  # the union's tag: the user wrote no such key
-    if err["type"] == "unknown_recipe":
-        loc = ["recipe"]
-    return field_error([*loc_prefix, *loc], err["msg"], err.get("input"), kind=err["type"])
 
 
 def with_seed(config: dict[str, Any]) -> dict[str, Any]:
