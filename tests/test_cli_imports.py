@@ -22,7 +22,7 @@ SERVER_STACK = {
 
 def test_the_client_cli_imports_neither_the_server_stack_nor_torch() -> None:
     loaded = loaded_top_level_modules(
-        "from app.cli import main\n"
+        "from torchyard.cli import main\n"
         "import contextlib, io\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert main(['--help']) == 0 and main(['submit', '--help']) == 0\n"

@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from app.cli.client import Api, ApiError, Unreachable
-from app.cli.watch import RunState, SseParser, exit_code_for
+from torchyard.cli.client import Api, ApiError, Unreachable
+from torchyard.cli.watch import RunState, SseParser, exit_code_for
 
 RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)
 GIVE_UP_SECONDS = 120.0  # unreachable this long in a row: report it instead of waiting on

@@ -24,9 +24,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from app.cli.client import Api, Unreachable
-from app.cli.common import CLIENT_PANEL, EXIT_INTERRUPTED, ServerOpt, TokenOpt, connect, err, out
-from app.cli.specs import SpecError, read_document
+from torchyard.cli.client import Api, Unreachable
+from torchyard.cli.common import (
+    CLIENT_PANEL,
+    EXIT_INTERRUPTED,
+    ServerOpt,
+    TokenOpt,
+    connect,
+    err,
+    out,
+)
+from torchyard.cli.specs import SpecError, read_document
 
 POLL_SECONDS = 2.0
 GIVE_UP_SECONDS = 120.0  # unreachable this long in a row: report it instead of waiting on

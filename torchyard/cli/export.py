@@ -20,8 +20,8 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client import Api, CliError
-from app.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, err
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, err
 
 PAGE = 1000
 RUN_COLUMNS = (

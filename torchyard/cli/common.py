@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from app.cli.client import Api, CliError
-from app.cli.config import ConfigError, config_path, load_config, resolve
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.config import ConfigError, config_path, load_config, resolve
 
 CLIENT_PANEL = "Runs (talk to a server over its REST API)"
 EXIT_INTERRUPTED = 130
@@ -39,7 +39,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def connect(server: str | None, token: str | None) -> Api:
-    """An Api for the server and token the precedence rules pick (see app.cli.config)."""
+    """An Api for the server and token the precedence rules pick (see torchyard.cli.config)."""
     try:
         config = load_config(config_path())
     except ConfigError as e:

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli.client import Api, CliError
-from app.cli.common import RunArg, ServerOpt, TokenOpt, connect, human_size, out
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import RunArg, ServerOpt, TokenOpt, connect, human_size, out
 
 EXIT_USAGE = 2
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="really delete (it cannot be undone)")]

@@ -16,8 +16,8 @@ from urllib.parse import quote
 import typer
 from rich.table import Table
 
-from app.cli.client import Api, ApiError, CliError
-from app.cli.common import CLIENT_PANEL, RunArg, ServerOpt, TokenOpt, connect, human_size, out
+from torchyard.cli.client import Api, ApiError, CliError
+from torchyard.cli.common import CLIENT_PANEL, RunArg, ServerOpt, TokenOpt, connect, human_size, out
 
 
 def list_files(api: Api, run_id: int) -> list[dict[str, Any]]:

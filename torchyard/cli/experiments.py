@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from app.cli.common import ServerOpt, TokenOpt, connect, out
-from app.cli.delete import ExperimentArg, experiments_app
+from torchyard.cli.common import ServerOpt, TokenOpt, connect, out
+from torchyard.cli.delete import ExperimentArg, experiments_app
 
 EXIT_USAGE = 2
 

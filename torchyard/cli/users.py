@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from app.cli.client import Api, CliError
-from app.cli.common import ServerOpt, TokenOpt, connect, out
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import ServerOpt, TokenOpt, connect, out
 
 USERS_PANEL = "Users (admins; talk to a server over its REST API)"
 

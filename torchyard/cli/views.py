@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from app.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, out
+from torchyard.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, out
 
 views_app = typer.Typer(
     name="views", help="Saved views of the experiment pages: list, delete.", no_args_is_help=True

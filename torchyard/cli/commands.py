@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client import Api, ApiError, CliError
-from app.cli.code_upload import ship
-from app.cli.common import (
+from torchyard.cli.client import Api, ApiError, CliError
+from torchyard.cli.code_upload import ship
+from torchyard.cli.common import (
     CLIENT_PANEL,
     EXIT_INTERRUPTED,
     RunArg,
@@ -21,9 +21,9 @@ from app.cli.common import (
     find_checkpoint,
     out,
 )
-from app.cli.config import Target, config_path, load_config, resolve, save_config
-from app.cli.follow import follow as follow_run
-from app.cli.specs import apply_sets, read_spec
+from torchyard.cli.config import Target, config_path, load_config, resolve, save_config
+from torchyard.cli.follow import follow as follow_run
+from torchyard.cli.specs import apply_sets, read_spec
 
 FOLLOW_HELP = "show progress until the run ends; exit 0 succeeded, 1 failed, 3 cancelled"
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help=FOLLOW_HELP)]

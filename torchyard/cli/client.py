@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from app.cli.config import Target
+from torchyard.cli.config import Target
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 REASONS = {403: "forbidden", 404: "not found", 409: "conflict", 422: "invalid request"}

@@ -4,7 +4,7 @@ The config then carries `code` (the snapshot's `sha256:` digest, which the scrip
 relative to) and `code_origin` (the client's git commit, branch, remote and uncommitted diff:
 what the server records as the run's git state, since the server's own workspace has nothing
 to do with this code). The git state is read with the function the worker uses for a
-workspace script (app.cli.git_state), so a run's record looks the same whether its code came
+workspace script (torchyard.git_state), so a run's record looks the same whether its code came
 from the workspace or from a laptop.
 """
 
@@ -23,10 +23,10 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from app.cli.client import Api, ApiError, CliError
-from app.cli.common import human_size
-from app.cli.git_state import git_state
-from app.cli.pack import Packed, PackError, PackLimits, pack
+from torchyard.cli.client import Api, ApiError, CliError
+from torchyard.cli.common import human_size
+from torchyard.cli.pack import Packed, PackError, PackLimits, pack
+from torchyard.git_state import git_state
 
 PROGRESS_FROM_BYTES = 1024 * 1024  # smaller uploads finish before a bar would help
 SHOWN_LEFT_OUT = 10

@@ -14,8 +14,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
-from app.cli.client import Api, CliError
-from app.cli.common import (
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import (
     CLIENT_PANEL,
     EXIT_INTERRUPTED,
     RunArg,
@@ -28,8 +28,8 @@ from app.cli.common import (
     no_checkpoints,
     out,
 )
-from app.cli.run_files import fetch_to, file_url, list_files, newest_checkpoint_file
-from app.cli.watch import FINISHED
+from torchyard.cli.run_files import fetch_to, file_url, list_files, newest_checkpoint_file
+from torchyard.cli.watch import FINISHED
 
 LOG_POLL_SECONDS = 0.5
 PROGRESS_FROM_BYTES = 1_000_000  # smaller downloads finish before a bar would help
