@@ -23,6 +23,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from torchyard.cli import endpoints as ep
 from torchyard.cli.client import Api, ApiError, CliError
 from torchyard.cli.common import human_size
 from torchyard.cli.pack import Packed, PackError, PackLimits, pack
@@ -87,7 +88,7 @@ def upload(api: Api, packed: Packed, console: Console) -> dict[str, Any]:
         body = _Counting(f, progress, task)
         files = {"file": ("code.tar.gz", body, "application/gzip")}
         try:
-            answer = api.post("/api/code", files=files)
+            answer = api.json(ep.CODE_UPLOAD(), files=files)
         except ApiError as e:
             if e.status == 413:
                 raise CliError(
