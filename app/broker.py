@@ -22,16 +22,20 @@ POLLING_INTERVAL = 0.05
 def make_celery() -> Celery:
     settings = get_settings()
     broker = settings.resolved_broker_url
+    # No `include`: the worker's entry point (worker/__main__.py) imports its task module
+    # before Celery starts, so the task functions are registered by the process that runs them.
+    app = Celery("torchyard", broker=broker)
     if broker.startswith("sqla+"):
-        settings.make_data_dir()
+        # The SQL broker's SQLite file lives in the data dir, made when the app first reads
+        # its configuration (a send, a connection, the worker's start), never at import:
+        # importing this module made ./torchyard-data wherever it ran, and a wheel built in
+        # that clone carried it (issue 38).
+        app.on_configure.connect(lambda **_: settings.make_data_dir(), weak=False)
         # The SQL transport polls, 1 s by default: most of a run's launch latency. Its channel
         # hands every transport option to create_engine, so polling_interval cannot go there.
         from kombu.transport import sqlalchemy as kombu_sqla
 
         kombu_sqla.Transport.polling_interval = POLLING_INTERVAL
-    # No `include`: the worker's entry point (worker/__main__.py) imports its task module
-    # before Celery starts, so the task functions are registered by the process that runs them.
-    app = Celery("torchyard", broker=broker)
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,

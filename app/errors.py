@@ -81,17 +81,6 @@ def field_error(
     return {"type": kind, "loc": list(loc), "msg": msg, "input": value}
 
 
-def location_text(loc: Sequence[str | int]) -> str:
-    """The one way a field error's location is written for a person: its parts joined by
-    dots, less the leading ``body`` (the user wrote the body's fields, not the word), so
-    ``["body", "metrics", 0, "value"]`` reads ``metrics.0.value``; '' for the body itself.
-    The CLI, MLflow's messages, the forms and the sweep checks all show it this way."""
-    parts = list(loc)
-    if parts and parts[0] == "body":
-        parts = parts[1:]
-    return ".".join(str(part) for part in parts)
-
-
 class Invalid(DomainError):
     """Values refused, each named by a field error; `detail` joins their messages into one
     sentence for the places that show a single line (an HTML form's banner)."""

@@ -101,7 +101,7 @@ def create_app() -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(RequestTimer)
     # X-Forwarded-For only from the configured proxies; uvicorn's own proxy handling is off
-    # (app/cli/server.py), since it trusts 127.0.0.1 by default. Outermost: every layer and
+    # (torchyard/cli/server.py), since it trusts 127.0.0.1 by default. Outermost: every layer and
     # the login throttle see the forwarded client.
     if get_settings().trusted_proxies:
         app.add_middleware(

@@ -58,12 +58,12 @@ def main() -> None:
 
     import httpx
 
-    from app.cli import server_argv
     from app.db import session_scope
     from app.prestart import prestart
     from app.runs.models import Run
     from bench.ui_overlay import seed
     from tests.stack import free_port, start_logged, stop_process, wait_healthy
+    from torchyard.compose.processes import server_argv
 
     prestart()
     t0 = time.perf_counter()

@@ -411,8 +411,8 @@ def running_stack(
     so do their jobs (PYTHONPATH: an editable install may point at another checkout); the
     operator's TORCHYARD_JOB_UID_BASE is kept, every other TORCHYARD_ variable is the
     bench's own."""
-    from app.cli import server_argv, worker_argv
     from tests.stack import REPO, free_port, start_logged, stop_process, wait_healthy
+    from torchyard.compose.processes import server_argv, worker_argv
 
     data_dir = Path(tempfile.mkdtemp(prefix=f"torchyard-bench-{kind}-{name}-"))
     workspace = data_dir / "workspace"

@@ -36,9 +36,9 @@ import httpx  # noqa: E402
 import orjson  # noqa: E402
 
 import tests.own_server  # noqa: E402
-from app.cli.server import PACKAGE_ROOT  # noqa: E402
 from tests.own_server import OwnServer, own_server  # noqa: E402
 from tests.stack import start_logged, stop_process  # noqa: E402
+from torchyard.compose.processes import PACKAGE_ROOT  # noqa: E402
 
 BATCH = 1000
 M = "/api/2.0/mlflow"

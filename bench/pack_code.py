@@ -1,4 +1,4 @@
-"""Packing a checkout for `torchyard submit --code`: how long app.cli.pack takes.
+"""Packing a checkout for `torchyard submit --code`: how long torchyard.cli.pack takes.
 
 A git checkout of --files small source files (50 lines each) in folders of 100, plus one
 --big-mb file of random bytes (a data file a user did not ignore; incompressible, so gzip's
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.cli.pack import pack  # noqa: E402
+from torchyard.cli.pack import pack  # noqa: E402
 
 
 def main() -> None:

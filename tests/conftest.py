@@ -92,6 +92,8 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_filter_tokens",  # the filter languages' one tokenizer
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
         "test_cli_export",  # `torchyard export` (GET /api/runs and metrics: their own tests)
+        "test_packaging",  # the wheel and its base install (its own SQLite server)
+        "test_cli_contract",  # the CLI's endpoints against the app's OpenAPI document
         "test_cli_imports",  # what the client CLI imports
         "test_cli_pack",  # packing a code folder, against a stand-in server
         "test_cli_run_files",  # `torchyard files`, download's fallback (the files API: its own)

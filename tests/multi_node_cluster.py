@@ -38,7 +38,6 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.gpus.models import GpuLease
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, WORKSPACE_DIR, processes_in, wait_for_status
@@ -52,6 +51,7 @@ from tests.stack import (
     wait_healthy,
 )
 from tests.waits import wait_for
+from torchyard.compose.processes import server_argv, worker_argv
 
 ROOT = BASE_DIR / "multi-node"
 SCRIPT = Path(__file__).parent / "workspace_scripts" / "ddp_multi_node.py"

@@ -187,9 +187,9 @@ class NetnsHosts:
             TORCHYARD_DATABASE_URL=self.reach(os.environ["TORCHYARD_DATABASE_URL"]),
             TORCHYARD_BROKER_URL=self.reach(broker_url),
             PYTHONUNBUFFERED="1",
-            # This checkout's code: `python -P -m worker` (app.cli.worker_argv) leaves the
-            # working directory off sys.path, so without it a git worktree's worker would run
-            # the package the editable install points at (another checkout).
+            # This checkout's code: `python -P -m worker` (compose.processes.worker_argv)
+            # leaves the working directory off sys.path, so without it a git worktree's worker
+            # would run the package the editable install points at (another checkout).
             PYTHONPATH=str(REPO),
             **extra,
         )

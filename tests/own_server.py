@@ -17,10 +17,10 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.auth.service import create_user, issue_token
-from app.cli.server import server_argv
 from app.db import make_engine
 from tests.databases import sqlite_at_head
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from torchyard.compose.processes import server_argv
 
 
 class OwnServer:

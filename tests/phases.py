@@ -85,6 +85,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_resume",
         "test_system_metrics",
         "test_wheel",  # builds and installs the wheel in a venv: minutes of margin
+        "test_packaging",  # a wheel of a used clone, its base install (uv), every import
     }
 )
 

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.gpus.models import WorkerHost
 from app.timeutil import as_utc, utcnow
 from tests.waits import wait_for
+from torchyard.compose.processes import server_argv, worker_argv
 
 REPO = Path(__file__).resolve().parent.parent
 

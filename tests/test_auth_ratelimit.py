@@ -217,6 +217,6 @@ def test_x_forwarded_for_from_a_configured_proxy_names_the_client(
 
 
 def test_the_server_command_leaves_forwarded_headers_to_the_app() -> None:
-    from app.cli import server_argv
+    from torchyard.compose.processes import server_argv
 
     assert "--no-proxy-headers" in server_argv("127.0.0.1", 8000)

@@ -30,12 +30,12 @@ import pytest
 import redis
 from sqlalchemy import create_engine
 
-from app.cli import server_argv, worker_argv
 from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, WORKSPACE_DIR
 from tests.databases import POSTGRES_URL, own_database, user_with_token
 from tests.stack import REPO, free_port, purge_broker, start_logged, stop_process
 from tests.test_api_shutdown import Viewer
 from tests.waits import wait_for
+from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 

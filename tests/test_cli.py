@@ -17,9 +17,11 @@ import pytest
 import torch
 from rich.console import Console
 
-from app.cli import main
-from app.cli.client import Api, describe_detail
-from app.cli.config import (
+from tests.conftest import wait_for_status
+from tests.stack import REPO, LiveStack, free_port
+from torchyard.cli import main
+from torchyard.cli.client import Api, describe_detail
+from torchyard.cli.config import (
     DEFAULT_SERVER,
     CliConfig,
     ConfigError,
@@ -29,11 +31,9 @@ from app.cli.config import (
     resolve,
     save_config,
 )
-from app.cli.follow import follow
-from app.cli.specs import SpecError, apply_sets, parse_value, read_spec
-from app.cli.watch import RunState, SseEvent, SseParser
-from tests.conftest import wait_for_status
-from tests.stack import REPO, LiveStack, free_port
+from torchyard.cli.follow import follow
+from torchyard.cli.specs import SpecError, apply_sets, parse_value, read_spec
+from torchyard.cli.watch import RunState, SseEvent, SseParser
 
 # --- config file and precedence ---------------------------------------------------------
 
@@ -202,7 +202,7 @@ def _sse(*events: tuple[str, dict]) -> bytes:
 
 
 def test_follow_reconnects_where_a_dropped_stream_stopped(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("app.cli.follow.RETRY_SECONDS", (0.0,))
+    monkeypatch.setattr("torchyard.cli.follow.RETRY_SECONDS", (0.0,))
     run = {"id": 7, "status": "running", "config": {"params": {"epochs": 2}}, "error": None}
     stream_params: list[dict[str, str]] = []
 
@@ -226,7 +226,7 @@ def test_follow_reconnects_where_a_dropped_stream_stopped(monkeypatch) -> None: 
 
 
 def test_follow_polls_the_run_when_the_server_cannot_stream(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("app.cli.follow.POLL_SECONDS", 0.0)
+    monkeypatch.setattr("torchyard.cli.follow.POLL_SECONDS", 0.0)
     run = {"id": 8, "status": "running", "config": {"params": {"epochs": 1}}, "error": None}
     seen: list[str] = []
 
@@ -323,7 +323,7 @@ class Cli:
         self, *args: str, stdin: str | None = None, cwd: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "app.cli", *args],
+            [sys.executable, "-m", "torchyard.cli", *args],
             cwd=cwd or REPO,
             env=self.env,
             input=stdin,

@@ -1,4 +1,4 @@
-"""`torchyard experiments edit` (app/cli/experiments.py) as a subprocess against the suite's
+"""`torchyard experiments edit` (torchyard/cli/experiments.py) as a subprocess against the suite's
 live server: the admin's CLI sets an experiment's own best metric, clears it, and a member's
 try on someone else's experiment is the server's refusal in one line."""
 

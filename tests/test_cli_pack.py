@@ -1,5 +1,5 @@
-"""Packing a code directory (app/cli/pack.py) and shipping it (app/cli/code_upload.py): a real
-git checkout in tmp_path, the tar read back with tarfile, the upload through the client's own
+"""Packing a code directory (torchyard/cli/pack.py) and shipping it (torchyard/cli/code_upload.py):
+a real git checkout in tmp_path, the tar read back with tarfile, the upload through the client's own
 Api against a stand-in for `POST /api/code` that answers per the design's contract."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import pytest
 import typer
 from rich.console import Console
 
-from app.cli.client import Api, CliError
-from app.cli.code_upload import code_origin, ship
-from app.cli.commands import _code_dir
-from app.cli.config import Target
-from app.cli.git_state import strip_credentials
-from app.cli.pack import PackError, PackLimits, pack
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.code_upload import code_origin, ship
+from torchyard.cli.commands import _code_dir
+from torchyard.cli.config import Target
+from torchyard.cli.pack import PackError, PackLimits, pack
+from torchyard.git_state import strip_credentials
 
 
 def git(repo: Path, *args: str) -> str:

@@ -1,5 +1,5 @@
 """`torchyard up`: one command starts the server and a worker, Ctrl-C stops both; a child that
-dies is started again while the other keeps serving (app/cli/supervisor.py)."""
+dies is started again while the other keeps serving (torchyard/compose/supervisor.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         [
             sys.executable,
             "-m",
-            "app.cli",
+            "torchyard.cli",
             "up",
             "--data-dir",
             str(tmp_path / "data"),
@@ -91,7 +91,8 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         for name in ("torchyard.db", "broker.db"):
             assert (tmp_path / "data" / name).stat().st_mode & 0o777 == 0o600, name
         # uvicorn, the worker and, SPARE_AFTER_SECONDS after uvicorn, its spare
-        # (app/cli/standby.py): on a quiet box the login above answers before the spare starts.
+        # (torchyard/compose/standby.py): on a quiet box the login above answers before the
+        # spare starts.
         deadline = time.monotonic() + 60
         while len(children := _children(proc.pid)) < 3:
             assert time.monotonic() < deadline, children
@@ -127,7 +128,7 @@ def _start_up(tmp_path: Path, port: int) -> tuple[subprocess.Popen[str], str]:
     """`torchyard up` in a fresh data dir; returns it once it says "Ctrl-C", and the password."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "up", "--port", str(port)]
+        [sys.executable, "-m", "torchyard.cli", "up", "--port", str(port)]
         + ["--data-dir", str(tmp_path / "data")],
         cwd=REPO,
         env=env,
@@ -238,8 +239,8 @@ def test_a_killed_worker_is_started_again_and_the_ui_answers_throughout(tmp_path
 
 
 def serving_pid(up_pid: int, port: int) -> int:
-    """The child of `up` that listens on the port: the server. Its spare (app/cli/standby.py)
-    has the same arguments but listens only once told to serve."""
+    """The child of `up` that listens on the port: the server. Its spare
+    (torchyard/compose/standby.py) has the same arguments but listens only once told to serve."""
 
     def listening() -> int | None:
         inodes = set()

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli.server import server_argv
 from tests.stack import REPO, LiveStack, free_port, start_logged, stop_process, wait_healthy
+from torchyard.compose.processes import server_argv
 
 TORCHYARD = Path(sys.executable).parent / "torchyard"  # the installed console script
 PASSWORD_LINE = re.compile(r"(?:initial|new) password: (\S+)")

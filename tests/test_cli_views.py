@@ -1,4 +1,4 @@
-"""`torchyard views list|delete` (app/cli/views.py) as a subprocess against the suite's live
+"""`torchyard views list|delete` (torchyard/cli/views.py) as a subprocess against the suite's live
 server: the admin's CLI lists its own and the shared views with the URL that opens each, never
 a member's private one, and deletes what it may."""
 

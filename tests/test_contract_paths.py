@@ -18,8 +18,10 @@ RUN_FILE_NAMES = (
 RULES = {
     # RunPaths (torchyard/contract.py) names every file of a run directory.
     "torchyard/contract.py": re.compile(rf"/\s*({RUN_FILE_NAMES})\b|f\"\{{({RUN_FILE_NAMES})\}}/"),
-    # app/runs/job_files.py: within() is the containment test, open_in the link-free walk.
-    "app/runs/job_files.py": re.compile(r"\.is_relative_to\(|O_NOFOLLOW\s*\|\s*os\.O_NONBLOCK"),
+    # torchyard/paths.py: within() is the containment test (the client CLI's too).
+    "torchyard/paths.py": re.compile(r"\.is_relative_to\("),
+    # app/runs/job_files.py: open_in, the link-free walk.
+    "app/runs/job_files.py": re.compile(r"O_NOFOLLOW\s*\|\s*os\.O_NONBLOCK"),
 }
 
 

@@ -21,13 +21,13 @@ import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session
 
-from app.cli import server_argv
 from app.runs import lifecycle
 from app.runs.models import RunStatus
 from app.timeutil import utcnow
 from tests.databases import POSTGRES_URL, own_database, user_with_token
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
+from torchyard.compose.processes import server_argv
 
 pytestmark = pytest.mark.slow
 

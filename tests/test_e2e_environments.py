@@ -266,7 +266,7 @@ def test_the_build_is_a_phase_of_its_own_in_the_api_and_submit_follow(
         f"  environment:\n    requirements: ['{PHASE_PACKAGE}']\n"
     )
     follow = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "submit", "spec.yaml", "--follow"],
+        [sys.executable, "-m", "torchyard.cli", "submit", "spec.yaml", "--follow"],
         cwd=tmp_path,
         env=cli_here.env,
         stdout=subprocess.PIPE,

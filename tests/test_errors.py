@@ -3,7 +3,8 @@ for a person (the CLI, MLflow's messages, the forms and the sweep checks all use
 
 from __future__ import annotations
 
-from app.errors import field_error, location_text
+from app.errors import field_error
+from torchyard.field_location import location_text
 
 
 def test_a_location_reads_as_dotted_parts_without_the_leading_body() -> None:

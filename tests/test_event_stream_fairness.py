@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import select, update
 
 from app.auth.models import User
-from app.cli import server_argv
 from app.db import session_scope
 from app.runs.events import KEY_WINDOW
 from app.runs.models import Run
@@ -24,6 +23,7 @@ from tests.conftest import make_user
 from tests.factories import add_metric_keys, add_run
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
+from torchyard.compose.processes import server_argv
 
 KEYS = 100_000
 STREAM_LIMIT = 6

@@ -19,7 +19,6 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.gpus.models import GpuLease
 from app.timeutil import as_utc
@@ -34,6 +33,7 @@ from tests.stack import (
     wait_for_hosts,
     wait_healthy,
 )
+from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 

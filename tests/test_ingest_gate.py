@@ -23,11 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import server_argv, worker_argv
 from tests.conftest import BASE_DIR, DATABASE_URL
 from tests.databases import own_database, user_with_token
 from tests.stack import REPO, free_port, purge_broker, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
+from torchyard.compose.processes import server_argv, worker_argv
 from worker.ingest_gate import IngestGate, NoTurn, Turn
 
 

@@ -21,7 +21,6 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from app.cli import server_argv, worker_argv
 from app.gpus.models import GpuLease
 from tests.code_archives import tar_gz
 from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, processes_in
@@ -29,6 +28,7 @@ from tests.databases import own_database, user_with_token
 from tests.factories import spooled_points
 from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
 from tests.waits import holds_for, wait_for
+from torchyard.compose.processes import server_argv, worker_argv
 from worker.file_lock import flock
 from worker.snapshots import LOCKS, Snapshots
 

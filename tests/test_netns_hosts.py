@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.cli import worker_argv
 from app.db import session_scope
 from app.experiments.config.model import run_config
 from app.gpus.models import WorkerHost
 from tests.conftest import BASE_DIR, BROKER_URL
 from tests.netns_hosts import NetnsHosts, ip, python_in, require_netns, sweep_stale
 from tests.stack import purge_broker, wait_for_hosts
+from torchyard.compose.processes import worker_argv
 from worker.launcher import LaunchSpec, NodeSpec, build_launch
 
 pytestmark = pytest.mark.slow

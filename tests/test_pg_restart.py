@@ -15,11 +15,11 @@ import time
 import httpx
 import pytest
 
-from app.cli import server_argv, worker_argv
 from tests.conftest import BASE_DIR
 from tests.databases import POSTGRES_URL, own_database, user_with_token
 from tests.factories import spooled_points
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 

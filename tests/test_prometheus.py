@@ -14,12 +14,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.cli.server import server_argv
 from app.db import session_scope
 from app.metrics.ingest import ingest_points
 from tests.conftest import make_user
 from tests.factories import make_run
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from torchyard.compose.processes import server_argv
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -21,12 +21,12 @@ import pytest
 from celery import Celery
 from sqlalchemy import create_engine, text
 
-from app.cli import server_argv, worker_argv
 from app.timeutil import as_utc, utcnow
 from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL
 from tests.databases import own_database, user_with_token
 from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
+from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from sqlalchemy import make_url
 
-from app.cli.server import server_argv
 from tests.databases import own_database
 from tests.stack import free_port, start_logged, stop_process, wait_healthy
 from tests.tcp_proxy import TcpProxy
+from torchyard.compose.processes import server_argv
 
 pytestmark = pytest.mark.slow
 

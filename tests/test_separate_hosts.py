@@ -22,7 +22,6 @@ import pytest
 import torch
 from sqlalchemy import select
 
-from app.cli import server_argv, worker_argv
 from app.db import session_scope
 from app.runs.models import Checkpoint
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, WORKSPACE_DIR, wait_for_status
@@ -34,6 +33,7 @@ from tests.stack import (
     wait_for_hosts,
     wait_healthy,
 )
+from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 

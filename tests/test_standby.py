@@ -1,7 +1,7 @@
 """An upgrade's SIGTERM of the server under `torchyard up`, with 4 event streams open (issue 27):
 the process is gone within 5 s and the API answers again within 15 s, because `up` hands the
-port to its spare server, which did its imports ahead of time (app/cli/standby.py). A fresh
-server's imports alone took 25-45 s of wall time on a loaded box."""
+port to its spare server, which did its imports ahead of time (torchyard/compose/standby.py). A
+fresh server's imports alone took 25-45 s of wall time on a loaded box."""
 
 from __future__ import annotations
 

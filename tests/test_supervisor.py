@@ -1,6 +1,6 @@
-"""`up`'s supervisor (app/cli/supervisor.py) with real child processes: a restart hands over to
-the waiting spare, which then serves; a child that was asked to stop (SIGTERM, or exit 0) comes
-back at once, a killed one after the backoff; stopping ends the spare too."""
+"""`up`'s supervisor (torchyard/compose/supervisor.py) with real child processes: a restart hands
+over to the waiting spare, which then serves; a child that was asked to stop (SIGTERM, or exit 0)
+comes back at once, a killed one after the backoff; stopping ends the spare too."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.cli.supervisor import SPARE_AFTER_SECONDS, Child, on_exit, stop_all
 from tests.waits import wait_for
+from torchyard.compose.supervisor import SPARE_AFTER_SECONDS, Child, on_exit, stop_all
 
 # What the spare does once told to serve: says so in a file, then runs until stopped.
 SPARE = """

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,8 @@ import httpx
 import pytest
 
 from app.api_docs import OPENAPI_URL
-from tests.stack import REPO, free_port
+from tests.stack import free_port
+from tests.wheel_build import build_wheel, copy_checkout
 
 # The installed server always runs on its embedded defaults (the TORCHYARD_* settings of the
 # test run are not passed on): the PostgreSQL + Redis pass leaves this module out
@@ -45,23 +44,9 @@ def _run(argv: list[str | Path], cwd: Path, timeout: float = 600) -> str:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`pip wheel` of a copy of what pyproject.toml packages (the symlinked templates too)."""
-    src = tmp_path_factory.mktemp("src")
-    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    roots = {pattern.rstrip("*") for pattern in find["find"]["include"]} | {"templates"}
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for root in roots:
-        shutil.copytree(REPO / root, src / root, symlinks=True, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    out = tmp_path_factory.mktemp("dist")
-    _run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-        + ["-w", out, src],
-        cwd=src,
-    )
-    (built,) = out.glob("torchyard-*.whl")
-    return built
+    """`pip wheel` of a copy of the checkout (the symlinked templates too)."""
+    src = copy_checkout(tmp_path_factory.mktemp("checkout") / "src")
+    return build_wheel(src, tmp_path_factory.mktemp("dist"))
 
 
 # pip install --no-compile: byte-compiling torch's files at install time was most of a slow

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.git_state import git_state
 from app.experiments.workspace import ScriptPathError, resolve_script
+from torchyard.git_state import git_state
 from worker.workspace import prepare_work_dir, script_argv
 
 

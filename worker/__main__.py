@@ -1,5 +1,6 @@
 """`python -P -m worker ARGS`: Celery's command line on torchyard's app (`torchyard up` and
-`torchyard worker` start the worker this way: app/cli starts it as a process, never imports it).
+`torchyard worker` start the worker this way: the CLI and the composition root, torchyard.compose,
+start it as a process, never import it).
 
 Not `python -m celery -A app.broker`: Celery imports the -A module and the task modules with the
 current directory first on sys.path, so a `worker.py` or `app/` of the user's own in the folder

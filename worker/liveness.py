@@ -4,8 +4,8 @@ The reaper's decision is the server's, over the database (app.runs.recovery); th
 needs the run's files and the keeper's records: before a lost run is failed or requeued,
 whatever its job left in the spool is moved to the database when the run directory is on this
 machine's disk (the worker of that host after a restart, or the API of a one-box deployment,
-worker/api.py), so every point that reached the file is kept. ``HostJobs`` is handed to the
-reaper with ``app.runs.reaper.use_local_jobs``.
+torchyard/compose/api.py), so every point that reached the file is kept. ``HostJobs`` is handed
+to the reaper with ``app.runs.reaper.use_local_jobs``.
 """
 
 from __future__ import annotations

@@ -15,13 +15,13 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from app.cli.git_state import git_state
 from app.db import Session
 from app.experiments.config.model import ScriptConfig
 from app.runs import environment_record
 from app.runs.job_files import read_job_file, within
 from app.settings import get_settings
 from torchyard.contract import RunPaths
+from torchyard.git_state import git_state
 from worker import privileged_env
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def workspace_git(script: Path) -> dict[str, Any] | None:
 
 
 def client_git(config: ScriptConfig) -> dict[str, Any] | None:
-    """The client's git state from ``code_origin``, in the shape of app.cli.git_state.git_state
+    """The client's git state from ``code_origin``, in the shape of torchyard.git_state.git_state
     (None when the snapshot was packed outside a git checkout, or without one)."""
     origin = config.code_origin
     if origin is None or not origin.commit:

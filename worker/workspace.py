@@ -2,7 +2,7 @@
 
 Where a script may come from is the server's rule (app.experiments.workspace.resolve_script,
 checked by the API and again by the worker right before launch); the git state of a checkout
-is read with app.cli.git_state (the client's and the worker's alike).
+is read with torchyard.git_state (the client's and the worker's alike).
 """
 
 from __future__ import annotations

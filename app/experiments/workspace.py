@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from app.runs.job_files import within
+from torchyard.git_state import MAX_DIFF_BYTES as MAX_DIFF_BYTES  # the API checks, git_state cuts
 
 MAX_SCRIPT_PATH = 500
-# The most of a client's uncommitted diff a run records (the CLI cuts it there, the API checks).
-MAX_DIFF_BYTES = 512 * 1024
 
 
 class ScriptPathError(ValueError):

@@ -19,9 +19,10 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from app.errors import DomainError, TooMany, location_text
+from app.errors import DomainError, TooMany
 from app.http_errors import status_of
 from app.strict_json import PARSED
+from torchyard.field_location import location_text
 
 INVALID_PARAMETER_VALUE = "INVALID_PARAMETER_VALUE"
 RESOURCE_DOES_NOT_EXIST = "RESOURCE_DOES_NOT_EXIST"

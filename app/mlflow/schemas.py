@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.errors import field_error, location_text
+from app.errors import field_error
 from app.metrics.ingest import Point
 from app.mlflow.errors import invalid
 from app.runs.models import RunStatus
 from app.timeutil import as_utc
+from torchyard.field_location import location_text
 
 
 class Message(BaseModel):

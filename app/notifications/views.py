@@ -13,13 +13,14 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.db import SessionDep
-from app.errors import Invalid, location_text
+from app.errors import Invalid
 from app.notifications import service
 from app.notifications.channel_check import send_test
 from app.notifications.models import SUBSCRIBABLE
 from app.notifications.schemas import NotificationSettingsIn
 from app.pages import PageRoute, PageUser
 from app.templating import render
+from torchyard.field_location import location_text
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 

@@ -10,7 +10,7 @@ handler in front of the server's own for SIGTERM and SIGINT: it notes the reques
 the signal on. A stream that sees the note ends at once; its client reconnects with
 Last-Event-ID to the restarted server and misses nothing.
 
-The server's `--timeout-graceful-shutdown` (app/cli/server.py) is the backstop for any other
+The server's `--timeout-graceful-shutdown` (torchyard/cli/server.py) is the backstop for any other
 long response (a large download): cut after that many seconds.
 """
 

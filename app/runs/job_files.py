@@ -1,6 +1,7 @@
 """The one way torchyard opens a file a job wrote: its log, spool, TensorBoard event files,
 error records, environment record, checkpoints, the files it offers for download and the
-checkpoint a resumed run's sandbox binds; and the one test of "is this path under that root".
+checkpoint a resumed run's sandbox binds; and, from torchyard.paths, the one test of "is this
+path under that root".
 
 A run directory is written by someone's code, so every name in it is hostile: a symbolic
 link to the database, a named pipe in place of ``output.log`` (a plain ``open()`` of it
@@ -26,18 +27,14 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from torchyard.paths import within as within  # the one containment test, for app's modules
+
 
 class FileRefused(Exception):
     """A path that is not a run's regular file or folder; the message says why."""
 
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def within(path: Path, root: Path) -> bool:
-    """Whether ``path`` is ``root`` or below it, by its components (``/a/bc`` is not under
-    ``/a/b``). Lexical: the caller resolves both first when links may be on the way."""
-    return path == root or path.is_relative_to(root)
 
 
 def components(relative: str) -> list[str]:

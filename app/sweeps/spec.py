@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.errors import FieldError, field_error, location_text
+from app.errors import FieldError, field_error
 from app.experiments.config.model import deep_merge
 from app.experiments.config.validate import ConfigInvalid, validate_config
 from app.settings import get_settings
 from app.sweeps.schemas import ParameterSpec, SweepCreate
+from torchyard.field_location import location_text
 from torchyard.recipes.catalog import METRIC_KEYS
 
 # Not sweepable: they choose what runs, not how (a sweep compares one program's settings).

@@ -14,8 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from app.cli.client import Api, ApiError, Unreachable
-from app.cli.watch import RunState, SseParser, exit_code_for
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, ApiError, Unreachable
+from torchyard.cli.watch import RunState, SseParser, exit_code_for
 
 RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)
 GIVE_UP_SECONDS = 120.0  # unreachable this long in a row: report it instead of waiting on
@@ -74,7 +75,7 @@ class FollowView:
 def _current_log_size(api: Api, run_id: int) -> int:
     """Start the stream at the log's end: following shows progress, `logs` shows output."""
     try:
-        response = api.request("GET", f"/api/runs/{run_id}/logs", params={"tail": 1})
+        response = api.request(ep.RUN_LOGS(run_id=run_id), params={"tail": 1})
         return int(response.headers.get("X-Log-Size", 0))
     except (ApiError, Unreachable, ValueError):
         return 0
@@ -86,7 +87,7 @@ def _stream_once(api: Api, state: RunState, view: FollowView) -> int:
     headers = {"Accept": "text/event-stream"}
     seen = 0
     parser = SseParser()
-    with api.stream("GET", f"/api/runs/{state.run_id}/events", params=params, headers=headers) as r:
+    with api.stream(ep.RUN_EVENTS(run_id=state.run_id), params=params, headers=headers) as r:
         for line in r.iter_lines():
             event = parser.feed(line)
             if event is None:
@@ -101,15 +102,15 @@ def _poll_once(api: Api, state: RunState, view: FollowView) -> None:
     """The stream's information the slow way: status from the run, new metric points."""
     # From the key that is furthest behind; points a key already has are skipped on apply.
     params: dict[str, Any] = {"step_min": min(state.last_steps.values(), default=0)}
-    series = api.get(f"/api/runs/{state.run_id}/metrics", params=params).get("series", {})
+    series = api.json(ep.RUN_METRICS(run_id=state.run_id), params=params).get("series", {})
     state.apply_series(series)
-    state.apply_status(api.get(f"/api/runs/{state.run_id}"))
+    state.apply_status(api.json(ep.RUN(run_id=state.run_id)))
     view.update(state)
 
 
 def follow(api: Api, run_id: int, *, console: Console) -> int:
     """Show the run until it finishes; return its exit code (0/1/3)."""
-    state = RunState.from_run(api.get(f"/api/runs/{run_id}"))
+    state = RunState.from_run(api.json(ep.RUN(run_id=run_id)))
     state.log_offset = _current_log_size(api, run_id)
     streaming, stream_failures = True, 0
     down_since: float | None = None
@@ -137,7 +138,7 @@ def follow(api: Api, run_id: int, *, console: Console) -> int:
             if not state.finished:
                 pause = RETRY_SECONDS[min(stream_failures, len(RETRY_SECONDS) - 1)]
                 time.sleep(pause if streaming else POLL_SECONDS)
-    final = api.get(f"/api/runs/{run_id}")
+    final = api.json(ep.RUN(run_id=run_id))
     state.apply_status(final)
     return report_outcome(state, console)
 

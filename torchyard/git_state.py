@@ -4,8 +4,9 @@ but not committed.
 
 Read where the code is: by `torchyard submit --code DIR` on the user's machine (sent as the
 config's ``code_origin``), and by the worker for a script of the server's workspace
-(worker.provenance), so a run's record looks the same either way. Stdlib only: the client
-CLI runs without the server stack.
+(worker.provenance), so a run's record looks the same either way. Standard library only: the
+client CLI runs without the server stack. Shared by the client and the worker, so it is
+neither's: the base install's ``torchyard`` package holds it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from app.experiments.workspace import MAX_DIFF_BYTES
-
+# The most of a checkout's uncommitted diff a run records: cut here, checked by the API
+# (app.experiments.config).
+MAX_DIFF_BYTES = 512 * 1024
 MAX_UNTRACKED = 200
 GIT_TIMEOUT_SECONDS = 10.0
 

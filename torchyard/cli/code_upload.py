@@ -4,7 +4,7 @@ The config then carries `code` (the snapshot's `sha256:` digest, which the scrip
 relative to) and `code_origin` (the client's git commit, branch, remote and uncommitted diff:
 what the server records as the run's git state, since the server's own workspace has nothing
 to do with this code). The git state is read with the function the worker uses for a
-workspace script (app.cli.git_state), so a run's record looks the same whether its code came
+workspace script (torchyard.git_state), so a run's record looks the same whether its code came
 from the workspace or from a laptop.
 """
 
@@ -23,10 +23,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from app.cli.client import Api, ApiError, CliError
-from app.cli.common import human_size
-from app.cli.git_state import git_state
-from app.cli.pack import Packed, PackError, PackLimits, pack
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, ApiError, CliError
+from torchyard.cli.common import human_size
+from torchyard.cli.pack import Packed, PackError, PackLimits, pack
+from torchyard.git_state import git_state
 
 PROGRESS_FROM_BYTES = 1024 * 1024  # smaller uploads finish before a bar would help
 SHOWN_LEFT_OUT = 10
@@ -87,7 +88,7 @@ def upload(api: Api, packed: Packed, console: Console) -> dict[str, Any]:
         body = _Counting(f, progress, task)
         files = {"file": ("code.tar.gz", body, "application/gzip")}
         try:
-            answer = api.post("/api/code", files=files)
+            answer = api.json(ep.CODE_UPLOAD(), files=files)
         except ApiError as e:
             if e.status == 413:
                 raise CliError(

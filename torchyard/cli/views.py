@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from app.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, out
+from torchyard.cli import endpoints as ep
+from torchyard.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, out
 
 views_app = typer.Typer(
     name="views", help="Saved views of the experiment pages: list, delete.", no_args_is_help=True
@@ -46,7 +47,7 @@ def list_views(
     """List your saved views and the shared ones, by name, with the URL that opens each."""
     params = {"experiment_id": experiment} if experiment else None
     with connect(server, token) as api:
-        found = api.get("/api/views", params=params)
+        found = api.json(ep.VIEWS(), params=params)
         base = api.server
     if as_json:
         out.print_json(data=found)
@@ -59,7 +60,7 @@ def list_views(
 def delete_view(view_id: ViewArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Delete one of your saved views (an admin: anyone's)."""
     with connect(server, token) as api:
-        api.request("DELETE", f"/api/views/{view_id}")
+        api.request(ep.VIEW_DELETE(view_id=view_id))
     out.print(f"view {view_id} deleted")
 
 

@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.runs.job_files import within
+from torchyard.paths import within
 
 MiB = 1024 * 1024
 GIT_TIMEOUT_SECONDS = 30.0

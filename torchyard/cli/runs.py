@@ -14,8 +14,9 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
-from app.cli.client import Api, CliError
-from app.cli.common import (
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import (
     CLIENT_PANEL,
     EXIT_INTERRUPTED,
     RunArg,
@@ -28,8 +29,8 @@ from app.cli.common import (
     no_checkpoints,
     out,
 )
-from app.cli.run_files import fetch_to, file_url, list_files, newest_checkpoint_file
-from app.cli.watch import FINISHED
+from torchyard.cli.run_files import fetch_to, file_url, list_files, newest_checkpoint_file
+from torchyard.cli.watch import FINISHED
 
 LOG_POLL_SECONDS = 0.5
 PROGRESS_FROM_BYTES = 1_000_000  # smaller downloads finish before a bar would help
@@ -144,7 +145,7 @@ def ls(
         cursor = None
         while len(runs) < limit:  # page by page: the API sends at most 1000 at a time
             params = {**query, "limit": min(1000, limit - len(runs))}
-            page = api.get("/api/runs", params={**params, "cursor": cursor} if cursor else params)
+            page = api.json(ep.RUNS(), params={**params, "cursor": cursor} if cursor else params)
             runs += page["runs"]
             cursor = page["next"]
             if cursor is None:
@@ -152,7 +153,7 @@ def ls(
         if as_json:
             sys.stdout.write(json.dumps(runs, indent=2) + "\n")
             return
-        experiments = {e["id"]: e for e in api.get("/api/experiments")}
+        experiments = {e["id"]: e for e in api.json(ep.EXPERIMENTS())}
     if not runs:
         err.print("no runs" + (f" with status {status}" if status else ""))
         return
@@ -181,13 +182,13 @@ def edit(
     if not body:
         raise CliError("nothing to change: give --name, --tag, --clear-tags or --notes")
     with connect(server, token) as api:
-        result = api.patch(f"/api/runs/{run}", json=body)
+        result = api.json(ep.RUN_EDIT(run_id=run), json=body)
     tags = ", ".join(result["tags"]) or "none"
     out.print(f"run {run}: name {result['name'] or '-'}; tags {tags}")
 
 
 def _read_logs(api: Api, run: int, params: dict[str, Any]) -> tuple[str, int]:
-    response = api.request("GET", f"/api/runs/{run}/logs", params=params)
+    response = api.request(ep.RUN_LOGS(run_id=run), params=params)
     return response.text, int(response.headers.get("X-Log-Size", 0))
 
 
@@ -218,7 +219,7 @@ def logs(
         try:
             while follow:
                 # Status first: when the run had finished before this read, the read got all.
-                finished = api.get(f"/api/runs/{run}")["status"] in FINISHED
+                finished = api.json(ep.RUN(run_id=run))["status"] in FINISHED
                 text, offset = _read_logs(api, run, {**base, "offset": offset})
                 sys.stdout.write(text)
                 sys.stdout.flush()
@@ -246,7 +247,7 @@ def download(
     newest checkpoint, or for a run that recorded none (a Lightning or Hugging Face script)
     the newest checkpoint-like file it wrote (`*.pt`, `*.pth`, `*.ckpt`)."""
     with connect(server, token) as api:
-        if checkpoint is None and not api.get(f"/api/runs/{run}/checkpoints"):
+        if checkpoint is None and not api.json(ep.RUN_CHECKPOINTS(run_id=run)):
             written = newest_checkpoint_file(list_files(api, run))
             if written is None:
                 raise CliError(no_checkpoints(api, run) + " nor checkpoint-like files")
@@ -263,7 +264,8 @@ def download(
             target = target / name
         partial = target.with_name(target.name + ".part")
         try:
-            size = _fetch(api, f"/api/runs/{run}/checkpoints/{name}", partial, found["size_bytes"])
+            call = ep.RUN_CHECKPOINT(run_id=run, name=name)
+            size = _fetch(api, call, partial, found["size_bytes"])
             partial.replace(target)  # a complete file or none: never a truncated checkpoint
         except OSError as e:
             raise CliError(f"cannot write {target}: {e.strerror or e}") from e
@@ -272,10 +274,10 @@ def download(
     out.print(f"saved {target} ({human_size(size)}, run {run} checkpoint {name})")
 
 
-def _fetch(api: Api, path: str, dest: Path, total: int) -> int:
+def _fetch(api: Api, path: ep.Call, dest: Path, total: int) -> int:
     """Stream `path` into `dest`, with a progress bar (stderr) for large files. `total` is
     the listed size: Content-Length may be the compressed size (the server gzips)."""
-    with api.stream("GET", path) as response, open(dest, "wb") as f:
+    with api.stream(path) as response, open(dest, "wb") as f:
         progress = Progress(
             "{task.description}",
             BarColumn(),

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from app.cli.client import Api, CliError
-from app.cli.config import ConfigError, config_path, load_config, resolve
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.config import ConfigError, config_path, load_config, resolve
 
 CLIENT_PANEL = "Runs (talk to a server over its REST API)"
 EXIT_INTERRUPTED = 130
@@ -39,7 +40,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def connect(server: str | None, token: str | None) -> Api:
-    """An Api for the server and token the precedence rules pick (see app.cli.config)."""
+    """An Api for the server and token the precedence rules pick (see torchyard.cli.config)."""
     try:
         config = load_config(config_path())
     except ConfigError as e:
@@ -50,7 +51,7 @@ def connect(server: str | None, token: str | None) -> Api:
 def newest_checkpoint(api: Api, run_id: int) -> dict[str, Any]:
     """The checkpoint with the highest step; among equals the last saved (final.pt after the
     last epoch's). The server lists checkpoints in the order they were recorded."""
-    checkpoints = api.get(f"/api/runs/{run_id}/checkpoints")
+    checkpoints = api.json(ep.RUN_CHECKPOINTS(run_id=run_id))
     if not checkpoints:
         raise CliError(no_checkpoints(api, run_id))
     ranked = sorted(enumerate(checkpoints), key=lambda pair: (pair[1]["step"], pair[0]))
@@ -59,7 +60,7 @@ def newest_checkpoint(api: Api, run_id: int) -> dict[str, Any]:
 
 def no_checkpoints(api: Api, run_id: int) -> str:
     """ "No checkpoints", with "yet" only while the run may still write one."""
-    status = api.get(f"/api/runs/{run_id}")["status"]
+    status = api.json(ep.RUN(run_id=run_id))["status"]
     later = " yet" if status in ("queued", "running") else ""
     return f"run {run_id} has no checkpoints{later}"
 
@@ -69,7 +70,7 @@ def find_checkpoint(api: Api, run_id: int, name: str | None) -> dict[str, Any]:
     newest when no name is given."""
     if name is None:
         return newest_checkpoint(api, run_id)
-    checkpoints = api.get(f"/api/runs/{run_id}/checkpoints")
+    checkpoints = api.json(ep.RUN_CHECKPOINTS(run_id=run_id))
     for checkpoint in checkpoints:
         if checkpoint["name"] == name:
             return dict(checkpoint)

@@ -1,11 +1,14 @@
-"""The `torchyard` console script.
+"""The `torchyard` console script: the client CLI, its own package, which the server never
+imports and which imports nothing of the server.
 
-Server commands (`up`, `worker`, `db`, `admin`) run on the torchyard host; client commands
-(`login`, `submit`, `sweep`, `follow`, `ls`, `logs`, `cancel`, `download`, `files`, `export`,
-`resume`, `users`,
-`runs delete`, `experiments edit`, `experiments delete`) speak
-only the REST API, so they work from a laptop against the team box. `main` returns the exit
-code instead of exiting, so tests and the console-script wrapper share it.
+Client commands (`login`, `submit`, `sweep`, `follow`, `ls`, `logs`, `cancel`, `download`,
+`files`, `export`, `resume`, `users`, `views`, `runs delete`, `experiments edit|delete`) speak
+only the REST API (every URL in torchyard/cli/endpoints.py), so they work from a laptop against
+the team box, in the base install (`pip install torchyard`: typer, rich, httpx, PyYAML). Server
+commands (`up`, `worker`, `db`, `admin`) run on the torchyard host: declared here, their work is
+the composition root's (torchyard.compose), imported only when one runs and the `server` extra
+is there. `main` returns the exit code instead of exiting, so tests and the console-script
+wrapper share it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Sequence
 import httpx
 import typer
 
-from app.cli import (
+from torchyard.cli import (
     admin,
     commands,
     delete,
@@ -28,13 +31,12 @@ from app.cli import (
     users,
     views,
 )
-from app.cli.client import CliError
-from app.cli.common import CLIENT_PANEL, err
-from app.cli.config import ConfigError
-from app.cli.server import server_argv, worker_argv
-from app.cli.specs import SpecError
+from torchyard.cli.client import CliError
+from torchyard.cli.common import CLIENT_PANEL, err
+from torchyard.cli.config import ConfigError
+from torchyard.cli.specs import SpecError
 
-__all__ = ["app", "main", "server_argv", "worker_argv"]
+__all__ = ["app", "main"]
 
 EXIT_USAGE = 2
 

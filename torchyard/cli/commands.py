@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client import Api, ApiError, CliError
-from app.cli.code_upload import ship
-from app.cli.common import (
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, ApiError, CliError
+from torchyard.cli.code_upload import ship
+from torchyard.cli.common import (
     CLIENT_PANEL,
     EXIT_INTERRUPTED,
     RunArg,
@@ -21,9 +22,9 @@ from app.cli.common import (
     find_checkpoint,
     out,
 )
-from app.cli.config import Target, config_path, load_config, resolve, save_config
-from app.cli.follow import follow as follow_run
-from app.cli.specs import apply_sets, read_spec
+from torchyard.cli.config import Target, config_path, load_config, resolve, save_config
+from torchyard.cli.follow import follow as follow_run
+from torchyard.cli.specs import apply_sets, read_spec
 
 FOLLOW_HELP = "show progress until the run ends; exit 0 succeeded, 1 failed, 3 cancelled"
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help=FOLLOW_HELP)]
@@ -58,14 +59,14 @@ def login(
         password = typer.prompt("password", hide_input=True)
     with Api(Target(target.server, None)) as api:
         try:
-            token = api.post("/api/auth/token", data={"username": username, "password": password})
+            token = api.json(ep.AUTH_TOKEN(), data={"username": username, "password": password})
         except ApiError as e:
             if e.status == 401:
                 raise CliError(f"login failed (401): {e.detail}") from e
             raise
     access_token = str(token["access_token"])
     with Api(Target(target.server, access_token)) as api:
-        me = api.get("/api/me")
+        me = api.json(ep.ME())
     config.server = target.server
     config.tokens[target.server] = access_token
     try:
@@ -85,7 +86,8 @@ def _run_created(api: Api, run: dict[str, Any], what: str, quiet: bool) -> None:
     if quiet:
         out.print(run["id"])
     else:
-        out.print(f"run {run['id']} {run['status']} ({what}): {api.run_url(run['id'])}")
+        page = api.page_url(ep.RUN_PAGE(run_id=run["id"]))
+        out.print(f"run {run['id']} {run['status']} ({what}): {page}")
 
 
 def _follow_or_exit(api: Api, run_id: int, follow: bool) -> None:
@@ -157,11 +159,11 @@ def submit(
         if experiment is None:
             assert spec is not None
             body = {"name": name or spec.name, "description": spec.description, "config": config}
-            experiment = int(api.post("/api/experiments", json=body)["id"])
+            experiment = int(api.json(ep.EXPERIMENT_CREATE(), json=body)["id"])
             body = {"overrides": {}, "priority": priority}
         else:
             body = {"overrides": config, "priority": priority}
-        run = api.post(f"/api/experiments/{experiment}/runs", json=body)
+        run = api.json(ep.EXPERIMENT_RUN_CREATE(experiment_id=experiment), json=body)
         _run_created(api, run, f"experiment {experiment}", quiet)
         _follow_or_exit(api, int(run["id"]), follow)
 
@@ -214,7 +216,7 @@ def resume(
     with connect(server, token) as api:
         name = find_checkpoint(api, run, checkpoint)["name"]
         body = {"checkpoint": name, "overrides": overrides}
-        new = api.post(f"/api/runs/{run}/resume", json=body)
+        new = api.json(ep.RUN_RESUME(run_id=run), json=body)
         _run_created(api, new, f"resuming run {run} from {name}", quiet)
         _follow_or_exit(api, int(new["id"]), follow)
 
@@ -222,7 +224,7 @@ def resume(
 def cancel(run: RunArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Cancel a run: every process of it ends and its GPUs are freed."""
     with connect(server, token) as api:
-        result = api.post(f"/api/runs/{run}/cancel")
+        result = api.json(ep.RUN_CANCEL(run_id=run))
         out.print(f"cancel requested for run {run} (status: {result['status']})")
 
 

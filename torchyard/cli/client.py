@@ -1,7 +1,8 @@
 """The REST client the CLI commands share: one httpx.Client, and every failure turned into a
 one-line `CliError` (an unreachable server, a refused token, the server's 404/409/422 detail),
 so a command never ends in a traceback. The CLI talks to the server only through this, which
-is why it works the same from a laptop against the team box as on the box itself.
+is why it works the same from a laptop against the team box as on the box itself; and only to
+the endpoints of torchyard/cli/endpoints.py, whose query and body kinds each call is held to.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 
 import httpx
 
-from app.cli.config import Target
-from app.errors import location_text
+from torchyard.cli.config import Target
+from torchyard.cli.endpoints import Call
+from torchyard.field_location import location_text
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 REASONS = {403: "forbidden", 404: "not found", 409: "conflict", 422: "invalid request"}
@@ -111,29 +113,28 @@ class Api:
     def __exit__(self, *_exc: object) -> None:
         self.http.close()
 
-    def run_url(self, run_id: int) -> str:
-        return f"{self.server}/runs/{run_id}"
+    def page_url(self, page: Call) -> str:
+        """The address of a web page (endpoints.PAGES) on this server, to print."""
+        return f"{self.server}{page.path}"
 
     def _check(self, response: httpx.Response) -> httpx.Response:
         if response.status_code >= 400:
             raise http_error(response, server=self.server, had_token=bool(self.token))
         return response
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def request(self, call: Call, **kwargs: Any) -> httpx.Response:
+        """The response to ``call`` (2xx, else an ApiError); ``kwargs``: httpx's (params,
+        json, data, files, headers), held to what the endpoint declares."""
+        _hold_to_endpoint(call, kwargs)
         try:
-            response = self.http.request(method, path, **kwargs)
+            response = self.http.request(call.method, call.path, **kwargs)
         except httpx.TransportError as e:
             raise transport_error(e, server=self.server) from e
         return self._check(response)
 
-    def get(self, path: str, **kwargs: Any) -> Any:
-        return self._json(self.request("GET", path, **kwargs))
-
-    def post(self, path: str, **kwargs: Any) -> Any:
-        return self._json(self.request("POST", path, **kwargs))
-
-    def patch(self, path: str, **kwargs: Any) -> Any:
-        return self._json(self.request("PATCH", path, **kwargs))
+    def json(self, call: Call, **kwargs: Any) -> Any:
+        """``request``'s answer as JSON."""
+        return self._json(self.request(call, **kwargs))
 
     def _json(self, response: httpx.Response) -> Any:
         try:
@@ -145,14 +146,31 @@ class Api:
             ) from e
 
     @contextmanager
-    def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
+    def stream(self, call: Call, **kwargs: Any) -> Iterator[httpx.Response]:
         """A streamed response that is already known to be 2xx; a transport error, also one
         while the caller reads the body, becomes `Unreachable`."""
+        _hold_to_endpoint(call, kwargs)
         try:
-            with self.http.stream(method, path, **kwargs) as response:
+            with self.http.stream(call.method, call.path, **kwargs) as response:
                 if response.status_code >= 400:
                     response.read()
                     self._check(response)
                 yield response
         except httpx.TransportError as e:
             raise transport_error(e, server=self.server) from e
+
+
+# httpx's argument for each kind of body an endpoint declares.
+_BODY_ARGUMENT = {"json": "json", "data": "form", "files": "multipart"}
+
+
+def _hold_to_endpoint(call: Call, kwargs: dict[str, Any]) -> None:
+    """A TypeError (a bug in a command, never the user's) for a query parameter or a kind of
+    body the endpoint does not declare: what the contract test checks is all that is sent."""
+    endpoint = call.endpoint
+    unknown = set(kwargs.get("params") or {}) - endpoint.query
+    if unknown:
+        raise TypeError(f"{endpoint.method} {endpoint.template} has no query {sorted(unknown)}")
+    for argument, kind in _BODY_ARGUMENT.items():
+        if argument in kwargs and endpoint.body != kind:
+            raise TypeError(f"{endpoint.method} {endpoint.template} takes no {kind} body")

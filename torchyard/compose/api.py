@@ -5,8 +5,9 @@ jobs handed to the reaper (worker.liveness.HostJobs).
 The reaper is the server's (app.runs.reaper) and decides from the database; only a process on
 the jobs' host can tell that a run whose worker is away still trains under its keeper, or
 ended while nobody watched, and move what its spool still holds. That knowledge is the host
-agent's, so it is composed in here, outside app: app never imports the worker, and an API on a
-machine without run directories serves `app.main:create_app` alone.
+agent's, so it is composed here, in the composition root (neither app nor worker): app never
+imports the worker, and an API on a machine without run directories serves
+`app.main:create_app` alone.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ supervisor's word (a line on its stdin) to serve.
 After an upgrade's SIGTERM, a kill or a crash of the server, a fresh server spends its start
 importing FastAPI, SQLAlchemy, pydantic, Celery and our routers: ~3 s of CPU, but 25-45 s of
 wall time on a loaded box (issue 27 measured it), while the web UI refuses connections. The
-spare has paid for that already, so the supervisor (app/cli/supervisor.py) hands the port to
-it the moment the server is gone and the UI answers again within seconds.
+spare has paid for that already, so the supervisor (torchyard/compose/supervisor.py) hands the
+port to it the moment the server is gone and the UI answers again within seconds.
 
 An upgrade replaces our code under a spare started before it: on the word, a spare whose
 imported modules changed on disk (or are gone) starts over as a fresh uvicorn with the new
@@ -50,7 +50,7 @@ def changed(files: dict[str, float]) -> bool:
 
 def main(argv: list[str]) -> None:
     """`argv`: uvicorn's arguments, the app factory first, `--app-dir` among them (what
-    app.cli.server.server_argv gives after `-m uvicorn`)."""
+    torchyard.cli.server.server_argv gives after `-m uvicorn`)."""
     # A Ctrl-C in `up`'s terminal reaches the whole process group: the supervisor ends its
     # spare itself (closing its stdin), so a spare does not print a traceback for it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from app.cli.client import Api, CliError
-from app.cli.common import RunArg, ServerOpt, TokenOpt, connect, human_size, out
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import RunArg, ServerOpt, TokenOpt, connect, human_size, out
 
 EXIT_USAGE = 2
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="really delete (it cannot be undone)")]
@@ -23,8 +24,8 @@ experiments_app = typer.Typer(
 )
 
 
-def _delete(api: Api, path: str, what: str) -> None:
-    response = api.request("DELETE", path)
+def _delete(api: Api, call: ep.Call, what: str) -> None:
+    response = api.request(call)
     freed = int(response.headers.get("X-Freed-Bytes", "0"))
     out.print(f"deleted {what}; {human_size(freed)} freed")
 
@@ -44,9 +45,9 @@ def delete_run(
 ) -> None:
     """Delete an ended run: its points, logs, files and stored checkpoints."""
     with connect(server, token) as api:
-        found = api.get(f"/api/runs/{run}")
+        found = api.json(ep.RUN(run_id=run))
         _confirm(yes, f"run {run}", int(found.get("disk_bytes", 0)))
-        _delete(api, f"/api/runs/{run}", f"run {run}")
+        _delete(api, ep.RUN_DELETE(run_id=run), f"run {run}")
 
 
 @experiments_app.command("delete")
@@ -55,12 +56,12 @@ def delete_experiment(
 ) -> None:
     """Delete an experiment and all its runs (every run must have ended)."""
     with connect(server, token) as api:
-        found = api.get(f"/api/experiments/{experiment}")
+        found = api.json(ep.EXPERIMENT(experiment_id=experiment))
         if not isinstance(found, dict):
             raise CliError(f"experiment {experiment}: unexpected answer")
         what = f"experiment {experiment} ({found.get('name')!r}, {found.get('run_count', 0)} runs)"
         _confirm(yes, what, int(found.get("disk_bytes", 0)))
-        _delete(api, f"/api/experiments/{experiment}", f"experiment {experiment}")
+        _delete(api, ep.EXPERIMENT_DELETE(experiment_id=experiment), f"experiment {experiment}")
 
 
 def register(app: typer.Typer, panel: str) -> None:

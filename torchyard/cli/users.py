@@ -15,8 +15,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from app.cli.client import Api, CliError
-from app.cli.common import ServerOpt, TokenOpt, connect, out
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import ServerOpt, TokenOpt, connect, out
 
 USERS_PANEL = "Users (admins; talk to a server over its REST API)"
 
@@ -55,7 +56,7 @@ def new_password() -> str:
 
 
 def _find_user(api: Api, name: str) -> dict[str, Any]:
-    for user in api.get("/api/users"):
+    for user in api.json(ep.USERS()):
         if user["username"] == name:
             return dict(user)
     raise CliError(f"no user named {name!r} (torchyard users list)")
@@ -75,7 +76,7 @@ def add(
     if password_stdin:
         body["password"] = read_password_line()
     with connect(server, token) as api:
-        user = api.post("/api/users", json=body)
+        user = api.json(ep.USER_CREATE(), json=body)
     out.print(f"added user {user['username']} (id {user['id']}, {user['role']})")
     if not password_stdin:
         out.print(
@@ -87,7 +88,7 @@ def add(
 def list_(server: ServerOpt = None, token: TokenOpt = None) -> None:
     """List the users (admins only)."""
     with connect(server, token) as api:
-        users = api.get("/api/users")
+        users = api.json(ep.USERS())
     table = Table(box=None, header_style="bold")
     for column in ("ID", "USER", "ROLE", "STATE", "CREATED"):
         table.add_column(column)
@@ -109,14 +110,14 @@ def passwd(
     """Set NAME's password. Your own: asks for the current one (with --password-stdin: the
     current on the first line, the new one on the second). Someone else's: admins only."""
     with connect(server, token) as api:
-        me = api.get("/api/users/me")
+        me = api.json(ep.USER_ME())
         if name == me["username"]:
             _change_own(api, password_stdin)
             out.print(f"password of {name} changed")
             return
         user = _find_user(api, name)
         password = read_password_line() if password_stdin else new_password()
-        api.request("PATCH", f"/api/users/{user['id']}", json={"password": password})
+        api.request(ep.USER_EDIT(user_id=user["id"]), json={"password": password})
     out.print(f"password of {name} set")
     if not password_stdin:
         out.print(f"new password: {password}  (shown once)")
@@ -130,7 +131,7 @@ def _change_own(api: Api, password_stdin: bool) -> None:
         current = typer.prompt("current password", hide_input=True)
         new = typer.prompt("new password", hide_input=True, confirmation_prompt=True)
     body = {"current_password": current, "new_password": new}
-    api.request("POST", "/api/users/me/password", json=body)
+    api.request(ep.MY_PASSWORD(), json=body)
 
 
 CEILINGS = ("memory_gb", "cpus", "disk_gb", "max_processes")
@@ -162,24 +163,24 @@ def ceilings_(
     with connect(server, token) as api:
         if name is None and role is None:
             if all_:
-                _print_ceilings(api.get("/api/ceilings"))
+                _print_ceilings(api.json(ep.CEILINGS()))
             else:
-                mine = api.get("/api/ceilings/me")
+                mine = api.json(ep.CEILINGS_ME())
                 for field in CEILINGS:
                     source = mine["sources"][field]
                     out.print(f"{field}: {mine['ceilings'][field]:g}  ({source})")
             return
         if name is not None and role is not None:
             raise CliError("give NAME or --role, not both")
-        table = api.get("/api/ceilings")
+        table = api.json(ep.CEILINGS())
         if role is not None:
-            url, current = f"/api/ceilings/roles/{role.value}", table["roles"].get(role.value)
+            url, current = ep.CEILINGS_ROLE(role=role.value), table["roles"].get(role.value)
         else:
-            url = f"/api/ceilings/users/{_find_user(api, str(name))['id']}"
+            url = ep.CEILINGS_USER(user_id=_find_user(api, str(name))["id"])
             current = table["users"].get(name)
         body = {} if clear or current is None else dict(current)
         body.update({k: v for k, v in given.items() if v is not None})
-        saved: dict[str, Any] = api.request("PUT", url, json=body).json()
+        saved: dict[str, Any] = api.request(url, json=body).json()
     where = f"role {role.value}" if role is not None else str(name)
     shown = ", ".join(f"{k} {v:g}" for k, v in saved.items() if v is not None) or "none"
     out.print(f"ceilings of {where}: {shown}")

@@ -24,9 +24,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from app.cli.client import Api, Unreachable
-from app.cli.common import CLIENT_PANEL, EXIT_INTERRUPTED, ServerOpt, TokenOpt, connect, err, out
-from app.cli.specs import SpecError, read_document
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, Unreachable
+from torchyard.cli.common import (
+    CLIENT_PANEL,
+    EXIT_INTERRUPTED,
+    ServerOpt,
+    TokenOpt,
+    connect,
+    err,
+    out,
+)
+from torchyard.cli.specs import SpecError, read_document
 
 POLL_SECONDS = 2.0
 GIVE_UP_SECONDS = 120.0  # unreachable this long in a row: report it instead of waiting on
@@ -100,7 +109,7 @@ def follow_sweep(api: Api, sweep_id: int, *, console: Console) -> int:
     with progress:
         while True:
             try:
-                sweep = api.get(f"/api/sweeps/{sweep_id}")
+                sweep = api.json(ep.SWEEP(sweep_id=sweep_id))
                 down_since = None
             except Unreachable:
                 down_since = down_since or time.monotonic()
@@ -152,12 +161,13 @@ def start(
     """Start a hyperparameter sweep of an experiment: its trials are ordinary runs."""
     body = read_sweep_spec(spec_file)
     with connect(server, token) as api:
-        created = api.post("/api/sweeps", json=body)
+        created = api.json(ep.SWEEP_CREATE(), json=body)
         sweep_id = int(created["id"])
         if quiet:
             out.print(sweep_id)
         else:
-            out.print(f"sweep {sweep_id} {created['status']}: {api.server}/sweeps/{sweep_id}")
+            page = api.page_url(ep.SWEEP_PAGE(sweep_id=sweep_id))
+            out.print(f"sweep {sweep_id} {created['status']}: {page}")
         if not follow:
             return
         try:
@@ -217,7 +227,7 @@ def ls(
     """List sweeps, newest first: status, trials done of planned, best value."""
     params = {"experiment_id": experiment} if experiment else None
     with connect(server, token) as api:
-        found = api.get("/api/sweeps", params=params)
+        found = api.json(ep.SWEEPS(), params=params)
     if as_json:
         out.print_json(data=found)
     elif not found:
@@ -255,7 +265,7 @@ def show(
 ) -> None:
     """A sweep's status, progress, best so far and trials (the stopped-early ones said)."""
     with connect(server, token) as api:
-        found = api.get(f"/api/sweeps/{sweep_id}")
+        found = api.json(ep.SWEEP(sweep_id=sweep_id))
         if as_json:
             out.print_json(data=found)
         else:
@@ -274,7 +284,7 @@ def show(
 def cancel(sweep_id: SweepArg, server: ServerOpt = None, token: TokenOpt = None) -> None:
     """Cancel a sweep: no new trials, queued ones cancelled, running ones stopped."""
     with connect(server, token) as api:
-        found = api.post(f"/api/sweeps/{sweep_id}/cancel")
+        found = api.json(ep.SWEEP_CANCEL(sweep_id=sweep_id))
     out.print(f"sweep {sweep_id} {found['status']}: {progress_line(found)}", markup=False)
 
 

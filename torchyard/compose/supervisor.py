@@ -8,7 +8,7 @@ keeps dying within seconds of starting (a port already taken, a broken install) 
 retried for ever: after MAX_QUICK_FAILURES in a row, `up` stops and says so.
 
 A child started with a `standby` argv (the server) keeps a spare beside it that has done its
-imports and waits (app/cli/standby.py): a restart hands the spare the port at once, so the
+imports and waits (torchyard/compose/standby.py): a restart hands the spare the port at once, so the
 web UI answers again within seconds of a server's exit, not after a fresh interpreter's
 imports (25-45 s on a loaded box, issue 27), and a new spare starts. A child that was asked to
 stop (SIGTERM: an upgrade, an operator) is started again without a backoff; one that crashed
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.cli.standby import GO
+from torchyard.compose.standby import GO
 
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 30.0
@@ -41,7 +41,7 @@ POLL_SECONDS = 0.2
 # A child that ended like this was asked to stop (uvicorn re-raises the SIGTERM it handled
 # once it has shut down): it is started again with no backoff.
 STOPPED_AS_ASKED = (0, -signal.SIGTERM, -signal.SIGINT)
-# A child's spare (app/cli/standby.py) starts this long after the child did.
+# A child's spare (torchyard/compose/standby.py) starts this long after the child did.
 SPARE_AFTER_SECONDS = 5.0
 
 
@@ -61,7 +61,7 @@ class Child:
     popen: Callable[[Sequence[str]], subprocess.Popen[bytes]] = field(
         default=lambda argv: subprocess.Popen(list(argv))
     )
-    standby: Sequence[str] | None = None  # a spare's argv (app/cli/standby.py), if any
+    standby: Sequence[str] | None = None  # a spare's argv (torchyard/compose/standby.py), if any
     spare: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

@@ -20,8 +20,9 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.client import Api, CliError
-from app.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, err
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, CliError
+from torchyard.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, err
 
 PAGE = 1000
 RUN_COLUMNS = (
@@ -38,8 +39,8 @@ class Format(StrEnum):
 def find_experiment(api: Api, ref: str) -> dict[str, Any]:
     """An experiment by id, or by its exact name."""
     if ref.isdigit():
-        return dict(api.get(f"/api/experiments/{ref}"))
-    matches = [e for e in api.get("/api/experiments") if e.get("name") == ref]
+        return dict(api.json(ep.EXPERIMENT(experiment_id=ref)))
+    matches = [e for e in api.json(ep.EXPERIMENTS()) if e.get("name") == ref]
     if not matches:
         raise CliError(f"no experiment named {ref!r} (give its id or exact name)")
     if len(matches) > 1:
@@ -60,9 +61,9 @@ def experiment_runs(
         params["filter"] = filters or []
         if cursor:
             params["cursor"] = cursor
-        page = api.get("/api/runs", params=params)
+        page = api.json(ep.RUNS(), params=params)
         for run in page["runs"]:
-            yield dict(api.get(f"/api/runs/{run['id']}")) if run.get("summary_cut") else run
+            yield dict(api.json(ep.RUN(run_id=run["id"]))) if run.get("summary_cut") else run
         cursor = page.get("next")
         if not cursor:
             return
@@ -95,7 +96,7 @@ def run_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]
 def series_rows(api: Api, runs: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
-        found = api.get(f"/api/runs/{run['id']}/metrics", params={"keys": ",".join(keys)})
+        found = api.json(ep.RUN_METRICS(run_id=run["id"]), params={"keys": ",".join(keys)})
         for key in keys:
             series = found["series"].get(key)
             if not series:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 from rich.table import Table
 
-from app.cli.client import Api, ApiError, CliError
-from app.cli.common import CLIENT_PANEL, RunArg, ServerOpt, TokenOpt, connect, human_size, out
+from torchyard.cli import endpoints as ep
+from torchyard.cli.client import Api, ApiError, CliError
+from torchyard.cli.common import CLIENT_PANEL, RunArg, ServerOpt, TokenOpt, connect, human_size, out
 
 
 def list_files(api: Api, run_id: int) -> list[dict[str, Any]]:
-    return list(api.get(f"/api/runs/{run_id}/files"))
+    return list(api.json(ep.RUN_FILES(run_id=run_id)))
 
 
 def newest_checkpoint_file(files: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -34,16 +34,16 @@ def newest_checkpoint_file(files: list[dict[str, Any]]) -> dict[str, Any] | None
     return ranked[-1][1]
 
 
-def file_url(run_id: int, path: str) -> str:
-    return f"/api/runs/{run_id}/files/{quote(path)}"
+def file_url(run_id: int, path: str) -> ep.Call:
+    return ep.RUN_FILE(run_id=run_id, path=path)
 
 
-def fetch_to(api: Api, url: str, target: Path) -> int:
+def fetch_to(api: Api, url: ep.Call, target: Path) -> int:
     """Stream `url` into `target` through a `.part` file: a complete file or none."""
     partial = target.with_name(target.name + ".part")
     written = 0
     try:
-        with api.stream("GET", url) as response, open(partial, "wb") as f:
+        with api.stream(url) as response, open(partial, "wb") as f:
             for chunk in response.iter_bytes(1 << 20):
                 f.write(chunk)
                 written += len(chunk)
@@ -93,7 +93,7 @@ def files(
         listing = list_files(api, run)
         if path is None:
             if not listing:
-                status = api.get(f"/api/runs/{run}")["status"]
+                status = api.json(ep.RUN(run_id=run))["status"]
                 later = " yet" if status in ("queued", "running") else ""
                 out.print(f"run {run} has no files{later}")
                 return

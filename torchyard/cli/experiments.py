@@ -9,8 +9,9 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from app.cli.common import ServerOpt, TokenOpt, connect, out
-from app.cli.delete import ExperimentArg, experiments_app
+from torchyard.cli import endpoints as ep
+from torchyard.cli.common import ServerOpt, TokenOpt, connect, out
+from torchyard.cli.delete import ExperimentArg, experiments_app
 
 EXIT_USAGE = 2
 
@@ -57,7 +58,7 @@ def edit_experiment(
             param_hint="EXPERIMENT",
         )
     with connect(server, token) as api:
-        found = api.patch(f"/api/experiments/{experiment}", json=body)
+        found = api.json(ep.EXPERIMENT_EDIT(experiment_id=experiment), json=body)
     chosen = found.get("best")
     what = f"best {chosen['metric']} ({chosen['mode']})" if chosen else "no best metric of its own"
     out.print(f"experiment {found['id']} ({found['name']!r}): {what}")
