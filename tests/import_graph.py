@@ -27,6 +27,10 @@ from textwrap import dedent
 
 JOB_PACKAGE = "torchyard"  # what runs inside a job
 JOB_LIBRARIES = frozenset({"numpy", "torch", JOB_PACKAGE})
+# The wheel's other parts under the same name, which never run inside a job: the client CLI
+# (it installs without the server) and the composition root (the only importer of both app and
+# worker). The job's modules never import them.
+OUTSIDE_THE_JOB = ("torchyard.cli", "torchyard.compose")
 DYNAMIC_IMPORTERS = frozenset(
     {"importlib.import_module", "builtins.__import__", "__import__", "runpy.run_module"}
 )
@@ -354,10 +358,13 @@ def job_imports_outside(tree: Tree) -> list[str]:
     loaded_by = plugins(tree.root)
     found = []
     for module in tree.in_package(JOB_PACKAGE):
+        if any(is_in(module.name, part) for part in OUTSIDE_THE_JOB):
+            continue
         allowed = JOB_LIBRARIES | {loaded_by.get(module.name, JOB_PACKAGE)}
         for imp in module.imports:
             name = imp.module or imp.candidates[-1]
-            if not is_stdlib(name) and name.split(".")[0] not in allowed:
+            outside = any(is_in(c, part) for c in imp.candidates for part in OUTSIDE_THE_JOB)
+            if outside or (not is_stdlib(name) and name.split(".")[0] not in allowed):
                 found.append(f"{tree.relative(module)}:{imp.line}: {name}")
     return found
 

@@ -80,6 +80,39 @@ def test_the_job_package_imports_only_what_a_job_has(tree: Tree) -> None:
     assert not found, f"{JOB_PACKAGE} runs inside jobs:\n" + "\n".join(found)
 
 
+def test_the_client_cli_loads_no_server_code(tree: Tree) -> None:
+    """`pip install torchyard` without `[server]` runs the client: torchyard.cli reaches the
+    server only through the composition root, and only from the server commands' own
+    modules (which check for the extra first)."""
+    found = [
+        line
+        for forbidden in ("app", "worker", "migrations")
+        for line in imports_of(tree, "torchyard.cli", forbidden)
+    ]
+    found += [
+        line
+        for line in imports_of(tree, "torchyard.cli", "torchyard.compose")
+        if not line.startswith(("torchyard/cli/server.py:", "torchyard/cli/admin.py:"))
+    ]
+    assert not found, "the client CLI imports server code:\n" + "\n".join(found)
+
+
+def test_only_the_composition_root_wires_app_and_worker(tree: Tree) -> None:
+    """torchyard.compose builds `torchyard up`'s stack; app, worker and the job's modules
+    never import it, and nothing but it and the worker imports the worker."""
+    found = [
+        line
+        for package in ("app", "worker", "migrations")
+        for line in imports_of(tree, package, "torchyard.compose")
+    ]
+    found += [
+        line
+        for line in imports_of(tree, "torchyard", "worker")
+        if not line.startswith("torchyard/compose/")
+    ]
+    assert not found, "\n".join(found)
+
+
 def test_there_is_no_import_cycle(tree: Tree) -> None:
     found = import_cycles(tree)
     assert not found, "import cycles:\n" + "\n".join(found)
