@@ -92,6 +92,7 @@ class Grammar:
     # tree), as (("not in", "NOT IN"),); the lexicon's operator tokens are their own names
     word_ops: tuple[tuple[str, str], ...]
     list_ops: frozenset[str]  # the names of the operators that take a list: in, NOT IN
+    trailing_comma: bool = False  # a list may end with a comma: in ('a',)
     groups: bool = False  # parentheses group conditions
     quoted_keys: bool = False  # a key may be a quoted string ("my key" = 1)
     # junction and operator words are no key and no bare value (quote one spelled like them)
@@ -253,6 +254,8 @@ class _Parser:
                     f"expected ',' or ')', found {token.shown()}",
                     after=opening,
                 )
+            if self.grammar.trailing_comma and self.peek().kind == ")":
+                continue
             values.append(self.value(token))
 
 

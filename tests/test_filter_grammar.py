@@ -19,6 +19,7 @@ from app.filter_grammar import (
     conditions,
     parse,
 )
+from app.filter_tokens import Token
 from app.mlflow.errors import INVALID_PARAMETER_VALUE, MlflowError
 from app.mlflow.search import GRAMMAR as MLFLOW
 from app.mlflow.service import experiment_name_filter
@@ -112,6 +113,13 @@ def test_an_in_list_takes_commas_as_mlflow_s_own_parser_does() -> None:
     assert parse("params.opt IN ('adam','sgd')", MLFLOW) == Condition(
         "params.opt", "IN", (Value("adam", True), Value("sgd", True)), 0
     )
+    # and, as a Python tuple, it may end with a comma; the runs filter's may not
+    assert parse("params.opt IN ('adam',)", MLFLOW) == Condition(
+        "params.opt", "IN", (Value("adam", True),), 0
+    )
+    refused = _refused("opt in (adam,)", RUNS)
+    assert (refused.reason, refused.pos, refused.after) == ("value", 13, Token(",", ",", 12))
+    assert _refused("params.opt IN (,)", MLFLOW).reason == "value"
 
 
 def test_length_depth_and_terms_are_bounded_where_the_grammar_says() -> None:

@@ -72,6 +72,8 @@ def test_an_order_by_it_cannot_read_is_refused() -> None:
         ("params.opt IN ('adam' 'sgd')", "IN takes values separated by commas"),
         ("tags.t NOT IN ('a', 'b' 'c')", "IN takes values separated by commas"),
         ("params.opt IN ()", "IN takes one value or more"),
+        ("params.opt IN (,)", "Invalid filter value ','"),
+        ("params.opt = )", "Invalid filter value ')'"),
         ("params.opt IN ('adam',", "an IN list without its closing parenthesis"),
         ("params.opt IN ('adam'", "an IN list without its closing parenthesis"),
         ("tags.t NOT LIKE 'a%'", "Invalid comparator 'NOT LIKE'"),
@@ -88,5 +90,6 @@ def test_mlflow_s_lists_and_comparators_are_read_as_mlflow_reads_them(text: str,
 
 
 def test_an_in_list_with_commas_compiles_to_its_values() -> None:
-    (clause,) = parse_filter("params.opt IN ('adam', 'sgd')")
-    assert "'adam', 'sgd'" in str(clause.compile(compile_kwargs={"literal_binds": True}))
+    for text in ("params.opt IN ('adam', 'sgd')", "params.opt IN ('adam', 'sgd',)"):
+        (clause,) = parse_filter(text)
+        assert "'adam', 'sgd')" in str(clause.compile(compile_kwargs={"literal_binds": True}))

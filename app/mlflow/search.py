@@ -45,6 +45,7 @@ GRAMMAR = Grammar(
     junctions=("and",),
     word_ops=(("like", "LIKE"), ("ilike", "ILIKE"), ("in", "IN"), ("not in", "NOT IN")),
     list_ops=frozenset({"IN", "NOT IN"}),
+    trailing_comma=True,  # MLflow reads the list as a Python tuple: ('a',) is one
 )
 _LIST = "('a', 'b')"
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
@@ -118,7 +119,7 @@ def refusal(exc: GrammarError, text: str) -> MlflowError:
         return invalid(f"Invalid filter: IN takes values separated by commas: {_LIST}")
     if exc.reason == "value" and found.kind == "end":
         return invalid("Invalid filter: a comparison without a value")
-    if exc.reason == "value" and found.kind == ")":
+    if exc.reason == "value" and found.kind == ")" and after == "(":
         return invalid(f"Invalid filter: IN takes one value or more: {_LIST}")
     if exc.reason == "value":
         return _bad_value(found.text)
