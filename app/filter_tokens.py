@@ -4,7 +4,7 @@ grammar (app/mlflow/search.py: ``filter_string`` and the experiments' name filte
 words, quoted strings, comparison operators, brackets and commas; a ``Lexicon`` says which
 characters make a word, which quotes a string, which operators exist, and which quotes may
 wrap part of a word (MLflow's ``metrics.`val/acc```). Words of a language (``and``, ``in``,
-``like``) are words here; the parser decides what they mean.
+``like``) are words here; the parser (app/filter_grammar.py) decides what they mean.
 
 A string's backslash escapes the next character (``'it\\'s'``); a token's ``text`` is the
 string without its quotes and escapes, and ``pos`` is the characters before it (0: the first).

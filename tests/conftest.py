@@ -90,6 +90,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_tarcheck",  # snapshot archives checked and extracted into tmp_path
         "test_errors",  # the field error builder and its location text
         "test_filter_tokens",  # the filter languages' one tokenizer
+        "test_filter_grammar",  # the filter languages' one parser (SQL compiled, not run)
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
         "test_cli_export",  # `torchyard export` (GET /api/runs and metrics: their own tests)
         "test_packaging",  # the wheel and its base install (its own SQLite server)

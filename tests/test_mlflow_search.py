@@ -63,3 +63,33 @@ def test_a_filter_it_cannot_read_is_refused_with_the_reason(text: str, says: str
 def test_an_order_by_it_cannot_read_is_refused() -> None:
     with pytest.raises(MlflowError, match="Invalid order_by"):
         search_statement([1], None, ["attributes.colour"])
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # MLflow's own parser reads an IN list as a tuple: values need commas between them
+        ("params.opt IN ('adam' 'sgd')", "IN takes values separated by commas"),
+        ("tags.t NOT IN ('a', 'b' 'c')", "IN takes values separated by commas"),
+        ("params.opt IN ()", "IN takes one value or more"),
+        ("params.opt IN (,)", "Invalid filter value ','"),
+        ("params.opt = )", "Invalid filter value ')'"),
+        ("params.opt IN ('adam',", "an IN list without its closing parenthesis"),
+        ("params.opt IN ('adam'", "an IN list without its closing parenthesis"),
+        ("tags.t NOT LIKE 'a%'", "Invalid comparator 'NOT LIKE'"),
+        ("params.opt = adam", "Invalid filter value 'adam'"),
+        ("params.opt", "expected <entity>.<key> <comparator> <value>"),
+        ("params.opt = 'adam' AND", "expected <entity>.<key> <comparator> <value>"),
+    ],
+)
+def test_mlflow_s_lists_and_comparators_are_read_as_mlflow_reads_them(text: str, says: str) -> None:
+    with pytest.raises(MlflowError) as refused:
+        parse_filter(text)
+    assert refused.value.code == INVALID_PARAMETER_VALUE
+    assert says in refused.value.message, refused.value.message
+
+
+def test_an_in_list_with_commas_compiles_to_its_values() -> None:
+    for text in ("params.opt IN ('adam', 'sgd')", "params.opt IN ('adam', 'sgd',)"):
+        (clause,) = parse_filter(text)
+        assert "'adam', 'sgd')" in str(clause.compile(compile_kwargs={"literal_binds": True}))

@@ -6,6 +6,9 @@ The filter is MLflow's: clauses joined by AND, each ``<entity>.<key> <op> <value
   < <= > >= when the value is a number: torchyard keeps the number a param spells);
 - ``attributes.`` (or no prefix): status, run_name, run_id, start_time, end_time.
 A key with other characters is quoted with backticks or double quotes (``metrics.`val/acc```).
+An IN list is MLflow's: one value or more, separated by commas (``IN ('a', 'b')``).
+The parser is app/filter_grammar.py's (shared with the runs filter) under ``GRAMMAR``; this
+module words its errors as MLflow does and compiles the conditions.
 ``order_by``: ``<entity>.<key> [ASC|DESC]``, runs without the key last; ties by start time
 (newest first) then id, MLflow's default order.
 """
@@ -19,9 +22,11 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Select, and_, func, not_, select
 from sqlalchemy.orm import aliased
 
-from app.filter_tokens import Lexicon, Token, TokenError, tokens
+from app import filter_grammar
+from app.filter_grammar import Condition, Grammar, GrammarError, Value
+from app.filter_tokens import Lexicon
 from app.metrics.models import MetricKey
-from app.mlflow.errors import invalid
+from app.mlflow.errors import MlflowError, invalid
 from app.mlflow.reads import PARAM_PREFIX, RUN_NAME_TAG, TAG_PREFIX
 from app.mlflow.schemas import FROM_MLFLOW, from_millis
 from app.runs.models import Run, RunParam
@@ -35,6 +40,14 @@ LEXICON = Lexicon(
     word_char=lambda char: _WORD.fullmatch(char) is not None,
     word_quotes='`"',
 )
+GRAMMAR = Grammar(
+    lexicon=LEXICON,
+    junctions=("and",),
+    word_ops=(("like", "LIKE"), ("ilike", "ILIKE"), ("in", "IN"), ("not in", "NOT IN")),
+    list_ops=frozenset({"IN", "NOT IN"}),
+    trailing_comma=True,  # MLflow reads the list as a Python tuple: ('a',) is one
+)
+_LIST = "('a', 'b')"
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _ENTITIES = {
     "metric": "metrics",
@@ -77,23 +90,52 @@ def parse_name(text: str) -> Name:
     return Name(kind, key)
 
 
-def _tokens(text: str) -> list[Token]:
-    """The filter's tokens, without the end token; MLflow's error where it cannot be read."""
-    text = text.strip()
-    try:
-        return tokens(text, LEXICON)[:-1]
-    except TokenError as exc:
-        raise invalid(
+def parse_conditions(text: str) -> list[Condition]:
+    """The conditions of a filter (AND is MLflow's only junction), read from the text without
+    its surrounding spaces; GrammarError where it cannot be read (``refusal`` words it)."""
+    return filter_grammar.conditions(filter_grammar.parse(text.strip(), GRAMMAR))
+
+
+def refusal(exc: GrammarError, text: str) -> MlflowError:
+    """A grammar error in MLflow's words (INVALID_PARAMETER_VALUE)."""
+    found = exc.found
+    after = exc.after.kind if exc.after else ""
+    if exc.reason in filter_grammar.TOKEN_REASONS:
+        text = text.strip()
+        return invalid(
             f"Invalid filter string at position {exc.pos}: {text[exc.pos : exc.pos + 20]!r}"
-        ) from None
+        )
+    if exc.reason == "rest":
+        return invalid(f"Invalid filter: expected AND, got {found.text!r}")
+    if exc.reason == "key" or (exc.reason == "comparator" and found.kind == "end"):
+        return invalid("Invalid filter: expected <entity>.<key> <comparator> <value>")
+    if exc.reason == "comparator":
+        return invalid(f"Invalid comparator {found.text.upper()!r}")
+    if exc.reason == "list_open":
+        return invalid(f"Invalid filter: IN takes a list: {_LIST}")
+    if found.kind == "end" and (exc.reason == "list_sep" or after in ("(", ",")):
+        return invalid("Invalid filter: an IN list without its closing parenthesis")
+    if exc.reason == "list_sep":
+        return invalid(f"Invalid filter: IN takes values separated by commas: {_LIST}")
+    if exc.reason == "value" and found.kind == "end":
+        return invalid("Invalid filter: a comparison without a value")
+    if exc.reason == "value" and found.kind == ")" and after == "(":
+        return invalid(f"Invalid filter: IN takes one value or more: {_LIST}")
+    if exc.reason == "value":
+        return _bad_value(found.text)
+    return invalid(f"Invalid filter: {exc}")
 
 
-def _literal(token: Token) -> str | float:
-    if token.kind == "string":
-        return token.text
-    if token.kind == "word" and _NUMBER.match(token.text):
-        return float(token.text)
-    raise invalid(f"Invalid filter value {token.text!r}: a number or a 'quoted string'")
+def _bad_value(text: str) -> MlflowError:
+    return invalid(f"Invalid filter value {text!r}: a number or a 'quoted string'")
+
+
+def _literal(value: Value) -> str | float:
+    if value.quoted:
+        return value.text
+    if _NUMBER.match(value.text):
+        return float(value.text)
+    raise _bad_value(value.text)
 
 
 def _param_clause(key: str, op: str, value: Any) -> ColumnElement[bool]:
@@ -128,7 +170,7 @@ def _attribute_clause(key: str, op: str, value: Any) -> ColumnElement[bool]:
         cond = Run.status.in_(wanted)
         return not_(cond) if op in ("!=", "NOT IN") else cond
     if key in ("run_name", "name"):
-        return _text_compare(Run.name, op, value)
+        return text_compare(Run.name, op, value)
     if key in ("run_id", "run_uuid", "id"):
         ids = [int(v) for v in (value if op.endswith("IN") else [value]) if str(v).isdigit()]
         cond = Run.id.in_(ids)
@@ -141,7 +183,7 @@ def _attribute_clause(key: str, op: str, value: Any) -> ColumnElement[bool]:
     raise invalid(f"Invalid attribute key {key!r}")
 
 
-def _text_compare(column: Any, op: str, value: Any) -> ColumnElement[bool]:
+def text_compare(column: Any, op: str, value: Any) -> ColumnElement[bool]:
     if op == "LIKE":
         return cast(ColumnElement[bool], column.like(str(value)))
     if op == "ILIKE":
@@ -166,53 +208,26 @@ def _clause(name: Name, op: str, value: Any) -> ColumnElement[bool]:
         return _param_clause(PARAM_PREFIX + name.key, op, value)
     if name.entity == "tags":
         if name.key == RUN_NAME_TAG:
-            return _text_compare(Run.name, op, value)
+            return text_compare(Run.name, op, value)
         return _param_clause(TAG_PREFIX + name.key, op, value)
     return _attribute_clause(name.key, op, value)
 
 
 def parse_filter(text: str | None) -> list[ColumnElement[bool]]:
+    """The filter's conditions as SQL; MLflow's error where it cannot be read or compiled."""
     if not text or not text.strip():
         return []
-    tokens = _tokens(text)
+    try:
+        found = parse_conditions(text)
+    except GrammarError as exc:
+        raise refusal(exc, text) from None
     clauses: list[ColumnElement[bool]] = []
-    i = 0
-    while i < len(tokens):
-        if clauses:
-            if tokens[i].text.upper() != "AND":
-                raise invalid(f"Invalid filter: expected AND, got {tokens[i].text!r}")
-            i += 1
-        if i + 2 > len(tokens) or tokens[i].kind != "word":
-            raise invalid("Invalid filter: expected <entity>.<key> <comparator> <value>")
-        name = parse_name(tokens[i].text)
-        op, i = tokens[i + 1].text.upper(), i + 2
-        if op in ("NOT", "IS") and i < len(tokens):
-            op, i = f"{op} {tokens[i].text.upper()}", i + 1
-        if op in ("IN", "NOT IN"):
-            values, i = _in_list(tokens, i)
-            clauses.append(_clause(name, op, values))
-            continue
-        if op not in _COMPARE and op not in ("LIKE", "ILIKE"):
-            raise invalid(f"Invalid comparator {op!r}")
-        if i >= len(tokens):
-            raise invalid("Invalid filter: a comparison without a value")
-        clauses.append(_clause(name, op, _literal(tokens[i])))
-        i += 1
+    for condition in found:
+        name = parse_name(condition.key)
+        literals = [_literal(value) for value in condition.values]
+        listed = condition.op in GRAMMAR.list_ops
+        clauses.append(_clause(name, condition.op, literals if listed else literals[0]))
     return clauses
-
-
-def _in_list(tokens: list[Token], i: int) -> tuple[list[Any], int]:
-    if i >= len(tokens) or tokens[i].kind != "(":
-        raise invalid("Invalid filter: IN takes a list: ('a', 'b')")
-    values: list[Any] = []
-    i += 1
-    while i < len(tokens) and tokens[i].kind != ")":
-        if tokens[i].kind != ",":
-            values.append(_literal(tokens[i]))
-        i += 1
-    if i >= len(tokens):
-        raise invalid("Invalid filter: an IN list without its closing parenthesis")
-    return values, i + 1
 
 
 def apply_order(stmt: Select[Any], order_by: list[str]) -> Select[Any]:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.experiments.models import Experiment
-from app.mlflow import reads, writes
+from app.filter_grammar import TOKEN_REASONS, GrammarError
+from app.mlflow import reads, search, writes
 from app.mlflow.errors import (
     INVALID_STATE,
     RESOURCE_ALREADY_EXISTS,
@@ -95,7 +95,7 @@ def search_experiments(
 ) -> tuple[list[Experiment], str | None]:
     stmt = select(Experiment).order_by(Experiment.id.desc())
     if name_filter:
-        stmt = stmt.where(*_experiment_filter(name_filter))
+        stmt = stmt.where(experiment_name_filter(name_filter))
     offset = page_offset(token)
     limit = max(1, min(max_results, MAX_SEARCH_RESULTS))
     found = list(session.scalars(stmt.offset(offset).limit(limit + 1)))
@@ -103,14 +103,25 @@ def search_experiments(
     return found[:limit], page_token(offset + limit) if more else None
 
 
-def _experiment_filter(text: str) -> list[Any]:
-    """``name = 'x'``, ``name LIKE 'x%'``, ``name ILIKE ...`` (what clients send)."""
-    from app.mlflow.search import _text_compare, _tokens, parse_name
-
-    tokens = _tokens(text)
-    if len(tokens) != 3 or parse_name(tokens[0].text).key != "name" or tokens[2].kind != "string":
-        raise invalid(f"Unsupported experiment filter {text!r}: name = / LIKE / ILIKE 'text'")
-    return [_text_compare(Experiment.name, tokens[1].text.upper(), tokens[2].text)]
+def experiment_name_filter(text: str) -> ColumnElement[bool]:
+    """``name = 'x'``, ``name != 'x'``, ``name LIKE 'x%'``, ``name ILIKE ...`` (what clients
+    send), read by MLflow's grammar (app.mlflow.search): text it cannot tokenize is refused as
+    a filter_string is; anything else but one such condition is unsupported here."""
+    unsupported = invalid(f"Unsupported experiment filter {text!r}: name = / LIKE / ILIKE 'text'")
+    try:
+        found = search.parse_conditions(text)
+    except GrammarError as exc:
+        if exc.reason in TOKEN_REASONS:
+            raise search.refusal(exc, text) from None
+        raise unsupported from None
+    if len(found) != 1:
+        raise unsupported
+    (condition,) = found
+    value = condition.values[0]
+    listed = condition.op in search.GRAMMAR.list_ops
+    if search.parse_name(condition.key).key != "name" or listed or not value.quoted:
+        raise unsupported
+    return search.text_compare(Experiment.name, condition.op, value.text)
 
 
 # --- runs ----------------------------------------------------------------------------------
