@@ -164,6 +164,47 @@ def test_field_errors_are_built_by_the_one_helper(tree: Tree) -> None:
     assert offenders == {}, f"use app.errors.field_error: {offenders}"
 
 
+def _location_joins(tree: ast.AST) -> list[int]:
+    """Lines that join a field error's location into text by hand: a `.join(...)` whose
+    argument reads a `"loc"` (subscript or `.get`)."""
+    lines = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr != "join":
+            continue
+        for inner in (n for arg in node.args for n in ast.walk(arg)):
+            key = None
+            if isinstance(inner, ast.Subscript) and isinstance(inner.slice, ast.Constant):
+                key = inner.slice.value
+            elif (
+                isinstance(inner, ast.Call)
+                and isinstance(inner.func, ast.Attribute)
+                and inner.func.attr == "get"
+                and inner.args
+                and isinstance(inner.args[0], ast.Constant)
+            ):
+                key = inner.args[0].value
+            if key == "loc":
+                lines.append(node.lineno)
+                break
+    return lines
+
+
+def test_field_locations_are_written_by_the_one_formatter(tree: Tree) -> None:
+    """torchyard.field_location.location_text writes every location a person reads (the
+    server's messages and the client CLI's alike)."""
+    assert _location_joins(ast.parse('".".join(str(p) for p in e["loc"])'))
+    assert _location_joins(ast.parse('"/".join(e.get("loc", ()))'))
+    offenders = {
+        relative: lines
+        for module in tree.modules.values()
+        if (relative := tree.relative(module)) != "torchyard/field_location.py"
+        and (lines := _location_joins(module.tree))
+    }
+    assert offenders == {}, f"use torchyard.field_location.location_text: {offenders}"
+
+
 # --- the host agent changes data only through app's services ------------------------------
 
 # What a session may be asked directly in the worker: its unit of work (a savepoint, a
