@@ -3,7 +3,8 @@
 import {picker as searchPicker} from "./compare_picker.js";
 import {overlay} from "./overlay.js";
 import {isSeedParam} from "./lib/format.js";
-import {SEED_EVENT, seedShown} from "./lib/seed.js";
+import {SEED_SHOWN} from "./lib/events.js";
+import {seedShown} from "./lib/seed.js";
 import {pages} from "./lib/urls.js";
 (() => {
   const picker = document.getElementById("compare-picker");
@@ -25,7 +26,7 @@ import {pages} from "./lib/urls.js";
     if (note) note.hidden = !seedRows.length || seedShown();
   };
   showSeedRows();
-  document.addEventListener(SEED_EVENT, showSeedRows);
+  document.addEventListener(SEED_SHOWN, showSeedRows);
   const charts = document.getElementById("compare-charts");
   const data = document.getElementById("compare-runs-data");
   if (!charts || !data) return;

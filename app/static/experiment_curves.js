@@ -5,6 +5,7 @@
 import {call, errorText, serverDown} from "./lib/api.js";
 import {isShown, normalizeKeys} from "./lib/chart_keys.js";
 import {markStale} from "./lib/dom.js";
+import {RUNS_LINK, RUNS_REFRESHED, emit} from "./lib/events.js";
 import {metricKeys} from "./lib/first_page.js";
 import {compareKeys} from "./lib/format.js";
 import {keysPicker} from "./chart_keys_picker.js";
@@ -19,12 +20,12 @@ import {api} from "./lib/urls.js";
   const charts = document.getElementById("experiment-charts");
   const status = document.getElementById("experiment-curves-status");
 
-  // While the server does not answer, the runs table (through ty:runs-link) and the legend are
+  // While the server does not answer, the runs table (through RUNS_LINK, lib/events.js) and the legend are
   // marked as of its last answer, and the overlay's status line says so (markDown); the next
   // answer clears them.
   let lostSince = null;
   const linkChanged = () => {
-    document.dispatchEvent(new CustomEvent("ty:runs-link", {detail: {lostSince}}));
+    emit(document, RUNS_LINK, {lostSince});
     markStale([document.getElementById("experiment-curves-legend")], lostSince);
   };
   const listRuns = async (markDown) => {
@@ -130,7 +131,7 @@ import {api} from "./lib/urls.js";
       refreshRuns: async (markDown) => {
         const fresh = await listRuns(markDown);
         // the runs table and the parallel coordinates refresh from the same answer
-        if (fresh) document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: fresh}}));
+        if (fresh) emit(document, RUNS_REFRESHED, {runs: fresh});
         return fresh && fresh.slice().reverse();
       },
     });

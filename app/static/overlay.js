@@ -10,7 +10,8 @@ import {
   compareKeys, differingParams, isSystemKey, lostText, runColor, runLabels, stepTitle,
 } from "./lib/format.js";
 import {clippedRange, emaAll, emaState, xAtSteps, xMetricKey} from "./lib/series.js";
-import {SEED_EVENT, seedShown} from "./lib/seed.js";
+import {SEED_SHOWN} from "./lib/events.js";
+import {seedShown} from "./lib/seed.js";
 import {plot} from "./chart.js";
 import {isActive} from "./lib/status.js";
 import {api, pages} from "./lib/urls.js";
@@ -349,7 +350,7 @@ export const overlay = (() => {
       await need([xKey()]);
       await drawAll();
     };
-    document.addEventListener(SEED_EVENT, () => { setRuns(state.runs); drawAll(); });
+    document.addEventListener(SEED_SHOWN, () => { setRuns(state.runs); drawAll(); });
     for (const name of ["smoothing", "log-scale", "clip", "x-axis"]) {
       const el = document.getElementById(`${opts.controls}-${name}`);
       if (!el) continue;

@@ -6,6 +6,7 @@
 // reaches the page through textContent / createElementNS, never as markup.
 import {call, errorText, serverDown} from "./lib/api.js";
 import {markStale, showFailure} from "./lib/dom.js";
+import {RUNS, RUNS_REFRESHED, emit, listen} from "./lib/events.js";
 import {fmtParam, lostText} from "./lib/format.js";
 import {parcoords} from "./parcoords.js";
 import {api, pages} from "./lib/urls.js";
@@ -95,11 +96,12 @@ import {finishedCount} from "./lib/status.js";
       tr.classList.toggle("best", Number(tr.dataset.runId) === bestRun);
     }
   };
-  document.getElementById("runs-section")?.addEventListener("ty:runs", markBest);
+  const runsSection = document.getElementById("runs-section");
+  if (runsSection) listen(runsSection, RUNS, markBest);
   const refreshRuns = (s) => {
     bestRun = s.best ? s.best.run_id : null;
     markBest();
-    document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: s.runs || []}}));
+    emit(document, RUNS_REFRESHED, {runs: s.runs || []});
   };
 
   // metric vs param: numbers on a linear or log axis, anything else on
