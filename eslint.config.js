@@ -6,9 +6,9 @@ import globals from "globals";
 // Every request of the pages goes through app/static/lib/api.js (the CSRF header, the cookie,
 // one error shape): fetch, however it is reached, is refused anywhere else.
 const FETCH = "requests go through app/static/lib/api.js (call, or send for a raw Response)";
-const RAW_FETCH = [{name: "fetch", message: FETCH}];
-const FETCH_PROPERTIES = ["window", "globalThis", "self"].map(
-  (object) => ({object, property: "fetch", message: FETCH}));
+const RAW_FETCH = [{name: "fetch", message: FETCH}, {name: "XMLHttpRequest", message: FETCH}];
+const FETCH_PROPERTIES = ["window", "globalThis", "self"].flatMap((object) => [
+  {object, property: "fetch", message: FETCH}, {object, property: "XMLHttpRequest", message: FETCH}]);
 // The pages' DOM events are named once, in app/static/lib/events.js: a "ty:..." string anywhere
 // else is an event declared nowhere.
 const EVENT = "name the event with its constant from app/static/lib/events.js";

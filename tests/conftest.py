@@ -86,6 +86,7 @@ LOCAL_ONLY_MODULES = frozenset(
         # the launcher, the in-job runtime and recipes, how a job starts, ends and writes its
         # output, third-party training code, pure scheduling, path checks, packaging
         "test_api_docs",  # static files of /docs and /redoc
+        "test_js_contract",  # the front-end's URL builders against /openapi.json (node)
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
         "test_cli_export",  # `torchyard export` (GET /api/runs and metrics: their own tests)
         "test_cli_imports",  # what the client CLI imports

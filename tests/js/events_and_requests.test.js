@@ -17,7 +17,8 @@ const problems = async (code, filePath = "app/static/some_page.js") => {
 
 test("a raw fetch in a page module is refused, however it is reached", async () => {
   for (const code of ['fetch("/api/runs");', 'window.fetch("/api/runs");',
-                      'globalThis.fetch("/api/runs");', "const f = fetch; f('/api/runs');"]) {
+                      'globalThis.fetch("/api/runs");', "const f = fetch; f('/api/runs');",
+                      'const xhr = new XMLHttpRequest(); xhr.open("POST", "/api/code");']) {
     const found = await problems(code);
     assert.ok(found.some((m) => m.includes("lib/api.js")), `${code}: ${found}`);
   }

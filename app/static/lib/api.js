@@ -83,3 +83,28 @@ export const deleteObject = async (url) => {
   }
   return {ok: true, freed: Number(response.headers.get("X-Freed-Bytes") || 0), error: null};
 };
+
+// POST `blob` as the multipart field "file" with upload progress (fetch reports none: an
+// XMLHttpRequest, the one in the pages); resolves to {ok, status, body} like `call`.
+/**
+ * @param {string} path
+ * @param {Blob} blob
+ * @param {string} filename
+ * @param {(loaded: number, total: number) => void} onProgress
+ * @returns {Promise<{ok: boolean, status: number, body: any}>}
+ */
+export const upload = (path, blob, filename, onProgress) => new Promise((resolve) => {
+  const xhr = new XMLHttpRequest();
+  xhr.open("POST", path);
+  xhr.setRequestHeader("X-CSRF-Token", csrf());
+  xhr.upload.onprogress = (e) => { if (e.lengthComputable) onProgress(e.loaded, e.total); };
+  xhr.onload = () => {
+    let body = xhr.responseText;
+    try { body = body ? JSON.parse(body) : null; } catch { /* plain text */ }
+    resolve({ok: xhr.status >= 200 && xhr.status < 300, status: xhr.status, body});
+  };
+  xhr.onerror = () => resolve({ok: false, status: 0, body: {detail: "The server cannot be reached."}});
+  const data = new FormData();
+  data.append("file", blob, filename);
+  xhr.send(data);
+});
