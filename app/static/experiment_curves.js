@@ -1,5 +1,6 @@
 // The experiment page's "all runs' curves": every run of the experiment (the newest MAX_RUNS)
-// overlaid, one chart per metric key, live while a run is active (app/static/overlay.js).
+// overlaid, one chart per metric key, live while a run is active (app/static/overlay.js, on
+// the experiment's event stream: lib/page_stream.js).
 // Loaded deferred, after the deferred chart library: it draws from DOMContentLoaded, which
 // comes after every deferred script has run, and asks for the first charts' series at once.
 import {call, errorText, serverDown} from "./lib/api.js";
@@ -10,6 +11,7 @@ import {metricKeys} from "./lib/first_page.js";
 import {compareKeys} from "./lib/format.js";
 import {keysPicker} from "./chart_keys_picker.js";
 import {overlay} from "./overlay.js";
+import {experimentStream, onNews} from "./lib/page_stream.js";
 import {register} from "./lib/page_state.js";
 import {api} from "./lib/urls.js";
 (() => {
@@ -128,6 +130,12 @@ import {api} from "./lib/urls.js";
       legend: document.getElementById("experiment-curves-legend"),
       status,
       early,
+      // The experiment's stream: a run's status changed (at once), or its metrics moved.
+      live: (refresh) => {
+        const stream = experimentStream(experimentId);
+        onNews(stream, "experiment", (d) => d.runs.map((r) => r.slice(0, 3)), () => refresh(true), (d) => d.live);
+        onNews(stream, "experiment", (d) => d.runs, () => refresh(false), (d) => d.live);
+      },
       refreshRuns: async (markDown) => {
         const fresh = await listRuns(markDown);
         // the runs table and the parallel coordinates refresh from the same answer

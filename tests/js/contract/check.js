@@ -21,7 +21,9 @@ export const SAMPLES = {
     experiments: [],
     experiment: [3],
     experimentRuns: [3],
+    experimentEvents: [3],
     gpus: [],
+    gpuEvents: [],
     usage: [{since: "2024-01-01T00:00:00Z", until: "2024-01-02T00:00:00Z"}],
     runs: [{experiment_id: 3, limit: 10}],
     run: [7],
@@ -39,6 +41,7 @@ export const SAMPLES = {
     runImage: [7, 3],
     sweeps: [{experiment_id: 3}],
     sweep: [5],
+    sweepEvents: [5],
     sweepCancel: [5],
     views: [{experiment_id: 3}],
     view: [4],
@@ -111,12 +114,13 @@ export const checkBuildersAgainst = (routes, builders = {api, pages}, samples = 
 ];
 
 // The call sites of the pages' sources: (method, builder) for call/send("M", api.x(...)),
-// DELETE for deleteObject(api.x(...)), POST for upload(api.x(...)), GET for an event stream.
+// DELETE for deleteObject(api.x(...)), POST for upload(api.x(...)), GET for an event stream
+// (api.xEvents(...): opened by lib/run_stream.js's EventSource).
 const SITES = [
   [/\b(?:call|send)\(\s*"([A-Z]+)",\s*api\.(\w+)\(/g, (m) => [m[1], m[2]]],
   [/\bdeleteObject\(\s*api\.(\w+)\(/g, (m) => ["DELETE", m[1]]],
   [/\bupload\(\s*api\.(\w+)\(/g, (m) => ["POST", m[1]]],
-  [/\breturn api\.(runEvents)\(/g, (m) => ["GET", m[1]]],
+  [/\bapi\.(\w+Events)\(/g, (m) => ["GET", m[1]]],
 ];
 
 /**
