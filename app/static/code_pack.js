@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // Code snapshots made in the browser, for `POST /api/code` (a gzipped tar): a picked folder or
 // a .zip becomes a tar written here (ustar, with a PAX record for names ustar cannot hold),
 // gzipped by the browser's CompressionStream; a .tar.gz is sent as it is, only listed.

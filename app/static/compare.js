@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The compare page: the run picker's search (compare_picker.js), apply the picked runs,
 // overlay each metric's curves (app/static/overlay.js), the seed's config rows on request.
 import {picker as searchPicker} from "./compare_picker.js";

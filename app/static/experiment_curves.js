@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page's "all runs' curves": every run of the experiment (the newest MAX_RUNS)
 // overlaid, one chart per metric key, live while a run is active (app/static/overlay.js, on
 // the experiment's event stream: lib/page_stream.js).

@@ -10,7 +10,7 @@ import {parcoords} from "./parcoords.js";
   const section = document.getElementById("runs-section");
   const el = document.getElementById("parcoords");
   if (!section || !el) return;
-  const select = document.getElementById("parcoords-select");
+  const select = /** @type {HTMLButtonElement} */ (document.getElementById("parcoords-select"));
   const METRIC_KEY = `parcoords.metric.${section.dataset.experimentId}`;
   const AXES_KEY = `parcoords.axes.${section.dataset.experimentId}`;
   let saved = null, axes = null;

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // THE runs table (templates/_runs_table.html), of an experiment's page or a sweep's (its
 // trials: the section's data-experiment-id or data-sweep-id is the GET /api/runs filter),
 // rebuilt from GET /api/runs once the page loads (the server's

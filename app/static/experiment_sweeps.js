@@ -12,7 +12,7 @@ import {api, pages} from "./lib/urls.js";
 import {finishedCount} from "./lib/status.js";
 (() => {
   const section = document.getElementById("sweeps-section");
-  const table = document.getElementById("sweeps");
+  const table = /** @type {HTMLTableElement | null} */ (document.getElementById("sweeps"));
   if (!section || !table) return;
   const POLL_MS = 3000;
   const experimentId = section.dataset.experimentId;
@@ -46,7 +46,7 @@ import {finishedCount} from "./lib/status.js";
     return tr;
   };
 
-  const running = () => [...table.querySelectorAll("tbody tr[data-status]")]
+  const running = () => [.../** @type {NodeListOf<HTMLElement>} */ (table.querySelectorAll("tbody tr[data-status]"))]
     .some((tr) => tr.dataset.status === "running");
   const error = document.getElementById("sweeps-error");
   const poll = async () => {

@@ -12,7 +12,7 @@ import {api, pages} from "./lib/urls.js";
   const hostsEl = document.getElementById("gpu-hosts");
   const queueBody = document.querySelector("#gpu-queue tbody");
   const usageBody = document.querySelector("#gpu-usage tbody");
-  const period = document.getElementById("usage-period");
+  const period = /** @type {HTMLSelectElement} */ (document.getElementById("usage-period"));
   const updated = document.getElementById("gpus-updated");
 
   const el = (tag, attrs = {}, ...children) => {

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // Many runs' curves overlaid, one chart per metric key: the compare page and the experiment
 // page both. One trace per run, coloured by runColor, named by the run and the params that
 // differ across the runs shown ("run 12 · lr=0.01 bs=64"). Not one stream per run: 50 runs

@@ -44,7 +44,7 @@ import {finishedCount} from "./lib/status.js";
     const counts = s.counts || {};
     const done = finishedCount(counts);
     const stopped = (s.trials || []).filter((t) => t.stopped_early).length;
-    const bar = document.getElementById("sweep-progress");
+    const bar = /** @type {HTMLProgressElement} */ (document.getElementById("sweep-progress"));
     bar.max = s.planned_runs;
     bar.value = done;
     bar.dataset.done = String(done);
@@ -93,7 +93,7 @@ import {finishedCount} from "./lib/status.js";
   // The best trial's row is marked whenever the table draws its rows.
   let bestRun = null;
   const markBest = () => {
-    for (const tr of document.querySelectorAll("#runs tbody tr[data-run-id]")) {
+    for (const tr of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("#runs tbody tr[data-run-id]"))) {
       tr.classList.toggle("best", Number(tr.dataset.runId) === bestRun);
     }
   };
@@ -216,7 +216,7 @@ import {finishedCount} from "./lib/status.js";
   draw(first);
   if (first.status === "running") follow();
 
-  const cancel = document.getElementById("cancel-sweep");
+  const cancel = /** @type {HTMLButtonElement | null} */ (document.getElementById("cancel-sweep"));
   if (cancel) {
     cancel.addEventListener("click", async () => {
       if (!window.confirm(`Cancel sweep ${id}? Queued trials are cancelled, running ones stopped.`)) return;

@@ -1,7 +1,8 @@
 // JSON calls to the API with the session cookie and the CSRF header. Never throws for HTTP
 // errors: callers show the body's message (FastAPI's {"detail": ...}) where the user can act.
 
-export const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
+export const csrf = () =>
+  /** @type {HTMLMetaElement | null} */ (document.querySelector('meta[name="csrf-token"]'))?.content || "";
 
 // The one place the pages call fetch (eslint.config.js refuses it elsewhere): the session
 // cookie, the CSRF header, and a JSON body when one is given. Resolves to the Response and

@@ -12,7 +12,7 @@ export const seedShown = () => {
   try { return localStorage.getItem(STORE) === "1"; } catch (_) { return false; }
 };
 
-const boxes = () => [...document.querySelectorAll("input[data-seed-toggle]")];
+const boxes = () => [.../** @type {NodeListOf<HTMLInputElement>} */ (document.querySelectorAll("input[data-seed-toggle]"))];
 
 export const setSeedShown = (shown) => {
   try { localStorage.setItem(STORE, shown ? "1" : "0"); } catch (_) { /* storage unavailable */ }

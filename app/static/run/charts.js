@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's charts: the downsampled history first, then live points from the stream,
 // batched into at most one redraw per frame; zoom re-fetches the range at full resolution.
 // A chart element keeps its traces and layout as `.data` and `.layout` (chart.js), which the

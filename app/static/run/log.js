@@ -59,8 +59,8 @@ const option = (value, text) => {
 
 export const mountLog = (runId, stream, status) => {
   const logEl = $("log-tail");
-  const rankSelect = $("log-rank");
-  const nodeSelect = $("log-node");  // only for a multi-node run
+  const rankSelect = /** @type {HTMLSelectElement} */ ($("log-rank"));
+  const nodeSelect = /** @type {HTMLSelectElement | null} */ ($("log-node"));  // only for a multi-node run
   const nproc = Number(rankSelect.dataset.nproc || 1);
   const nodes = Number(rankSelect.dataset.nodes || 1);
   let offset = 0;            // node 0's log position: the stream's

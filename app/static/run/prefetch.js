@@ -6,7 +6,7 @@ import {api} from "../lib/urls.js";
 
 export const BUDGET = 4000;  // points per series in one view (the server keeps min and max)
 
-const script = document.querySelector("script[data-run-id]");
+const script = /** @type {HTMLScriptElement | null} */ (document.querySelector("script[data-run-id]"));
 const runId = script ? Number(script.dataset.runId) : null;
 
 export const history = runId === null ? null
