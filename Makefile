@@ -107,8 +107,11 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
+# ESLint, TypeScript's checker over the JavaScript (checkJs from JSDoc, nothing emitted:
+# tsconfig.json), and the node tests.
 js-check: node_modules/.installed
 	node_modules/.bin/eslint --max-warnings=0
+	node_modules/.bin/tsc -p tsconfig.json
 	node --test tests/js/*.test.js
 
 # The whole suite on the embedded defaults (SQLite database and SQLite broker), and again on

@@ -91,6 +91,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_errors",  # the field error builder and its location text
         "test_filter_tokens",  # the filter languages' one tokenizer
         "test_filter_grammar",  # the filter languages' one parser (SQL compiled, not run)
+        "test_js_contract",  # the front-end's URL builders against /openapi.json (node)
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
         "test_cli_export",  # `torchyard export` (GET /api/runs and metrics: their own tests)
         "test_packaging",  # the wheel and its base install (its own SQLite server)

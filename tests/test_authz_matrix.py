@@ -301,6 +301,11 @@ class Row:
     other_sees: Check | None = field(default=None)  # checked on member-other's response
 
 
+# In a build's keyword arguments: read the response as a stream, up to its first event (a live
+# page's stream that does not end by itself), then close it.
+FIRST_EVENT = "first_event"
+
+
 def _get(url: str) -> Build:
     return lambda w: (url, {})
 
@@ -382,6 +387,9 @@ MATRIX: dict[tuple[str, str], Row] = {
         USER, 204, lambda w: ("/api/users/me/password", {"json": _same_password(w)})
     ),
     ("GET", "/api/gpus"): Row(USER, 200, _get("/api/gpus")),
+    ("GET", "/api/gpus/events"): Row(
+        USER, 200, lambda w: ("/api/gpus/events", {FIRST_EVENT: True})
+    ),
     ("GET", "/api/usage"): Row(USER, 200, _get("/api/usage")),
     ("GET", "/api/experiments"): Row(
         USER, 200, _get("/api/experiments"), lambda w, r: w.experiment_id in _ids(r)
@@ -446,6 +454,10 @@ MATRIX: dict[tuple[str, str], Row] = {
     # the owner's experiment and run: everyone reads, the owner and admins write
     ("GET", "/api/experiments/{experiment_id}"): Row(
         READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}", {})
+    ),
+    # nothing of the experiment is active: its stream sends its digest and ends
+    ("GET", "/api/experiments/{experiment_id}/events"): Row(
+        READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}/events", {})
     ),
     ("PATCH", "/api/experiments/{experiment_id}"): Row(
         OWNED,
@@ -559,6 +571,11 @@ MATRIX: dict[tuple[str, str], Row] = {
         200,
         lambda w: (f"/api/sweeps/{w.running_sweep()}", {}),
         lambda w, r: len(r.json()["runs"]) == 1,
+    ),
+    ("GET", "/api/sweeps/{sweep_id}/events"): Row(
+        READ,
+        200,
+        lambda w: (f"/api/sweeps/{w.running_sweep()}/events", {FIRST_EVENT: True}),
     ),
     ("POST", "/api/sweeps/{sweep_id}/cancel"): Row(
         OWNED, 200, lambda w: (f"/api/sweeps/{w.running_sweep()}/cancel", {})
@@ -713,7 +730,14 @@ def send(
     url, kwargs = row.build(world)
     before = fingerprint()
     client.cookies.clear()
-    response = client.request(method, url, headers=headers, follow_redirects=False, **kwargs)
+    if kwargs.pop(FIRST_EVENT, False):
+        with client.stream(method, url, headers=headers, follow_redirects=False) as response:
+            if response.status_code == 200:
+                next(line for line in response.iter_lines() if line.startswith("data:"))
+            else:
+                response.read()
+    else:
+        response = client.request(method, url, headers=headers, follow_redirects=False, **kwargs)
     client.cookies.clear()
     return response, fingerprint() != before
 

@@ -1,13 +1,19 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request, status
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from sqlalchemy.orm import Session
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.experiments import service
+from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate, ExperimentOut, ExperimentPatch
 from app.http_errors import error_responses
 from app.ownership import OwnedExperiment, Writer
+from app.runs.page_events import Snapshot, StreamUser, experiment_digest, page_stream
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner
 
@@ -56,3 +62,27 @@ def edit_experiment(
     return service.to_out(
         session, [service.edit_experiment(session, experiment=experiment, patch=data)]
     )[0]
+
+
+@router.get(
+    "/{experiment_id}/events",
+    response_class=EventSourceResponse,
+    responses=error_responses(401, 403, 404, 429, non_json_route=True),
+)
+async def experiment_events(
+    request: Request, experiment: OwnedExperiment, user_id: StreamUser
+) -> AsyncIterator[ServerSentEvent]:
+    """The experiment page's live view: an `experiment` event with a digest of its runs (id,
+    status, attempt, how far an active run's metrics got) and sweeps (id, status, trials), at
+    once and whenever it changes; the page reads what changed through the API. `ping` while
+    quiet. The stream ends once no run is active and no sweep runs (`live`: false), or with an
+    `experiment` event of `{"deleted": true}`."""
+    experiment_id = experiment.id
+
+    def read(session: Session) -> Snapshot:
+        if session.get(Experiment, experiment_id) is None:
+            return Snapshot({"deleted": True}, final=True)
+        return experiment_digest(session, experiment_id)
+
+    async for event in page_stream(request, user_id, "experiment", read):
+        yield event

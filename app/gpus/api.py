@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BeforeValidator
+from sqlalchemy.orm import Session
 
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
@@ -15,6 +18,8 @@ from app.errors import Invalid
 from app.gpus import panel
 from app.gpus.schemas import GpuPanelOut, UsageOut
 from app.gpus.usage import gpu_usage
+from app.http_errors import error_responses
+from app.runs.page_events import Snapshot, StreamUser, page_stream
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
 from app.users.filters import OwnerQuery
@@ -38,10 +43,7 @@ def _rfc3339(value: object) -> object:
 Timestamp = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 
-@router.get("/gpus", response_model=GpuPanelOut)
-def read_gpu_panel(session: SessionDep, _user: CurrentUser) -> GpuPanelOut:
-    """Each live worker host's GPUs (free, leased by which run, busy with a process torchyard
-    did not start) and the queue in scheduling order with the reason each run waits."""
+def _panel(session: Session) -> GpuPanelOut:
     settings = get_settings()
     return panel.gpu_panel(
         session,
@@ -49,6 +51,30 @@ def read_gpu_panel(session: SessionDep, _user: CurrentUser) -> GpuPanelOut:
         lease_ttl_seconds=settings.lease_ttl_seconds,
         starvation_seconds=settings.starvation_seconds,
     )
+
+
+@router.get("/gpus", response_model=GpuPanelOut)
+def read_gpu_panel(session: SessionDep, _user: CurrentUser) -> GpuPanelOut:
+    """Each live worker host's GPUs (free, leased by which run, busy with a process torchyard
+    did not start) and the queue in scheduling order with the reason each run waits."""
+    return _panel(session)
+
+
+@router.get(
+    "/gpus/events",
+    response_class=EventSourceResponse,
+    responses=error_responses(401, 429, non_json_route=True),
+)
+async def gpu_panel_events(request: Request, user_id: StreamUser) -> AsyncIterator[ServerSentEvent]:
+    """The GPU page's live view: a `gpus` event with the panel as GET /api/gpus answers it, at
+    once and whenever it changes (its `generated_at` alone is no change); `ping` while quiet."""
+
+    def read(session: Session) -> Snapshot:
+        data = _panel(session).model_dump(mode="json")
+        return Snapshot(data, same={k: v for k, v in data.items() if k != "generated_at"})
+
+    async for event in page_stream(request, user_id, "gpus", read):
+        yield event
 
 
 def _in_utc(value: datetime, name: str) -> datetime:

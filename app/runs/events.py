@@ -291,7 +291,7 @@ def stream_slot(user_id: int, limit: int) -> Iterator[None]:
             _OPEN_STREAMS.pop(user_id, None)
 
 
-async def _in_pool(user_id: int | None, func: Callable[..., Any], *args: Any) -> Any:
+async def in_pool(user_id: int | None, func: Callable[..., Any], *args: Any) -> Any:
     """`func` in the shared poll threads, at the user's fair turn (app/runs/poll_pool.py); the
     wait for the thread is counted in the `wait` part of the poll histogram."""
     result, waited = await run_polled(user_id, func, *args)
@@ -322,7 +322,7 @@ async def stream(
     while not shutdown.requested():
         if refusal is not None and time.monotonic() >= next_check:
             try:
-                reason = await _in_pool(user_id, refusal)
+                reason = await in_pool(user_id, refusal)
             except DBAPIError as e:
                 if not database_away(e):
                     raise
@@ -332,7 +332,7 @@ async def stream(
                 return
             next_check = time.monotonic() + recheck_seconds
         try:
-            events, done = await _in_pool(user_id, poll, cursor)
+            events, done = await in_pool(user_id, poll, cursor)
         except DBAPIError as e:
             if not database_away(e):
                 raise

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The new-experiment form's "Code" field: a picked folder or archive is packed (code_pack.js),
 // uploaded to /api/code with a progress bar, and its digest put in the hidden `code` input that
 // experiment_form.js sends as the config's `code`. Once the snapshot's files are known the

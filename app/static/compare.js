@@ -1,9 +1,11 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The compare page: the run picker's search (compare_picker.js), apply the picked runs,
 // overlay each metric's curves (app/static/overlay.js), the seed's config rows on request.
 import {picker as searchPicker} from "./compare_picker.js";
 import {overlay} from "./overlay.js";
 import {isSeedParam} from "./lib/format.js";
-import {SEED_EVENT, seedShown} from "./lib/seed.js";
+import {SEED_SHOWN} from "./lib/events.js";
+import {seedShown} from "./lib/seed.js";
 import {pages} from "./lib/urls.js";
 (() => {
   const picker = document.getElementById("compare-picker");
@@ -25,7 +27,7 @@ import {pages} from "./lib/urls.js";
     if (note) note.hidden = !seedRows.length || seedShown();
   };
   showSeedRows();
-  document.addEventListener(SEED_EVENT, showSeedRows);
+  document.addEventListener(SEED_SHOWN, showSeedRows);
   const charts = document.getElementById("compare-charts");
   const data = document.getElementById("compare-runs-data");
   if (!charts || !data) return;

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The compare page's run picker: a search over every run on the box, answered by the server
 // (GET /api/runs?q=: words found in a name, a tag or a param's value; text that reads as a
 // condition, "lr<0.01", goes as filter=), newest first, MAX_SHOWN at a time, so it stays fast

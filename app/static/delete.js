@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The "Delete run" / "Delete experiment" buttons: a button with data-delete-url asks for
 // confirmation, sends DELETE with the CSRF header and says how much disk was freed (the
 // X-Freed-Bytes header of the 204), then offers the way back (the page's object is gone).

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page: launch a run with JSON overrides, then open it.
 import {call, errorText} from "./lib/api.js";
 import {api, pages} from "./lib/urls.js";

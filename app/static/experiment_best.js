@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page's "best metric": its owner chooses the metric (and whether larger or
 // smaller is better) that the experiments list's Best column judges it by, before the newest
 // sweep's and the config's checkpoints.metric (app/experiments/best.py). PATCH

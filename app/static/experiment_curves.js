@@ -1,14 +1,18 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page's "all runs' curves": every run of the experiment (the newest MAX_RUNS)
-// overlaid, one chart per metric key, live while a run is active (app/static/overlay.js).
+// overlaid, one chart per metric key, live while a run is active (app/static/overlay.js, on
+// the experiment's event stream: lib/page_stream.js).
 // Loaded deferred, after the deferred chart library: it draws from DOMContentLoaded, which
 // comes after every deferred script has run, and asks for the first charts' series at once.
 import {call, errorText, serverDown} from "./lib/api.js";
 import {isShown, normalizeKeys} from "./lib/chart_keys.js";
 import {markStale} from "./lib/dom.js";
+import {RUNS_LINK, RUNS_REFRESHED, emit} from "./lib/events.js";
 import {metricKeys} from "./lib/first_page.js";
 import {compareKeys} from "./lib/format.js";
 import {keysPicker} from "./chart_keys_picker.js";
 import {overlay} from "./overlay.js";
+import {experimentStream, onNews} from "./lib/page_stream.js";
 import {register} from "./lib/page_state.js";
 import {api} from "./lib/urls.js";
 (() => {
@@ -19,12 +23,12 @@ import {api} from "./lib/urls.js";
   const charts = document.getElementById("experiment-charts");
   const status = document.getElementById("experiment-curves-status");
 
-  // While the server does not answer, the runs table (through ty:runs-link) and the legend are
+  // While the server does not answer, the runs table (through RUNS_LINK, lib/events.js) and the legend are
   // marked as of its last answer, and the overlay's status line says so (markDown); the next
   // answer clears them.
   let lostSince = null;
   const linkChanged = () => {
-    document.dispatchEvent(new CustomEvent("ty:runs-link", {detail: {lostSince}}));
+    emit(document, RUNS_LINK, {lostSince});
     markStale([document.getElementById("experiment-curves-legend")], lostSince);
   };
   const listRuns = async (markDown) => {
@@ -127,10 +131,16 @@ import {api} from "./lib/urls.js";
       legend: document.getElementById("experiment-curves-legend"),
       status,
       early,
+      // The experiment's stream: a run's status changed (at once), or its metrics moved.
+      live: (refresh) => {
+        const stream = experimentStream(experimentId);
+        onNews(stream, "experiment", (d) => d.runs.map((r) => r.slice(0, 3)), () => refresh(true), (d) => d.live);
+        onNews(stream, "experiment", (d) => d.runs, () => refresh(false), (d) => d.live);
+      },
       refreshRuns: async (markDown) => {
         const fresh = await listRuns(markDown);
         // the runs table and the parallel coordinates refresh from the same answer
-        if (fresh) document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: fresh}}));
+        if (fresh) emit(document, RUNS_REFRESHED, {runs: fresh});
         return fresh && fresh.slice().reverse();
       },
     });

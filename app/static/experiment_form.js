@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The new-experiment form: swap the recipe's param fields, build the JSON config, create the
 // experiment, launch its first run, and show the server's validation errors next to fields.
 import {call, errorText} from "./lib/api.js";

@@ -3,13 +3,14 @@
 // the brushed runs highlighted in the table and, on request, selected there (then compared,
 // tagged or deleted like runs ticked by hand). The picked metric and the chosen axes are kept
 // per experiment in this browser.
+import {RUNS, RUNS_HIGHLIGHT, RUNS_NEED, RUNS_SELECT, emit, listen} from "./lib/events.js";
 import {compareKeys} from "./lib/format.js";
 import {parcoords} from "./parcoords.js";
 (() => {
   const section = document.getElementById("runs-section");
   const el = document.getElementById("parcoords");
   if (!section || !el) return;
-  const select = document.getElementById("parcoords-select");
+  const select = /** @type {HTMLButtonElement} */ (document.getElementById("parcoords-select"));
   const METRIC_KEY = `parcoords.metric.${section.dataset.experimentId}`;
   const AXES_KEY = `parcoords.axes.${section.dataset.experimentId}`;
   let saved = null, axes = null;
@@ -35,7 +36,7 @@ import {parcoords} from "./parcoords.js";
 
   const onBrush = (ids) => {
     kept = ids;
-    section.dispatchEvent(new CustomEvent("ty:runs-highlight", {detail: {ids}}));
+    emit(section, RUNS_HIGHLIGHT, {ids});
     select.hidden = !ids;
     select.disabled = !ids || !ids.length;
     select.textContent = ids ? `Select these ${ids.length} run${ids.length === 1 ? "" : "s"}` : "";
@@ -43,7 +44,7 @@ import {parcoords} from "./parcoords.js";
   // The page holds a few keys' summaries (lib/first_page.js): the table lists its runs again
   // with a picked metric's key when they do not carry it.
   const need = (col) => {
-    if (col) section.dispatchEvent(new CustomEvent("ty:runs-need", {detail: {keys: [col.slice(0, col.lastIndexOf("."))]}}));
+    if (col) emit(section, RUNS_NEED, {keys: [col.slice(0, col.lastIndexOf("."))]});
   };
   const onMetric = (col) => {
     need(col);
@@ -57,9 +58,9 @@ import {parcoords} from "./parcoords.js";
   // Drawn after the table's paint, not in the task that builds the table (which it slowed by
   // the whole drawing at 10,000 runs): the latest runs, once per frame.
   let pending = null;
-  section.addEventListener("ty:runs", (event) => {
+  listen(section, RUNS, (detail) => {
     if (pending === null) requestAnimationFrame(() => setTimeout(() => { const d = pending; pending = null; draw(d); }));
-    pending = event.detail;
+    pending = detail;
   });
   const draw = ({runs, summaries, keys: logged}) => {
     keys = logged || [];
@@ -73,6 +74,6 @@ import {parcoords} from "./parcoords.js";
     }
   };
   select.addEventListener("click", () => {
-    if (kept) section.dispatchEvent(new CustomEvent("ty:runs-select", {detail: {ids: kept}}));
+    if (kept) emit(section, RUNS_SELECT, {ids: kept});
   });
 })();

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // THE runs table (templates/_runs_table.html), of an experiment's page or a sweep's (its
 // trials: the section's data-experiment-id or data-sweep-id is the GET /api/runs filter),
 // rebuilt from GET /api/runs once the page loads (the server's
@@ -14,7 +15,7 @@ import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
 import {metricKeys, readHeld, usable} from "./lib/first_page.js";
-import {SEED_EVENT} from "./lib/seed.js";
+import {RUNS, RUNS_HIGHLIGHT, RUNS_LINK, RUNS_NEED, RUNS_REFRESHED, RUNS_SELECT, SEED_SHOWN, emit, listen} from "./lib/events.js";
 import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
@@ -155,7 +156,7 @@ import {groupedRows} from "./runs_groups.js";
     renderFilterKeys();
     updateActions();
     // The page's other views of these runs (the parallel coordinates) follow the table.
-    section.dispatchEvent(new CustomEvent("ty:runs", {detail: {runs: state.runs, summaries: state.summaries, keys: pageKeys}}));
+    emit(section, RUNS, {runs: state.runs, summaries: state.summaries, keys: pageKeys});
   };
 
   const toggleGroup = (key) => {
@@ -318,8 +319,7 @@ import {groupedRows} from "./runs_groups.js";
 
   // The parallel coordinates' brush: its runs highlighted here, and selected on request (then
   // compared, tagged or deleted like runs ticked by hand).
-  section.addEventListener("ty:runs-highlight", (event) => {
-    const ids = event.detail.ids;
+  listen(section, RUNS_HIGHLIGHT, ({ids}) => {
     state.highlight = ids ? new Set(ids) : null;
     for (const tr of table.querySelectorAll("tbody tr[data-run-id]")) {
       const id = Number(tr.dataset.runId);
@@ -327,8 +327,8 @@ import {groupedRows} from "./runs_groups.js";
       tr.classList.toggle("brushed-out", Boolean(state.highlight) && !state.highlight.has(id));
     }
   });
-  section.addEventListener("ty:runs-select", (event) => {
-    state.selected = new Set(event.detail.ids);
+  listen(section, RUNS_SELECT, ({ids}) => {
+    state.selected = new Set(ids);
     render();
   });
   // Live: while a run is active the curves poll the runs list (experiment_curves.js; on a
@@ -343,13 +343,13 @@ import {groupedRows} from "./runs_groups.js";
     note.hidden = !state.lostSince;
     note.textContent = state.lostSince ? `${lostText(state.lostSince)}: statuses as of then.` : "";
   };
-  document.addEventListener("ty:runs-link", (event) => {
-    state.lostSince = event.detail.lostSince;
+  listen(document, RUNS_LINK, ({lostSince}) => {
+    state.lostSince = lostSince;
     showStale();
   });
-  document.addEventListener("ty:runs-refreshed", (event) => {
+  listen(document, RUNS_REFRESHED, ({runs}) => {
     if (section.getAttribute("aria-busy") === "true") return;
-    const fresh = new Map(event.detail.runs.map((r) => [r.id, r]));
+    const fresh = new Map(runs.map((r) => [r.id, r]));
     const newest = Math.max(0, ...fresh.keys());
     if (newest > state.newest) { state.newest = newest; load(); return; }
     state.runs = state.runs.map((r) => fresh.get(r.id) || r);
@@ -357,9 +357,9 @@ import {groupedRows} from "./runs_groups.js";
     render();
   });
   // The parallel coordinates' metric: its key's summaries (asked for when not carried).
-  section.addEventListener("ty:runs-need", (event) => needKeys(event.detail.keys));
+  listen(section, RUNS_NEED, ({keys}) => needKeys(keys));
   // "Show seed" (lib/seed.js): the seed columns come or go.
-  document.addEventListener(SEED_EVENT, render);
+  listen(document, SEED_SHOWN, () => render());
 
   // Saved views (saved_views.js) read and restore the grouping ({group: {by, band}}: the
   // table's and the curves' one state, grouping.js), the filters, the sort and the columns.

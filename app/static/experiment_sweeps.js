@@ -1,15 +1,18 @@
-// The experiment page's sweeps (templates/experiment.html): live while any of them runs. Every
-// 3 s it asks GET /api/sweeps?experiment_id= and redraws the rows (status, trials ended of
-// planned, best so far with its run); once none runs it stops asking, as the runs table stops
-// refreshing once no run is active. Names and values reach the page as textContent only.
+// The experiment page's sweeps (templates/experiment.html): live while any of them runs. When
+// the experiment's event stream (lib/page_stream.js) says its sweeps changed (at once) or its
+// runs moved (at most every 3 s: the best so far), it asks GET /api/sweeps?experiment_id= and
+// redraws the rows (status, trials ended of planned, best so far with its run); the stream
+// ends once nothing runs. Names and values reach the page as textContent only.
 import {call, errorText} from "./lib/api.js";
 import {timeEl} from "./lib/dom.js";
 import {fmtParam} from "./lib/format.js";
+import {experimentStream, onNews} from "./lib/page_stream.js";
+import {refresher} from "./lib/run_stream.js";
 import {api, pages} from "./lib/urls.js";
 import {finishedCount} from "./lib/status.js";
 (() => {
   const section = document.getElementById("sweeps-section");
-  const table = document.getElementById("sweeps");
+  const table = /** @type {HTMLTableElement | null} */ (document.getElementById("sweeps"));
   if (!section || !table) return;
   const POLL_MS = 3000;
   const experimentId = section.dataset.experimentId;
@@ -43,7 +46,7 @@ import {finishedCount} from "./lib/status.js";
     return tr;
   };
 
-  const running = () => [...table.querySelectorAll("tbody tr[data-status]")]
+  const running = () => [.../** @type {NodeListOf<HTMLElement>} */ (table.querySelectorAll("tbody tr[data-status]"))]
     .some((tr) => tr.dataset.status === "running");
   const error = document.getElementById("sweeps-error");
   const poll = async () => {
@@ -58,7 +61,10 @@ import {finishedCount} from "./lib/status.js";
       error.textContent = `Could not list the sweeps: ${errorText(r.body)}`;
       error.hidden = false;
     }
-    if (!r.ok || running()) setTimeout(poll, POLL_MS);
   };
-  if (running()) setTimeout(poll, POLL_MS);
+  const refresh = refresher(poll, POLL_MS);
+  const stream = experimentStream(experimentId);
+  // The first digest: news only while a sweep runs (the page came with the rows).
+  onNews(stream, "experiment", (d) => d.sweeps, () => refresh(true), () => running());
+  onNews(stream, "experiment", (d) => d.runs, () => refresh(false), () => false);
 })();

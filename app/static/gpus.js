@@ -1,16 +1,18 @@
-// The GPU page: refreshes hosts and queue from GET /api/gpus every 2.5 s, and the usage table
-// from GET /api/usage when the period changes (and once a minute).
-import {call, errorText, serverDown} from "./lib/api.js";
+// The GPU page: hosts and queue from its event stream (GET /api/gpus/events: the panel as
+// GET /api/gpus gives it, sent whenever it changes), and the usage table from GET /api/usage
+// when the period changes (and, as the panel changes, at most once a minute).
+import {call} from "./lib/api.js";
 import {markStale, timeEl} from "./lib/dom.js";
 import {fmtDuration, gpusText, lostText, nodeText} from "./lib/format.js";
+import {pageStream} from "./lib/page_stream.js";
 import {api, pages} from "./lib/urls.js";
 
 (() => {
-  const REFRESH_MS = 2500;
+  const USAGE_MS = 60000;
   const hostsEl = document.getElementById("gpu-hosts");
   const queueBody = document.querySelector("#gpu-queue tbody");
   const usageBody = document.querySelector("#gpu-usage tbody");
-  const period = document.getElementById("usage-period");
+  const period = /** @type {HTMLSelectElement} */ (document.getElementById("usage-period"));
   const updated = document.getElementById("gpus-updated");
 
   const el = (tag, attrs = {}, ...children) => {
@@ -87,25 +89,18 @@ import {api, pages} from "./lib/urls.js";
       el("td", {class: "num", text: String(u.gpu_runs)}))));
   };
 
-  // While the server does not answer, the hosts and the queue shown are the last it confirmed:
-  // marked stale and said so, until its next answer.
+  // While the stream is down, the hosts and the queue shown are the last the server sent:
+  // marked stale and said so, until its next snapshot.
   let lostSince = null;
-  const refreshPanel = async () => {
-    const r = await call("GET", api.gpus());
-    if (r.ok) {
-      lostSince = null;
-      renderHosts(r.body.hosts);
-      renderQueue(r.body.queue);
-      updated.replaceChildren("updated ", timeEl(r.body.generated_at));
-      delete updated.dataset.link;
-    } else if (serverDown(r)) {
-      if (lostSince === null) lostSince = new Date();
-      updated.textContent = `${lostText(lostSince)}: hosts and queue as of then`;
-      updated.dataset.link = "lost";
-    } else {
-      updated.textContent = `not updated: ${errorText(r.body)}`;
-    }
-    markStale([hostsEl, document.getElementById("gpu-queue")], lostSince);
+  const panelParts = () => [hostsEl, document.getElementById("gpu-queue")];
+  /** @param {{hosts: any[], queue: any[], generated_at: string}} panel */
+  const showPanel = (panel) => {
+    lostSince = null;
+    renderHosts(panel.hosts);
+    renderQueue(panel.queue);
+    updated.replaceChildren("updated ", timeEl(panel.generated_at));
+    delete updated.dataset.link;
+    markStale(panelParts(), lostSince);
   };
 
   const refreshUsage = async () => {
@@ -116,11 +111,17 @@ import {api, pages} from "./lib/urls.js";
   };
 
   period.addEventListener("change", refreshUsage);
-  let ticks = 0;
-  const loop = async () => {
-    await refreshPanel();
-    if (++ticks % 24 === 0) await refreshUsage();
-    setTimeout(loop, REFRESH_MS);
-  };
-  setTimeout(loop, REFRESH_MS);
+  let usageAt = Date.now();  // the page came with the table
+  const stream = pageStream(api.gpuEvents(), "gpus");
+  stream.on("gpus", (panel) => {
+    showPanel(panel);
+    if (Date.now() - usageAt >= USAGE_MS) { usageAt = Date.now(); refreshUsage(); }
+  });
+  stream.on("link", (link) => {
+    if (link !== "down") return;
+    if (lostSince === null) lostSince = new Date();
+    updated.textContent = `${lostText(lostSince)}: hosts and queue as of then`;
+    updated.dataset.link = "lost";
+    markStale(panelParts(), lostSince);
+  });
 })();

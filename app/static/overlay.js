@@ -1,17 +1,21 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // Many runs' curves overlaid, one chart per metric key: the compare page and the experiment
 // page both. One trace per run, coloured by runColor, named by the run and the params that
-// differ across the runs shown ("run 12 · lr=0.01 bs=64"). Live by polling, not streaming:
-// 50 runs would need 50 event streams and a user may hold only a few
-// (sse_max_streams_per_user), so only the active runs' downsampled series are asked for
-// again every POLL_MS.
+// differ across the runs shown ("run 12 · lr=0.01 bs=64"). Not one stream per run: 50 runs
+// would need 50 event streams and a user may hold only a few (sse_max_streams_per_user), so
+// only the active runs' downsampled series are asked for again: when the page's own stream
+// says they moved (opts.live: the experiment page's, lib/page_stream.js), else every POLL_MS
+// (the compare page).
 import {call, errorText, serverDown} from "./lib/api.js";
 import {arrange, chartDiv} from "./lib/dom.js";
 import {
   compareKeys, differingParams, isSystemKey, lostText, runColor, runLabels, stepTitle,
 } from "./lib/format.js";
 import {clippedRange, emaAll, emaState, xAtSteps, xMetricKey} from "./lib/series.js";
-import {SEED_EVENT, seedShown} from "./lib/seed.js";
+import {SEED_SHOWN} from "./lib/events.js";
+import {seedShown} from "./lib/seed.js";
 import {plot} from "./chart.js";
+import {refresher} from "./lib/run_stream.js";
 import {isActive} from "./lib/status.js";
 import {api, pages} from "./lib/urls.js";
 import {bindBand, bindBy, getState as groupingState, onChange as onGrouping} from "./grouping.js";
@@ -333,6 +337,7 @@ export const overlay = (() => {
       schedule();
     };
     const schedule = () => {
+      if (opts.live) return;  // the page's stream asks for the next poll
       if (timer === null && state.runs.some((r) => isActive(r.status))) {
         timer = setTimeout(() => poll().catch(() => schedule()), POLL_MS);
       }
@@ -349,7 +354,7 @@ export const overlay = (() => {
       await need([xKey()]);
       await drawAll();
     };
-    document.addEventListener(SEED_EVENT, () => { setRuns(state.runs); drawAll(); });
+    document.addEventListener(SEED_SHOWN, () => { setRuns(state.runs); drawAll(); });
     for (const name of ["smoothing", "log-scale", "clip", "x-axis"]) {
       const el = document.getElementById(`${opts.controls}-${name}`);
       if (!el) continue;
@@ -379,6 +384,12 @@ export const overlay = (() => {
           + (state.more ? ` ${state.more} more keys are not charted here: open a run's page for them.` : ""),
         failed.length > 0);
       schedule();
+      // opts.live(refresh): the page's stream calls refresh(force) when the runs moved (force:
+      // a status changed), at most once per POLL_MS unless forced, one poll at a time.
+      if (opts.live) {
+        const again = refresher(() => poll().catch(() => {}), POLL_MS);
+        opts.live((force) => again(force));
+      }
     };
     start().catch((err) => say(`The curves could not be drawn: ${err}. Reload to try again.`, true));
     return state;

@@ -13,7 +13,8 @@
 // null), onMetric(col), onAxes(ids | null), keys() (metric keys to offer besides the runs'
 // summaries'). Reusable by any page of runs.
 import {compareKeys, fmtParam, runLabels} from "./lib/format.js";
-import {SEED_EVENT, seedShown} from "./lib/seed.js";
+import {SEED_SHOWN} from "./lib/events.js";
+import {seedShown} from "./lib/seed.js";
 import {METRIC, axesChooser, axisIds, makeAxis, present} from "./parcoords_axes.js";
 import {pages} from "./lib/urls.js";
 
@@ -351,7 +352,7 @@ export const parcoords = (() => {
     if (typeof ResizeObserver !== "undefined") {
       new ResizeObserver(() => { if (Math.abs(el.clientWidth - state.width) > 2 && state.width) render(); }).observe(el);
     }
-    document.addEventListener(SEED_EVENT, () => { if (!state.chosen) render(); });
+    document.addEventListener(SEED_SHOWN, () => { if (!state.chosen) render(); });
     render();
     return {
       update: (fresh) => {

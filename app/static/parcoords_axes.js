@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The parallel coordinates' axes (parcoords.js): which ones, in which order, and how each maps
 // its values to a height. Which: the reader's choice (added, removed, moved in the "Axes"
 // list), else the params that differ across the runs (the seed only under "Show seed":

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The runs table's columns (experiment_runs.js): which params and summaries show, and how
 // each cell is made. Every name, key and value from a run is set as text, never as HTML.
 // The pure parts (summaryKeys, defaultSummaries, splitSummary, seconds) are unit-tested.

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page's "Views": save the page's current state (filters, sort, columns,
 // grouping, charts: lib/page_state.js) under a name, private or shared with the team; list,
 // open, copy the link of, delete, and (the experiment's owner) make one the default. Opening

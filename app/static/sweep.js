@@ -2,11 +2,14 @@
 // trials in the runs table (experiment_runs.js; "stopped early" marked there), the parallel
 // coordinates (parcoords.js) of the params against the metric, and one hand-written SVG
 // scatter per param (metric vs param). Drawn from the page's JSON (GET /api/sweeps/{id}'s
-// body), then polled every 3 s while the sweep runs. Every name and value from the sweep
+// body), then from its event stream while the sweep runs (GET /api/sweeps/{id}/events: the
+// same body, sent whenever it changes; the stream ends with the sweep). Every name and value from the sweep
 // reaches the page through textContent / createElementNS, never as markup.
-import {call, errorText, serverDown} from "./lib/api.js";
+import {call} from "./lib/api.js";
 import {markStale, showFailure} from "./lib/dom.js";
+import {RUNS, RUNS_REFRESHED, emit, listen} from "./lib/events.js";
 import {fmtParam, lostText} from "./lib/format.js";
+import {pageStream} from "./lib/page_stream.js";
 import {parcoords} from "./parcoords.js";
 import {api, pages} from "./lib/urls.js";
 import {finishedCount} from "./lib/status.js";
@@ -14,7 +17,6 @@ import {finishedCount} from "./lib/status.js";
   const root = document.getElementById("sweep");
   if (!root) return;
   const SVG = "http://www.w3.org/2000/svg";
-  const POLL_MS = 3000;
   const id = root.dataset.sweepId;
   let chart = null;
 
@@ -42,7 +44,7 @@ import {finishedCount} from "./lib/status.js";
     const counts = s.counts || {};
     const done = finishedCount(counts);
     const stopped = (s.trials || []).filter((t) => t.stopped_early).length;
-    const bar = document.getElementById("sweep-progress");
+    const bar = /** @type {HTMLProgressElement} */ (document.getElementById("sweep-progress"));
     bar.max = s.planned_runs;
     bar.value = done;
     bar.dataset.done = String(done);
@@ -91,15 +93,16 @@ import {finishedCount} from "./lib/status.js";
   // The best trial's row is marked whenever the table draws its rows.
   let bestRun = null;
   const markBest = () => {
-    for (const tr of document.querySelectorAll("#runs tbody tr[data-run-id]")) {
+    for (const tr of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("#runs tbody tr[data-run-id]"))) {
       tr.classList.toggle("best", Number(tr.dataset.runId) === bestRun);
     }
   };
-  document.getElementById("runs-section")?.addEventListener("ty:runs", markBest);
+  const runsSection = document.getElementById("runs-section");
+  if (runsSection) listen(runsSection, RUNS, markBest);
   const refreshRuns = (s) => {
     bestRun = s.best ? s.best.run_id : null;
     markBest();
-    document.dispatchEvent(new CustomEvent("ty:runs-refreshed", {detail: {runs: s.runs || []}}));
+    emit(document, RUNS_REFRESHED, {runs: s.runs || []});
   };
 
   // metric vs param: numbers on a linear or log axis, anything else on
@@ -185,37 +188,42 @@ import {finishedCount} from "./lib/status.js";
 
   const error = document.getElementById("sweep-error");
   const showError = (text) => { error.textContent = text; error.hidden = !text; };
-  let timer = null;
-  // While the server does not answer, what the page shows is as of its last answer: said so,
-  // and the progress and trials marked stale until it answers again.
+  // While the stream is down, what the page shows is as of the server's last snapshot: said
+  // so, and the progress and trials marked stale until the stream is back (it sends the sweep
+  // again at once).
   let lostSince = null;
-  const poll = async () => {
-    const r = await call("GET", api.sweep(id));
-    const down = !r.ok && serverDown(r);
-    if (down && lostSince === null) lostSince = new Date();
-    if (!down) lostSince = null;
-    if (r.ok) { showError(""); draw(r.body); }
-    else showError(down ? `${lostText(lostSince)}: the sweep as of then.` : errorText(r.body));
-    markStale([...document.querySelectorAll("#sweep-progress, #sweep-trials")], lostSince);
-    schedule(r.ok ? r.body.status : "running");
+  const stale = () => markStale([...document.querySelectorAll("#sweep-progress, #sweep-trials")], lostSince);
+  /** @param {any} s */
+  const show = (s) => {
+    lostSince = null;
+    showError("");
+    if (s.status === "deleted") showError("This sweep was deleted.");
+    else draw(s);
+    stale();
   };
-  const schedule = (status) => {
-    clearTimeout(timer);
-    if (status === "running") timer = setTimeout(poll, POLL_MS);
+  const follow = () => {
+    const stream = pageStream(api.sweepEvents(id), "sweep", (s) => s.status !== "running");
+    stream.on("sweep", show);
+    stream.on("link", (link) => {
+      if (link !== "down") return;
+      if (lostSince === null) lostSince = new Date();
+      showError(`${lostText(lostSince)}: the sweep as of then.`);
+      stale();
+    });
   };
 
   const first = JSON.parse(document.getElementById("sweep-data").textContent);
   draw(first);
-  schedule(first.status);
+  if (first.status === "running") follow();
 
-  const cancel = document.getElementById("cancel-sweep");
+  const cancel = /** @type {HTMLButtonElement | null} */ (document.getElementById("cancel-sweep"));
   if (cancel) {
     cancel.addEventListener("click", async () => {
       if (!window.confirm(`Cancel sweep ${id}? Queued trials are cancelled, running ones stopped.`)) return;
       cancel.disabled = true;
       const r = await call("POST", api.sweepCancel(id));
       cancel.disabled = false;
-      if (r.ok) { showError(""); draw(r.body); schedule(r.body.status); } else showFailure(error, "Could not cancel", r);
+      if (r.ok) { showError(""); draw(r.body); } else showFailure(error, "Could not cancel", r);
     });
   }
 })();

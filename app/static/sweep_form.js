@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // "New sweep" on the experiment page (templates/experiment.html, form#sweep-form): method,
 // metric and goal, one row per param (config path, distribution, min/max or a values list),
 // budget and early stopping; POSTs /api/sweeps and shows each 422 next to its field (the

@@ -1,19 +1,24 @@
-"""POST/GET /api/sweeps, GET /api/sweeps/{id}, POST /api/sweeps/{id}/cancel. Everyone reads;
+"""POST/GET /api/sweeps, GET /api/sweeps/{id} (and its event stream), POST
+/api/sweeps/{id}/cancel. Everyone reads;
 the experiment's owner or an admin starts and cancels (app/ownership.py); viewers never write."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, status
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from sqlalchemy.orm import Session
 
 from app.auth.deps import SAFE_METHODS, CurrentUser
 from app.db import MAX_ID, SessionDep
 from app.errors import NotFound
 from app.http_errors import error_responses
 from app.ownership import Writer, check_write, find_experiment
+from app.runs.page_events import Snapshot, StreamUser, page_stream
 from app.sweeps import service
-from app.sweeps.models import Sweep
+from app.sweeps.models import Sweep, SweepStatus
 from app.sweeps.out import sweep_briefs, sweep_out
 from app.sweeps.schemas import SweepBrief, SweepCreate, SweepCreated, SweepOut
 
@@ -65,6 +70,30 @@ def list_sweeps(
 @router.get("/{sweep_id}", response_model=SweepOut, responses=OWNED)
 def read_sweep(sweep: OwnedSweep, session: SessionDep) -> SweepOut:
     return sweep_out(session, sweep)
+
+
+@router.get(
+    "/{sweep_id}/events",
+    response_class=EventSourceResponse,
+    responses=error_responses(401, 403, 404, 429, non_json_route=True),
+)
+async def sweep_events(
+    request: Request, sweep: OwnedSweep, user_id: StreamUser
+) -> AsyncIterator[ServerSentEvent]:
+    """The sweep page's live view: a `sweep` event with the sweep as GET /api/sweeps/{id}
+    answers it, at once and whenever it changes; the stream ends after the sweep has ended
+    (its last event says so) or was deleted (`{"status": "deleted"}`). `ping` while quiet."""
+    sweep_id = sweep.id
+
+    def read(session: Session) -> Snapshot:
+        found = session.get(Sweep, sweep_id)
+        if found is None:
+            return Snapshot({"id": sweep_id, "status": "deleted"}, final=True)
+        out = sweep_out(session, found)
+        return Snapshot(out.model_dump(mode="json"), final=SweepStatus(found.status).finished)
+
+    async for event in page_stream(request, user_id, "sweep", read):
+        yield event
 
 
 @router.post(

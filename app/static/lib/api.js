@@ -1,18 +1,41 @@
 // JSON calls to the API with the session cookie and the CSRF header. Never throws for HTTP
 // errors: callers show the body's message (FastAPI's {"detail": ...}) where the user can act.
 
-export const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
+export const csrf = () =>
+  /** @type {HTMLMetaElement | null} */ (document.querySelector('meta[name="csrf-token"]'))?.content || "";
+
+// The one place the pages call fetch (eslint.config.js refuses it elsewhere): the session
+// cookie, the CSRF header, and a JSON body when one is given. Resolves to the Response and
+// rejects as fetch does; for an answer the caller reads itself (the log's text with its
+// X-Log-Size header, the run page's history started before the page is parsed). Most callers
+// want `call`.
+/**
+ * @param {string} method
+ * @param {string} path  from lib/urls.js
+ * @param {unknown} [body]  sent as JSON when given
+ * @returns {Promise<Response>}
+ */
+export const send = (method, path, body) => {
+  /** @type {Record<string, string>} */
+  const headers = {"X-CSRF-Token": csrf()};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  return fetch(path, {method, headers, credentials: "same-origin",
+                      body: body === undefined ? undefined : JSON.stringify(body)});
+};
 
 // Resolves to {ok, status, body}; status 0 when the server could not be reached, or went away
 // while it sent the answer (a body cut off rejects as fetch itself does: a server killed
 // mid-answer must leave the page's "connection lost", not an uncaught error).
+/**
+ * @param {string} method
+ * @param {string} path
+ * @param {unknown} [body]
+ * @returns {Promise<{ok: boolean, status: number, body: any}>}
+ */
 export const call = async (method, path, body) => {
-  const headers = {"X-CSRF-Token": csrf()};
-  if (body !== undefined) headers["Content-Type"] = "application/json";
   let text, response;
   try {
-    response = await fetch(path, {method, headers, credentials: "same-origin",
-                                  body: body === undefined ? undefined : JSON.stringify(body)});
+    response = await send(method, path, body);
     text = await response.text();
   } catch (err) {
     return {ok: false, status: 0, body: {detail: "The server cannot be reached: " + err}};
@@ -50,9 +73,7 @@ export const serverDown = (r) => r.status === 0 || r.status >= 500;
 export const deleteObject = async (url) => {
   let response;
   try {
-    response = await fetch(url, {
-      method: "DELETE", credentials: "same-origin", headers: {"X-CSRF-Token": csrf()},
-    });
+    response = await send("DELETE", url);
   } catch (err) {
     return {ok: false, freed: 0, error: `the server cannot be reached (${err})`};
   }
@@ -63,3 +84,28 @@ export const deleteObject = async (url) => {
   }
   return {ok: true, freed: Number(response.headers.get("X-Freed-Bytes") || 0), error: null};
 };
+
+// POST `blob` as the multipart field "file" with upload progress (fetch reports none: an
+// XMLHttpRequest, the one in the pages); resolves to {ok, status, body} like `call`.
+/**
+ * @param {string} path
+ * @param {Blob} blob
+ * @param {string} filename
+ * @param {(loaded: number, total: number) => void} onProgress
+ * @returns {Promise<{ok: boolean, status: number, body: any}>}
+ */
+export const upload = (path, blob, filename, onProgress) => new Promise((resolve) => {
+  const xhr = new XMLHttpRequest();
+  xhr.open("POST", path);
+  xhr.setRequestHeader("X-CSRF-Token", csrf());
+  xhr.upload.onprogress = (e) => { if (e.lengthComputable) onProgress(e.loaded, e.total); };
+  xhr.onload = () => {
+    let body = xhr.responseText;
+    try { body = body ? JSON.parse(body) : null; } catch { /* plain text */ }
+    resolve({ok: xhr.status >= 200 && xhr.status < 300, status: xhr.status, body});
+  };
+  xhr.onerror = () => resolve({ok: false, status: 0, body: {detail: "The server cannot be reached."}});
+  const data = new FormData();
+  data.append("file", blob, filename);
+  xhr.send(data);
+});

@@ -3,7 +3,7 @@
 // Bytes the server's way (app/runs/notices.py size_text, the `size` template filter): binary
 // units, "1 GiB", "1.5 MiB", "512 bytes", so a page never says MB beside the server's MiB.
 export const fmtBytes = (n) => {
-  for (const [unit, scale] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
+  for (const [unit, scale] of /** @type {[string, number][]} */ ([["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]])) {
     if (n >= scale) {
       const value = n / scale;
       return Number.isInteger(value) ? `${value} ${unit}` : `${value.toFixed(1)} ${unit}`;
@@ -23,6 +23,7 @@ export const fmtDuration = (seconds) => {
 // --- points in time ------------------------------------------------------------------------
 // One format for every point in time on every page: the reader's locale and time zone, with
 // the time in UTC beside it (the title of a <time>: lib/dom.js showTime).
+/** @type {Intl.DateTimeFormatOptions} */
 const TIME_FORMAT = {dateStyle: "medium", timeStyle: "short"};
 export const parseTime = (iso) => {
   if (!iso) return null;

@@ -11,14 +11,27 @@
 // PING_SECONDS), so a cut network without a reset is noticed too.
 import {isFinished} from "./status.js";
 
+//
+// The experiment, sweep and GPU pages hold the same hub on their own streams (lib/page_stream.js):
+// `events` names the stream's events, `isLast(name, data)` says which event is its last (the
+// run page's: a finished status).
 const STREAM_EVENTS = ["metrics", "log", "status", "ping"];
+/** @param {string} name @param {any} data */
+const runIsOver = (name, data) => name === "status" && isFinished(data.status);
 
 export class RunStream {
   // url: () => the stream's URL from the page's position; finished: () => whether the run is
   // over (then a drop is not reconnected). EventSource: the browser's, or a test's stand-in.
-  constructor({url, finished, silentMs = 30000, retryMs = 2000, EventSource = globalThis.EventSource}) {
+  /**
+   * @param {{url: () => string, finished: () => boolean, silentMs?: number, retryMs?: number,
+   *          EventSource?: any, events?: string[], isLast?: (name: string, data: any) => boolean}} options
+   */
+  constructor({url, finished, silentMs = 30000, retryMs = 2000, EventSource = globalThis.EventSource,
+               events = STREAM_EVENTS, isLast = runIsOver}) {
     this.url = url;
     this.finished = finished;
+    this.events = events;
+    this.isLast = isLast;
     this.silentMs = silentMs;
     this.retryMs = retryMs;
     this.EventSource = EventSource;
@@ -53,13 +66,13 @@ export class RunStream {
       this.heard();
       this.setLink("up");
     });
-    for (const name of STREAM_EVENTS) {
+    for (const name of this.events) {
       source.addEventListener(name, (e) => {
         if (this.source !== source) return;
         this.heard();
         const data = e.data ? JSON.parse(e.data) : {};
         this.emit(name, data);
-        if (name === "status" && isFinished(data.status)) this.close("closed");
+        if (this.isLast(name, data)) this.close("closed");
       });
     }
     source.addEventListener("error", () => { if (this.source === source) this.dropped(); });

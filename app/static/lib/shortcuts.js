@@ -28,8 +28,9 @@ function typing(target) {
     (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName));
 }
 
+/** @returns {HTMLDialogElement} */
 function helpDialog() {
-  let dialog = document.getElementById("shortcuts");
+  let dialog = /** @type {HTMLDialogElement | null} */ (document.getElementById("shortcuts"));
   if (dialog) return dialog;
   dialog = document.createElement("dialog");
   dialog.id = "shortcuts";
@@ -68,7 +69,7 @@ export function install(doc = document) {
     if (s.href) {
       window.location.assign(s.href);
     } else if (s.focus) {
-      const box = doc.querySelector("[data-shortcut=search], input[type=search]");
+      const box = /** @type {HTMLElement | null} */ (doc.querySelector("[data-shortcut=search], input[type=search]"));
       if (box) box.focus();
     } else {
       const dialog = helpDialog();

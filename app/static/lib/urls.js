@@ -18,39 +18,56 @@ const part = (value) => encodeURIComponent(String(value));
 // A file path under a run's folder: each segment encoded, the slashes kept.
 const filePath = (path) => path.split("/").map(encodeURIComponent).join("/");
 
+// A builder with the methods the pages use on its path: tests/js/urls_contract.test.js and
+// tests/test_js_contract.py check each (method, path) against the server's /openapi.json, and
+// that every call site in app/static uses a method its builder names.
+/**
+ * @template {any[]} A
+ * @param {string[]} methods
+ * @param {(...args: A) => string} build
+ * @returns {((...args: A) => string) & {methods: readonly string[]}}
+ */
+const route = (methods, build) => Object.assign(build, {methods: Object.freeze(methods)});
+const GET = ["GET"];
+
 export const api = {
-  code: () => "/api/code",
-  compareMetrics: (query) => withQuery("/api/compare/metrics", query),
-  experiments: () => "/api/experiments",
-  experiment: (experimentId) => `/api/experiments/${part(experimentId)}`,
-  experimentRuns: (experimentId) => `/api/experiments/${part(experimentId)}/runs`,
-  gpus: () => "/api/gpus",
-  usage: (query) => withQuery("/api/usage", query),
-  runs: (query) => withQuery("/api/runs", query),
-  run: (runId) => `/api/runs/${part(runId)}`,
-  runCancel: (runId) => `/api/runs/${part(runId)}/cancel`,
-  runResume: (runId) => `/api/runs/${part(runId)}/resume`,
-  runMetrics: (runId, query) => withQuery(`/api/runs/${part(runId)}/metrics`, query),
-  runLogs: (runId, query) => withQuery(`/api/runs/${part(runId)}/logs`, query),
-  runEvents: (runId, query) => withQuery(`/api/runs/${part(runId)}/events`, query),
-  runCheckpoints: (runId) => `/api/runs/${part(runId)}/checkpoints`,
-  runCheckpoint: (runId, name) => `/api/runs/${part(runId)}/checkpoints/${part(name)}`,
-  runEnvironment: (runId) => `/api/runs/${part(runId)}/environment`,
-  runFiles: (runId) => `/api/runs/${part(runId)}/files`,
-  runFile: (runId, path) => `/api/runs/${part(runId)}/files/${filePath(path)}`,
-  runImages: (runId) => `/api/runs/${part(runId)}/images`,
-  runImage: (runId, imageId) => `/api/runs/${part(runId)}/images/${part(imageId)}`,
-  sweeps: (query) => withQuery("/api/sweeps", query),
-  sweep: (sweepId) => `/api/sweeps/${part(sweepId)}`,
-  sweepCancel: (sweepId) => `/api/sweeps/${part(sweepId)}/cancel`,
-  views: (query) => withQuery("/api/views", query),
-  view: (viewId) => `/api/views/${part(viewId)}`,
-  viewDefault: (viewId) => `/api/views/${part(viewId)}/default`,
+  code: route(["POST"], () => "/api/code"),
+  compareMetrics: route(GET, (query) => withQuery("/api/compare/metrics", query)),
+  experiments: route(["POST"], () => "/api/experiments"),
+  experiment: route(["PATCH", "DELETE"], (experimentId) => `/api/experiments/${part(experimentId)}`),
+  experimentRuns: route(["POST"], (experimentId) => `/api/experiments/${part(experimentId)}/runs`),
+  experimentEvents: route(GET, (experimentId) => `/api/experiments/${part(experimentId)}/events`),
+  gpus: route(GET, () => "/api/gpus"),
+  gpuEvents: route(GET, () => "/api/gpus/events"),
+  usage: route(GET, (query) => withQuery("/api/usage", query)),
+  runs: route(GET, (query) => withQuery("/api/runs", query)),
+  run: route(["GET", "PATCH", "DELETE"], (runId) => `/api/runs/${part(runId)}`),
+  runCancel: route(["POST"], (runId) => `/api/runs/${part(runId)}/cancel`),
+  runResume: route(["POST"], (runId) => `/api/runs/${part(runId)}/resume`),
+  runMetrics: route(GET, (runId, query) => withQuery(`/api/runs/${part(runId)}/metrics`, query)),
+  runLogs: route(GET, (runId, query) => withQuery(`/api/runs/${part(runId)}/logs`, query)),
+  runEvents: route(GET, (runId, query) => withQuery(`/api/runs/${part(runId)}/events`, query)),
+  runCheckpoints: route(GET, (runId) => `/api/runs/${part(runId)}/checkpoints`),
+  runCheckpoint: route(GET, (runId, name) => `/api/runs/${part(runId)}/checkpoints/${part(name)}`),
+  runEnvironment: route(GET, (runId) => `/api/runs/${part(runId)}/environment`),
+  runFiles: route(GET, (runId) => `/api/runs/${part(runId)}/files`),
+  runFile: route(GET, (runId, path) => `/api/runs/${part(runId)}/files/${filePath(path)}`),
+  runImages: route(GET, (runId) => `/api/runs/${part(runId)}/images`),
+  runImage: route(GET, (runId, imageId) => `/api/runs/${part(runId)}/images/${part(imageId)}`),
+  sweeps: route(["GET", "POST"], (query) => withQuery("/api/sweeps", query)),
+  sweep: route(GET, (sweepId) => `/api/sweeps/${part(sweepId)}`),
+  sweepEvents: route(GET, (sweepId) => `/api/sweeps/${part(sweepId)}/events`),
+  sweepCancel: route(["POST"], (sweepId) => `/api/sweeps/${part(sweepId)}/cancel`),
+  views: route(["GET", "POST"], (query) => withQuery("/api/views", query)),
+  view: route(["GET", "DELETE"], (viewId) => `/api/views/${part(viewId)}`),
+  viewDefault: route(["PUT"], (viewId) => `/api/views/${part(viewId)}/default`),
 };
 
+// The pages a script sends the reader to (HTML routes: not in /openapi.json; the contract test
+// checks them against the app's routes).
 export const pages = {
-  run: (runId) => `/runs/${part(runId)}`,
-  sweep: (sweepId) => `/sweeps/${part(sweepId)}`,
+  run: route(GET, (runId) => `/runs/${part(runId)}`),
+  sweep: route(GET, (sweepId) => `/sweeps/${part(sweepId)}`),
   // The ids joined by "," (kept readable: not encoded).
-  compare: (runIds) => (runIds.length ? `/compare?runs=${runIds.map(Number).join(",")}` : "/compare"),
+  compare: route(GET, (runIds) => (runIds.length ? `/compare?runs=${runIds.map(Number).join(",")}` : "/compare")),
 };

@@ -1,10 +1,12 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's charts: the downsampled history first, then live points from the stream,
 // batched into at most one redraw per frame; zoom re-fetches the range at full resolution.
 // A chart element keeps its traces and layout as `.data` and `.layout` (chart.js), which the
 // browser tests read.
 import {plot} from "../chart.js";
-import {call, errorText} from "../lib/api.js";
+import {call, errorText, send} from "../lib/api.js";
 import {$, chartGroup} from "../lib/dom.js";
+import {LIVE, emit} from "../lib/events.js";
 import {compareGroups, compareKeys, isSystemKey, keyGroup, stepTitle} from "../lib/format.js";
 import {decimate, emaAll, emaPush, emaState, lowerBound, xAtSteps, xMetricKey} from "../lib/series.js";
 import {api} from "../lib/urls.js";
@@ -290,7 +292,7 @@ export const mountCharts = (root, runId) => {
       }
       if (!p.step.length) chart.pending = null;
       // For a benchmark's eyes (bench/ui_run_page.py): when each live point reached the page.
-      if (fresh.length) root.dispatchEvent(new CustomEvent("ty:live", {bubbles: true, detail: {key, steps: fresh, receivedAt: now}}));
+      if (fresh.length) emit(root, LIVE, {key, steps: fresh, receivedAt: now}, {bubbles: true});
     }
     $("charts-loading").hidden = true;
     queueFlush();
@@ -326,8 +328,7 @@ export const mountCharts = (root, runId) => {
   const loadParent = async () => {
     if (!parent.id || !Number.isFinite(parent.step)) return;
     try {
-      const r = await fetch(api.runMetrics(parent.id, {max_points: BUDGET, step_max: parent.step}),
-                            {credentials: "same-origin"});
+      const r = await send("GET", api.runMetrics(parent.id, {max_points: BUDGET, step_max: parent.step}));
       if (r.ok) parentSeries = (await r.json()).series || {};
     } catch { /* drawn without it */ }
   };
@@ -338,7 +339,7 @@ export const mountCharts = (root, runId) => {
     let body = null;
     try {
       const response = await (history ||
-        fetch(api.runMetrics(runId, {max_points: BUDGET, with_time: "true"}), {credentials: "same-origin"}));
+        send("GET", api.runMetrics(runId, {max_points: BUDGET, with_time: "true"})));
       body = await response.json();
       if (!response.ok) throw new Error(errorText(body));
     } catch (err) {

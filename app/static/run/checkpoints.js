@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's checkpoints: the table (each downloadable, and a "Resume" for a user who may
 // write), asked for again on the stream's events (soon after an "epoch" point: a recipe saves
 // its checkpoint just after logging it), and the resume form.

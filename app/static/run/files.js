@@ -74,7 +74,7 @@ export const mountFiles = (stream) => {
   const load = async () => {
     const res = await call("GET", api.runFiles(runId));
     if (res.ok && Array.isArray(res.body)) {
-      const open = new Set([...tree.querySelectorAll("details[open]")].map((d) => d.dataset.path));
+      const open = new Set([.../** @type {NodeListOf<HTMLElement>} */ (tree.querySelectorAll("details[open]"))].map((d) => d.dataset.path));
       tree.replaceChildren(render(build(res.body), "", open));
       empty.hidden = res.body.length > 0;
     }

@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's name, tags and notes: shown as text, edited inline through PATCH /api/runs/{id}.
 // Everything the server sends back is set with textContent (never HTML).
 import {call} from "../lib/api.js";

@@ -8,6 +8,7 @@
 // ranks k * nproc .. k * nproc + nproc - 1. The node filter loads node k's tail with ?node=k;
 // the stream follows node 0's log only, so another node's new lines are asked for every
 // POLL_MS from its own offset while the run is not finished.
+import {send} from "../lib/api.js";
 import {$} from "../lib/dom.js";
 import {collapseCarriageReturns} from "../lib/format.js";
 import {isFinished} from "../lib/status.js";
@@ -58,8 +59,8 @@ const option = (value, text) => {
 
 export const mountLog = (runId, stream, status) => {
   const logEl = $("log-tail");
-  const rankSelect = $("log-rank");
-  const nodeSelect = $("log-node");  // only for a multi-node run
+  const rankSelect = /** @type {HTMLSelectElement} */ ($("log-rank"));
+  const nodeSelect = /** @type {HTMLSelectElement | null} */ ($("log-node"));  // only for a multi-node run
   const nproc = Number(rankSelect.dataset.nproc || 1);
   const nodes = Number(rankSelect.dataset.nodes || 1);
   let offset = 0;            // node 0's log position: the stream's
@@ -88,8 +89,7 @@ export const mountLog = (runId, stream, status) => {
   const read = async (query) => {
     const node = logNode;
     const choice = shown;
-    const response = await fetch(api.runLogs(runId, logQuery({node, rank: logRank, nodes, nproc, ...query})),
-                                 {credentials: "same-origin"});
+    const response = await send("GET", api.runLogs(runId, logQuery({node, rank: logRank, nodes, nproc, ...query})));
     if (!response.ok || choice !== shown) return;  // another node or rank was chosen meanwhile
     const size = Number(response.headers.get("X-Log-Size") || 0);
     const text = await response.text();

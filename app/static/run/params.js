@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's Params section: the run's params from the API (the launch config flattened,
 // and the hparams its job reported through TensorBoard, as `hparams.<name>`), asked for
 // again on the run's stream events while it is live. Keys and values are hostile: set as text.

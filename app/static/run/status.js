@@ -1,3 +1,4 @@
+// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's status: the badge, timing, attempt, worker, disk, notices, why a queued run
 // waits, the Cancel button, and what the page says about its link to the server ("live", or
 // the loss with the facts shown marked stale). Fed by the run's stream (lib/run_stream.js):

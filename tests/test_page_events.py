@@ -1,0 +1,94 @@
+"""The experiment, sweep and GPU pages' event streams (app/runs/page_events.py): each sends
+its page's snapshot at once, again only when it changed, and ends when its subject is over."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import update
+
+from app.auth.models import User
+from app.db import session_scope
+from app.metrics.service import ingest_points
+from app.runs.models import Run
+from app.sweeps.models import Sweep
+from tests.conftest import make_user
+from tests.factories import add_run
+from tests.test_pages import new_experiment
+from tests.test_sweeps_views import start_sweep
+
+
+def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
+    """(event, data) of each event of an open stream, as it arrives."""
+    name = None
+    for line in lines:
+        if line.startswith("event:"):
+            name = line.partition(":")[2].strip()
+        elif line.startswith("data:") and name is not None:
+            yield name, json.loads(line.partition(":")[2])
+            name = None
+
+
+def test_the_experiment_stream_sends_a_digest_when_its_runs_change(client) -> None:  # type: ignore[no-untyped-def]
+    username, _password, headers = make_user()
+    with session_scope() as session:
+        owner = session.query(User).filter_by(username=username).one()
+        run_id = add_run(session, owner_id=owner.id, status="running")
+        experiment_id = session.get(Run, run_id).experiment_id  # type: ignore[union-attr]
+    url = f"/api/experiments/{experiment_id}/events"
+    with client.stream("GET", url, headers=headers) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        got = events(stream.iter_lines())
+        name, first = next(got)
+        assert name == "experiment"
+        assert first["runs"] == [[run_id, "running", first["runs"][0][2], None]]
+        assert first["active_runs"] == 1 and first["sweeps"] == [] and first["live"] is True
+        with session_scope() as session:  # the run logs points: its progress is news
+            ingest_points(session, run_id=run_id, points=[("loss", 5, 0.5, 1000.0)])
+        name, second = next(e for e in got if e[0] != "ping")
+        assert name == "experiment" and second["runs"][0][3] == 5
+        with session_scope() as session:  # it ends
+            session.execute(update(Run).where(Run.id == run_id).values(status="succeeded"))
+        name, third = next(e for e in got if e[0] != "ping")
+        assert third["runs"][0][1] == "succeeded" and third["active_runs"] == 0
+        assert third["live"] is False
+        assert list(got) == []  # nothing active: the stream ended
+    r = client.delete(f"/api/experiments/{experiment_id}", headers=headers)
+    assert r.status_code == 204, r.text
+    assert client.get(url, headers=headers).status_code == 404
+
+
+def test_the_sweep_stream_sends_the_sweep_and_ends_with_it(client) -> None:  # type: ignore[no-untyped-def]
+    _username, _password, headers = make_user()
+    experiment = new_experiment(client, headers, name="swept-live", params={"epochs": 1})
+    sweep = start_sweep(client, headers, experiment["id"])
+    url = f"/api/sweeps/{sweep['id']}/events"
+    with client.stream("GET", url, headers=headers) as stream:
+        got = events(stream.iter_lines())
+        name, first = next(got)
+        assert name == "sweep" and first == sweep  # the shape of GET /api/sweeps/{id}
+        with session_scope() as session:
+            session.execute(update(Sweep).where(Sweep.id == sweep["id"]).values(status="cancelled"))
+        name, last = next(e for e in got if e[0] != "ping")
+        assert name == "sweep" and last["status"] == "cancelled"
+        assert list(got) == []  # the stream ended with the sweep
+    assert client.get("/api/sweeps/999999999/events", headers=headers).status_code == 404
+
+
+def test_the_gpu_stream_sends_the_panel_and_its_changes(client) -> None:  # type: ignore[no-untyped-def]
+    username, _password, headers = make_user()
+    with client.stream("GET", "/api/gpus/events", headers=headers) as stream:
+        got = events(stream.iter_lines())
+        name, first = next(got)
+        assert name == "gpus" and set(first) >= {"hosts", "queue", "generated_at"}
+        panel = client.get("/api/gpus", headers=headers).json()  # its shape
+        assert first["hosts"] == panel["hosts"]
+        assert [q["run_id"] for q in first["queue"]] == [q["run_id"] for q in panel["queue"]]
+        with session_scope() as session:  # a run waits: the queue is news
+            owner = session.query(User).filter_by(username=username).one()
+            run_id = add_run(session, owner_id=owner.id, status="queued")
+        name, second = next(e for e in got if e[0] != "ping")
+        assert name == "gpus" and run_id in [q["run_id"] for q in second["queue"]]
+    assert client.get("/api/gpus/events").status_code == 401
