@@ -35,10 +35,7 @@ def reset_password(
     ] = False,
 ) -> None:
     """Set NAME's password (default: a generated one, printed once) directly in the database."""
-    from sqlalchemy import delete
-
-    from app.auth.models import LoginAttempt
-    from app.auth.ratelimit import username_key
+    from app.auth import ratelimit
     from app.db import session_scope
     from app.prestart import schema_is_current
     from app.settings import get_settings
@@ -63,7 +60,7 @@ def reset_password(
         # A generated password was printed: it must be changed at login; one read from
         # stdin is the operator's own choice (often for their own locked-out account).
         service.set_password(session, user=user, password=password, temporary=not password_stdin)
-        session.execute(delete(LoginAttempt).where(LoginAttempt.username == username_key(name)))
+        ratelimit.forget(session, username=name)
         disabled = not user.is_active
         if disabled and enable:
             service.set_disabled(session, user=user, disabled=False)

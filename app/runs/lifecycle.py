@@ -108,6 +108,7 @@ def queue(
     resume_from: str | None = None,
     priority: int = 0,
     sweep_id: int | None = None,
+    name: str | None = None,
 ) -> Run:
     """A new run, queued; its task goes to the broker once the caller commits (a worker must
     never be handed a run id the database does not have yet)."""
@@ -120,6 +121,7 @@ def queue(
         resume_from=resume_from,
         priority=priority,
         sweep_id=sweep_id,
+        name=name,
         dispatch=0,
         task_seen_at=utcnow(),
     )
