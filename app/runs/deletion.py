@@ -20,7 +20,7 @@ to any more (app.code.service.remove_unused).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import CursorResult, delete, select
@@ -33,8 +33,9 @@ from app.errors import Conflict
 from app.experiments import service as experiments
 from app.metrics.ingest import drop_first_points, drop_points
 from app.metrics.models import MetricKey
+from app.runs import images, log_store
 from app.runs.disk import ACTIVE, active_readers, remove_folder, remove_from_store
-from app.runs.models import Checkpoint, Run, RunImage, RunLogChunk
+from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
 
 POINTS_BATCH = 20_000
@@ -78,9 +79,9 @@ def _delete_run(run_id: int) -> int:
     for key_id in key_ids:
         while _delete_points_batch(key_id):
             pass
-    while _delete_rows_batch(RunLogChunk, RunLogChunk.offset, run_id):
+    while _in_own_transaction(log_store.drop_first_log_chunks, run_id):
         pass
-    while _delete_rows_batch(RunImage, RunImage.id, run_id):
+    while _in_own_transaction(images.drop_first_images, run_id):
         pass
     with session_scope() as session:
         session.scalars(select(Checkpoint.id).where(Checkpoint.run_id == run_id).with_for_update())
@@ -122,14 +123,6 @@ def _delete_points_batch(key_id: int) -> int:
         return drop_first_points(session, key_id=key_id, count=POINTS_BATCH)
 
 
-def _delete_rows_batch(table: Any, order: Any, run_id: int) -> int:
+def _in_own_transaction(drop: Callable[..., int], run_id: int) -> int:
     with session_scope() as session:
-        first = list(
-            session.scalars(
-                select(order).where(table.run_id == run_id).order_by(order).limit(ROWS_BATCH)
-            )
-        )
-        if not first:
-            return 0
-        session.execute(delete(table).where(table.run_id == run_id, order <= first[-1]))
-        return len(first)
+        return drop(session, run_id=run_id, count=ROWS_BATCH)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from app.experiments.config import ScriptConfig, run_config
@@ -214,13 +214,7 @@ def reap_lost_runs(
         if still_training is not None and still_training(run_id):
             continue
         # Claim it by touching the stamp: a second reaper's UPDATE no longer sees it stale.
-        claimed = session.execute(
-            update(Run)
-            .where(Run.id == run_id, Run.status == RunStatus.running)
-            .where(or_(stamp.is_(None), stamp < cutoff))
-            .values(heartbeat_at=now)
-            .execution_options(synchronize_session=False)
-        ).rowcount  # type: ignore[attr-defined]
+        claimed = lifecycle.claim_stale(session, run_id=run_id, cutoff=cutoff, now=now)
         if not claimed:
             continue
         if salvage is not None:
