@@ -232,10 +232,15 @@ class Guard:
         if self.record is not None:
             self.record.update((module, table, c) for c in columns)
             return
-        if module.startswith("worker/"):
-            wrong = [(c, "an app service") for c in columns]
-        else:
-            wrong = [(c, o) for c in columns if (o := self.owners.owner(table, c)) != module]
+        wrong: list[tuple[str, str]] = []
+        for column in columns:
+            owner = (
+                "an app service"
+                if module.startswith("worker/")
+                else self.owners.owner(table, column)
+            )
+            if owner != module:
+                wrong.append((column, owner or "none: add it to the table"))
         if not wrong:
             return
         what = ", ".join(f"{_describe(table, c)} (owner: {o})" for c, o in wrong)

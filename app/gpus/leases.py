@@ -5,6 +5,7 @@ transaction that ends the run without importing the scheduler."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,7 +40,7 @@ def retake_leases(
 
 
 def take_leases(
-    session: Session, *, run_id: int, nodes: list[tuple[str, list[int]]], now: datetime
+    session: Session, *, run_id: int, nodes: Sequence[tuple[str, Sequence[int]]], now: datetime
 ) -> None:
     """Every node's GPUs for a starting run, in the caller's transaction: all of them or (the
     unique (host, gpu_index) refusing the flush) none."""
