@@ -29,7 +29,7 @@ from tests.stack import LiveStack, running_stack
 from tests.waits import wait_for
 
 # Each module's time at the end of a run (CI keeps only the log's tail).
-pytest_plugins = ("tests.module_times",)
+pytest_plugins = ("tests.module_times", "tests.table_owners")
 
 BASE_DIR = Path(tempfile.mkdtemp(prefix="torchyard-tests-"))
 DATA_DIR = BASE_DIR / "data"

@@ -132,3 +132,9 @@ def record(
         )
     )
     session.flush()
+
+
+def forget(session: Session, *, username: str) -> None:
+    """The user's attempts, so a reset password is not refused for failures before it (the
+    admin CLI's reset: app/cli/admin.py)."""
+    session.execute(delete(LoginAttempt).where(LoginAttempt.username == username_key(username)))

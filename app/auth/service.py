@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.auth import ratelimit, token_use
@@ -45,13 +45,42 @@ def _dummy_hash() -> str:
 
 
 def create_user(
-    session: Session, *, username: str, password: str, role: Role | str = Role.member
+    session: Session,
+    *,
+    username: str,
+    password: str,
+    role: Role | str = Role.member,
+    must_change_password: bool = False,
 ) -> User:
     """The bare insert; app.users.service.add_user checks the name and password first."""
-    user = User(username=username, password_hash=hash_password(password), role=Role(role))
+    user = User(
+        username=username,
+        password_hash=hash_password(password),
+        role=Role(role),
+        must_change_password=must_change_password,
+    )
     session.add(user)
     session.flush()
     return user
+
+
+def store_password(user: User, password: str) -> None:
+    """The one place a password is hashed into its column (users.password_hash is auth's:
+    docs/architecture.md); the caller has checked the password's rules and flushes."""
+    user.password_hash = hash_password(password)
+
+
+def revoke_all_tokens(
+    session: Session, *, user: User, sessions_only: bool = False, keep: str | None = None
+) -> None:
+    """Revoke the user's tokens: all of them, or only browser sessions; but `keep` (a token
+    secret: the one the request came with)."""
+    stmt = update(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
+    if sessions_only:
+        stmt = stmt.where(ApiToken.name == BROWSER_SESSION)
+    if keep is not None:
+        stmt = stmt.where(ApiToken.token_hash != token_digest(keep))
+    session.execute(stmt.values(revoked_at=utcnow()))
 
 
 def authenticate(session: Session, *, username: str, password: str) -> User | None:
@@ -64,7 +93,7 @@ def authenticate(session: Session, *, username: str, password: str) -> User | No
     if needs_rehash(user.password_hash):
         # The hashing parameters were raised since this hash was made: the password is at
         # hand only now, so re-hash it with today's parameters.
-        user.password_hash = hash_password(password)
+        store_password(user, password)
         session.flush()
     return user
 
@@ -199,10 +228,12 @@ def ensure_admin(session: Session, *, password: str) -> str | None:
     if session.scalar(select(User).where(User.username == ADMIN_USERNAME)) is not None:
         return None
     generated = None if password else generate_password()
-    admin = create_user(
-        session, username=ADMIN_USERNAME, password=password or generated or "", role=Role.admin
-    )
     # A printed password is seen in a terminal or a log: the admin sets their own first.
-    admin.must_change_password = generated is not None
-    session.flush()
+    create_user(
+        session,
+        username=ADMIN_USERNAME,
+        password=password or generated or "",
+        role=Role.admin,
+        must_change_password=generated is not None,
+    )
     return generated

@@ -1,8 +1,11 @@
-"""Experiments: create and list. Functions flush; the caller commits."""
+"""Experiments: create, edit, list and delete; the one writer of the experiments table
+(docs/architecture.md). Functions flush; the caller commits."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from typing import Any
+
+from sqlalchemy import CursorResult, delete, exists, func, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
@@ -26,6 +29,29 @@ def create_experiment(session: Session, *, owner: User, data: ExperimentCreate) 
     session.add(experiment)
     session.flush()
     return experiment
+
+
+def add_experiment(
+    session: Session, *, owner_id: int, name: str, config: dict[str, Any]
+) -> Experiment:
+    """The bare insert: create_experiment checks the config first; MLflow's experiments have
+    none (app/mlflow/service.py)."""
+    experiment = Experiment(name=name, description="", config=config, owner_id=owner_id)
+    session.add(experiment)
+    session.flush()
+    return experiment
+
+
+def delete_if_empty(session: Session, *, experiment_id: int) -> bool:
+    """Delete the experiment unless a run of it is left (one started while its others were
+    being deleted: app/runs/deletion.py); False when a run is left."""
+    gone: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        delete(Experiment).where(
+            Experiment.id == experiment_id,
+            ~exists().where(Run.experiment_id == experiment_id),
+        )
+    )
+    return bool(gone.rowcount) or session.get(Experiment, experiment_id) is None
 
 
 def edit_experiment(

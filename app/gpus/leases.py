@@ -1,12 +1,15 @@
-"""A run's GPU leases once it holds them: renewed with its heartbeat, released with its final
-status. Kept apart from app.gpus.service (the scheduler's side) so app.runs.lifecycle can
-release them in the transaction that ends the run without importing the scheduler."""
+"""A run's GPU leases: taken when it starts, renewed with its heartbeat, released with its
+final status, expired when no worker renews them; the one writer of gpu_leases. Kept apart
+from app.gpus.service (the scheduler's side) so app.runs.lifecycle can release them in the
+transaction that ends the run without importing the scheduler."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.orm import Session
 
 from app.gpus.models import GpuLease
@@ -34,3 +37,23 @@ def retake_leases(
         if index not in held:
             session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=now))
     session.flush()
+
+
+def take_leases(
+    session: Session, *, run_id: int, nodes: Sequence[tuple[str, Sequence[int]]], now: datetime
+) -> None:
+    """Every node's GPUs for a starting run, in the caller's transaction: all of them or (the
+    unique (host, gpu_index) refusing the flush) none."""
+    for host, indices in nodes:
+        for index in indices:
+            session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=now))
+    session.flush()
+
+
+def expire_stale_leases(session: Session, *, now: datetime, ttl_seconds: float) -> int:
+    """Free the leases of workers that stopped heartbeating (killed, host gone)."""
+    cutoff = now - timedelta(seconds=ttl_seconds)
+    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        delete(GpuLease).where(GpuLease.heartbeat_at < cutoff)
+    )
+    return int(result.rowcount)

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from app.experiments.config.model import run_config
+from app.gpus import leases
+from app.gpus.leases import expire_stale_leases
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick
 from app.runs import lifecycle
@@ -113,12 +115,8 @@ def try_start(
     ):
         return StartResult(StartOutcome.GONE)
     # Every node's GPUs in this one transaction: all of them or (the flush refused) none.
-    for node_host, indices in placement.nodes or ((host, placement.gpu_indices),):
-        for index in indices:
-            session.add(
-                GpuLease(host=node_host, gpu_index=index, run_id=run_id, acquired_at=started)
-            )
-    session.flush()
+    nodes = list(placement.nodes or ((host, placement.gpu_indices),))
+    leases.take_leases(session, run_id=run_id, nodes=nodes, now=started)
     if placement.nodes:  # each node's task goes to its host once this commits
         run_nodes.open_nodes(session, run_id=run_id, attempt=run.attempt, nodes=placement.nodes)
     return StartResult(
@@ -295,15 +293,6 @@ def touch_host(
     if not result.rowcount:
         session.add(WorkerHost(host=host, **values))
         session.flush()
-
-
-def expire_stale_leases(session: Session, *, now: datetime, ttl_seconds: float) -> int:
-    """Free the leases of workers that stopped heartbeating (killed, host gone)."""
-    cutoff = now - timedelta(seconds=ttl_seconds)
-    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        delete(GpuLease).where(GpuLease.heartbeat_at < cutoff)
-    )
-    return int(result.rowcount)
 
 
 def reason_of(decision: Decision, run_id: int) -> str:

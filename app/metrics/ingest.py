@@ -34,12 +34,13 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, cast
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, CursorResult, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import Select
 
-from app.metrics.models import MetricKey
+from app.metrics.models import Metric, MetricKey
 from app.metrics.summary import update_summaries
 from app.ops import counters
 
@@ -287,3 +288,32 @@ def _copy_insert_postgres(conn: Connection, rows: list[Row]) -> int:
                 copy.write_row(row)
         cur.execute(_PG_MOVE)
         return cur.rowcount
+
+
+# --- points taken out: the metrics table has this one writer (docs/architecture.md) --------
+
+
+def drop_points(
+    session: Session, *, key_ids: Sequence[int] | Select[Any], after: int | None = None
+) -> None:
+    """The points of ``key_ids`` past step ``after`` (all of them by default): a requeue's
+    cut (app.runs.recovery), a deleted run's late points (app.runs.deletion)."""
+    stmt = delete(Metric).where(Metric.key_id.in_(key_ids))
+    session.execute(stmt if after is None else stmt.where(Metric.step > after))
+
+
+def drop_first_points(session: Session, *, key_id: int, count: int) -> int:
+    """Up to ``count`` of the key's first points (a range on the (key_id, step) primary key,
+    one short transaction's worth: app.runs.deletion); how many went."""
+    last = session.scalar(
+        select(Metric.step)
+        .where(Metric.key_id == key_id)
+        .order_by(Metric.step)
+        .offset(count - 1)
+        .limit(1)
+    )
+    stmt = delete(Metric).where(Metric.key_id == key_id)
+    if last is not None:
+        stmt = stmt.where(Metric.step <= last)
+    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    return int(result.rowcount or 0) if last is not None else 0

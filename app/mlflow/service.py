@@ -18,6 +18,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.experiments import service as experiments_service
 from app.experiments.models import Experiment
 from app.filter_grammar import TOKEN_REASONS, GrammarError
 from app.mlflow import reads, search, writes
@@ -31,6 +32,7 @@ from app.mlflow.errors import (
 )
 from app.mlflow.schemas import CreateRun, UpdateRun, parse_id, status_of
 from app.runs import lifecycle
+from app.runs import service as runs_service
 from app.runs.models import Run, RunStatus
 from app.timeutil import utcnow
 
@@ -64,10 +66,7 @@ def create_experiment(session: Session, user: User, name: str) -> Experiment:
         raise invalid("Experiment name must be 1-200 characters")
     if experiment_by_name(session, name) is not None:
         raise MlflowError(RESOURCE_ALREADY_EXISTS, f"Experiment '{name}' already exists.")
-    experiment = Experiment(name=name, description="", config={}, owner_id=user.id)
-    session.add(experiment)
-    session.flush()
-    return experiment
+    return experiments_service.add_experiment(session, owner_id=user.id, name=name, config={})
 
 
 def _experiment_for_run(session: Session, user: User, experiment_id: str) -> Experiment:
@@ -170,7 +169,7 @@ def create_run(session: Session, user: User, body: CreateRun) -> Run:
 
 def update_run(session: Session, run: Run, body: UpdateRun) -> None:
     if body.run_name:
-        run.name = body.run_name[:200]
+        runs_service.set_name(session, run=run, name=body.run_name[:200])
     if body.status is None:
         session.flush()
         return

@@ -25,7 +25,7 @@ from app.mlflow.schemas import KeyValue
 from app.runs import notices, params
 from app.runs.models import Run, RunParam
 from app.runs.schemas import MAX_NAME_CHARS, MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN, RunPatch
-from app.runs.service import edit_run, tags_by_run
+from app.runs.service import edit_run, set_name, set_notes, tags_by_run
 from app.settings import get_settings
 
 MAX_METRICS_PER_BATCH = 1000
@@ -120,9 +120,9 @@ def set_tags(session: Session, run: Run, tags: Sequence[KeyValue]) -> None:
         _check_key(t.key, "tag")
         _check_value(t.value, "Tag", t.key, MAX_TAG_VALUE_CHARS)
         if t.key == RUN_NAME_TAG:
-            run.name = t.value[:MAX_NAME_CHARS] or None
+            set_name(session, run=run, name=t.value[:MAX_NAME_CHARS] or None)
         elif t.key == NOTE_TAG:
-            run.notes = t.value or None
+            set_notes(session, run=run, notes=t.value or None)
         elif t.key != USER_TAG:  # the owner's name, said from the owner (app/mlflow/reads.py)
             rows[TAG_PREFIX + t.key] = t.value
     params.record_logged(session, run_id=run.id, values=rows, source=SOURCE)
@@ -159,10 +159,11 @@ def _unmirror_tag(session: Session, run: Run, key: str) -> None:
 def delete_tag(session: Session, run: Run, key: str) -> bool:
     """False when the run has no such tag."""
     if key == RUN_NAME_TAG:
-        run.name = None
+        set_name(session, run=run, name=None)
         return True
     if key == NOTE_TAG:
-        had, run.notes = run.notes is not None, None
+        had = run.notes is not None
+        set_notes(session, run=run, notes=None)
         return had
     gone = params.forget(session, run_id=run.id, keys=[TAG_PREFIX + key])
     _unmirror_tag(session, run, key)

@@ -20,20 +20,22 @@ to any more (app.code.service.remove_unused).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, exists, select
+from sqlalchemy import CursorResult, delete, select
 from sqlalchemy.orm import Session
 
 from app.artifacts import store_fs
 from app.code import service as code_snapshots
 from app.db import session_scope
 from app.errors import Conflict
-from app.experiments.models import Experiment
-from app.metrics.models import Metric, MetricKey
+from app.experiments import service as experiments
+from app.metrics.ingest import drop_first_points, drop_points
+from app.metrics.models import MetricKey
+from app.runs import images, log_store
 from app.runs.disk import ACTIVE, active_readers, remove_folder, remove_from_store
-from app.runs.models import Checkpoint, Run, RunImage, RunLogChunk
+from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
 
 POINTS_BATCH = 20_000
@@ -64,13 +66,7 @@ def delete_runs(run_ids: Sequence[int]) -> int:
 def delete_experiment(experiment_id: int, run_ids: Sequence[int]) -> int:
     freed = sum(_delete_run(run_id) for run_id in run_ids)
     with session_scope() as session:
-        gone: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            delete(Experiment).where(
-                Experiment.id == experiment_id,
-                ~exists().where(Run.experiment_id == experiment_id),
-            )
-        )
-        if not gone.rowcount and session.get(Experiment, experiment_id) is not None:
+        if not experiments.delete_if_empty(session, experiment_id=experiment_id):
             raise Conflict(
                 f"a run of experiment {experiment_id} was started while it was being deleted:"
                 " its other runs are gone; cancel the new run, then delete again"
@@ -83,9 +79,9 @@ def _delete_run(run_id: int) -> int:
     for key_id in key_ids:
         while _delete_points_batch(key_id):
             pass
-    while _delete_rows_batch(RunLogChunk, RunLogChunk.offset, run_id):
+    while _in_own_transaction(log_store.drop_first_log_chunks, run_id):
         pass
-    while _delete_rows_batch(RunImage, RunImage.id, run_id):
+    while _in_own_transaction(images.drop_first_images, run_id):
         pass
     with session_scope() as session:
         session.scalars(select(Checkpoint.id).where(Checkpoint.run_id == run_id).with_for_update())
@@ -96,7 +92,7 @@ def _delete_run(run_id: int) -> int:
         # Points a late forwarder added (a worker the reaper gave up on) since the batches.
         late = list(session.scalars(select(MetricKey.id).where(MetricKey.run_id == run_id)))
         if late:
-            session.execute(delete(Metric).where(Metric.key_id.in_(late)))
+            drop_points(session, key_ids=late)
         done: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             delete(Run).where(Run.id == run_id, Run.status.not_in(ACTIVE))
         )
@@ -124,28 +120,9 @@ def _delete_points_batch(key_id: int) -> int:
     """Up to POINTS_BATCH of the key's first points, in one short transaction (a range on the
     (key_id, step) primary key); returns how many went."""
     with session_scope() as session:
-        last = session.scalar(
-            select(Metric.step)
-            .where(Metric.key_id == key_id)
-            .order_by(Metric.step)
-            .offset(POINTS_BATCH - 1)
-            .limit(1)
-        )
-        stmt = delete(Metric).where(Metric.key_id == key_id)
-        if last is not None:
-            stmt = stmt.where(Metric.step <= last)
-        result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
-        return int(result.rowcount or 0) if last is not None else 0
+        return drop_first_points(session, key_id=key_id, count=POINTS_BATCH)
 
 
-def _delete_rows_batch(table: Any, order: Any, run_id: int) -> int:
+def _in_own_transaction(drop: Callable[..., int], run_id: int) -> int:
     with session_scope() as session:
-        first = list(
-            session.scalars(
-                select(order).where(table.run_id == run_id).order_by(order).limit(ROWS_BATCH)
-            )
-        )
-        if not first:
-            return 0
-        session.execute(delete(table).where(table.run_id == run_id, order <= first[-1]))
-        return len(first)
+        return drop(session, run_id=run_id, count=ROWS_BATCH)

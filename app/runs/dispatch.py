@@ -64,6 +64,23 @@ def current_message(run_id: int, dispatch: int) -> bool:
     return True
 
 
+def enqueue_run(run_id: int, dispatch: int) -> None:
+    """Hand the run to the broker, as its message number ``dispatch``; any worker of any host
+    may take it."""
+    from app.broker import send_run
+
+    send_run(run_id, dispatch)
+
+
+def next_message(session: Session, *, run_id: int) -> int:
+    """A new message number for a run queued again (app.runs.lifecycle.requeue, in its
+    transaction): the old attempt's message, if the broker ever gives it back, is dropped."""
+    session.execute(
+        update(Run).where(Run.id == run_id).values(dispatch=Run.dispatch + 1, task_seen_at=utcnow())
+    )
+    return session.scalar(select(Run.dispatch).where(Run.id == run_id)) or 0
+
+
 def lost_since(now: datetime) -> datetime:
     """A queued run whose task was last seen before this has lost its message."""
     return now - timedelta(seconds=get_settings().queue_resend_seconds)

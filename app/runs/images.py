@@ -191,3 +191,16 @@ def image_data(session: Session, *, run_id: int, image_id: int) -> bytes | None:
     stmt = select(RunImage.data).where(RunImage.run_id == run_id, RunImage.id == image_id)
     data = session.scalar(stmt)
     return bytes(data) if data is not None else None
+
+
+def drop_first_images(session: Session, *, run_id: int, count: int) -> int:
+    """Up to ``count`` of the run's first images (a deleted run's, a short
+    transaction's worth at a time: app.runs.deletion); how many went."""
+    first = list(
+        session.scalars(
+            select(RunImage.id).where(RunImage.run_id == run_id).order_by(RunImage.id).limit(count)
+        )
+    )
+    if first:
+        session.execute(delete(RunImage).where(RunImage.run_id == run_id, RunImage.id <= first[-1]))
+    return len(first)

@@ -1,4 +1,4 @@
-"""Every change of a run's status, and nothing else writes it (tests/test_lifecycle.py checks).
+"""Every change of a run's status and the columns that go with it (docs/architecture.md).
 
     queued --start--> running --finish--> succeeded | failed | cancelled
       |                 |  \\--requeue--> queued (the next attempt)
@@ -14,8 +14,7 @@ Each transition is one conditional UPDATE naming the state it expects (the statu
 running run, its attempt) that says whether it took effect: of two actors racing for one run
 (two reapers, a worker finishing a run just handed over, a cancel as the run starts) one wins,
 and the loser leaves the run alone. The GPU leases go in the final status's transaction.
-Functions take the caller's session and flush, never commit.
-"""
+Functions take the caller's session and flush, never commit."""
 
 from __future__ import annotations
 
@@ -24,12 +23,13 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, Update, select, update
+from sqlalchemy import CursorResult, Update, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db import after_commit
 from app.gpus.leases import heartbeat_leases, release_leases
 from app.notifications.triggers import run_ended
+from app.runs.dispatch import enqueue_run, next_message
 from app.runs.models import Run, RunStatus
 from app.runs.params import record_config
 from app.timeutil import utcnow
@@ -80,12 +80,13 @@ def _lost(run_id: int, attempt: int) -> Update:
     )
 
 
-def enqueue_run(run_id: int, dispatch: int) -> None:
-    """Hand the run to the broker, as its message number ``dispatch`` (app.runs.dispatch); any
-    worker of any host may take it."""
-    from app.broker import send_run
-
-    send_run(run_id, dispatch)
+def claim_stale(session: Session, *, run_id: int, cutoff: datetime, now: datetime) -> bool:
+    """A reaper's claim of a running run not heard from since ``cutoff``: its stamp touched,
+    so a second reaper no longer sees it stale (app.runs.recovery.reap)."""
+    stamp = func.coalesce(Run.heartbeat_at, Run.started_at)
+    claim = update(Run).where(Run.id == run_id, Run.status == RunStatus.running)
+    claim = claim.where(or_(stamp.is_(None), stamp < cutoff)).values(heartbeat_at=now)
+    return took_effect(session, claim.execution_options(synchronize_session=False))
 
 
 def _ended(session: Session, run_id: int, status: RunStatus, *, guess: bool = False) -> None:
@@ -108,6 +109,7 @@ def queue(
     resume_from: str | None = None,
     priority: int = 0,
     sweep_id: int | None = None,
+    name: str | None = None,
 ) -> Run:
     """A new run, queued; its task goes to the broker once the caller commits (a worker must
     never be handed a run id the database does not have yet)."""
@@ -120,6 +122,7 @@ def queue(
         resume_from=resume_from,
         priority=priority,
         sweep_id=sweep_id,
+        name=name,
         dispatch=0,
         task_seen_at=utcnow(),
     )
@@ -358,14 +361,11 @@ def requeue(
             env_build_line=None,
             training_started_at=None,
             error=f"attempt {attempt}: {reason}; requeued as attempt {attempt + 1}",
-            # A new message: the old attempt's, if the broker ever gives it back, is dropped.
-            dispatch=Run.dispatch + 1,
-            task_seen_at=utcnow(),
         ),
     )
     if done:
         release_leases(session, run_id=run_id)
-        dispatch = session.scalar(select(Run.dispatch).where(Run.id == run_id)) or 0
+        dispatch = next_message(session, run_id=run_id)
         after_commit(session, lambda: enqueue_run(run_id, dispatch))
     session.flush()
     return done

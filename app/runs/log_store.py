@@ -229,3 +229,21 @@ class ChunkLogSource:
             return
         self._span_start = int(rows[0][0])
         self._span = b"".join(bytes(data) for _, data in rows)
+
+
+def drop_first_log_chunks(session: Session, *, run_id: int, count: int) -> int:
+    """Up to ``count`` of the run's first log chunks (a deleted run's, a short
+    transaction's worth at a time: app.runs.deletion); how many went."""
+    first = list(
+        session.scalars(
+            select(RunLogChunk.offset)
+            .where(RunLogChunk.run_id == run_id)
+            .order_by(RunLogChunk.offset)
+            .limit(count)
+        )
+    )
+    if first:
+        session.execute(
+            delete(RunLogChunk).where(RunLogChunk.run_id == run_id, RunLogChunk.offset <= first[-1])
+        )
+    return len(first)

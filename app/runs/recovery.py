@@ -19,12 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from app.experiments.config.model import ScriptConfig, run_config
 from app.gpus.leases import retake_leases
-from app.metrics.models import Metric, MetricKey
+from app.metrics.ingest import drop_points
+from app.metrics.models import MetricKey
 from app.metrics.summary import recompute_summaries
 from app.runs import lifecycle
 from app.runs.lifecycle import WORKER_LOST
@@ -83,7 +84,7 @@ def requeue(session: Session, *, run: Run, reason: str) -> bool:
         MetricKey.run_id == run.id,
         func.substr(MetricKey.key, 1, len(SYSTEM_KEY_PREFIX)) != SYSTEM_KEY_PREFIX,
     )
-    session.execute(delete(Metric).where(Metric.key_id.in_(keys), Metric.step > resume_step))
+    drop_points(session, key_ids=keys, after=resume_step)
     recompute_summaries(session, run_id=run.id)  # their last/max may have been among them
     from app.metrics.overview.stored import drop_overviews  # numpy: not in an idle process
 
@@ -213,13 +214,7 @@ def reap_lost_runs(
         if still_training is not None and still_training(run_id):
             continue
         # Claim it by touching the stamp: a second reaper's UPDATE no longer sees it stale.
-        claimed = session.execute(
-            update(Run)
-            .where(Run.id == run_id, Run.status == RunStatus.running)
-            .where(or_(stamp.is_(None), stamp < cutoff))
-            .values(heartbeat_at=now)
-            .execution_options(synchronize_session=False)
-        ).rowcount  # type: ignore[attr-defined]
+        claimed = lifecycle.claim_stale(session, run_id=run_id, cutoff=cutoff, now=now)
         if not claimed:
             continue
         if salvage is not None:

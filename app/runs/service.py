@@ -233,6 +233,17 @@ def edit_run(session: Session, *, run: Run, patch: RunPatch) -> Run:
     return run
 
 
+def set_name(session: Session, *, run: Run, name: str | None) -> None:
+    """The name exactly as given (MLflow's run name and tag, cut by its caller): edit_run's
+    rules (a stripped name, an empty one cleared) are the API's PATCH, not MLflow's."""
+    run.name = name
+
+
+def set_notes(session: Session, *, run: Run, notes: str | None) -> None:
+    """The notes exactly as given (MLflow's note tag); see set_name."""
+    run.notes = notes
+
+
 def tags_by_run(session: Session, run_ids: Sequence[int]) -> dict[int, list[str]]:
     """Each run's tags, sorted."""
     found: dict[int, list[str]] = {i: [] for i in run_ids}

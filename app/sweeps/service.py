@@ -138,8 +138,8 @@ def _launch(
         owner_id=sweep.owner_id,
         config=with_seed(config),
         sweep_id=sweep.id,
+        name=f"sweep {sweep.id} #{number}",
     )
-    run.name = f"sweep {sweep.id} #{number}"
     session.add(SweepTrial(sweep_id=sweep.id, number=number, run_id=run.id, params=params))
     session.flush()
     return run.id

@@ -12,18 +12,17 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.auth.models import ApiToken, Role, User
+from app.auth.models import Role, User
 from app.auth.security import (
     generate_password,
-    hash_password,
     new_token,
     token_digest,
     verify_password,
 )
-from app.auth.service import BROWSER_SESSION, create_user
+from app.auth.service import create_user, revoke_all_tokens, store_password
 from app.db import MAX_ID
 from app.errors import Conflict, Invalid, NotFound
 from app.settings import get_settings
@@ -74,10 +73,9 @@ def add_user(
     )
     if taken is not None:
         raise Conflict(f"username {username!r} is taken")
-    user = create_user(session, username=username, password=password, role=role)
-    user.must_change_password = temporary
-    session.flush()
-    return user
+    return create_user(
+        session, username=username, password=password, role=role, must_change_password=temporary
+    )
 
 
 def invite_user(session: Session, *, username: str, role: Role) -> tuple[User, str]:
@@ -103,7 +101,7 @@ def user_for_invite(session: Session, secret: str) -> User | None:
 
 def accept_invite(session: Session, *, user: User, password: str) -> User:
     check_password(password)
-    user.password_hash = hash_password(password)
+    store_password(user, password)
     user.invite_hash = None
     user.invite_expires_at = None
     user.must_change_password = False
@@ -153,26 +151,13 @@ def set_disabled(session: Session, *, user: User, disabled: bool) -> User:
     return user
 
 
-def revoke_all_tokens(
-    session: Session, *, user: User, sessions_only: bool = False, keep: str | None = None
-) -> None:
-    """Revoke the user's tokens: all of them, or only browser sessions; but `keep` (a token
-    secret: the one the request came with)."""
-    stmt = update(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
-    if sessions_only:
-        stmt = stmt.where(ApiToken.name == BROWSER_SESSION)
-    if keep is not None:
-        stmt = stmt.where(ApiToken.token_hash != token_digest(keep))
-    session.execute(stmt.values(revoked_at=utcnow()))
-
-
 def set_password(session: Session, *, user: User, password: str, temporary: bool) -> User:
     """An admin's reset (API, page, CLI): the user's browser sessions end with the old
     password (someone who had it may be logged in); their named API tokens stay. `temporary`
     (a password the admin chose or generated for someone else): the user must change it at
     their next login, and until then their tokens may do nothing else."""
     check_password(password)
-    user.password_hash = hash_password(password)
+    store_password(user, password)
     user.must_change_password = temporary
     user.invite_hash = user.invite_expires_at = None  # a set password closes an open invite
     revoke_all_tokens(session, user=user, sessions_only=True)
@@ -193,7 +178,7 @@ def change_own_password(
     if not verify_password(user.password_hash, current_password):
         raise Invalid.at(["body", "current_password"], "the current password is not right")
     check_password(new_password, field="new_password")
-    user.password_hash = hash_password(new_password)
+    store_password(user, new_password)
     user.must_change_password = False
     revoke_all_tokens(session, user=user, sessions_only=True, keep=current_token)
     session.flush()

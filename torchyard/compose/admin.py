@@ -8,10 +8,7 @@ attempts that made them need it.
 
 from __future__ import annotations
 
-from sqlalchemy import delete
-
-from app.auth.models import LoginAttempt
-from app.auth.ratelimit import username_key
+from app.auth import ratelimit
 from app.db import session_scope
 from app.prestart import schema_is_current
 from app.settings import get_settings
@@ -41,7 +38,7 @@ def reset_password(name: str, password: str, *, temporary: bool, enable: bool) -
             names = ", ".join(u.username for u in service.list_users(session)) or "none"
             raise ResetRefused(f"no user named {name!r} in {where} (users: {names})")
         service.set_password(session, user=user, password=password, temporary=temporary)
-        session.execute(delete(LoginAttempt).where(LoginAttempt.username == username_key(name)))
+        ratelimit.forget(session, username=name)
         disabled = not user.is_active
         if disabled and enable:
             service.set_disabled(session, user=user, disabled=False)
