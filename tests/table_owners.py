@@ -270,7 +270,7 @@ def install(guard: Guard) -> list[tuple[Any, str, Any]]:
     from sqlalchemy.orm import Session
 
     import app.models  # noqa: F401  every mapper known
-    from app.db import Base
+    from app.orm_base import Base
 
     listeners: list[tuple[Any, str, Any]] = []
 
@@ -350,7 +350,7 @@ def load_owners() -> Owners:
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _guard
     import app.models  # noqa: F401  every table known
-    from app.db import Base
+    from app.orm_base import Base
 
     _guard = Guard(load_owners(), set(Base.metadata.tables))
     if os.environ.get(RECORD_ENV):
