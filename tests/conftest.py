@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -53,6 +55,11 @@ os.environ.update(
     # Nor does anything deliver notifications, but the stacks of tests/test_e2e_notifications.py
     # (a delivery thread with this process's settings would send their messages elsewhere).
     TORCHYARD_NOTIFY_POLL_SECONDS="0",
+    # Nor advances sweeps on a timer in this process: the in-process app's sessions are one
+    # connection in an API test (conftest db_sessions), which a round on a thread of its own
+    # would use at the same time as the test's requests. The live stack's processes advance
+    # (live_stack below); tests/test_e2e_sweeps.py's stacks set their own.
+    TORCHYARD_SWEEP_ADVANCE_SECONDS="0",
     # argon2 at its least cost (app/auth/security.py): the suite hashes ~500 passwords a pass,
     # ~0.19 s of CPU each at the product's cost; what is tested is the hashing's use, not its cost.
     TORCHYARD_PASSWORD_HASH_TIME_COST="1",
@@ -224,6 +231,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "second_stream: run beside the browser tests in `make test` (tests/phases.py)"
     )
     config.addinivalue_line(
+        "markers",
+        "committed(reason): the in-process app commits to the suite's database in this test "
+        "(other processes must see its rows, or its subject is the commit itself); the reason "
+        "is required",
+    )
+    config.addinivalue_line(
         "markers", "hostile: the standing hostile-member suite (tests/hostile/attacks.py)"
     )
 
@@ -280,10 +293,17 @@ def rollback_engine(database: str) -> Iterator[Engine]:
 @pytest.fixture
 def db_sessions(rollback_engine: Engine) -> Iterator[sessionmaker[Session]]:
     """Sessions on the suite's database whose writes, commits included, are rolled back when
-    the test ends (tests.databases.rolled_back): for tests that call services with a session.
-    Not for tests whose code opens its own session or serves the API: they need committed
-    rows (and on SQLite they would wait for this test's write lock)."""
-    with rolled_back(rollback_engine) as sessions:
+    the test ends (tests.databases.rolled_back), and every session the app opens in this
+    process meanwhile comes from them (app.db.sessions_bound_to): the request dependency, and
+    `session_scope` in background tasks, event streams and the API's periodic rounds. So a
+    test may write through the API, through services or both, and the next test sees none of
+    it. One connection serves them all: an in-process request blocks the test's thread until
+    it ends, so their sessions nest (SAVEPOINTs) and never overlap. Not for code in other
+    processes (the live stack's server and worker): they see committed rows only (mark the
+    test `committed`)."""
+    from app.db import sessions_bound_to
+
+    with rolled_back(rollback_engine) as sessions, sessions_bound_to(sessions):
         yield sessions
 
 
@@ -294,17 +314,36 @@ def db(db_sessions: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
+COMMITTED = "committed"
+
+
+@pytest.fixture
+def app_sessions(request: pytest.FixtureRequest) -> sessionmaker[Session] | None:
+    """The sessions the in-process app uses in this test: db_sessions (rolled back at the
+    end), unless the test is marked `committed("why")`, when the app commits to the suite's
+    database as in production (None). Taken by `client`, `user_headers` and `admin_headers`,
+    so that the users an API test makes are rolled back with the rest."""
+    marker = request.node.get_closest_marker(COMMITTED)
+    if marker is None:
+        sessions: sessionmaker[Session] = request.getfixturevalue("db_sessions")
+        return sessions
+    if not (marker.args and isinstance(marker.args[0], str) and marker.args[0].strip()):
+        raise pytest.UsageError(f"{request.node.nodeid}: committed(...) needs its reason")
+    return None
+
+
 @pytest.fixture(scope="session")
-def app():  # type: ignore[no-untyped-def]
+def app() -> FastAPI:
     from app.main import create_app
 
     return create_app()
 
 
 @pytest.fixture
-def client(app):  # type: ignore[no-untyped-def]
-    from fastapi.testclient import TestClient
-
+def client(app: FastAPI, app_sessions: sessionmaker[Session] | None) -> Iterator[TestClient]:
+    """The app in-process, on this test's rolled-back sessions (app_sessions) unless the test
+    is marked `committed`; its lifespan (the periodic runner) starts and stops with it, inside
+    the binding, so that its last flush is rolled back too."""
     with TestClient(app) as c:
         yield c
 
@@ -329,12 +368,12 @@ def make_user(*, admin: bool = False, role: str = "") -> tuple[str, str, dict[st
 
 
 @pytest.fixture
-def user_headers() -> dict[str, str]:
+def user_headers(app_sessions: sessionmaker[Session] | None) -> dict[str, str]:
     return make_user()[2]
 
 
 @pytest.fixture
-def admin_headers() -> dict[str, str]:
+def admin_headers(app_sessions: sessionmaker[Session] | None) -> dict[str, str]:
     return make_user(admin=True)[2]
 
 
@@ -367,6 +406,7 @@ def live_stack(database: str) -> Iterator[LiveStack]:
         PYTHONUNBUFFERED="1",
         TORCHYARD_ENV_CACHE_MAX_BYTES="1",
         TORCHYARD_SYSTEM_METRICS_INTERVAL_SECONDS="1",
+        TORCHYARD_SWEEP_ADVANCE_SECONDS="60",
     )
     with running_stack(env, BASE_DIR / "logs", admin_password=ADMIN_PASSWORD) as stack:
         yield stack
