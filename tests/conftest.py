@@ -153,6 +153,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_process",
         "test_ingest_mark",  # the spool's backpressure: files in a temporary folder
         "test_launcher",
+        "test_layout",  # test modules' names against the source's (tests/layout.py)
         "test_local_only",  # this list itself
         "test_mlflow_store",  # the in-job tracking store (a file writer)
         "test_module_size",  # line counts
