@@ -21,7 +21,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.databases import rolled_back, savepoint_engine
@@ -304,8 +304,46 @@ def db_sessions(rollback_engine: Engine) -> Iterator[sessionmaker[Session]]:
     test `committed`)."""
     from app.db import sessions_bound_to
 
+    before = _run_folders()
     with rolled_back(rollback_engine) as sessions, sessions_bound_to(sessions):
         yield sessions
+    _remove_rolled_back_folders(rollback_engine, _run_folders() - before)
+
+
+RUNS_DIR = DATA_DIR / "runs"
+
+
+def _run_folders() -> set[str]:
+    return set(os.listdir(RUNS_DIR)) if RUNS_DIR.is_dir() else set()
+
+
+def _remove_rolled_back_folders(engine: Engine, new: set[str]) -> None:
+    """What a rolled-back test wrote under the runs' folder goes with its rows: SQLite hands
+    a rolled-back run's id to the next run, which would find the folder (its files, logs,
+    checkpoints) of a run it is not. A folder of a committed run (the live stack's) stays."""
+    from sqlalchemy import text
+
+    ids = [int(name) for name in new if name.isdigit()]
+    with engine.connect() as conn:
+        kept = (
+            {
+                str(run_id)
+                for run_id in conn.execute(
+                    text("SELECT id FROM runs WHERE id IN :ids").bindparams(
+                        bindparam("ids", expanding=True)
+                    ),
+                    {"ids": ids},
+                ).scalars()
+            }
+            if ids
+            else set()
+        )
+    for name in new - kept:
+        path = RUNS_DIR / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -19,6 +19,11 @@ from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.conftest import make_user
 
+# A failed login is written in a transaction of its own that outlives the request's rollback
+# (app.auth.service.password_login): on the one rolled-back connection it would be a SAVEPOINT
+# inside the request's, and go with it.
+pytestmark = pytest.mark.committed("login failures are counted in a transaction of their own")
+
 
 @pytest.fixture
 def limits(monkeypatch: pytest.MonkeyPatch) -> None:
