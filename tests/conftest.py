@@ -247,7 +247,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     hostile = hostile_tests()
     for item in items:
-        key = module_key(item.module.__name__) if item.module is not None else ""
+        module = getattr(item, "module", None)  # a Function's; other items have none
+        key = module_key(module.__name__) if module is not None else ""
         if key.startswith("hostile.") or item.nodeid.split("[")[0] in hostile:
             item.add_marker(pytest.mark.hostile)
         if is_local_only(key):

@@ -34,7 +34,7 @@ def limits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def address(app) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def address(app) -> Iterator[TestClient]:
     """A client with an address of its own, so other tests' failures do not count."""
     with TestClient(
         app, client=(f"10.9.{secrets.randbelow(250)}.{secrets.randbelow(250)}", 1)
@@ -42,7 +42,7 @@ def address(app) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
         yield c
 
 
-def _token(client: TestClient, username: str, password: str):  # type: ignore[no-untyped-def]
+def _token(client: TestClient, username: str, password: str):
     return client.post("/api/auth/token", data={"username": username, "password": password})
 
 
@@ -167,7 +167,7 @@ def test_failed_attempts_are_recorded_even_though_the_request_fails(limits, addr
 # --- nobody locks anyone else out; forwarded addresses only from configured proxies ---------
 
 
-def test_fifty_wrong_admin_passwords_from_one_client_do_not_lock_the_admin_out(app) -> None:  # type: ignore[no-untyped-def]
+def test_fifty_wrong_admin_passwords_from_one_client_do_not_lock_the_admin_out(app) -> None:
     from tests.conftest import ADMIN_PASSWORD
 
     with (

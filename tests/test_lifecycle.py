@@ -65,7 +65,7 @@ def status_writes(source: str) -> list[int]:
             for t in ast.walk(target):
                 if isinstance(t, ast.Attribute) and t.attr == "status" and orm_module:
                     if ast.unparse(t) not in NOT_A_RUN:
-                        lines.append(node.lineno)
+                        lines.append(t.lineno)
         if not isinstance(node, ast.Call):
             continue
         func_name = node.func.id if isinstance(node.func, ast.Name) else None
