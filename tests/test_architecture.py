@@ -277,7 +277,7 @@ def _data_access(source: str) -> list[str]:
         for name in names:
             parts = name.split(".")
             if parts[0] == "sqlalchemy" or (parts[0] == "app" and "models" in parts[1:]):
-                found.append(f"imports {name} (line {node.lineno})")
+                found.append(f"imports {name} (line {getattr(node, 'lineno', '?')})")
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
