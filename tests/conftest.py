@@ -168,7 +168,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_sandbox",  # bwrap argv and real sandboxes
         "test_scheduler",
         "test_settings",  # the worker address and interface settings
-        "test_sweep_rules",
+        "test_sweeps_sampling_rules",
         "test_tensorboard_defaults",
         "test_tensorboard_events",  # the event-file parser on hostile bytes
         "test_wheel",
