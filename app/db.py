@@ -76,6 +76,27 @@ def get_sessionmaker() -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 
+# Where every session of this process comes from while a test binds them (tests/conftest.py):
+# a sessionmaker on one connection whose outer transaction the test rolls back. None: the
+# engine's own sessionmaker.
+_bound: sessionmaker[Session] | None = None
+
+
+@contextmanager
+def sessions_bound_to(factory: sessionmaker[Session]) -> Iterator[None]:
+    """Every session this process opens in the block (the request dependency, `session_scope`
+    of background tasks, streams and periodic rounds) comes from `factory`. A hook for tests:
+    they bind the app to one connection with an outer transaction that they roll back, as
+    SQLAlchemy's "join a session into an external transaction" recipe does, so an API test
+    leaves nothing in the shared database. The product never calls it."""
+    global _bound
+    previous, _bound = _bound, factory
+    try:
+        yield
+    finally:
+        _bound = previous
+
+
 def after_commit(session: Session, callback: Callable[[], None]) -> None:
     """Run `callback` once the unit of work has committed (e.g. enqueue a task for a new row,
     which must not reach a worker before the row is visible)."""
@@ -85,7 +106,7 @@ def after_commit(session: Session, callback: Callable[[], None]) -> None:
 @contextmanager
 def session_scope() -> Iterator[Session]:
     """A unit of work: commit on success, roll back on error, then run after-commit hooks."""
-    session = get_sessionmaker()()
+    session = (_bound or get_sessionmaker())()
     try:
         yield session
         session.commit()

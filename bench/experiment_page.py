@@ -166,7 +166,7 @@ def seed_mlflow(mlflow: str, directory: Path, url: str, name: str, args: list[in
     return exp_id
 
 
-def timed_loads(browser, base_url: str, login, url: str, ready: Callable, loads: int) -> list:  # type: ignore[no-untyped-def, type-arg]
+def timed_loads(browser, base_url: str, login, url: str, ready: Callable, loads: int) -> list:
     """One warm-up load, then `loads` timed ones, each in a fresh context: ready(page) -> the
     figure (seconds) and a note."""
     out = []
@@ -183,7 +183,7 @@ def timed_loads(browser, base_url: str, login, url: str, ready: Callable, loads:
     return out
 
 
-def torchyard_login(page) -> None:  # type: ignore[no-untyped-def]
+def torchyard_login(page) -> None:
     page.goto("/login")
     page.fill("#username", "bench")
     page.fill("#password", "bench-password")
@@ -193,14 +193,14 @@ def torchyard_login(page) -> None:  # type: ignore[no-untyped-def]
         raise RuntimeError("login failed")
 
 
-def table_ready(page) -> tuple[float, str]:  # type: ignore[no-untyped-def]
+def table_ready(page) -> tuple[float, str]:
     got = page.wait_for_function(TABLE_READY, polling="raf", timeout=120_000).json_value()
     size = page.evaluate("() => document.documentElement.outerHTML.length")
     return float(got) / 1000, f" (page {size / 1024:.0f} KB of HTML after the script)"
 
 
-def charts_ready(runs: int) -> Callable:  # type: ignore[type-arg]
-    def ready(page) -> tuple[float, str]:  # type: ignore[no-untyped-def]
+def charts_ready(runs: int) -> Callable:
+    def ready(page) -> tuple[float, str]:
         got = page.wait_for_function(CHARTS_READY, arg=runs, polling="raf", timeout=120_000)
         at, shown = got.json_value()
         return float(at) / 1000, f" ({shown} charts in view drawn, {runs} traces each)"
@@ -208,8 +208,8 @@ def charts_ready(runs: int) -> Callable:  # type: ignore[type-arg]
     return ready
 
 
-def mlflow_ready(name: str) -> Callable:  # type: ignore[type-arg]
-    def ready(page) -> tuple[float, str]:  # type: ignore[no-untyped-def]
+def mlflow_ready(name: str) -> Callable:
+    def ready(page) -> tuple[float, str]:
         got = page.wait_for_function(MLFLOW_READY, arg=name, polling="raf", timeout=120_000)
         return float(got.json_value()) / 1000, ""
 
@@ -226,7 +226,7 @@ def summary(label: str, times: list[float]) -> float:
     return median
 
 
-def torchyard_side(  # type: ignore[no-untyped-def]
+def torchyard_side(
     browser, directory: Path, size: dict[str, int], loads: int, *, overviews: bool = True
 ) -> float:
     from tests.own_server import own_server
@@ -261,7 +261,7 @@ def torchyard_side(  # type: ignore[no-untyped-def]
         return summary("torchyard", times)
 
 
-def mlflow_side(browser, mlflow: str, directory: Path, size: dict[str, int], loads: int) -> float:  # type: ignore[no-untyped-def]
+def mlflow_side(browser, mlflow: str, directory: Path, size: dict[str, int], loads: int) -> float:
     from bench.mlflow_api import mlflow_server
 
     directory.mkdir()

@@ -127,7 +127,7 @@ def write_spool(path: Path, keys: list[str], points: int) -> int:
     steps = points // len(keys)
     with open(path, "w") as f:
         for step in range(1, steps + 1):
-            values = {
+            values: dict[str, float | None] = {
                 k: math.exp(-step / 50_000) + 0.05 * rng.random() + i for i, k in enumerate(keys)
             }
             f.write(_encode_metrics(step, 1.7e9 + step * 0.01, values))

@@ -77,7 +77,7 @@ def main() -> None:
         cpu: dict[str, list[float]] = {"with": [], "without": []}
         for i in range(args.rounds):
             for kind in ("with", "without") if i % 2 == 0 else ("without", "with"):
-                overview.update_overviews = keep if kind == "with" else skip  # type: ignore[assignment]
+                overview.update_overviews = keep if kind == "with" else skip
                 with session_scope() as session:
                     run_id = add_run(session, owner_id=owner)
                 start = time.process_time()

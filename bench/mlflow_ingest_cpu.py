@@ -104,11 +104,13 @@ def _server_of(code: Path, directory: Path) -> OwnServer:
 
     directory.mkdir()
     server = OwnServer(directory)
-    tests.own_server.start_logged = start_from  # type: ignore[assignment]
+    # Swapped where OwnServer looks it up (a name tests.own_server imports, not exports).
+    own = vars(tests.own_server)
+    own["start_logged"] = start_from
     try:
         server.start()
     finally:
-        tests.own_server.start_logged = start_logged
+        own["start_logged"] = start_logged
     return server
 
 

@@ -144,7 +144,11 @@ def main() -> None:
         f"filled {args.runs} runs x {args.params} params x {args.keys} keys "
         f"in {time.perf_counter() - started:.1f} s ({url.split(':')[0]})"
     )
-    query = {"sort": "-summary.val/acc.max", "filter": "params.params.lr>0.01", "limit": 100}
+    query: dict[str, str | int] = {
+        "sort": "-summary.val/acc.max",
+        "filter": "params.params.lr>0.01",
+        "limit": 100,
+    }
     with TestClient(create_app()) as client:
         token = client.post(
             "/api/auth/token", data={"username": "bench", "password": "bench-password"}

@@ -23,6 +23,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -99,7 +100,7 @@ def main() -> None:
         for rep in range(args.reps):
             a = api.post(f"/api/experiments/{exp_a}/runs", json={}).json()["id"]
             b = api.post(f"/api/experiments/{exp_b}/runs", json={}).json()["id"]
-            done, found = threading.Event(), {}
+            done, found = threading.Event(), dict[str, Any]()
             watcher = threading.Thread(
                 target=first_output_time,
                 args=(data_dir / "runs" / str(b) / "output.log", done, found),

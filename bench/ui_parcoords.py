@@ -64,7 +64,7 @@ PAGE = '<link rel="stylesheet" href="/static/app.css"><div id="pc" style="width:
 TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 
-def _serve(route, static: Path) -> None:  # type: ignore[no-untyped-def]
+def _serve(route, static: Path) -> None:
     """The page, and the files under /static/ from app/static as the server sends them."""
     path = route.request.url.removeprefix(ORIGIN)
     if not path.startswith("/static/"):

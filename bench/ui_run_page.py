@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -87,7 +88,7 @@ def make_big_run(n_points: int) -> int:
     return run_id
 
 
-def log_in(page, password: str) -> None:  # type: ignore[no-untyped-def]
+def log_in(page, password: str) -> None:
     page.goto("/login")
     page.fill("#username", "admin")
     page.fill("#password", password)
@@ -97,7 +98,7 @@ def log_in(page, password: str) -> None:  # type: ignore[no-untyped-def]
         raise RuntimeError("login failed")
 
 
-def load_time_ms(page, run_id: int) -> float:  # type: ignore[no-untyped-def]
+def load_time_ms(page, run_id: int) -> float:
     page.goto(f"/runs/{run_id}", wait_until="commit")
     handle = page.wait_for_function(ALL_DRAWN, arg=list(KEYS), polling="raf", timeout=60_000)
     return float(handle.json_value())
@@ -117,12 +118,12 @@ BREAKDOWN = """() => {
 }"""
 
 
-def breakdown(page) -> str:  # type: ignore[no-untyped-def]
+def breakdown(page) -> str:
     marks = page.evaluate(BREAKDOWN)
     return ", ".join(f"{k} {v / 1000:.3f}" for k, v in sorted(marks.items(), key=lambda kv: kv[1]))
 
 
-def metrics_bytes(page, run_id: int) -> tuple[int, int, list[str]]:  # type: ignore[no-untyped-def]
+def metrics_bytes(page, run_id: int) -> tuple[int, int, list[str]]:
     """(compressed body bytes, decoded body bytes, urls) of the page's metrics requests."""
     entries = page.evaluate(
         """(prefix) => performance.getEntriesByType("resource")
@@ -137,7 +138,7 @@ def metrics_bytes(page, run_id: int) -> tuple[int, int, list[str]]:  # type: ign
     )
 
 
-def gzip_size_via_httpx(stack, token: str, url: str) -> int:  # type: ignore[no-untyped-def]
+def gzip_size_via_httpx(stack, token: str, url: str) -> int:
     import httpx
 
     headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "gzip"}
@@ -160,7 +161,7 @@ LIVE_RECORDER = """document.addEventListener("ty:live", (e) => {
 });"""
 
 
-def live_latency(stack, api, page, data_dir: Path, steps: int, sleep: float) -> list[float]:  # type: ignore[no-untyped-def]
+def live_latency(stack, api, page, data_dir: Path, steps: int, sleep: float) -> list[float]:
     config = {
         "recipe": "tiny_mlp",
         "params": {"epochs": 1, "steps_per_epoch": steps, "step_sleep": sleep},
@@ -237,11 +238,11 @@ def main() -> None:
         sync_playwright() as playwright,
     ):
         browser = launch_chromium(playwright)
-        context = None
+        context: Any = None
         try:
             # (i) load time: first run-page loads, each in a fresh context (empty cache: the
             # chart library is loaded by chart pages only), then warm loads.
-            firsts = []
+            firsts: list[float] = []
             for _ in range(args.first):
                 if firsts:
                     context.close()

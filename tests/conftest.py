@@ -20,7 +20,9 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from sqlalchemy import Engine
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, bindparam
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.databases import rolled_back, savepoint_engine
@@ -54,6 +56,11 @@ os.environ.update(
     # Nor does anything deliver notifications, but the stacks of tests/test_e2e_notifications.py
     # (a delivery thread with this process's settings would send their messages elsewhere).
     TORCHYARD_NOTIFY_POLL_SECONDS="0",
+    # Nor advances sweeps on a timer in this process: the in-process app's sessions are one
+    # connection in an API test (conftest db_sessions), which a round on a thread of its own
+    # would use at the same time as the test's requests. The live stack's processes advance
+    # (live_stack below); tests/test_e2e_sweeps.py's stacks set their own.
+    TORCHYARD_SWEEP_ADVANCE_SECONDS="0",
     # argon2 at its least cost (app/auth/security.py): the suite hashes ~500 passwords a pass,
     # ~0.19 s of CPU each at the product's cost; what is tested is the hashing's use, not its cost.
     TORCHYARD_PASSWORD_HASH_TIME_COST="1",
@@ -154,6 +161,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_process",
         "test_ingest_mark",  # the spool's backpressure: files in a temporary folder
         "test_launcher",
+        "test_layout",  # test modules' names against the source's (tests/layout.py)
         "test_local_only",  # this list itself
         "test_mlflow_store",  # the in-job tracking store (a file writer)
         "test_module_size",  # line counts
@@ -168,7 +176,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_sandbox",  # bwrap argv and real sandboxes
         "test_scheduler",
         "test_settings",  # the worker address and interface settings
-        "test_sweep_rules",
+        "test_sweeps_sampling_rules",
         "test_tensorboard_defaults",
         "test_tensorboard_events",  # the event-file parser on hostile bytes
         "test_wheel",
@@ -234,6 +242,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "second_stream: run beside the browser tests in `make test` (tests/phases.py)"
     )
     config.addinivalue_line(
+        "markers",
+        "committed(reason): the in-process app commits to the suite's database in this test "
+        "(other processes must see its rows, or its subject is the commit itself); the reason "
+        "is required",
+    )
+    config.addinivalue_line(
         "markers", "hostile: the standing hostile-member suite (tests/hostile/attacks.py)"
     )
 
@@ -243,7 +257,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     hostile = hostile_tests()
     for item in items:
-        key = module_key(item.module.__name__) if item.module is not None else ""
+        module = getattr(item, "module", None)  # a Function's; other items have none
+        key = module_key(module.__name__) if module is not None else ""
         if key.startswith("hostile.") or item.nodeid.split("[")[0] in hostile:
             item.add_marker(pytest.mark.hostile)
         if is_local_only(key):
@@ -290,11 +305,56 @@ def rollback_engine(database: str) -> Iterator[Engine]:
 @pytest.fixture
 def db_sessions(rollback_engine: Engine) -> Iterator[sessionmaker[Session]]:
     """Sessions on the suite's database whose writes, commits included, are rolled back when
-    the test ends (tests.databases.rolled_back): for tests that call services with a session.
-    Not for tests whose code opens its own session or serves the API: they need committed
-    rows (and on SQLite they would wait for this test's write lock)."""
-    with rolled_back(rollback_engine) as sessions:
+    the test ends (tests.databases.rolled_back), and every session the app opens in this
+    process meanwhile comes from them (app.db.sessions_bound_to): the request dependency, and
+    `session_scope` in background tasks, event streams and the API's periodic rounds. So a
+    test may write through the API, through services or both, and the next test sees none of
+    it. One connection serves them all: an in-process request blocks the test's thread until
+    it ends, so their sessions nest (SAVEPOINTs) and never overlap. Not for code in other
+    processes (the live stack's server and worker): they see committed rows only (mark the
+    test `committed`)."""
+    from app.db import sessions_bound_to
+
+    before = _run_folders()
+    with rolled_back(rollback_engine) as sessions, sessions_bound_to(sessions):
         yield sessions
+    _remove_rolled_back_folders(rollback_engine, _run_folders() - before)
+
+
+RUNS_DIR = DATA_DIR / "runs"
+
+
+def _run_folders() -> set[str]:
+    return set(os.listdir(RUNS_DIR)) if RUNS_DIR.is_dir() else set()
+
+
+def _remove_rolled_back_folders(engine: Engine, new: set[str]) -> None:
+    """What a rolled-back test wrote under the runs' folder goes with its rows: SQLite hands
+    a rolled-back run's id to the next run, which would find the folder (its files, logs,
+    checkpoints) of a run it is not. A folder of a committed run (the live stack's) stays."""
+    from sqlalchemy import text
+
+    ids = [int(name) for name in new if name.isdigit()]
+    with engine.connect() as conn:
+        kept = (
+            {
+                str(run_id)
+                for run_id in conn.execute(
+                    text("SELECT id FROM runs WHERE id IN :ids").bindparams(
+                        bindparam("ids", expanding=True)
+                    ),
+                    {"ids": ids},
+                ).scalars()
+            }
+            if ids
+            else set()
+        )
+    for name in new - kept:
+        path = RUNS_DIR / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -304,17 +364,36 @@ def db(db_sessions: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
+COMMITTED = "committed"
+
+
+@pytest.fixture
+def app_sessions(request: pytest.FixtureRequest) -> sessionmaker[Session] | None:
+    """The sessions the in-process app uses in this test: db_sessions (rolled back at the
+    end), unless the test is marked `committed("why")`, when the app commits to the suite's
+    database as in production (None). Taken by `client`, `user_headers` and `admin_headers`,
+    so that the users an API test makes are rolled back with the rest."""
+    marker = request.node.get_closest_marker(COMMITTED)
+    if marker is None:
+        sessions: sessionmaker[Session] = request.getfixturevalue("db_sessions")
+        return sessions
+    if not (marker.args and isinstance(marker.args[0], str) and marker.args[0].strip()):
+        raise pytest.UsageError(f"{request.node.nodeid}: committed(...) needs its reason")
+    return None
+
+
 @pytest.fixture(scope="session")
-def app():  # type: ignore[no-untyped-def]
+def app() -> FastAPI:
     from app.main import create_app
 
     return create_app()
 
 
 @pytest.fixture
-def client(app):  # type: ignore[no-untyped-def]
-    from fastapi.testclient import TestClient
-
+def client(app: FastAPI, app_sessions: sessionmaker[Session] | None) -> Iterator[TestClient]:
+    """The app in-process, on this test's rolled-back sessions (app_sessions) unless the test
+    is marked `committed`; its lifespan (the periodic runner) starts and stops with it, inside
+    the binding, so that its last flush is rolled back too."""
     with TestClient(app) as c:
         yield c
 
@@ -339,12 +418,12 @@ def make_user(*, admin: bool = False, role: str = "") -> tuple[str, str, dict[st
 
 
 @pytest.fixture
-def user_headers() -> dict[str, str]:
+def user_headers(app_sessions: sessionmaker[Session] | None) -> dict[str, str]:
     return make_user()[2]
 
 
 @pytest.fixture
-def admin_headers() -> dict[str, str]:
+def admin_headers(app_sessions: sessionmaker[Session] | None) -> dict[str, str]:
     return make_user(admin=True)[2]
 
 
@@ -377,6 +456,7 @@ def live_stack(database: str) -> Iterator[LiveStack]:
         PYTHONUNBUFFERED="1",
         TORCHYARD_ENV_CACHE_MAX_BYTES="1",
         TORCHYARD_SYSTEM_METRICS_INTERVAL_SECONDS="1",
+        TORCHYARD_SWEEP_ADVANCE_SECONDS="60",
     )
     with running_stack(env, BASE_DIR / "logs", admin_password=ADMIN_PASSWORD) as stack:
         yield stack

@@ -88,5 +88,5 @@ def smtp_receiver() -> Iterator[SmtpReceiver]:
         controller.stop()
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "") -> None:
     wait_for(check, timeout=timeout, every=0.1, what=what or repr(check))

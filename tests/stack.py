@@ -36,7 +36,7 @@ CHROMIUM_ARGS = [
 ]
 
 
-def launch_chromium(playwright):  # type: ignore[no-untyped-def]
+def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
 

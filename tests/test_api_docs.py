@@ -17,7 +17,7 @@ def referenced_urls(html: str) -> list[str]:
 
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
-def test_api_docs_load_only_local_urls_and_each_answers(client, page: str) -> None:  # type: ignore[no-untyped-def]
+def test_api_docs_load_only_local_urls_and_each_answers(client, page: str) -> None:
     r = client.get(page)
     assert r.status_code == 200
     urls = referenced_urls(r.text)
@@ -30,7 +30,7 @@ def test_api_docs_load_only_local_urls_and_each_answers(client, page: str) -> No
         assert got.content, url
 
 
-def test_docs_assets_are_the_bundles_and_cached_for_good(client) -> None:  # type: ignore[no-untyped-def]
+def test_docs_assets_are_the_bundles_and_cached_for_good(client) -> None:
     html = client.get("/docs").text + client.get("/redoc").text
     for name, (_file, media_type) in DOCS.files.items():
         url = next(u for u in referenced_urls(html) if u.endswith("/" + name))
@@ -40,7 +40,7 @@ def test_docs_assets_are_the_bundles_and_cached_for_good(client) -> None:  # typ
         assert len(r.content) > 100_000  # the real bundle, not a stub
 
 
-def test_an_unknown_docs_asset_is_a_404(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_docs_asset_is_a_404(client) -> None:
     url = next(u for u in referenced_urls(client.get("/docs").text) if u.endswith(".css"))
     for bad in ("settings.py", "..%2f__init__.py", "favicon.png"):
         r = client.get(url.rsplit("/", 1)[0] + "/" + bad)

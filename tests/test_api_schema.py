@@ -131,6 +131,7 @@ def _seed_world() -> World:
         session.flush()
         spare_runs = [run(me, spare, "succeeded", config, finished_at=now) for _ in range(2)]
 
+        points: list[tuple[str, int, float | None, float]]
         points = [("train/loss", s, 1.0 / (s + 1), 1.7e9 + s) for s in range(300)]
         points += [("val/acc", s, None if s == 3 else 0.5, 1.7e9 + s) for s in range(0, 300, 50)]
         ingest_points(session, run_id=done.id, points=points)
@@ -257,8 +258,8 @@ def _aim_at_world(case: Case, world: World) -> None:
     if isinstance(params.get("name"), str) and len(params["name"]) % 2:
         params["name"] = CHECKPOINT_NAME
     body = case.body
-    if isinstance(body, dict) and isinstance(body.get("checkpoint"), str):
-        if len(body["checkpoint"]) % 2:
+    if isinstance(body, dict) and isinstance(checkpoint := body.get("checkpoint"), str):
+        if len(checkpoint) % 2:
             body["checkpoint"] = CHECKPOINT_NAME
 
 
@@ -363,7 +364,7 @@ BIG = 2**70  # past every 64-bit integer column
         ("/api/usage?since=2026-01-01", 422),
     ],
 )
-def test_edge_values_are_client_errors(client, world: World, url: str, expected: int) -> None:  # type: ignore[no-untyped-def]
+def test_edge_values_are_client_errors(client, world: World, url: str, expected: int) -> None:
     r = client.get(url.format(run=world.finished_run_ids[0]), headers=world.headers)
     assert r.status_code == expected, r.text
     if expected == 422:

@@ -203,4 +203,3 @@ def test_field_locations_are_written_by_the_one_formatter(tree: Tree) -> None:
         and (lines := _location_joins(module.tree))
     }
     assert offenders == {}, f"use torchyard.field_location.location_text: {offenders}"
-

@@ -96,7 +96,7 @@ def uris(run_id: int) -> dict[str, str | None]:
         rows = session.execute(
             select(Checkpoint.name, Checkpoint.uri).where(Checkpoint.run_id == run_id)
         ).all()
-    return dict(rows)  # type: ignore[arg-type]
+    return dict(rows)
 
 
 def test_the_forwarder_uploads_recorded_checkpoints_and_the_drain_waits_for_them(
@@ -219,6 +219,7 @@ def test_resume_from_a_checkpoint_only_in_the_store_and_the_worker_fetches_it(
 
     runs_dir = tmp_path / "worker-b" / "runs"  # another host's data dir
     fetched = artifacts.ensure_local(runs_dir, resume_from)
+    assert fetched is not None
     assert fetched == (runs_dir / resume_from).resolve() and fetched.read_bytes() == PAYLOAD
     assert artifacts.ensure_local(runs_dir, resume_from) == fetched  # there now: no fetch
     assert artifacts.ensure_local(runs_dir, None) is None

@@ -669,7 +669,7 @@ def app_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]
 MLFLOW_PREFIXES = ("/api/2.0/mlflow/", "/api/2.0/mlflow-artifacts/")
 
 
-def test_every_route_is_in_the_matrix(app) -> None:  # type: ignore[no-untyped-def]
+def test_every_route_is_in_the_matrix(app) -> None:
     found = {r for r in app_routes(list(app.routes)) if not r[1].startswith(MLFLOW_PREFIXES)}
     assert ("GET", "/api/runs/{run_id}") in found and ("GET", "/login") in found
     missing = sorted(found - MATRIX.keys())
@@ -743,7 +743,7 @@ def send(
 
 
 @pytest.mark.parametrize("key", sorted(MATRIX), ids=lambda k: f"{k[0]} {k[1]}")
-def test_route_authorization(client, world: World, key: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+def test_route_authorization(client, world: World, key: tuple[str, str]) -> None:
     method, _ = key
     row = MATRIX[key]
     write = method != "GET"
@@ -779,7 +779,7 @@ def test_the_csrf_check_covers_every_authenticated_write() -> None:
 
 
 @pytest.mark.parametrize("key", WRITES_WITH_COOKIE, ids=lambda k: f"{k[0]} {k[1]}")
-def test_cookie_write_needs_the_csrf_header(client, world: World, key: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+def test_cookie_write_needs_the_csrf_header(client, world: World, key: tuple[str, str]) -> None:
     method, _ = key
     row = MATRIX[key]
     actor = world.owner if not row.rule.refuses("owner") else world.admin
@@ -795,7 +795,7 @@ def test_cookie_write_needs_the_csrf_header(client, world: World, key: tuple[str
     assert changed
 
 
-def test_csrf_token_in_a_form_field_is_accepted(client, world: World) -> None:  # type: ignore[no-untyped-def]
+def test_csrf_token_in_a_form_field_is_accepted(client, world: World) -> None:
     token = world.owner.token()
     client.cookies.clear()
     response = client.post(

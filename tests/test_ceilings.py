@@ -13,14 +13,14 @@ from app.users.ceilings import box_defaults
 CONFIG = {"recipe": "tiny_mlp", "params": {"epochs": 1}}
 
 
-def experiment(client, headers, resources=None) -> int:  # type: ignore[no-untyped-def]
+def experiment(client, headers, resources=None) -> int:
     config = {**CONFIG, "resources": resources or {}}
     r = client.post("/api/experiments", json={"name": "c", "config": config}, headers=headers)
     assert r.status_code == 201, r.text
     return int(r.json()["id"])
 
 
-def launch(client, headers, exp_id: int, resources=None):  # type: ignore[no-untyped-def]
+def launch(client, headers, exp_id: int, resources=None):
     overrides = {"resources": resources} if resources else {}
     return client.post(
         f"/api/experiments/{exp_id}/runs", json={"overrides": overrides}, headers=headers

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -127,7 +127,7 @@ def test_the_probe_says_this_machine_can(parent: str) -> None:
     assert cgroups.probe(HIERARCHY, parent) is None
 
 
-def made_long_ago(folders: list[Path]) -> None:
+def made_long_ago(folders: Sequence[Path]) -> None:
     """As if made before cgroups.LEFTOVER_AGE_SECONDS."""
     then = time.time() - cgroups.LEFTOVER_AGE_SECONDS - 60
     for folder in folders:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -201,7 +202,7 @@ def _sse(*events: tuple[str, dict]) -> bytes:
     return "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events).encode()
 
 
-def test_follow_reconnects_where_a_dropped_stream_stopped(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_follow_reconnects_where_a_dropped_stream_stopped(monkeypatch) -> None:
     monkeypatch.setattr("torchyard.cli.follow.RETRY_SECONDS", (0.0,))
     run = {"id": 7, "status": "running", "config": {"params": {"epochs": 2}}, "error": None}
     stream_params: list[dict[str, str]] = []
@@ -225,7 +226,7 @@ def test_follow_reconnects_where_a_dropped_stream_stopped(monkeypatch) -> None: 
     assert json.loads(stream_params[1]["after"]) == {"epoch": 10, "train/loss": 10}
 
 
-def test_follow_polls_the_run_when_the_server_cannot_stream(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_follow_polls_the_run_when_the_server_cannot_stream(monkeypatch) -> None:
     monkeypatch.setattr("torchyard.cli.follow.POLL_SECONDS", 0.0)
     run = {"id": 8, "status": "running", "config": {"params": {"epochs": 1}}, "error": None}
     seen: list[str] = []
@@ -295,12 +296,12 @@ def _points(epoch: float, step: int) -> dict:
 # --- main(): usage and connection errors, no server needed ---------------------------------
 
 
-def test_submit_without_config_or_experiment_is_a_usage_error(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_submit_without_config_or_experiment_is_a_usage_error(capsys) -> None:
     assert main(["submit"]) == 2
     assert "give a CONFIG file" in capsys.readouterr().err
 
 
-def test_unreachable_server_is_one_line_and_exit_1(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_unreachable_server_is_one_line_and_exit_1(capsys, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TORCHYARD_CLI_CONFIG", str(tmp_path / "cli.json"))
     url = f"http://127.0.0.1:{free_port()}"
     assert main(["ls", "--server", url]) == 1
@@ -489,9 +490,12 @@ def test_sweep_from_a_spec_file_follows_to_the_best_and_a_bad_spec_names_the_fie
 def test_sweep_show_ls_and_cancel_a_running_sweep(cli: Cli, tmp_path: Path) -> None:
     """What a W&B user reaches for after `sweep SPEC`: its state, the list, and a cancel (its
     queued trials cancelled, the running one stopped); a second cancel is the API's 409."""
-    config = {"recipe": "tiny_mlp", "params": {"epochs": 1, "steps_per_epoch": 200}}
+    config: dict[str, Any] = {"recipe": "tiny_mlp", "params": {"epochs": 1, "steps_per_epoch": 200}}
     with cli.stack.admin_client() as api:
-        body = {"name": "sweepcancel", "config": {**config, "params": {**config["params"]}}}
+        body: dict[str, Any] = {
+            "name": "sweepcancel",
+            "config": {**config, "params": {**config["params"]}},
+        }
         body["config"]["params"]["step_sleep"] = 0.05  # 10 s a trial: still running below
         experiment = api.post("/api/experiments", json=body).json()["id"]
     spec = tmp_path / "long.yaml"

@@ -46,7 +46,7 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         text=True,
     )
     try:
-        lines = []
+        lines: list[str] = []
         assert proc.stdout is not None
         # Up to its own last line and the worker's start banner (the worker says it).
         while not (
@@ -106,7 +106,8 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        proc.stdout.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _children(pid: int) -> list[int]:

@@ -66,7 +66,7 @@ def cli_env(live_stack: LiveStack, tmp_path_factory: pytest.TempPathFactory) -> 
     return env
 
 
-def test_users_add_list_and_passwd_through_the_cli(live_stack: LiveStack, cli_env) -> None:  # type: ignore[no-untyped-def]
+def test_users_add_list_and_passwd_through_the_cli(live_stack: LiveStack, cli_env) -> None:
     base = live_stack.base_url
     viewer = f"vi-{secrets.token_hex(3)}"
     added = run(["users", "add", viewer, "--role", "viewer"], cli_env)
@@ -113,7 +113,7 @@ def test_users_add_list_and_passwd_through_the_cli(live_stack: LiveStack, cli_en
 
 def test_a_member_changes_their_own_password_but_cannot_list_users(
     live_stack: LiveStack, cli_env, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     member = f"me-{secrets.token_hex(3)}"
     run(["users", "add", member, "--password-stdin"], cli_env, stdin="member password\n")
     env = dict(cli_env, TORCHYARD_CLI_CONFIG=str(tmp_path / "member.json"))
@@ -132,7 +132,7 @@ def test_a_member_changes_their_own_password_but_cannot_list_users(
 
 def test_users_ceilings_set_keep_show_and_clear_through_the_cli(
     live_stack: LiveStack, cli_env, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """A user's own ceilings (a role's would change every other test's runs on this stack)."""
     member = f"ceil-{secrets.token_hex(3)}"
     run(["users", "add", member, "--password-stdin"], cli_env, stdin="member password\n")
@@ -192,8 +192,8 @@ def box(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
-    started: list[subprocess.Popen] = []  # type: ignore[type-arg]
+def serve(tmp_path: Path) -> Iterator:
+    started: list[subprocess.Popen] = []
 
     def start(env: dict[str, str]) -> str:
         port = free_port()
@@ -208,7 +208,7 @@ def serve(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
         stop_process(proc)
 
 
-def test_admin_reset_password_with_the_server_stopped(box, serve) -> None:  # type: ignore[no-untyped-def]
+def test_admin_reset_password_with_the_server_stopped(box, serve) -> None:
     done = run(["admin", "reset-password", "admin"], box)
     assert done.returncode == 0, done.stderr
     new = printed_password(done.stdout)
@@ -218,7 +218,7 @@ def test_admin_reset_password_with_the_server_stopped(box, serve) -> None:  # ty
     assert not can_log_in(base_url, "admin", "the original one")
 
 
-def test_admin_reset_password_with_the_server_running(box, serve) -> None:  # type: ignore[no-untyped-def]
+def test_admin_reset_password_with_the_server_running(box, serve) -> None:
     base_url = serve(box)
     for _ in range(3):  # a few wrong guesses: the reset clears them
         assert not can_log_in(base_url, "admin", "a wrong guess")
@@ -236,7 +236,7 @@ def test_admin_reset_password_with_the_server_running(box, serve) -> None:  # ty
     assert short.returncode == 1 and "too short" in short.stderr
 
 
-def test_the_last_active_admin_can_be_neither_demoted_nor_disabled(box, serve) -> None:  # type: ignore[no-untyped-def]
+def test_the_last_active_admin_can_be_neither_demoted_nor_disabled(box, serve) -> None:
     base_url = serve(box)
     token = httpx.post(
         f"{base_url}/api/auth/token", data={"username": "admin", "password": "the original one"}

@@ -33,7 +33,7 @@ def _good(extra: bytes = b"") -> bytes:
     return tar_gz(members)
 
 
-def _upload(client, headers: dict[str, str], data: bytes, name: str = "code.tar.gz"):  # type: ignore[no-untyped-def]
+def _upload(client, headers: dict[str, str], data: bytes, name: str = "code.tar.gz"):
     return client.post("/api/code", headers=headers, files={"file": (name, data)})
 
 
@@ -52,7 +52,7 @@ def _leftovers() -> list[str]:
     return sorted(os.listdir(tmp)) if tmp.is_dir() else []
 
 
-def test_upload_stores_once_by_digest(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_upload_stores_once_by_digest(client, user_headers) -> None:
     data = _good(b"# once\n")
     first = _upload(client, user_headers, data)
     assert first.status_code == 201, first.text
@@ -69,7 +69,7 @@ def test_upload_stores_once_by_digest(client, user_headers) -> None:  # type: ig
     assert _leftovers() == []
 
 
-def test_an_upload_past_the_apps_json_body_limit_is_taken(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_an_upload_past_the_apps_json_body_limit_is_taken(client, user_headers) -> None:
     data = tar_gz([("weights.bin", "file", os.urandom(3 * 1024 * 1024))])
     assert len(data) > get_settings().max_body_bytes
     got = _upload(client, user_headers, data)
@@ -77,7 +77,7 @@ def test_an_upload_past_the_apps_json_body_limit_is_taken(client, user_headers) 
     assert got.json()["size_bytes"] == len(data)
 
 
-def test_a_zip_is_normalised_to_the_same_tar_gz_every_time(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_a_zip_is_normalised_to_the_same_tar_gz_every_time(client, user_headers) -> None:
     data = zip_bytes({"train.py": TRAIN, "pkg/mod.py": b"X = 1\n"})
     first = _upload(client, user_headers, data, "code.zip")
     assert first.status_code == 201, first.text
@@ -93,7 +93,7 @@ def test_a_zip_is_normalised_to_the_same_tar_gz_every_time(client, user_headers)
 @pytest.mark.parametrize("shape", sorted(MALICIOUS))
 def test_each_malicious_shape_is_refused_naming_the_member(
     client, user_headers, shape: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     members, problem = MALICIOUS[shape]
     before = sorted(os.listdir(store.code_dir())) if store.code_dir().is_dir() else []
     got = _upload(client, user_headers, tar_gz(members))
@@ -106,7 +106,7 @@ def test_each_malicious_shape_is_refused_naming_the_member(
     assert not Path("/tmp/torchyard-escape.txt").exists()
 
 
-def test_not_an_archive_and_not_multipart(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_not_an_archive_and_not_multipart(client, user_headers) -> None:
     got = _upload(client, user_headers, b"#!/bin/sh\necho hi\n")
     assert got.status_code == 422 and "not a gzipped tar" in got.text
     raw = client.post("/api/code", headers=user_headers, content=_good())
@@ -115,7 +115,7 @@ def test_not_an_archive_and_not_multipart(client, user_headers) -> None:  # type
     assert no_file.status_code == 400 and "'file'" in no_file.text
 
 
-def test_larger_than_the_cap_is_a_413_naming_it(client, user_headers, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_larger_than_the_cap_is_a_413_naming_it(client, user_headers, monkeypatch) -> None:
     monkeypatch.setattr(get_settings(), "max_code_bytes", 2048)
     data = _good(os.urandom(4096).hex().encode())  # does not compress
     got = _upload(client, user_headers, data)
@@ -124,7 +124,7 @@ def test_larger_than_the_cap_is_a_413_naming_it(client, user_headers, monkeypatc
     assert _leftovers() == []
 
 
-def test_a_gzip_bomb_is_refused_by_its_unpacked_size(client, user_headers, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_gzip_bomb_is_refused_by_its_unpacked_size(client, user_headers, monkeypatch) -> None:
     monkeypatch.setattr(get_settings(), "max_code_unpacked_bytes", 1024 * 1024)
     data = tar_gz([("zeros.bin", "file", bytes(2 * 1024 * 1024))])
     assert len(data) < 10_000
@@ -133,25 +133,25 @@ def test_a_gzip_bomb_is_refused_by_its_unpacked_size(client, user_headers, monke
     assert "zeros.bin" in got.text
 
 
-def test_too_many_members(client, user_headers, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_too_many_members(client, user_headers, monkeypatch) -> None:
     monkeypatch.setattr(get_settings(), "max_code_members", 3)
     data = tar_gz([(f"f{i}.py", "file", b"") for i in range(5)])
     got = _upload(client, user_headers, data)
     assert got.status_code == 422 and "more than 3 members" in got.text
 
 
-def test_a_viewer_may_not_upload(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_viewer_may_not_upload(client) -> None:
     headers = make_user(role="viewer")[2]
     assert _upload(client, headers, _good()).status_code == 403
 
 
-def _digest(client, headers, data: bytes | None = None) -> str:  # type: ignore[no-untyped-def]
+def _digest(client, headers, data: bytes | None = None) -> str:
     got = _upload(client, headers, data or _good())
     assert got.status_code in (200, 201), got.text
     return str(got.json()["digest"])
 
 
-def test_config_checks_code_and_script_in_it(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_config_checks_code_and_script_in_it(client, user_headers) -> None:
     digest = _digest(client, user_headers)
 
     def create(config: dict) -> object:
@@ -192,7 +192,7 @@ def test_config_checks_code_and_script_in_it(client, user_headers) -> None:  # t
 )
 def test_a_snapshots_requirements_are_checked_when_the_experiment_or_run_is_created(
     client, user_headers, line: str, problem: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The config's rules, at once (not when the run starts): a 422 naming the file, the line
     and the problem, for the experiment and for a run whose overrides name the snapshot."""
     text = f"six==1.17.0\n# a comment\n{line}\n".encode()
@@ -241,7 +241,7 @@ def _owner_id(headers: dict[str, str]) -> int:
         return user.id
 
 
-def test_deleting_the_last_run_that_uses_a_snapshot_removes_it(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_deleting_the_last_run_that_uses_a_snapshot_removes_it(client, monkeypatch) -> None:
     monkeypatch.setattr(get_settings(), "code_unused_grace_seconds", 0.0)
     headers = make_user()[2]
     data = _good(b"# deleted\n")
@@ -262,7 +262,7 @@ def test_deleting_the_last_run_that_uses_a_snapshot_removes_it(client, monkeypat
     assert _rows(digest) == 0 and not store.local_path(digest).exists()
 
 
-def test_an_unused_snapshot_stays_for_the_grace_period(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_unused_snapshot_stays_for_the_grace_period(client) -> None:
     headers = make_user()[2]
     digest = _digest(client, headers, _good(b"# graced\n"))
     owner = _owner_id(headers)
@@ -297,7 +297,7 @@ def test_the_worker_refuses_a_bad_archive_in_the_store(tmp_path: Path) -> None:
 
 def test_the_worker_shares_one_read_only_copy_and_mirrors_it_per_run(
     tmp_path: Path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     monkeypatch.setattr(get_settings(), "snapshot_cache_max_bytes", 0)  # gone once unused
     data = _good(b"# copy\n")
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -323,7 +323,7 @@ def test_the_worker_shares_one_read_only_copy_and_mirrors_it_per_run(
     assert not a.unpacked.exists()  # no run uses it, and the cap is 0
 
 
-def test_the_run_page_lists_the_snapshot_and_links_the_download(app, client) -> None:  # type: ignore[no-untyped-def]
+def test_the_run_page_lists_the_snapshot_and_links_the_download(app, client) -> None:
     from tests.test_runs_views import logged_in
 
     browser, headers = logged_in(app)
@@ -342,7 +342,7 @@ def test_the_run_page_lists_the_snapshot_and_links_the_download(app, client) -> 
 
 
 def test_team_mode_stores_on_the_artifact_store_and_the_worker_checks_what_it_fetches(
-    client,  # type: ignore[no-untyped-def]
+    client,
     user_headers,
     monkeypatch,
     tmp_path: Path,
@@ -380,7 +380,7 @@ def test_team_mode_stores_on_the_artifact_store_and_the_worker_checks_what_it_fe
     ("name", "problem"),
     [("../escape.py", "'..'"), ("/abs/escape.py", "absolute"), ("link", "symbolic link")],
 )
-def test_a_zip_gets_the_same_checks(client, user_headers, name: str, problem: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_zip_gets_the_same_checks(client, user_headers, name: str, problem: str) -> None:
     import io
     import stat
     import zipfile
@@ -396,7 +396,7 @@ def test_a_zip_gets_the_same_checks(client, user_headers, name: str, problem: st
     assert _leftovers() == []
 
 
-def test_an_oversized_extended_header_is_refused_before_it_is_read(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_an_oversized_extended_header_is_refused_before_it_is_read(client, user_headers) -> None:
     import io
     import tarfile
 
@@ -409,7 +409,7 @@ def test_an_oversized_extended_header_is_refused_before_it_is_read(client, user_
     assert got.status_code == 422 and "extended header" in got.text
 
 
-def test_a_damaged_archive_is_a_422(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_archive_is_a_422(client, user_headers) -> None:
     data = bytearray(_good(b"# damaged\n"))
     data[40:60] = bytes(20)  # inside the deflate stream
     got = _upload(client, user_headers, bytes(data))

@@ -93,4 +93,4 @@ def test_a_requeued_run_is_overlaid_from_its_next_attempts_points(client, user) 
     again = overlaid()
     assert again["step"][-1] == 2000 and set(again["value"]) == {5.0, -1.0}
     with session_scope() as s:
-        assert s.scalar(select(func.count()).select_from(MetricOverview)) >= 1
+        assert s.execute(select(func.count()).select_from(MetricOverview)).scalar_one() >= 1

@@ -5,14 +5,16 @@ only what came after its last commit (pysqlite's SAVEPOINTs work: savepoint_engi
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.auth.models import User
-from app.db import session_scope
+from app.db import make_engine, session_scope
+from tests.conftest import DATABASE_URL
 
 # One name for the two tests below: the first writes it, the second looks for it.
 WRITTEN = f"rolled-back-{secrets.token_hex(6)}"
@@ -23,19 +25,29 @@ def _user_id(session: Session, username: str) -> int | None:
     return session.scalar(select(User.id).where(User.username == username))
 
 
-def test_a_test_writes_and_commits(db: Session) -> None:
+@pytest.fixture(scope="module")
+def elsewhere() -> Iterator[Engine]:
+    """A connection of its own, as another process has: it sees committed rows only."""
+    engine = make_engine(DATABASE_URL, pooled=False)
+    yield engine
+    engine.dispose()
+
+
+def test_a_test_writes_and_commits(db: Session, elsewhere: Engine) -> None:
     db.add(User(username=WRITTEN, password_hash="-"))
     db.commit()  # releases the test's SAVEPOINT; the outer transaction goes on
     assert _user_id(db, WRITTEN) is not None
-    with session_scope() as outside:  # never committed: nobody else sees it
+    with session_scope() as app_session:  # the app's own sessions are the test's meanwhile
+        assert _user_id(app_session, WRITTEN) is not None
+    with Session(elsewhere) as outside:  # never committed: nobody else sees it
         assert _user_id(outside, WRITTEN) is None
     WRITES.append(WRITTEN)
 
 
-def test_the_next_test_does_not_see_that_write(db: Session) -> None:
+def test_the_next_test_does_not_see_that_write(db: Session, elsewhere: Engine) -> None:
     assert WRITES == [WRITTEN], "runs after test_a_test_writes_and_commits (file order)"
     assert _user_id(db, WRITTEN) is None
-    with session_scope() as outside:
+    with Session(elsewhere) as outside:
         assert _user_id(outside, WRITTEN) is None
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from app.auth.models import User
 from app.db import session_scope
@@ -71,7 +71,7 @@ def _fill(run_id: int, points: int) -> int:
     return 1006
 
 
-def _count(model, **where) -> int:  # type: ignore[no-untyped-def]
+def _count(model, **where) -> int:
     with session_scope() as session:
         stmt = select(func.count()).select_from(model)
         for column, value in where.items():
@@ -185,7 +185,7 @@ def test_delete_experiment_names_its_active_runs_then_deletes_them_all(client) -
     assert _count(Run, experiment_id=exp) == 3
 
     with session_scope() as session:  # it ends (the test stands in for its worker)
-        session.execute(Run.__table__.delete().where(Run.id == running))
+        session.execute(delete(Run).where(Run.id == running))
     listed = client.get("/api/experiments", headers=headers).json()
     assert next(e for e in listed if e["id"] == exp)["disk_bytes"] == 2000
     assert client.get("/api/users/me", headers=headers).json()["disk_bytes"] == 2000

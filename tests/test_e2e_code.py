@@ -58,7 +58,7 @@ ORIGIN = {
 }
 
 
-def test_a_run_from_an_uploaded_snapshot(live_stack, client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_from_an_uploaded_snapshot(live_stack, client, monkeypatch) -> None:
     data = tar_gz(
         [
             ("nested", "dir", None),
@@ -147,7 +147,7 @@ def _bomb(unpacked: int) -> bytes:
         tar.addfile(info, io.BytesIO(script))
         info = tarfile.TarInfo("zeros.bin")
         info.size = unpacked
-        tar.addfile(info, _Zeros(unpacked))  # type: ignore[arg-type]
+        tar.addfile(info, _Zeros(unpacked))
     return buf.getvalue()
 
 
@@ -161,7 +161,7 @@ def _disk_bytes(root: Path) -> int:
     return total
 
 
-def test_a_snapshot_is_unpacked_once_for_every_run_that_uses_it(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_snapshot_is_unpacked_once_for_every_run_that_uses_it(live_stack) -> None:
     """The 1 MB upload that unpacks to 1,000 MiB, run three times: one shared read-only copy,
     so the data dir grows by at most 1.2 GiB in all (it grew by 3 GiB with a copy per run)."""
     data = _bomb(1000 * 1024**2)

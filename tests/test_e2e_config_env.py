@@ -16,7 +16,7 @@ print("WANDB_MODE=" + os.environ.get("WANDB_MODE", "<unset>"), flush=True)
 """
 
 
-def test_a_configs_env_reaches_the_job(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_configs_env_reaches_the_job(live_stack) -> None:
     (WORKSPACE_DIR / "config_env").mkdir(parents=True, exist_ok=True)
     (WORKSPACE_DIR / "config_env" / "show_env.py").write_text(SCRIPT)
     config = {

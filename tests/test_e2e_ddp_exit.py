@@ -28,7 +28,7 @@ def seconds(run: dict) -> float:
     return (finished - started).total_seconds()
 
 
-def test_eight_ddp_tutorial_runs_all_end_and_succeed(live_stack) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+def test_eight_ddp_tutorial_runs_all_end_and_succeed(live_stack) -> None:  # noqa: E501
     (WORKSPACE_DIR / "ddp").mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, WORKSPACE_DIR / "ddp" / "multigpu_torchrun.py")
     config = {

@@ -56,7 +56,7 @@ WAITS = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     with live_stack.admin_client() as client:
         yield client
 
@@ -308,7 +308,7 @@ def test_the_build_is_a_phase_of_its_own_in_the_api_and_submit_follow(
 
 
 @pytest.fixture(scope="module")
-def cli_here(live_stack, tmp_path_factory):  # type: ignore[no-untyped-def]
+def cli_here(live_stack, tmp_path_factory):
     return logged_in_cli(live_stack, tmp_path_factory.mktemp("cli") / "cli.json")
 
 
@@ -353,7 +353,7 @@ PROBE = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def member(live_stack):  # type: ignore[no-untyped-def]
+def member(live_stack):
     """Another user's API client (added by the admin through the API)."""
     import secrets
 

@@ -20,7 +20,7 @@ SCRIPT = Path(__file__).parent / "workspace_scripts" / "hf_trainer.py"
 FINISHED = {"succeeded", "failed", "cancelled"}
 
 
-def test_trainer_scalars_arrive_live_and_its_checkpoints_download(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_trainer_scalars_arrive_live_and_its_checkpoints_download(live_stack) -> None:
     (WORKSPACE_DIR / "hf").mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, WORKSPACE_DIR / "hf" / "train.py")
     config = {"script": "hf/train.py", "args": ["--steps", "12", "--step-sleep", "0.5"]}

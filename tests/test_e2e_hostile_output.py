@@ -105,7 +105,7 @@ def scripts() -> str:
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     with live_stack.admin_client() as client:
         yield client
 

@@ -25,7 +25,7 @@ DATABASE_FILE = DATA_DIR / "torchyard.db"
 
 
 @pytest.fixture(scope="module")
-def member(live_stack):  # type: ignore[no-untyped-def]
+def member(live_stack):
     """A member's API client (the admin adds the member through the API)."""
     username, password = f"member-{secrets.token_hex(3)}", secrets.token_urlsafe(12)
     with live_stack.admin_client() as admin:
@@ -61,7 +61,7 @@ def tables() -> set[str]:
         return {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
 
 
-def test_a_members_job_finds_nothing_of_the_server_or_other_runs(live_stack, member) -> None:  # type: ignore[no-untyped-def]
+def test_a_members_job_finds_nothing_of_the_server_or_other_runs(live_stack, member) -> None:
     with live_stack.admin_client() as admin:
         config = {"recipe": "tiny_mlp", "params": {"epochs": 1, "steps_per_epoch": 2}, "seed": 1}
         other = launch(admin, config, "the admin's run")
@@ -116,8 +116,8 @@ def daemon_pids(marker: str) -> list[int]:
 
 @pytest.mark.timed
 def test_a_double_forked_setsid_clean_environment_daemon_is_gone_within_5s_of_cancel(
-    live_stack,  # type: ignore[no-untyped-def]
-    member,  # type: ignore[no-untyped-def]
+    live_stack,
+    member,
 ) -> None:
     marker = f"daemon-{secrets.token_hex(6)}"
     config = {"script": copy_script("daemonize.py"), "args": ["--marker", marker]}

@@ -55,7 +55,7 @@ SCRIPTS = {
 FINISHED = {"succeeded", "failed", "cancelled"}
 
 
-def run_script(api, name: str, nproc: int) -> dict:  # type: ignore[no-untyped-def]
+def run_script(api, name: str, nproc: int) -> dict:
     folder = WORKSPACE_DIR / "errors"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_text(textwrap.dedent(SCRIPTS[name]))
@@ -66,7 +66,7 @@ def run_script(api, name: str, nproc: int) -> dict:  # type: ignore[no-untyped-d
     return wait_for_status(api, run["id"], FINISHED, timeout=180)
 
 
-def test_a_rank_that_raises_is_the_runs_error(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_rank_that_raises_is_the_runs_error(live_stack) -> None:
     with live_stack.admin_client() as api:
         done = run_script(api, "rank1_raises.py", nproc=2)
     assert done["status"] == "failed"
@@ -74,7 +74,7 @@ def test_a_rank_that_raises_is_the_runs_error(live_stack) -> None:  # type: igno
     assert "rank1_raises.py" in done["error"] and "ChildFailedError" not in done["error"]
 
 
-def test_a_shape_bug_is_the_runs_error_from_the_scripts_frame(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_shape_bug_is_the_runs_error_from_the_scripts_frame(live_stack) -> None:
     with live_stack.admin_client() as api:
         done = run_script(api, "shape_bug.py", nproc=1)
     assert done["status"] == "failed"
@@ -86,7 +86,7 @@ def test_a_shape_bug_is_the_runs_error_from_the_scripts_frame(live_stack) -> Non
     assert not any(package in f or "runpy" in f for f in frames), frames
 
 
-def test_the_scripts_logging_setup_is_its_own(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_the_scripts_logging_setup_is_its_own(live_stack) -> None:
     with live_stack.admin_client() as api:
         done = run_script(api, "basic_config.py", nproc=1)
         log = api.get(f"/api/runs/{done['id']}/logs").text
@@ -94,7 +94,7 @@ def test_the_scripts_logging_setup_is_its_own(live_stack) -> None:  # type: igno
     assert log.count("DEBUG|user|hello from debug") == 1, log
 
 
-def test_each_ranks_stdout_and_stderr_keep_their_order(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_each_ranks_stdout_and_stderr_keep_their_order(live_stack) -> None:
     with live_stack.admin_client() as api:
         done = run_script(api, "alternating.py", nproc=2)
         assert done["status"] == "succeeded"
@@ -109,7 +109,7 @@ def test_each_ranks_stdout_and_stderr_keep_their_order(live_stack) -> None:  # t
             assert mine == expected, (rank, mine)
 
 
-def test_a_failed_runs_log_error_and_record_name_no_path_of_the_host(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_runs_log_error_and_record_name_no_path_of_the_host(live_stack) -> None:
     """Issue 37: every job's log printed its script's absolute path, and the error's traceback
     the data dir's: where the snapshots and every run live on the host. A member sees
     run-relative paths, the workspace's as workspace/..., the rest of the data dir as <data>."""

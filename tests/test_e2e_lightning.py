@@ -23,7 +23,7 @@ FINISHED = {"succeeded", "failed", "cancelled"}
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     (WORKSPACE_DIR / "lightning").mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, WORKSPACE_DIR / "lightning" / "train.py")
     with live_stack.admin_client() as client:
@@ -37,7 +37,7 @@ def launch(api: httpx.Client, args: list[str], resources: dict) -> dict:
     return api.post(f"/api/experiments/{exp.json()['id']}/runs").json()
 
 
-def test_ddp_under_torchrun_is_one_run_with_rank_0s_curve(api) -> None:  # type: ignore[no-untyped-def]
+def test_ddp_under_torchrun_is_one_run_with_rank_0s_curve(api) -> None:
     run = launch(api, ["--devices", "2"], {"nproc": 2})
     done = wait_for_status(api, run["id"], FINISHED, timeout=240)
     log = api.get(f"/api/runs/{run['id']}/logs").text
@@ -62,7 +62,7 @@ def test_ddp_under_torchrun_is_one_run_with_rank_0s_curve(api) -> None:  # type:
     assert params["args"] == ["--devices", "2"] and params["resources.nproc"] == 2
 
 
-def test_launcher_none_lets_lightning_start_its_own_ranks(api) -> None:  # type: ignore[no-untyped-def]
+def test_launcher_none_lets_lightning_start_its_own_ranks(api) -> None:
     run = launch(api, ["--devices", "2"], {"nproc": 1, "launcher": "none"})
     done = wait_for_status(api, run["id"], FINISHED, timeout=240)
     log = api.get(f"/api/runs/{run['id']}/logs").text
@@ -73,7 +73,7 @@ def test_launcher_none_lets_lightning_start_its_own_ranks(api) -> None:  # type:
 
 
 @pytest.mark.timed
-def test_cancel_ends_every_process_of_a_lightning_ddp_run_in_5s(api) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_ends_every_process_of_a_lightning_ddp_run_in_5s(api) -> None:
     run = launch(api, ["--devices", "2", "--epochs", "100", "--step-sleep", "0.2"], {"nproc": 2})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -27,7 +27,7 @@ LOADED_BOX_FACTOR = 4
 
 
 @pytest.fixture(scope="module")
-def member(live_stack) -> Iterator[tuple[httpx.Client, dict[str, str]]]:  # type: ignore[no-untyped-def]
+def member(live_stack) -> Iterator[tuple[httpx.Client, dict[str, str]]]:
     """A member's API client and its login form."""
     login = {"username": f"member-{secrets.token_hex(3)}", "password": secrets.token_urlsafe(12)}
     with live_stack.admin_client() as admin:
@@ -60,9 +60,9 @@ def script(name: str, resources: dict) -> dict:
     return {"script": f"limits/{name}", "resources": resources}
 
 
-def test_jobs_past_their_limits_end_naming_them_while_others_carry_on(live_stack, member) -> None:  # type: ignore[no-untyped-def]
+def test_jobs_past_their_limits_end_naming_them_while_others_carry_on(live_stack, member) -> None:
     api, login = member
-    hostile = {
+    hostile: dict[str, tuple[dict[str, float], str]] = {
         "fork_bomb.py": ({"max_processes": 200}, "too many processes: the run's limit is 200"),
         "memory_hog.py": ({"memory_gb": 0.5}, "out of memory: the run's limit is 0.5 GiB"),
         "disk_filler.py": ({"disk_gb": 0.2}, "disk full: the run's limit is 0.2 GB"),

@@ -19,7 +19,7 @@ SCRIPT = Path(__file__).parent / "workspace_scripts" / "mlflow_plain.py"
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     with live_stack.admin_client() as client:
         yield client
 

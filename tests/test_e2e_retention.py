@@ -23,7 +23,7 @@ CONFIG = {
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     with live_stack.admin_client() as client:
         yield client
 

@@ -29,7 +29,7 @@ def series(api: httpx.Client, run_id: int, key: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     with live_stack.admin_client() as client:
         yield client
 

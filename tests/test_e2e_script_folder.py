@@ -18,7 +18,7 @@ SCRIPT_DIR = Path(__file__).parent / "workspace_scripts" / "shadowed"
 
 
 def test_a_script_runs_as_from_its_folder_and_logs_through_torchyard(
-    live_stack,  # type: ignore[no-untyped-def]
+    live_stack,
 ) -> None:
     target = WORKSPACE_DIR / "shadowed"
     shutil.copytree(SCRIPT_DIR, target, dirs_exist_ok=True)

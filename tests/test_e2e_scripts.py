@@ -24,7 +24,7 @@ TUTORIAL_STEPS_PER_EPOCH = -(-1797 // 64)  # batches of 64, the last one short
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     with live_stack.admin_client() as client:
         yield client
 

@@ -23,14 +23,14 @@ STEPS = 5
 
 
 @pytest.fixture(scope="module")
-def api(live_stack):  # type: ignore[no-untyped-def]
+def api(live_stack):
     (WORKSPACE_DIR / "media").mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, WORKSPACE_DIR / "media" / "train.py")
     with live_stack.admin_client() as client:
         yield client
 
 
-def test_hparams_become_params_and_images_are_shown_per_tag_and_step(api, live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_hparams_become_params_and_images_are_shown_per_tag_and_step(api, live_stack) -> None:
     config = {
         "script": "media/train.py",
         "params": {"steps": STEPS, "lr": 0.1, "optimizer": "adam", "step-sleep": 1.0},

@@ -15,7 +15,7 @@ from worker.privileged_env import HANDOFF_SCRIPT, env_fd
 SHOW_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 
 
-def handoff(fd_arg: str, *command: str, env: dict[str, str], fds: tuple[int, ...] = ()):  # type: ignore[no-untyped-def]
+def handoff(fd_arg: str, *command: str, env: dict[str, str], fds: tuple[int, ...] = ()):
     return subprocess.run(
         [sys.executable, "-I", "-S", str(HANDOFF_SCRIPT), "--env-fd", fd_arg, "--", *command],
         env=env,

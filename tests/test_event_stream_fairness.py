@@ -122,7 +122,7 @@ def test_a_users_streams_on_a_huge_run_do_not_delay_another_users_first_event(
             r.stop.set()
 
 
-def test_a_finished_runs_stream_sends_every_key_across_windows_then_ends(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_runs_stream_sends_every_key_across_windows_then_ends(client) -> None:
     name, _, headers = make_user()
     run_id = run_of(name, KEY_WINDOW + 500)
     with session_scope() as session:

@@ -13,7 +13,7 @@ from tests.conftest import make_user
 from tests.test_pages import launch, log_points, new_experiment, user  # noqa: F401
 
 
-def _best_cell(client, name: str) -> str:  # type: ignore[no-untyped-def]
+def _best_cell(client, name: str) -> str:
     html = client.get("/", params={"q": name, "owner": "everyone"}).text
     rows = re.findall(r'<tr data-experiment-id="\d+">(.*?)</tr>', html, re.S)
     assert len(rows) == 1, html

@@ -23,7 +23,7 @@ def test_a_stored_config_read_back_and_stored_again_is_the_same_json() -> None:
     assert run_config(stored).stored() == stored
 
 
-def test_limits_default_to_the_settings_and_a_config_may_set_its_own(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_limits_default_to_the_settings_and_a_config_may_set_its_own(monkeypatch) -> None:
     monkeypatch.setattr(get_settings(), "run_memory_gb", 2.0)
     typed = run_config({"recipe": "tiny_mlp", "resources": {"disk_gb": 0.2}})
     assert typed.resources.memory_gb == 2 and typed.resources.disk_gb == 0.2
@@ -66,7 +66,7 @@ def test_a_multi_node_config_keeps_its_nodes_and_a_single_host_one_stores_none()
         ({"nproc": 2, "launcher": "none"}, "starts its own ranks: nproc must be 1 (got 2)"),
     ],
 )
-def test_nodes_is_validated_like_the_other_resources(resources: dict, needle: str) -> None:  # type: ignore[type-arg]
+def test_nodes_is_validated_like_the_other_resources(resources: dict, needle: str) -> None:
     with pytest.raises(ConfigInvalid) as caught:
         validate_config({"recipe": "tiny_mlp", "resources": resources}, loc_prefix=("config",))
     assert needle in str(caught.value.errors), caught.value.errors

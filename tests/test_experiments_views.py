@@ -17,7 +17,7 @@ from tests.conftest import make_user
 from tests.test_pages import login, new_experiment, row_ids
 
 
-def _me(client, headers) -> int:  # type: ignore[no-untyped-def]
+def _me(client, headers) -> int:
     return int(client.get("/api/users/me", headers=headers).json()["id"])
 
 

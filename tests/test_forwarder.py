@@ -68,7 +68,7 @@ def test_replaying_the_spool_doubles_nothing(
     path.write_text("\n".join([line(1, a=1.0, b=2.0), line(2, a=0.5), json.dumps(ckpt)]) + "\n")
     assert pump(db_sessions, run_id, path) == 3
     with db_sessions.begin() as session:
-        session.get(Run, run_id).metrics_offset = 0  # as if the offset had been lost
+        session.get_one(Run, run_id).metrics_offset = 0  # as if the offset had been lost
     assert pump(db_sessions, run_id, path) == 3
     with db_sessions.begin() as session:
         assert count_points(session, run_id=run_id) == 3
@@ -87,7 +87,7 @@ def test_a_last_line_without_its_newline_is_not_yet_written(
     assert pump(db_sessions, run_id, path) == 0
     with db_sessions.begin() as session:
         assert read_series(session, run_id=run_id)["a"] == {"step": [1], "value": [1.0]}
-        assert session.get(Run, run_id).metrics_offset == len(line(1, a=1.0)) + 1
+        assert session.get_one(Run, run_id).metrics_offset == len(line(1, a=1.0)) + 1
     with path.open("a") as f:
         f.write("\n")
     assert pump(db_sessions, run_id, path) == 1
@@ -131,7 +131,7 @@ def test_nan_and_infinity_are_stored_as_null_ints_as_floats_and_a_non_number_ski
     assert pump(db_sessions, run_id, path) == 3
     with db_sessions.begin() as session:
         series = read_series(session, run_id=run_id)
-        assert notice_lines(session.get(Run, run_id).notices) == [
+        assert notice_lines(session.get_one(Run, run_id).notices) == [
             "1 line skipped: a metric value is not a number"
         ]
     assert series == {

@@ -52,7 +52,7 @@ def live_host(made: Made, gpus: list[int]) -> str:
     return name
 
 
-def experiment(client, headers, gpus: int) -> int:  # type: ignore[no-untyped-def]
+def experiment(client, headers, gpus: int) -> int:
     config = {"recipe": "tiny_mlp", "params": {}, "resources": {"gpus": gpus, "nproc": 1}}
     r = client.post("/api/experiments", json={"name": "gpu-req", "config": config}, headers=headers)
     assert r.status_code == 201, r.text  # an experiment is not a run: the hosts may change

@@ -8,7 +8,7 @@ import pytest
 TINY = {"recipe": "tiny_mlp"}
 
 
-def _post(client, headers, body: bytes, content_type: str = "application/json"):  # type: ignore[no-untyped-def]
+def _post(client, headers, body: bytes, content_type: str = "application/json"):
     return client.post(
         "/api/experiments", content=body, headers={**headers, "Content-Type": content_type}
     )
@@ -35,7 +35,7 @@ def test_a_10k_character_name_is_422_naming_the_limit(client, user_headers) -> N
         "🔥" * 200,
     ],
 )
-def test_unicode_names_are_stored_and_returned_intact(client, user_headers, name) -> None:  # type: ignore[no-untyped-def]
+def test_unicode_names_are_stored_and_returned_intact(client, user_headers, name) -> None:
     r = client.post("/api/experiments", json={"name": name, "config": TINY}, headers=user_headers)
     assert r.status_code == 201, r.text
     got = client.get(f"/api/experiments/{r.json()['id']}", headers=user_headers).json()
@@ -65,7 +65,7 @@ def test_unicode_names_are_stored_and_returned_intact(client, user_headers, name
         (b"null", "valid dictionary"),
     ],
 )
-def test_bad_json_is_a_4xx_that_says_why(client, user_headers, body, says) -> None:  # type: ignore[no-untyped-def]
+def test_bad_json_is_a_4xx_that_says_why(client, user_headers, body, says) -> None:
     before = client.get("/api/experiments", headers=user_headers).json()
     r = _post(client, user_headers, body)
     assert 400 <= r.status_code < 500, (r.status_code, r.text[:200])
@@ -75,7 +75,7 @@ def test_bad_json_is_a_4xx_that_says_why(client, user_headers, body, says) -> No
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
-def test_a_wrong_content_type_is_422(client, user_headers, content_type) -> None:  # type: ignore[no-untyped-def]
+def test_a_wrong_content_type_is_422(client, user_headers, content_type) -> None:
     r = _post(
         client, user_headers, b'{"name": "x", "config": {"recipe": "tiny_mlp"}}', content_type
     )
@@ -102,12 +102,12 @@ def test_not_utf8_is_a_4xx(client, user_headers) -> None:
         "/api/runs/9223372036854775807/checkpoints",
     ],
 )
-def test_absurd_ids_are_404_or_422(client, user_headers, path) -> None:  # type: ignore[no-untyped-def]
+def test_absurd_ids_are_404_or_422(client, user_headers, path) -> None:
     r = client.get(path, headers=user_headers)
     assert r.status_code in (404, 422) and r.json()["detail"]
 
 
-def test_revoking_a_token_id_past_32_bits_is_404(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_revoking_a_token_id_past_32_bits_is_404(client, user_headers) -> None:
     r = client.delete("/api/tokens/2147483648", headers=user_headers)
     assert r.status_code == 404 and r.json()["detail"]
 
@@ -143,7 +143,7 @@ def test_a_surrogate_or_1e400_in_run_overrides_is_refused(client, user_headers) 
 @pytest.mark.parametrize(
     "path", ["/?page=12345678901234567890", "/compare?runs=12345678901234567890"]
 )
-def test_absurd_page_numbers_and_run_ids_on_pages_are_4xx(client, user_headers, path) -> None:  # type: ignore[no-untyped-def]
+def test_absurd_page_numbers_and_run_ids_on_pages_are_4xx(client, user_headers, path) -> None:
     client.cookies.set("ty_session", user_headers["Authorization"].removeprefix("Bearer "))
     try:
         r = client.get(path)

@@ -50,7 +50,7 @@ def test_an_unknown_query_parameter_on_the_api_is_a_422_naming_what_the_route_ta
     assert typo.status_code == 422 and "since" in typo.json()["detail"][0]["msg"]
 
 
-def test_pages_forbid_inline_script_and_api_answers_are_not_stored(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_pages_forbid_inline_script_and_api_answers_are_not_stored(client, user_headers) -> None:
     page = client.get("/login")
     policy = page.headers["content-security-policy"]
     assert "script-src 'self';" in policy and "unsafe-inline" not in policy.split("style-src")[0]
@@ -80,7 +80,7 @@ def test_no_template_has_an_inline_script_or_event_handler() -> None:
         assert not re.search(r"\son[a-z]+\s*=", text), path.name
 
 
-def test_with_tls_the_cookies_are_secure_and_host_prefixed(app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_with_tls_the_cookies_are_secure_and_host_prefixed(app, monkeypatch) -> None:
     from fastapi.testclient import TestClient
 
     from app.settings import get_settings

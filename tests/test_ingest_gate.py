@@ -11,6 +11,7 @@ TORCHYARD_TEST_REDIS_URL's)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -215,13 +217,14 @@ def test_six_runs_flooding_hit_no_database_lock_every_stream_ends_and_each_finis
 
         wait_for(all_running, timeout=180, every=0.5, what="six runs running")
         (ROOT / "workspace" / "go").touch()
+
+        def ended(run_id: int) -> dict[str, Any] | None:
+            run: dict[str, Any] = api.get(f"/api/runs/{run_id}").json()
+            return run if run["status"] != "running" else None
+
         finished = {
             run_id: wait_for(
-                lambda run_id=run_id: (
-                    r
-                    if (r := api.get(f"/api/runs/{run_id}").json())["status"] != "running"
-                    else None
-                ),
+                functools.partial(ended, run_id),
                 timeout=600,
                 every=0.5,
                 what=f"run {run_id} finished",

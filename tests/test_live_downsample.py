@@ -71,6 +71,7 @@ def fresh(session: Session, run_id: int, key: str, *, width: int) -> dict[str, l
             MetricKey.run_id == run_id, MetricKey.key == key
         )
     ).one()
+    assert hi is not None  # a key with points has a last step
     lo = 1
     steps, values, _ = with_ends(
         conn,
@@ -197,8 +198,8 @@ def test_new_points_are_read_and_the_ends_kept(
     reads = Reads(session, monkeypatch)
     try:
         assert read() == first and reads.total == 0
-        for first, last in ((5001, 5001), (5002, 5400), (5401, 9000)):
-            add(session, run_id, "loss", first, last)
+        for start, last in ((5001, 5001), (5002, 5400), (5401, 9000)):
+            add(session, run_id, "loss", start, last)
             before = reads.buckets
             view = read()
             assert reads.buckets == before + 1  # only the buckets that could change

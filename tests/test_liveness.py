@@ -118,7 +118,7 @@ def submit(api: httpx.Client, *, max_restarts: int, epochs: int = 4, steps: int 
     return int(run.json()["id"])
 
 
-def wait_until(api: httpx.Client, run_id: int, ok, timeout: float = 120) -> dict:  # type: ignore[no-untyped-def]
+def wait_until(api: httpx.Client, run_id: int, ok, timeout: float = 120) -> dict:
     """The run as the API shows it, once `ok` holds for it."""
     seen: list[dict] = [{}]
 
@@ -394,7 +394,7 @@ def test_an_api_restart_stops_no_run_and_viewers_resume_with_last_event_id(stack
     assert stored(stack.api, run_id)["train/loss"]["step"] == steps
 
 
-def test_a_run_waiting_for_its_snapshot_to_unpack_keeps_heartbeating(stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_waiting_for_its_snapshot_to_unpack_keeps_heartbeating(stack) -> None:
     """Issue 37: unpacking an allowed 1 GB snapshot kept a claimed run from heartbeating for
     62 s, and the reaper failed it ("worker lost"). Here the snapshot's unpack lock is held
     (as another run's unpack of the same snapshot holds it) for three times run_lost_seconds:

@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 
 from app.db import session_scope
 from app.runs import log_store, logs
-from app.runs.models import Run, RunLogChunk
+from app.runs.models import Run, RunLogChunk, RunStatus
 from app.settings import get_settings
 from tests.factories import make_run
 from tests.test_runs_api import new_experiment, tiny
@@ -149,7 +149,7 @@ def test_a_trickling_log_is_merged_into_few_chunks(tmp_path: Path) -> None:
 LOG = "torchrun says hi\n[rank0]: zero 1\n[rank1]: one 1\n[rank0]: zero 2\n[rank1]: one 2\n"
 
 
-def remote_run(client, headers, tmp_path: Path, text: str, nproc: int = 2) -> int:  # type: ignore[no-untyped-def]
+def remote_run(client, headers, tmp_path: Path, text: str, nproc: int = 2) -> int:
     """A run whose log exists only as shipped chunks (the worker's disk is elsewhere)."""
     config = {**tiny(), "resources": {"nproc": nproc, "gpus": 0}}
     exp = new_experiment(client, headers, config)
@@ -186,7 +186,7 @@ def test_events_stream_the_shipped_log_from_the_clients_offset(
     with session_scope() as session:
         run = session.get(Run, run_id)
         assert run is not None
-        run.status = "succeeded"  # a finished run: the stream ends after the last log bytes
+        run.status = RunStatus.succeeded  # a finished run: the stream ends after the last log bytes
 
     def streamed(log_offset: int) -> str:
         text, event = "", None

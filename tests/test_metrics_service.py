@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, delete, select, text
@@ -249,7 +250,7 @@ def test_a_downsampled_view_of_a_million_points_includes_its_first_and_last(
 
     clear_live_cache()
     million_points(session, run_id, "loss")
-    reads = {
+    reads: dict[str, tuple[dict[str, Any], int, int]] = {
         "whole": ({}, 0, MILLION - 1),
         "zoomed": ({"step_min": 123_457, "step_max": 876_543}, 123_457, 876_543),
         "live, growing": ({"generation": 1}, 0, MILLION - 1),
@@ -472,9 +473,9 @@ def test_read_new_points_returns_only_what_is_past_each_cursor(
 
 
 def read_key_id(session: Session, run_id: int, key: str) -> int:
-    return int(
-        session.scalar(select(MetricKey.id).where(MetricKey.run_id == run_id, MetricKey.key == key))
-    )
+    return session.execute(
+        select(MetricKey.id).where(MetricKey.run_id == run_id, MetricKey.key == key)
+    ).scalar_one()
 
 
 def test_a_growing_series_keeps_only_the_widths_still_read(

@@ -140,8 +140,8 @@ def test_the_launchers_two_node_torchrun_runs_one_gloo_job_across_two_hosts(
         assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
         for line in log.read_text().splitlines():
             if "RANK " in line:
-                rank, world, group, total = line.split("RANK ", 1)[1].split()
-                ranks[int(rank)] = (int(world), int(group), float(total))
+                fields = line.split("RANK ", 1)[1].split()
+                ranks[int(fields[0])] = (int(fields[1]), int(fields[2]), float(fields[3]))
     assert ranks == {0: (4, 0, 6.0), 1: (4, 0, 6.0), 2: (4, 1, 6.0), 3: (4, 1, 6.0)}
 
 

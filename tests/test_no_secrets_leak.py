@@ -42,7 +42,7 @@ def _environ_of_job(run_id: int, timeout: float = 60) -> list[bytes]:
     raise AssertionError(f"no process of run {run_id} seen within {timeout}s")
 
 
-def test_no_password_or_token_in_logs_output_or_job_environment(live_stack) -> None:  # type: ignore[no-untyped-def]
+def test_no_password_or_token_in_logs_output_or_job_environment(live_stack) -> None:
     login = httpx.post(
         f"{live_stack.base_url}/api/auth/token",
         data={"username": "admin", "password": ADMIN_PASSWORD},

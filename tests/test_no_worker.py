@@ -47,7 +47,7 @@ def test_a_queued_run_says_no_worker_is_running_until_one_heartbeats(tmp_path: P
             assert "`torchyard up`" in NO_LIVE_HOST and "`torchyard worker`" in NO_LIVE_HOST
 
             def reason() -> str | None:
-                return api.get(f"/api/runs/{run_id}").json()["queue_reason"]  # type: ignore[no-any-return]
+                return api.get(f"/api/runs/{run_id}").json()["queue_reason"]
 
             assert reason() == NO_LIVE_HOST
             listed = api.get("/api/runs", params={"experiment_id": exp.json()["id"]}).json()

@@ -31,7 +31,7 @@ def smtp(monkeypatch: pytest.MonkeyPatch) -> Iterator[SmtpReceiver]:
         yield receiver
 
 
-def field_errors(response) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def field_errors(response) -> dict[str, str]:
     assert response.status_code == 422, response.text
     return {str(e["loc"][1]): e["msg"] for e in response.json()["detail"]}  # ["body", field, ..]
 

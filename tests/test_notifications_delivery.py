@@ -69,7 +69,7 @@ def running_run(owner_id: int, *, started_ago: float = 0) -> int:
 
 
 def text_of(mail: Message) -> str:
-    return bytes(mail.get_payload(decode=True)).decode()  # type: ignore[arg-type]
+    return bytes(mail.get_payload(decode=True)).decode()
 
 
 def deliveries(run_id: int) -> list[Delivery]:

@@ -46,7 +46,7 @@ def test_overviews_extended_in_one_pass_are_the_ones_rebuilt_per_key() -> None:
                     done[k] = end
             if not rows:
                 continue
-            rng.shuffle(rows)  # type: ignore[arg-type]
+            rng.shuffle(rows)
             batch = Batch(rows)
             raw = {k: (w, encode(o)) for k, (w, o) in overviews.items()}
             got = extend_kept(raw, batch)

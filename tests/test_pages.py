@@ -19,7 +19,7 @@ from tests.conftest import make_user
 from torchyard.recipes.catalog import RECIPES
 
 
-def login(client, username: str, password: str) -> None:  # type: ignore[no-untyped-def]
+def login(client, username: str, password: str) -> None:
     r = client.post(
         "/login", data={"username": username, "password": password}, follow_redirects=False
     )
@@ -28,21 +28,21 @@ def login(client, username: str, password: str) -> None:  # type: ignore[no-unty
 
 
 @pytest.fixture
-def user(client):  # type: ignore[no-untyped-def]
+def user(client):
     """A fresh user, logged in on `client`; yields their API headers."""
     username, password, headers = make_user()
     login(client, username, password)
     return headers
 
 
-def new_experiment(client, headers, name="exp", **config):  # type: ignore[no-untyped-def]
+def new_experiment(client, headers, name="exp", **config):
     config = {"recipe": "tiny_mlp", "params": {}, **config}
     r = client.post("/api/experiments", json={"name": name, "config": config}, headers=headers)
     assert r.status_code == 201, r.text
     return r.json()
 
 
-def launch(client, headers, experiment_id, overrides=None) -> dict:  # type: ignore[no-untyped-def]
+def launch(client, headers, experiment_id, overrides=None) -> dict:
     r = client.post(
         f"/api/experiments/{experiment_id}/runs",
         json={"overrides": overrides or {}},

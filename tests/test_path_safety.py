@@ -33,7 +33,7 @@ HOSTILE_NAMES = [
 
 
 @pytest.fixture
-def run_with_traps(user_headers, client):  # type: ignore[no-untyped-def]
+def run_with_traps(user_headers, client):
     me = client.get("/api/me", headers=user_headers).json()
     with session_scope() as session:
         run_id = add_run(session, owner_id=me["id"], status="succeeded")
@@ -57,7 +57,7 @@ def run_with_traps(user_headers, client):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
-def test_checkpoint_download_stays_inside(client, user_headers, run_with_traps, name) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoint_download_stays_inside(client, user_headers, run_with_traps, name) -> None:
     r = client.get(f"/api/runs/{run_with_traps}/checkpoints/{name}", headers=user_headers)
     assert SECRET not in r.content
     # the client normalises a bare ".." away: the URL then names the run itself (JSON)
@@ -66,13 +66,13 @@ def test_checkpoint_download_stays_inside(client, user_headers, run_with_traps, 
         assert r.status_code in (404, 422), (name, r.status_code)
 
 
-def test_the_legit_checkpoint_is_served(client, user_headers, run_with_traps) -> None:  # type: ignore[no-untyped-def]
+def test_the_legit_checkpoint_is_served(client, user_headers, run_with_traps) -> None:
     r = client.get(f"/api/runs/{run_with_traps}/checkpoints/ok.pt", headers=user_headers)
     assert r.status_code == 200 and r.content == b"fine"
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
-def test_resume_from_a_hostile_checkpoint_starts_nothing(  # type: ignore[no-untyped-def]
+def test_resume_from_a_hostile_checkpoint_starts_nothing(
     client, user_headers, run_with_traps, name
 ) -> None:
     with session_scope() as session:
@@ -89,7 +89,7 @@ def test_resume_from_a_hostile_checkpoint_starts_nothing(  # type: ignore[no-unt
 @pytest.mark.parametrize(
     "suffix", ["logs?offset=0", "logs/../../secret", "logs%2f..%2f..%2fsecret", "..%2flogs"]
 )
-def test_logs_are_the_runs_own(client, user_headers, run_with_traps, suffix) -> None:  # type: ignore[no-untyped-def]
+def test_logs_are_the_runs_own(client, user_headers, run_with_traps, suffix) -> None:
     r = client.get(f"/api/runs/{run_with_traps}/{suffix}", headers=user_headers)
     assert r.status_code in (200, 404, 422), r.status_code
     assert SECRET not in r.content
@@ -105,6 +105,6 @@ def test_logs_are_the_runs_own(client, user_headers, run_with_traps, suffix) -> 
         "/static/vendor/chart-1/..%2f..%2fsettings.py",
     ],
 )
-def test_static_files_stay_inside(client, path) -> None:  # type: ignore[no-untyped-def]
+def test_static_files_stay_inside(client, path) -> None:
     r = client.get(path)
     assert b"BaseSettings" not in r.content and b"[project]" not in r.content

@@ -30,11 +30,11 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-def test_metrics_needs_a_signed_in_user(client) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_needs_a_signed_in_user(client) -> None:
     assert client.get("/metrics").status_code == 401
 
 
-def test_runs_queue_and_points_ingested(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_runs_queue_and_points_ingested(client, user_headers) -> None:
     before = samples(client.get("/metrics", headers=user_headers).text)
     queued = make_run({"recipe": "tiny_mlp"}, status="queued")
     make_run({"recipe": "tiny_mlp"}, status="failed")
@@ -60,7 +60,7 @@ def test_runs_queue_and_points_ingested(client, user_headers) -> None:  # type: 
     assert again[ingested] == after[ingested]
 
 
-def test_request_latency_is_labelled_by_route_template(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_request_latency_is_labelled_by_route_template(client, user_headers) -> None:
     run_id = make_run({"recipe": "tiny_mlp"}, status="succeeded")
     client.get(f"/api/runs/{run_id}", headers=user_headers)
     text = client.get("/metrics", headers=user_headers).text

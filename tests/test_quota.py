@@ -35,7 +35,7 @@ def _upload(client: Any, headers: dict[str, str], tag: bytes) -> Any:
     return client.post("/api/code", headers=headers, files={"file": ("c.tar.gz", data)})
 
 
-def test_a_user_over_the_quota_is_refused_and_another_is_not(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_user_over_the_quota_is_refused_and_another_is_not(client, monkeypatch) -> None:
     monkeypatch.setattr(get_settings(), "user_quota_gb", 0.00001)  # 10,000 bytes
     alice, _, alice_headers = make_user()
     _bob, _, bob_headers = make_user()
@@ -76,7 +76,7 @@ def usage_of(user_id: int) -> int:
         return usage(session, user_id)
 
 
-def test_an_mlflow_artifact_counts_and_is_refused_past_the_quota(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_mlflow_artifact_counts_and_is_refused_past_the_quota(client, monkeypatch) -> None:
     """An artifact uploaded into a run logged from outside adds its bytes to the run's disk use
     as it is stored; past the quota the next upload is a 413 in MLflow's error shape."""
     monkeypatch.setattr(get_settings(), "user_quota_gb", 0.00001)  # 10,000 bytes

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 REDIS = ("127.0.0.1", 6379)
 
 
-def test_ready_answers_200_with_both_up(client) -> None:  # type: ignore[no-untyped-def]
+def test_ready_answers_200_with_both_up(client) -> None:
     r = client.get("/api/ready")
     assert r.status_code == 200, r.text
     assert r.json() == {

@@ -11,7 +11,7 @@ from app.settings import get_settings
 from tests.conftest import make_user, wait_for_status
 
 
-def new_run(client, headers, params: dict | None = None) -> dict:  # type: ignore[no-untyped-def]
+def new_run(client, headers, params: dict | None = None) -> dict:
     config = {"recipe": "tiny_mlp", "params": params or {"epochs": 2}, "seed": 31}
     exp = client.post("/api/experiments", json={"name": "r", "config": config}, headers=headers)
     assert exp.status_code == 201, exp.text

@@ -28,7 +28,7 @@ def add_checkpoint(run_id: int, name: str, *, epoch: int, step: int) -> None:
         )
 
 
-def resume(client, headers, run_id: int, checkpoint: str, overrides=None):  # type: ignore[no-untyped-def]
+def resume(client, headers, run_id: int, checkpoint: str, overrides=None):
     body: dict = {"checkpoint": checkpoint}
     if overrides is not None:
         body["overrides"] = overrides
@@ -95,6 +95,7 @@ def test_a_changed_lr_takes_effect_after_the_optimizer_state_is_loaded() -> None
     before = model.weight.detach().clone()
     model.zero_grad()
     model(torch.ones(2, 3)).sum().backward()
+    assert model.weight.grad is not None
     grad = model.weight.grad.detach().clone()
     new.step()
     # SGD with momentum: p -= lr * (momentum * buf + grad), with the NEW lr.

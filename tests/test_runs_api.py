@@ -10,7 +10,7 @@ def tiny(**params: object) -> dict:
     return {"recipe": "tiny_mlp", "params": params}
 
 
-def new_experiment(client, headers, config=None) -> dict:  # type: ignore[no-untyped-def]
+def new_experiment(client, headers, config=None) -> dict:
     r = client.post(
         "/api/experiments", json={"name": "e", "config": config or tiny()}, headers=headers
     )
@@ -129,7 +129,7 @@ def test_metrics_of_a_run_without_points_is_empty(client, user_headers) -> None:
 
 def test_a_non_admin_cannot_set_a_priority_above_the_ceiling(
     client, user_headers, admin_headers
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     ceiling = get_settings().max_user_priority
     exp = new_experiment(client, user_headers)
     r = client.post(

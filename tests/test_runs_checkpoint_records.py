@@ -28,7 +28,7 @@ def _ckpts(n: int) -> list[Candidate]:
 
 def test_keeps_the_last_two_the_best_and_final() -> None:
     ckpts = _ckpts(6)
-    values = {1: 0.2, 2: 0.9, 3: 0.5, 4: 0.4, 5: 0.3, 6: 0.1, 7: 0.1}
+    values: dict[int, float | None] = {1: 0.2, 2: 0.9, 3: 0.5, 4: 0.4, 5: 0.3, 6: 0.1, 7: 0.1}
     assert kept(ckpts, Policy(2, 1, "val/acc", "max"), values) == {2, 5, 6, 7}
     assert kept(ckpts, Policy(2, 1, "val/loss", "min"), values) == {5, 6, 7}  # best is 6
     assert kept(ckpts, Policy(1, 2, "val/acc", "max"), values) == {2, 3, 6, 7}

@@ -73,7 +73,7 @@ def png(shade: int, size: tuple[int, int] = (6, 4)) -> bytes:
 
 def test_add_hparams_and_lightning_style_hparams_become_reported_params(
     client, admin_headers, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     exp = client.post(
         "/api/experiments",
         json={"name": "hp", "config": {"recipe": "tiny_mlp", "params": {"epochs": 2}}},
@@ -107,7 +107,7 @@ def test_add_hparams_and_lightning_style_hparams_become_reported_params(
 
 def test_reported_params_are_capped_cut_and_free_of_nul(db_sessions: sessionmaker[Session]) -> None:
     run_id = new_run(db_sessions)
-    values = {"long": "x" * 5000, "nul\x00name": "a\x00b"}
+    values: dict[str, object] = {"long": "x" * 5000, "nul\x00name": "a\x00b"}
     values |= {f"p{i:03d}": i for i in range(100_000)}  # a hostile report: never all queried
     with db_sessions.begin() as session:
         limits = record_reported(session, run_id=run_id, values=values)
@@ -162,7 +162,9 @@ def test_add_image_and_add_figure_are_kept_per_tag_and_step(
     for image in got["samples"]:
         data = data_of(run_id, image["id"], db_sessions)
         assert data is not None and data.startswith(run_images.PNG_MAGIC)
-        shades.append(PILImage.open(io.BytesIO(data)).getpixel((0, 0))[0])
+        pixel = PILImage.open(io.BytesIO(data)).getpixel((0, 0))
+        assert isinstance(pixel, tuple)
+        shades.append(pixel[0])
     assert shades[0] == 0 and shades[1] in (127, 128) and shades[2] == 0  # step 20 replaced
 
 
@@ -212,7 +214,7 @@ def test_image_caps_refuse_large_foreign_too_many_tags_and_a_full_run(
     }
 
 
-def test_caps_hit_by_a_job_are_said_once_in_its_log(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_caps_hit_by_a_job_are_said_once_in_its_log(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TORCHYARD_TB_IMAGE_MAX_BYTES", "100")
     get_settings.cache_clear()
     try:

@@ -124,7 +124,7 @@ def test_a_single_process_run_is_all_rank_0(client, user_headers) -> None:
     assert client.get(url, params={"rank": 1}, headers=user_headers).status_code == 422
 
 
-def test_a_progress_bar_reads_as_its_last_state(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_a_progress_bar_reads_as_its_last_state(client, user_headers) -> None:
     run = client.post(
         f"/api/experiments/{new_experiment(client, user_headers)['id']}/runs",
         headers=user_headers,

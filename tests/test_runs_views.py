@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from tests.conftest import make_user
 
 
-def logged_in(app) -> tuple[TestClient, dict[str, str]]:  # type: ignore[no-untyped-def]
+def logged_in(app) -> tuple[TestClient, dict[str, str]]:
     username, password, headers = make_user()
     client = TestClient(app)
     r = client.post(

@@ -134,4 +134,4 @@ def test_ddp_model_is_saved_as_the_plain_state_dict(tmp_path: Path) -> None:
     assert set(state) == set(model.state_dict())
     fresh = make_model()
     fresh.load_state_dict(state)
-    assert torch.equal(fresh[0].weight, model[0].weight)
+    assert torch.equal(fresh.state_dict()["0.weight"], model.state_dict()["0.weight"])

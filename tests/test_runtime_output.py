@@ -15,7 +15,7 @@ from torchyard.runtime.output import ProgressLinesHeld
 
 def written(*writes: str, release: bool = False) -> str:
     inner = io.StringIO()
-    stream = ProgressLinesHeld(inner)  # type: ignore[arg-type]
+    stream = ProgressLinesHeld(inner)
     for text in writes:
         stream.write(text)
     if release:

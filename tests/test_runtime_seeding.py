@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,12 +90,16 @@ def test_set_epoch_gives_each_epoch_its_own_order_and_repeats_it_on_demand() -> 
 
 
 def test_set_epoch_calls_a_distributed_samplers_set_epoch() -> None:
-    sampler = torch.utils.data.DistributedSampler(DATA, num_replicas=2, rank=1, seed=5)
+    sampler: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
+        DATA, num_replicas=2, rank=1, seed=5
+    )
     loader = make_loader(DATA, batch_size=4, shuffle=False, seed=5, sampler=sampler)
     set_epoch(loader, 7, seed=5)
     assert sampler.epoch == 7
     rank1 = sum(batches(loader), [])
-    other = torch.utils.data.DistributedSampler(DATA, num_replicas=2, rank=0, seed=5)
+    other: torch.utils.data.DistributedSampler[Any] = torch.utils.data.DistributedSampler(
+        DATA, num_replicas=2, rank=0, seed=5
+    )
     other.set_epoch(7)
     assert len(rank1) == 20 and not set(rank1) & set(other)  # disjoint shards
 
@@ -126,7 +131,7 @@ class NumpyNoise(Dataset[tuple[int, float, float]]):
 
 def worker_draws(seed: int) -> list[tuple[int, float, float]]:
     loader = make_loader(NumpyNoise(), batch_size=2, shuffle=False, seed=seed, num_workers=2)
-    out = []
+    out: list[Any] = []
     for index, np_draw, py_draw in loader:
         out.extend(zip(index.tolist(), np_draw.tolist(), py_draw.tolist(), strict=True))
     return out

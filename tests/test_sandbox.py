@@ -473,7 +473,7 @@ def test_stop_ends_a_detached_daemon_with_the_pid_namespace(box: Path) -> None:
     launch = wrap(Launch(argv=[sys.executable, "-c", DAEMON], env={}, cwd=run_dir), spec)
     job = JobProcess(launch, log_path=box / "job.log", cwd=run_dir, token="t", sandboxed=True)
 
-    def full_namespace() -> int | None:
+    def full_namespace() -> str | None:
         init = job._namespace_init()
         # init, the job, the daemon (its parent exited)
         if init is not None and len(pids_in_namespace(init[1])) >= 3:

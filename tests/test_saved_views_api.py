@@ -17,14 +17,14 @@ STATE = {
 }
 
 
-def experiment(client, headers: dict[str, str]) -> int:  # type: ignore[no-untyped-def]
+def experiment(client, headers: dict[str, str]) -> int:
     config = {"recipe": "digits_cnn", "params": {}, "seed": 1}
     r = client.post("/api/experiments", json={"name": "views", "config": config}, headers=headers)
     assert r.status_code == 201, r.text
     return int(r.json()["id"])
 
 
-def save(client, headers, experiment_id: int | None, **body):  # type: ignore[no-untyped-def]
+def save(client, headers, experiment_id: int | None, **body):
     payload = {"name": "v", "experiment_id": experiment_id, "shared": False, "state": STATE}
     return client.post("/api/views", json={**payload, **body}, headers=headers)
 

@@ -28,7 +28,7 @@ def run(id: int, gpus: int, *, priority: int = 0, age: float = 0.0, nodes: int =
     )
 
 
-def starts(queue, free, *, now=T0, **kw) -> dict[int, Placement]:  # type: ignore[no-untyped-def]
+def starts(queue, free, *, now=T0, **kw) -> dict[int, Placement]:
     return pick(queue, free, now, STARVE, **kw).starts
 
 

@@ -144,7 +144,7 @@ def test_the_workspace_dir_is_where_scripts_come_from() -> None:
     assert Path(get_settings().workspace_dir) == WORKSPACE_DIR
 
 
-def test_launcher_none_with_several_processes_is_a_422_that_says_why(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_launcher_none_with_several_processes_is_a_422_that_says_why(client, user_headers) -> None:
     config = {"recipe": "tiny_mlp", "resources": {"nproc": 2, "launcher": "none"}}
     r = client.post("/api/experiments", json={"name": "x", "config": config}, headers=user_headers)
     assert r.status_code == 422

@@ -34,7 +34,7 @@ CKPT = {
 }
 
 
-def metrics(step: int = 1, **values: object) -> bytes:
+def metrics(step: int = 1, /, **values: object) -> bytes:
     return json.dumps({"type": "metrics", "step": step, "time": 1.0, "values": values}).encode()
 
 
@@ -49,9 +49,9 @@ BAD_SHAPES = [
     (metrics(a="a string"), sl.BAD_VALUE),
     (metrics(a=[1]), sl.BAD_VALUE),
     (metrics(a=10**400), sl.BAD_VALUE),
-    (metrics(step=10**30), sl.BAD_STEP),
-    (metrics(step=2**63), sl.BAD_STEP),
-    (metrics(step=2**64 + 5), sl.BAD_STEP),  # orjson reads it as a float
+    (metrics(10**30), sl.BAD_STEP),
+    (metrics(2**63), sl.BAD_STEP),
+    (metrics(2**64 + 5), sl.BAD_STEP),  # orjson reads it as a float
     (json.dumps({**GOOD, "step": True}).encode(), sl.BAD_STEP),
     (json.dumps({**GOOD, "step": "3"}).encode(), sl.BAD_STEP),
     (b'{"type": "metrics", "step": 1, "time": 1, "values": {"\\ud800": 1.0}}', sl.BAD_KEY_TEXT),
@@ -77,7 +77,7 @@ def test_the_line_validator_takes_good_lines_as_stored() -> None:
     assert check_line(nan) == (-3, 5.0, {"a": None, "b": 1.0, "c": 2.0})
     assert check_line(json.dumps(CKPT).encode()) == CKPT
     assert check_line(b'{"type": "note", "text": "a newer record type"}') is None
-    assert check_line(metrics(step=2**63 - 1, **{"é/ключ": 1.5})) == (
+    assert check_line(metrics(2**63 - 1, **{"é/ключ": 1.5})) == (
         2**63 - 1,
         1.0,
         {"é/ключ": 1.5},
@@ -127,7 +127,7 @@ def test_each_bad_shape_in_a_spool_is_skipped_counted_and_the_good_points_kept(
         pass
     with db_sessions.begin() as session:
         series = read_series(session, run_id=run_id)
-        assert session.get(Run, run_id).metrics_offset == path.stat().st_size
+        assert session.get_one(Run, run_id).metrics_offset == path.stat().st_size
     assert series == {
         "a": {"step": good_steps, "value": [float(i) for i in range(len(BAD_SHAPES))] + [-1.0]}
     }
@@ -200,7 +200,7 @@ def test_a_log_past_its_limit_is_cut_with_a_note_and_stays_cut(
     ]
 
 
-def test_the_notes_are_in_the_runs_api_answer_and_on_its_page(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_notes_are_in_the_runs_api_answer_and_on_its_page(client) -> None:
     from tests.conftest import make_user
     from tests.test_pages import login
 

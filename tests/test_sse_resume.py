@@ -110,7 +110,7 @@ def test_a_foreign_last_event_id_is_a_clear_422(client) -> None:
         assert r.json()["detail"][0]["loc"] == ["header", "last-event-id"]
 
 
-def test_an_open_stream_ends_once_its_token_is_revoked(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_open_stream_ends_once_its_token_is_revoked(client, monkeypatch) -> None:
     """A stream outlives the request that opened it: it re-checks its token and stops sending
     a run's data once the token is revoked (a reconnect then gets 401)."""
     from app.auth.models import ApiToken
@@ -138,7 +138,7 @@ def test_an_open_stream_ends_once_its_token_is_revoked(client, monkeypatch) -> N
     assert again.status_code == 401 and "revoked" in again.json()["detail"]
 
 
-def test_a_stream_behind_reads_on_without_waiting_the_poll_interval(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_stream_behind_reads_on_without_waiting_the_poll_interval(client, monkeypatch) -> None:
     """A viewer behind a flooding run got a limit's worth of points per poll interval, at
     most (bench/flood.py): a poll that stops at the limit is followed at once by the next."""
     interval = 3.0

@@ -255,7 +255,7 @@ def test_another_member_reads_but_may_not_sweep_or_cancel(
     client.post(f"/api/sweeps/{sweep_id}/cancel", headers=user_headers)
 
 
-def _trained(session, run_id: int, values: list[float]) -> None:  # type: ignore[no-untyped-def]
+def _trained(session, run_id: int, values: list[float]) -> None:
     """The run started and logged val/acc once per epoch (10 steps each)."""
     from app.metrics.ingest import ingest_points
     from app.timeutil import utcnow

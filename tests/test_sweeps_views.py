@@ -13,7 +13,7 @@ from tests.conftest import make_user
 from tests.test_pages import login, new_experiment
 
 
-def start_sweep(client, headers, experiment_id: int) -> dict:  # type: ignore[no-untyped-def]
+def start_sweep(client, headers, experiment_id: int) -> dict:
     body = {
         "experiment_id": experiment_id,
         "method": "random",
@@ -34,7 +34,7 @@ def page_data(text: str) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
-def test_the_sweep_page_links_and_cancel_button(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_sweep_page_links_and_cancel_button(client) -> None:
     username, password, headers = make_user()
     login(client, username, password)
     experiment = new_experiment(client, headers, name="swept", params={"epochs": 1})
@@ -70,7 +70,7 @@ def test_the_sweep_page_links_and_cancel_button(client) -> None:  # type: ignore
     assert client.get("/sweeps/abc").status_code == 404
 
 
-def test_a_trial_stopped_early_is_marked_in_the_runs_table_and_the_api(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_trial_stopped_early_is_marked_in_the_runs_table_and_the_api(client) -> None:
     """The mark comes from the run's notice (app/sweeps/early_stop.py writes it): the sweep
     page's server rows carry it, and GET /api/runs?sweep_id= gives the reason for the script."""
     from app.db import session_scope

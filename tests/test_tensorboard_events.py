@@ -663,7 +663,7 @@ def test_random_and_mutated_events_never_raise(tmp_path: Path) -> None:
 
 def test_thousands_of_images_in_one_batch_and_a_nan_wall_time_stay_bounded(
     tmp_path: Path, client, admin_headers
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from app.runs.images import list_images
 
     run_id = make_run()

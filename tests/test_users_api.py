@@ -24,17 +24,17 @@ def fresh_name() -> str:
     return f"ada-{secrets.token_hex(3)}"
 
 
-def login(client, username: str, password: str):  # type: ignore[no-untyped-def]
+def login(client, username: str, password: str):
     return client.post("/api/auth/token", data={"username": username, "password": password})
 
 
-def bearer(client, username: str, password: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def bearer(client, username: str, password: str) -> dict[str, str]:
     r = login(client, username, password)
     assert r.status_code == 200, r.text
     return {"Authorization": f"Bearer {r.json()['access_token']}"}
 
 
-def add(client, admin_headers, **body):  # type: ignore[no-untyped-def]
+def add(client, admin_headers, **body):
     return client.post("/api/users", json=body, headers=admin_headers)
 
 
@@ -231,7 +231,7 @@ def test_a_tokens_last_use_is_recorded(client) -> None:
     assert next(t for t in listed if t["id"] == created["id"])["last_used_at"] is not None
 
 
-def browser_session(app, username: str, password: str):  # type: ignore[no-untyped-def]
+def browser_session(app, username: str, password: str):
     from fastapi.testclient import TestClient
 
     browser = TestClient(app)

@@ -23,11 +23,11 @@ from tests.test_pages import login
 TINY = {"recipe": "tiny_mlp", "params": {"epochs": 1}, "seed": 3}
 
 
-def csrf(client) -> str:  # type: ignore[no-untyped-def]
+def csrf(client) -> str:
     return str(client.cookies["ty_csrf"])
 
 
-def post_form(client, url: str, **fields: str):  # type: ignore[no-untyped-def]
+def post_form(client, url: str, **fields: str):
     return client.post(url, data={"csrf_token": csrf(client), **fields}, follow_redirects=False)
 
 
@@ -44,7 +44,7 @@ def user_id(username: str) -> int:
     return found
 
 
-def as_admin(client) -> None:  # type: ignore[no-untyped-def]
+def as_admin(client) -> None:
     username, password, _ = make_user(admin=True)
     login(client, username, password)
 
@@ -194,12 +194,13 @@ def test_an_invite_link_sets_the_first_password_once(app, client) -> None:
 def test_an_expired_or_unknown_invite_link_is_a_404_page(client) -> None:
     from datetime import timedelta
 
+    from app.auth.models import Role
     from app.timeutil import utcnow
     from app.users import service
 
     with session_scope() as session:
         user, secret = service.invite_user(
-            session, username=f"late-{secrets.token_hex(3)}", role="member"
+            session, username=f"late-{secrets.token_hex(3)}", role=Role.member
         )
         user.invite_expires_at = utcnow() - timedelta(seconds=1)
     for path in (f"/invite/{secret}", "/invite/ty_nonsense", "/invite/x"):

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -33,7 +33,7 @@ SERVER_STACK = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "cel
 TEST_TOOLS = {"pytest", "ruff", "mypy", "playwright", "schemathesis"}
 
 
-def _run(argv: list[str | Path], cwd: Path, timeout: float = 600) -> str:
+def _run(argv: Sequence[str | Path], cwd: Path, timeout: float = 600) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(
         [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
@@ -159,7 +159,7 @@ def _wait_until_serving(base: str, proc: subprocess.Popen[bytes], log: Path) -> 
     raise AssertionError("the server did not answer within 120 s")
 
 
-def test_the_wheel_with_its_server_extra_serves_every_page_and_trains(server_up) -> None:  # type: ignore[no-untyped-def]
+def test_the_wheel_with_its_server_extra_serves_every_page_and_trains(server_up) -> None:
     base, proc, log = server_up
     _wait_until_serving(base, proc, log)
     with httpx.Client(base_url=base, timeout=30) as http:

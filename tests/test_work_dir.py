@@ -19,7 +19,7 @@ WEIGHTS = os.urandom(300_000)
 
 
 @pytest.fixture
-def run_dir_with_files(user_headers, client):  # type: ignore[no-untyped-def]
+def run_dir_with_files(user_headers, client):
     me = client.get("/api/me", headers=user_headers).json()
     with session_scope() as session:
         run_id = add_run(session, owner_id=me["id"], status="succeeded")
@@ -43,7 +43,7 @@ def run_dir_with_files(user_headers, client):  # type: ignore[no-untyped-def]
 
 def test_the_listing_has_every_regular_file_with_checkpoints_marked(
     client, user_headers, run_dir_with_files
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     r = client.get(f"/api/runs/{run_dir_with_files}/files", headers=user_headers)
     assert r.status_code == 200, r.text
     listed = {f["path"]: f for f in r.json()}
@@ -60,7 +60,7 @@ def test_the_listing_has_every_regular_file_with_checkpoints_marked(
     assert listed["sub/deeper/notes.txt"]["modified_at"].endswith(("Z", "+00:00"))
 
 
-def test_a_file_downloads_byte_for_byte(client, user_headers, run_dir_with_files) -> None:  # type: ignore[no-untyped-def]
+def test_a_file_downloads_byte_for_byte(client, user_headers, run_dir_with_files) -> None:
     base = f"/api/runs/{run_dir_with_files}/files"
     r = client.get(f"{base}/model_best.pt", headers=user_headers)
     assert r.status_code == 200 and r.content == WEIGHTS
@@ -68,7 +68,7 @@ def test_a_file_downloads_byte_for_byte(client, user_headers, run_dir_with_files
     assert client.get(f"{base}/sub/deeper/notes.txt", headers=user_headers).text == "hello"
 
 
-def test_a_folder_downloads_as_a_tar_of_its_files(client, user_headers, run_dir_with_files) -> None:  # type: ignore[no-untyped-def]
+def test_a_folder_downloads_as_a_tar_of_its_files(client, user_headers, run_dir_with_files) -> None:
     r = client.get(f"/api/runs/{run_dir_with_files}/files/checkpoint-500", headers=user_headers)
     assert r.status_code == 200
     with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
@@ -97,13 +97,13 @@ def test_a_folder_downloads_as_a_tar_of_its_files(client, user_headers, run_dir_
 )
 def test_links_fifos_traversal_and_own_files_are_refused(
     client, user_headers, run_dir_with_files, path, status
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     r = client.get(f"/api/runs/{run_dir_with_files}/files/{path}", headers=user_headers)
     assert r.status_code == status, (path, r.status_code, r.text)
     assert SECRET not in r.content and b"root:" not in r.content and b"log\n" != r.content
 
 
-def test_a_run_that_has_not_started_lists_nothing(client, user_headers) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_that_has_not_started_lists_nothing(client, user_headers) -> None:
     me = client.get("/api/me", headers=user_headers).json()
     with session_scope() as session:
         run_id = add_run(session, owner_id=me["id"])

@@ -20,7 +20,7 @@ WEIGHTS = os.urandom(100_000)
 
 
 @pytest.fixture
-def stored_run(client, user_headers, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+def stored_run(client, user_headers, tmp_path, monkeypatch):
     """A run whose directory is on a "worker host" (not the API's data dir)."""
     me = client.get("/api/me", headers=user_headers).json()
     with session_scope() as session:
@@ -39,7 +39,7 @@ def stored_run(client, user_headers, tmp_path, monkeypatch):  # type: ignore[no-
     return run_id, store, worker_run
 
 
-def test_the_api_lists_and_serves_the_stored_files(client, user_headers, stored_run) -> None:  # type: ignore[no-untyped-def]
+def test_the_api_lists_and_serves_the_stored_files(client, user_headers, stored_run) -> None:
     run_id, _store, worker_run = stored_run
     assert not get_settings().run_dir(run_id).exists()  # nothing on the API's disk
     listed = client.get(f"/api/runs/{run_id}/files", headers=user_headers).json()
@@ -55,7 +55,7 @@ def test_the_api_lists_and_serves_the_stored_files(client, user_headers, stored_
     assert "1 left out over the cap of 150000 bytes: big.bin" in log
 
 
-def test_paths_not_in_the_stored_listing_are_refused(client, user_headers, stored_run) -> None:  # type: ignore[no-untyped-def]
+def test_paths_not_in_the_stored_listing_are_refused(client, user_headers, stored_run) -> None:
     run_id, _store, _ = stored_run
     base = f"/api/runs/{run_id}/files"
     assert client.get(f"{base}/big.bin", headers=user_headers).status_code == 404
@@ -63,7 +63,7 @@ def test_paths_not_in_the_stored_listing_are_refused(client, user_headers, store
     assert client.get(f"{base}/..%2f..%2fwork.json", headers=user_headers).status_code == 422
 
 
-def test_a_hostile_stored_listing_is_read_entry_by_entry(client, user_headers, stored_run) -> None:  # type: ignore[no-untyped-def]
+def test_a_hostile_stored_listing_is_read_entry_by_entry(client, user_headers, stored_run) -> None:
     run_id, store, _ = stored_run
     listing = store / "runs" / str(run_id) / "work.json"
     entries = json.loads(listing.read_text())

@@ -12,7 +12,7 @@ T = TypeVar("T")
 
 
 def wait_for(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     *,
     timeout: float,
     what: str | Callable[[], str],

@@ -10,17 +10,17 @@ suite in CI (CI=true) and skips the browser tests elsewhere.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize, sync_playwright
 
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR
 from tests.stack import CHROMIUM, LiveStack, launch_chromium
 
-VIEWPORT = {"width": 1280, "height": 900}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 900}
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 FAILURES = BASE_DIR / "browser-failures"
 
@@ -58,7 +58,9 @@ def context(browser: Browser, live_stack: LiveStack) -> Iterator[BrowserContext]
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.when == "call":
         item.stash[FAILED] = report.failed
@@ -126,7 +128,7 @@ def api(live_stack: LiveStack) -> Iterator[httpx.Client]:
 
 def chart_state(page: Page, key: str) -> dict | None:
     """What the page plots for one metric key: points per data-points, per trace, and the max."""
-    return page.evaluate(  # type: ignore[no-any-return]
+    return page.evaluate(
         """(key) => {
             const el = document.querySelector(`div.metric-chart[data-key="${key}"]`);
             if (!el) return null;

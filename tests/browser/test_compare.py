@@ -60,7 +60,7 @@ def traces(page: Page, key: str, count: int) -> dict:
         }""",
         arg=[key, count],
     )
-    return page.evaluate(TRACES, key)  # type: ignore[no-any-return]
+    return page.evaluate(TRACES, key)
 
 
 def test_compare_three_runs_with_log_scale_and_params_in_the_legends(admin_page: Page) -> None:

@@ -41,7 +41,7 @@ def _runs(api: httpx.Client) -> list[int]:
 
 
 def _listed(page: Page) -> list[int]:
-    return page.locator("#picker-results li").evaluate_all(  # type: ignore[no-any-return]
+    return page.locator("#picker-results li").evaluate_all(
         "(lis) => lis.map((li) => Number(li.dataset.runId))"
     )
 

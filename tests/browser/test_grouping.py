@@ -54,7 +54,7 @@ def chart(page: Page, count: int) -> list[dict]:
         }""",
         arg=[KEY, count],
     )
-    return page.evaluate(CHART, KEY)  # type: ignore[no-any-return]
+    return page.evaluate(CHART, KEY)
 
 
 def at(trace: dict, step: int) -> float:

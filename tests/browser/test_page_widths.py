@@ -82,7 +82,7 @@ def _overflow(page: Page) -> int:
 
 def _culprits(page: Page) -> list[str]:
     """The innermost elements reaching past the viewport's right edge (for the message)."""
-    return page.evaluate(  # type: ignore[no-any-return]
+    return page.evaluate(
         """() => {
             const past = (e) => e.getBoundingClientRect().right > innerWidth + 1;
             const framed = (e) => {  // inside a frame that scrolls or clips: not the page's
@@ -124,7 +124,7 @@ def test_no_page_is_wider_than_the_viewport(
     page.context.clear_cookies()
     _settled(page, "/login")
     if _overflow(page) > 0:
-        wider["login"] = _overflow(page)
+        wider["login"] = (_overflow(page), _culprits(page))
     assert not wider, f"pages wider than {width} px, by px: {wider}"
 
 

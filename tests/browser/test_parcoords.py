@@ -43,9 +43,7 @@ def _sweep(api: httpx.Client, name: str) -> tuple[int, list[int]]:
 
 
 def _axes(page: Page) -> list[str]:
-    return page.locator("#parcoords g.pc-axis").evaluate_all(  # type: ignore[no-any-return]
-        "(gs) => gs.map((g) => g.dataset.key)"
-    )
+    return page.locator("#parcoords g.pc-axis").evaluate_all("(gs) => gs.map((g) => g.dataset.key)")
 
 
 def _kept(page: Page) -> list[int]:

@@ -14,13 +14,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def _axes(page: Page) -> list[str]:
-    return page.locator("#parcoords g.pc-axis").evaluate_all(  # type: ignore[no-any-return]
-        "(gs) => gs.map((g) => g.dataset.key)"
-    )
+    return page.locator("#parcoords g.pc-axis").evaluate_all("(gs) => gs.map((g) => g.dataset.key)")
 
 
 def _headers(page: Page) -> list[str]:
-    return page.locator("table#runs thead th").evaluate_all(  # type: ignore[no-any-return]
+    return page.locator("table#runs thead th").evaluate_all(
         "(ths) => ths.map((th) => th.textContent.trim())"
     )
 

@@ -31,7 +31,7 @@ def test_name_tags_and_notes_are_edited_inline(admin_page: Page) -> None:
     assert admin_page.evaluate("window.pwned") is None
     with session_scope() as session:
         run = session.get(Run, run_id)
-        assert run is not None and run.name == HOSTILE and run.notes.startswith("diverged")
+        assert run is not None and run.name == HOSTILE and (run.notes or "").startswith("diverged")
 
     admin_page.reload()  # rendered by the server the same way
     expect(admin_page.locator("#run-name")).to_have_text(HOSTILE)

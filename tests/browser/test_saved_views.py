@@ -26,20 +26,20 @@ def _shown(page: Page) -> list[int]:
 
 
 def _columns(page: Page) -> list[str]:
-    return page.locator("table#runs th[data-summary]").evaluate_all(  # type: ignore[no-any-return]
+    return page.locator("table#runs th[data-summary]").evaluate_all(
         "(ths) => ths.map((t) => t.dataset.summary)"
     )
 
 
 def _charted(page: Page) -> dict[str, bool]:
     """{key: whether its chart shows} for the experiment page's curves."""
-    return page.locator("#experiment-charts .metric-chart").evaluate_all(  # type: ignore[no-any-return]
+    return page.locator("#experiment-charts .metric-chart").evaluate_all(
         "(ds) => Object.fromEntries(ds.map((d) => [d.dataset.key, d.checkVisibility()]))"
     )
 
 
 def _charts(page: Page) -> dict:
-    return page.evaluate(  # type: ignore[no-any-return]
+    return page.evaluate(
         """() => ({
             smoothing: document.getElementById("experiment-curves-smoothing").value,
             log: document.getElementById("experiment-curves-log-scale").checked,

@@ -7,6 +7,7 @@ Writes docs/screenshots/sweep.png."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -16,7 +17,7 @@ from tests.browser.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-TINY = {
+TINY: dict[str, Any] = {
     "recipe": "tiny_mlp",
     "params": {"epochs": 4, "steps_per_epoch": 20, "batch_size": 32, "step_sleep": 0.05},
     "seed": 5,

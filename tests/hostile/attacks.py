@@ -69,7 +69,7 @@ ATTACKS: dict[str, tuple[str, ...]] = {
         "test_a_webhook_url_that_is_not_public_http_is_a_422_naming_it",
     ),
     "HTML in user-controlled fields (params, names, metric keys)": (
-        "tests/test_run_page_config.py::test_config_and_variant_form_show_hostile_values_as_text",
+        "tests/test_runs_views_config.py::test_config_and_variant_form_show_hostile_values_as_text",
         "tests/browser/test_page_security.py::test_a_metric_key_that_is_html_is_shown_as_text",
     ),
     "a multi-node job connecting to another run's store on a peer host": (

@@ -41,7 +41,7 @@ def markers() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_runs_env_runs_the_members_files_only_inside_its_job(live_stack, markers: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_runs_env_runs_the_members_files_only_inside_its_job(live_stack, markers: Path) -> None:
     bash_env = f'echo "BASH_ENV ran as uid $(id -u)"; touch "{markers}/bash-$(id -u)"\n'
     data = tar_gz(
         [

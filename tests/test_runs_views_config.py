@@ -14,7 +14,7 @@ from tests.test_runs_views import logged_in, new_run
 HOSTILE = "'\"><img src=x onerror=alert(1)></pre><script>alert(2)</script>"
 
 
-def test_config_and_variant_form_show_hostile_values_as_text(app) -> None:  # type: ignore[no-untyped-def]
+def test_config_and_variant_form_show_hostile_values_as_text(app) -> None:
     client, headers = logged_in(app)
     run = new_run(client, headers)
     config = {**run["config"], "params": {**run["config"]["params"], "note": HOSTILE}}
@@ -32,7 +32,7 @@ def test_config_and_variant_form_show_hostile_values_as_text(app) -> None:  # ty
         assert "onerror=alert(1)></pre>" not in html
 
 
-def test_variant_form_of_another_users_run_is_refused_and_not_offered(app) -> None:  # type: ignore[no-untyped-def]
+def test_variant_form_of_another_users_run_is_refused_and_not_offered(app) -> None:
     client, headers = logged_in(app)
     run = new_run(client, headers)
     other, _ = logged_in(app)
@@ -40,7 +40,7 @@ def test_variant_form_of_another_users_run_is_refused_and_not_offered(app) -> No
     assert 'id="launch-variant"' not in other.get(f"/runs/{run['id']}").text
 
 
-def test_a_resumed_runs_page_links_its_parent_and_the_checkpoint_step(app) -> None:  # type: ignore[no-untyped-def]
+def test_a_resumed_runs_page_links_its_parent_and_the_checkpoint_step(app) -> None:
     client, headers = logged_in(app)
     run = new_run(client, headers)
     add_checkpoint(run["id"], "epoch-0003.pt", epoch=3, step=42)

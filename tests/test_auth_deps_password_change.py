@@ -14,13 +14,13 @@ from tests.test_users_api import browser_session
 NEW = "my own password 42"
 
 
-def token_for(client, username: str, password: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def token_for(client, username: str, password: str) -> dict[str, str]:
     r = client.post("/api/auth/token", data={"username": username, "password": password})
     assert r.status_code == 200, r.text
     return {"Authorization": f"Bearer {r.json()['access_token']}"}
 
 
-def refused(response) -> bool:  # type: ignore[no-untyped-def]
+def refused(response) -> bool:
     return response.status_code == 403 and "must be changed" in response.json()["detail"]
 
 

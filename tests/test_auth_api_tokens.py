@@ -41,7 +41,7 @@ def test_create_list_and_use_a_named_token(client, user_headers) -> None:
     assert digest not in client.get("/api/tokens", headers=user_headers).text
 
 
-def as_utc_iso(text: str):  # type: ignore[no-untyped-def]
+def as_utc_iso(text: str):
     from datetime import datetime
 
     return as_utc(datetime.fromisoformat(text))
