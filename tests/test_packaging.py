@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -34,11 +34,21 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
-def _run(argv: list[str | Path], cwd: Path, **kw: object) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=300, **kw
-    )  # type: ignore[call-overload]
-    return done  # type: ignore[no-any-return]
+def _run(
+    argv: Sequence[str | Path],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def tree_packages() -> set[str]:
@@ -146,7 +156,7 @@ def client_venv(used_clone_wheel: Path, tmp_path_factory: pytest.TempPathFactory
     made = _run([UV, "venv", "-q", "--python", sys.executable, venv], cwd=cwd, env=_clean_env())
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
-    install = [UV, "pip", "install", "-q", "--python", python, used_clone_wheel]
+    install: list[str | Path] = [UV, "pip", "install", "-q", "--python", python, used_clone_wheel]
     done = _run(install, cwd=cwd, env=_clean_env())
     assert done.returncode == 0, done.stderr
     return venv / "bin"

@@ -31,7 +31,7 @@ def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
             name = None
 
 
-def test_the_experiment_stream_sends_a_digest_when_its_runs_change(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_experiment_stream_sends_a_digest_when_its_runs_change(client) -> None:
     username, _password, headers = make_user()
     with session_scope() as session:
         owner = session.query(User).filter_by(username=username).one()
@@ -60,7 +60,7 @@ def test_the_experiment_stream_sends_a_digest_when_its_runs_change(client) -> No
     assert client.get(url, headers=headers).status_code == 404
 
 
-def test_the_sweep_stream_sends_the_sweep_and_ends_with_it(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_sweep_stream_sends_the_sweep_and_ends_with_it(client) -> None:
     _username, _password, headers = make_user()
     experiment = new_experiment(client, headers, name="swept-live", params={"epochs": 1})
     sweep = start_sweep(client, headers, experiment["id"])
@@ -77,7 +77,7 @@ def test_the_sweep_stream_sends_the_sweep_and_ends_with_it(client) -> None:  # t
     assert client.get("/api/sweeps/999999999/events", headers=headers).status_code == 404
 
 
-def test_the_gpu_stream_sends_the_panel_and_its_changes(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_gpu_stream_sends_the_panel_and_its_changes(client) -> None:
     username, _password, headers = make_user()
     with client.stream("GET", "/api/gpus/events", headers=headers) as stream:
         got = events(stream.iter_lines())
