@@ -20,7 +20,8 @@ from torchyard.contract import JOB_TOKEN_VAR, METRICS_FILE
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
 from worker.launcher import Launch
 from worker.process import JobProcess
-from worker.watch import StopReason, watch
+from worker.supervision import StopReason
+from worker.watch import watch
 
 
 def started_run(tmp_path: Path) -> Watched:
