@@ -37,7 +37,7 @@ from worker.environments import BuildFailed, Cache, Env, pip_argv
 from worker.heartbeat import Watched
 from worker.ingest_steps import IngestSteps
 from worker.run_log import note_in_log
-from worker.supervision import Policy, StopReason, ThreadTarget, supervise
+from worker.supervision import Policy, Step, StopReason, ThreadTarget, supervise
 from worker.supervision_steps import CheckIn, Forward, ShowLine
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,8 @@ def _keep_alive(run: Watched, thread: threading.Thread, pip: Pip) -> StopReason 
     a hand-over or a worker shutdown (nothing of a build is left for the next worker)."""
     settings = get_settings()
     ingest = IngestSteps(run.run_id)
-    steps = [ShowLine(ingest, run, lambda: pip.last_line), Forward(ingest, run), CheckIn(run)]
+    steps: list[Step] = [ShowLine(ingest, run, lambda: pip.last_line), Forward(ingest, run)]
+    steps.append(CheckIn(run))
 
     def halt(reason: StopReason) -> None:
         pip.stop(f"the run was {'cancelled' if reason is StopReason.CANCEL else 'handed back'}")
