@@ -197,8 +197,9 @@ class NetnsHosts:
     def start(
         self, host: NetnsHost, argv: list[str], env: dict[str, str], log_file: Path
     ) -> subprocess.Popen[bytes]:
-        """`argv` in `host`'s namespace, stopped by close() if the test does not stop it."""
-        proc = start_logged(host.argv(argv), env, log_file)
+        """`argv` in `host`'s namespace, stopped by close() if the test does not stop it; it
+        sees this machine's cgroup hierarchies (`WITH_CGROUPS`)."""
+        proc = start_logged(host.argv([sys.executable, "-c", WITH_CGROUPS, *argv]), env, log_file)
         self.workers.append(proc)
         return proc
 
@@ -213,6 +214,21 @@ class NetnsHosts:
         for proxy in self.proxies.values():
             proxy.stop()
         self.proxies.clear()
+
+
+# `ip netns exec` mounts a sysfs of its own over /sys, which hides the cgroup hierarchies
+# mounted below /sys/fs/cgroup: a worker there found none and held its jobs to rlimits only (no
+# memory limit for a GPU run, no OOM kill to report). Each cgroup mount of the machine (PID 1's)
+# is mounted again in the namespace's own mount table, the same hierarchy, before `argv` runs.
+WITH_CGROUPS = """
+import os, subprocess, sys
+for line in open("/proc/1/mounts"):
+    source, point, kind, options = line.split()[:4]
+    if (kind == "tmpfs" and point == "/sys/fs/cgroup") or kind in ("cgroup", "cgroup2"):
+        os.makedirs(point, exist_ok=True)
+        subprocess.run(["mount", "-t", kind, "-o", options, source, point], check=True)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
 
 
 def _default_port(scheme: str) -> int:

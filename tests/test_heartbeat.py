@@ -1,6 +1,6 @@
-"""The run's heartbeat and cancel check (worker/heartbeat.py), written once for the watch loop
-and the environment build: its answer is explicit (app.runs.lifecycle.Standing) and the watch
-loop acts on it, with a real job process and the suite's database."""
+"""The run's check-in (worker/heartbeat.py), which the one supervision loop asks every round
+(worker/supervision.py): its answer is explicit (app.runs.lifecycle.Standing) and the loop over
+a job (worker.watch) acts on it, with a real job process and the suite's database."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from torchyard.contract import JOB_TOKEN_VAR, METRICS_FILE
 from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
 from worker.launcher import Launch
 from worker.process import JobProcess
-from worker.watch import StopReason, watch
+from worker.supervision import StopReason
+from worker.watch import watch
 
 
 def started_run(tmp_path: Path) -> Watched:

@@ -1,5 +1,6 @@
 """A worker that dies or shuts down never leaves a run "running", loses no point, and with
-max_restarts hands the run to the next worker, which resumes it from its last checkpoint.
+max_restarts hands the run to the next worker, which resumes it from its last checkpoint; a
+cancel while the run's environment builds stops the build within 5 s.
 
 A stack of its own (database, data dir, broker) so its reaper, on a short limit, never sees
 the runs other tests build by hand: real uvicorn server, real Celery workers, real torch jobs.
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import psutil
 import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -27,6 +29,7 @@ from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, processes_in
 from tests.databases import own_database, user_with_token
 from tests.factories import spooled_points
 from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
+from tests.stalling_index import stalling_index
 from tests.waits import holds_for, wait_for
 from torchyard.compose.processes import server_argv, worker_argv
 from worker.file_lock import flock
@@ -421,3 +424,55 @@ def test_a_run_waiting_for_its_snapshot_to_unpack_keeps_heartbeating(stack) -> N
     done = wait_until(stack.api, run["id"], lambda r: r["status"] in FINISHED)
     assert done["status"] == "succeeded", done
     assert "UNPACKED AND RAN" in stack.api.get(f"/api/runs/{run['id']}/logs").text
+
+
+def pip_tree(package: str) -> list[psutil.Process]:
+    """Every pip process installing `package` on this machine, and every process below it."""
+    found: list[psutil.Process] = []
+    for process in psutil.process_iter(["cmdline"]):
+        argv = process.info["cmdline"] or []
+        if "pip" in argv and package in argv:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found += [process, *process.children(recursive=True)]
+    return found
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_cancel_during_an_environment_build_stops_it_within_5_s(stack) -> None:  # type: ignore[no-untyped-def]
+    """Issue 38: the build runs under the supervision loop every job has (worker/supervision.py).
+    A real worker's pip, stuck downloading a wheel from an index that never finishes it, is
+    cancelled: within 5 s of the request every process of the build is gone and the run is
+    cancelled."""
+    package = "torchyard-stalling-wheel"
+    with stalling_index(package) as index:
+        worker = stack.start_worker(PIP_INDEX_URL=index.url)
+        config = {
+            "recipe": "tiny_mlp",
+            "params": {"epochs": 1},
+            "environment": {"requirements": [package]},
+        }
+        exp = stack.api.post("/api/experiments", json={"name": "stalls", "config": config})
+        assert exp.status_code == 201, exp.text
+        run_id = stack.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]
+        assert index.downloading.wait(timeout=180), (ROOT / "worker-0.log").read_text()[-3000:]
+        tree = pip_tree(package)
+        assert tree and worker.poll() is None
+        assert status_of(stack.api, run_id) == "running"
+        t0 = time.monotonic()
+        assert stack.api.post(f"/api/runs/{run_id}/cancel").status_code == 202
+        wait_for(
+            lambda: not any(alive(p) for p in tree) and status_of(stack.api, run_id) == "cancelled",
+            timeout=30,
+            every=0.05,
+            what=lambda: f"{[p for p in tree if alive(p)]}, {status_of(stack.api, run_id)}",
+        )
+        took = time.monotonic() - t0
+    print(f"cancel -> the build's processes gone and the run cancelled: {took:.2f} s")
+    assert took < 5
+    assert pip_tree(package) == []

@@ -333,3 +333,38 @@ def test_the_worker_of_node_1_killed_mid_run_fails_the_run_and_leaves_nothing_on
     finally:
         cluster.restart_worker(node_1)
     gone_within(cluster, run_id, 30)  # node 1's too, once its worker is back
+
+
+@pytest.mark.parametrize(
+    ("exceed", "resources", "named"),
+    [
+        ("disk", {"disk_gb": 0.2}, "disk full: the run's limit is 0.2 GB"),
+        ("memory", {"memory_gb": 2}, "out of memory: the run's limit is 2 GiB"),
+    ],
+)
+def test_node_1_is_held_to_the_runs_limits_and_the_run_fails_naming_the_limit(
+    cluster: Cluster, exceed: str, resources: dict, named: str
+) -> None:
+    """Node k's job is supervised by the loop node 0's is (worker.supervision, issue 38), its
+    limits guard included: a rank of node 1 that writes past the run's disk_gb gets the job
+    stopped, one that allocates past memory_gb is killed by the kernel, and either way the run
+    fails on both hosts with the limit named as node 1's (the limit first, before the error
+    of node 0's ranks on their broken process group)."""
+    api = cluster.api
+    run_id = submit(
+        api,
+        f"mn-{exceed}",
+        {**TWO_BY_TWO, **resources},
+        epochs=50,
+        step_sleep=0.1,
+        fail_rank=2,
+        fail_step=3,
+        exceed=exceed,
+    )
+    run = ended(api, run_id, timeout=300)
+    node_1 = api.get(f"/api/runs/{run_id}/logs", params={"node": 1}).text
+    assert run["status"] == "failed", f"{run}\nnode 1's log:\n{node_1[-3000:]}"
+    error = run["error"] or ""
+    assert error.startswith("node 1 (") and named in error.splitlines()[0], error
+    gone_within(cluster, run_id, 30)
+    assert cluster.leases(run_id) == []

@@ -1,20 +1,20 @@
 """A run's environment, made ready before its job starts (worker/environments.py builds it).
 
 The run is already running (its GPUs leased) while pip works, which can take minutes, so the
-build runs in a thread while this one does what the watch loop does for a job: heartbeats the
-run and its leases (the reaper must not take it for lost), ships the run's log (pip's lines
-appear on the run page as they come, each as ``torchyard: pip: ...``), and stops the build on
-a cancel or a worker shutdown. The time the environment took (built, or found and reused) is
-said in the log. While it builds, the run's phase is "building environment" with pip's last
-line (app.runs.phase.building / build_progress: the API, `submit --follow` and the run page
-show it). A failed build raises PipFailed: pip's ERROR lines first, then its other last lines
-(its "Looking in indexes" preamble left out), so the line that matters is the error's first.
+build runs in a thread under the supervision loop that watches jobs (worker.supervision): it
+heartbeats the run and its leases (the reaper must not take it for lost), ships the run's log
+(pip's lines appear on the run page as they come, each as ``torchyard: pip: ...``), and kills
+pip's whole process tree on a cancel, a hand-over or a worker shutdown. The time the
+environment took (built, or found and reused) is said in the log. While it builds, the run's
+phase is "building environment" with pip's last line (app.runs.phase.building /
+build_progress: the API, `submit --follow` and the run page show it). A failed build raises
+PipFailed: pip's ERROR lines first, then its other last lines (its "Looking in indexes"
+preamble left out), so the line that matters is the error's first.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import logging
 import os
@@ -27,17 +27,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from app.runs import phase
-from app.runs.lifecycle import Standing
 from app.settings import get_settings
 from worker import privileged_env
 from worker.db_retry import with_db
 from worker.environments import BuildFailed, Cache, Env, pip_argv
-from worker.forwarder import forward
-from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
+from worker.heartbeat import Watched
 from worker.ingest_steps import IngestSteps
 from worker.run_log import note_in_log
-from worker.watch import SHUTTING_DOWN, StopReason
+from worker.supervision import Policy, Step, StopReason, ThreadTarget, supervise
+from worker.supervision_steps import CheckIn, Forward, ShowLine
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,23 @@ class Pip:
             self._why_stopped = why
             self.stopped.set()
             if self._process is not None and self._process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._process.pid, signal.SIGKILL)
+                kill_tree(self._process.pid)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL pip's session (its own process group) and every process below it, also one
+    that left the group (a build backend that made a session of its own): nothing of a
+    stopped build goes on writing into the environment's folder."""
+    try:
+        leader = psutil.Process(pid)
+        tree = [leader, *leader.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 def _nothing() -> None:
@@ -197,9 +213,8 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     building = _Building(cache, requirements, pip)
     thread = threading.Thread(target=building.run, name=f"run-{run.run_id}-env", daemon=True)
     thread.start()
-    stopped = _keep_alive(run, thread, pip, interval=settings.forwarder_interval_seconds)
-    if stopped is not None:
-        pip.stop(f"the run was {'cancelled' if stopped is StopReason.CANCEL else 'handed back'}")
+    stopped = _keep_alive(run, thread, pip)
+    if stopped is not None:  # pip's processes are killed already
         building.abandon()
         # pip is killed; its thread now removes the half-built folder. Waited for (a while:
         # the thread may instead be queued behind another build's lock) so that nothing
@@ -221,41 +236,19 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     return Prepared(env, release=building.release)
 
 
-def _keep_alive(
-    run: Watched, thread: threading.Thread, pip: Pip, *, interval: float
-) -> StopReason | None:
-    """Heartbeat, ship the log, show pip's last line and watch for a cancel until ``thread``
-    ends."""
-    heartbeat = Heartbeat(run)
+def _keep_alive(run: Watched, thread: threading.Thread, pip: Pip) -> StopReason | None:
+    """The supervision loop (worker.supervision) over the build until ``thread`` ends: the
+    run's log shipped, pip's last line shown, the check-in; pip's processes killed on a cancel,
+    a hand-over or a worker shutdown (nothing of a build is left for the next worker)."""
+    settings = get_settings()
     ingest = IngestSteps(run.run_id)
-    delay = max(interval, 0.05)
-    shown = ""
-    while True:
-        thread.join(timeout=delay)
-        if not thread.is_alive():
-            return None
-        line = pip.last_line
-        if line and line != shown:
-            shown = line
-            show = functools.partial(
-                phase.build_progress, run_id=run.run_id, attempt=run.attempt, line=line
-            )
-            ingest.step("show pip's last line", show, False)
-        ingest.step(
-            "forward",
-            lambda s: forward(
-                s,
-                run_id=run.run_id,
-                metrics_path=run.metrics_path,
-                attempt=run.attempt,
-                node=run.node or 0,
-            ),
-            0,
-        )
-        standing = heartbeat.check()  # None: the database is away; asked again next round
-        if standing is not None and stops_as_cancelled(standing):
-            return StopReason.CANCEL
-        if standing is Standing.NOT_OWNED:  # handed over meanwhile: nothing is its any more
-            return StopReason.FENCED
-        if SHUTTING_DOWN.is_set():
-            return StopReason.SHUTDOWN
+    steps: list[Step] = [ShowLine(ingest, run, lambda: pip.last_line), Forward(ingest, run)]
+    steps.append(CheckIn(run))
+
+    def halt(reason: StopReason) -> None:
+        pip.stop(f"the run was {'cancelled' if reason is StopReason.CANCEL else 'handed back'}")
+
+    target = ThreadTarget(thread, halt)
+    policy = Policy(cancel_grace=settings.cancel_grace_seconds)
+    interval = max(settings.forwarder_interval_seconds, 0.05)
+    return supervise(f"run {run.run_id}'s build", target, steps, policy, interval=interval)

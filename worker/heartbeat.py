@@ -1,24 +1,25 @@
-"""The run's heartbeat and cancel check, written once for both loops that keep a claimed run
-alive: the watch loop while its job trains (worker.watch) and the environment build before
-the job starts (worker.env_build).
+"""A run attempt's check-in, which the supervision loop (worker.supervision) asks every round
+whatever it supervises: a job (worker.watch, on a single host or any node of a multi-node
+run), an environment build (worker.env_build), a step before the job starts or after it ends
+(`worker.supervision.while_supervised`: a snapshot's unpack, the job base, the run's files
+stored), the wait for the other nodes (worker.node_run.meet).
 
-Each check asks app.runs.lifecycle.check_in, which stamps the heartbeat (and renews the
-run's GPU leases) when one is due, and answers the attempt's standing. A loop stops the job
-as cancelled when `stops_as_cancelled` says so. NOT_OWNED (the run was handed over under
-this worker: requeued by a reaper while the worker stalled or the database was away) is
-final: the loop stops the attempt's job at once and stores nothing more of it (the server
-refuses its batches too: app.runs.lifecycle.holds).
+`Heartbeat.check` asks app.runs.lifecycle.check_in (node k > 0 of a multi-node run:
+app.runs.nodes.node_check_in, its node's heartbeat), which stamps the heartbeat (and renews the
+run's GPU leases) when one is due, and answers the attempt's standing; the loop's decision tree
+(worker.supervision.decide) acts on every answer. `stops_as_cancelled` says which answers end
+the run cancelled. NOT_OWNED (the run was handed over under this worker: requeued by a reaper
+while the worker stalled or the database was away; for node k, the run ended or the node was
+declared lost) is final: the loop stops the attempt's job at once and nothing more of it is
+stored (the server refuses its batches too: app.runs.lifecycle.holds).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from app.db import Session, session_scope
 from app.runs import lifecycle, nodes
@@ -99,31 +100,3 @@ class Heartbeat:
         if beat:
             self._last = time.monotonic()
         return standing
-
-
-T = TypeVar("T")
-
-
-def while_heartbeating(run: Watched, work: Callable[[], T]) -> T:
-    """`work()` in a thread while the attempt (node k's: its node) keeps heartbeating: a step
-    before the job starts that may outlast run_lost_seconds on a busy host (a fresh data dir's
-    job base) must not get the run, or a multi-node run's node, counted lost."""
-    done: list[T] = []
-    failed: list[BaseException] = []
-
-    def run_it() -> None:
-        try:
-            done.append(work())
-        except BaseException as exc:
-            failed.append(exc)
-
-    thread = threading.Thread(target=run_it, name=f"run-{run.run_id}-prepare", daemon=True)
-    thread.start()
-    heartbeat = Heartbeat(run)
-    while thread.is_alive():
-        thread.join(timeout=heartbeat.every)
-        if thread.is_alive():
-            heartbeat.check()
-    if failed:
-        raise failed[0]
-    return done[0]

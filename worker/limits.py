@@ -235,6 +235,9 @@ class Guard:
         self.disk_interval = disk_interval
         self._next_disk = 0.0
         self.disk_used = 0
+        # Wall times the job was last seen within its limits: the disk as last measured, the
+        # cgroup's counters (OOM kills, refused forks) as last read.
+        self._disk_below_at = self._clear_at = time.time()
 
     def _hit(self) -> str | None:
         if self.limits.cgroup and cgroups.oom_kills(self.limits.cgroup):
@@ -256,7 +259,18 @@ class Guard:
             tmp = tmp_bytes(members[0]) if members and job.sandboxed else 0
             used = folder_bytes(self.run_dir) + tmp
             self.disk_used = max(self.disk_used, used)
-        return self._hit()
+            if self.disk_used < self.limits.disk_bytes:
+                self._disk_below_at = time.time()
+        hit = self._hit()
+        if hit is None:
+            self._clear_at = time.time()
+        return hit
+
+    def hit_after(self, hit: str) -> float:
+        """When the job was last seen within the limit ``hit`` names (epoch seconds): it was
+        passed after that, so whatever it caused (a multi-node run's peers failing on their
+        broken process group) came later, and a node's record dated so sorts first."""
+        return self._disk_below_at if hit == self.limits.disk_full() else self._clear_at
 
     def verdict(self, code: int | None) -> str | None:
         """After the job ended: the limit that ended it, if one did (a file cut at

@@ -4,11 +4,13 @@ Every node's worker prepares the run as for one host (worker.runner), then, befo
 torchrun, meets the others (`meet`): it reports ready (node 0 with the rendezvous port it just
 found free on its host) and waits, checking in, until every node is. Node 0's worker then
 supervises the run as always (worker.supervise: metrics, heartbeat, cancel, final status);
-every other node's worker only keeps its own job in step with the run (`supervise_node`): it
-stops the job as soon as the run was cancelled or ended, and a job that fails fails the run
-as one (`fail_as_one`), with the first failure of any node. Node k's job is recorded on its
-host (worker.job_records), so the host's next worker re-adopts it (worker.adoption) and runs
-`supervise_node` on it again.
+every other node's worker keeps its own job in step with the run (`supervise_node`) under the
+same supervision loop (worker.watch, worker.supervision): its log and series forwarded, its
+limits guarded, its node's check-in. It stops the job as soon as the run was cancelled or
+ended, or the job passed a limit, and a job that fails fails the run as one (`fail_as_one`),
+with the first failure of any node (a limit dated when the job was last within it). Node k's
+job is recorded on its host (worker.job_records), so the host's next worker re-adopts it
+(worker.adoption) and runs `supervise_node` on it again.
 """
 
 from __future__ import annotations
@@ -25,17 +27,18 @@ from app.runs.nodes import NodeFailure
 from app.runs.status import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths
-from worker import gpus, job_records
+from worker import job_records
 from worker.db_retry import with_db
 from worker.forwarder import forward
-from worker.heartbeat import Heartbeat, Watched, stops_as_cancelled
+from worker.heartbeat import Watched
 from worker.job_errors import first_failure, run_error
 from worker.launcher import NodeSpec
-from worker.limits import release
+from worker.limits import Guard, release
 from worker.process import JobProcess
 from worker.run_log import note_in_log
-from worker.system_metrics import SystemSeries
-from worker.watch import SHUTTING_DOWN, StopReason
+from worker.supervision import Policy, Seen, StopReason, supervise
+from worker.supervision_steps import CheckIn
+from worker.watch import limits_guard, watch
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +48,6 @@ log = logging.getLogger(__name__)
 FAIL_SETTLE_SECONDS = 3.0
 # How often a node checks in while it waits for the others or trains.
 ROUND_SECONDS = 0.25
-# How often node k ships its new output lines and samples its series (one transaction each).
-FORWARD_SECONDS = 1.0
 # How long node 0 waits, its job done, for the other nodes' ends (their ranks leave the
 # process group together: a second or two) before it finishes the run anyway.
 PEERS_END_SECONDS = 20.0
@@ -68,23 +69,58 @@ def pick_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _check_in(run: Watched, role: NodeRole, heartbeat: Heartbeat | None) -> Standing | None:
-    if heartbeat is not None:  # node 0: the run's own heartbeat (and its leases)
-        return heartbeat.check()
-    try:
-        with session_scope() as session:
-            return nodes.node_check_in(
-                session, run_id=run.run_id, attempt=run.attempt, node=role.node
+class _Meeting:
+    """The wait for every node, as a step and as what the loop supervises: it ends once the
+    barrier is met (this node's NodeSpec) or the join time is over (why the run fails)."""
+
+    def __init__(self, run: Watched, role: NodeRole) -> None:
+        self.run, self.role = run, role
+        self.deadline = time.monotonic() + get_settings().node_join_seconds
+        self.said: tuple[str, ...] = ()
+        self.outcome: NodeSpec | str | None = None
+
+    def __call__(self, seen: Seen) -> None:
+        if seen.standing is not Standing.OWNED:  # not answered, or the decision tree's to act
+            return
+        run, settings = self.run, get_settings()
+        met = with_db(
+            run.run_id,
+            "read the barrier",
+            lambda s: nodes.barrier(s, run_id=run.run_id, attempt=run.attempt),
+        )
+        if met.ready:
+            self.outcome = NodeSpec(
+                self.role.node,
+                met.master_address,
+                met.port,
+                settings.worker_interface,
+                met.addresses,
             )
-    except Exception as exc:
-        log.warning("run %s node %s: check-in failed (%s)", run.run_id, role.node, exc)
-        return None
+        elif time.monotonic() > self.deadline:
+            self.outcome = (
+                f"not every node joined within {settings.node_join_seconds:.0f} s of the "
+                f"others: {'; '.join(met.missing)}"
+            )
+        elif self.role.node == 0 and met.missing != self.said:  # the log says who waits
+            self.said = met.missing
+            note_in_log(RunPaths(run.metrics_path.parent).root, f"{'; '.join(self.said)}")
+
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def stop(self, grace: float, reason: StopReason) -> bool:
+        return True  # nothing of the node runs yet
 
 
 def meet(run: Watched, role: NodeRole) -> NodeSpec | StopReason | str:
     """Report ready and wait for every node: this node's NodeSpec once all are, the reason to
-    stop (cancelled, handed over), or why the run fails (a node never joined)."""
-    settings = get_settings()
+    stop (cancelled, handed over), or why the run fails (a node never joined). The wait is the
+    supervision loop's (worker.supervision): the check-in (node 0's: the run's own heartbeat
+    and leases), then the barrier; a worker shutdown does not end it (the job, once started,
+    is left to the next worker as any job is)."""
     port = pick_port() if role.node == 0 else None
     with_db(
         run.run_id,
@@ -93,38 +129,14 @@ def meet(run: Watched, role: NodeRole) -> NodeSpec | StopReason | str:
             s, run_id=run.run_id, attempt=run.attempt, node=role.node, port=port
         ),
     )
-    heartbeat = Heartbeat(run) if role.node == 0 else None
-    deadline = time.monotonic() + settings.node_join_seconds
-    said: tuple[str, ...] = ()
-    while True:
-        standing = _check_in(run, role, heartbeat)
-        if standing is not None:
-            if stops_as_cancelled(standing):
-                return StopReason.CANCEL
-            if standing is Standing.NOT_OWNED:
-                return StopReason.FENCED
-            met = with_db(
-                run.run_id,
-                "read the barrier",
-                lambda s: nodes.barrier(s, run_id=run.run_id, attempt=run.attempt),
-            )
-            if met.ready:
-                return NodeSpec(
-                    role.node,
-                    met.master_address,
-                    met.port,
-                    settings.worker_interface,
-                    met.addresses,
-                )
-            if time.monotonic() > deadline:
-                return (
-                    f"not every node joined within {settings.node_join_seconds:.0f} s of the "
-                    f"others: {'; '.join(met.missing)}"
-                )
-            if role.node == 0 and met.missing != said:  # the run's log says who waits for what
-                said = met.missing
-                note_in_log(RunPaths(run.metrics_path.parent).root, f"{'; '.join(said)}")
-        time.sleep(ROUND_SECONDS)
+    meeting = _Meeting(run, role)
+    policy = Policy(cancel_grace=0.0, shutdown_grace=None)
+    what = f"run {run.run_id} node {role.node}'s meeting"
+    stopped = supervise(what, meeting, [CheckIn(run), meeting], policy, interval=ROUND_SECONDS)
+    if stopped is not None:
+        return stopped
+    assert meeting.outcome is not None
+    return meeting.outcome
 
 
 def refuse(run: Watched, role: NodeRole, why: str) -> RunStatus:
@@ -180,52 +192,62 @@ def _record_end(run: Watched, node: int, code: int | None, failure: NodeFailure 
     )
 
 
-def supervise_node(run: Watched, job: JobProcess, role: NodeRole) -> RunStatus:
-    """Node k > 0's job, from its start to its end: stopped at once when the run is no longer
-    its attempt's (another node failed it), after the cancel grace when it was cancelled.
+class _NodeFailures:
+    """Node k's failure, recorded on its node as soon as it is known, before torchrun has
+    stopped the node's other ranks or this worker the job (node 0's may fail first): the first
+    rank's record (a step of the loop), or the limit the job passed, dated when the job was
+    last seen within it (worker.limits.Guard.hit_after)."""
 
-    Meanwhile it forwards its node's output.log and records its system series, both labelled
-    with the node (worker.forwarder, app.metrics.system_series)."""
+    def __init__(self, run: Watched, node: int) -> None:
+        self.run, self.node = run, node
+        self.paths = RunPaths(run.metrics_path.parent)
+        self.early: NodeFailure | None = None
+        self.limit: NodeFailure | None = None
+
+    def __call__(self, seen: Seen) -> None:
+        if self.early is None and (found := _early_failure(self.paths)) is not None:
+            self.early = found
+            if self.limit is None:  # the limit is the cause: a rank then failed on it
+                _record_end(self.run, self.node, None, found)
+
+    def limit_hit(self, hit: str, guard: Guard) -> NodeFailure:
+        self.limit = NodeFailure(hit, None, guard.hit_after(hit))
+        _record_end(self.run, self.node, None, self.limit)
+        return self.limit
+
+
+def supervise_node(run: Watched, job: JobProcess, role: NodeRole) -> RunStatus:
+    """Node k > 0's job, from its start to its end, under the supervision loop every job has
+    (worker.watch): its log and system series forwarded (labelled with the node), its limits
+    guarded, the node's check-in; stopped at once when the run is no longer its attempt's
+    (another node failed it), after the cancel grace when it was cancelled or a limit hit."""
     settings = get_settings()
-    paths = RunPaths(run.metrics_path.parent)
-    system = SystemSeries(
-        run.run_id,
-        interval=settings.system_metrics_interval_seconds,
-        node=role.node,
-        host=gpus.host_name(settings),
+    guard = limits_guard(run)
+    failures = _NodeFailures(run, role.node)
+
+    def on_hit(hit: str) -> None:
+        assert guard is not None
+        failures.limit_hit(hit, guard)
+
+    stopped = watch(
+        run,
+        job,
+        interval=ROUND_SECONDS,
+        grace=settings.cancel_grace_seconds,
+        guard=guard,
+        on_hit=on_hit,
+        extra=[failures],
     )
-    stopped: StopReason | None = None
-    early: NodeFailure | None = None
-    next_forward = 0.0
-    while job.poll() is None:
-        time.sleep(ROUND_SECONDS)
-        if time.monotonic() >= next_forward:
-            next_forward = time.monotonic() + FORWARD_SECONDS
-            _forward(run, role, system, job)
-        if early is None and (early := _early_failure(paths)) is not None:
-            _record_end(run, role.node, None, early)  # now: node 0's may fail first
-        standing = _check_in(run, role, None)
-        if standing is None or (standing is Standing.OWNED and not SHUTTING_DOWN.is_set()):
-            continue
-        if standing is Standing.OWNED and settings.keep_jobs_on_worker_stop:
-            # This worker shuts down: the job trains on for the host's next worker
-            # (worker.adoption), as a single host's does, unless the node is lost meanwhile.
-            job.detach()
-            log.warning("run %s node %s: left training for the next worker", run.run_id, role.node)
-            return RunStatus.running
-        if standing is Standing.OWNED:  # this worker shuts down: the run cannot go on
-            stopped = StopReason.SHUTDOWN
-            job.stop(settings.cancel_grace_seconds)
-        elif stops_as_cancelled(standing):
-            stopped = StopReason.CANCEL
-            job.stop(settings.cancel_grace_seconds)
-        else:
-            stopped = StopReason.FENCED
-            job.stop(0.0)
-        break
+    if stopped is StopReason.DETACH:
+        # This worker shuts down: the job trains on for the host's next worker
+        # (worker.adoption), as a single host's does, unless the node is lost meanwhile.
+        job.detach()
+        log.warning("run %s node %s: left training for the next worker", run.run_id, role.node)
+        return RunStatus.running
     code = job.wait()
     try:
-        return _ended(run, role, job, (code, stopped, early))
+        hit = guard.verdict(code) if guard is not None else None
+        return _ended(run, role, (code, stopped, hit, guard), failures)
     finally:
         job_records.forget_attempt(run.run_id, run.attempt)  # nothing left to re-adopt
 
@@ -233,27 +255,34 @@ def supervise_node(run: Watched, job: JobProcess, role: NodeRole) -> RunStatus:
 def _ended(
     run: Watched,
     role: NodeRole,
-    job: JobProcess,
-    how: tuple[int, StopReason | None, NodeFailure | None],
+    how: tuple[int, StopReason | None, str | None, Guard | None],
+    failures: _NodeFailures,
 ) -> RunStatus:
-    """Node k's job has exited (`how`: its exit status, why this worker stopped it, the
-    failure its ranks recorded early): the last of its log, its limits released, its end
-    recorded, and the run failed as one when the job failed."""
-    code, stopped, early = how
+    """Node k's job has exited (`how`: its exit status, why this worker stopped it, the limit
+    it passed and the guard that saw it): the last of its log, its limits released, its end
+    recorded, and the run failed as one when the job failed (the limit first, as on one
+    host: worker.supervise)."""
+    code, stopped, hit, guard = how
     paths = RunPaths(run.metrics_path.parent)
-    _forward(run, role, None, job, final=True)
+    _forward_last(run, role)
     release(run.limits)
     if stopped is StopReason.SHUTDOWN:
         why = f"the worker of node {role.node} shut down while the run was training"
         return fail_as_one(run, role.node, code, NodeFailure(why, None, time.time()))
-    if stopped is not None:
+    if stopped in (StopReason.CANCEL, StopReason.FENCED):
         note_in_log(paths.root, f"the run ended ({stopped.value}); this node's processes stopped")
         _record_end(run, role.node, code, None)
         return RunStatus.cancelled if stopped is StopReason.CANCEL else RunStatus.queued
+    if hit is not None and guard is not None:
+        limit = failures.limit or failures.limit_hit(hit, guard)
+        words = node_failure((paths, code), role.node).error
+        failure = NodeFailure(f"{hit}\n\n{words}", None, limit.failed_at)
+        return fail_as_one(run, role.node, code, failure)
     if code == 0:
         _record_end(run, role.node, 0, None)
         return RunStatus.succeeded
-    return fail_as_one(run, role.node, code, early or node_failure((paths, code), role.node))
+    failure = failures.early or node_failure((paths, code), role.node)
+    return fail_as_one(run, role.node, code, failure)
 
 
 def await_peers(run: Watched, seconds: float = PEERS_END_SECONDS) -> None:
@@ -272,27 +301,21 @@ def await_peers(run: Watched, seconds: float = PEERS_END_SECONDS) -> None:
         time.sleep(ROUND_SECONDS)
 
 
-def _forward(
-    run: Watched, role: NodeRole, system: SystemSeries | None, job: JobProcess, final: bool = False
-) -> None:
-    """Node k's log and system series to the database; an error is logged and retried at the
-    next round (the job trains on: its output stays in this host's run directory)."""
+def _forward_last(run: Watched, role: NodeRole) -> None:
+    """Node k's last log lines to the database once its job has ended (the loop shipped the
+    rest), while the run is still this attempt's; the batch goes after node 0 may have ended
+    the run. An error is logged (its output stays in this host's run directory)."""
     try:
         with session_scope() as session:
-            if system is not None and system.due():
-                system.record(session, job.members())
-            if final and not nodes.is_latest_attempt(
-                session, run_id=run.run_id, attempt=run.attempt
-            ):
+            if not nodes.is_latest_attempt(session, run_id=run.run_id, attempt=run.attempt):
                 return
             forward(
                 session,
                 run_id=run.run_id,
                 metrics_path=run.metrics_path,
-                # the last batch goes after node 0 may have ended the run (still this attempt)
-                attempt=None if final else run.attempt,
+                attempt=None,
                 node=role.node,
-                final=final,
+                final=True,
             )
     except Exception as exc:
         log.warning("run %s node %s: forwarding failed (%s)", run.run_id, role.node, exc)

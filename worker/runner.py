@@ -50,7 +50,7 @@ from worker.db_retry import with_db
 from worker.env_build import PipFailed
 from worker.environments import BuildFailed, run_requirements
 from worker.gpus import Inventory, detect, gpu_stats
-from worker.heartbeat import Watched, while_heartbeating
+from worker.heartbeat import Watched
 from worker.job_firewall import fence, nft_path
 from worker.job_network import Plan
 from worker.job_policy import (
@@ -64,13 +64,15 @@ from worker.launcher import LaunchSpec, NodeSpec, build_launch
 from worker.node_run import NodeRole
 from worker.process import JobProcess
 from worker.supervise import (
-    WORKER_SHUTDOWN_REASON,
     finish,
-    hand_over_stopped,
+    not_met,
     remember,
+    stopped_before_start,
     supervise,
 )
-from worker.watch import StopReason, drain
+from worker.supervision import while_supervised
+from worker.supervision_steps import CheckIn
+from worker.watch import drain
 from worker.workspace import prepare_work_dir
 
 log = logging.getLogger(__name__)
@@ -222,7 +224,11 @@ def _execute_claimed(
                 # Unpacking a large snapshot, or waiting for another run's unpack of it, may
                 # outlast run_lost_seconds: the run keeps heartbeating meanwhile (issue 37).
                 use = code_copy.use(run_dir, script_config.code, script_config.script)
-                shared = while_heartbeating(watched, lambda: held.enter_context(use))
+                shared, stopped = while_supervised(
+                    watched, lambda: held.enter_context(use), [CheckIn(watched)]
+                )
+                if stopped is not None:
+                    return stopped_before_start(watched, stopped)
                 script, unpacked = shared.script, shared.unpacked
             else:
                 script = resolve_script(settings.workspace_dir, script_config.script)
@@ -252,21 +258,17 @@ def _execute_claimed(
             error = f"could not build the run's environment: {error}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     held.callback(prepared.release)
-    if prepared.stopped is StopReason.FENCED:  # the next attempt's now: nothing more of this
-        log.warning(
-            "run %s: attempt %s was handed over while its environment was built", run_id, attempt
-        )
-        return RunStatus.queued
     if prepared.stopped is not None:
-        drain(watched)
-        if prepared.stopped is StopReason.CANCEL:
-            return finish(run_id, RunStatus.cancelled, None, None, attempt=attempt)
-        return hand_over_stopped(run_id, attempt=attempt, reason=WORKER_SHUTDOWN_REASON)
+        return stopped_before_start(watched, prepared.stopped)
     # Every job runs on the job base (never the worker's own packages), or on its own
     # environment layered on it.
-    base = while_heartbeating(
-        watched, lambda: job_base.ensure(settings.resolved_env_dir, settings.job_package_names)
+    base, stopped = while_supervised(
+        watched,
+        lambda: job_base.ensure(settings.resolved_env_dir, settings.job_package_names),
+        [CheckIn(watched)],
     )
+    if stopped is not None:
+        return stopped_before_start(watched, stopped)
     isolation = job_isolation()
     group = job_sandbox.user_group(claimed.owner_id) if isolation.as_root else None
     cache = user_cache.prepare(settings.resolved_data_dir, claimed.owner_id, group)
@@ -276,7 +278,7 @@ def _execute_claimed(
     if role is not None:  # every node prepared before any starts
         met = node_run.meet(watched, role)
         if not isinstance(met, NodeSpec):
-            return _not_met(watched, role, met)
+            return not_met(watched, role, met)
         node = met
         # The host's network, fenced by rules of the run's uid (worker.job_firewall), until
         # the job has ended; nft failing fails the node.
@@ -372,15 +374,3 @@ def _execute_claimed(
     except BaseException:
         limits.release(held_to)  # the block stopped the job
         raise
-
-
-def _not_met(run: Watched, role: NodeRole, why: StopReason | str) -> RunStatus:
-    """A node that did not start its job: the run was cancelled or handed over meanwhile, or
-    (node 0 says it) a node never joined."""
-    if why is StopReason.FENCED:
-        return RunStatus.queued
-    if role.node > 0:  # node 0's worker writes the run's status
-        return RunStatus.cancelled if why is StopReason.CANCEL else RunStatus.failed
-    if why is StopReason.CANCEL:
-        return finish(run.run_id, RunStatus.cancelled, None, None, attempt=run.attempt)
-    return finish(run.run_id, RunStatus.failed, None, str(why), attempt=run.attempt)

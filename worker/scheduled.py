@@ -1,5 +1,6 @@
 """The worker's own periodic work (app.periodic): the idle host heartbeat, every third of the
-lease TTL (at least every 0.5 s), so that the scheduler counts this host's GPUs as there."""
+lease TTL (never more often than every 0.5 s, however short the TTL), so that the scheduler
+counts this host's GPUs as there."""
 
 from __future__ import annotations
 

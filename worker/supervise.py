@@ -24,10 +24,12 @@ from worker import held_gpus, job_records, node_run
 from worker.db_retry import with_db
 from worker.heartbeat import Watched
 from worker.job_errors import run_error
-from worker.limits import Guard, release
+from worker.limits import release
+from worker.node_run import NodeRole
 from worker.process import JobProcess
 from worker.run_log import note_in_log
-from worker.watch import StopReason, drain, watch
+from worker.supervision import StopReason
+from worker.watch import drain, limits_guard, watch
 from worker.work_dir_upload import store_while_heartbeating
 
 log = logging.getLogger(__name__)
@@ -72,9 +74,7 @@ def supervise(run: Watched, job: JobProcess) -> RunStatus:
     settings = get_settings()
     run_dir = run.metrics_path.parent
     log_path = RunPaths(run_dir).log
-    guard = None
-    if run.limits is not None:
-        guard = Guard(run.limits, run_dir, disk_interval=settings.disk_check_interval_seconds)
+    guard = limits_guard(run)
     with held_gpus.holding(run.run_id, run.attempt, run.gpus, job.pid):
         stopped_by = watch(
             run,
@@ -206,3 +206,28 @@ def hand_over_stopped(
     )
     log.info("run %s: %s (%s)", run_id, outcome.value, reason)
     return _HANDED_OVER_AS.get(outcome, RunStatus.failed)
+
+
+def stopped_before_start(run: Watched, stopped: StopReason) -> RunStatus:
+    """The supervision loop stopped the run before its job started (during its snapshot's
+    unpack, its environment's build, its job base): handed over (nothing more of this attempt
+    is written), cancelled, or handed back by a worker shutdown."""
+    if stopped is StopReason.FENCED:  # the next attempt's now: nothing more of this
+        log.warning("run %s: attempt %s handed over before its job", run.run_id, run.attempt)
+        return RunStatus.queued
+    drain(run)  # what its log says so far (pip's lines)
+    if stopped is StopReason.CANCEL:
+        return finish(run.run_id, RunStatus.cancelled, None, None, attempt=run.attempt)
+    return hand_over_stopped(run.run_id, attempt=run.attempt, reason=WORKER_SHUTDOWN_REASON)
+
+
+def not_met(run: Watched, role: NodeRole, why: StopReason | str) -> RunStatus:
+    """A node that did not start its job: the run was cancelled or handed over meanwhile, or
+    (node 0 says it) a node never joined."""
+    if why is StopReason.FENCED:
+        return RunStatus.queued
+    if role.node > 0:  # node 0's worker writes the run's status
+        return RunStatus.cancelled if why is StopReason.CANCEL else RunStatus.failed
+    if why is StopReason.CANCEL:
+        return finish(run.run_id, RunStatus.cancelled, None, None, attempt=run.attempt)
+    return finish(run.run_id, RunStatus.failed, None, str(why), attempt=run.attempt)

@@ -20,7 +20,7 @@ from worker.adoption import adopt_jobs
 from worker.liveness import HostJobs
 from worker.runner import NotRun, execute_node, execute_run, inventory
 from worker.scheduled import HOST_HEARTBEAT
-from worker.watch import SHUTTING_DOWN
+from worker.supervision import SHUTTING_DOWN
 
 _PERIODIC: list[Runner] = []
 

@@ -5,7 +5,9 @@ were disjoint and covered the set. ``--fail_rank``/``--fail_step`` make one rank
 ``--step_sleep`` makes a run long enough to cancel or to lose a node under; ``--checkpoint 1``
 saves one after each epoch, and a run that resumes one goes on from its epoch and step;
 ``--probe host:port,...`` makes every rank try to connect to each first and raise if one
-answers (the job network's test)."""
+answers (the job network's test); ``--exceed disk`` or ``--exceed memory`` makes ``--fail_rank``
+pass the run's limit at ``--fail_step`` instead of raising: it writes 20 MB files into its
+folder (up to 1 GB), or holds up to 6 GiB of memory, then holds on."""
 
 import argparse
 import os
@@ -28,7 +30,24 @@ parser.add_argument("--fail_step", type=int, default=0)
 parser.add_argument("--step_sleep", type=float, default=0.0)
 parser.add_argument("--checkpoint", type=int, default=0)  # 1: a checkpoint after each epoch
 parser.add_argument("--probe", default="")
+parser.add_argument("--exceed", default="", choices=["", "disk", "memory"])
 args = parser.parse_args()
+
+
+def exceed(what: str) -> None:
+    """Past the run's limit on this rank; the other ranks wait for it in their next step."""
+    print(f"rank {dist.get_rank()} goes past the {what} limit", flush=True)
+    if what == "memory":
+        # Zero-filled, so touched; bounded (6 GiB) on a box that does not hold the run to it.
+        held = [bytearray(32 * 1024**2) for _ in range(192)]
+        print(f"rank {dist.get_rank()} holds {len(held) * 32} MiB", flush=True)
+        time.sleep(600)
+    chunk = os.urandom(1024**2)
+    for n in range(50):
+        with open(f"fill-{n}.bin", "wb") as f:
+            for _ in range(20):
+                f.write(chunk)
+    time.sleep(600)  # held: only the worker's stop ends it
 
 
 def probe(targets: str) -> None:
@@ -72,6 +91,8 @@ for epoch in range(state["epoch"] + 1 if state else 0, args.epochs):
         loss.backward()
         optimizer.step()
         step += 1
+        if rank == args.fail_rank and step == args.fail_step and args.exceed:
+            exceed(args.exceed)
         if rank == args.fail_rank and step == args.fail_step:
             raise RuntimeError(f"rank {rank} fails on purpose at step {step}")
         mean = loss.detach().clone()
