@@ -4,7 +4,7 @@
 ``file:///srv/torchyard``, ``s3://bucket/prefix`` with the ``s3`` extra). Empty means the data
 dir itself is shared (one box, or NFS) and nothing is copied. A checkpoint's copy lives at
 ``<store>/runs/<run_id>/checkpoints/<name>``; the worker uploads it (worker.artifacts) and
-then records its full URL as ``checkpoints.uri`` (app.runs.checkpoint_records), which is all
+then records its full URL as ``checkpoints.uri`` (app.runs.files.checkpoint_records), which is all
 the API needs to read it back.
 """
 
@@ -31,7 +31,7 @@ def checkpoint_key(root: str, run_id: int, name: str) -> str:
 
 
 def run_files_key(root: str, run_id: int) -> str:
-    """Where a run's working-directory files go when it ends (app.runs.work_dir.store): each
+    """Where a run's working-directory files go when it ends (app.runs.files.work_dir.store): each
     file at ``<key>/<path>``, and the listing at ``<key>.json``."""
     return f"{root}/runs/{run_id}/work"
 

@@ -1,6 +1,6 @@
 """The broker client: the one place that builds the Celery app, names the tasks and sends them.
 
-The server enqueues (app.runs.lifecycle), answers readiness (app.ops.ready) and declares the
+The server enqueues (app.runs.state.lifecycle), answers readiness (app.ops.ready) and declares the
 queue before `torchyard up` starts its children; the worker registers its task functions on
 this same app (worker/tasks.py) and consumes. The app lives here, not in the worker, so that the
 server never imports the host agent: a task is sent by name, and only the worker process loads
@@ -62,7 +62,7 @@ celery_app = make_celery()
 
 def send_run(run_id: int, dispatch: int) -> None:
     """Hand the run to the broker; any worker of any host may take it. ``dispatch``: the run's
-    current message number (app.runs.dispatch), so that an older message is dropped."""
+    current message number (app.runs.state.dispatch), so that an older message is dropped."""
     celery_app.send_task(RUN_TASK, args=[run_id, dispatch])
 
 

@@ -134,7 +134,7 @@ def database_away(exc: BaseException) -> bool:
     connection cut by pg_terminate_backend or a failover): worth waiting for, unlike an error
     in what was sent. Here so the host agent can tell the two apart without knowing the
     database library; the API answers such a request 503 with Retry-After
-    (app/http_errors.py) and an event stream polls again (app/runs/events.py)."""
+    (app/http_errors.py) and an event stream polls again (app/runs/streams/events.py)."""
     return isinstance(exc, OperationalError | InterfaceError) or (
         isinstance(exc, DBAPIError) and exc.connection_invalidated
     )

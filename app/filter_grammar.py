@@ -1,5 +1,5 @@
-"""The one parser of torchyard's filter languages: the runs filter (app/runs/filter_lang.py) and
-MLflow's search grammar (app/mlflow/search.py: ``filter_string`` and the experiments' name
+"""The one parser of torchyard's filter languages: the runs filter (app/runs/query/filter_lang.py)
+and MLflow's search grammar (app/mlflow/search.py: ``filter_string`` and the experiments' name
 filter). Both read conditions joined by junction words; a ``Grammar`` says what differs:
 
     filter     := level[0]

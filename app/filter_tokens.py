@@ -1,9 +1,9 @@
-"""The one tokenizer of torchyard's filter languages: the runs filter (app/runs/filter_lang.py:
-the API's ``filter=``, the CLI's ``--filter``, the runs table's box) and MLflow's search
-grammar (app/mlflow/search.py: ``filter_string`` and the experiments' name filter). Both read
-words, quoted strings, comparison operators, brackets and commas; a ``Lexicon`` says which
-characters make a word, which quotes a string, which operators exist, and which quotes may
-wrap part of a word (MLflow's ``metrics.`val/acc```). Words of a language (``and``, ``in``,
+"""The one tokenizer of torchyard's filter languages: the runs filter
+(app/runs/query/filter_lang.py: the API's ``filter=``, the CLI's ``--filter``, the runs table's
+box) and MLflow's search grammar (app/mlflow/search.py: ``filter_string`` and the experiments' name
+filter). Both read words, quoted strings, comparison operators, brackets and commas; a ``Lexicon``
+says which characters make a word, which quotes a string, which operators exist, and which quotes
+may wrap part of a word (MLflow's ``metrics.`val/acc```). Words of a language (``and``, ``in``,
 ``like``) are words here; the parser (app/filter_grammar.py) decides what they mean.
 
 A string's backslash escapes the next character (``'it\\'s'``); a token's ``text`` is the

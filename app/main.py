@@ -36,8 +36,8 @@ from app.periodic import Process, Runner, for_process
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
 from app.runs.delete_api import router as run_delete_router
-from app.runs.images_api import router as run_images_router
-from app.runs.list_api import router as run_list_router
+from app.runs.files.images_api import router as run_images_router
+from app.runs.query.list_api import router as run_list_router
 from app.runs.views import router as runs_views
 from app.saved_views.api import router as saved_views_router
 from app.scheduled import JOBS

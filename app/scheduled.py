@@ -6,7 +6,7 @@ from __future__ import annotations
 from app.auth import scheduled as auth
 from app.notifications import scheduled as notifications
 from app.periodic import Job
-from app.runs import scheduled as runs
+from app.runs.state import scheduled as runs
 from app.sweeps import scheduled as sweeps
 
 JOBS: tuple[Job, ...] = (

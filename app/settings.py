@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.runs.job_files import within
+from app.runs.files.job_files import within
 
 # Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
 PRIVATE_UMASK = 0o077
@@ -32,10 +32,10 @@ class Settings(BaseSettings):
     # With an artifact store, the files a run wrote in its working directory (a script's
     # model.pt, a Hugging Face checkpoint-500/) are copied there when it ends, up to this many
     # bytes per run (largest left out first is not tried: files go in path order until the
-    # cap); the run's log says what was left out (app/runs/work_dir/store.py).
+    # cap); the run's log says what was left out (app/runs/files/work_dir/store.py).
     run_files_store_max_bytes: int = Field(default=2 * 1024**3, ge=0)
     # Images a job logs with TensorBoard (add_image, add_figure) are kept in the database, with
-    # caps against a runaway or hostile job (app/runs/images.py); the run's log says when one
+    # caps against a runaway or hostile job (app/runs/files/images.py); the run's log says when one
     # is hit: a larger image is not kept; past the count per tag older steps are thinned out
     # (newest kept); past the bytes per run later images are not kept.
     tb_image_max_bytes: int = Field(default=4 * 1024**2, ge=0)
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     # ingestion (issue 27: viewers lagged 26-75 s); 0: no age bound.
     spool_max_age_seconds: float = Field(default=3.0, ge=0)
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
-    # each one hit is said on the run (app/runs/notices.py). Metric keys: points of keys past
+    # each one hit is said on the run (app/runs/state/notices.py). Metric keys: points of keys past
     # the limit are not stored (a run page with 100,000 curves froze a browser).
     max_metric_keys_per_run: int = Field(default=10_000, ge=1)
     # The log: output past this many bytes is cut off (the file truncated, a note at the end).
@@ -218,7 +218,7 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: float = 0.5
     # A queued run whose task has not come by a worker for this long (while a worker is live)
-    # lost its broker message, and is sent again (app.runs.dispatch); checked a few times as
+    # lost its broker message, and is sent again (app.runs.state.dispatch); checked a few times as
     # often. <= 0: never.
     queue_resend_seconds: float = 30.0
     sse_poll_seconds: float = 0.2
@@ -282,7 +282,7 @@ class Settings(BaseSettings):
     # "Send test" at most once per this many seconds per user (it is a request to send mail).
     notify_test_cooldown_seconds: float = Field(default=10.0, ge=0)
     # A run failed "worker lost" by a reaper is a guess its stalled worker may still correct
-    # (app.runs.lifecycle.settle, with the job's real exit status): its message waits this
+    # (app.runs.state.lifecycle.settle, with the job's real exit status): its message waits this
     # long, and a correction in time replaces it, so only the run's final outcome is sent.
     notify_worker_lost_hold_seconds: float = Field(default=120.0, ge=0)
     # The address people open the dashboard at ("https://gpu.example.com"): messages link to

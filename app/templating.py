@@ -11,7 +11,7 @@ from fastapi.templating import Jinja2Templates
 
 from app.auth.deps import csrf_cookie
 from app.auth.models import User
-from app.runs.notices import size_text
+from app.runs.state.notices import size_text
 from app.static_files import chart_asset_url, module_preloads
 
 # app/templates links to the repository's top-level templates/: in a checkout (and an editable

@@ -3,7 +3,7 @@
 A fresh database (SQLite file, or PostgreSQL with --postgres-url: a database created next to
 it and dropped after, its tables never ANALYZEd, as a fresh run's points are), one run of
 --keys keys x --steps steps (20 x 20,000: 400,000 points, what a 12-job flood leaves a viewer
-behind by), then a stream from nothing (app.runs.events.poll, as the SSE route runs it, JSON
+behind by), then a stream from nothing (app.runs.streams.events.poll, as the SSE route runs it, JSON
 encoding included) until it has every point. Its peer: the same positions read with the one
 joined statement (app.metrics.live_read._read_joined, what every poll ran before, and what a
 viewer that keeps up still runs), without the encoding. Prints the median poll and the ratio
@@ -70,7 +70,7 @@ def run(url: str, keys: int, steps: int) -> None:
     from app.metrics.live_read import _read_joined
     from app.metrics.service import ingest_points
     from app.migrate import upgrade
-    from app.runs.events import StreamCursor, poll
+    from app.runs.streams.events import StreamCursor, poll
     from tests.factories import add_run
 
     upgrade(url)

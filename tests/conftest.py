@@ -49,7 +49,7 @@ os.environ.update(
     TORCHYARD_WORKSPACE_DIR=str(WORKSPACE_DIR),
     # Tests build "running" runs by hand; only tests/test_liveness.py's own stack reaps.
     TORCHYARD_REAP_INTERVAL_SECONDS="0",
-    # Nor re-sends a queued run (app.runs.dispatch): runs the in-process API queued (sent to
+    # Nor re-sends a queued run (app.runs.state.dispatch): runs the in-process API queued (sent to
     # the memory broker) would reach the live stack's worker; tests/test_queue_faults.py's
     # own stack re-sends.
     TORCHYARD_QUEUE_RESEND_SECONDS="0",

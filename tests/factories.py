@@ -120,7 +120,7 @@ def make_experiment_runs(
     `series` for every run, or `per_run(index)` -> that run's series. For the overlay pages'
     tests and bench."""
     from app.metrics.service import ingest_points
-    from app.runs.params import record_config
+    from app.runs.query.params import record_config
 
     with session_scope() as session:
         owner = session.query(User).filter_by(username="admin").one()

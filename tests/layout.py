@@ -6,7 +6,7 @@ shortened from the left as far as it still names one module only. app/runs/delet
 `test_deletion`, `test_runs_deletion` or `test_app_runs_deletion`; app/runs/api.py is
 `test_runs_api` (`api` alone names a dozen modules); a package names itself and its
 `__init__` (`test_cli_<topic>` for app/cli). The longest prefix of the name that names a module
-wins: `test_runs_events_resume` tests app/runs/events.py, its topic "resume".
+wins: `test_runs_events_resume` tests app/runs/streams/events.py, its topic "resume".
 
 A test module that tests no one module (end-to-end runs, fault injection, rules over the whole
 source) is in CROSS_CUTTING with what it covers instead; one whose name breaks the rule but

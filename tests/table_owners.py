@@ -2,7 +2,7 @@
 the suite runs (issue 38).
 
 docs/architecture.md "Who writes each table" names one module per table, or per column group
-where a table is split (`runs.status`: app/runs/lifecycle.py). This plugin reads that table
+where a table is split (`runs.status`: app/runs/state/lifecycle.py). This plugin reads that table
 and watches what actually reaches the database, by meaning rather than by names in the
 source:
 

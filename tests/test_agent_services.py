@@ -1,8 +1,8 @@
 """The app services the host agent (worker/) changes data through, on the suite's database
-rolled back after each test (db_sessions): a worker's check-in (app.runs.lifecycle.check_in),
-handing over and re-adopting an attempt (app.runs.recovery), a requeued run's spool
-(app.runs.attempts), where a system series starts (app.metrics.system_series), an ingestion
-error said on the run (app.runs.notices), and how app.db tells a database that is away from a
+rolled back after each test (db_sessions): a worker's check-in (app.runs.state.lifecycle.check_in),
+handing over and re-adopting an attempt (app.runs.state.recovery), a requeued run's spool
+(app.runs.state.attempts), where a system series starts (app.metrics.system_series), an ingestion
+error said on the run (app.runs.state.notices), and how app.db tells a database that is away from a
 refused row."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from app.db import database_away, is_conflict
 from app.gpus.models import GpuLease
 from app.metrics.ingest import ingest_points
 from app.metrics.system_series import series_start
-from app.runs import lifecycle
-from app.runs.attempts import restart_spool
-from app.runs.lifecycle import Standing
 from app.runs.models import Run
-from app.runs.notices import note_ingest_error
-from app.runs.recovery import HandoverOutcome, Readopted, hand_over_attempt, readopt
-from app.runs.status import RunStatus
+from app.runs.state import lifecycle
+from app.runs.state.attempts import restart_spool
+from app.runs.state.lifecycle import Standing
+from app.runs.state.notices import note_ingest_error
+from app.runs.state.recovery import HandoverOutcome, Readopted, hand_over_attempt, readopt
+from app.runs.state.status import RunStatus
 from app.timeutil import utcnow
 from tests.factories import admin_run
 

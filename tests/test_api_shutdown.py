@@ -17,7 +17,7 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from app.runs import lifecycle
+from app.runs.state import lifecycle
 from app.timeutil import utcnow
 from tests.own_server import OwnServer, own_server
 from tests.waits import wait_for

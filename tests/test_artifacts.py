@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.artifacts import open_uri
 from app.db import session_scope
-from app.runs import log_store
+from app.runs.files import log_store
 from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
 from tests.factories import make_run

@@ -1,4 +1,4 @@
-"""app.runs.checkpoint_records, the one writer of checkpoint rows: recording, retention's
+"""app.runs.files.checkpoint_records, the one writer of checkpoint rows: recording, retention's
 drops, and the artifact store's URIs. Each test works in one transaction, rolled back."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.artifacts import checkpoint_key, store_fs
 from app.metrics.ingest import ingest_points
-from app.runs import checkpoint_records
+from app.runs.files import checkpoint_records
 from app.runs.service import checkpoints_of
 from tests.factories import admin_run
 

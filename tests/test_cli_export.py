@@ -14,7 +14,7 @@ import pytest
 
 from app.db import session_scope
 from app.metrics.ingest import ingest_points
-from app.runs.params import record_config
+from app.runs.query.params import record_config
 from tests.factories import make_run
 from tests.stack import LiveStack
 from tests.test_cli import Cli, logged_in_cli

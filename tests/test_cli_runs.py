@@ -13,8 +13,8 @@ import pytest
 
 from app.db import session_scope
 from app.metrics.ingest import ingest_points
-from app.runs import log_store
-from app.runs.params import record_config
+from app.runs.files import log_store
+from app.runs.query.params import record_config
 from tests.factories import make_run
 from tests.stack import LiveStack
 from tests.test_cli import Cli, logged_in_cli

@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 
 from app.db import session_scope
 from app.metrics.models import MetricOverview
-from app.runs import recovery
 from app.runs.models import Checkpoint, Run, RunStatus
+from app.runs.state import recovery
 from tests.test_pages import launch, log_points, new_experiment, user  # noqa: F401
 
 

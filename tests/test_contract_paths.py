@@ -20,8 +20,8 @@ RULES = {
     "torchyard/contract.py": re.compile(rf"/\s*({RUN_FILE_NAMES})\b|f\"\{{({RUN_FILE_NAMES})\}}/"),
     # torchyard/paths.py: within() is the containment test (the client CLI's too).
     "torchyard/paths.py": re.compile(r"\.is_relative_to\("),
-    # app/runs/job_files.py: open_in, the link-free walk.
-    "app/runs/job_files.py": re.compile(r"O_NOFOLLOW\s*\|\s*os\.O_NONBLOCK"),
+    # app/runs/files/job_files.py: open_in, the link-free walk.
+    "app/runs/files/job_files.py": re.compile(r"O_NOFOLLOW\s*\|\s*os\.O_NONBLOCK"),
 }
 
 

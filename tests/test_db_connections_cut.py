@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session
 
-from app.runs import lifecycle
 from app.runs.models import RunStatus
+from app.runs.state import lifecycle
 from app.timeutil import utcnow
 from tests.databases import POSTGRES_URL, own_database, user_with_token
 from tests.stack import free_port, start_logged, stop_process, wait_healthy

@@ -1,5 +1,5 @@
-"""Queue reconciliation on a real database (app.runs.dispatch): a queued run whose task has not
-come by a worker for queue_resend_seconds is sent again once, with a new dispatch number, and
+"""Queue reconciliation on a real database (app.runs.state.dispatch): a queued run whose task has
+not come by a worker for queue_resend_seconds is sent again once, with a new dispatch number, and
 its older message is dropped on delivery. The messages go to kombu's in-memory broker, read
 back here as a worker would take them. The live faults (a flushed broker, a killed worker) are
 tests/test_queue_faults.py."""
@@ -20,9 +20,9 @@ from app.auth.models import User
 from app.broker import RUN_TASK, celery_app
 from app.experiments.models import Experiment
 from app.gpus.service import touch_host
-from app.runs.dispatch import current_message, resend_lost
-from app.runs.lifecycle import queue
 from app.runs.models import Run
+from app.runs.state.dispatch import current_message, resend_lost
+from app.runs.state.lifecycle import queue
 from app.timeutil import utcnow
 from tests.conftest import DATABASE_URL
 from tests.databases import own_database

@@ -1,4 +1,4 @@
-"""app.runs.environment_record, the one writer of a run's reproducibility record: the
+"""app.runs.files.environment_record, the one writer of a run's reproducibility record: the
 worker's half stored at launch, the job's folded in under it. One transaction per test,
 rolled back."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.runs import environment_record
+from app.runs.files import environment_record
 from app.runs.models import Run
 from tests.factories import admin_run
 

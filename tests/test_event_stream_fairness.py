@@ -17,8 +17,8 @@ from sqlalchemy import select, update
 
 from app.auth.models import User
 from app.db import session_scope
-from app.runs.events import KEY_WINDOW
 from app.runs.models import Run
+from app.runs.streams.events import KEY_WINDOW
 from tests.conftest import make_user
 from tests.factories import add_metric_keys, add_run
 from tests.stack import free_port, start_logged, stop_process, wait_healthy

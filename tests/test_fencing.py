@@ -1,6 +1,6 @@
 """Fencing by attempt (issue 27): the server's word on which attempt owns a run is final.
 
-A stale attempt's batch is refused by the server (app.runs.lifecycle.holds, asked by the
+A stale attempt's batch is refused by the server (app.runs.state.lifecycle.holds, asked by the
 forwarder); a job of this worker keeps its GPUs busy on its host until it is gone
 (worker.held_gpus), whatever the leases say. Units of work on db_sessions (rolled back).
 """
@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.gpus.service import StartOutcome, try_start
 from app.metrics.service import count_points
-from app.runs import lifecycle
 from app.runs.models import Run
-from app.runs.recovery import requeue
+from app.runs.state import lifecycle
+from app.runs.state.recovery import requeue
 from tests.factories import admin_run
 from worker import held_gpus
 from worker.forwarder import forward

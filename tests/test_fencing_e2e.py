@@ -200,7 +200,8 @@ def test_jobs_that_exit_while_their_worker_is_frozen_end_their_runs_as_they_exit
 ) -> None:
     """Two jobs end (exit 0) while their worker is frozen past run_lost_seconds: the reaper,
     which cannot see them, fails their runs "worker lost"; once the worker resumes it knows
-    how they exited, and the runs end succeeded with every step (app.runs.lifecycle.settle)."""
+    how they exited, and the runs end succeeded with every step
+    (app.runs.state.lifecycle.settle)."""
     live = remote_reaper
     (WORKSPACE_DIR / "chaos").mkdir(parents=True, exist_ok=True)
     shutil.copy(CHAOS_SCRIPT, WORKSPACE_DIR / "chaos" / CHAOS_SCRIPT.name)

@@ -1,5 +1,5 @@
 """app/filter_grammar.py: the one parser of the runs filter and MLflow's search grammar, under
-each language's Grammar (app.runs.filter_lang.GRAMMAR, app.mlflow.search.GRAMMAR): the tree it
+each language's Grammar (app.runs.query.filter_lang.GRAMMAR, app.mlflow.search.GRAMMAR): the tree it
 builds, the reason and position of what it refuses, its limits; and the experiments' name
 filter (app.mlflow.service), which reads MLflow's grammar and allows one condition of it."""
 
@@ -23,7 +23,7 @@ from app.filter_tokens import Token
 from app.mlflow.errors import INVALID_PARAMETER_VALUE, MlflowError
 from app.mlflow.search import GRAMMAR as MLFLOW
 from app.mlflow.service import experiment_name_filter
-from app.runs.filter_lang import GRAMMAR as RUNS
+from app.runs.query.filter_lang import GRAMMAR as RUNS
 
 
 def _refused(text: str, grammar: Grammar) -> GrammarError:

@@ -1,11 +1,11 @@
-"""The filter language's parser (app/runs/filter_lang.py): the tree it reads, and where and why
-it refuses text (the position is what the runs table shows)."""
+"""The filter language's parser (app/runs/query/filter_lang.py): the tree it reads, and where and
+why it refuses text (the position is what the runs table shows)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.runs.filter_lang import (
+from app.runs.query.filter_lang import (
     MAX_DEPTH,
     Condition,
     FilterError,

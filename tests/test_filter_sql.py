@@ -1,4 +1,4 @@
-"""The filter language through GET /api/runs (app/runs/filter_sql.py): bare metric and param
+"""The filter language through GET /api/runs (app/runs/query/filter_sql.py): bare metric and param
 keys, and/or, parentheses, in, ~ on name and tags, the old forms kept; a refused filter is a
 422 naming the position."""
 
@@ -13,7 +13,7 @@ from app.auth.models import User
 from app.db import session_scope
 from app.metrics.ingest import ingest_points
 from app.runs.models import Run, RunTag
-from app.runs.params import record_config
+from app.runs.query.params import record_config
 from tests.conftest import make_user
 from tests.factories import add_run
 

@@ -1,5 +1,5 @@
 """app/filter_tokens.py: the one tokenizer of the runs filter and MLflow's search grammar,
-under each language's lexicon (app.runs.filter_lang.LEXICON, app.mlflow.search.LEXICON)."""
+under each language's lexicon (app.runs.query.filter_lang.LEXICON, app.mlflow.search.LEXICON)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from app.filter_tokens import Token, TokenError, tokens
 from app.mlflow.search import LEXICON as MLFLOW
-from app.runs.filter_lang import LEXICON as RUNS
+from app.runs.query.filter_lang import LEXICON as RUNS
 
 
 def _shape(found: list[Token]) -> list[tuple[str, str, int]]:

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.metrics.service import count_points, read_series
 from app.runs.models import Run
 from app.runs.nodes import holds_node_0
-from app.runs.notices import notice_lines
 from app.runs.service import checkpoints_of
+from app.runs.state.notices import notice_lines
 from app.settings import get_settings
 from tests.factories import admin_run
 from worker.forwarder import forward

@@ -27,9 +27,9 @@ from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.panel import gpu_panel
 from app.gpus.service import StartOutcome, touch_host, try_start
 from app.gpus.usage import gpu_usage
-from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
 from app.runs.service import create_run
+from app.runs.state import lifecycle
 from app.timeutil import utcnow
 from tests.conftest import make_user
 from tests.test_pages import login
@@ -87,7 +87,7 @@ def queue_run(made: Made, username: str, gpus: int, priority: int = TOP) -> int:
 def queue_stranded(made: Made, username: str, gpus: int, priority: int = TOP) -> int:
     """A run no live host can ever start, queued as it still can be: before its host went away
     (or while no host was live). app.runs.service refuses a new one (tests/test_gpu_requests.py),
-    so this queues through app.runs.lifecycle, as create_run would have."""
+    so this queues through app.runs.state.lifecycle, as create_run would have."""
     with session_scope() as session:
         owner = user_named(session, username)
         config = {"recipe": "tiny_mlp", "params": {}, "resources": {"gpus": gpus, "nproc": 1}}

@@ -16,7 +16,7 @@ from app.experiments.models import Experiment
 from app.gpus.panel import gpu_panel
 from app.gpus.schemas import GpuPanelOut
 from app.gpus.service import StartOutcome
-from app.runs import lifecycle
+from app.runs.state import lifecycle
 from app.timeutil import utcnow
 from tests.conftest import make_user
 from tests.test_gpu_panel import NEVER_STARVES, TTL, Made, host, remove, start_on, user_named
@@ -31,7 +31,7 @@ def made() -> Iterator[Made]:
 
 def queue_multi_node(made: Made, username: str, *, nodes: int, gpus: int) -> int:
     """Queued as the scheduler sees it (app.runs.service refuses nodes > 1 until the launch is
-    wired: docs/multi-node.md), through app.runs.lifecycle as create_run would."""
+    wired: docs/multi-node.md), through app.runs.state.lifecycle as create_run would."""
     config = {
         "recipe": "tiny_mlp",
         "params": {},

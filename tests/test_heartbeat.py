@@ -1,6 +1,6 @@
 """The run's check-in (worker/heartbeat.py), which the one supervision loop asks every round
-(worker/supervision.py): its answer is explicit (app.runs.lifecycle.Standing) and the loop over
-a job (worker.watch) acts on it, with a real job process and the suite's database."""
+(worker/supervision.py): its answer is explicit (app.runs.state.lifecycle.Standing) and the loop
+over a job (worker.watch) acts on it, with a real job process and the suite's database."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from sqlalchemy import update
 
 from app.db import session_scope
-from app.runs import lifecycle
-from app.runs.lifecycle import Standing
 from app.runs.models import Run
+from app.runs.state import lifecycle
+from app.runs.state.lifecycle import Standing
 from app.timeutil import utcnow
 from tests.factories import make_run
 from torchyard.contract import JOB_TOKEN_VAR, METRICS_FILE

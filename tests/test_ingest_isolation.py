@@ -15,8 +15,8 @@ from sqlalchemy import text, update
 from app.db import get_engine, session_scope
 from app.metrics.service import read_series
 from app.runs.models import Run
-from app.runs.notices import notice_lines
-from app.runs.reaper import reap_once
+from app.runs.state.notices import notice_lines
+from app.runs.state.reaper import reap_once
 from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.factories import make_run

@@ -1,12 +1,13 @@
-"""app.runs.ingest_offsets, the one writer of the forwarder's offsets on a run: the spool's,
+"""app.runs.files.ingest_offsets, the one writer of the forwarder's offsets on a run: the spool's,
 each TensorBoard file's, and what a batch kept out. Each test in the rolled-back `db` session."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from app.runs import ingest_offsets, notices
+from app.runs.files import ingest_offsets
 from app.runs.models import Run
+from app.runs.state import notices
 from tests.factories import admin_run
 
 MISSING = 2**31 - 2

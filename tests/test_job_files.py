@@ -1,4 +1,4 @@
-"""app.runs.job_files: a file a job wrote is read only when it is a regular file reached
+"""app.runs.files.job_files: a file a job wrote is read only when it is a regular file reached
 without a link, and nothing it can put in a run directory (a FIFO, a link, a directory, a
 socket) blocks the reader: each is refused at once."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runs.job_files import (
+from app.runs.files.job_files import (
     FileRefused,
     append_to_job_file,
     clean_relative,
@@ -125,7 +125,7 @@ def test_appending_and_cutting_a_regular_file(run_dir: Path) -> None:
 def test_a_file_written_whole_replaces_a_link_or_fifo_without_following_it(
     run_dir: Path,
 ) -> None:
-    from app.runs.job_files import replace_job_file
+    from app.runs.files.job_files import replace_job_file
 
     quick(lambda: replace_job_file(run_dir / "link", b"{}"))
     quick(lambda: replace_job_file(run_dir / "fifo", b"[]"))

@@ -1,5 +1,5 @@
 """Each transition of a run's status takes effect only from the state it expects (on SQLite
-and PostgreSQL). That only app.runs.lifecycle writes the status is checked by what every
+and PostgreSQL). That only app.runs.state.lifecycle writes the status is checked by what every
 write of the suite touches (tests/table_owners.py, docs/architecture.md's owners), not here."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
 from app.gpus.models import GpuLease
-from app.runs import lifecycle, phase
-from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Run, RunStatus
-from app.runs.recovery import HandoverOutcome, hand_over
+from app.runs.state import lifecycle, phase
+from app.runs.state.lifecycle import CancelOutcome
+from app.runs.state.recovery import HandoverOutcome, hand_over
 from app.timeutil import utcnow
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 

@@ -444,7 +444,7 @@ def alive(process: psutil.Process) -> bool:
         return False
 
 
-def test_a_cancel_during_an_environment_build_stops_it_within_5_s(stack) -> None:  # type: ignore[no-untyped-def]
+def test_a_cancel_during_an_environment_build_stops_it_within_5_s(stack) -> None:
     """Issue 38: the build runs under the supervision loop every job has (worker/supervision.py).
     A real worker's pip, stuck downloading a wheel from an index that never finishes it, is
     cancelled: within 5 s of the request every process of the build is gone and the run is

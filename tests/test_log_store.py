@@ -1,5 +1,5 @@
-"""The log shipped to the database (app.runs.log_store.ship -> run_log_chunks) reads exactly
-like the file it came from (app.runs.logs): the same bytes for every offset, tail and rank,
+"""The log shipped to the database (app.runs.files.log_store.ship -> run_log_chunks) reads exactly
+like the file it came from (app.runs.files.logs): the same bytes for every offset, tail and rank,
 and the routes serve it when the run directory is not on the API's disk."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.db import session_scope
-from app.runs import log_store, logs
+from app.runs.files import log_store, logs
 from app.runs.models import Run, RunLogChunk, RunStatus
 from app.settings import get_settings
 from tests.factories import make_run

@@ -183,7 +183,7 @@ def test_a_short_series_goes_whole_and_a_long_one_doubles_its_width(
 def test_a_requeued_attempt_rewriting_steps_is_drawn_from_its_new_points(
     session: Session, run_id: int
 ) -> None:
-    """A requeue deletes the points past the checkpoint (app.runs.recovery.requeue) and drops
+    """A requeue deletes the points past the checkpoint (app.runs.state.recovery.requeue) and drops
     the overviews (an overview cannot lose a point): the overlay reads the series the live
     way meanwhile, and the next attempt's first batch builds the overview again from every
     point left, its own included."""

@@ -1,4 +1,4 @@
-"""A run logged from outside (app.runs.lifecycle open/end/reopen_external): no worker, so no
+"""A run logged from outside (app.runs.state.lifecycle open/end/reopen_external): no worker, so no
 reaper fails it, a cancel ends it at once, and only its client's transitions apply to it."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from sqlalchemy import select
 
 from app.auth.models import User
 from app.db import session_scope
-from app.runs import lifecycle
-from app.runs.lifecycle import CancelOutcome
 from app.runs.models import Run, RunStatus
-from app.runs.recovery import reap_lost_runs
+from app.runs.state import lifecycle
+from app.runs.state.lifecycle import CancelOutcome
+from app.runs.state.recovery import reap_lost_runs
 from app.timeutil import utcnow
 from tests.conftest import make_user
 from tests.factories import add_run

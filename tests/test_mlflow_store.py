@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.metrics.service import read_series
-from app.runs.params import params_by_run
+from app.runs.query.params import params_by_run
 from tests.factories import admin_run
 from torchyard.contract import METRICS_FILE, RUN_DIR_VAR, RUN_ID_VAR
 from torchyard.mlflow_store import TRACKING_URI

@@ -23,8 +23,8 @@ from app.notifications.delivery import deliver_due
 from app.notifications.models import Delivery, NotificationSettings
 from app.notifications.schemas import NotificationSettingsIn
 from app.notifications.triggers import PeriodicChecks, check_stalled
-from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
+from app.runs.state import lifecycle
 from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.conftest import make_user

@@ -1,4 +1,4 @@
-"""The experiment, sweep and GPU pages' event streams (app/runs/page_events.py): each sends
+"""The experiment, sweep and GPU pages' event streams (app/runs/streams/page_events.py): each sends
 its page's snapshot at once, again only when it changed, and ends when its subject is over."""
 
 from __future__ import annotations

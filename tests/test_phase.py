@@ -1,11 +1,11 @@
-"""A run's phase and its build's time apart from its training's (app/runs/phase.py)."""
+"""A run's phase and its build's time apart from its training's (app/runs/state/phase.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from app.runs.phase import BUILDING, STARTING, TRAINING, phase_of
+from app.runs.state.phase import BUILDING, STARTING, TRAINING, phase_of
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 

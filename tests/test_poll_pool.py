@@ -1,5 +1,5 @@
-"""The event streams' poll threads are shared fairly (app/runs/poll_pool.py): one user's many
-streams poll in parallel (it was one poll at a time per user: twelve viewers of one user took
+"""The event streams' poll threads are shared fairly (app/runs/streams/poll_pool.py): one user's
+many streams poll in parallel (it was one poll at a time per user: twelve viewers of one user took
 turns on one thread while three stood idle, bench/flood.py), yet another user's poll still
 finds a thread at once, and a freed thread goes to the user holding fewest."""
 
@@ -10,7 +10,7 @@ import time
 
 import anyio
 
-from app.runs.poll_pool import POLL_THREADS, FairPool, run_polled
+from app.runs.streams.poll_pool import POLL_THREADS, FairPool, run_polled
 
 
 def test_one_users_polls_run_in_parallel_on_all_threads_but_one() -> None:

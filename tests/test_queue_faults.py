@@ -1,7 +1,7 @@
 """The broker cannot freeze the queue (issue 27): no process that reaches the broker can tell
 the workers to stop taking runs (Celery's remote control is off for them), and a queued run
 whose message is lost - the broker flushed, a worker killed -9 holding its messages - is sent
-again (app.runs.dispatch) and starts within 60 s.
+again (app.runs.state.dispatch) and starts within 60 s.
 
 A stack of its own (database, data dir, broker): real uvicorn server, real Celery worker, real
 torch jobs. With Redis the broker is TORCHYARD_TEST_REDIS_URL's database, not the suite's, so

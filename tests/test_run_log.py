@@ -1,4 +1,4 @@
-"""worker/run_log.py and the run-folder writers it uses (app/runs/job_files.py): the worker's
+"""worker/run_log.py and the run-folder writers it uses (app/runs/files/job_files.py): the worker's
 writes into a run's folder, which the run's job controls."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runs.job_files import FileRefused, open_job_file_for_append, replace_job_file
+from app.runs.files.job_files import FileRefused, open_job_file_for_append, replace_job_file
 from worker.run_log import note_in_log
 
 

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 import app.models as models
 from app.gpus.service import touch_host
 from app.runs import nodes
-from app.runs.lifecycle import Standing
 from app.runs.models import RunStatus
+from app.runs.state.lifecycle import Standing
 from app.timeutil import utcnow
 
 

@@ -1,4 +1,4 @@
-"""Checkpoint retention: the policy's choice (app.runs.checkpoint_records.kept) and the
+"""Checkpoint retention: the policy's choice (app.runs.files.checkpoint_records.kept) and the
 config's 422s."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.db import session_scope
-from app.runs.checkpoint_records import Candidate, Policy, kept, policy_of
+from app.runs.files.checkpoint_records import Candidate, Policy, kept, policy_of
 from app.runs.models import Run
 from app.runs.service import checkpoints_of
 from app.settings import get_settings

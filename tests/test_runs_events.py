@@ -1,4 +1,4 @@
-"""What the run stream tells a page about its link to the server (app/runs/events.py): a new
+"""What the run stream tells a page about its link to the server (app/runs/streams/events.py): a new
 attempt is a status event even at the same status (the page shows no attempt the server has not
 confirmed), and a quiet stream still sends a `ping` now and then, so a page that hears nothing
 knows the server is gone even when no connection reset told it."""
@@ -12,7 +12,8 @@ import pytest
 from fastapi.sse import ServerSentEvent
 
 from app.db import session_scope
-from app.runs import events, lifecycle
+from app.runs.state import lifecycle
+from app.runs.streams import events
 from app.timeutil import utcnow
 from tests.factories import make_run
 

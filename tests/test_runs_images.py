@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from torch.utils.tensorboard import SummaryWriter
 
 from app.db import session_scope
-from app.runs import images as run_images
-from app.runs.images import Caps, Image, ImageLimit, store_images
-from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
+from app.runs.files import images as run_images
+from app.runs.files.images import Caps, Image, ImageLimit, store_images
+from app.runs.query.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
 from tests.factories import admin_run, make_run
 from worker.forwarder import forward
@@ -113,7 +113,7 @@ def test_reported_params_are_capped_cut_and_free_of_nul(db_sessions: sessionmake
         limits = record_reported(session, run_id=run_id, values=values)
     assert limits == {ParamLimit.TOO_MANY, ParamLimit.CUT}
     with db_sessions.begin() as session:
-        from app.runs.params import params_by_run
+        from app.runs.query.params import params_by_run
 
         params = params_by_run(session, [run_id])[run_id]
     assert len(params) == MAX_REPORTED
@@ -127,7 +127,7 @@ def test_long_values_are_cut_to_the_cap(db_sessions: sessionmaker[Session]) -> N
     run_id = new_run(db_sessions)
     with db_sessions.begin() as session:
         record_reported(session, run_id=run_id, values={"long": "x" * 5000, "a\x00": "b\x00"})
-        from app.runs.params import params_by_run
+        from app.runs.query.params import params_by_run
 
         params = params_by_run(session, [run_id])[run_id]
     assert len(params["hparams.long"]) == MAX_VALUE_CHARS and params["hparams.long"][-1] == "…"

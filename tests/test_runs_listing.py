@@ -13,9 +13,9 @@ from torch.utils.tensorboard import SummaryWriter
 from app.auth.models import User
 from app.db import session_scope
 from app.metrics.ingest import ingest_points, ingest_steps
-from app.runs import recovery
 from app.runs.models import Checkpoint, Run, RunStatus
-from app.runs.params import record_config
+from app.runs.query.params import record_config
+from app.runs.state import recovery
 from tests.conftest import make_user
 from tests.factories import add_run
 from worker.forwarder import forward

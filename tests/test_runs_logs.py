@@ -1,4 +1,4 @@
-"""Reading output.log by rank: app/runs/logs.py against a plain in-memory reference, and the
+"""Reading output.log by rank: app/runs/files/logs.py against a plain in-memory reference, and the
 `GET /api/runs/{id}/logs?rank=` route on top of it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runs import logs
+from app.runs.files import logs
 from tests.test_runs_api import new_experiment, tiny
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runs.job_files import FileRefused, regular_fd
+from app.runs.files.job_files import FileRefused, regular_fd
 from tests.waits import wait_for
 from torchyard.env_handoff import read_environment
 from worker import job_etc

@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import session_scope
 from app.metrics.service import read_series
-from app.runs import log_store, notices
+from app.runs.files import log_store
 from app.runs.models import Run
-from app.runs.notices import notice_lines
+from app.runs.state import notices
+from app.runs.state.notices import notice_lines
 from app.settings import get_settings
 from tests.factories import admin_run, make_run
 from worker import spool_lines

@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 
 from app.db import session_scope
-from app.runs import lifecycle
-from app.runs.lifecycle import Standing
 from app.runs.models import Run, RunNode
-from app.runs.status import RunStatus
+from app.runs.state import lifecycle
+from app.runs.state.lifecycle import Standing
+from app.runs.state.status import RunStatus
 from tests.test_cgroups import HIERARCHY, needs_cgroups
 from tests.test_heartbeat import started_run
 from tests.test_run_nodes import running_run
@@ -96,6 +96,7 @@ def test_a_cancel_during_a_step_before_the_job_is_acted_on(tmp_path: Path) -> No
 
     done, stopped = while_supervised(run, step, [CheckIn(run), watch_for_the_cancel])
     assert (done, stopped) == ("unpacked", StopReason.CANCEL)
+    assert stopped is not None
     assert stopped_before_start(run, stopped) is RunStatus.cancelled
     with session_scope() as session:
         row = session.get(Run, run.run_id)

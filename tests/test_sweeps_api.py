@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from app.db import session_scope
-from app.runs import lifecycle
 from app.runs.models import Run, RunStatus
+from app.runs.state import lifecycle
 from app.sweeps.models import Sweep, SweepTrial
 from app.sweeps.sampling import grid_point, grid_size
 from app.sweeps.service import advance

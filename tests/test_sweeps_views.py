@@ -74,8 +74,8 @@ def test_a_trial_stopped_early_is_marked_in_the_runs_table_and_the_api(client) -
     """The mark comes from the run's notice (app/sweeps/early_stop.py writes it): the sweep
     page's server rows carry it, and GET /api/runs?sweep_id= gives the reason for the script."""
     from app.db import session_scope
-    from app.runs import notices
     from app.runs.models import Run
+    from app.runs.state import notices
     from app.timeutil import utcnow
 
     username, password, headers = make_user()

@@ -24,8 +24,8 @@ from app.gpus.models import GpuLease
 from app.metrics.ingest import ingest_points
 from app.metrics.service import count_points, list_keys, read_series
 from app.metrics.system_series import series_start
-from app.runs import lifecycle, recovery
 from app.runs.models import Run
+from app.runs.state import lifecycle, recovery
 from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.conftest import WORKSPACE_DIR, wait_for_status

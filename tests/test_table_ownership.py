@@ -177,7 +177,7 @@ def test_a_column_with_two_owners_is_an_error() -> None:
 
         | table | columns | owner |
         | --- | --- | --- |
-        | `runs` | the rest | `app/runs/lifecycle.py` |
+        | `runs` | the rest | `app/runs/state/lifecycle.py` |
         | `runs` | `name` | `app/runs/service.py` |
         | `runs` | `name` | `app/sweeps/service.py` |
         """

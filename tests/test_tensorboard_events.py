@@ -24,7 +24,7 @@ from torch.utils.tensorboard import SummaryWriter
 from app.db import session_scope
 from app.metrics.service import count_points, list_keys, read_series
 from app.runs.models import Run
-from app.runs.notices import MAX_TENSORBOARD_NOTES, notice_lines
+from app.runs.state.notices import MAX_TENSORBOARD_NOTES, notice_lines
 from tests.conftest import REPO
 from tests.factories import admin_run, make_run
 from worker import tensorboard_events, tfrecord
@@ -567,7 +567,7 @@ def write_events(run_dir: Path, *records: bytes) -> Path:
 
 
 def reported(run_id: int, sessions: sessionmaker[Session]) -> dict:
-    from app.runs.params import params_by_run
+    from app.runs.query.params import params_by_run
 
     with sessions() as session:
         return params_by_run(session, [run_id])[run_id]
@@ -603,7 +603,7 @@ def test_hostile_hparams_payloads_are_skipped_and_the_rest_still_arrives(
 def test_hostile_image_summaries_keep_only_checked_png_and_jpeg(
     tmp_path: Path, db_sessions: sessionmaker[Session]
 ) -> None:
-    from app.runs.images import list_images
+    from app.runs.files.images import list_images
 
     run_id = new_run(db_sessions)
     ihdr = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", 2**32 - 1, 7)
@@ -664,7 +664,7 @@ def test_random_and_mutated_events_never_raise(tmp_path: Path) -> None:
 def test_thousands_of_images_in_one_batch_and_a_nan_wall_time_stay_bounded(
     tmp_path: Path, client, admin_headers
 ) -> None:
-    from app.runs.images import list_images
+    from app.runs.files.images import list_images
 
     run_id = make_run()
     tiny = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
@@ -686,7 +686,7 @@ def test_thousands_of_images_in_one_batch_and_a_nan_wall_time_stay_bounded(
 def test_tf2_image_tensors_keep_their_first_image(
     tmp_path: Path, db_sessions: sessionmaker[Session]
 ) -> None:
-    from app.runs.images import list_images
+    from app.runs.files.images import list_images
 
     run_id = new_run(db_sessions)
     png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", 3, 2) + b"..."

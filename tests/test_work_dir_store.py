@@ -1,6 +1,7 @@
 """A run's files when its worker is another host: the worker copies its working directory to
-the artifact store when it ends (app/runs/work_dir/store.py, capped), and the API lists and serves
-them from there (app/runs/work_dir/serve.py), taking the stored listing as hostile input."""
+the artifact store when it ends (app/runs/files/work_dir/store.py, capped), and the API lists and
+serves them from there (app/runs/files/work_dir/serve.py), taking the stored listing as hostile
+input."""
 
 from __future__ import annotations
 

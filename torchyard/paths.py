@@ -1,5 +1,5 @@
 """The one test of "is this path under that root", for every part of torchyard: the server
-(app.runs.job_files re-exports it beside its link-free walk), the worker, and the client CLI's
+(app.runs.files.job_files re-exports it beside its link-free walk), the worker, and the client CLI's
 packer, which runs in the base install without the server (tests/test_contract_paths.py keeps
 ``is_relative_to`` here)."""
 

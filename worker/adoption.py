@@ -32,7 +32,7 @@ import time
 
 from app.db import is_conflict, session_scope
 from app.runs.nodes import NodeFailure, readopt_node
-from app.runs.recovery import readopt
+from app.runs.state.recovery import readopt
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import snapshots

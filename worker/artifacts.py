@@ -1,7 +1,7 @@
 """Checkpoints to and from the shared artifact store (app.artifacts), on the worker.
 
 Upload: the forwarder calls ``sync`` in each of its units of work. It records the URI of every
-upload that has finished since the last call (through app.runs.checkpoint_records, the rows'
+upload that has finished since the last call (through app.runs.files.checkpoint_records, the rows'
 owner), and hands the run's checkpoints that have no URI yet to a small pool of upload
 threads. So no transaction ever waits on an upload, and the
 watch loop keeps heartbeating leases and checking for a cancel while a large file moves. In
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from app.artifacts import checkpoint_key, renames_atomically, store_fs
 from app.db import Session, session_scope
-from app.runs import checkpoint_records
-from app.runs.job_files import FileRefused, clean_relative, is_regular, open_job_file
+from app.runs.files import checkpoint_records
+from app.runs.files.job_files import FileRefused, clean_relative, is_regular, open_job_file
 from app.settings import get_settings
 
 if TYPE_CHECKING:

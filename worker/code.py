@@ -24,7 +24,7 @@ from pathlib import Path
 
 from app.code.scripts import clean_script
 from app.experiments.workspace import ScriptPathError
-from app.runs.job_files import within
+from app.runs.files.job_files import within
 from torchyard.contract import RunPaths
 from worker import snapshots
 

@@ -6,7 +6,7 @@ heartbeats the run and its leases (the reaper must not take it for lost), ships 
 (pip's lines appear on the run page as they come, each as ``torchyard: pip: ...``), and kills
 pip's whole process tree on a cancel, a hand-over or a worker shutdown. The time the
 environment took (built, or found and reused) is said in the log. While it builds, the run's
-phase is "building environment" with pip's last line (app.runs.phase.building /
+phase is "building environment" with pip's last line (app.runs.state.phase.building /
 build_progress: the API, `submit --follow` and the run page show it). A failed build raises
 PipFailed: pip's ERROR lines first, then its other last lines (its "Looking in indexes"
 preamble left out), so the line that matters is the error's first.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from app.runs import phase
+from app.runs.state import phase
 from app.settings import get_settings
 from worker import privileged_env
 from worker.db_retry import with_db

@@ -61,7 +61,7 @@ from app.experiments.requirements import (
     check_requirements_file,
     normal_form,
 )
-from app.runs.job_files import FileRefused, read_job_file
+from app.runs.files.job_files import FileRefused, read_job_file
 from worker import job_base
 from worker.file_lock import flock
 from worker.job_base import JobBase

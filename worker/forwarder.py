@@ -6,16 +6,16 @@ points and records checkpoints, and advances the offset in the same transaction.
 job wrote with TensorBoard's SummaryWriter anywhere under the run directory move with the same
 batch (worker.tensorboard_events).
 
-Everything here is read from files the job wrote, through app.runs.job_files (regular files
+Everything here is read from files the job wrote, through app.runs.files.job_files (regular files
 only, no link followed, never blocking on a FIFO), and every spool line is checked
-(worker.spool_lines): a bad line is skipped and counted on the run (app.runs.notices), a line
+(worker.spool_lines): a bad line is skipped and counted on the run (app.runs.state.notices), a line
 longer than ``spool_line_max_bytes`` is skipped without being read whole, and the per-run
 limits (metric keys, log bytes) are applied here, each said on the run when reached.
 
 Every row changes through the app module that owns its table, with this batch's session:
-points (app.metrics.ingest), the offsets and what was kept out (app.runs.ingest_offsets),
-checkpoint rows and their retention (app.runs.checkpoint_records), the log's copy and its
-size limit (app.runs.log_store, which ships output.log to the database when the API is on
+points (app.metrics.ingest), the offsets and what was kept out (app.runs.files.ingest_offsets),
+checkpoint rows and their retention (app.runs.files.checkpoint_records), the log's copy and its
+size limit (app.runs.files.log_store, which ships output.log to the database when the API is on
 another host). With an artifact store, checkpoints go there too (worker.artifacts).
 
 A multi-node run's node k > 0 (``node``) forwards only its output.log, always to the database
@@ -36,9 +36,10 @@ from typing import NamedTuple
 from app.db import Session
 from app.metrics.ingest import KeyLimit, ingest_steps
 from app.notifications.triggers import metrics_arrived
-from app.runs import checkpoint_records, ingest_offsets, lifecycle, log_store
-from app.runs.job_files import FileRefused, open_job_file
-from app.runs.params import record_reported
+from app.runs.files import checkpoint_records, ingest_offsets, log_store
+from app.runs.files.job_files import FileRefused, open_job_file
+from app.runs.query.params import record_reported
+from app.runs.state import lifecycle
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import artifacts, spool_lines
@@ -140,7 +141,7 @@ def forward(
     waits for uploads between batches, outside any transaction).
 
     ``attempt``: the attempt whose spool this is. Its batch is refused (0) once the run is no
-    longer that attempt's (app.runs.lifecycle.holds: requeued by a reaper, finished): a
+    longer that attempt's (app.runs.state.lifecycle.holds: requeued by a reaper, finished): a
     stalled worker's late batch never lands in the next attempt's curve. None: the caller
     already holds the run in this transaction (the reaper's salvage).
 

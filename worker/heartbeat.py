@@ -4,14 +4,14 @@ run), an environment build (worker.env_build), a step before the job starts or a
 (`worker.supervision.while_supervised`: a snapshot's unpack, the job base, the run's files
 stored), the wait for the other nodes (worker.node_run.meet).
 
-`Heartbeat.check` asks app.runs.lifecycle.check_in (node k > 0 of a multi-node run:
+`Heartbeat.check` asks app.runs.state.lifecycle.check_in (node k > 0 of a multi-node run:
 app.runs.nodes.node_check_in, its node's heartbeat), which stamps the heartbeat (and renews the
 run's GPU leases) when one is due, and answers the attempt's standing; the loop's decision tree
 (worker.supervision.decide) acts on every answer. `stops_as_cancelled` says which answers end
 the run cancelled. NOT_OWNED (the run was handed over under this worker: requeued by a reaper
 while the worker stalled or the database was away; for node k, the run ended or the node was
 declared lost) is final: the loop stops the attempt's job at once and nothing more of it is
-stored (the server refuses its batches too: app.runs.lifecycle.holds).
+stored (the server refuses its batches too: app.runs.state.lifecycle.holds).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.db import Session, session_scope
-from app.runs import lifecycle, nodes
-from app.runs.lifecycle import Standing
+from app.runs import nodes
+from app.runs.state import lifecycle
+from app.runs.state.lifecycle import Standing
 from app.settings import get_settings
 from worker.limits import RunLimits
 

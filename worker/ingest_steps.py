@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from typing import TypeVar
 
 from app.db import Session, database_away, session_scope
-from app.runs.notices import note_ingest_error
+from app.runs.state.notices import note_ingest_error
 from app.settings import get_settings
 from worker.db_retry import with_db
 from worker.ingest_gate import NoTurn, Turn, ingest_gate
@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 class IngestSteps:
     """A database that is away is retried (the spool keeps everything); anything else (a bug,
-    a row the database refuses) is logged, said once on the run (app.runs.notices), and the
+    a row the database refuses) is logged, said once on the run (app.runs.state.notices), and the
     step answers ``default``, and is tried again only RETRY_AFTER_ERROR later."""
 
     RETRY_AFTER_ERROR = 5.0

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.runs.job_files import FileRefused, folder_entries, open_job_file, read_job_file
+from app.runs.files.job_files import FileRefused, folder_entries, open_job_file, read_job_file
 from torchyard.contract import RunPaths, rank_prefix
 
 ERROR_TAIL_LINES = 30

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.artifacts import renames_atomically, store_fs
 from app.gpus.service import format_indices
-from app.runs.job_files import FileRefused, regular_fd, within
+from app.runs.files.job_files import FileRefused, regular_fd, within
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import job_network, limits, sandbox, user_cache

@@ -1,11 +1,11 @@
-"""What this host knows about its own jobs, for the reaper (app.runs.reaper).
+"""What this host knows about its own jobs, for the reaper (app.runs.state.reaper).
 
-The reaper's decision is the server's, over the database (app.runs.recovery); this adds what
+The reaper's decision is the server's, over the database (app.runs.state.recovery); this adds what
 needs the run's files and the keeper's records: before a lost run is failed or requeued,
 whatever its job left in the spool is moved to the database when the run directory is on this
 machine's disk (the worker of that host after a restart, or the API of a one-box deployment,
 torchyard/compose/api.py), so every point that reached the file is kept. ``HostJobs`` is handed
-to the reaper with ``app.runs.reaper.use_local_jobs``.
+to the reaper with ``app.runs.state.reaper.use_local_jobs``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from app.db import Session
-from app.runs import notices
 from app.runs.nodes import holds_node_0
+from app.runs.state import notices
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import job_records
@@ -77,7 +77,7 @@ def ended_unwatched(run_id: int) -> tuple[int, str | None] | None:
 
 
 class HostJobs:
-    """This machine's jobs as app.runs.reaper.LocalJobs sees them."""
+    """This machine's jobs as app.runs.state.reaper.LocalJobs sees them."""
 
     def salvage(self, session: Session, run_id: int) -> None:
         salvage_spool(session, run_id)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from app.db import session_scope
 from app.runs import nodes
-from app.runs.lifecycle import Standing
 from app.runs.nodes import NodeFailure
-from app.runs.status import RunStatus
+from app.runs.state.lifecycle import Standing
+from app.runs.state.status import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import job_records

@@ -26,7 +26,7 @@ from typing import IO
 
 import psutil
 
-from app.runs.job_files import open_job_file_for_append
+from app.runs.files.job_files import open_job_file_for_append
 from torchyard.contract import JOB_TOKEN_VAR
 from worker.keeper import read_exit_file
 from worker.launcher import Launch

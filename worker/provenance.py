@@ -4,7 +4,7 @@ The worker knows what the job cannot: which host and GPUs the scheduler gave it,
 workspace's git state at launch (read before the job starts, so an edit made while it trains
 is not attributed to it). The job writes its half (versions, packages, determinism flags:
 torchyard.runtime.environment) when it starts; ``merge_job_record`` folds it in once it appears.
-The record is stored by app.runs.environment_record, its one writer.
+The record is stored by app.runs.files.environment_record, its one writer.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 from app.db import Session
 from app.experiments.config.model import ScriptConfig
-from app.runs import environment_record
-from app.runs.job_files import read_job_file, within
+from app.runs.files import environment_record
+from app.runs.files.job_files import read_job_file, within
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from torchyard.git_state import git_state

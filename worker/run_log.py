@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.runs.job_files import append_to_job_file
+from app.runs.files.job_files import append_to_job_file
 from torchyard.contract import RunPaths
 
 log = logging.getLogger(__name__)

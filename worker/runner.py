@@ -1,5 +1,5 @@
 """Runs one training run from start to end inside a worker: start (scheduler + GPU leases),
-launch, watch and drain (worker.watch), finish (the status through app.runs.lifecycle, its
+launch, watch and drain (worker.watch), finish (the status through app.runs.state.lifecycle, its
 leases released with it).
 
 Takes a run id, not an ORM object, and opens short units of work of its own, so the database
@@ -25,9 +25,11 @@ from app.experiments.config.model import ScriptConfig, run_config
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, touch_host, try_start
-from app.runs import environment_record, nodes, phase
-from app.runs.job_files import replace_job_file
-from app.runs.status import RunStatus
+from app.runs import nodes
+from app.runs.files import environment_record
+from app.runs.files.job_files import replace_job_file
+from app.runs.state import phase
+from app.runs.state.status import RunStatus
 from app.settings import get_settings
 from app.timeutil import utcnow
 from torchyard.contract import RunPaths
@@ -339,7 +341,7 @@ def _execute_claimed(
         )
     else:  # the keeper gets no run variable either (worker.privileged_env)
         launch = privileged_env.handed_over(launch)
-    # The run's duration counts from here, its environment's build apart (app.runs.phase).
+    # The run's duration counts from here, its environment's build apart (app.runs.state.phase).
     if chief:
         with_db(
             run_id,

@@ -48,7 +48,7 @@ from glob import glob
 from pathlib import Path
 from typing import Literal
 
-from app.runs.job_files import within
+from app.runs.files.job_files import within
 from torchyard.contract import is_server_variable
 from worker import job_etc, privileged_env
 from worker.launcher import Launch
@@ -108,7 +108,7 @@ class SandboxSpec:
     # data dir (worker/snapshots.py).
     shared_read_only: tuple[Path, ...] = ()
     # Single read-only files outside the run dir, as (descriptor, place in the sandbox): a
-    # checkpoint to resume from, opened by app.runs.job_files.regular_fd (bwrap, as root,
+    # checkpoint to resume from, opened by app.runs.files.job_files.regular_fd (bwrap, as root,
     # would follow a link another run's job put in place of the file after the API checked it).
     read_only_fds: tuple[tuple[int, Path], ...] = ()
     devices: tuple[Path, ...] = ()

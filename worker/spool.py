@@ -1,6 +1,6 @@
 """A run's spool across attempts: what a requeued run's next attempt does before it starts.
 
-The reaper (app.runs.recovery) kept every point up to the checkpoint the run resumes from and
+The reaper (app.runs.state.recovery) kept every point up to the checkpoint the run resumes from and
 dropped the ones after it, which the new attempt logs again. Lines of the old attempt that
 were never forwarded are past that checkpoint (a checkpoint line is forwarded only after every
 line before it), so they are superseded: the old spool is set aside, not replayed, and so are
@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 
 from app.db import Session
-from app.runs.attempts import NextAttempt, restart_spool
-from app.runs.job_files import append_to_job_file, cut_job_file, job_file_size
+from app.runs.files.job_files import append_to_job_file, cut_job_file, job_file_size
+from app.runs.state.attempts import NextAttempt, restart_spool
 from torchyard.contract import RunPaths
 from worker.tensorboard_events import clear_cache, find_event_files
 
@@ -44,7 +44,7 @@ def _continue_log(run_id: int, next_attempt: NextAttempt, log_path: Path) -> Non
 
 
 def start_attempt(session: Session, run_id: int, run_dir: Path) -> None:
-    """Set the old attempt's spool aside and start reading afresh (app.runs.attempts); the
+    """Set the old attempt's spool aside and start reading afresh (app.runs.state.attempts); the
     event files are read on from where they end now."""
     files, _dirs = find_event_files(run_dir)
     tb_offsets = {rel: job_file_size(run_dir / rel) or 0 for rel in files}

@@ -2,7 +2,7 @@
 
 The spool is written by the job, someone's code: any line may be anything. A line that is not
 one of the record types below, well formed, is skipped and counted on the run by reason
-(app.runs.notices); the lines around it are kept. Nothing in a line can make the batch fail:
+(app.runs.state.notices); the lines around it are kept. Nothing in a line can make the batch fail:
 every value that reaches the database was checked here first (a key it cannot store, a step
 beyond its 64-bit column, text that is not UTF-8).
 
@@ -13,7 +13,7 @@ beyond its 64-bit column, text that is not UTF-8).
 
 A params line is what an MLflow client inside the job logged as params
 (torchyard.mlflow_store): stored as the run's reported params, like TensorBoard hparams
-(``hparams.<name>``, app.runs.params.record_reported, which bounds their count and size).
+(``hparams.<name>``, app.runs.query.params.record_reported, which bounds their count and size).
 
 A key is 1-255 characters of valid text (no lone surrogate, no NUL), not under `sys/` (the
 worker's system series, worker/system_metrics.py: a job must not forge or block them). A
@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from app.metrics.ingest import MAX_KEY_LENGTH, Step
-from app.runs.notices import size_text
+from app.runs.state.notices import size_text
 from torchyard.contract import SYSTEM_KEY_PREFIX
 
 INT64 = (-(2**63), 2**63 - 1)

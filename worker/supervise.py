@@ -14,10 +14,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.db import Session
-from app.runs import lifecycle
-from app.runs.disk import record_disk_use
-from app.runs.recovery import HandoverOutcome, hand_over_attempt
-from app.runs.status import RunStatus
+from app.runs.files.disk import record_disk_use
+from app.runs.state import lifecycle
+from app.runs.state.recovery import HandoverOutcome, hand_over_attempt
+from app.runs.state.status import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 from worker import held_gpus, job_records, node_run

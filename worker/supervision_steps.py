@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from app.runs import phase
+from app.runs.state import phase
 from app.settings import get_settings
 from app.sweeps import early_stop
 from worker import ingest_mark, provenance
@@ -156,7 +156,7 @@ class EarlyStop:
 
 
 class ShowLine:
-    """A build's last output line as the run's phase (app.runs.phase.build_progress): the
+    """A build's last output line as the run's phase (app.runs.state.phase.build_progress): the
     API, `submit --follow` and the run page show what pip is doing."""
 
     def __init__(self, ingest: IngestSteps, run: Watched, line: Callable[[], str]) -> None:

@@ -11,8 +11,8 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from app.broker import NODE_TASK, RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
 from app.periodic import Process, Runner, for_process
-from app.runs.dispatch import current_message
-from app.runs.reaper import use_local_jobs
+from app.runs.state.dispatch import current_message
+from app.runs.state.reaper import use_local_jobs
 from app.scheduled import JOBS
 from app.settings import get_settings
 from app.sweeps.driver import advance_sweep
@@ -45,7 +45,7 @@ def _stop_running_jobs(**_kwargs: Any) -> None:
 
 @celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # Celery has no type hints
 def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
-    """``dispatch``: the message's number (app.runs.dispatch); a message sent before its run
+    """``dispatch``: the message's number (app.runs.state.dispatch); a message sent before its run
     was re-sent is dropped here, so a lost-and-found duplicate never runs anything."""
     if SHUTTING_DOWN.is_set():
         # A worker on its way out starts nothing (not even a run it just requeued itself):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.metrics.ingest import Point
-from app.runs.images import Image
+from app.runs.files.images import Image
 
 log = logging.getLogger(__name__)
 

@@ -6,15 +6,15 @@ torchyard unchanged: the job runs in its run directory, so its event files
 (`events.out.tfevents.*`, relative log dirs included) are somewhere under that directory. The
 forwarder calls `forward_events` with every batch; it finds the event files (walking the tree
 about once a second per run, and at once when a directory it walked has changed), reads each
-one incrementally from the byte offset kept in `runs.tb_offsets` (app.runs.ingest_offsets),
+one incrementally from the byte offset kept in `runs.tb_offsets` (app.runs.files.ingest_offsets),
 and stores what they hold with the new offsets in the caller's transaction, so a restarted
 worker resumes where the last commit left off.
 
 Event files are TFRecord streams of serialized `Event`s, read by `worker.tfrecord` (which owns
 the framing, the CRC checks, the size cap of a record and where an incomplete trailing record
 stops a read), decoded by `worker.tensorboard_decode` (what is taken from an event), and
-stored by app.metrics.ingest (points), app.runs.params (hparams, as `hparams.<name>`) and
-app.runs.images (images, with their caps). Everything else (histograms, text, audio, graphs,
+stored by app.metrics.ingest (points), app.runs.query.params (hparams, as `hparams.<name>`) and
+app.runs.files.images (images, with their caps). Everything else (histograms, text, audio, graphs,
 ...) is skipped, and named once on the run (its notices: the run page, GET /api/runs/{id})
 and in its log, as is every cap hit and a worker without the tensorboard package; file_version
 events silently.
@@ -44,10 +44,10 @@ from pathlib import Path
 
 from app.db import Session
 from app.metrics.ingest import KeyLimit, clip_key, ingest_points
-from app.runs import ingest_offsets
-from app.runs.images import Caps, ImageLimit, store_images
-from app.runs.job_files import FileRefused, folder_entries, job_file_size
-from app.runs.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
+from app.runs.files import ingest_offsets
+from app.runs.files.images import Caps, ImageLimit, store_images
+from app.runs.files.job_files import FileRefused, folder_entries, job_file_size
+from app.runs.query.params import MAX_REPORTED, MAX_VALUE_CHARS, ParamLimit, record_reported
 from app.settings import get_settings
 from torchyard.contract import SYSTEM_KEY_PREFIX
 from worker.run_log import note_in_log
@@ -130,7 +130,7 @@ def _mtime(path: str) -> int | None:
 
 def find_event_files(run_dir: Path) -> tuple[list[str], dict[str, int]]:
     """Event files anywhere under run_dir (posix paths relative to it; no link is followed,
-    app.runs.job_files.folder_entries), and the modification time of each directory walked,
+    app.runs.files.job_files.folder_entries), and the modification time of each directory walked,
     taken before listing it, so that an entry created later changes it."""
     files: list[str] = []
     mtimes: dict[str, int] = {}

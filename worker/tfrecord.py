@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.runs.job_files import FileRefused, open_regular
+from app.runs.files.job_files import FileRefused, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def read_records(
     record up to max_record long; a longer one is skipped unread once all of it is on disk).
     A record whose data fails its CRC is skipped unless it is the last thing in the file (then
     it may still be being written, and reading waits). The file is ``root/relative``, reached
-    without following a link at any depth (app.runs.job_files)."""
+    without following a link at any depth (app.runs.files.job_files)."""
     max_bytes = max(max_bytes, _HEADER + _FOOTER)
     try:
         f = open_regular(root, relative)  # the job wrote it: no link followed, never blocking

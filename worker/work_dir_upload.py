@@ -1,5 +1,5 @@
 """A run's working-directory files to the artifact store when it ends, while its heartbeat
-stays fresh. What is copied and listed, and how, is app.runs.work_dir.store's; the worker runs
+stays fresh. What is copied and listed, and how, is app.runs.files.work_dir.store's; the worker runs
 it in a thread (a large upload must not make the reaper take the run for lost before its
 final status: the supervision loop keeps it alive meanwhile) and says in the run's log what was
 stored.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.runs.work_dir import store as work_dir_store
+from app.runs.files.work_dir import store as work_dir_store
 from worker.heartbeat import Watched
 from worker.run_log import note_in_log
 from worker.supervision import while_supervised

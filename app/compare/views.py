@@ -16,9 +16,9 @@ from app.errors import Invalid
 from app.experiments.models import Experiment
 from app.metrics.models import MetricKey
 from app.pages import PageRoute, PageUser
-from app.runs import listing
+from app.runs.files.out import run_outs
 from app.runs.models import Run, RunStatus
-from app.runs.out import run_outs
+from app.runs.query import listing
 from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
@@ -85,7 +85,7 @@ def compare_page(
         raise Invalid.at(["query", "filter"], "A filter is at most 600 characters, without NUL.")
     by_filter = experiment_id is not None or bool(tag.strip() or status or conditions)
     if by_filter:
-        # The runs list's own filter (GET /api/runs, app/runs/listing.py): its 422 names a
+        # The runs list's own filter (GET /api/runs, app/runs/query/listing.py): its 422 names a
         # condition it cannot read. Newest first, one more than shown to tell "too many".
         query = listing.RunQuery(
             limit=MAX_RUNS + 1,

@@ -13,7 +13,7 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate, ExperimentOut, ExperimentPatch
 from app.http_errors import error_responses
 from app.ownership import OwnedExperiment, Writer
-from app.runs.page_events import Snapshot, StreamUser, experiment_digest, page_stream
+from app.runs.streams.page_events import Snapshot, StreamUser, experiment_digest, page_stream
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner
 

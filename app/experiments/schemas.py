@@ -52,7 +52,7 @@ class ExperimentOut(BaseModel):
     owner: str
     created_at: UtcDateTime
     run_count: int = 0
-    # Bytes its runs hold on disk (app/runs/disk.py).
+    # Bytes its runs hold on disk (app/runs/files/disk.py).
     disk_bytes: int = 0
     # The experiment's own best metric (null: none chosen; see ExperimentPatch).
     best: BestChoice | None = None

@@ -12,7 +12,7 @@ from app.auth.models import User
 from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
 from app.experiments.schemas import BestChoice, ExperimentCreate, ExperimentOut, ExperimentPatch
-from app.runs.disk import disk_by_experiment
+from app.runs.files.disk import disk_by_experiment
 from app.runs.models import Run
 from app.users import ceilings
 

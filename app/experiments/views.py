@@ -22,9 +22,9 @@ from app.experiments.models import Experiment
 from app.metrics.summary import listed_keys, run_summaries
 from app.ownership import find_experiment, find_run
 from app.pages import PageRoute, PageUser
-from app.runs import listing
+from app.runs.files.out import LIST_SUMMARIES, run_outs
 from app.runs.models import Run, RunStatus
-from app.runs.out import LIST_SUMMARIES, run_outs
+from app.runs.query import listing
 from app.runs.service import why_queued_many
 from app.settings import get_settings
 from app.sweeps.out import sweep_briefs

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from app.runs.job_files import within
+from app.runs.files.job_files import within
 from torchyard.git_state import MAX_DIFF_BYTES as MAX_DIFF_BYTES  # the API checks, git_state cuts
 
 MAX_SCRIPT_PATH = 500

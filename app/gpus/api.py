@@ -19,7 +19,7 @@ from app.gpus import panel
 from app.gpus.schemas import GpuPanelOut, UsageOut
 from app.gpus.usage import gpu_usage
 from app.http_errors import error_responses
-from app.runs.page_events import Snapshot, StreamUser, page_stream
+from app.runs.streams.page_events import Snapshot, StreamUser, page_stream
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
 from app.users.filters import OwnerQuery

@@ -1,6 +1,6 @@
 """A run's GPU leases: taken when it starts, renewed with its heartbeat, released with its
 final status, expired when no worker renews them; the one writer of gpu_leases. Kept apart
-from app.gpus.service (the scheduler's side) so app.runs.lifecycle can release them in the
+from app.gpus.service (the scheduler's side) so app.runs.state.lifecycle can release them in the
 transaction that ends the run without importing the scheduler."""
 
 from __future__ import annotations

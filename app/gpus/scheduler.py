@@ -10,7 +10,7 @@ Rules, in this order:
 - a run that needs more GPUs than any known host has can never fit: it blocks nobody (and a
   new run like it is refused: `never_fits` is that rule, for both);
 - gpus: 0 runs need nothing and are never blocked;
-- a run whose broker message is lost (app.runs.dispatch) can start only once it is sent again:
+- a run whose broker message is lost (app.runs.state.dispatch) can start only once it is sent again:
   it takes no GPUs here and never holds up another run, however long it has waited;
 - with no host at all (known to be none: `capacity_by_host` empty) nothing starts, and every
   run waits for a worker to come.
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-# Why a queued run whose message is lost waits (app.runs.dispatch sends it again).
+# Why a queued run whose message is lost waits (app.runs.state.dispatch sends it again).
 MESSAGE_LOST = "its task's broker message was lost; it is being sent again"
 
 # Why everything waits when no worker host is live (no host heartbeat within the lease ttl):

@@ -1,7 +1,7 @@
 """The scheduler in the database: start a queued run when it says so, and the GPU panel.
 
 `try_start` is the one place that decides a run goes queued -> running (the transition itself
-is app.runs.lifecycle.start). It runs in the caller's single transaction, serialized across
+is app.runs.state.lifecycle.start). It runs in the caller's single transaction, serialized across
 every worker of every host: PostgreSQL takes a transaction-level advisory lock first; on
 SQLite the first statement is a write (this host's heartbeat), which takes the database's one
 write lock for the rest of the transaction, so the reads after it see a state nobody else can
@@ -25,10 +25,10 @@ from app.gpus import leases
 from app.gpus.leases import expire_stale_leases
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick
-from app.runs import lifecycle
 from app.runs import nodes as run_nodes
-from app.runs.dispatch import message_lost
 from app.runs.models import Run, RunStatus
+from app.runs.state import lifecycle
+from app.runs.state.dispatch import message_lost
 from app.timeutil import as_utc, utcnow
 
 # pg_advisory_xact_lock key of the scheduler ("tyGPU" in ASCII); any constant would do.

@@ -297,7 +297,7 @@ def drop_points(
     session: Session, *, key_ids: Sequence[int] | Select[Any], after: int | None = None
 ) -> None:
     """The points of ``key_ids`` past step ``after`` (all of them by default): a requeue's
-    cut (app.runs.recovery), a deleted run's late points (app.runs.deletion)."""
+    cut (app.runs.state.recovery), a deleted run's late points (app.runs.deletion)."""
     stmt = delete(Metric).where(Metric.key_id.in_(key_ids))
     session.execute(stmt if after is None else stmt.where(Metric.step > after))
 

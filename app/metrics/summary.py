@@ -120,7 +120,7 @@ def update_summaries(
 
 def recompute_summaries(session: Session, *, run_id: int) -> None:
     """Summaries of a run's keys from their points, for when points were DELETED (a requeued
-    attempt drops the steps past its checkpoint: app.runs.recovery). Reads every point of the
+    attempt drops the steps past its checkpoint: app.runs.state.recovery). Reads every point of the
     run once per column, so only for that rare event, never on the ingest path."""
     of_key = Metric.key_id == _KEYS.c.id
     session.connection().execute(

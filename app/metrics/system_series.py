@@ -53,7 +53,7 @@ def series_start(
     host: str | None = None,
 ) -> SeriesStart | None:
     """Step 0 is the attempt's `started_at`, moved back past the series (any of `keys`) of the
-    run's earlier attempts (a requeue keeps them: app.runs.recovery), so the next attempt's
+    run's earlier attempts (a requeue keeps them: app.runs.state.recovery), so the next attempt's
     seconds follow the last one's instead of landing on its steps (the first point of a step
     is kept). None when the run has no start (nothing to count seconds from). Read from the
     database, so a watch loop that starts again for the same attempt counts from the same

@@ -8,7 +8,7 @@ the run's page. Uploads go only to runs logged from outside (a job's folder is i
 path checked (no ``..``, no absolute path), each folder opened without following a link, the
 file written under a temporary name and renamed into place, at most the run-files cap
 (``run_files_store_max_bytes``) per file. Downloads and listings read through
-app.runs.work_dir.serve (no link followed) for any run the caller may read.
+app.runs.files.work_dir.serve (no link followed) for any run the caller may read.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from app.db import SessionDep
 from app.mlflow import service
 from app.mlflow.auth import MlflowUser, MlflowWriter
 from app.mlflow.errors import MlflowRoute, denied, invalid, missing
-from app.runs.disk import add_disk_use
-from app.runs.job_files import FileRefused, components
-from app.runs.work_dir import serve as work_dir
+from app.runs.files.disk import add_disk_use
+from app.runs.files.job_files import FileRefused, components
+from app.runs.files.work_dir import serve as work_dir
 from app.settings import get_settings
 from app.users import quota
 from torchyard.contract import RunPaths

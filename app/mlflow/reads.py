@@ -2,7 +2,7 @@
 query each for params and tags, metrics (their last points) and experiments, never one per run.
 
 Where MLflow's pieces live in torchyard: params and tags are the run's ``run_params`` rows
-(``params.<name>`` and ``tags.<name>``, app/runs/params.py; a job's config params appear too,
+(``params.<name>`` and ``tags.<name>``, app/runs/query/params.py; a job's config params appear too,
 ``params.`` taken off); ``mlflow.runName`` is the run's name and ``mlflow.note.content`` its
 notes; metrics are the run's series, the last point of each (app/metrics).
 """

@@ -36,8 +36,9 @@ from app.mlflow.schemas import (
     parse_id,
     validated,
 )
-from app.runs import deletion, lifecycle
+from app.runs import deletion
 from app.runs.models import Run, RunStatus
+from app.runs.state import lifecycle
 from app.timeutil import utcnow
 
 router = APIRouter(prefix="/api/2.0/mlflow", route_class=MlflowRoute, include_in_schema=False)

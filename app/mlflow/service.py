@@ -4,7 +4,7 @@ session and flush, never commit (the request dependency commits).
 MLflow experiments are torchyard experiments (an experiment MLflow creates has an empty launch
 config: its runs come from outside; launching a job from it asks for a config as usual). MLflow's
 default experiment ``"0"`` is the experiment named "Default", made by the first run logged into
-it. A run created here is a torchyard run without a job (app.runs.lifecycle.open_external):
+it. A run created here is a torchyard run without a job (app.runs.state.lifecycle.open_external):
 its client sets its status; everyone reads it, its owner (or an admin) writes it.
 """
 
@@ -31,9 +31,9 @@ from app.mlflow.errors import (
     missing,
 )
 from app.mlflow.schemas import CreateRun, UpdateRun, parse_id, status_of
-from app.runs import lifecycle
 from app.runs import service as runs_service
 from app.runs.models import Run, RunStatus
+from app.runs.state import lifecycle
 from app.timeutil import utcnow
 
 DEFAULT_EXPERIMENT = "Default"

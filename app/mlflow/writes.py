@@ -1,7 +1,7 @@
 """What an MLflow client logs into a run, checked against MLflow's limits and stored where
 torchyard keeps it: points through app.metrics.ingest (the same store as a job's: live
 curves, summaries and filters work), params and tags as the run's params
-(app.runs.params.record_logged), the name and notes on the run, ``key=value`` tags that fit
+(app.runs.query.params.record_logged), the name and notes on the run, ``key=value`` tags that fit
 torchyard's tag rules also as the run's tags (the runs table shows and filters them).
 
 MLflow's rules kept: at most 1,000 metrics, 100 params and 100 tags per batch (1,000 entities
@@ -22,10 +22,11 @@ from app.metrics.ingest import KeyLimit, Point, ingest_points
 from app.mlflow.errors import invalid
 from app.mlflow.reads import NOTE_TAG, PARAM_PREFIX, RUN_NAME_TAG, TAG_PREFIX, USER_TAG
 from app.mlflow.schemas import KeyValue
-from app.runs import notices, params
 from app.runs.models import Run, RunParam
+from app.runs.query import params
 from app.runs.schemas import MAX_NAME_CHARS, MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN, RunPatch
 from app.runs.service import edit_run, set_name, set_notes, tags_by_run
+from app.runs.state import notices
 from app.settings import get_settings
 
 MAX_METRICS_PER_BATCH = 1000

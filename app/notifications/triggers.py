@@ -1,7 +1,7 @@
 """When a notification is due. Each trigger only records the event in the outbox, in the
 caller's transaction (app.notifications.service.record); nothing here touches the network.
 
-- A run's end: app.runs.lifecycle calls ``run_ended`` in the transaction of the final status.
+- A run's end: app.runs.state.lifecycle calls ``run_ended`` in the transaction of the final status.
   A reaper's "worker lost" is held (notify_worker_lost_hold_seconds) and, when the stalled
   worker comes back with its job's real exit status in time, replaced (``run_corrected``):
   only the final outcome is sent.

@@ -57,8 +57,8 @@ EVENT_STREAMS = Gauge(
     multiprocess_mode="livesum",
 )
 # Where an event stream's polls spend their time: `wait` for a poll thread (the fair turn,
-# app/runs/poll_pool.py), `read` the database and log, `encode` the JSON, `send` the events to
-# the client's socket. bench/flood.py reads it to say where a lagging viewer's time goes.
+# app/runs/streams/poll_pool.py), `read` the database and log, `encode` the JSON, `send` the events
+# to the client's socket. bench/flood.py reads it to say where a lagging viewer's time goes.
 STREAM_POLL_SECONDS = Histogram(
     "torchyard_event_stream_poll_seconds",
     "Time of each part of an event stream's polls: wait, read, encode, send",

@@ -18,10 +18,12 @@ from app.http_errors import error_responses
 from app.metrics.downsample import MIN_MAX_POINTS
 from app.metrics.service import read_series
 from app.ownership import LaunchExperiment, OwnedExperiment, OwnedRun
-from app.runs import events, logs, service
-from app.runs.job_files import FileRefused
+from app.runs import service
+from app.runs.files import logs
+from app.runs.files.job_files import FileRefused
+from app.runs.files.out import run_outs
+from app.runs.files.work_dir import serve as work_dir
 from app.runs.models import RunStatus
-from app.runs.out import run_outs
 from app.runs.schemas import (
     CheckpointOut,
     MetricsOut,
@@ -30,7 +32,7 @@ from app.runs.schemas import (
     RunOut,
     RunResume,
 )
-from app.runs.work_dir import serve as work_dir
+from app.runs.streams import events
 from app.settings import get_settings
 
 router = APIRouter(prefix="/api", tags=["runs"])
@@ -168,7 +170,7 @@ def read_logs(
     """The output from `offset` (or its last `tail` bytes); X-Log-Size is where it ends.
 
     With `rank`, only that rank's whole lines in the same byte range, `tail` counting the
-    bytes of those lines, and X-Log-Size the end of the last whole line (app/runs/logs.py).
+    bytes of those lines, and X-Log-Size the end of the last whole line (app/runs/files/logs.py).
     A multi-node run has one log per node, with its own offsets: `node` picks it (a `rank`
     alone picks the rank's node); without either, node 0's, the run's own.
     """

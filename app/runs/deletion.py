@@ -13,8 +13,8 @@ them meanwhile either finished first, and this answers 409, or finds the row gon
 what a late forwarder added meanwhile, and deletes the run row only while the run has ended
 (a conditional DELETE: a run is never removed from under a worker). A finished status is final,
 so nothing requeues the run between the batches and that last transaction. Files go after the
-commit: the run's folder (app.runs.disk, no link followed) and its prefix in the artifact store
-(checkpoints, the stored work files), and then the code snapshots no run or experiment refers
+commit: the run's folder (app.runs.files.disk, no link followed) and its prefix in the artifact
+store (checkpoints, the stored work files), and then the code snapshots no run or experiment refers
 to any more (app.code.service.remove_unused).
 """
 
@@ -33,8 +33,8 @@ from app.errors import Conflict
 from app.experiments import service as experiments
 from app.metrics.ingest import drop_first_points, drop_points
 from app.metrics.models import MetricKey
-from app.runs import images, log_store
-from app.runs.disk import ACTIVE, active_readers, remove_folder, remove_from_store
+from app.runs.files import images, log_store
+from app.runs.files.disk import ACTIVE, active_readers, remove_folder, remove_from_store
 from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
 

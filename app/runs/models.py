@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.orm_base import Base
-from app.runs.status import RunStatus as RunStatus  # the status column's values
+from app.runs.state.status import RunStatus as RunStatus  # the status column's values
 from app.timeutil import utcnow
 
 
@@ -35,7 +35,7 @@ class Run(Base):
     )
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
     # Stored as its value in a VARCHAR(16) (no native enum, no CHECK: the schema is the one of
-    # the migrations); only app.runs.lifecycle writes it (tests/test_lifecycle.py checks).
+    # the migrations); only app.runs.state.lifecycle writes it (tests/test_lifecycle.py checks).
     status: Mapped[RunStatus] = mapped_column(
         Enum(
             RunStatus,
@@ -60,17 +60,17 @@ class Run(Base):
     # Resume: the checkpoint this run starts from (path relative to the data dir's runs/).
     resume_from: Mapped[str | None] = mapped_column(String(500))
     # The forwarder's position in metrics.jsonl, so a restarted worker resumes, not replays
-    # (app.runs.ingest_offsets, with tb_offsets).
+    # (app.runs.files.ingest_offsets, with tb_offsets).
     metrics_offset: Mapped[int] = mapped_column(BigInteger, default=0)
     # Higher starts first; within a priority, submit order (see app.gpus.scheduler).
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # What CUDA_VISIBLE_DEVICES was set to ("0,1"); "" for a run without GPUs.
     gpu_indices: Mapped[str | None] = mapped_column(String(255))
     # The reproducibility record: versions, packages, host, GPUs, seed, and for scripts the
-    # workspace's git commit and diff (app.runs.environment_record, its one writer).
+    # workspace's git commit and diff (app.runs.files.environment_record, its one writer).
     environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # TensorBoard ingestion: byte offset reached in each event file, by path under the run dir,
-    # moved in the same transaction as the points (app.runs.ingest_offsets).
+    # moved in the same transaction as the points (app.runs.files.ingest_offsets).
     tb_offsets: Mapped[dict[str, int] | None] = mapped_column(JSON)
     # Liveness: the worker running the run stamps this; a stale stamp means "worker lost".
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -78,13 +78,14 @@ class Run(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # The number of the queued run's current broker message (each message carries it; an
     # older one is dropped on delivery), and when that message last came by a worker: a queued
-    # run not seen for queue_resend_seconds lost its message and is sent again (app.runs.dispatch).
+    # run not seen for queue_resend_seconds lost its message and is sent again
+    # (app.runs.state.dispatch).
     dispatch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     task_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # Bytes of output.log already shipped to run_log_chunks (app.runs.log_store).
+    # Bytes of output.log already shipped to run_log_chunks (app.runs.files.log_store).
     log_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # What ingestion kept out of the run: spool lines skipped by reason, limits hit, an error
-    # (app.runs.notices); None while there is nothing to say.
+    # (app.runs.state.notices); None while there is nothing to say.
     notices: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # What people call the run, and what they wrote about it (PATCH /api/runs/{id}); its tags
     # are rows of run_tags. Limits in app.runs.schemas.RunPatch.
@@ -95,18 +96,18 @@ class Run(Base):
     # cascade to every child table (migration 0012); sweep_trials.run_id is the link the
     # database enforces.
     sweep_id: Mapped[int | None] = mapped_column(Integer, index=True)
-    # Bytes of the run's folder when it ended, measured by its worker (app.runs.disk); NULL
+    # Bytes of the run's folder when it ended, measured by its worker (app.runs.files.disk); NULL
     # until then, when its disk use is its checkpoints' sizes.
     disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
     # What created the run when no job of torchyard's runs it: "mlflow" for a run a client
     # logged through the MLflow API (app/mlflow); NULL for a torchyard job. Such a run's
-    # status is its client's (app.runs.lifecycle open_external/end_external) and no reaper
+    # status is its client's (app.runs.state.lifecycle open_external/end_external) and no reaper
     # fails it for want of a worker's heartbeat.
     origin: Mapped[str | None] = mapped_column(String(16))
     # The run's environment build (worker/env_build.py): when it began and pip's last line
     # while it works; and when the job itself started, from which the run's duration counts
-    # (the build's time is shown apart). Written by app.runs.lifecycle only; app.runs.phase
-    # derives the phase ("building environment", "training") from them.
+    # (the build's time is shown apart). Written by app.runs.state.lifecycle only;
+    # app.runs.state.phase derives the phase ("building environment", "training") from them.
     env_build_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     env_build_line: Mapped[str | None] = mapped_column(String(500))
     training_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -123,7 +124,7 @@ class RunTag(Base):
 
 
 class Checkpoint(Base):
-    """A checkpoint a run wrote; written by app.runs.checkpoint_records (and removed with its
+    """A checkpoint a run wrote; written by app.runs.files.checkpoint_records (and removed with its
     run by app.runs.deletion)."""
 
     __tablename__ = "checkpoints"
@@ -144,7 +145,7 @@ class RunLogChunk(Base):
     """A piece of a run's output.log, shipped by the worker so the API can serve the log
     without sharing the worker's disk. Chunks tile the file: offset = bytes before it. A
     multi-node run has one such file per node (``node``), each tiled on its own.
-    Written and read by app.runs.log_store (and removed with its run by app.runs.deletion)."""
+    Written and read by app.runs.files.log_store (and removed with its run by app.runs.deletion)."""
 
     __tablename__ = "run_log_chunks"
 
@@ -160,7 +161,7 @@ class RunParam(Base):
     written when the run is queued: ``params.lr``, ``seed``, ``resources.nproc``) and those the
     job reported as TensorBoard hparams (source "reported", key ``hparams.<name>``). ``value`` is
     the JSON value; ``value_num`` (numbers and bools) and ``value_text`` (strings, cut to 255)
-    let a runs list sort and filter by a param in SQL (app/runs/params.py)."""
+    let a runs list sort and filter by a param in SQL (app/runs/query/params.py)."""
 
     __tablename__ = "run_params"
     __table_args__ = (
@@ -180,7 +181,7 @@ class RunImage(Base):
     """An image a job logged with TensorBoard (``add_image``, ``add_figure``): the encoded PNG or
     JPEG itself, in the database, so the API serves it whatever host ran the job. One per
     (run, tag, step); a newer one for the same step replaces the row (a new id, so an id's
-    bytes never change). Caps and thinning in app/runs/images.py."""
+    bytes never change). Caps and thinning in app/runs/files/images.py."""
 
     __tablename__ = "run_images"
     __table_args__ = (UniqueConstraint("run_id", "tag", "step"),)

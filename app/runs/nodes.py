@@ -35,9 +35,9 @@ from sqlalchemy.orm import Session
 from app.db import after_commit
 from app.experiments.config.model import run_config
 from app.gpus.models import WorkerHost
-from app.runs import lifecycle
-from app.runs.lifecycle import Standing
 from app.runs.models import Run, RunNode, RunStatus
+from app.runs.state import lifecycle
+from app.runs.state.lifecycle import Standing
 from app.timeutil import as_utc, utcnow
 
 NodePlacement = tuple[str, tuple[int, ...]]  # (host, GPU indices): app.gpus.scheduler's
@@ -269,7 +269,7 @@ def reap_lost_nodes(
     session: Session, *, lost_after_seconds: float, now: datetime | None = None
 ) -> list[int]:
     """Running multi-node runs one of whose nodes (other than 0: node 0's worker is the run's,
-    app.runs.recovery reaps it) stopped heartbeating before its job ended: failed as one,
+    app.runs.state.recovery reaps it) stopped heartbeating before its job ended: failed as one,
     the reason naming the node. Returns their ids.
 
     A node its host's worker has not taken yet (every slot busy: its task waits in the host's

@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from app.runs.notices import notice_lines
+from app.runs.state.notices import notice_lines
 from app.timeutil import UtcDateTime
 
 
@@ -87,7 +87,7 @@ class RunOut(BaseModel):
     # "mlflow" for a run logged from outside through the MLflow API (no job); null for a job.
     origin: str | None = None
     # The config flattened to dotted keys (`params.lr`, `seed`, `resources.nproc`) and the
-    # hparams the job reported through TensorBoard (`hparams.<name>`): app/runs/params.py.
+    # hparams the job reported through TensorBoard (`hparams.<name>`): app/runs/query/params.py.
     params: dict[str, Any] = Field(default_factory=dict)
     name: str | None = None
     tags: list[str] = Field(default_factory=list)
@@ -100,13 +100,13 @@ class RunOut(BaseModel):
     # carries (50, plus those `summary_keys=` names); GET /api/runs/{id} has them all.
     summary_cut: bool = False
     # What ingestion kept out of the run, as sentences: "3 lines skipped: <reason>", a limit
-    # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/notices.py).
+    # reached (metric keys, log bytes), an error that stopped ingestion (app/runs/state/notices.py).
     notices: list[str] = Field(default_factory=list)
     # Why the run's sweep stopped it early (also one of the notices); null when it did not.
     # The runs table marks these runs (app/static/experiment_runs.js).
     stopped_early: str | None = None
     # Bytes the run holds on disk: its folder as measured when it ended, until then its
-    # checkpoints (app/runs/disk.py).
+    # checkpoints (app/runs/files/disk.py).
     disk_bytes: int = 0
 
     @field_validator("disk_bytes", mode="before")
@@ -114,8 +114,9 @@ class RunOut(BaseModel):
     def _not_measured_yet(cls, value: Any) -> Any:
         return 0 if value is None else value  # _outs fills in the checkpoints' sizes
 
-    # What a running run does (app/runs/phase.py): "starting", "building environment" while its
-    # packages are installed (pip's last line in env_build_line), "training"; null unless running.
+    # What a running run does (app/runs/state/phase.py): "starting", "building environment" while
+    # its packages are installed (pip's last line in env_build_line), "training"; null unless
+    # running.
     phase: str | None = None
     env_build_started_at: UtcDateTime | None = None
     env_build_line: str | None = None

@@ -1,5 +1,5 @@
-"""Runs: create (validated, then queued through app.runs.lifecycle), cancel, edit name, tags
-and notes (the list is app.runs.listing). Flush, never commit."""
+"""Runs: create (validated, then queued through app.runs.state.lifecycle), cancel, edit name, tags
+and notes (the list is app.runs.query.listing). Flush, never commit."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from app.experiments.config.model import deep_merge, run_config, with_seed
 from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
 from app.gpus.service import never_startable, queue_reasons
-from app.runs import lifecycle
-from app.runs.job_files import FileRefused, clean_relative, is_regular, open_regular
-from app.runs.lifecycle import CancelOutcome
+from app.runs.files.job_files import FileRefused, clean_relative, is_regular, open_regular
 from app.runs.models import Checkpoint, Run, RunStatus, RunTag
 from app.runs.schemas import RunPatch
+from app.runs.state import lifecycle
+from app.runs.state.lifecycle import CancelOutcome
 from app.settings import get_settings
 from app.timeutil import utcnow
 from app.users import ceilings, quota
@@ -67,8 +67,8 @@ def resume_run(
     its job restores model, optimizer, epoch and step. Its config is the parent's (seed
     included) with `overrides` deep-merged and validated as a whole; new values (another lr)
     win over the optimizer state the checkpoint holds (torchyard.runtime.checkpoint)."""
-    # Locked: retention (app.runs.checkpoint_records) deletes a dropped checkpoint's row before
-    # its file, and re-checks the runs that resume from it under the same lock.
+    # Locked: retention (app.runs.files.checkpoint_records) deletes a dropped checkpoint's row
+    # before its file, and re-checks the runs that resume from it under the same lock.
     ckpt = session.scalar(
         select(Checkpoint)
         .where(Checkpoint.run_id == run.id, Checkpoint.name == checkpoint)
@@ -121,7 +121,7 @@ class ResumedFrom:
 def resumed_from(session: Session, *, run: Run) -> ResumedFrom | None:
     """The parent of a run started with POST /runs/{id}/resume (`resume_from` is
     "<parent id>/<checkpoint path>"); None for a fresh run and for a restart of the run itself
-    from its own checkpoint (app.runs.recovery)."""
+    from its own checkpoint (app.runs.state.recovery)."""
     head, _, rest = (run.resume_from or "").partition("/")
     if not head.isdigit() or not rest or int(head) == run.id:
         return None

@@ -13,10 +13,10 @@ from app.experiments.config.model import run_config
 from app.experiments.models import Experiment
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser
-from app.runs.disk import disk_by_run
-from app.runs.notices import notice_lines
-from app.runs.phase import phase_of
+from app.runs.files.disk import disk_by_run
 from app.runs.service import resumed_from, tags_by_run, why_queued
+from app.runs.state.notices import notice_lines
+from app.runs.state.phase import phase_of
 from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)

@@ -16,7 +16,7 @@ from app.db import MAX_ID, SessionDep
 from app.errors import NotFound
 from app.http_errors import error_responses
 from app.ownership import Writer, check_write, find_experiment
-from app.runs.page_events import Snapshot, StreamUser, page_stream
+from app.runs.streams.page_events import Snapshot, StreamUser, page_stream
 from app.sweeps import service
 from app.sweeps.models import Sweep, SweepStatus
 from app.sweeps.out import sweep_briefs, sweep_out

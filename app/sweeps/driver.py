@@ -1,5 +1,5 @@
 """What moves a sweep forward, outside a request: the `sweeps.advance` task (enqueued when a
-trial's run ends, app.runs.lifecycle) and the safety net that re-advances every running sweep
+trial's run ends, app.runs.state.lifecycle) and the safety net that re-advances every running sweep
 (``advance_running_sweeps``, a periodic job: app/sweeps/scheduled.py).
 
 Each advance is its own transaction. Two at once are serialized by the sweep's row lock; on

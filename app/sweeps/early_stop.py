@@ -4,8 +4,8 @@ metric as the runs reported it (the stored points), and the stop itself.
 The worker's watch loop calls `check` after each forwarded batch of a sweep's run. The study
 is rebuilt from the stored points each time (the sweep's state is the database's, as for
 sampling): the other trials replayed in trial order (ASHA records its rungs as it goes), then
-this run's curve. A stop is the ordinary cancel request (app.runs.lifecycle) with the reason
-said on the run (app.runs.notices), which the run page, the runs table, GET /api/runs and the
+this run's curve. A stop is the ordinary cancel request (app.runs.state.lifecycle) with the reason
+said on the run (app.runs.state.notices), which the run page, the runs table, GET /api/runs and the
 sweep show; the worker's watch loop, seeing that `check` stopped the trial, kills its job at
 once (no cancel grace: the trial is discarded, its points stored) and finishes it cancelled,
 its GPU leases released in that transaction (measured ~0.3 s after the decision).
@@ -21,8 +21,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.metrics.models import Metric, MetricKey
-from app.runs import lifecycle, notices
 from app.runs.models import Run, RunStatus
+from app.runs.state import lifecycle, notices
 from app.sweeps.models import Sweep, SweepStatus, SweepTrial
 from app.sweeps.sampling import Observed, State, study_of
 from app.sweeps.trials import observe, trials_of

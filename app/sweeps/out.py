@@ -12,9 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.metrics.models import MetricKey
+from app.runs.files.out import run_outs
 from app.runs.models import Run, RunStatus
-from app.runs.notices import stopped_early_reason
-from app.runs.out import run_outs
+from app.runs.state.notices import stopped_early_reason
 from app.sweeps.models import Sweep, SweepTrial
 from app.sweeps.schemas import BestOut, MetricSpec, SweepBrief, SweepOut, TrialOut
 from app.sweeps.service import planned

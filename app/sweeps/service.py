@@ -21,8 +21,8 @@ from app.errors import Conflict, Invalid
 from app.experiments.config.model import deep_merge, with_seed
 from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
-from app.runs import lifecycle
 from app.runs.service import refuse_if_never_startable
+from app.runs.state import lifecycle
 from app.sweeps.early_stop import observed_trials
 from app.sweeps.models import Sweep, SweepStatus, SweepTrial
 from app.sweeps.sampling import MAX_SEED, next_params, planned_runs

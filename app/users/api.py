@@ -13,7 +13,7 @@ from app.auth.security import generate_password
 from app.db import SessionDep
 from app.errors import Forbidden
 from app.http_errors import error_responses
-from app.runs.disk import disk_by_owner
+from app.runs.files.disk import disk_by_owner
 from app.users import service
 from app.users.schemas import PasswordChange, UserCreate, UserCreated, UserOut, UserUpdate
 

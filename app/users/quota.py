@@ -4,7 +4,7 @@ A user's use is the sum of sizes recorded when the bytes were written, never a w
 folder: the code snapshots they uploaded (``code_snapshots.size_bytes``, the stored archive:
 the unpacked copy is the worker's shared cache, worker/snapshots.py) and their runs' folders
 (``runs.disk_bytes``, measured once by the worker when a run ends, until then its checkpoints'
-recorded sizes; an MLflow artifact upload adds its bytes as it is stored: app.runs.disk). Two
+recorded sizes; an MLflow artifact upload adds its bytes as it is stored: app.runs.files.disk). Two
 indexed SUMs per check.
 
 Over the quota, nothing more is stored for that user: an upload (code, an MLflow artifact) is
@@ -29,7 +29,7 @@ GB = 10**9
 def usage(session: Session, user_id: int) -> int:
     """Bytes stored for the user: their uploaded snapshots and their runs' folders."""
     from app.code.service import stored_bytes_by
-    from app.runs.disk import disk_by_owner
+    from app.runs.files.disk import disk_by_owner
 
     runs = disk_by_owner(session, [user_id]).get(user_id, 0)
     return runs + stored_bytes_by(session, user_id)

@@ -13,7 +13,7 @@ class UserOut(BaseModel):
     is_admin: bool  # role == admin; kept for clients written before roles
     disabled: bool
     created_at: UtcDateTime
-    # Bytes the user's runs hold on disk (app/runs/disk.py).
+    # Bytes the user's runs hold on disk (app/runs/files/disk.py).
     disk_bytes: int = 0
     # A generated password not changed yet: every API call but the change is refused.
     must_change_password: bool = False

@@ -20,7 +20,7 @@ from app.db import SessionDep
 from app.errors import Conflict, Forbidden, Invalid, NotFound, field_error
 from app.http_errors import status_of
 from app.pages import PageRoute, PageUser
-from app.runs.disk import disk_by_owner
+from app.runs.files.disk import disk_by_owner
 from app.settings import get_settings
 from app.templating import render
 from app.users import ceilings, service

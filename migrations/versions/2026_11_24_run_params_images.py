@@ -6,7 +6,7 @@ Create Date: 2026-11-24 01:30:00
 
 run_params: one row per (run, dotted key), the JSON value plus a number and a text column to
 sort and filter by. Existing runs get their config's params (the config flattened, as
-app.runs.params does when a run is queued); a job's reported hparams only come with new runs.
+app.runs.query.params does when a run is queued); a job's reported hparams only come with new runs.
 run_images: the PNG/JPEG images jobs logged with TensorBoard.
 Downgrade: both tables dropped (the params are still in each run's config; images are lost).
 """
@@ -28,7 +28,7 @@ MAX_VALUE_CHARS = 1000
 
 
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A frozen copy of app.runs.params.flatten (this migration must not change with it)."""
+    """A frozen copy of app.runs.query.params.flatten (this migration must not change with it)."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, Mapping):

@@ -7,7 +7,7 @@ Create Date: 2026-11-28 00:00:00
 A queued run's broker message can be lost (a broker flush or restart, a killed worker's
 unacknowledged message). dispatch numbers the run's current message (each message carries it;
 an older one is dropped on delivery) and task_seen_at says when that message last came by a
-worker: a queued run not seen for a while is sent again (app.runs.dispatch). Downgrade drops
+worker: a queued run not seen for a while is sent again (app.runs.state.dispatch). Downgrade drops
 both columns: messages still carrying a dispatch number are then run as before (the task
 ignores what it does not know), so nothing is lost but the reconciliation itself.
 """

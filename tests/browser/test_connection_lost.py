@@ -19,8 +19,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
-from app.runs import lifecycle
 from app.runs.models import Run
+from app.runs.state import lifecycle
 from app.timeutil import utcnow
 from tests.browser.conftest import VIEWPORT, log_in
 from tests.factories import add_run

@@ -25,7 +25,7 @@ OPTIMIZERS = ["adam", "sgd", "adam", "sgd"]
 
 def _sweep(api: httpx.Client, name: str) -> tuple[int, list[int]]:
     """An experiment and four finished runs (lr, optimizer and a hostile param differ; epochs
-    does not), inserted as app.runs.lifecycle.queue records params; each logs Loss/train, all
+    does not), inserted as app.runs.state.lifecycle.queue records params; each logs Loss/train, all
     but the last val/acc."""
     base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
     configs = [

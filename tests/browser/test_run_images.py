@@ -10,8 +10,8 @@ from PIL import Image as PILImage
 from playwright.sync_api import Page, expect
 
 from app.db import session_scope
-from app.runs.images import Caps, Image, store_images
-from app.runs.params import record_config, record_reported
+from app.runs.files.images import Caps, Image, store_images
+from app.runs.query.params import record_config, record_reported
 from tests.factories import make_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -27,8 +27,8 @@ def png(width: int) -> bytes:
 
 
 # A run made here has no job: its event stream carries only the pings a quiet stream sends every
-# PING_SECONDS (10 s, app/runs/events.py), and the page asks for its images and params again on
-# the stream's events (app/static/lib/run_stream.js refreshOn), not on a timer of its own.
+# PING_SECONDS (10 s, app/runs/streams/events.py), and the page asks for its images and params
+# again on the stream's events (app/static/lib/run_stream.js refreshOn), not on a timer of its own.
 LIVE_MS = 25_000
 
 

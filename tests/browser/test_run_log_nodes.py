@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from sqlalchemy import update
 
 from app.db import session_scope
-from app.runs import log_store
+from app.runs.files import log_store
 from app.runs.models import Run
 from tests.conftest import DATA_DIR
 from tests.factories import make_run

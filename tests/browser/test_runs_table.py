@@ -17,7 +17,7 @@ HOSTILE = '<img src=x onerror="window.pwned=1">'
 
 def _sweep(api: httpx.Client, name: str, lrs: list[float] = LRS) -> tuple[int, list[int]]:
     """An experiment and four finished runs of it with different lrs, inserted directly (as
-    app.runs.lifecycle.queue records params) with a loss each: no training needed."""
+    app.runs.state.lifecycle.queue records params) with a loss each: no training needed."""
     base = {"recipe": "tiny_mlp", "params": {"epochs": 1, "lr": 0.1}, "seed": 1}
     configs = [
         {**base, "params": {"epochs": 1, "lr": lr, HOSTILE: i % 2}} for i, lr in enumerate(lrs)
@@ -73,7 +73,7 @@ def test_sort_by_a_param_select_compare_tag_and_delete(admin_page: Page, api: ht
     assert _shown(page) == by_lr[::-1]
     assert page.evaluate("window.pwned") is None
 
-    # The filter language (app/runs/filter_lang.py): bare param and metric keys, and/or, in.
+    # The filter language (app/runs/query/filter_lang.py): bare param and metric keys, and/or, in.
     rows = page.locator("table#runs tbody tr")
     page.fill("#runs-filter", "lr>=0.1 and Loss/train<2.5")  # the loss is lr * 10
     page.click("#runs-apply")

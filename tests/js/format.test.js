@@ -8,7 +8,7 @@ import {
   stepTitle, utcText,
 } from "../../app/static/lib/format.js";
 
-test("bytes read as the server writes them (app/runs/notices.py size_text): binary units", () => {
+test("bytes read as the server writes them (app/runs/state/notices.py size_text): binary units", () => {
   assert.equal(fmtBytes(0), "0 bytes");
   assert.equal(fmtBytes(1023), "1023 bytes");
   assert.equal(fmtBytes(1024), "1 KiB");

@@ -1,5 +1,5 @@
 """What following a run needs without any I/O: an SSE line parser and the run's state as the
-events of GET /api/runs/{id}/events (app/runs/events.py) update it.
+events of GET /api/runs/{id}/events (app/runs/streams/events.py) update it.
 
 The state is also what a reconnect resumes from: `after` (last step per metric key) and
 `log_offset` go back to the server, so a dropped stream continues where it stopped instead
@@ -16,7 +16,7 @@ FINISHED = ("succeeded", "failed", "cancelled", "deleted")
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 3}
 HIDDEN_KEYS = ("epoch",)  # shown as the progress position, not as a value
 MAX_SHOWN_KEYS = 6
-# app/runs/phase.py's phases (the client imports nothing of the server's)
+# app/runs/state/phase.py's phases (the client imports nothing of the server's)
 STARTING = "starting"
 BUILDING = "building environment"
 

@@ -2,7 +2,7 @@
 api that shares the workers' runs volume): app.main's app, with this machine's view of its
 jobs handed to the reaper (worker.liveness.HostJobs).
 
-The reaper is the server's (app.runs.reaper) and decides from the database; only a process on
+The reaper is the server's (app.runs.state.reaper) and decides from the database; only a process on
 the jobs' host can tell that a run whose worker is away still trains under its keeper, or
 ended while nobody watched, and move what its spool still holds. That knowledge is the host
 agent's, so it is composed here, in the composition root (neither app nor worker): app never
@@ -15,7 +15,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from app.main import create_app as create_api
-from app.runs.reaper import use_local_jobs
+from app.runs.state.reaper import use_local_jobs
 from worker.liveness import HostJobs
 
 

@@ -20,7 +20,7 @@ import signal
 import sys
 from pathlib import Path
 
-from app.runs.job_files import within
+from app.runs.files.job_files import within
 
 GO = "serve"
 

@@ -32,7 +32,7 @@ MAX_SEED = 2**32 - 1
 
 
 class CheckpointRetention(BaseModel):
-    """Which of a run's checkpoints stay on disk as it goes (app.runs.checkpoint_records): the
+    """Which of a run's checkpoints stay on disk as it goes (app.runs.files.checkpoint_records): the
     newest ``keep_last``, the ``keep_best`` best by ``metric`` (its value at the checkpoint's
     step), and ``final.pt`` always. The default keeps the latest two, and the best one once a metric
     is named (Determined's default)."""

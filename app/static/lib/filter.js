@@ -1,4 +1,4 @@
-// The runs filter language's browser side (the parser is the server's: app/runs/filter_lang.py):
+// The runs filter language's browser side (the parser is the server's: app/runs/query/filter_lang.py):
 // the builder's condition text (a key, an operator, a value, quoted where the language needs
 // it), appended to what the filter box holds, and a refused filter's message as the reader
 // reads it ("filter: position 12: expected a value after '>'"). Pure: tests/js/filter.test.js.

@@ -1,6 +1,6 @@
 // Pure formatting shared by every page (no DOM here: unit-tested under Node, tests/js/).
 
-// Bytes the server's way (app/runs/notices.py size_text, the `size` template filter): binary
+// Bytes the server's way (app/runs/state/notices.py size_text, the `size` template filter): binary
 // units, "1 GiB", "1.5 MiB", "512 bytes", so a page never says MB beside the server's MiB.
 export const fmtBytes = (n) => {
   for (const [unit, scale] of /** @type {[string, number][]} */ ([["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]])) {
@@ -82,7 +82,7 @@ export const compareGroups = (a, b) => groupRank(a) - groupRank(b)
 export const compareKeys = (a, b) => compareGroups(keyGroup(a), keyGroup(b)) || byText(a, b);
 
 // A progress bar (tqdm, rich) rewrites its line with "\r": keep only what the line shows last,
-// after its rank prefix (app/runs/logs.py does the same for the log API). A line still being
+// after its rank prefix (app/runs/files/logs.py does the same for the log API). A line still being
 // written keeps a trailing "\r", so the text that comes next replaces it.
 export const collapseCarriageReturns = (text) => {
   if (!text.includes("\r")) return text;

@@ -1,5 +1,5 @@
 // The experiment, sweep and GPU pages' link to the server: their event stream
-// (app/runs/page_events.py), through the run page's hub (lib/run_stream.js: reconnects from a
+// (app/runs/streams/page_events.py), through the run page's hub (lib/run_stream.js: reconnects from a
 // drop, a silent stream counts as dropped, "link" events up/down/closed). A stream sends the
 // page's snapshot (or a digest of it) at once and whenever it changes, so the pages hold no
 // timer of their own. The modules of one page share one stream per URL (an ES module is one

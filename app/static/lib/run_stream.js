@@ -1,5 +1,5 @@
 // The run page's one link to the server while the run is live: its SSE stream
-// (GET /api/runs/{id}/events, app/runs/events.py), as an event hub. The page's parts subscribe
+// (GET /api/runs/{id}/events, app/runs/streams/events.py), as an event hub. The page's parts subscribe
 // here instead of each polling on a timer: the charts and the log take the stream's data, and
 // the checkpoints, files, params, images, environment and the run's status are asked for again
 // when the stream says something happened (refreshOn).

@@ -4,7 +4,7 @@
 // an offset at a line boundary) and filters the live chunks here, holding back a partial last
 // line.
 //
-// A multi-node run has one log per node (app/runs/logs.py): node k's torchrun runs global
+// A multi-node run has one log per node (app/runs/files/logs.py): node k's torchrun runs global
 // ranks k * nproc .. k * nproc + nproc - 1. The node filter loads node k's tail with ?node=k;
 // the stream follows node 0's log only, so another node's new lines are asked for every
 // POLL_MS from its own offset while the run is not finished.

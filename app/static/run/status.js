@@ -29,7 +29,7 @@ export const mountStatus = (root, runId, stream, charts) => {
     showTime($("run-started-time"), times.started);
     showTime($("run-finished-time"), times.finished);
     // Training's time from the job's start; the build's from its start to the job's (or to
-    // the run's end when the build failed), as app/runs/phase.py counts them.
+    // the run's end when the build failed), as app/runs/state/phase.py counts them.
     const build = parseTime(times.build);
     const training = parseTime(times.training);
     const end = parseTime(times.finished) || (status === "running" ? new Date() : null);

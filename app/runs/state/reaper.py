@@ -1,6 +1,6 @@
 """The reaper: runs whose worker went away, found from any process (every worker and the API).
 
-The decision is app.runs.recovery's, over the database alone: a running run whose heartbeat
+The decision is app.runs.state.recovery's, over the database alone: a running run whose heartbeat
 is older than ``run_lost_seconds`` is failed or requeued. What only the run's own host can
 tell (is its job still training under its keeper, did it end while no worker watched, what is
 left in its spool) is a ``LocalJobs`` that the host's processes hand in with
@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session
 
 from app.db import session_scope
 from app.runs.nodes import reap_lost_nodes
-from app.runs.recovery import Handover, reap_lost_runs
+from app.runs.state.recovery import Handover, reap_lost_runs
 from app.settings import get_settings
 
 
 class LocalJobs(Protocol):
-    """This machine's view of the jobs it runs (see app.runs.recovery.reap_lost_runs)."""
+    """This machine's view of the jobs it runs (see app.runs.state.recovery.reap_lost_runs)."""
 
     def salvage(self, session: Session, run_id: int) -> None:
         """Move what is left of the run's spool, in the caller's transaction."""

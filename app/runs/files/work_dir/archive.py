@@ -1,5 +1,5 @@
 """A folder of a run's files as one gzipped tar, wherever its members are read from (this
-disk: app.runs.work_dir.local; the artifact store: app.runs.work_dir.store)."""
+disk: app.runs.files.work_dir.local; the artifact store: app.runs.files.work_dir.store)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import PurePosixPath
 from typing import IO
 
-from app.runs.job_files import FileRefused
+from app.runs.files.job_files import FileRefused
 
 CHUNK = 1 << 20
 

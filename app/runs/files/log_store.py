@@ -3,7 +3,7 @@ and read here only (a run's deletion removes its chunks: app.runs.deletion), plu
 log-size limit's bookkeeping on the run.
 
 The log is stored once. On one box (no artifact store) the API reads output.log itself
-(app.runs.logs.FileLogSource). With an artifact store the API is on another host: the worker's
+(app.runs.files.logs.FileLogSource). With an artifact store the API is on another host: the worker's
 forwarder calls ``ship`` and the next bytes go to ``run_log_chunks`` with ``runs.log_offset``
 advanced in the same transaction. While the job runs only whole lines go (a line still being
 written waits); the final drain (``final=True``) sends the rest. A call moves at most
@@ -12,7 +12,7 @@ so a long run is a modest number of rows. Chunks tile the file (offset = bytes b
 ``ChunkLogSource`` gives the same bytes at the same offsets as the file.
 
 ``limit`` keeps output.log within ``max_log_bytes``: the cut and the note that ends it are
-recorded on the run (app.runs.notices), and the shipped copy never goes past the cut.
+recorded on the run (app.runs.state.notices), and the shipped copy never goes past the cut.
 
 A multi-node run has one output.log per host. Node 0's is the run's log as above (its size in
 ``runs.log_offset``, its cut in the run's notices). Node k > 0's worker always ships its file
@@ -32,9 +32,9 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
-from app.runs import notices
-from app.runs.job_files import FileRefused, cut_job_file, job_file_size, open_job_file
+from app.runs.files.job_files import FileRefused, cut_job_file, job_file_size, open_job_file
 from app.runs.models import Run, RunLogChunk
+from app.runs.state import notices
 from app.settings import get_settings
 
 # No log is this long; a client's offset past it reads nothing (instead of overflowing a seek
@@ -180,7 +180,7 @@ def _compact(session: Session, *, run_id: int, node: int, end: int) -> None:
 
 class ChunkLogSource:
     """The log as the worker shipped it: ``runs.log_offset`` bytes in ``run_log_chunks``; a
-    app.runs.logs.LogSource.
+    app.runs.files.logs.LogSource.
 
     Each read is one short query of its own (a streamed response outlives the request's
     session) for the chunks that overlap the range; the span it fetched is kept, so reading

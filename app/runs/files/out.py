@@ -8,13 +8,13 @@ from collections.abc import Collection, Sequence
 from sqlalchemy.orm import Session
 
 from app.metrics.summary import runs_with_more_keys, summaries_by_run
-from app.runs.disk import disk_by_run
+from app.runs.files.disk import disk_by_run
 from app.runs.models import Run
-from app.runs.notices import stopped_early_reason
-from app.runs.params import params_by_run
-from app.runs.phase import phase_of
+from app.runs.query.params import params_by_run
 from app.runs.schemas import RunOut, SummaryOut
 from app.runs.service import tags_by_run, why_queued_many
+from app.runs.state.notices import stopped_early_reason
+from app.runs.state.phase import phase_of
 
 # A list of runs carries each run's first LIST_SUMMARIES metric summaries (train/ and val/
 # first) plus the keys the caller names: one run logging 10,000 keys made GET /api/runs 670 KB

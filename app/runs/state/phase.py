@@ -1,9 +1,9 @@
 """What a running run is doing, and how long each part took: its environment build apart from
-its training (issue 29). One derivation, used by the API (app/runs/out.py) and the run's
-event stream (app/runs/events.py), so the CLI and the page say the same.
+its training (issue 29). One derivation, used by the API (app/runs/files/out.py) and the run's
+event stream (app/runs/streams/events.py), so the CLI and the page say the same.
 
 The columns are written here (`building`, `build_progress`, `training`, each only while the
-attempt still owns the run: app.runs.lifecycle's conditional UPDATE):
+attempt still owns the run: app.runs.state.lifecycle's conditional UPDATE):
 a running run is "starting" (its code copied, its environment looked up) until either its
 environment's build begins, "building environment" until its job starts, then "training";
 a run without packages goes from "starting" to "training" at once. The duration
@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.runs.lifecycle import running_as, took_effect
+from app.runs.state.lifecycle import running_as, took_effect
 from app.timeutil import as_utc, utcnow
 
 STARTING = "starting"

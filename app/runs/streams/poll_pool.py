@@ -1,7 +1,7 @@
 """The event streams' shared poll threads, handed out fairly between users.
 
-Every open stream (app/runs/events.py) polls the database in a thread; all streams of a server
-process share `POLL_THREADS` of them, so 20 viewers hold at most that many pooled connections
+Every open stream (app/runs/streams/events.py) polls the database in a thread; all streams of a
+server process share `POLL_THREADS` of them, so 20 viewers hold at most that many pooled connections
 (bench/load.py). Which waiting poll gets a free thread:
 
 - a user's polls hold at most `POLL_THREADS - 1` threads at once, so while one user's streams

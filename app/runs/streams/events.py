@@ -10,8 +10,8 @@ holds no connection while it waits. The stream ends after the run has finished a
 points and log lines went out.
 
 Streams cannot starve each other: a stream is a coroutine (no thread of its own); its polls run
-in a small shared thread pool handed out fairly (app/runs/poll_pool.py: one user's polls hold
-all threads but one, a freed thread goes to the user holding fewest), and each poll reads at
+in a small shared thread pool handed out fairly (app/runs/streams/poll_pool.py: one user's polls
+hold all threads but one, a freed thread goes to the user holding fewest), and each poll reads at
 most KEY_WINDOW keys (a run with 100,000 keys is swept a window per poll). So a user with many
 tabs on a huge run holds a few pool threads for a short while per poll, and another user's poll
 gets a thread at once. A user may hold at most `sse_max_streams_per_user` open streams (429
@@ -42,10 +42,10 @@ from app.errors import Invalid, TooMany
 from app.metrics.live_read import NEW_POINTS_LIMIT, key_window, read_new_points
 from app.ops import shutdown
 from app.ops.prometheus import EVENT_STREAMS, STREAM_POLL_SECONDS
-from app.runs.logs import log_source
+from app.runs.files.logs import log_source
 from app.runs.models import Run, RunStatus
-from app.runs.phase import phase_of
-from app.runs.poll_pool import run_polled
+from app.runs.state.phase import phase_of
+from app.runs.streams.poll_pool import run_polled
 from app.timeutil import as_utc
 
 MAX_LOG_CHUNK = 256 * 1024
@@ -87,7 +87,7 @@ def status_payload(run: Any) -> dict[str, Any]:
     phase = phase_of(run)
     return {
         # While it runs: "building environment" (pip's last line in env_build_line) or
-        # "training" (app/runs/phase.py); sent again whenever the phase or the line changes.
+        # "training" (app/runs/state/phase.py); sent again whenever the phase or the line changes.
         "phase": phase.phase,
         "env_build_line": run.env_build_line,
         "env_build_started_at": _iso(run.env_build_started_at),
@@ -292,8 +292,8 @@ def stream_slot(user_id: int, limit: int) -> Iterator[None]:
 
 
 async def in_pool(user_id: int | None, func: Callable[..., Any], *args: Any) -> Any:
-    """`func` in the shared poll threads, at the user's fair turn (app/runs/poll_pool.py); the
-    wait for the thread is counted in the `wait` part of the poll histogram."""
+    """`func` in the shared poll threads, at the user's fair turn (app/runs/streams/poll_pool.py);
+    the wait for the thread is counted in the `wait` part of the poll histogram."""
     result, waited = await run_polled(user_id, func, *args)
     STREAM_POLL_SECONDS.labels("wait").observe(waited)
     return result

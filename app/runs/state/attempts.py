@@ -1,6 +1,6 @@
 """Where a requeued run's next attempt picks up its spool: the run's side of
 worker.spool.start_attempt. The old attempt's unread metrics lines and TensorBoard events are
-superseded (app.runs.recovery dropped the points past the checkpoint the run resumes from),
+superseded (app.runs.state.recovery dropped the points past the checkpoint the run resumes from),
 so reading starts over at a new spool and at the event files' current ends; the log goes on
 after what was shipped so far."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from app.runs import ingest_offsets
+from app.runs.files import ingest_offsets
 from app.runs.models import Run
 
 

@@ -10,7 +10,7 @@ queued forever, holding up every run of its size once it has starved. So:
 - each message carries the run's dispatch number; ``current_message`` stamps the run's
   ``task_seen_at`` when the current one comes by, and answers False for an older one, which the
   task drops at once (so a duplicate delivery is harmless);
-- ``resend_lost`` (periodic work, app.runs.scheduled) sends a message with a new dispatch
+- ``resend_lost`` (periodic work, app.runs.state.scheduled) sends a message with a new dispatch
   number for every queued run whose task has not come by for queue_resend_seconds while a worker
   host is live (with none, no message is taken anyway: nothing is lost yet);
 - ``message_lost`` is the same rule for the scheduler (app.gpus.service.queued_runs): a run
@@ -73,7 +73,7 @@ def enqueue_run(run_id: int, dispatch: int) -> None:
 
 
 def next_message(session: Session, *, run_id: int) -> int:
-    """A new message number for a run queued again (app.runs.lifecycle.requeue, in its
+    """A new message number for a run queued again (app.runs.state.lifecycle.requeue, in its
     transaction): the old attempt's message, if the broker ever gives it back, is dropped."""
     session.execute(
         update(Run).where(Run.id == run_id).values(dispatch=Run.dispatch + 1, task_seen_at=utcnow())

@@ -16,7 +16,7 @@ and a script may never call the runtime's checkpoint code at all (Lightning, a b
 points, which are in the database the job never talks to; (3) a checkpoint some queued or
 running run resumes from (another run, or this run's own next attempt after a requeue) must
 stay, and only the database knows. The dropped rows are locked, re-checked against the active
-runs' ``resume_from`` (app.runs.disk.active_readers) and deleted, so the run page stops
+runs' ``resume_from`` (app.runs.files.disk.active_readers) and deleted, so the run page stops
 offering them; only after the commit are the files removed (the run folder's copy, and the
 artifact store's). A resume request locks the checkpoint row it starts from (app.runs.service
 .resume_run), so either it commits first and the re-check sees the new run (the file stays),
@@ -43,8 +43,8 @@ from app.artifacts import remove_stored
 from app.db import after_commit
 from app.experiments.config.model import run_config
 from app.metrics.models import Metric, MetricKey
-from app.runs.disk import active_readers
-from app.runs.job_files import FileRefused, remove_job_file
+from app.runs.files.disk import active_readers
+from app.runs.files.job_files import FileRefused, remove_job_file
 from app.runs.models import Checkpoint, Run
 from app.settings import get_settings
 

@@ -2,8 +2,8 @@
 
 Those pages used to ask the server again on a timer (every 2.5-3 s, each page its own way,
 whether anything had changed or not). Each now holds one SSE stream, built here on the run
-stream's parts (app/runs/events.py: the per-user stream limit, the fair poll pool, pings, the
-token re-check, the end on shutdown): the server reads a snapshot of what the page shows every
+stream's parts (app/runs/streams/events.py: the per-user stream limit, the fair poll pool, pings,
+the token re-check, the end on shutdown): the server reads a snapshot of what the page shows every
 PAGE_POLL_SECONDS, in a short session of its own in the poll pool, and sends it only when it
 differs from the last one sent. The page draws from the event's data (the GPU panel, a sweep)
 or, where the data is large (an experiment's runs and their curves), the event is a digest of
@@ -33,8 +33,8 @@ from app.auth.service import token_refusal
 from app.db import database_away, session_scope
 from app.metrics.models import MetricKey
 from app.ops import shutdown
-from app.runs.events import PING_SECONDS, RECONNECT_MS, in_pool, json_event, stream_slot
 from app.runs.models import Run, RunStatus
+from app.runs.streams.events import PING_SECONDS, RECONNECT_MS, in_pool, json_event, stream_slot
 from app.settings import get_settings
 from app.sweeps.models import Sweep, SweepStatus, SweepTrial
 

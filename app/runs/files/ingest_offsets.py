@@ -1,9 +1,9 @@
 """Where the worker's forwarder is in the files a job writes, kept on the run: the metrics
 spool (``runs.metrics_offset``) and each TensorBoard event file (``runs.tb_offsets``, by path
-under the run directory); output.log's is the log store's (app.runs.log_store). Written here
+under the run directory); output.log's is the log store's (app.runs.files.log_store). Written here
 only, in the same transaction as what was read up to there, so a restarted worker resumes
 instead of replaying. What a batch kept out (lines skipped, points past the key limit) is
-counted on the run in that transaction too (app.runs.notices), so a replayed batch is not
+counted on the run in that transaction too (app.runs.state.notices), so a replayed batch is not
 counted twice.
 
 Every function takes the caller's session and flushes at most.
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from sqlalchemy.orm import Session
 
-from app.runs import notices
 from app.runs.models import Run
+from app.runs.state import notices
 
 
 def metrics_offset(session: Session, *, run_id: int) -> int | None:
@@ -47,7 +47,7 @@ def note_dropped_points(session: Session, *, run_id: int, limit: int, points: in
 
 
 def note_tensorboard(session: Session, *, run_id: int, notes: Mapping[str, str]) -> dict[str, str]:
-    """What the run's event files hold that is not shown, said on the run (app.runs.notices);
+    """What the run's event files hold that is not shown, said on the run (app.runs.state.notices);
     returns the notes new to the run."""
     run = session.get(Run, run_id)
     if run is None or not notes:

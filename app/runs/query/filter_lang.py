@@ -1,6 +1,6 @@
 """The runs filter language: one parser for the API (``filter=``), the CLI (``--filter``, sent
 as it is) and the runs table (design.md "The workbench at team scale"). Pure: text in, a tree
-out; app/runs/filter_sql.py turns the tree into SQL.
+out; app/runs/query/filter_sql.py turns the tree into SQL.
 
     filter     := or
     or         := and ("or" and)*

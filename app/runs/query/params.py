@@ -2,7 +2,7 @@
 
 Two sources, one flat namespace (the ``params`` of the runs API, design.md "Runs at scale"):
 - "config": the launch config flattened to dotted keys (``params.lr``, ``seed``,
-  ``resources.nproc``), written when the run is queued (app.runs.lifecycle.queue);
+  ``resources.nproc``), written when the run is queued (app.runs.state.lifecycle.queue);
 - "reported": hyperparameters the job logged as TensorBoard hparams (``add_hparams``,
   Lightning's ``log_hyperparams``), as ``hparams.<name>``, written by the worker as it reads
   the event files (worker.tensorboard_events). A later report of a name replaces its value.

@@ -8,7 +8,7 @@ reason. A worker that shuts down warm hands its runs over the same way.
 
 A reaper claims a run with one conditional UPDATE (still running, stamp still stale), so two
 reapers (the API and every worker run one) never handle a run twice; the transitions
-themselves are app.runs.lifecycle's, guarded by the attempt seen.
+themselves are app.runs.state.lifecycle's, guarded by the attempt seen.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from app.gpus.leases import retake_leases
 from app.metrics.ingest import drop_points
 from app.metrics.models import MetricKey
 from app.metrics.summary import recompute_summaries
-from app.runs import lifecycle
-from app.runs.lifecycle import WORKER_LOST
 from app.runs.models import Checkpoint, Run, RunStatus
+from app.runs.state import lifecycle
+from app.runs.state.lifecycle import WORKER_LOST
 from app.timeutil import as_utc, utcnow
 from torchyard.contract import SYSTEM_KEY_PREFIX
 
@@ -193,7 +193,7 @@ def reap_lost_runs(
     ended_unwatched: Callable[[int], tuple[int, str | None] | None] | None = None,
 ) -> list[Handover]:
     """Fail or requeue every running run whose worker stopped heartbeating. ``salvage`` is
-    given each claimed run first (the host's LocalJobs, app.runs.reaper, moves what is left of
+    given each claimed run first (the host's LocalJobs, app.runs.state.reaper, moves what is left of
     its spool).
     ``still_training`` names runs whose job is seen alive on this machine: not lost, only
     waiting for the host's next worker to re-adopt it (an upgrade may take minutes).

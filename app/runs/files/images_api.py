@@ -1,4 +1,4 @@
-"""The images a run's job logged with TensorBoard (app/runs/images.py): listed by tag, served
+"""The images a run's job logged with TensorBoard (app/runs/files/images.py): listed by tag, served
 one by one. Read access as for every run route: any signed-in user."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from app.db import SessionDep
 from app.errors import NotFound
 from app.http_errors import error_responses
 from app.ownership import OwnedRun
-from app.runs import images
+from app.runs.files import images
 from app.runs.schemas import RunImagesOut
 
 router = APIRouter(prefix="/api", tags=["runs"])

@@ -1,4 +1,4 @@
-"""The filter language's tree (app/runs/filter_lang.py) as one SQL condition on runs.
+"""The filter language's tree (app/runs/query/filter_lang.py) as one SQL condition on runs.
 
 What a key means, in this order:
 - ``name``, ``tag`` / ``tags``, ``status``, ``id``: the run's own fields (``~`` is a substring,
@@ -28,8 +28,8 @@ from sqlalchemy import ColumnElement, and_, exists, false, func, not_, or_
 
 from app.errors import Invalid
 from app.metrics.models import MetricKey
-from app.runs.filter_lang import Condition, Junction, Node, Value
 from app.runs.models import Run, RunParam, RunStatus, RunTag
+from app.runs.query.filter_lang import Condition, Junction, Node, Value
 
 AGGREGATES = {"last": "last_value", "min": "min_value", "max": "max_value"}
 _SUMMARY = re.compile(r"^summary\.(.+)\.(last|min|max)$", re.DOTALL)

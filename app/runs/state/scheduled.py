@@ -1,13 +1,13 @@
 """The runs domain's periodic work (app.periodic): the reaper, in the API and every worker,
 so that a box whose only worker died still notices its lost runs; and the queue's
-reconciliation (app.runs.dispatch), a few times per queue_resend_seconds, in the same
+reconciliation (app.runs.state.dispatch), a few times per queue_resend_seconds, in the same
 processes (a run is re-sent once however many of them look)."""
 
 from __future__ import annotations
 
 from app.periodic import Process, declare
-from app.runs.dispatch import resend_lost
-from app.runs.reaper import reap_once
+from app.runs.state.dispatch import resend_lost
+from app.runs.state.reaper import reap_once
 from app.settings import Settings
 
 REAP = declare(

@@ -8,8 +8,8 @@ status, the worker calls ``store`` (worker.work_dir_upload, which keeps the run'
 fresh meanwhile): each file is copied to ``<store>/runs/<id>/work/<path>`` in path order until
 ``run_files_store_max_bytes`` is reached, and the listing of what was stored goes to
 ``<store>/runs/<id>/work.json``. The files are read through the same fd-checked walk the API
-uses (app.runs.work_dir.local): the job's directory is hostile input (no link is followed, no FIFO
-is opened).
+uses (app.runs.files.work_dir.local): the job's directory is hostile input (no link is followed, no
+FIFO is opened).
 
 The listing came from a directory a job wrote, so it is read as hostile input too: each entry
 checked for its types and for a path that stays inside the run (no ``..``, no absolute path),
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from app.artifacts import run_files_key, store_fs
-from app.runs.job_files import FileRefused, open_in
-from app.runs.work_dir.archive import CHUNK, Member, member_name, tar_chunks
-from app.runs.work_dir.local import RunFile, list_files
+from app.runs.files.job_files import FileRefused, open_in
+from app.runs.files.work_dir.archive import CHUNK, Member, member_name, tar_chunks
+from app.runs.files.work_dir.local import RunFile, list_files
 from torchyard.contract import RunPaths
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """A run's status values, apart from the ORM model so that code which only reads or reports a
 status (the host agent, the API's schemas) needs no table to name one. Only
-app.runs.lifecycle changes a run's status."""
+app.runs.state.lifecycle changes a run's status."""
 
 from __future__ import annotations
 

@@ -2,14 +2,14 @@
 
 The bytes come from a log source: the file itself when the run directory is on this
 machine's disk (embedded mode, or a data dir shared over NFS), else the copy the worker
-shipped to the database in ``run_log_chunks`` (app.runs.log_store). Chunks tile the file, so
+shipped to the database in ``run_log_chunks`` (app.runs.files.log_store). Chunks tile the file, so
 both give the same bytes at the same offsets, and everything below works on either.
 
 Under torchrun every line of rank N starts with ``[rankN]: `` (worker.launcher); lines without
 a prefix come from torchrun itself. A single-process run's lines are all rank 0's, prefixed or
 not. Offsets are byte positions in the whole file, filtered or not.
 
-A multi-node run has one log per node (``node``; app.runs.log_store): node k's torchrun writes
+A multi-node run has one log per node (``node``; app.runs.files.log_store): node k's torchrun writes
 global ranks k * nproc .. k * nproc + nproc - 1 (the static rendezvous: worker.launcher), so a
 rank names its node, and each node's offsets are its own file's. Node 0's is the run's log
 (the one the event stream follows); ``choose_node`` says which a request reads.
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Protocol
 
 from app.errors import Invalid
-from app.runs.job_files import FileRefused, job_file_size, open_job_file
-from app.runs.log_store import MAX_OFFSET, ChunkLogSource
+from app.runs.files.job_files import FileRefused, job_file_size, open_job_file
+from app.runs.files.log_store import MAX_OFFSET, ChunkLogSource
 from app.runs.service import log_path
 from torchyard.contract import rank_prefix
 
@@ -50,7 +50,8 @@ class LogSource(Protocol):
 
 class FileLogSource:
     """The file on this machine's disk, read only while it is a regular file (never through a
-    link, never blocking on a FIFO: app.runs.job_files), from the descriptor that was checked."""
+    link, never blocking on a FIFO: app.runs.files.job_files), from the descriptor that was
+    checked."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -1,6 +1,6 @@
 """What the API serves of a run's working directory: from this disk when the run's directory
 is here, else (an API on another host than the worker) from the artifact store, where the
-worker left the files at the end (app.runs.work_dir.store)."""
+worker left the files at the end (app.runs.files.work_dir.store)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from app.runs.job_files import components, open_in
-from app.runs.work_dir import store
-from app.runs.work_dir.local import RunFile, folder_archive, list_files, read_chunks
+from app.runs.files.job_files import components, open_in
+from app.runs.files.work_dir import store
+from app.runs.files.work_dir.local import RunFile, folder_archive, list_files, read_chunks
 from app.settings import get_settings
 from torchyard.contract import RunPaths
 

@@ -1,4 +1,4 @@
-"""GET /api/runs (filtered, sorted, paged: app/runs/listing.py) and PATCH /api/runs/{id}
+"""GET /api/runs (filtered, sorted, paged: app/runs/query/listing.py) and PATCH /api/runs/{id}
 (name, tags, notes). Reading is any signed-in user's; the PATCH goes through the one ownership
 check (app/ownership.py: the owner or an admin)."""
 
@@ -13,9 +13,10 @@ from app.db import MAX_ID, SessionDep
 from app.errors import Invalid
 from app.http_errors import error_responses
 from app.ownership import OwnedRun
-from app.runs import listing, service
+from app.runs import service
+from app.runs.files.out import LIST_SUMMARIES, run_outs
 from app.runs.models import RunStatus
-from app.runs.out import LIST_SUMMARIES, run_outs
+from app.runs.query import listing
 from app.runs.schemas import RunListOut, RunOut, RunPatch
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner
@@ -68,7 +69,7 @@ def list_runs(
     ] = None,
 ) -> RunListOut:
     """Runs on the box (everyone reads them all), filtered, sorted, a page at a time: see
-    app/runs/listing.py for the sort and filter syntax. Each run carries at most 50 metric
+    app/runs/query/listing.py for the sort and filter syntax. Each run carries at most 50 metric
     summaries plus those `summary_keys` names, `summary_cut` when it has more (GET
     /api/runs/{id}: all). `owner=me` (or a username) for one owner's. `next` is null on the
     last page."""

@@ -29,14 +29,14 @@ from sqlalchemy.orm import Session
 from app.db import after_commit
 from app.gpus.leases import heartbeat_leases, release_leases
 from app.notifications.triggers import run_ended
-from app.runs.dispatch import enqueue_run, next_message
 from app.runs.models import Run, RunStatus
-from app.runs.params import record_config
+from app.runs.query.params import record_config
+from app.runs.state.dispatch import enqueue_run, next_message
 from app.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
-# A reaper's reason for a run whose worker stopped heartbeating (app.runs.recovery): a guess,
+# A reaper's reason for a run whose worker stopped heartbeating (app.runs.state.recovery): a guess,
 # which the attempt's job, if its worker comes back with its exit status, overrules (settle).
 WORKER_LOST = "worker lost"
 
@@ -82,7 +82,7 @@ def _lost(run_id: int, attempt: int) -> Update:
 
 def claim_stale(session: Session, *, run_id: int, cutoff: datetime, now: datetime) -> bool:
     """A reaper's claim of a running run not heard from since ``cutoff``: its stamp touched,
-    so a second reaper no longer sees it stale (app.runs.recovery.reap)."""
+    so a second reaper no longer sees it stale (app.runs.state.recovery.reap)."""
     stamp = func.coalesce(Run.heartbeat_at, Run.started_at)
     claim = update(Run).where(Run.id == run_id, Run.status == RunStatus.running)
     claim = claim.where(or_(stamp.is_(None), stamp < cutoff)).values(heartbeat_at=now)

@@ -8,8 +8,9 @@ value come last either way, and the run id (in the same direction) breaks ties, 
 is total and a cursor is stable under it.
 
 Conditions (``filter=``, repeatable, all must hold): each one text of the filter language,
-parsed by app/runs/filter_lang.py and compiled to SQL by app/runs/filter_sql.py (``val/acc>0.9``,
-``lr<=0.01 and (tags~best or name in (a, b))``); a refused one is a 422 naming the position.
+parsed by app/runs/query/filter_lang.py and compiled to SQL by app/runs/query/filter_sql.py
+(``val/acc>0.9``, ``lr<=0.01 and (tags~best or name in (a, b))``); a refused one is a 422 naming
+the position.
 
 Paging: keyset, not offset. ``next`` is an opaque cursor (base64 of the sort and the last
 row's sort values); the next page is the rows strictly after it in the sort order, so runs
@@ -34,10 +35,10 @@ from sqlalchemy.orm import Session, aliased
 from app.db import MAX_ID
 from app.errors import Invalid
 from app.metrics.models import MetricKey
-from app.runs import filter_lang
-from app.runs.filter_sql import compile_filter
 from app.runs.models import Run, RunParam, RunStatus, RunTag
-from app.runs.params import number_of
+from app.runs.query import filter_lang
+from app.runs.query.filter_sql import compile_filter
+from app.runs.query.params import number_of
 
 SORT_FIELDS: dict[str, Any] = {
     "id": Run.id,

@@ -3,7 +3,7 @@ leaving the directory. torchyard's own files (spool, log, config) sit beside it 
 directory, so no path here reaches them.
 
 Nothing here follows a symbolic link or opens anything but a regular file: a download opens
-its path through app.runs.job_files (one component at a time, ``O_NOFOLLOW|O_NONBLOCK``,
+its path through app.runs.files.job_files (one component at a time, ``O_NOFOLLOW|O_NONBLOCK``,
 checked with ``fstat``), so a link or FIFO swapped in between a check and the open is refused.
 """
 
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from app.runs.job_files import FileRefused, folder_entries, open_in
-from app.runs.work_dir.archive import CHUNK, Member, member_name, tar_chunks
+from app.runs.files.job_files import FileRefused, folder_entries, open_in
+from app.runs.files.work_dir.archive import CHUNK, Member, member_name, tar_chunks
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")
 # A listing stops here: a run that wrote a million files is still listed in a moment.

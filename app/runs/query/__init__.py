@@ -1,0 +1,1 @@
+"""Finding runs: the listing, its API, the filter language compiled to SQL, and params."""
