@@ -95,7 +95,7 @@ LOCAL_ONLY_MODULES = frozenset(
         # output, third-party training code, pure scheduling, path checks, packaging
         "test_api_docs",  # static files of /docs and /redoc
         "test_tarcheck",  # snapshot archives checked and extracted into tmp_path
-        "test_errors",  # the field error builder and its location text
+        "test_app_errors",  # the field error builder and its location text
         "test_filter_tokens",  # the filter languages' one tokenizer
         "test_filter_grammar",  # the filter languages' one parser (SQL compiled, not run)
         "test_js_contract",  # the front-end's URL builders against /openapi.json (node)
@@ -106,7 +106,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_imports",  # what the client CLI imports
         "test_cli_pack",  # packing a code folder, against a stand-in server
         "test_cli_run_files",  # `torchyard files`, download's fallback (the files API: its own)
-        "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_runs_listing)
+        "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_query_listing)
         "test_cli_users",  # the CLI; its reset-password boxes are SQLite in either pass
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles

@@ -6,7 +6,7 @@ shortened from the left as far as it still names one module only. app/runs/delet
 `test_deletion`, `test_runs_deletion` or `test_app_runs_deletion`; app/runs/api.py is
 `test_runs_api` (`api` alone names a dozen modules); a package names itself and its
 `__init__` (`test_cli_<topic>` for app/cli). The longest prefix of the name that names a module
-wins: `test_runs_events_resume` tests app/runs/streams/events.py, its topic "resume".
+wins: `test_streams_events_resume` tests app/runs/streams/events.py, its topic "resume".
 
 A test module that tests no one module (end-to-end runs, fault injection, rules over the whole
 source) is in CROSS_CUTTING with what it covers instead; one whose name breaks the rule but
@@ -61,6 +61,9 @@ CROSS_CUTTING: dict[str, str] = {
     "test_separate_hosts": "server and workers on separate hosts",
     "test_script_configs": "script configs from the API to the run",
     "test_workspace": "a script's path: the app's check and the worker's work dir",
+    "test_js_contract": "the front-end's URL builders and call sites against /openapi.json",
+    "test_packaging": "pyproject's package list, the wheel of a used clone, the base install",
+    "test_table_ownership": "docs/architecture.md's owners, the guard over every write",
 }
 for _e2e in (
     "code config_env ddp ddp_exit environments hf hostile_output isolation job_output lightning"
@@ -76,7 +79,7 @@ TO_RENAME: dict[str, str] = {
     "test_gpu_panel_nodes": "test_gpus_panel_nodes",
     "test_gpu_requests": "test_gpus_scheduler_requests",
     "test_gpu_service": "test_gpus_service",
-    "test_sse_resume": "test_runs_events_resume",
+    "test_sse_resume": "test_streams_events_resume",
     "test_api_shutdown": "test_ops_shutdown",
     "test_artifacts": "test_app_artifacts",
     "test_code_snapshots": "test_app_code_snapshots",

@@ -46,5 +46,5 @@ def test_the_rule_on_names_that_break_it() -> None:
     assert module_under_test("test_runs_deletion_blobs", names) == "app/runs/deletion.py"
     assert module_under_test("test_app_runs_deletion", names) == "app/runs/deletion.py"
     assert module_under_test("test_runs_api", names) == "app/runs/api.py"
-    assert module_under_test("test_runs_events_resume", names) == "app/runs/streams/events.py"
+    assert module_under_test("test_streams_events_resume", names) == "app/runs/streams/events.py"
     assert module_under_test("test_databases", names) == "tests/databases.py"

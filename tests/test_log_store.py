@@ -16,8 +16,8 @@ from app.runs.files import log_store, logs
 from app.runs.models import Run, RunLogChunk, RunStatus
 from app.settings import get_settings
 from tests.factories import make_run
+from tests.test_files_logs import random_log, reference
 from tests.test_runs_api import new_experiment, tiny
-from tests.test_runs_logs import random_log, reference
 
 
 def ship(run_id: int, log: Path, *, final: bool = False, node: int = 0) -> bool:
