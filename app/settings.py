@@ -227,6 +227,9 @@ class Settings(BaseSettings):
     # this many seconds; 0: off, app.periodic).
     sweep_max_runs: int = Field(default=1000, ge=1)
     sweep_advance_seconds: float = 60.0
+    # How often each API process writes its tokens' last-use times (app/auth/token_use.py: no
+    # request writes them itself); also once on the way out. 0: only on the way out.
+    token_use_flush_seconds: float = 60.0
     # Open event streams (/api/runs/{id}/events) one user may hold per server process; one
     # more is a 429 that names this limit. A run page holds one.
     sse_max_streams_per_user: int = Field(default=8, ge=1)

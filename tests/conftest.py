@@ -61,6 +61,10 @@ os.environ.update(
     # would use at the same time as the test's requests. The live stack's processes advance
     # (live_stack below); tests/test_e2e_sweeps.py's stacks set their own.
     TORCHYARD_SWEEP_ADVANCE_SECONDS="0",
+    # Nor writes token uses on a timer, for the same reason (its round overlapped whatever API
+    # test ran a minute in: "no such savepoint"); the app's exit still writes them, on the
+    # test's own thread. The live stack's API flushes every minute as the product does.
+    TORCHYARD_TOKEN_USE_FLUSH_SECONDS="0",
     # argon2 at its least cost (app/auth/security.py): the suite hashes ~500 passwords a pass,
     # ~0.19 s of CPU each at the product's cost; what is tested is the hashing's use, not its cost.
     TORCHYARD_PASSWORD_HASH_TIME_COST="1",
@@ -457,6 +461,7 @@ def live_stack(database: str) -> Iterator[LiveStack]:
         TORCHYARD_ENV_CACHE_MAX_BYTES="1",
         TORCHYARD_SYSTEM_METRICS_INTERVAL_SECONDS="1",
         TORCHYARD_SWEEP_ADVANCE_SECONDS="60",
+        TORCHYARD_TOKEN_USE_FLUSH_SECONDS="60",
     )
     with running_stack(env, BASE_DIR / "logs", admin_password=ADMIN_PASSWORD) as stack:
         yield stack

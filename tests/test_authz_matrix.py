@@ -62,6 +62,10 @@ from tests.code_archives import tar_gz
 from tests.conftest import make_user
 from tests.factories import add_run
 
+# Its event-stream rows poll on the streams' own threads while the next request runs: one
+# rolled-back connection cannot serve both (conftest app_sessions), so this module commits.
+pytestmark = pytest.mark.committed("event streams poll on threads of their own")
+
 TINY = {"recipe": "tiny_mlp", "params": {"epochs": 1}, "seed": 3}
 CKPT = "epoch-0001.pt"
 PNG = b"\x89PNG\r\n\x1a\n" + b"a stored image"

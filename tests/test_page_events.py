@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from sqlalchemy import update
 
 from app.auth.models import User
@@ -18,6 +19,10 @@ from tests.conftest import make_user
 from tests.factories import add_run
 from tests.test_pages import new_experiment
 from tests.test_sweeps_views import start_sweep
+
+# The streams poll on threads of their own while the test reads them: one rolled-back
+# connection cannot serve both (conftest app_sessions), so this module commits.
+pytestmark = pytest.mark.committed("event streams poll on threads of their own")
 
 
 def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:

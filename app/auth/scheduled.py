@@ -9,6 +9,6 @@ from app.periodic import Process, declare
 FLUSH_TOKEN_USE = declare(
     "auth.token_use",
     token_use.flush,
-    every=lambda _settings: token_use.FLUSH_SECONDS,
+    every="token_use_flush_seconds",
     runs_in={Process.API},
 )
