@@ -5,8 +5,8 @@ token), so a read request wrote the database: on the embedded SQLite stack that 
 behind ingestion's and 'database is locked' cut GETs and live streams (issue 27 item 4). Now
 the check only notes the use here, in this process's memory, and `flush` writes what was noted
 in one short transaction of its own: a periodic job of the API (app/auth/scheduled.py, every
-`token_use_flush_seconds`) and once more on the way out. The tokens list shows the newer of the stored
-time and this process's unflushed one (`last_used`); another server process's uses appear
+`token_use_flush_seconds`) and once more on the way out. The tokens list shows the newer of
+the stored time and this process's unflushed one (`last_used`); another server process's uses appear
 after its flush.
 """
 
