@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // THE runs table (templates/_runs_table.html), of an experiment's page or a sweep's (its
 // trials: the section's data-experiment-id or data-sweep-id is the GET /api/runs filter),
 // rebuilt from GET /api/runs once the page loads (the server's
@@ -32,7 +31,16 @@ import {groupedRows} from "./runs_groups.js";
     : {key: "experiment_id", id: section.dataset.experimentId, columns: section.dataset.experimentId};
   const owners = JSON.parse(section.dataset.owners || "{}");
   const table = document.getElementById("runs");
-  const $ = (id) => document.getElementById(id);
+  /**
+   * The table's controls whose element type matters (templates: experiment.html's runs section).
+   * @typedef {{"runs-status": HTMLSelectElement, "runs-tag": HTMLInputElement,
+   *            "runs-filter": HTMLInputElement, "runs-filter-key": HTMLInputElement,
+   *            "runs-filter-op": HTMLSelectElement, "runs-filter-value": HTMLInputElement,
+   *            "runs-tag-input": HTMLInputElement, "runs-compare": HTMLButtonElement,
+   *            "runs-tag-selected": HTMLButtonElement, "runs-delete": HTMLButtonElement}} Controls
+   */
+  const $ = /** @type {(<K extends keyof Controls>(id: K) => Controls[K]) & ((id: string) => HTMLElement)} */ (
+    (id) => document.getElementById(id));
   const PAGE = 100;
 
   const state = {
@@ -197,7 +205,7 @@ import {groupedRows} from "./runs_groups.js";
     const n = selectedIds().length;
     $("runs-selected-count").textContent = `${n} selected`;
     $("runs-compare").disabled = n < 1;
-    for (const id of ["runs-tag-selected", "runs-delete"]) if ($(id)) $(id).disabled = n < 1;
+    for (const id of /** @type {const} */ (["runs-tag-selected", "runs-delete"])) if ($(id)) $(id).disabled = n < 1;
   };
 
   // --- loading ----------------------------------------------------------------------------
@@ -321,7 +329,7 @@ import {groupedRows} from "./runs_groups.js";
   // compared, tagged or deleted like runs ticked by hand).
   listen(section, RUNS_HIGHLIGHT, ({ids}) => {
     state.highlight = ids ? new Set(ids) : null;
-    for (const tr of table.querySelectorAll("tbody tr[data-run-id]")) {
+    for (const tr of /** @type {NodeListOf<HTMLTableRowElement>} */ (table.querySelectorAll("tbody tr[data-run-id]"))) {
       const id = Number(tr.dataset.runId);
       tr.classList.toggle("brushed", Boolean(state.highlight) && state.highlight.has(id));
       tr.classList.toggle("brushed-out", Boolean(state.highlight) && !state.highlight.has(id));
