@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The new-experiment form's "Code" field: a picked folder or archive is packed (code_pack.js),
 // uploaded to /api/code with a progress bar, and its digest put in the hidden `code` input that
 // experiment_form.js sends as the config's `code`. Once the snapshot's files are known the
@@ -9,18 +8,18 @@ import {packCode, uploadCode} from "./code_pack.js";
 (() => {
   const field = document.getElementById("code-field");
   if (!field) return;
-  const codeInput = document.getElementById("code");
-  const folderInput = document.getElementById("code-folder");
-  const archiveInput = document.getElementById("code-archive");
+  const codeInput = /** @type {HTMLInputElement} */ (document.getElementById("code"));
+  const folderInput = /** @type {HTMLInputElement} */ (document.getElementById("code-folder"));
+  const archiveInput = /** @type {HTMLInputElement} */ (document.getElementById("code-archive"));
   const clearButton = document.getElementById("code-clear");
-  const progress = document.getElementById("code-progress");
+  const progress = /** @type {HTMLProgressElement} */ (document.getElementById("code-progress"));
   const status = document.getElementById("code-status");
   const leftOutBox = document.getElementById("code-left-out");
-  const scriptInput = document.getElementById("script");
-  const scriptPick = document.getElementById("script-pick");
+  const scriptInput = /** @type {HTMLInputElement} */ (document.getElementById("script"));
+  const scriptPick = /** @type {HTMLSelectElement} */ (document.getElementById("script-pick"));
   const scriptRoot = document.getElementById("script-root");
-  const submitButton = document.getElementById("create-and-launch");
-  const scriptLabel = document.querySelector('label[for="script"]');
+  const submitButton = /** @type {HTMLButtonElement} */ (document.getElementById("create-and-launch"));
+  const scriptLabel = /** @type {HTMLLabelElement} */ (document.querySelector('label[for="script"]'));
   const MB = 1000 * 1000;
   const size = (n) => (n < MB ? `${(n / 1000).toFixed(1)} kB` : `${(n / MB).toFixed(1)} MB`);
 
