@@ -11,7 +11,7 @@ import {api} from "./lib/urls.js";
 (() => {
   const form = document.getElementById("best-form");
   if (!form) return;
-  const $ = (id) => document.getElementById(id);
+  const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
   const experimentId = $("best-section").dataset.experimentId;
 
   const save = async (best) => {

@@ -10,7 +10,7 @@ import {api} from "./lib/urls.js";
 (() => {
   const section = document.getElementById("views-section");
   if (!section) return;
-  const $ = (id) => document.getElementById(id);
+  const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
   const experimentId = section.dataset.experimentId;
   const me = Number(section.dataset.userId);
   const mayDefault = section.dataset.mayDefault === "true";
