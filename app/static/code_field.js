@@ -11,13 +11,13 @@ import {packCode, uploadCode} from "./code_pack.js";
   const codeInput = /** @type {HTMLInputElement} */ (document.getElementById("code"));
   const folderInput = /** @type {HTMLInputElement} */ (document.getElementById("code-folder"));
   const archiveInput = /** @type {HTMLInputElement} */ (document.getElementById("code-archive"));
-  const clearButton = document.getElementById("code-clear");
+  const clearButton = /** @type {HTMLElement} */ (document.getElementById("code-clear"));
   const progress = /** @type {HTMLProgressElement} */ (document.getElementById("code-progress"));
-  const status = document.getElementById("code-status");
-  const leftOutBox = document.getElementById("code-left-out");
+  const status = /** @type {HTMLElement} */ (document.getElementById("code-status"));
+  const leftOutBox = /** @type {HTMLElement} */ (document.getElementById("code-left-out"));
   const scriptInput = /** @type {HTMLInputElement} */ (document.getElementById("script"));
   const scriptPick = /** @type {HTMLSelectElement} */ (document.getElementById("script-pick"));
-  const scriptRoot = document.getElementById("script-root");
+  const scriptRoot = /** @type {HTMLElement} */ (document.getElementById("script-root"));
   const submitButton = /** @type {HTMLButtonElement} */ (document.getElementById("create-and-launch"));
   const scriptLabel = /** @type {HTMLLabelElement} */ (document.querySelector('label[for="script"]'));
   const MB = 1000 * 1000;
@@ -58,7 +58,7 @@ import {packCode, uploadCode} from "./code_pack.js";
   scriptPick.addEventListener("change", () => { scriptInput.value = scriptPick.value; });
 
   const showLeftOut = (leftOut) => {
-    const list = leftOutBox.querySelector("ul");
+    const list = /** @type {HTMLElement} */ (leftOutBox.querySelector("ul"));
     list.replaceChildren(...leftOut.map((item) => {
       const li = document.createElement("li");
       li.textContent = `${item.path}: ${item.reason}`;

@@ -7,7 +7,7 @@ import {api, pages} from "./lib/urls.js";
   const textarea = /** @type {HTMLTextAreaElement} */ (document.getElementById("overrides"));
   const formError = /** @type {HTMLElement} */ (form.querySelector(".form-error"));
   const button = /** @type {HTMLButtonElement} */ (document.getElementById("launch-run"));
-  const status = document.getElementById("launch-status");
+  const status = /** @type {HTMLElement} */ (document.getElementById("launch-status"));
 
   const showError = (text) => {
     formError.textContent = text;

@@ -19,8 +19,8 @@ import {api} from "./lib/urls.js";
   if (!section) return;
   const MAX_RUNS = 200;  // app/experiments/views.py CURVE_RUNS
   const experimentId = section.dataset.experimentId;
-  const charts = document.getElementById("experiment-charts");
-  const status = document.getElementById("experiment-curves-status");
+  const charts = /** @type {HTMLElement} */ (document.getElementById("experiment-charts"));
+  const status = /** @type {HTMLElement} */ (document.getElementById("experiment-curves-status"));
 
   // While the server does not answer, the runs table (through RUNS_LINK, lib/events.js) and the legend are
   // marked as of its last answer, and the overlay's status line says so (markDown); the next

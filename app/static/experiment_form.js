@@ -16,7 +16,7 @@ import {api, pages} from "./lib/urls.js";
   const recipeSelect = /** @type {HTMLSelectElement} */ (form.querySelector('select[name="recipe"]'));
   const formError = /** @type {HTMLElement} */ (form.querySelector(".form-error"));
   const button = /** @type {HTMLButtonElement} */ (document.getElementById("create-and-launch"));
-  const status = document.getElementById("form-status");
+  const status = /** @type {HTMLElement} */ (document.getElementById("form-status"));
   const SCRIPT = "__script__";  // the picker's entry for a workspace script
 
   // Only the chosen recipe's fields carry names (and are enabled): [name="params.lr"] is unique.

@@ -30,7 +30,7 @@ import {groupedRows} from "./runs_groups.js";
     ? {key: "sweep_id", id: section.dataset.sweepId, columns: `sweep.${section.dataset.sweepId}`}
     : {key: "experiment_id", id: section.dataset.experimentId, columns: section.dataset.experimentId};
   const owners = JSON.parse(section.dataset.owners || "{}");
-  const table = document.getElementById("runs");
+  const table = /** @type {HTMLElement} */ (document.getElementById("runs"));
   /**
    * The table's controls whose element type matters (templates: experiment.html's runs section).
    * @typedef {{"runs-status": HTMLSelectElement, "runs-tag": HTMLInputElement,

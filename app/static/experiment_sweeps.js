@@ -48,7 +48,7 @@ import {finishedCount} from "./lib/status.js";
 
   const running = () => [.../** @type {NodeListOf<HTMLElement>} */ (table.querySelectorAll("tbody tr[data-status]"))]
     .some((tr) => tr.dataset.status === "running");
-  const error = document.getElementById("sweeps-error");
+  const error = /** @type {HTMLElement} */ (document.getElementById("sweeps-error"));
   const poll = async () => {
     const r = await call("GET", api.sweeps({experiment_id: experimentId}));
     if (r.ok) {

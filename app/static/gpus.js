@@ -9,11 +9,11 @@ import {api, pages} from "./lib/urls.js";
 
 (() => {
   const USAGE_MS = 60000;
-  const hostsEl = document.getElementById("gpu-hosts");
-  const queueBody = document.querySelector("#gpu-queue tbody");
-  const usageBody = document.querySelector("#gpu-usage tbody");
+  const hostsEl = /** @type {HTMLElement} */ (document.getElementById("gpu-hosts"));
+  const queueBody = /** @type {HTMLElement} */ (document.querySelector("#gpu-queue tbody"));
+  const usageBody = /** @type {HTMLElement} */ (document.querySelector("#gpu-usage tbody"));
   const period = /** @type {HTMLSelectElement} */ (document.getElementById("usage-period"));
-  const updated = document.getElementById("gpus-updated");
+  const updated = /** @type {HTMLElement} */ (document.getElementById("gpus-updated"));
 
   const el = (tag, attrs = {}, ...children) => {
     const node = document.createElement(tag);

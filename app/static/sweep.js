@@ -50,14 +50,14 @@ import {finishedCount} from "./lib/status.js";
     bar.dataset.done = String(done);
     document.getElementById("sweep-progress-text").textContent =
       `${done} of ${s.planned_runs} trials ended · ${stopped} stopped early`;
-    const list = document.getElementById("sweep-counts");
+    const list = /** @type {HTMLElement} */ (document.getElementById("sweep-counts"));
     list.replaceChildren(...Object.keys(counts).sort().map((k) => {
       const li = el("li");
       li.dataset.status = k;
       li.append(el("span", k, `badge status-${k}`), ` ${counts[k]}`);
       return li;
     }));
-    const badge = document.getElementById("sweep-status");
+    const badge = /** @type {HTMLElement} */ (document.getElementById("sweep-status"));
     badge.textContent = s.status;
     badge.className = `badge status-${s.status}`;
     root.dataset.status = s.status;
@@ -186,7 +186,7 @@ import {finishedCount} from "./lib/status.js";
     drawParcoords(s);
   };
 
-  const error = document.getElementById("sweep-error");
+  const error = /** @type {HTMLElement} */ (document.getElementById("sweep-error"));
   const showError = (text) => { error.textContent = text; error.hidden = !text; };
   // While the stream is down, what the page shows is as of the server's last snapshot: said
   // so, and the progress and trials marked stale until the stream is back (it sends the sweep

@@ -15,10 +15,10 @@ import {api, pages} from "./lib/urls.js";
    */
   const form = /** @type {HTMLFormElement & {elements: SweepFields}} */ (document.getElementById("sweep-form"));
   if (!form) return;
-  const rows = form.querySelector("#sweep-params tbody");
+  const rows = /** @type {HTMLElement} */ (form.querySelector("#sweep-params tbody"));
   const rowTemplate = /** @type {HTMLTemplateElement} */ (document.getElementById("sweep-param-row"));
   const formError = /** @type {HTMLElement} */ (form.querySelector(".form-error"));
-  const status = document.getElementById("sweep-form-status");
+  const status = /** @type {HTMLElement} */ (document.getElementById("sweep-form-status"));
 
   const showDist = (row) => {
     const dist = /** @type {HTMLSelectElement} */ (row.querySelector(".param-dist")).value;

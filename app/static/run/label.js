@@ -7,7 +7,7 @@ import {api} from "../lib/urls.js";
 export const mountLabel = () => {
   const form = document.getElementById("run-label-form");
   if (!form) return;  // read only: another user's run
-  const root = document.getElementById("run-label");
+  const root = /** @type {HTMLElement} */ (document.getElementById("run-label"));
   const editButton = $("edit-run-label");
   const error = $("run-label-error");
 

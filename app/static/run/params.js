@@ -10,8 +10,8 @@ export const mountParams = (stream) => {
   const section = document.getElementById("params");
   if (!section) return;
   const runId = section.dataset.runId;
-  const body = section.querySelector("tbody");
-  const empty = document.getElementById("params-empty");
+  const body = /** @type {HTMLElement} */ (section.querySelector("tbody"));
+  const empty = /** @type {HTMLElement} */ (document.getElementById("params-empty"));
   const REPORTED = "hparams.";
   const show = (value) => typeof value === "string" ? value : JSON.stringify(value);
 
