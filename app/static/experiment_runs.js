@@ -43,6 +43,12 @@ import {groupedRows} from "./runs_groups.js";
     (id) => document.getElementById(id));
   const PAGE = 100;
 
+  /**
+   * @type {{sort: string, runs: import("./lib/events.js").RunRow[], next: string | null,
+   *         selected: Set<number>, newest: number, lostSince: Date | null, highlight: Set<number> | null,
+   *         summaries: string[] | null, expanded: Set<string>, carried: Set<string> | null,
+   *         extraKeys: Set<string>}}
+   */
   const state = {
     sort: "-id",
     runs: [],
@@ -115,7 +121,7 @@ import {groupedRows} from "./runs_groups.js";
           button.textContent = `${col.title} ${desc ? "▼" : "▲"}`;
         }
         button.addEventListener("click", () => {
-          state.sort = sortName() === col.sort && !state.sort.startsWith("-") ? `-${col.sort}` : col.sort;
+          state.sort = /** @type {string} */ (sortName() === col.sort && !state.sort.startsWith("-") ? `-${col.sort}` : col.sort);
           load();
         });
         th.append(button);
@@ -211,7 +217,7 @@ import {groupedRows} from "./runs_groups.js";
   // --- loading ----------------------------------------------------------------------------
 
   const query = (cursor) => {
-    const params = new URLSearchParams({[scope.key]: scope.id, sort: state.sort, limit: String(PAGE)});
+    const params = new URLSearchParams(/** @type {Record<string, string>} */ ({[scope.key]: scope.id, sort: state.sort, limit: String(PAGE)}));
     const status = $("runs-status").value;
     const tag = $("runs-tag").value.trim();
     const text = $("runs-filter").value.trim();
@@ -331,8 +337,8 @@ import {groupedRows} from "./runs_groups.js";
     state.highlight = ids ? new Set(ids) : null;
     for (const tr of /** @type {NodeListOf<HTMLTableRowElement>} */ (table.querySelectorAll("tbody tr[data-run-id]"))) {
       const id = Number(tr.dataset.runId);
-      tr.classList.toggle("brushed", Boolean(state.highlight) && state.highlight.has(id));
-      tr.classList.toggle("brushed-out", Boolean(state.highlight) && !state.highlight.has(id));
+      tr.classList.toggle("brushed", Boolean(state.highlight) && /** @type {Set<number>} */ (state.highlight).has(id));
+      tr.classList.toggle("brushed-out", Boolean(state.highlight) && !/** @type {Set<number>} */ (state.highlight).has(id));
     }
   });
   listen(section, RUNS_SELECT, ({ids}) => {
