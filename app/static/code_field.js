@@ -64,7 +64,7 @@ import {packCode, uploadCode} from "./code_pack.js";
       li.textContent = `${item.path}: ${item.reason}`;
       return li;
     }));
-    leftOutBox.querySelector("summary").textContent = `left out ${leftOut.length}`;
+    /** @type {HTMLElement} */ (leftOutBox.querySelector("summary")).textContent = `left out ${leftOut.length}`;
     leftOutBox.hidden = !leftOut.length;
   };
 
@@ -78,7 +78,7 @@ import {packCode, uploadCode} from "./code_pack.js";
     usePick(null);
     scriptRoot.textContent = "the workspace ";
     const ws = document.createElement("code");
-    ws.textContent = status.dataset.workspace;
+    ws.textContent = /** @type {string} */ (status.dataset.workspace);
     scriptRoot.append(ws);
     say("none: the script comes from the server's workspace", status.dataset.workspace);
   };
@@ -127,14 +127,14 @@ import {packCode, uploadCode} from "./code_pack.js";
     }
   };
   folderInput.addEventListener("change", () => {
-    if (!folderInput.files.length) return;
+    if (!/** @type {FileList} */ (folderInput.files).length) return;
     archiveInput.value = "";
-    const first = folderInput.files[0].webkitRelativePath || "";
+    const first = /** @type {FileList} */ (folderInput.files)[0].webkitRelativePath || "";
     ship(folderInput.files, `the folder ${first.split("/")[0] || ""}`.trim());
   });
   archiveInput.addEventListener("change", () => {
-    if (!archiveInput.files.length) return;
+    if (!/** @type {FileList} */ (archiveInput.files).length) return;
     folderInput.value = "";
-    ship(archiveInput.files[0], archiveInput.files[0].name);
+    ship(/** @type {FileList} */ (archiveInput.files)[0], /** @type {FileList} */ (archiveInput.files)[0].name);
   });
 })();

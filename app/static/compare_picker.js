@@ -27,7 +27,7 @@ export const picker = (form) => {
     return node;
   };
   const boxes = () => [.../** @type {NodeListOf<HTMLInputElement>} */ (list.querySelectorAll('input[name="run"]'))];
-  const chosenItems = () => boxes().filter((b) => b.checked).map((b) => b.closest("li"));
+  const chosenItems = () => boxes().filter((b) => b.checked).map((b) => /** @type {HTMLLIElement} */ (b.closest("li")));
   const isCondition = (text) => /[=<>~]/.test(text) || /\s(in|and|or)\s/i.test(` ${text} `);
 
   const lastValue = (run, key) => {

@@ -18,7 +18,7 @@ import {api} from "./lib/urls.js";
   const section = document.getElementById("experiment-curves");
   if (!section) return;
   const MAX_RUNS = 200;  // app/experiments/views.py CURVE_RUNS
-  const experimentId = section.dataset.experimentId;
+  const experimentId = /** @type {string} */ (section.dataset.experimentId);
   const charts = /** @type {HTMLElement} */ (document.getElementById("experiment-charts"));
   const status = /** @type {HTMLElement} */ (document.getElementById("experiment-curves-status"));
 
@@ -108,7 +108,7 @@ import {api} from "./lib/urls.js";
         el.dispatchEvent(new Event(event));
       };
       put("smoothing", "value", String(c.smoothing ?? 0), "input");
-      if (control("smoothing-value")) control("smoothing-value").textContent = Number(c.smoothing ?? 0).toFixed(2);
+      if (control("smoothing-value")) /** @type {HTMLElement} */ (control("smoothing-value")).textContent = Number(c.smoothing ?? 0).toFixed(2);
       put("x-axis", "value", c.x || "step", "change");
       put("log-scale", "checked", Boolean(c.log), "change");
       put("clip", "checked", Boolean(c.clip), "change");

@@ -63,7 +63,7 @@ import {api, pages} from "./lib/urls.js";
   };
 
   // The page's "mine / everyone" choice: a username to show only theirs, or "" for all.
-  const owner = document.getElementById("gpu-queue").dataset.owner || "";
+  const owner = /** @type {HTMLElement} */ (document.getElementById("gpu-queue")).dataset.owner || "";
   const renderQueue = (all) => {
     const queue = owner ? all.filter((q) => q.owner === owner) : all;
     if (!queue.length) {

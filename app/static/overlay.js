@@ -90,7 +90,7 @@ export const overlay = (() => {
                    group: groupingState().group,
                    // The link: whether this poll found the server unreachable, since when it has
                    // been, and the status line to put back once it answers again.
-                   down: false, lostSince: null, liveText: ""};
+                   down: false, lostSince: /** @type {Date | null} */ (null), liveText: ""};
     const charts = () => [...container.querySelectorAll(".metric-chart")];
     const observer = new IntersectionObserver((entries) => {
       for (const e of entries) {

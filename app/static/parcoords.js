@@ -61,7 +61,7 @@ export const parcoords = (() => {
     return typeof v === "number" && isFinite(v) ? v : null;
   };
   const mount = (el, runs, opts = {}) => {
-    const state = {runs: [...runs], metric: opts.metric || null, chosen: opts.axes || null, brushes: new Map(), axes: [],
+    const state = {runs: [...runs], metric: opts.metric || null, chosen: opts.axes || null, brushes: /** @type {Map<string, number[]>} */ (new Map()), axes: /** @type {Record<string, any>[]} */ ([]),
                    width: 0, renders: 0, drawn: "", byId: new Map(),
                    ys: new Map(), out: new Set(), dragging: false, pending: false};
     const toolbar = htmlEl("div", undefined, "toolbar");
@@ -104,7 +104,7 @@ export const parcoords = (() => {
       picker.value = state.metric || "";
     };
 
-    const geo = {xs: [], highlight: null}; // the current render's axes' x and hovered line
+    const geo = {xs: /** @type {number[]} */ ([]), highlight: /** @type {SVGElement | null} */ (null)}; // the current render's axes' x and hovered line
     const yOf = (p) => (p === null ? HEIGHT - BOTTOM + MISSING : TOP + (1 - p) * (HEIGHT - TOP - BOTTOM));
     const valueOf = (run, axis) => (axis.metric ? metricValue(run, state.metric) : (run.params || {})[axis.key]);
     const pointY = (run, axis) => yOf(axis.pos(valueOf(run, axis)));

@@ -113,7 +113,7 @@ export const axesChooser = (onChange) => {
   const fill = (options, shown) => {
     const focused = document.activeElement;
     const again = focused && list.contains(focused)
-      ? [focused.closest("li").dataset.axis, /** @type {HTMLElement} */ (focused).dataset.act] : null;
+      ? [/** @type {HTMLElement} */ (focused.closest("li")).dataset.axis, /** @type {HTMLElement} */ (focused).dataset.act] : null;
     current = shown.filter((id) => options.has(id));
     const rest = [...options.keys()].filter((id) => !current.includes(id));
     list.replaceChildren(...current.map((id, i) => row(id, options.get(id), true, i)),

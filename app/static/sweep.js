@@ -48,7 +48,7 @@ import {finishedCount} from "./lib/status.js";
     bar.max = s.planned_runs;
     bar.value = done;
     bar.dataset.done = String(done);
-    document.getElementById("sweep-progress-text").textContent =
+    /** @type {HTMLElement} */ (document.getElementById("sweep-progress-text")).textContent =
       `${done} of ${s.planned_runs} trials ended · ${stopped} stopped early`;
     const list = /** @type {HTMLElement} */ (document.getElementById("sweep-counts"));
     list.replaceChildren(...Object.keys(counts).sort().map((k) => {
@@ -66,7 +66,7 @@ import {finishedCount} from "./lib/status.js";
   };
 
   const drawBest = (s) => {
-    const box = document.getElementById("sweep-best");
+    const box = /** @type {HTMLElement} */ (document.getElementById("sweep-best"));
     if (!s.best) {
       box.replaceChildren(el("p", "No trial has finished yet.", "hint"));
       return;
@@ -161,7 +161,7 @@ import {finishedCount} from "./lib/status.js";
     return svg;
   };
   const drawScatters = (s) => {
-    const box = document.getElementById("sweep-scatters");
+    const box = /** @type {HTMLElement} */ (document.getElementById("sweep-scatters"));
     box.replaceChildren(...Object.keys(s.parameters || {}).map((key) => {
       const fig = el("figure", undefined, "scatter");
       fig.dataset.param = key;
@@ -212,7 +212,7 @@ import {finishedCount} from "./lib/status.js";
     });
   };
 
-  const first = JSON.parse(document.getElementById("sweep-data").textContent);
+  const first = JSON.parse(/** @type {HTMLElement} */ (document.getElementById("sweep-data")).textContent);
   draw(first);
   if (first.status === "running") follow();
 

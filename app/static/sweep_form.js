@@ -27,20 +27,20 @@ import {api, pages} from "./lib/urls.js";
     /** @type {HTMLInputElement} */ (row.querySelector(".param-max")).disabled = dist === "values";
   };
   const addRow = (path, dist, min, max, values) => {
-    const row = /** @type {HTMLTableRowElement} */ (rowTemplate.content.firstElementChild.cloneNode(true));
+    const row = /** @type {HTMLTableRowElement} */ (/** @type {Element} */ (rowTemplate.content.firstElementChild).cloneNode(true));
     /** @type {HTMLInputElement} */ (row.querySelector(".param-path")).value = path || "";
     /** @type {HTMLSelectElement} */ (row.querySelector(".param-dist")).value = dist || "values";
     /** @type {HTMLInputElement} */ (row.querySelector(".param-min")).value = min ?? "";
     /** @type {HTMLInputElement} */ (row.querySelector(".param-max")).value = max ?? "";
     /** @type {HTMLInputElement} */ (row.querySelector(".param-values")).value = values || "";
-    row.querySelector(".param-dist").addEventListener("change", () => showDist(row));
-    row.querySelector(".param-remove").addEventListener("click", () => row.remove());
+    /** @type {HTMLElement} */ (row.querySelector(".param-dist")).addEventListener("change", () => showDist(row));
+    /** @type {HTMLElement} */ (row.querySelector(".param-remove")).addEventListener("click", () => row.remove());
     showDist(row);
     rows.append(row);
     return row;
   };
   addRow("params.lr", "log_uniform", "0.0001", "0.1");
-  document.getElementById("sweep-add-param").addEventListener("click", () => {
+  /** @type {HTMLElement} */ (document.getElementById("sweep-add-param")).addEventListener("click", () => {
     /** @type {HTMLInputElement} */ (addRow().querySelector(".param-path")).focus();
   });
 

@@ -59,7 +59,7 @@ export const formErrors = (form, formError, names) => {
       const note = document.createElement("span");
       note.className = "field-error";
       note.dataset.field = candidates[0];
-      note.id = "error-" + note.dataset.field.replace(/\W/g, "-");
+      note.id = "error-" + /** @type {string} */ (note.dataset.field).replace(/\W/g, "-");
       note.textContent = err.msg;
       input.setAttribute("aria-invalid", "true");
       input.setAttribute("aria-errormessage", note.id);

@@ -17,7 +17,7 @@ export const mountCheckpoints = (root, runId, stream) => {
     const err = $("checkpoints-error");
     if (!r.ok) { err.textContent = `Could not list checkpoints: ${errorText(r.body)}`; err.hidden = false; return; }
     err.hidden = true;
-    const body = $("checkpoints").querySelector("tbody");
+    const body = /** @type {HTMLElement} */ ($("checkpoints").querySelector("tbody"));
     // The server's list is the whole truth: retention drops checkpoints as the run goes
     // (and at its end), so a row the answer no longer has goes too.
     const listed = new Set(r.body.map((c) => c.name));
@@ -71,8 +71,8 @@ export const mountCheckpoints = (root, runId, stream) => {
     $("resume-checkpoint").textContent = `${c.name} (epoch ${c.epoch}, step ${c.step})`;
     const epochs = /** @type {HTMLInputElement} */ ($("resume-epochs"));
     const current = Number(epochs.dataset.current);
-    epochs.value = epochs.dataset.current && c.epoch >= current ? String(c.epoch + current) : epochs.dataset.current;
-    /** @type {HTMLInputElement} */ ($("resume-lr")).value = $("resume-lr").dataset.current;
+    epochs.value = /** @type {string} */ (epochs.dataset.current && c.epoch >= current ? String(c.epoch + current) : epochs.dataset.current);
+    /** @type {HTMLInputElement} */ ($("resume-lr")).value = /** @type {string} */ ($("resume-lr").dataset.current);
     $("resume-error").hidden = true;
     resumeForm.hidden = false;
     epochs.focus();

@@ -53,14 +53,14 @@ export const mountEnvironment = (stream) => {
     empty.hidden = !facts.hidden;
     const packages = /** @type {HTMLElement} */ (document.getElementById("environment-packages"));
     if (env.packages) {
-      packages.querySelector("summary").textContent = `Packages (${env.packages.length})`;
-      packages.querySelector("pre").textContent = env.packages.join("\n");
+      /** @type {HTMLElement} */ (packages.querySelector("summary")).textContent = `Packages (${env.packages.length})`;
+      /** @type {HTMLElement} */ (packages.querySelector("pre")).textContent = env.packages.join("\n");
       packages.hidden = false;
     }
     const diff = /** @type {HTMLElement} */ (document.getElementById("environment-diff"));
     if (env.git && (env.git.diff || (env.git.untracked || []).length)) {
       const untracked = (env.git.untracked || []).map((f) => `?? ${f}`).join("\n");
-      diff.querySelector("pre").textContent = [env.git.diff, untracked].filter(Boolean).join("\n");
+      /** @type {HTMLElement} */ (diff.querySelector("pre")).textContent = [env.git.diff, untracked].filter(Boolean).join("\n");
       diff.hidden = false;
     }
   };
