@@ -122,7 +122,7 @@ export const parcoords = (() => {
       const kept = keptIds();
       const set = kept && new Set(kept);
       state.out = new Set(set ? state.runs.filter((r) => !set.has(r.id)).map((r) => r.id) : []);
-      for (const g of chart.querySelectorAll("g.pc-run")) g.classList.toggle("pc-out", Boolean(set) && !set.has(Number(g.dataset.runId)));
+      for (const g of chart.querySelectorAll("g.pc-run")) g.classList.toggle("pc-out", Boolean(set) && !/** @type {Set<any>} */ (set).has(Number(g.dataset.runId)));
       for (const axis of state.axes) {
         const rect = chart.querySelector(`g.pc-axis[data-index="${axis.index}"] rect.pc-brush`);
         const b = state.brushes.get(axis.id);
@@ -160,9 +160,9 @@ export const parcoords = (() => {
       hovered = g;
       g.classList.add("pc-hover");
       const line = g.querySelector(".pc-line");
-      geo.highlight.setAttribute("d", line.getAttribute("d"));
-      geo.highlight.setAttribute("stroke", line.getAttribute("stroke"));
-      geo.highlight.setAttribute("visibility", "visible");
+      /** @type {SVGElement} */ (geo.highlight).setAttribute("d", line.getAttribute("d"));
+      /** @type {SVGElement} */ (geo.highlight).setAttribute("stroke", line.getAttribute("stroke"));
+      /** @type {SVGElement} */ (geo.highlight).setAttribute("visibility", "visible");
       chart.classList.add("pc-pointing");
       showTip(run, e);
     };

@@ -107,7 +107,8 @@ export const aggregate = (series, band = "minmax") => {
   /** @type {{x: number[], mean: number[], lo: number[], hi: number[], n: number[]}} */
   const out = {x: [], mean: [], lo: [], hi: [], n: []};
   for (const x of [...at.keys()].sort((a, b) => a - b)) {
-    const s = stats(at.get(x));
+    // every x held a finite y (the loop above kept no other), so never null
+    const s = /** @type {NonNullable<ReturnType<typeof stats>>} */ (stats(at.get(x)));
     const [lo, hi] = bandOf(s, band);
     out.x.push(x); out.mean.push(s.mean); out.lo.push(lo); out.hi.push(hi); out.n.push(s.n);
   }

@@ -24,7 +24,9 @@ export const mountFiles = (stream) => {
   };
 
   // {name: {files: [...], dirs: {...}}} from the flat list of paths
+  /** @typedef {{dirs: Record<string, Dir>, files: Record<string, any>[]}} Dir */
   const build = (files) => {
+    /** @type {Dir} */
     const root = {dirs: {}, files: []};
     for (const f of files) {
       const parts = f.path.split("/");
