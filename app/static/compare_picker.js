@@ -13,8 +13,8 @@ import {api} from "./lib/urls.js";
 export const picker = (form) => {
   const MAX_SHOWN = 25, WAIT_MS = 150;  // bench/picker_search.py measures 25
   const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
-  const list = $("picker-results"), input = /** @type {HTMLInputElement} */ ($("picker-search"));
-  const metric = /** @type {HTMLSelectElement} */ ($("picker-metric"));
+  const list = $("picker-results"), input = /** @type {HTMLInputElement} */ ($("picker-search")),
+    metric = /** @type {HTMLSelectElement} */ ($("picker-metric"));
   const status = $("picker-status");
   if (!list || !input) return null;
   $("picker-search-box").hidden = false;
