@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The new-experiment form's "Code" field: a picked folder or archive is packed (code_pack.js),
 // uploaded to /api/code with a progress bar, and its digest put in the hidden `code` input that
 // experiment_form.js sends as the config's `code`. Once the snapshot's files are known the
@@ -9,18 +8,18 @@ import {packCode, uploadCode} from "./code_pack.js";
 (() => {
   const field = document.getElementById("code-field");
   if (!field) return;
-  const codeInput = document.getElementById("code");
-  const folderInput = document.getElementById("code-folder");
-  const archiveInput = document.getElementById("code-archive");
-  const clearButton = document.getElementById("code-clear");
-  const progress = document.getElementById("code-progress");
-  const status = document.getElementById("code-status");
-  const leftOutBox = document.getElementById("code-left-out");
-  const scriptInput = document.getElementById("script");
-  const scriptPick = document.getElementById("script-pick");
-  const scriptRoot = document.getElementById("script-root");
-  const submitButton = document.getElementById("create-and-launch");
-  const scriptLabel = document.querySelector('label[for="script"]');
+  const codeInput = /** @type {HTMLInputElement} */ (document.getElementById("code"));
+  const folderInput = /** @type {HTMLInputElement} */ (document.getElementById("code-folder"));
+  const archiveInput = /** @type {HTMLInputElement} */ (document.getElementById("code-archive"));
+  const clearButton = /** @type {HTMLElement} */ (document.getElementById("code-clear"));
+  const progress = /** @type {HTMLProgressElement} */ (document.getElementById("code-progress"));
+  const status = /** @type {HTMLElement} */ (document.getElementById("code-status"));
+  const leftOutBox = /** @type {HTMLElement} */ (document.getElementById("code-left-out"));
+  const scriptInput = /** @type {HTMLInputElement} */ (document.getElementById("script"));
+  const scriptPick = /** @type {HTMLSelectElement} */ (document.getElementById("script-pick"));
+  const scriptRoot = /** @type {HTMLElement} */ (document.getElementById("script-root"));
+  const submitButton = /** @type {HTMLButtonElement} */ (document.getElementById("create-and-launch"));
+  const scriptLabel = /** @type {HTMLLabelElement} */ (document.querySelector('label[for="script"]'));
   const MB = 1000 * 1000;
   const size = (n) => (n < MB ? `${(n / 1000).toFixed(1)} kB` : `${(n / MB).toFixed(1)} MB`);
 
@@ -59,13 +58,13 @@ import {packCode, uploadCode} from "./code_pack.js";
   scriptPick.addEventListener("change", () => { scriptInput.value = scriptPick.value; });
 
   const showLeftOut = (leftOut) => {
-    const list = leftOutBox.querySelector("ul");
+    const list = /** @type {HTMLElement} */ (leftOutBox.querySelector("ul"));
     list.replaceChildren(...leftOut.map((item) => {
       const li = document.createElement("li");
       li.textContent = `${item.path}: ${item.reason}`;
       return li;
     }));
-    leftOutBox.querySelector("summary").textContent = `left out ${leftOut.length}`;
+    /** @type {HTMLElement} */ (leftOutBox.querySelector("summary")).textContent = `left out ${leftOut.length}`;
     leftOutBox.hidden = !leftOut.length;
   };
 
@@ -79,7 +78,7 @@ import {packCode, uploadCode} from "./code_pack.js";
     usePick(null);
     scriptRoot.textContent = "the workspace ";
     const ws = document.createElement("code");
-    ws.textContent = status.dataset.workspace;
+    ws.textContent = /** @type {string} */ (status.dataset.workspace);
     scriptRoot.append(ws);
     say("none: the script comes from the server's workspace", status.dataset.workspace);
   };
@@ -128,14 +127,14 @@ import {packCode, uploadCode} from "./code_pack.js";
     }
   };
   folderInput.addEventListener("change", () => {
-    if (!folderInput.files.length) return;
+    if (!/** @type {FileList} */ (folderInput.files).length) return;
     archiveInput.value = "";
-    const first = folderInput.files[0].webkitRelativePath || "";
+    const first = /** @type {FileList} */ (folderInput.files)[0].webkitRelativePath || "";
     ship(folderInput.files, `the folder ${first.split("/")[0] || ""}`.trim());
   });
   archiveInput.addEventListener("change", () => {
-    if (!archiveInput.files.length) return;
+    if (!/** @type {FileList} */ (archiveInput.files).length) return;
     folderInput.value = "";
-    ship(archiveInput.files[0], archiveInput.files[0].name);
+    ship(/** @type {FileList} */ (archiveInput.files)[0], /** @type {FileList} */ (archiveInput.files)[0].name);
   });
 })();

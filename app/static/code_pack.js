@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // Code snapshots made in the browser, for `POST /api/code` (a gzipped tar): a picked folder or
 // a .zip becomes a tar written here (ustar, with a PAX record for names ustar cannot hold),
 // gzipped by the browser's CompressionStream; a .tar.gz is sent as it is, only listed.
@@ -187,7 +186,7 @@ const readZip = async (file) => {
 const listTarGz = async (file) => {
   let bytes;
   try {
-    bytes = new Uint8Array(await pipe(file, new DecompressionStream("gzip"), "").then((b) => b.arrayBuffer()));
+    bytes = new Uint8Array(/** @type {ArrayBuffer} */ (await pipe(file, new DecompressionStream("gzip"), "").then((b) => b.arrayBuffer())));
   } catch {
     throw new PackError("the archive is not a gzipped tar");
   }

@@ -14,7 +14,7 @@ installShortcuts();
 const menu = document.getElementById("menu-toggle");
 if (menu) {
   menu.addEventListener("click", () => {
-    const open = menu.closest(".topbar").classList.toggle("open");
+    const open = /** @type {HTMLElement} */ (menu.closest(".topbar")).classList.toggle("open");
     menu.setAttribute("aria-expanded", String(open));
   });
 }

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The compare page: the run picker's search (compare_picker.js), apply the picked runs,
 // overlay each metric's curves (app/static/overlay.js), the seed's config rows on request.
 import {picker as searchPicker} from "./compare_picker.js";
@@ -14,12 +13,12 @@ import {pages} from "./lib/urls.js";
     // ?runs=1,2 rather than ?run=1&run=2: shorter, and the form works without JS too.
     picker.addEventListener("submit", (event) => {
       event.preventDefault();
-      const ids = [...picker.querySelectorAll('input[name="run"]:checked')].map((el) => el.value);
+      const ids = [.../** @type {NodeListOf<HTMLInputElement>} */ (picker.querySelectorAll('input[name="run"]:checked'))].map((el) => el.value);
       window.location.assign(pages.compare(ids));
     });
   }
   // The config differences: the seed's rows (it differs by design) only under "Show seed".
-  const seedRows = [...document.querySelectorAll("#config-diff tbody tr[data-key]")]
+  const seedRows = [.../** @type {NodeListOf<HTMLTableRowElement>} */ (document.querySelectorAll("#config-diff tbody tr[data-key]"))]
     .filter((tr) => isSeedParam(tr.dataset.key));
   const showSeedRows = () => {
     for (const tr of seedRows) tr.hidden = !seedShown();

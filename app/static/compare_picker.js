@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The compare page's run picker: a search over every run on the box, answered by the server
 // (GET /api/runs?q=: words found in a name, a tag or a param's value; text that reads as a
 // condition, "lr<0.01", goes as filter=), newest first, MAX_SHOWN at a time, so it stays fast
@@ -13,8 +12,9 @@ import {api} from "./lib/urls.js";
 
 export const picker = (form) => {
   const MAX_SHOWN = 25, WAIT_MS = 150;  // bench/picker_search.py measures 25
-  const $ = (id) => document.getElementById(id);
-  const list = $("picker-results"), input = $("picker-search"), metric = $("picker-metric");
+  const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+  const list = $("picker-results"), input = /** @type {HTMLInputElement} */ ($("picker-search")),
+    metric = /** @type {HTMLSelectElement} */ ($("picker-metric"));
   const status = $("picker-status");
   if (!list || !input) return null;
   $("picker-search-box").hidden = false;
@@ -26,8 +26,8 @@ export const picker = (form) => {
     if (cls) node.className = cls;
     return node;
   };
-  const boxes = () => [...list.querySelectorAll('input[name="run"]')];
-  const chosenItems = () => boxes().filter((b) => b.checked).map((b) => b.closest("li"));
+  const boxes = () => [.../** @type {NodeListOf<HTMLInputElement>} */ (list.querySelectorAll('input[name="run"]'))];
+  const chosenItems = () => boxes().filter((b) => b.checked).map((b) => /** @type {HTMLLIElement} */ (b.closest("li")));
   const isCondition = (text) => /[=<>~]/.test(text) || /\s(in|and|or)\s/i.test(` ${text} `);
 
   const lastValue = (run, key) => {
@@ -102,7 +102,7 @@ export const picker = (form) => {
     if (e.key === "ArrowDown" && boxes().length) { e.preventDefault(); boxes()[0].focus(); }
   });
   list.addEventListener("keydown", (e) => {
-    const all = boxes(), i = all.indexOf(document.activeElement);
+    const all = boxes(), i = all.indexOf(/** @type {HTMLInputElement} */ (document.activeElement));
     if (i < 0) return;
     if (e.key === "ArrowDown" && i < all.length - 1) { e.preventDefault(); all[i + 1].focus(); }
     if (e.key === "ArrowUp") { e.preventDefault(); (i > 0 ? all[i - 1] : input).focus(); }

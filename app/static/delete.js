@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The "Delete run" / "Delete experiment" buttons: a button with data-delete-url asks for
 // confirmation, sends DELETE with the CSRF header and says how much disk was freed (the
 // X-Freed-Bytes header of the 204), then offers the way back (the page's object is gone).
@@ -16,7 +15,7 @@ export const mountDeleteButtons = () => {
     el.hidden = false;
     return el;
   };
-  document.querySelectorAll("button[data-delete-url]").forEach((button) => {
+  /** @type {NodeListOf<HTMLButtonElement>} */ (document.querySelectorAll("button[data-delete-url]")).forEach((button) => {
     button.addEventListener("click", async () => {
       const what = button.dataset.deleteWhat;
       if (!confirm(`Delete ${what}? Its metrics, logs, files and checkpoints are removed for good.`)) return;

@@ -1,14 +1,13 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page: launch a run with JSON overrides, then open it.
 import {call, errorText} from "./lib/api.js";
 import {api, pages} from "./lib/urls.js";
 (() => {
   const form = document.getElementById("launch-form");
   if (!form) return;
-  const textarea = document.getElementById("overrides");
-  const formError = form.querySelector(".form-error");
-  const button = document.getElementById("launch-run");
-  const status = document.getElementById("launch-status");
+  const textarea = /** @type {HTMLTextAreaElement} */ (document.getElementById("overrides"));
+  const formError = /** @type {HTMLElement} */ (form.querySelector(".form-error"));
+  const button = /** @type {HTMLButtonElement} */ (document.getElementById("launch-run"));
+  const status = /** @type {HTMLElement} */ (document.getElementById("launch-status"));
 
   const showError = (text) => {
     formError.textContent = text;

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page's "best metric": its owner chooses the metric (and whether larger or
 // smaller is better) that the experiments list's Best column judges it by, before the newest
 // sweep's and the config's checkpoints.metric (app/experiments/best.py). PATCH
@@ -12,7 +11,7 @@ import {api} from "./lib/urls.js";
 (() => {
   const form = document.getElementById("best-form");
   if (!form) return;
-  const $ = (id) => document.getElementById(id);
+  const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
   const experimentId = $("best-section").dataset.experimentId;
 
   const save = async (best) => {
@@ -24,9 +23,9 @@ import {api} from "./lib/urls.js";
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    const metric = $("best-metric").value.trim();
+    const metric = /** @type {HTMLInputElement} */ ($("best-metric")).value.trim();
     if (!metric) { showFailure($("best-error"), "Not saved", "name a metric key first"); return; }
-    save({metric, mode: $("best-mode").value});
+    save({metric, mode: /** @type {HTMLSelectElement} */ ($("best-mode")).value});
   });
   $("best-clear").addEventListener("click", () => save(null));
   form.dataset.ready = "true";  // the handlers are on: a press now is a PATCH, not a reload

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page's "all runs' curves": every run of the experiment (the newest MAX_RUNS)
 // overlaid, one chart per metric key, live while a run is active (app/static/overlay.js, on
 // the experiment's event stream: lib/page_stream.js).
@@ -19,9 +18,9 @@ import {api} from "./lib/urls.js";
   const section = document.getElementById("experiment-curves");
   if (!section) return;
   const MAX_RUNS = 200;  // app/experiments/views.py CURVE_RUNS
-  const experimentId = section.dataset.experimentId;
-  const charts = document.getElementById("experiment-charts");
-  const status = document.getElementById("experiment-curves-status");
+  const experimentId = /** @type {string} */ (section.dataset.experimentId);
+  const charts = /** @type {HTMLElement} */ (document.getElementById("experiment-charts"));
+  const status = /** @type {HTMLElement} */ (document.getElementById("experiment-curves-status"));
 
   // While the server does not answer, the runs table (through RUNS_LINK, lib/events.js) and the legend are
   // marked as of its last answer, and the overlay's status line says so (markDown); the next
@@ -62,7 +61,7 @@ import {api} from "./lib/urls.js";
     const keys = [...heldKeys].sort(compareKeys);
     if (location.hash !== `#${section.id}` && keys.length > overlay.LAZY_AFTER) return null;
     return overlay.prefetch(held.slice().reverse(), keys.slice(0, EARLY_CHARTS),
-                            document.getElementById("experiment-curves-x-axis")?.value);
+                            /** @type {HTMLSelectElement | null} */ (document.getElementById("experiment-curves-x-axis"))?.value);
   })();
 
   // Which keys are charted (null: all): the "Charts" picker (chart_keys_picker.js) and saved
@@ -70,10 +69,10 @@ import {api} from "./lib/urls.js";
   // are hidden (not removed: the overlay keeps them, so ticking a key again shows it at once).
   let shownKeys = null;
   const showKeys = () => {
-    for (const div of charts.querySelectorAll(".metric-chart")) {
+    for (const div of /** @type {NodeListOf<HTMLElement>} */ (charts.querySelectorAll(".metric-chart"))) {
       div.hidden = !isShown(shownKeys, div.dataset.key);
     }
-    for (const group of charts.querySelectorAll(".chart-group")) {
+    for (const group of /** @type {NodeListOf<HTMLElement>} */ (charts.querySelectorAll(".chart-group"))) {
       group.hidden = !group.querySelector(".metric-chart:not([hidden])");
     }
     section.dataset.shownKeys = shownKeys === null ? "all" : String(shownKeys.length);
@@ -86,8 +85,8 @@ import {api} from "./lib/urls.js";
   // offer every key boxed, and hide again what is not charted.
   new MutationObserver((records) => {
     // only boxes moved or added (not a chart's own redraw inside its box)
-    if (!records.some((r) => r.target === charts || r.target.classList?.contains("chart-grid"))) return;
-    picker.offer([...charts.querySelectorAll(".metric-chart")].map((d) => d.dataset.key).sort(compareKeys));
+    if (!records.some((r) => r.target === charts || /** @type {Partial<Element>} */ (r.target).classList?.contains("chart-grid"))) return;
+    picker.offer([.../** @type {NodeListOf<HTMLElement>} */ (charts.querySelectorAll(".metric-chart"))].map((d) => d.dataset.key).sort(compareKeys));
     showKeys();
   }).observe(charts, {childList: true, subtree: true});
 
@@ -95,9 +94,10 @@ import {api} from "./lib/urls.js";
   // the overlay mounts, the controls are read by it; after, their events redraw.
   const control = (name) => document.getElementById(`experiment-curves-${name}`);
   register({
-    get: () => ({charts: {keys: shownKeys, smoothing: Number(control("smoothing")?.value || 0),
-                          x: control("x-axis")?.value || "step", log: Boolean(control("log-scale")?.checked),
-                          clip: Boolean(control("clip")?.checked)}}),
+    get: () => ({charts: {keys: shownKeys, smoothing: Number(/** @type {HTMLInputElement | null} */ (control("smoothing"))?.value || 0),
+                          x: /** @type {HTMLSelectElement | null} */ (control("x-axis"))?.value || "step",
+                          log: Boolean(/** @type {HTMLInputElement | null} */ (control("log-scale"))?.checked),
+                          clip: Boolean(/** @type {HTMLInputElement | null} */ (control("clip"))?.checked)}}),
     set: (view) => {
       const c = view.charts;
       if (!c) return;
@@ -108,7 +108,7 @@ import {api} from "./lib/urls.js";
         el.dispatchEvent(new Event(event));
       };
       put("smoothing", "value", String(c.smoothing ?? 0), "input");
-      if (control("smoothing-value")) control("smoothing-value").textContent = Number(c.smoothing ?? 0).toFixed(2);
+      if (control("smoothing-value")) /** @type {HTMLElement} */ (control("smoothing-value")).textContent = Number(c.smoothing ?? 0).toFixed(2);
       put("x-axis", "value", c.x || "step", "change");
       put("log-scale", "checked", Boolean(c.log), "change");
       put("clip", "checked", Boolean(c.clip), "change");

@@ -1,30 +1,36 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The new-experiment form: swap the recipe's param fields, build the JSON config, create the
 // experiment, launch its first run, and show the server's validation errors next to fields.
 import {call, errorText} from "./lib/api.js";
 import {formErrors} from "./lib/dom.js";
 import {api, pages} from "./lib/urls.js";
 (() => {
-  const form = document.getElementById("experiment-form");
+  /**
+   * The form's named fields (templates/experiment_new.html); code only with the code field.
+   * @typedef {{name: HTMLInputElement, description: HTMLTextAreaElement, seed: HTMLInputElement,
+   *            deterministic: HTMLInputElement, "resources.gpus": HTMLInputElement,
+   *            "resources.nproc": HTMLInputElement, max_restarts: HTMLInputElement,
+   *            args: HTMLInputElement, params: HTMLTextAreaElement, code?: HTMLInputElement}} ExperimentFields
+   */
+  const form = /** @type {HTMLFormElement & {elements: ExperimentFields}} */ (document.getElementById("experiment-form"));
   if (!form) return;
-  const recipeSelect = form.querySelector('select[name="recipe"]');
-  const formError = form.querySelector(".form-error");
-  const button = document.getElementById("create-and-launch");
-  const status = document.getElementById("form-status");
+  const recipeSelect = /** @type {HTMLSelectElement} */ (form.querySelector('select[name="recipe"]'));
+  const formError = /** @type {HTMLElement} */ (form.querySelector(".form-error"));
+  const button = /** @type {HTMLButtonElement} */ (document.getElementById("create-and-launch"));
+  const status = /** @type {HTMLElement} */ (document.getElementById("form-status"));
   const SCRIPT = "__script__";  // the picker's entry for a workspace script
 
   // Only the chosen recipe's fields carry names (and are enabled): [name="params.lr"] is unique.
   const showRecipe = (name) => {
-    form.querySelectorAll("fieldset.params").forEach((fs) => {
+    /** @type {NodeListOf<HTMLFieldSetElement>} */ (form.querySelectorAll("fieldset.params")).forEach((fs) => {
       const active = fs.dataset.recipe === name;
       fs.hidden = !active;
       fs.disabled = !active;
-      fs.querySelectorAll("[data-param]").forEach((el) => {
+      /** @type {NodeListOf<HTMLInputElement | HTMLSelectElement>} */ (fs.querySelectorAll("[data-param]")).forEach((el) => {
         if (active) el.name = "params." + el.dataset.param;
         else el.removeAttribute("name");
       });
     });
-    form.querySelectorAll(".recipe-description").forEach((el) => {
+    /** @type {NodeListOf<HTMLElement>} */ (form.querySelectorAll(".recipe-description")).forEach((el) => {
       el.hidden = el.dataset.recipe !== name;
     });
   };
@@ -104,11 +110,12 @@ import {api, pages} from "./lib/urls.js";
       },
       max_restarts: number(form.elements.max_restarts.value) ?? 0,
     };
+    /** @type {Record<string, any>} */
     let config;
     if (recipeSelect.value === SCRIPT) {
       config = {
         // the text field, or the pick from an uploaded snapshot (code_field.js): whichever has the name
-        script: form.querySelector('[name="script"]').value.trim(),
+        script: /** @type {HTMLInputElement | HTMLSelectElement} */ (form.querySelector('[name="script"]')).value.trim(),
         args: splitArgs(form.elements.args.value),
         params: parseParams(form.elements.params.value),
         ...common,
@@ -117,7 +124,7 @@ import {api, pages} from "./lib/urls.js";
       if (form.elements.code && form.elements.code.value) config.code = form.elements.code.value;
     } else {
       const params = {};
-      form.querySelectorAll('fieldset.params:not([disabled]) [data-param]').forEach((el) => {
+      /** @type {NodeListOf<HTMLInputElement | HTMLSelectElement>} */ (form.querySelectorAll('fieldset.params:not([disabled]) [data-param]')).forEach((el) => {
         params[el.dataset.param] = valueOf(el);
       });
       config = {recipe: recipeSelect.value, params, ...common};

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // THE runs table (templates/_runs_table.html), of an experiment's page or a sweep's (its
 // trials: the section's data-experiment-id or data-sweep-id is the GET /api/runs filter),
 // rebuilt from GET /api/runs once the page loads (the server's
@@ -31,10 +30,25 @@ import {groupedRows} from "./runs_groups.js";
     ? {key: "sweep_id", id: section.dataset.sweepId, columns: `sweep.${section.dataset.sweepId}`}
     : {key: "experiment_id", id: section.dataset.experimentId, columns: section.dataset.experimentId};
   const owners = JSON.parse(section.dataset.owners || "{}");
-  const table = document.getElementById("runs");
-  const $ = (id) => document.getElementById(id);
+  const table = /** @type {HTMLElement} */ (document.getElementById("runs"));
+  /**
+   * The table's controls whose element type matters (templates: experiment.html's runs section).
+   * @typedef {{"runs-status": HTMLSelectElement, "runs-tag": HTMLInputElement,
+   *            "runs-filter": HTMLInputElement, "runs-filter-key": HTMLInputElement,
+   *            "runs-filter-op": HTMLSelectElement, "runs-filter-value": HTMLInputElement,
+   *            "runs-tag-input": HTMLInputElement, "runs-compare": HTMLButtonElement,
+   *            "runs-tag-selected": HTMLButtonElement, "runs-delete": HTMLButtonElement}} Controls
+   */
+  const $ = /** @type {(<K extends keyof Controls>(id: K) => Controls[K]) & ((id: string) => HTMLElement)} */ (
+    (id) => document.getElementById(id));
   const PAGE = 100;
 
+  /**
+   * @type {{sort: string, runs: import("./lib/events.js").RunRow[], next: string | null,
+   *         selected: Set<number>, newest: number, lostSince: Date | null, highlight: Set<number> | null,
+   *         summaries: string[] | null, expanded: Set<string>, carried: Set<string> | null,
+   *         extraKeys: Set<string>}}
+   */
   const state = {
     sort: "-id",
     runs: [],
@@ -107,7 +121,7 @@ import {groupedRows} from "./runs_groups.js";
           button.textContent = `${col.title} ${desc ? "▼" : "▲"}`;
         }
         button.addEventListener("click", () => {
-          state.sort = sortName() === col.sort && !state.sort.startsWith("-") ? `-${col.sort}` : col.sort;
+          state.sort = /** @type {string} */ (sortName() === col.sort && !state.sort.startsWith("-") ? `-${col.sort}` : col.sort);
           load();
         });
         th.append(button);
@@ -197,13 +211,13 @@ import {groupedRows} from "./runs_groups.js";
     const n = selectedIds().length;
     $("runs-selected-count").textContent = `${n} selected`;
     $("runs-compare").disabled = n < 1;
-    for (const id of ["runs-tag-selected", "runs-delete"]) if ($(id)) $(id).disabled = n < 1;
+    for (const id of /** @type {const} */ (["runs-tag-selected", "runs-delete"])) if ($(id)) $(id).disabled = n < 1;
   };
 
   // --- loading ----------------------------------------------------------------------------
 
   const query = (cursor) => {
-    const params = new URLSearchParams({[scope.key]: scope.id, sort: state.sort, limit: String(PAGE)});
+    const params = new URLSearchParams(/** @type {Record<string, string>} */ ({[scope.key]: scope.id, sort: state.sort, limit: String(PAGE)}));
     const status = $("runs-status").value;
     const tag = $("runs-tag").value.trim();
     const text = $("runs-filter").value.trim();
@@ -321,10 +335,10 @@ import {groupedRows} from "./runs_groups.js";
   // compared, tagged or deleted like runs ticked by hand).
   listen(section, RUNS_HIGHLIGHT, ({ids}) => {
     state.highlight = ids ? new Set(ids) : null;
-    for (const tr of table.querySelectorAll("tbody tr[data-run-id]")) {
+    for (const tr of /** @type {NodeListOf<HTMLTableRowElement>} */ (table.querySelectorAll("tbody tr[data-run-id]"))) {
       const id = Number(tr.dataset.runId);
-      tr.classList.toggle("brushed", Boolean(state.highlight) && state.highlight.has(id));
-      tr.classList.toggle("brushed-out", Boolean(state.highlight) && !state.highlight.has(id));
+      tr.classList.toggle("brushed", Boolean(state.highlight) && /** @type {Set<number>} */ (state.highlight).has(id));
+      tr.classList.toggle("brushed-out", Boolean(state.highlight) && !/** @type {Set<number>} */ (state.highlight).has(id));
     }
   });
   listen(section, RUNS_SELECT, ({ids}) => {

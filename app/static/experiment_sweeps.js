@@ -15,7 +15,7 @@ import {finishedCount} from "./lib/status.js";
   const table = /** @type {HTMLTableElement | null} */ (document.getElementById("sweeps"));
   if (!section || !table) return;
   const POLL_MS = 3000;
-  const experimentId = section.dataset.experimentId;
+  const experimentId = /** @type {string} */ (section.dataset.experimentId);
   const el = (tag, text, cls) => {
     const node = document.createElement(tag);
     if (text !== undefined && text !== null) node.textContent = String(text);
@@ -48,14 +48,14 @@ import {finishedCount} from "./lib/status.js";
 
   const running = () => [.../** @type {NodeListOf<HTMLElement>} */ (table.querySelectorAll("tbody tr[data-status]"))]
     .some((tr) => tr.dataset.status === "running");
-  const error = document.getElementById("sweeps-error");
+  const error = /** @type {HTMLElement} */ (document.getElementById("sweeps-error"));
   const poll = async () => {
     const r = await call("GET", api.sweeps({experiment_id: experimentId}));
     if (r.ok) {
       error.hidden = true;
       table.tBodies[0].replaceChildren(...r.body.map(row));
       table.hidden = r.body.length === 0;
-      document.getElementById("sweeps-empty").hidden = r.body.length > 0;
+      /** @type {HTMLElement} */ (document.getElementById("sweeps-empty")).hidden = r.body.length > 0;
       section.dataset.refreshed = String(Number(section.dataset.refreshed || 0) + 1);
     } else {
       error.textContent = `Could not list the sweeps: ${errorText(r.body)}`;

@@ -9,11 +9,11 @@ import {api, pages} from "./lib/urls.js";
 
 (() => {
   const USAGE_MS = 60000;
-  const hostsEl = document.getElementById("gpu-hosts");
-  const queueBody = document.querySelector("#gpu-queue tbody");
-  const usageBody = document.querySelector("#gpu-usage tbody");
+  const hostsEl = /** @type {HTMLElement} */ (document.getElementById("gpu-hosts"));
+  const queueBody = /** @type {HTMLElement} */ (document.querySelector("#gpu-queue tbody"));
+  const usageBody = /** @type {HTMLElement} */ (document.querySelector("#gpu-usage tbody"));
   const period = /** @type {HTMLSelectElement} */ (document.getElementById("usage-period"));
-  const updated = document.getElementById("gpus-updated");
+  const updated = /** @type {HTMLElement} */ (document.getElementById("gpus-updated"));
 
   const el = (tag, attrs = {}, ...children) => {
     const node = document.createElement(tag);
@@ -63,7 +63,7 @@ import {api, pages} from "./lib/urls.js";
   };
 
   // The page's "mine / everyone" choice: a username to show only theirs, or "" for all.
-  const owner = document.getElementById("gpu-queue").dataset.owner || "";
+  const owner = /** @type {HTMLElement} */ (document.getElementById("gpu-queue")).dataset.owner || "";
   const renderQueue = (all) => {
     const queue = owner ? all.filter((q) => q.owner === owner) : all;
     if (!queue.length) {

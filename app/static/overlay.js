@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // Many runs' curves overlaid, one chart per metric key: the compare page and the experiment
 // page both. One trace per run, coloured by runColor, named by the run and the params that
 // differ across the runs shown ("run 12 · lr=0.01 bs=64"). Not one stream per run: 50 runs
@@ -46,10 +45,10 @@ export const overlay = (() => {
   const readView = (prefix) => {
     const $ = (name) => document.getElementById(`${prefix}-${name}`);
     return {
-      smoothing: Math.min(0.99, Math.max(0, Number($("smoothing")?.value || 0))),
-      logY: Boolean($("log-scale")?.checked),
-      clip: Boolean($("clip")?.checked),
-      x: $("x-axis")?.value || "step",
+      smoothing: Math.min(0.99, Math.max(0, Number(/** @type {HTMLInputElement | null} */ ($("smoothing"))?.value || 0))),
+      logY: Boolean(/** @type {HTMLInputElement | null} */ ($("log-scale"))?.checked),
+      clip: Boolean(/** @type {HTMLInputElement | null} */ ($("clip"))?.checked),
+      x: /** @type {HTMLSelectElement | null} */ ($("x-axis"))?.value || "step",
     };
   };
 
@@ -91,7 +90,7 @@ export const overlay = (() => {
                    group: groupingState().group,
                    // The link: whether this poll found the server unreachable, since when it has
                    // been, and the status line to put back once it answers again.
-                   down: false, lostSince: null, liveText: ""};
+                   down: false, lostSince: /** @type {Date | null} */ (null), liveText: ""};
     const charts = () => [...container.querySelectorAll(".metric-chart")];
     const observer = new IntersectionObserver((entries) => {
       for (const e of entries) {
@@ -259,7 +258,7 @@ export const overlay = (() => {
     const fillXChoice = () => {
       const select = document.getElementById(`${opts.controls}-x-axis`);
       if (!select) return;
-      const group = select.querySelector("optgroup.x-metrics") || document.createElement("optgroup");
+      const group = /** @type {HTMLOptGroupElement} */ (select.querySelector("optgroup.x-metrics") || document.createElement("optgroup"));
       group.className = "x-metrics";
       group.label = "Metric";
       const keys = charts().map((d) => d.dataset.key).filter((k) => !isSystemKey(k)).sort(compareKeys);
@@ -356,7 +355,7 @@ export const overlay = (() => {
     };
     document.addEventListener(SEED_SHOWN, () => { setRuns(state.runs); drawAll(); });
     for (const name of ["smoothing", "log-scale", "clip", "x-axis"]) {
-      const el = document.getElementById(`${opts.controls}-${name}`);
+      const el = /** @type {HTMLInputElement | HTMLSelectElement | null} */ (document.getElementById(`${opts.controls}-${name}`));
       if (!el) continue;
       el.addEventListener(el.type === "range" ? "input" : "change", () => {
         if (name === "smoothing") {

@@ -61,7 +61,7 @@ export const parcoords = (() => {
     return typeof v === "number" && isFinite(v) ? v : null;
   };
   const mount = (el, runs, opts = {}) => {
-    const state = {runs: [...runs], metric: opts.metric || null, chosen: opts.axes || null, brushes: new Map(), axes: [],
+    const state = {runs: [...runs], metric: opts.metric || null, chosen: opts.axes || null, brushes: /** @type {Map<string, number[]>} */ (new Map()), axes: /** @type {Record<string, any>[]} */ ([]),
                    width: 0, renders: 0, drawn: "", byId: new Map(),
                    ys: new Map(), out: new Set(), dragging: false, pending: false};
     const toolbar = htmlEl("div", undefined, "toolbar");
@@ -104,7 +104,7 @@ export const parcoords = (() => {
       picker.value = state.metric || "";
     };
 
-    const geo = {xs: [], highlight: null}; // the current render's axes' x and hovered line
+    const geo = {xs: /** @type {number[]} */ ([]), highlight: /** @type {SVGElement | null} */ (null)}; // the current render's axes' x and hovered line
     const yOf = (p) => (p === null ? HEIGHT - BOTTOM + MISSING : TOP + (1 - p) * (HEIGHT - TOP - BOTTOM));
     const valueOf = (run, axis) => (axis.metric ? metricValue(run, state.metric) : (run.params || {})[axis.key]);
     const pointY = (run, axis) => yOf(axis.pos(valueOf(run, axis)));
@@ -122,7 +122,7 @@ export const parcoords = (() => {
       const kept = keptIds();
       const set = kept && new Set(kept);
       state.out = new Set(set ? state.runs.filter((r) => !set.has(r.id)).map((r) => r.id) : []);
-      for (const g of chart.querySelectorAll("g.pc-run")) g.classList.toggle("pc-out", Boolean(set) && !set.has(Number(g.dataset.runId)));
+      for (const g of chart.querySelectorAll("g.pc-run")) g.classList.toggle("pc-out", Boolean(set) && !/** @type {Set<any>} */ (set).has(Number(g.dataset.runId)));
       for (const axis of state.axes) {
         const rect = chart.querySelector(`g.pc-axis[data-index="${axis.index}"] rect.pc-brush`);
         const b = state.brushes.get(axis.id);
@@ -160,9 +160,9 @@ export const parcoords = (() => {
       hovered = g;
       g.classList.add("pc-hover");
       const line = g.querySelector(".pc-line");
-      geo.highlight.setAttribute("d", line.getAttribute("d"));
-      geo.highlight.setAttribute("stroke", line.getAttribute("stroke"));
-      geo.highlight.setAttribute("visibility", "visible");
+      /** @type {SVGElement} */ (geo.highlight).setAttribute("d", line.getAttribute("d"));
+      /** @type {SVGElement} */ (geo.highlight).setAttribute("stroke", line.getAttribute("stroke"));
+      /** @type {SVGElement} */ (geo.highlight).setAttribute("visibility", "visible");
       chart.classList.add("pc-pointing");
       showTip(run, e);
     };

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The parallel coordinates' axes (parcoords.js): which ones, in which order, and how each maps
 // its values to a height. Which: the reader's choice (added, removed, moved in the "Axes"
 // list), else the params that differ across the runs (the seed only under "Show seed":
@@ -114,15 +113,15 @@ export const axesChooser = (onChange) => {
   const fill = (options, shown) => {
     const focused = document.activeElement;
     const again = focused && list.contains(focused)
-      ? [focused.closest("li").dataset.axis, focused.dataset.act] : null;
+      ? [/** @type {HTMLElement} */ (focused.closest("li")).dataset.axis, /** @type {HTMLElement} */ (focused).dataset.act] : null;
     current = shown.filter((id) => options.has(id));
     const rest = [...options.keys()].filter((id) => !current.includes(id));
     list.replaceChildren(...current.map((id, i) => row(id, options.get(id), true, i)),
       ...rest.map((id) => row(id, options.get(id), false, -1)));
     if (again) {
-      const li = [...list.children].find((x) => x.dataset.axis === again[0]);
+      const li = /** @type {HTMLElement[]} */ ([...list.children]).find((x) => x.dataset.axis === again[0]);
       const target = li && (li.querySelector(`[data-act="${again[1]}"]:not(:disabled)`) || li.querySelector("input"));
-      if (target) target.focus();
+      if (target) /** @type {HTMLElement} */ (target).focus();
     }
   };
   return {el: box, fill};

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The runs table's columns (experiment_runs.js): which params and summaries show, and how
 // each cell is made. Every name, key and value from a run is set as text, never as HTML.
 // The pure parts (summaryKeys, defaultSummaries, splitSummary, seconds) are unit-tested.
@@ -18,7 +17,7 @@ export const seconds = (a, b, now = new Date()) => {
   const start = parseTime(a);
   if (!start) return null;
   const end = parseTime(b) || now;
-  return (end - start) / 1000;
+  return (/** @type {any} */ (end) - /** @type {any} */ (start)) / 1000;
 };
 
 export const summaryKeys = (runs) => {
@@ -47,7 +46,13 @@ export const splitSummary = (col) => {
 
 // The table's columns for `runs` with the chosen `summaries`: each {title, sort (the API's
 // sort= name), num, param | summary, cell(run) -> <td>}. owners: user id -> name.
+/**
+ * @typedef {{title: string, sort?: string, num?: boolean, cls?: string, param?: string,
+ *            summary?: string, cell: (run: import("./lib/events.js").RunRow) => HTMLElement}} Column
+ */
+/** @returns {Column[]} */
 export const columns = (runs, summaries, owners) => {
+  /** @type {Column[]} */
   const cols = [
     {title: "Run", sort: "id", cls: "run-name", cell: runCell},
     {title: "Status", sort: "status", cell: (run) => {

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The experiment page's "Views": save the page's current state (filters, sort, columns,
 // grouping, charts: lib/page_state.js) under a name, private or shared with the team; list,
 // open, copy the link of, delete, and (the experiment's owner) make one the default. Opening
@@ -11,7 +10,7 @@ import {api} from "./lib/urls.js";
 (() => {
   const section = document.getElementById("views-section");
   if (!section) return;
-  const $ = (id) => document.getElementById(id);
+  const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
   const experimentId = section.dataset.experimentId;
   const me = Number(section.dataset.userId);
   const mayDefault = section.dataset.mayDefault === "true";
@@ -86,12 +85,12 @@ import {api} from "./lib/urls.js";
   $("view-save-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     error(""); notice("");
-    const name = $("view-name").value.trim();
+    const name = /** @type {HTMLInputElement} */ ($("view-name")).value.trim();
     if (!name) { error("Name the view first."); $("view-name").focus(); return; }
-    const body = {name, experiment_id: Number(experimentId), shared: $("view-shared").checked, state: getState()};
+    const body = {name, experiment_id: Number(experimentId), shared: /** @type {HTMLInputElement} */ ($("view-shared")).checked, state: getState()};
     const r = await call("POST", api.views(), body);
     if (!r.ok) { error(`Not saved: ${errorText(r.body)}`); return; }
-    $("view-name").value = "";
+    /** @type {HTMLInputElement} */ ($("view-name")).value = "";
     notice(`Saved “${name}”: ${absolute(r.body.url)}`);
     section.dataset.saved = String(r.body.id);
     await refresh();

@@ -48,16 +48,16 @@ import {finishedCount} from "./lib/status.js";
     bar.max = s.planned_runs;
     bar.value = done;
     bar.dataset.done = String(done);
-    document.getElementById("sweep-progress-text").textContent =
+    /** @type {HTMLElement} */ (document.getElementById("sweep-progress-text")).textContent =
       `${done} of ${s.planned_runs} trials ended · ${stopped} stopped early`;
-    const list = document.getElementById("sweep-counts");
+    const list = /** @type {HTMLElement} */ (document.getElementById("sweep-counts"));
     list.replaceChildren(...Object.keys(counts).sort().map((k) => {
       const li = el("li");
       li.dataset.status = k;
       li.append(el("span", k, `badge status-${k}`), ` ${counts[k]}`);
       return li;
     }));
-    const badge = document.getElementById("sweep-status");
+    const badge = /** @type {HTMLElement} */ (document.getElementById("sweep-status"));
     badge.textContent = s.status;
     badge.className = `badge status-${s.status}`;
     root.dataset.status = s.status;
@@ -66,7 +66,7 @@ import {finishedCount} from "./lib/status.js";
   };
 
   const drawBest = (s) => {
-    const box = document.getElementById("sweep-best");
+    const box = /** @type {HTMLElement} */ (document.getElementById("sweep-best"));
     if (!s.best) {
       box.replaceChildren(el("p", "No trial has finished yet.", "hint"));
       return;
@@ -161,7 +161,7 @@ import {finishedCount} from "./lib/status.js";
     return svg;
   };
   const drawScatters = (s) => {
-    const box = document.getElementById("sweep-scatters");
+    const box = /** @type {HTMLElement} */ (document.getElementById("sweep-scatters"));
     box.replaceChildren(...Object.keys(s.parameters || {}).map((key) => {
       const fig = el("figure", undefined, "scatter");
       fig.dataset.param = key;
@@ -186,7 +186,7 @@ import {finishedCount} from "./lib/status.js";
     drawParcoords(s);
   };
 
-  const error = document.getElementById("sweep-error");
+  const error = /** @type {HTMLElement} */ (document.getElementById("sweep-error"));
   const showError = (text) => { error.textContent = text; error.hidden = !text; };
   // While the stream is down, what the page shows is as of the server's last snapshot: said
   // so, and the progress and trials marked stale until the stream is back (it sends the sweep
@@ -212,7 +212,7 @@ import {finishedCount} from "./lib/status.js";
     });
   };
 
-  const first = JSON.parse(document.getElementById("sweep-data").textContent);
+  const first = JSON.parse(/** @type {HTMLElement} */ (document.getElementById("sweep-data")).textContent);
   draw(first);
   if (first.status === "running") follow();
 

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // "New sweep" on the experiment page (templates/experiment.html, form#sweep-form): method,
 // metric and goal, one row per param (config path, distribution, min/max or a values list),
 // budget and early stopping; POSTs /api/sweeps and shows each 422 next to its field (the
@@ -8,35 +7,41 @@ import {call, errorText} from "./lib/api.js";
 import {formErrors} from "./lib/dom.js";
 import {api, pages} from "./lib/urls.js";
 (() => {
-  const form = document.getElementById("sweep-form");
+  /**
+   * The form's named fields (templates/experiment.html, form#sweep-form).
+   * @typedef {{method: HTMLSelectElement, "metric.name": HTMLInputElement, "metric.goal": HTMLSelectElement,
+   *            max_runs: HTMLInputElement, max_concurrent: HTMLInputElement, early_stop: HTMLSelectElement,
+   *            seed: HTMLInputElement}} SweepFields
+   */
+  const form = /** @type {HTMLFormElement & {elements: SweepFields}} */ (document.getElementById("sweep-form"));
   if (!form) return;
-  const rows = form.querySelector("#sweep-params tbody");
-  const rowTemplate = document.getElementById("sweep-param-row");
-  const formError = form.querySelector(".form-error");
-  const status = document.getElementById("sweep-form-status");
+  const rows = /** @type {HTMLElement} */ (form.querySelector("#sweep-params tbody"));
+  const rowTemplate = /** @type {HTMLTemplateElement} */ (document.getElementById("sweep-param-row"));
+  const formError = /** @type {HTMLElement} */ (form.querySelector(".form-error"));
+  const status = /** @type {HTMLElement} */ (document.getElementById("sweep-form-status"));
 
   const showDist = (row) => {
-    const dist = row.querySelector(".param-dist").value;
-    row.querySelector(".param-values").disabled = dist !== "values";
-    row.querySelector(".param-min").disabled = dist === "values";
-    row.querySelector(".param-max").disabled = dist === "values";
+    const dist = /** @type {HTMLSelectElement} */ (row.querySelector(".param-dist")).value;
+    /** @type {HTMLInputElement} */ (row.querySelector(".param-values")).disabled = dist !== "values";
+    /** @type {HTMLInputElement} */ (row.querySelector(".param-min")).disabled = dist === "values";
+    /** @type {HTMLInputElement} */ (row.querySelector(".param-max")).disabled = dist === "values";
   };
   const addRow = (path, dist, min, max, values) => {
-    const row = rowTemplate.content.firstElementChild.cloneNode(true);
-    row.querySelector(".param-path").value = path || "";
-    row.querySelector(".param-dist").value = dist || "values";
-    row.querySelector(".param-min").value = min ?? "";
-    row.querySelector(".param-max").value = max ?? "";
-    row.querySelector(".param-values").value = values || "";
-    row.querySelector(".param-dist").addEventListener("change", () => showDist(row));
-    row.querySelector(".param-remove").addEventListener("click", () => row.remove());
+    const row = /** @type {HTMLTableRowElement} */ (/** @type {Element} */ (rowTemplate.content.firstElementChild).cloneNode(true));
+    /** @type {HTMLInputElement} */ (row.querySelector(".param-path")).value = path || "";
+    /** @type {HTMLSelectElement} */ (row.querySelector(".param-dist")).value = dist || "values";
+    /** @type {HTMLInputElement} */ (row.querySelector(".param-min")).value = min ?? "";
+    /** @type {HTMLInputElement} */ (row.querySelector(".param-max")).value = max ?? "";
+    /** @type {HTMLInputElement} */ (row.querySelector(".param-values")).value = values || "";
+    /** @type {HTMLElement} */ (row.querySelector(".param-dist")).addEventListener("change", () => showDist(row));
+    /** @type {HTMLElement} */ (row.querySelector(".param-remove")).addEventListener("click", () => row.remove());
     showDist(row);
     rows.append(row);
     return row;
   };
   addRow("params.lr", "log_uniform", "0.0001", "0.1");
-  document.getElementById("sweep-add-param").addEventListener("click", () => {
-    addRow().querySelector(".param-path").focus();
+  /** @type {HTMLElement} */ (document.getElementById("sweep-add-param")).addEventListener("click", () => {
+    /** @type {HTMLInputElement} */ (addRow().querySelector(".param-path")).focus();
   });
 
   // "0.1" -> 0.1, "true" -> true, anything else stays the text typed; blank -> null.
@@ -51,10 +56,10 @@ import {api, pages} from "./lib/urls.js";
   const buildBody = () => {
     const parameters = {};
     for (const row of rows.querySelectorAll("tr.sweep-param")) {
-      const path = row.querySelector(".param-path").value.trim();
-      const dist = row.querySelector(".param-dist");
-      const [min, max, values] = [".param-min", ".param-max", ".param-values"].map((s) => row.querySelector(s));
-      row.querySelector(".param-path").name = `parameters.${path}`;
+      const path = /** @type {HTMLInputElement} */ (row.querySelector(".param-path")).value.trim();
+      const dist = /** @type {HTMLSelectElement} */ (row.querySelector(".param-dist"));
+      const [min, max, values] = [".param-min", ".param-max", ".param-values"].map((s) => /** @type {HTMLInputElement} */ (row.querySelector(s)));
+      /** @type {HTMLInputElement} */ (row.querySelector(".param-path")).name = `parameters.${path}`;
       dist.name = `parameters.${path}.distribution`;
       min.name = `parameters.${path}.min`;
       max.name = `parameters.${path}.max`;
@@ -91,7 +96,7 @@ import {api, pages} from "./lib/urls.js";
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clearErrors();
-    const button = document.getElementById("start-sweep");
+    const button = /** @type {HTMLButtonElement} */ (document.getElementById("start-sweep"));
     button.disabled = true;
     status.textContent = "Starting…";
     const r = await call("POST", api.sweeps(), buildBody());

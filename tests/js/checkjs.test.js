@@ -3,7 +3,7 @@
 // JSDoc type): a snippet checked with the project's own settings.
 import assert from "node:assert/strict";
 import {spawnSync} from "node:child_process";
-import {mkdtempSync, rmSync, writeFileSync} from "node:fs";
+import {mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from "node:fs";
 import {tmpdir} from "node:os";
 import {join} from "node:path";
 import {test} from "node:test";
@@ -29,4 +29,14 @@ test("an event's detail of the wrong shape is refused; the right one passes", ()
   assert.match(bad.stdout, /Type 'string' is not assignable to type 'number\[\]'/);
   const good = check(`import {RUNS_SELECT, emit} from ${events};\nemit(document, RUNS_SELECT, {ids: [3]});\n`);
   assert.equal(good.status, 0, good.stdout);
+});
+
+// Every page module is checked: none opts out with @ts-nocheck (nor hides a line with
+// @ts-ignore); a type the checker cannot see is a JSDoc cast instead.
+test("no module of app/static opts out of the checker", () => {
+  const dir = join(ROOT, "app/static");
+  const opted = readdirSync(dir, {recursive: true})
+    .filter((name) => String(name).endsWith(".js"))
+    .filter((name) => /@ts-(nocheck|ignore)\b/.test(readFileSync(join(dir, String(name)), "utf8")));
+  assert.deepEqual(opted, []);
 });

@@ -4,7 +4,9 @@
 import {errorText, failureText} from "./api.js";
 import {clockText, compareGroups, compareKeys, fmtTime, groupTitle, keyGroup, parseTime, utcText} from "./format.js";
 
-export const $ = (id) => document.getElementById(id);
+// An element the page's template has (typed so: a lookup that may miss checks the result).
+/** @type {(id: string) => HTMLElement} */
+export const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 // The one place a page says that an action failed (403, 409, 422, or the network): `box`, the
 // alert next to the control that took it, shows "<what>: <why>", why being `r`'s failureText
@@ -57,7 +59,7 @@ export const formErrors = (form, formError, names) => {
       const note = document.createElement("span");
       note.className = "field-error";
       note.dataset.field = candidates[0];
-      note.id = "error-" + note.dataset.field.replace(/\W/g, "-");
+      note.id = "error-" + /** @type {string} */ (note.dataset.field).replace(/\W/g, "-");
       note.textContent = err.msg;
       input.setAttribute("aria-invalid", "true");
       input.setAttribute("aria-errormessage", note.id);

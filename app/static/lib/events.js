@@ -8,7 +8,7 @@
 /**
  * @typedef {Record<string, any>} RunRow  A run as GET /api/runs lists it (app/runs/schemas.py RunOut).
  *
- * @typedef {{runs: RunRow[], summaries: string[], keys: string[]}} RunsDetail
+ * @typedef {{runs: RunRow[], summaries: string[] | null, keys: string[]}} RunsDetail
  *   The runs table drew these rows (its sort, filters and pages), with the summary columns
  *   shown and the page's metric keys.
  * @typedef {{ids: number[] | null}} RunsHighlightDetail

@@ -9,7 +9,7 @@ import {RUN_PALETTE, compareKeys, fmtParam} from "./format.js";
 export const TAGS = "tags";
 export const paramBy = (key) => `param:${key}`;
 export const BANDS = ["minmax", "std"];
-export const DEFAULT_GROUP = Object.freeze({by: null, band: "minmax"});
+export const DEFAULT_GROUP = Object.freeze(/** @type {{by: string | null, band: string}} */ ({by: null, band: "minmax"}));
 
 // A grouping state as a saved view may hold it ({by, band}), made valid: anything unknown gives
 // the default, so a view saved by an older page never breaks this one.
@@ -104,9 +104,11 @@ export const aggregate = (series, band = "minmax") => {
       at.get(x).push(y);
     }
   }
+  /** @type {{x: number[], mean: number[], lo: number[], hi: number[], n: number[]}} */
   const out = {x: [], mean: [], lo: [], hi: [], n: []};
   for (const x of [...at.keys()].sort((a, b) => a - b)) {
-    const s = stats(at.get(x));
+    // every x held a finite y (the loop above kept no other), so never null
+    const s = /** @type {NonNullable<ReturnType<typeof stats>>} */ (stats(at.get(x)));
     const [lo, hi] = bandOf(s, band);
     out.x.push(x); out.mean.push(s.mean); out.lo.push(lo); out.hi.push(hi); out.n.push(s.n);
   }

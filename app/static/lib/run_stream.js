@@ -38,7 +38,7 @@ export class RunStream {
     this.listeners = new Map();
     this.source = null;
     this.watchdog = null;
-    this.retry = null;
+    this.retry = null;  // timers: clearTimeout of a null one does nothing (its casts say number)
     this.link = "connecting";
   }
 
@@ -56,7 +56,7 @@ export class RunStream {
   get open() { return this.source !== null; }
 
   connect() {
-    clearTimeout(this.retry);
+    clearTimeout(/** @type {number | undefined} */ (this.retry));
     if (this.source) return;
     const source = new this.EventSource(this.url());
     this.source = source;
@@ -81,8 +81,8 @@ export class RunStream {
   // Ends the stream (a rank picked on the log: connect() again from the new position; the run
   // over: link "closed").
   close(link) {
-    clearTimeout(this.watchdog);
-    clearTimeout(this.retry);
+    clearTimeout(/** @type {number | undefined} */ (this.watchdog));
+    clearTimeout(/** @type {number | undefined} */ (this.retry));
     if (this.source) this.source.close();
     this.source = null;
     if (link) this.setLink(link);
@@ -98,7 +98,7 @@ export class RunStream {
   }
 
   heard() {
-    clearTimeout(this.watchdog);
+    clearTimeout(/** @type {number | undefined} */ (this.watchdog));
     this.watchdog = setTimeout(() => this.dropped(), this.silentMs);
   }
 

@@ -23,6 +23,7 @@ export const emaAll = (values, w, s) => values.map((v) => emaPush(s, v, w));
 // server's (app/metrics/downsample.py), the first and last points are always kept too.
 export const decimate = (d, budget) => {
   const n = d.step.length, buckets = Math.max(1, (budget - 2) >> 1), width = Math.ceil(n / buckets);
+  /** @type {{step: number[], value: (number | null)[], time: any[]}} */
   const out = {step: [], value: [], time: []};
   for (let b = 0; b < n; b += width) {
     let lo = -1, hi = -1;

@@ -2,7 +2,10 @@
 // and the pages a script sends the reader to. Query values that are undefined, null or ""
 // are left out; path parts are encoded.
 
+/** @typedef {Record<string, any> | URLSearchParams} Query */
+
 // `path?query` from an object (or URLSearchParams); no "?" when nothing is left.
+/** @param {string} path @param {Query} [query] */
 export const withQuery = (path, query) => {
   const params = new URLSearchParams();
   const entries = query instanceof URLSearchParams ? query.entries() : Object.entries(query || {});
@@ -32,15 +35,15 @@ const GET = ["GET"];
 
 export const api = {
   code: route(["POST"], () => "/api/code"),
-  compareMetrics: route(GET, (query) => withQuery("/api/compare/metrics", query)),
+  compareMetrics: route(GET, /** @param {Query} [query] */ (query) => withQuery("/api/compare/metrics", query)),
   experiments: route(["POST"], () => "/api/experiments"),
   experiment: route(["PATCH", "DELETE"], (experimentId) => `/api/experiments/${part(experimentId)}`),
   experimentRuns: route(["POST"], (experimentId) => `/api/experiments/${part(experimentId)}/runs`),
   experimentEvents: route(GET, (experimentId) => `/api/experiments/${part(experimentId)}/events`),
   gpus: route(GET, () => "/api/gpus"),
   gpuEvents: route(GET, () => "/api/gpus/events"),
-  usage: route(GET, (query) => withQuery("/api/usage", query)),
-  runs: route(GET, (query) => withQuery("/api/runs", query)),
+  usage: route(GET, /** @param {Query} [query] */ (query) => withQuery("/api/usage", query)),
+  runs: route(GET, /** @param {Query} [query] */ (query) => withQuery("/api/runs", query)),
   run: route(["GET", "PATCH", "DELETE"], (runId) => `/api/runs/${part(runId)}`),
   runCancel: route(["POST"], (runId) => `/api/runs/${part(runId)}/cancel`),
   runResume: route(["POST"], (runId) => `/api/runs/${part(runId)}/resume`),
@@ -54,11 +57,11 @@ export const api = {
   runFile: route(GET, (runId, path) => `/api/runs/${part(runId)}/files/${filePath(path)}`),
   runImages: route(GET, (runId) => `/api/runs/${part(runId)}/images`),
   runImage: route(GET, (runId, imageId) => `/api/runs/${part(runId)}/images/${part(imageId)}`),
-  sweeps: route(["GET", "POST"], (query) => withQuery("/api/sweeps", query)),
+  sweeps: route(["GET", "POST"], /** @param {Query} [query] */ (query) => withQuery("/api/sweeps", query)),
   sweep: route(GET, (sweepId) => `/api/sweeps/${part(sweepId)}`),
   sweepEvents: route(GET, (sweepId) => `/api/sweeps/${part(sweepId)}/events`),
   sweepCancel: route(["POST"], (sweepId) => `/api/sweeps/${part(sweepId)}/cancel`),
-  views: route(["GET", "POST"], (query) => withQuery("/api/views", query)),
+  views: route(["GET", "POST"], /** @param {Query} [query] */ (query) => withQuery("/api/views", query)),
   view: route(["GET", "DELETE"], (viewId) => `/api/views/${part(viewId)}`),
   viewDefault: route(["PUT"], (viewId) => `/api/views/${part(viewId)}/default`),
 };

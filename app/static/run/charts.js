@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's charts: the downsampled history first, then live points from the stream,
 // batched into at most one redraw per frame; zoom re-fetches the range at full resolution.
 // A chart element keeps its traces and layout as `.data` and `.layout` (chart.js), which the
@@ -63,7 +62,7 @@ export const mountCharts = (root, runId) => {
     more.addEventListener("click", () => reveal(g));
     // In group order; groups mostly come in order (keys arrive sorted), so appending is the
     // common case (a search per new group over thousands was quadratic).
-    const boxes = $("charts").children;
+    const boxes = /** @type {HTMLCollectionOf<HTMLElement>} */ ($("charts").children);
     const last = boxes[boxes.length - 1];
     const next = !last || compareGroups(last.dataset.group, group) < 0 ? null
       : [...boxes].find((b) => compareGroups(b.dataset.group, group) > 0);
@@ -147,7 +146,7 @@ export const mountCharts = (root, runId) => {
         for (const e of entries) {
           if (!e.isIntersecting) continue;
           observer.unobserve(e.target);
-          const c = charts.get(e.target.dataset.key);
+          const c = charts.get(/** @type {HTMLElement} */ (e.target).dataset.key);
           if (c) realize(c);
         }
       }, {rootMargin: "600px 0px"});
@@ -214,8 +213,9 @@ export const mountCharts = (root, runId) => {
     if (i1 < 0 || !d.step.length) return;
     const stepMin = d.step[i0], stepMax = d.step[i1];
     const token = ++chart.zoom;
-    const params = new URLSearchParams({keys: chart.key, max_points: BUDGET, step_min: stepMin,
-                                        step_max: stepMax, with_time: "true"});
+    // Numbers among the values: URLSearchParams makes strings of them.
+    const params = new URLSearchParams(/** @type {Record<string, any>} */ ({
+      keys: chart.key, max_points: BUDGET, step_min: stepMin, step_max: stepMax, with_time: "true"}));
     const r = await call("GET", api.runMetrics(runId, params));
     if (token !== chart.zoom) return;  // a newer zoom or a reset won
     if (!r.ok) { showChartsError(`Zoom failed: ${errorText(r.body)}`); return; }
@@ -302,7 +302,7 @@ export const mountCharts = (root, runId) => {
   const redrawAll = () => { for (const c of charts.values()) { c.zoom += 1; draw(c, c.data, false); } };
 
   $("smoothing").addEventListener("input", (e) => {
-    view.smoothing = Math.min(0.99, Math.max(0, Number(e.target.value)));
+    view.smoothing = Math.min(0.99, Math.max(0, Number(/** @type {HTMLInputElement} */ (e.target).value)));
     $("smoothing-value").textContent = view.smoothing.toFixed(2);
     for (const c of charts.values()) {
       if (!c.drawn) continue;  // drawn later with the current smoothing
@@ -313,13 +313,13 @@ export const mountCharts = (root, runId) => {
     }
   });
   $("log-scale").addEventListener("change", (e) => {
-    view.logY = e.target.checked;
+    view.logY = /** @type {HTMLInputElement} */ (e.target).checked;
     for (const c of charts.values()) {
       if (!c.drawn) continue;
       plot.relayout(c.div, {"yaxis.type": view.logY ? "log" : "linear", "yaxis.autorange": true});
     }
   });
-  $("x-axis").addEventListener("change", (e) => { view.x = e.target.value; redrawAll(); });
+  $("x-axis").addEventListener("change", (e) => { view.x = /** @type {HTMLSelectElement} */ (e.target).value; redrawAll(); });
 
   const showChartsError = (text) => { const e = $("charts-error"); e.textContent = text; e.hidden = false; };
 

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's checkpoints: the table (each downloadable, and a "Resume" for a user who may
 // write), asked for again on the stream's events (soon after an "epoch" point: a recipe saves
 // its checkpoint just after logging it), and the resume form.
@@ -18,12 +17,12 @@ export const mountCheckpoints = (root, runId, stream) => {
     const err = $("checkpoints-error");
     if (!r.ok) { err.textContent = `Could not list checkpoints: ${errorText(r.body)}`; err.hidden = false; return; }
     err.hidden = true;
-    const body = $("checkpoints").querySelector("tbody");
+    const body = /** @type {HTMLElement} */ ($("checkpoints").querySelector("tbody"));
     // The server's list is the whole truth: retention drops checkpoints as the run goes
     // (and at its end), so a row the answer no longer has goes too.
     const listed = new Set(r.body.map((c) => c.name));
-    for (const tr of [...body.children]) if (!listed.has(tr.dataset.checkpoint)) tr.remove();
-    const have = new Set([...body.children].map((tr) => tr.dataset.checkpoint));
+    for (const tr of /** @type {HTMLElement[]} */ ([...body.children])) if (!listed.has(tr.dataset.checkpoint)) tr.remove();
+    const have = new Set(/** @type {HTMLElement[]} */ ([...body.children]).map((tr) => tr.dataset.checkpoint));
     for (const c of r.body) {
       if (have.has(c.name)) continue;
       const tr = document.createElement("tr");
@@ -70,23 +69,23 @@ export const mountCheckpoints = (root, runId, stream) => {
     if (!resumeForm) return;
     resumeName = c.name;
     $("resume-checkpoint").textContent = `${c.name} (epoch ${c.epoch}, step ${c.step})`;
-    const epochs = $("resume-epochs");
+    const epochs = /** @type {HTMLInputElement} */ ($("resume-epochs"));
     const current = Number(epochs.dataset.current);
-    epochs.value = epochs.dataset.current && c.epoch >= current ? String(c.epoch + current) : epochs.dataset.current;
-    $("resume-lr").value = $("resume-lr").dataset.current;
+    epochs.value = /** @type {string} */ (epochs.dataset.current && c.epoch >= current ? String(c.epoch + current) : epochs.dataset.current);
+    /** @type {HTMLInputElement} */ ($("resume-lr")).value = /** @type {string} */ ($("resume-lr").dataset.current);
     $("resume-error").hidden = true;
     resumeForm.hidden = false;
     epochs.focus();
   };
   const resumeOverrides = () => {
-    const text = $("resume-overrides").value.trim();
+    const text = /** @type {HTMLTextAreaElement} */ ($("resume-overrides")).value.trim();
     const overrides = text ? JSON.parse(text) : {};
     if (!overrides || typeof overrides !== "object" || Array.isArray(overrides)) {
       throw new Error("the overrides must be a JSON object, e.g. {\"params\": {\"lr\": 0.01}}");
     }
     const params = {...(overrides.params || {})};
     for (const [id, key] of [["resume-epochs", "epochs"], ["resume-lr", "lr"]]) {
-      const el = $(id);
+      const el = /** @type {HTMLInputElement} */ ($(id));
       if (el.value.trim() !== "" && el.value !== el.dataset.current) {
         params[key] = Number.isFinite(Number(el.value)) ? Number(el.value) : el.value;
       }
@@ -104,10 +103,10 @@ export const mountCheckpoints = (root, runId, stream) => {
       try { overrides = resumeOverrides(); } catch (e) {
         err.textContent = `Overrides: ${e.message}`; err.hidden = false; return;
       }
-      $("resume-submit").disabled = true;
+      /** @type {HTMLButtonElement} */ ($("resume-submit")).disabled = true;
       const r = await call("POST", api.runResume(runId), {checkpoint: resumeName, overrides});
       if (r.ok) { window.location.href = pages.run(r.body.id); return; }
-      $("resume-submit").disabled = false;
+      /** @type {HTMLButtonElement} */ ($("resume-submit")).disabled = false;
       showFailure(err, `Could not resume from ${resumeName}`, r);
     });
   }

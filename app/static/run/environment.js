@@ -9,8 +9,8 @@ export const mountEnvironment = (stream) => {
   const section = document.getElementById("environment");
   if (!section) return;
   const runId = section.dataset.runId;
-  const facts = document.getElementById("environment-facts");
-  const empty = document.getElementById("environment-empty");
+  const facts = /** @type {HTMLElement} */ (document.getElementById("environment-facts"));
+  const empty = /** @type {HTMLElement} */ (document.getElementById("environment-empty"));
 
   const add = (label, value, id) => {
     if (value === undefined || value === null || value === "") return;
@@ -51,16 +51,16 @@ export const mountEnvironment = (stream) => {
     }
     facts.hidden = facts.childElementCount === 0;
     empty.hidden = !facts.hidden;
-    const packages = document.getElementById("environment-packages");
+    const packages = /** @type {HTMLElement} */ (document.getElementById("environment-packages"));
     if (env.packages) {
-      packages.querySelector("summary").textContent = `Packages (${env.packages.length})`;
-      packages.querySelector("pre").textContent = env.packages.join("\n");
+      /** @type {HTMLElement} */ (packages.querySelector("summary")).textContent = `Packages (${env.packages.length})`;
+      /** @type {HTMLElement} */ (packages.querySelector("pre")).textContent = env.packages.join("\n");
       packages.hidden = false;
     }
-    const diff = document.getElementById("environment-diff");
+    const diff = /** @type {HTMLElement} */ (document.getElementById("environment-diff"));
     if (env.git && (env.git.diff || (env.git.untracked || []).length)) {
       const untracked = (env.git.untracked || []).map((f) => `?? ${f}`).join("\n");
-      diff.querySelector("pre").textContent = [env.git.diff, untracked].filter(Boolean).join("\n");
+      /** @type {HTMLElement} */ (diff.querySelector("pre")).textContent = [env.git.diff, untracked].filter(Boolean).join("\n");
       diff.hidden = false;
     }
   };

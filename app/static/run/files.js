@@ -11,8 +11,8 @@ export const mountFiles = (stream) => {
   const section = document.getElementById("files");
   if (!section) return;
   const runId = section.dataset.runId;
-  const tree = document.getElementById("files-tree");
-  const empty = document.getElementById("files-empty");
+  const tree = /** @type {HTMLElement} */ (document.getElementById("files-tree"));
+  const empty = /** @type {HTMLElement} */ (document.getElementById("files-empty"));
   const url = (path) => api.runFile(runId, path);
 
   const link = (path, text) => {
@@ -24,7 +24,9 @@ export const mountFiles = (stream) => {
   };
 
   // {name: {files: [...], dirs: {...}}} from the flat list of paths
+  /** @typedef {{dirs: Record<string, Dir>, files: Record<string, any>[]}} Dir */
   const build = (files) => {
+    /** @type {Dir} */
     const root = {dirs: {}, files: []};
     for (const f of files) {
       const parts = f.path.split("/");

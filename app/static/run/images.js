@@ -11,8 +11,8 @@ export const mountImages = (stream) => {
   const section = document.getElementById("images");
   if (!section) return;
   const runId = section.dataset.runId;
-  const list = document.getElementById("images-list");
-  const empty = document.getElementById("images-empty");
+  const list = /** @type {HTMLElement} */ (document.getElementById("images-list"));
+  const empty = /** @type {HTMLElement} */ (document.getElementById("images-empty"));
   const views = new Map();  // tag -> {figure, img, slider, output, images, follow}
 
   const show = (view) => {

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's name, tags and notes: shown as text, edited inline through PATCH /api/runs/{id}.
 // Everything the server sends back is set with textContent (never HTML).
 import {call} from "../lib/api.js";
@@ -8,7 +7,7 @@ import {api} from "../lib/urls.js";
 export const mountLabel = () => {
   const form = document.getElementById("run-label-form");
   if (!form) return;  // read only: another user's run
-  const root = document.getElementById("run-label");
+  const root = /** @type {HTMLElement} */ (document.getElementById("run-label"));
   const editButton = $("edit-run-label");
   const error = $("run-label-error");
 
@@ -24,9 +23,9 @@ export const mountLabel = () => {
     }
     $("run-notes").textContent = run.notes || "";
     $("run-notes").hidden = !run.notes;
-    $("run-name-input").value = run.name || "";
-    $("run-tags-input").value = run.tags.join(" ");
-    $("run-notes-input").value = run.notes || "";
+    /** @type {HTMLInputElement} */ ($("run-name-input")).value = run.name || "";
+    /** @type {HTMLInputElement} */ ($("run-tags-input")).value = run.tags.join(" ");
+    /** @type {HTMLTextAreaElement} */ ($("run-notes-input")).value = run.notes || "";
   };
   const close = () => { form.hidden = true; editButton.hidden = false; showFailure(error); };
 
@@ -39,9 +38,9 @@ export const mountLabel = () => {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const body = {
-      name: $("run-name-input").value,
-      tags: $("run-tags-input").value.split(/[\s,]+/).filter(Boolean),
-      notes: $("run-notes-input").value,
+      name: /** @type {HTMLInputElement} */ ($("run-name-input")).value,
+      tags: /** @type {HTMLInputElement} */ ($("run-tags-input")).value.split(/[\s,]+/).filter(Boolean),
+      notes: /** @type {HTMLTextAreaElement} */ ($("run-notes-input")).value,
     };
     const result = await call("PATCH", api.run(root.dataset.runId), body);
     if (!result.ok) {

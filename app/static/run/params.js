@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's Params section: the run's params from the API (the launch config flattened,
 // and the hparams its job reported through TensorBoard, as `hparams.<name>`), asked for
 // again on the run's stream events while it is live. Keys and values are hostile: set as text.
@@ -11,14 +10,14 @@ export const mountParams = (stream) => {
   const section = document.getElementById("params");
   if (!section) return;
   const runId = section.dataset.runId;
-  const body = section.querySelector("tbody");
-  const empty = document.getElementById("params-empty");
+  const body = /** @type {HTMLElement} */ (section.querySelector("tbody"));
+  const empty = /** @type {HTMLElement} */ (document.getElementById("params-empty"));
   const REPORTED = "hparams.";
   const show = (value) => typeof value === "string" ? value : JSON.stringify(value);
 
   const render = (params) => {
     const keys = Object.keys(params).sort((a, b) =>
-      (a.startsWith(REPORTED) - b.startsWith(REPORTED)) || (a < b ? -1 : a > b ? 1 : 0));
+      (/** @type {any} */ (a.startsWith(REPORTED)) - /** @type {any} */ (b.startsWith(REPORTED))) || (a < b ? -1 : a > b ? 1 : 0));
     body.replaceChildren(...keys.map((key) => {
       const tr = document.createElement("tr");
       tr.dataset.key = key;

@@ -1,4 +1,3 @@
-// @ts-nocheck: not yet typed for checkJs (tsconfig.json: its DOM lookups need JSDoc casts).
 // The run page's status: the badge, timing, attempt, worker, disk, notices, why a queued run
 // waits, the Cancel button, and what the page says about its link to the server ("live", or
 // the loss with the facts shown marked stale). Fed by the run's stream (lib/run_stream.js):
@@ -19,7 +18,7 @@ export const mountStatus = (root, runId, stream, charts) => {
   let times = {started: root.dataset.started, finished: root.dataset.finished,
                build: root.dataset.buildStarted, training: root.dataset.trainingStarted};
   let phase = root.dataset.phase || null;
-  const cancelButton = $("cancel-run");
+  const cancelButton = /** @type {HTMLButtonElement | null} */ ($("cancel-run"));
   // `lostSince`: when the server last confirmed the status and attempt shown, while it has not
   // since the link dropped (null: confirmed). "live" shows only while the link is up, the run
   // was confirmed since and it is running: a page cut off from a stopped server never claims it.
@@ -33,10 +32,10 @@ export const mountStatus = (root, runId, stream, charts) => {
     const build = parseTime(times.build);
     const training = parseTime(times.training);
     const end = parseTime(times.finished) || (status === "running" ? new Date() : null);
-    $("run-duration").textContent = training && end ? fmtDuration((end - training) / 1000) : "–";
+    $("run-duration").textContent = training && end ? fmtDuration((/** @type {any} */ (end) - /** @type {any} */ (training)) / 1000) : "–";
     const buildEnd = training || end;
     $("run-build").textContent = build && buildEnd
-      ? fmtDuration((buildEnd - build) / 1000) + (phase === BUILDING && status === "running" ? " (building)" : "")
+      ? fmtDuration((/** @type {any} */ (buildEnd) - /** @type {any} */ (build)) / 1000) + (phase === BUILDING && status === "running" ? " (building)" : "")
       : "–";
   };
 
