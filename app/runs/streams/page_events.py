@@ -126,14 +126,16 @@ def experiment_digest(session: Session, experiment_id: int) -> Snapshot:
         .order_by(Run.id)
     ).all()
     active = [r.id for r in runs if not RunStatus(r.status).finished]
+    # PostgreSQL's SUM of integers is numeric (a Decimal here, which JSON cannot carry).
     progress = (
-        dict(
-            session.execute(
+        {
+            run_id: None if total is None else int(total)
+            for run_id, total in session.execute(
                 select(MetricKey.run_id, func.sum(MetricKey.last_step))
                 .where(MetricKey.run_id.in_(active))
                 .group_by(MetricKey.run_id)
             ).all()
-        )
+        }
         if active
         else {}
     )
