@@ -25,6 +25,10 @@ from tests.stack import free_port, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
 from torchyard.compose.processes import server_argv
 
+# Its streams poll on threads of their own while the test reads them: one rolled-back
+# connection cannot serve both (conftest app_sessions), so this module commits.
+pytestmark = pytest.mark.committed("event streams poll on threads of their own")
+
 KEYS = 100_000
 STREAM_LIMIT = 6
 

@@ -179,6 +179,7 @@ def test_logs_route_serves_shipped_chunks_with_offsets_tails_and_ranks(
     assert r.status_code == 200 and r.text == "" and r.headers["x-log-size"] == str(len(LOG))
 
 
+@pytest.mark.committed("the event stream polls on threads of their own")
 def test_events_stream_the_shipped_log_from_the_clients_offset(
     client, user_headers, tmp_path: Path
 ) -> None:

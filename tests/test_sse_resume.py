@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from sqlalchemy import update
 
 from app.auth.models import User
@@ -15,6 +16,10 @@ from app.runs.models import Run
 from app.settings import get_settings
 from tests.conftest import make_user
 from tests.factories import add_run
+
+# Its streams poll on threads of their own while the test reads them: one rolled-back
+# connection cannot serve both (conftest app_sessions), so this module commits.
+pytestmark = pytest.mark.committed("event streams poll on threads of their own")
 
 
 def parse(body: str) -> list[dict]:
