@@ -49,6 +49,30 @@ test("refresher: loads when forced or when the interval passed, one load at a ti
   release();
 });
 
+test("refresher: a call too soon is owed and runs once the interval has passed", async () => {
+  let t = 0;
+  const loads = [];
+  const timers = [];
+  const call = refresher(() => { loads.push(t); }, 1000, () => t, (fn, ms) => timers.push([fn, ms]));
+  await call(false);
+  t = 400;
+  await call(false);           // too soon: owed, one timer for the rest of the interval
+  await call(false);
+  assert.deepEqual(loads, [0]);
+  assert.deepEqual(timers.map(([, ms]) => ms), [600]);
+  t = 1000;
+  timers[0][0]();
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(loads, [0, 1000]);  // the news that came too soon was loaded after all
+  t = 1500;
+  await call(false);           // owed again, then a forced load covers it
+  await call(true);
+  assert.deepEqual(loads, [0, 1000, 1500]);
+  timers[1][0]();
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(loads, [0, 1000, 1500]);  // nothing owed any more: no load
+});
+
 test("subscribers hear the stream's events with their data, and the link", () => {
   const s = stream();
   const heard = [];

@@ -119,15 +119,38 @@ export class RunStream {
 
 // The refresh rule of RunStream.refreshOn as a function of its own: call(force) runs `load`
 // when forced or when `everyMs` passed since the last load began; one load at a time (a call
-// during one is remembered and runs after it, forced when any such call was).
-export const refresher = (load, everyMs, now = () => Date.now()) => {
+// during one is remembered and runs after it, forced when any such call was). A call that comes
+// too soon is owed, not dropped: it runs once the interval has passed, unless a load began in
+// between. A page stream says a change once (it sends a digest only when it differs), so news
+// dropped for coming too soon after the last load stayed unseen until the next change.
+/**
+ * @param {() => Promise<unknown> | unknown} load
+ * @param {number} everyMs
+ * @param {() => number} [now]
+ * @param {(fn: () => void, ms: number) => unknown} [later]
+ * @returns {(force: boolean) => Promise<void>}
+ */
+export const refresher = (load, everyMs, now = () => Date.now(), later = (fn, ms) => setTimeout(fn, ms)) => {
   let last = -Infinity;
   let running = false;
+  /** @type {boolean | null} */
   let again = null;  // null: nothing waiting; false/true: a call came in while loading
+  let owed = false;  // a call came too soon: a load is owed once the interval has passed
+  let timerSet = false;
+  /** @param {boolean} force */
   const call = async (force) => {
     if (running) { again = again || force; return; }
-    if (!force && now() - last < everyMs) return;
+    const wait = last + everyMs - now();
+    if (!force && wait > 0) {
+      owed = true;
+      if (!timerSet) {
+        timerSet = true;
+        later(() => { timerSet = false; if (owed) call(false); }, wait);
+      }
+      return;
+    }
     running = true;
+    owed = false;
     last = now();
     try { await load(); } finally {
       running = false;
