@@ -459,6 +459,16 @@ def restore_torch_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def used_clone_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of a used clone (tests/wheel_build.py), built once for the suite: what the
+    wheel holds (tests/test_packaging.py), its base install and its server extra
+    (tests/test_wheel.py) are checked on the wheel a user of a used clone builds."""
+    from tests.wheel_build import build_used_clone_wheel
+
+    return build_used_clone_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
 def live_stack(database: str) -> Iterator[LiveStack]:
     # Every run environment over the cap: each new one evicts the others no job uses
     # (tests/test_e2e_environments.py). System series every second, so a run of a few

@@ -333,8 +333,14 @@ def test_api_with_a_valid_token(case: Case, world: World) -> None:
     _call_and_check(case, world, "token")
 
 
+# Without credentials every operation answers 401 before it reads what a case varies (the
+# token is checked first), so ten cases per operation find what fifty did, in a fifth of the
+# time (57 s of the module's 122 s on SQLite, issue 38's CI budget).
+ANONYMOUS_EXAMPLES = 10
+
+
 @schema.parametrize()
-@FUZZ_SETTINGS
+@settings(FUZZ_SETTINGS, max_examples=ANONYMOUS_EXAMPLES)
 def test_api_without_credentials(case: Case, world: World) -> None:
     _call_and_check(case, world, "anonymous")
 

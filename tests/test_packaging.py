@@ -21,10 +21,11 @@ import pytest
 
 from tests.own_server import OwnServer, own_server
 from tests.stack import REPO
-from tests.wheel_build import build_wheel, copy_checkout, declared_packages
+from tests.wheel_build import declared_packages
 
 TOP_LEVEL = ("app", "migrations", "torchyard", "worker")
 SERVER_CODE = {"app", "worker", "migrations", "fastapi", "sqlalchemy", "celery", "uvicorn"}
+SERVER_STACK = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "celery", "torch"}
 UV = Path(sys.executable).parent / "uv"
 
 
@@ -95,20 +96,6 @@ def test_importing_any_module_creates_no_folder(tmp_path: Path) -> None:
 # --- the wheel of a used clone, and its base install (slow: a build and a venv) -------------
 
 
-@pytest.fixture(scope="module")
-def used_clone_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel of a copy of the checkout that has been used: `torchyard up` ran there."""
-    src = copy_checkout(tmp_path_factory.mktemp("clone") / "torchyard")
-    run = src / "torchyard-data" / "runs" / "1"
-    (run / "work").mkdir(parents=True)
-    (run / "work" / "train.py").write_text("print('a user script')\n")
-    (run / "report.html").write_text("<p>a report</p>\n")
-    (src / "torchyard-data" / "torchyard.db").write_bytes(b"SQLite format 3\x00")
-    (src / "torchyard-data-envs" / "abc").mkdir(parents=True)
-    (src / "torchyard-data-envs" / "abc" / "pyvenv.cfg").write_text("home = /usr\n")
-    return build_wheel(src, tmp_path_factory.mktemp("dist"))
-
-
 def our_files() -> set[str]:
     """The checkout's files (tracked, or new and not ignored), as a wheel names them: through
     app/templates, the link to templates/."""
@@ -177,8 +164,13 @@ def test_the_base_install_runs_the_client_cli_without_server_code(
          "print(json.dumps([d.metadata['Name'].lower() for d in m.distributions()]))"],
         cwd=tmp_path, env=_clean_env(),
     )  # fmt: skip
-    have = set(json.loads(installed.stdout))
-    assert "torchyard" in have and not have & {"fastapi", "sqlalchemy", "celery", "torch"}
+    have = {name.replace("_", "-") for name in json.loads(installed.stdout)}
+    assert "torchyard" in have and {"typer", "httpx", "pyyaml", "numpy"} <= have
+    assert not have & SERVER_STACK, sorted(have & SERVER_STACK)
+    assert not any(name.startswith("nvidia-") for name in have)
+    sdk_import = "import torchyard, torchyard.contract; torchyard.init"
+    sdk = _run([client_venv / "python", "-c", sdk_import], cwd=tmp_path, env=_clean_env())
+    assert sdk.returncode == 0, sdk.stderr
 
     env = _clean_env(TORCHYARD_CLI_CONFIG=str(tmp_path / "cli.json"), COLUMNS="200")
 
@@ -200,10 +192,12 @@ def test_the_base_install_runs_the_client_cli_without_server_code(
     listed = torchyard("ls", "--json", "--owner", "me")
     assert listed.returncode == 0, listed.stderr
     assert [r["id"] for r in json.loads(listed.stdout)] == [run_id]
-    # A server command says what to install instead of an ImportError.
-    up = torchyard("db", "current")
-    assert up.returncode == 1 and "torchyard[server]" in up.stderr, up.stderr
-    assert "Traceback" not in up.stderr
+    # A server command says what to install instead of an ImportError, and makes no folder.
+    for server_command in (["db", "current"], ["up", "--data-dir", str(tmp_path / "data")]):
+        up = torchyard(*server_command)
+        assert up.returncode == 1 and "torchyard[server]" in up.stderr, up.stderr
+        assert "Traceback" not in up.stderr
+    assert not (tmp_path / "data").exists()
 
     # What the CLI imported, read in its own process after a client command against the server.
     probe = (

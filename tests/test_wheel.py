@@ -1,8 +1,9 @@
 """The wheel built from the repository installs and runs on its own, from any directory.
 
-Each test builds nothing of its own: one wheel per module (from a copy of the sources, so no
-stale build/ of the checkout leaks into it), installed into fresh virtual environments that
-see neither the checkout nor the test venv's packages.
+The wheel is the suite's one wheel of a used clone (tests/conftest.py `used_clone_wheel`: built
+from a copy of the sources, so no stale build/ of the checkout leaks into it), installed with
+its server extra into a fresh virtual environment that sees neither the checkout nor the test
+venv's packages. Its base install (the client CLI and SDK alone) is tests/test_packaging.py's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import pytest
 
 from app.api_docs import OPENAPI_URL
 from tests.stack import free_port
-from tests.wheel_build import build_wheel, copy_checkout
 
 # The installed server always runs on its embedded defaults (the TORCHYARD_* settings of the
 # test run are not passed on): the PostgreSQL + Redis pass leaves this module out
@@ -29,7 +29,6 @@ from tests.wheel_build import build_wheel, copy_checkout
 pytestmark = pytest.mark.slow
 
 ADMIN_PASSWORD = "wheel-admin-password"
-SERVER_STACK = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "celery", "torch"}
 TEST_TOOLS = {"pytest", "ruff", "mypy", "playwright", "schemathesis"}
 
 
@@ -40,13 +39,6 @@ def _run(argv: Sequence[str | Path], cwd: Path, timeout: float = 600) -> str:
     )
     assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
     return done.stdout
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`pip wheel` of a copy of the checkout (the symlinked templates too)."""
-    src = copy_checkout(tmp_path_factory.mktemp("checkout") / "src")
-    return build_wheel(src, tmp_path_factory.mktemp("dist"))
 
 
 # pip install --no-compile: byte-compiling torch's files at install time was most of a slow
@@ -72,41 +64,20 @@ def installed(python: Path, cwd: Path) -> set[str]:
     return {name.lower().replace("_", "-") for name in json.loads(out)}
 
 
-def test_the_base_install_is_the_cli_and_sdk_without_server_stack_or_torch(
-    wheel: Path, tmp_path: Path
-) -> None:
-    python = fresh_venv(tmp_path / "venv")
-    _run([python, "-m", "pip", "install", "-q", "--no-compile", wheel], cwd=tmp_path)
-    torchyard = python.parent / "torchyard"
-
-    assert "submit" in _run([torchyard, "--help"], cwd=tmp_path)
-    assert "--experiment" in _run([torchyard, "submit", "--help"], cwd=tmp_path)
-    _run([python, "-c", "import torchyard, torchyard.contract; torchyard.init"], cwd=tmp_path)
-    have = installed(python, tmp_path)
-    assert "torchyard" in have and {"typer", "httpx", "pyyaml", "numpy"} <= have
-    assert not have & SERVER_STACK, sorted(have & SERVER_STACK)
-    assert not any(name.startswith("nvidia-") for name in have)
-    # The server commands say what to install instead of an ImportError traceback.
-    up = subprocess.run(
-        [torchyard, "up", "--data-dir", tmp_path / "data"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert up.returncode == 1 and "torchyard[server]" in up.stderr, up.stderr
-    assert "Traceback" not in up.stderr and not (tmp_path / "data").exists()
-
-
 @pytest.fixture
-def server_up(wheel: Path, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+def server_up(
+    used_clone_wheel: Path, tmp_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
     """CPU torch first, then the wheel with its server extra; `torchyard up` started from a
     directory outside the checkout, with nothing of the checkout on its path, in a folder
     whose own app/ and worker.py must not stand in for torchyard's. Its output (and
     its children's) goes to a file: a pipe nobody reads would block them once full."""
     python = fresh_venv(tmp_path / "venv")
     _run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"], cwd=tmp_path)
-    _run([python, "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[server]"], cwd=tmp_path)
+    _run(
+        [python, "-m", "pip", "install", "-q", "--no-compile", f"{used_clone_wheel}[server]"],
+        cwd=tmp_path,
+    )
     have = installed(python, tmp_path)
     assert {"fastapi", "celery", "torch"} <= have and not have & TEST_TOOLS, have & TEST_TOOLS
 

@@ -1,6 +1,7 @@
 """Building torchyard's wheel the way a user does: in a copy of the whole checkout (its
 `torchyard-data/` and anything else a used clone holds included), with nothing of this
-checkout's build/ or egg-info in it. Shared by tests/test_packaging.py and tests/test_wheel.py."""
+checkout's build/ or egg-info in it. The suite builds one, of a used clone (tests/conftest.py's
+`used_clone_wheel`), for tests/test_packaging.py and tests/test_wheel.py."""
 
 from __future__ import annotations
 
@@ -46,3 +47,17 @@ def declared_packages() -> list[str]:
     """The packages pyproject.toml names (tool.setuptools.packages)."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     return list(pyproject["tool"]["setuptools"]["packages"])
+
+
+def build_used_clone_wheel(root: Path) -> Path:
+    """The wheel of a copy of the checkout that has been used (a `torchyard-data/` of run
+    files, a database and run environments beside the sources), built under ``root``."""
+    src = copy_checkout(root / "clone" / "torchyard")
+    run = src / "torchyard-data" / "runs" / "1"
+    (run / "work").mkdir(parents=True)
+    (run / "work" / "train.py").write_text("print('a user script')\n")
+    (run / "report.html").write_text("<p>a report</p>\n")
+    (src / "torchyard-data" / "torchyard.db").write_bytes(b"SQLite format 3\x00")
+    (src / "torchyard-data-envs" / "abc").mkdir(parents=True)
+    (src / "torchyard-data-envs" / "abc" / "pyvenv.cfg").write_text("home = /usr\n")
+    return build_wheel(src, root / "dist")
