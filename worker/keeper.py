@@ -109,6 +109,42 @@ def _hold_to_limits(cgroup_folders: list[str], rlimits: list[str]) -> None:
         resource.setrlimit(int(name), (int(value), int(value)))
 
 
+def _clean_counter(folder: str) -> bool:
+    """No limit was hit in this folder: no OOM kill (v1 memory.oom_control, v2 memory.events)
+    and no fork refused (pids.events); a file that is not there counts as clean."""
+    for name, key in (
+        ("memory.oom_control", "oom_kill"),
+        ("memory.events", "oom_kill"),
+        ("pids.events", "max"),
+    ):
+        try:
+            with open(os.path.join(folder, name)) as f:
+                lines = [line.split() for line in f]
+        except OSError:
+            continue
+        if any(len(w) == 2 and w[0] == key and w[1] != "0" for w in lines):
+            return False
+    return True
+
+
+def leave_cgroups(cgroup_folders: list[str]) -> None:
+    """After the job: this process back at each hierarchy's root and the job's folders removed
+    (issue 39: cgroups of finished runs piled up where no worker was left to remove them).
+    Only while no limit was hit: the worker reads those counters to name the limit (a folder
+    the worker or its start sweep then removes); a folder with a process left in it stays."""
+    if not cgroup_folders or not all(_clean_counter(f) for f in cgroup_folders):
+        return
+    for folder in cgroup_folders:
+        try:
+            with open(
+                os.path.join(os.path.dirname(os.path.dirname(folder)), "cgroup.procs"), "w"
+            ) as f:
+                f.write(str(os.getpid()))
+            os.rmdir(folder)
+        except OSError:
+            continue
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="worker.keeper")
     parser.add_argument("--exit-file", type=Path)
@@ -145,6 +181,7 @@ def main(argv: list[str]) -> None:
         returncode = job.wait()
     if args.exit_file is not None:
         write_exit_file(args.exit_file, returncode, reserved)
+    leave_cgroups(args.cgroup)
     _end_like(returncode)
 
 
