@@ -42,6 +42,7 @@ pytestmark = [
 
 SCRIPTS = Path(__file__).parent / "workspace_scripts"
 RECORDED_WITHIN_SECONDS = 10.0
+CPUS = os.cpu_count() or 1  # the job and the hog each want every CPU of the host
 LEGACY_PARENT = "torchyard"  # where every installation's jobs went before (issue 39)
 
 
@@ -115,21 +116,24 @@ def cpu_ticks(pids: list[int]) -> float:
 
 def test_a_job_gets_its_installations_share_beside_a_hog(stack: Stack) -> None:
     with stack.live.admin_client() as api:
-        run = stack.launch(api, "cpu_burner.py", {"cpus": 2})
+        run = stack.launch(api, "cpu_burner.py", {"cpus": CPUS})
         name = cgroup_name(stack.mount, run["id"], 1)
         folders = stack.folders(stack.parent, name)
         assert HIERARCHY is not None
         accounting = dict(HIERARCHY.roots)["cpuacct"] / stack.parent / name
-        # The job's two burners (and bwrap's init, the keeper) in their cgroup.
-        wait_for(lambda: len(cgroups.pids(folders)) >= 3, timeout=120, what="the job running")
+        # The job's burners (and bwrap's init, the keeper) in their cgroup.
+        wait_for(lambda: len(cgroups.pids(folders)) > CPUS, timeout=120, what="the job running")
         weight = (dict(HIERARCHY.roots)["cpu"] / stack.parent / "cpu.shares").read_text()
         assert int(weight) == 4096  # job_cpu_weight 400, in v1's shares
-        # One session of two busy processes: one group of the host's other work (its autogroup,
-        # weight 100), as a shell's or a service's processes are.
-        burn = "import os\nos.fork()\nwhile True: pass"
+        # One session of a busy process per CPU: one group of the host's other work (its
+        # autogroup, weight 100), as a shell's or a service's processes are.
+        burn = (
+            f"import os\nfor _ in range({CPUS - 1}):\n    if os.fork() == 0: break\nwhile 1: pass"
+        )
         leader = subprocess.Popen([sys.executable, "-c", burn], start_new_session=True)
-        wait_for(lambda: len(psutil.Process(leader.pid).children()) == 1, timeout=30, what="hog")
-        hog_pids = [leader.pid, psutil.Process(leader.pid).children()[0].pid]
+        hog = psutil.Process(leader.pid)
+        wait_for(lambda: len(hog.children()) == CPUS - 1, timeout=30, what="the hog")
+        hog_pids = [leader.pid, *(child.pid for child in hog.children())]
         try:
             job_before, hog_before = cgroups.cpu_seconds([accounting]), cpu_ticks(hog_pids)
             wait_for(
@@ -142,9 +146,9 @@ def test_a_job_gets_its_installations_share_beside_a_hog(stack: Stack) -> None:
         finally:
             os.killpg(leader.pid, signal.SIGKILL)
             leader.wait()
-        # The weights say 4:1 (the installation's 400 against the hog session's 100); under a
-        # box loaded by others, at least half of it. One parent for every installation at
-        # 1024 shares and jobs at nice 10 gave 1:1 or worse.
+        # The weights say 4:1 (the installation's 400 against the hog session's 100): 3.8:1
+        # measured at load 20; asserted at half of it. The old parent's 1024 shares (weight
+        # 100) gave 1.06:1.
         assert job_used >= 2 * hog_used, (job_used, hog_used)
         with stack.live.client() as browser:  # the page, signed in as a browser is
             login = {"username": "admin", "password": stack.live.admin_password}
