@@ -82,10 +82,18 @@ class Settings(BaseSettings):
     # torch import, ~2.5 s); "torchrun" launches every job through torchrun.
     single_process_launch: Literal["direct", "torchrun"] = "direct"
     cancel_grace_seconds: float = 2.0
-    # Jobs run this much nicer than the worker (0..19; 0: same priority). Training takes every
-    # idle CPU cycle either way; when jobs saturate the box, the dashboard, the database and
-    # the forwarder still get the CPU first, so pages and live curves stay responsive.
+    # Jobs run this much nicer than the worker (0..19; 0: same priority). With cgroups it
+    # only ranks a job's own processes among themselves (job_cpu_weight rules against the
+    # host's other work); without, it is the jobs' whole CPU policy: the dashboard, the
+    # database and the forwarder get the CPU first, and jobs get what the rest leaves.
     job_nice: int = Field(default=10, ge=0, le=19)
+    # How much of a contended host this installation's jobs get, together, relative to other
+    # work (worker/limits.py): their parent cgroup's CPU weight, where every other group at the
+    # root of the hierarchy (a systemd slice or service, another installation, a session's
+    # processes) weighs 100 (cgroup v2 cpu.weight; v1 cpu.shares is 10.24 times it). 400: jobs
+    # get 4/5 of the CPUs against one other busy group, 2/3 against two, and never starve
+    # behind unrelated processes; the API and the worker, outside, keep a share of their own.
+    job_cpu_weight: int = Field(default=400, ge=1, le=10_000)
     # Jobs in a bubblewrap sandbox (worker/sandbox.py, docs/security.md): "auto" when bwrap
     # works on this machine (probed once at start; the worker says which and why), "bwrap"
     # requires it (the worker refuses to start without; the team deployment's setting), "off"
@@ -109,8 +117,9 @@ class Settings(BaseSettings):
     run_cpus: float = Field(default=4.0, gt=0, le=4096)
     run_disk_gb: float = Field(default=50.0, gt=0, le=1_000_000)
     run_max_processes: int = Field(default=4096, ge=16, le=4_194_304)
-    # Where the worker makes a cgroup per run attempt (worker/cgroups.py): this folder's name
-    # under each controller's root (v1) or under the unified root (v2). "auto" uses cgroups
+    # Where the worker makes a cgroup per run attempt (worker/cgroups.py): this name and the
+    # data dir's digest (one parent per installation: `torchyard-<digest>`) under each
+    # controller's root (v1) or under the unified root (v2). "auto" uses cgroups
     # where this worker may create them and falls back to rlimits (said at start); "off" uses
     # rlimits alone.
     job_cgroups: Literal["auto", "off"] = "auto"

@@ -9,6 +9,7 @@ given to worker.gpus.read_gpu_stats.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.panel import gpu_panel
 from app.gpus.service import StartOutcome, touch_host, try_start
 from app.gpus.usage import gpu_usage
+from app.metrics.ingest import ingest_points
 from app.runs.models import Run, RunStatus
 from app.runs.service import create_run
 from app.runs.state import lifecycle
@@ -406,3 +408,23 @@ def test_gpus_page_shows_hosts_queue_and_usage(client, made) -> None:
 def test_gpus_page_redirects_to_login_when_logged_out(client) -> None:
     r = client.get("/gpus", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/login?next=/gpus"
+
+
+def test_a_starved_jobs_cpu_share_is_said_on_the_gpus_and_run_pages(client, made) -> None:
+    """The job's CPU share over the last minutes (app.metrics.cpu_share), from the run's
+    sys/cpu_percent points as the worker stores them: starved below 5% of one CPU."""
+    username, password, _ = make_user()
+    box = host(made, [0])
+    holder = queue_run(made, username, 1)
+    assert start_on(holder, box, [0]).outcome is StartOutcome.STARTED
+    now = time.time()
+    points = [("sys/cpu_percent", step, 0.4, now - 120 + step) for step in range(0, 121, 10)]
+    with session_scope() as session:
+        ingest_points(session, run_id=holder, points=points)
+    login(client, username, password)
+    said = "Starved: this job got 0.4% of a CPU in the last 2 minutes"
+    assert said in client.get("/gpus").text
+    page = client.get(f"/runs/{holder}").text
+    assert f'<p id="run-cpu-share" class="queue-reason" role="status">{said}' in page
+    (mine,) = [h for h in client.get("/api/gpus").json()["hosts"] if h["host"] == box]
+    assert mine["gpus"][0]["cpu_share"].startswith(said) and mine["gpus"][0]["cpu_starved"]

@@ -23,6 +23,7 @@ from worker.limits import (
     RunLimits,
     cgroup_name,
     describe,
+    installation_parent,
     keeper_options,
     prepare,
     sweep,
@@ -186,23 +187,63 @@ def test_the_jobs_tmp_and_shm_have_the_runs_sizes() -> None:
 def test_the_worker_says_at_start_how_it_holds_jobs_to_their_limits() -> None:
     off = describe(decide_limits("off", "torchyard"))
     assert off.startswith("job limits: rlimits only (cgroups are off (TORCHYARD_JOB_CGROUPS=off))")
-    here = decide_limits("auto", "torchyard")
-    if os.geteuid() == 0 and cgroups.find_hierarchy() is not None:
-        assert here.hierarchy is not None, here.reason
-        assert describe(here).startswith("job limits: a cgroup per run (cgroup v")
+    parent = f"torchyard-test-{os.getpid()}"
+    here = decide_limits("auto", parent, 400)
+    try:
+        if os.geteuid() == 0 and cgroups.find_hierarchy() is not None:
+            assert here.hierarchy is not None, here.reason
+            said = describe(here)
+            assert said.startswith("job limits: a cgroup per run (cgroup v"), said
+            assert said.endswith(
+                "the jobs together weigh 400 against 100 for each other busy "
+                "group of the host (TORCHYARD_JOB_CPU_WEIGHT)"
+            ), said
+    finally:
+        if here.hierarchy is not None:
+            cgroups.remove([root / parent for _, root in here.hierarchy.roots])
+
+
+def test_each_installation_has_a_parent_cgroup_of_its_own(tmp_path: Path) -> None:
+    one = installation_parent("torchyard", tmp_path / "a")
+    assert one.startswith("torchyard-") and one == installation_parent("torchyard", tmp_path / "a")
+    assert one != installation_parent("torchyard", tmp_path / "b")
+
+
+def test_the_installations_cpu_weight_is_set_on_its_parent(tmp_path: Path) -> None:
+    parent = installation_parent(f"torchyard-test-{os.getpid()}", tmp_path)
+    here = decide_limits("auto", parent, 250)
+    if here.hierarchy is None:
+        pytest.skip(f"no cgroups here: {here.reason}")
+    try:
+        assert not here.weight_failed
+        roots = dict(here.hierarchy.roots)
+        if here.hierarchy.version == 1:
+            assert (roots["cpu"] / parent / "cpu.shares").read_text().strip() == "2560"
+        else:
+            assert (roots["unified"] / parent / "cpu.weight").read_text().strip() == "250"
+    finally:
+        cgroups.remove([root / parent for _, root in here.hierarchy.roots])
 
 
 def test_a_starting_worker_sweeps_its_deployments_empty_cgroups(tmp_path: Path) -> None:
     here = decide_limits("auto", f"torchyard-test-{os.getpid()}")
     if here.hierarchy is None:
         pytest.skip(f"no cgroups here: {here.reason}")
+    roots = here.hierarchy.roots
+    legacy = f"torchyard-test-legacy-{os.getpid()}"
     held = prepare(here, LIMITS, cgroup_name(tmp_path / "data", 3, 1))
     another = prepare(here, LIMITS, cgroup_name(tmp_path / "other", 3, 1))
     try:
         assert all(Path(f).is_dir() for f in held.cgroup + another.cgroup)
         made_long_ago([Path(f) for f in held.cgroup + another.cgroup])
-        sweep(here, tmp_path / "data")
-        assert not any(Path(f).exists() for f in held.cgroup)
+        # ... and one of its own under the parent every installation shared before (issue 39).
+        old = [root / legacy / cgroup_name(tmp_path / "data", 2, 1) for _, root in roots]
+        for folder in old:
+            folder.mkdir(parents=True)
+        made_long_ago(old)
+        sweep(here, tmp_path / "data", legacy)
+        assert not any(Path(f).exists() for f in held.cgroup + tuple(map(str, old)))
         assert all(Path(f).is_dir() for f in another.cgroup)  # another deployment's
     finally:
         cgroups.remove([root / here.parent for _, root in here.hierarchy.roots])
+        cgroups.remove([root / legacy for _, root in here.hierarchy.roots])

@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CONTROLLERS = ("memory", "cpu", "pids")
+# v1's CPU accounting, where it is a hierarchy apart from ``cpu`` (as on these machines): the
+# job's folder there too, for its CPU time (`cpu_seconds`); co-mounted with cpu, cpu's folder.
+ACCOUNTING = "cpuacct"
 CPU_PERIOD_US = 100_000
+# The CPU weight of an installation's parent cgroup (`set_weight`), in v2's cpu.weight units
+# (100 is what every other group gets by default); v1's cpu.shares are 1024 for 100.
+V1_SHARES_PER_WEIGHT = 1024 / 100
 MOUNTS_FILE = Path("/proc/self/mounts")
 # A fork bomb's hundreds of processes take a while to die on a loaded box.
 REMOVE_TIMEOUT_SECONDS = 30.0
@@ -92,7 +98,12 @@ def find_hierarchy(mounts_file: Path = MOUNTS_FILE) -> Hierarchy | None:
                 if controller in options and controller not in roots:
                     roots[controller] = point
     if set(roots) == set(CONTROLLERS):
-        return Hierarchy(1, tuple((c, roots[c]) for c in CONTROLLERS))
+        found = tuple((c, roots[c]) for c in CONTROLLERS)
+        for kind, point, options in mounts:
+            if kind == "cgroup" and ACCOUNTING in options and point != roots["cpu"]:
+                found += ((ACCOUNTING, point),)
+                break
+        return Hierarchy(1, found)
     return None
 
 
@@ -148,6 +159,35 @@ def create(hierarchy: Hierarchy, parent: str, name: str, limits: Limits) -> tupl
     _write(cpu / "cpu.cfs_quota_us", str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
     _write(by_controller["pids"] / "pids.max", str(limits.max_processes))
     return folders
+
+
+def set_weight(hierarchy: Hierarchy, parent: str, weight: int) -> None:
+    """The parent's CPU weight against the other groups at the hierarchy's root (the host's
+    other work): v2 cpu.weight, v1 cpu.shares. The parent is made if it is not there yet."""
+    if hierarchy.version == 2:
+        root = hierarchy.roots[0][1]
+        _enable_controllers(root)
+        (root / parent).mkdir(exist_ok=True)
+        _write(root / parent / "cpu.weight", str(max(1, min(10_000, weight))))
+        return
+    cpu = dict(hierarchy.roots)["cpu"] / parent
+    cpu.mkdir(exist_ok=True)
+    shares = max(2, min(262_144, round(weight * V1_SHARES_PER_WEIGHT)))
+    _write(cpu / "cpu.shares", str(shares))
+
+
+def cpu_seconds(folders: Iterable[Path | str]) -> float | None:
+    """CPU time the cgroup's processes used so far, exited ones included (v1 cpuacct.usage,
+    v2 cpu.stat's usage_usec); None where no folder accounts for it."""
+    for folder in map(Path, folders):
+        try:
+            return int((folder / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            pass
+        usage = _counter(folder / "cpu.stat", "usage_usec")
+        if usage:
+            return usage / 1e6
+    return None
 
 
 def join(folders: Iterable[Path | str], pid: int | None = None) -> None:

@@ -26,13 +26,32 @@ MAX_ERROR_CHARS = 16_000
 _RANK_TRACEBACK = re.compile(r"^(\[rank\d+\]: )+Traceback \(most recent call last\)", re.M)
 
 
+# Less than this free on the run folder's disk when its job failed: the disk was full, and the
+# job's own last words (its traceback, its error record) may not have reached the disk.
+DISK_FULL_BYTES = 1024**2
+
+
 def run_error(run_dir: Path, log_path: Path, code: int | None) -> str:
+    full = disk_full(run_dir)
     record = first_failure(RunPaths(run_dir).errors)
     if record is not None:
         where = f"(rank {record['rank']}) " if record["rank"] else ""
         text = f"{record['message']}\n\n{where}{record['traceback']}".rstrip()
-        return text[:MAX_ERROR_CHARS]
-    return error_tail(log_path) or f"the job exited with code {code}"
+    else:
+        text = error_tail(log_path) or f"the job exited with code {code}"
+    return (f"{full}\n\n{text}" if full else text)[:MAX_ERROR_CHARS]
+
+
+def disk_full(run_dir: Path) -> str:
+    """Said first when the disk of the run's folder is full as its job fails (issue 39): the
+    likely cause, which the job's output may not show (it could not be written)."""
+    try:
+        stat = os.statvfs(run_dir)
+    except OSError:
+        return ""
+    if stat.f_bavail * stat.f_frsize >= DISK_FULL_BYTES:
+        return ""
+    return "the disk of the run's folder is full (no space left on device)"
 
 
 def first_failure(errors_dir: Path) -> dict[str, Any] | None:

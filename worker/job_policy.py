@@ -15,7 +15,8 @@ from worker import job_firewall, job_network, limits, sandbox
 def job_limits() -> limits.Enforcement:
     """How this worker holds jobs to their limits (probed once per process)."""
     settings = get_settings()
-    return limits.decide(settings.job_cgroups, settings.job_cgroup_parent)
+    parent = limits.installation_parent(settings.job_cgroup_parent, settings.data_dir)
+    return limits.decide(settings.job_cgroups, parent, settings.job_cpu_weight)
 
 
 def job_isolation() -> sandbox.Isolation:
@@ -91,7 +92,8 @@ def announce_isolation() -> None:
     print(sandbox.describe(isolation), file=stream, flush=True)
     if not refused:
         print(limits.describe(job_limits()), file=stream, flush=True)
-        limits.sweep(job_limits(), get_settings().data_dir)
+        settings = get_settings()
+        limits.sweep(job_limits(), settings.data_dir, settings.job_cgroup_parent)
         sweep_fences()
     for line in job_network.describe(
         network_plan(), get_settings().service_urls, sandboxed=isolation.enabled

@@ -8,8 +8,9 @@ process's parent learns its exit status, and the worker that learns it may be go
 So the worker starts this keeper in a session of its own; the keeper starts the job (the
 launcher's argv, bwrap's when sandboxed, whose --die-with-parent now watches the keeper),
 waits for it, and writes its exit status to the exit file the worker named (in the data
-dir, out of the job's sight) before it exits with the same status: a signal that ended the
-job ends the keeper too, so a parent that is still there sees exactly what it saw before.
+dir, out of the job's sight; its bytes taken at the start, so a job that filled the disk is
+still recorded at once) before it exits with the same status: a signal that ended the job
+ends the keeper too, so a parent that is still there sees exactly what it saw before.
 
 The keeper ignores SIGTERM, SIGINT and SIGHUP (as Python handlers, so the job starts with
 the default ones): stopping a job is the worker's business (worker.process signals the job's
@@ -30,14 +31,51 @@ from pathlib import Path
 IGNORED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def write_exit_file(path: Path, returncode: int) -> None:
-    """Atomically: a reader never sees half a number."""
+# The exit file's size: blanks (no number yet, "still running") until the job ends, then its
+# status right-aligned in the same bytes.
+EXIT_FILE_BYTES = 16
+
+
+def reserve_exit_file(path: Path) -> int | None:
+    """The exit file made at the keeper's start, its bytes allocated: the job's status is later
+    written over them, so a job that dies of a full disk (issue 39: ENOSPC) is still recorded
+    as it exited, at once, with no byte of disk free. None when it cannot be made now (the
+    disk full already): `write_exit_file` then tries the usual way at the end."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        if os.pwrite(fd, b" " * (EXIT_FILE_BYTES - 1) + b"\n", 0) != EXIT_FILE_BYTES:
+            raise OSError("short write")
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def write_exit_file(path: Path, returncode: int, reserved: int | None = None) -> None:
+    """Into the reserved bytes (one write within one page: a reader never sees half a number),
+    else atomically by a rename. Never raises: a keeper that cannot record the status still
+    exits as the job did, which its parent (the worker that started it) sees."""
+    text = f"{returncode}".rjust(EXIT_FILE_BYTES - 1).encode()
+    if reserved is not None:
+        try:
+            os.pwrite(reserved, text, 0)
+            os.fsync(reserved)
+            return
+        except OSError:
+            pass
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{returncode}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(text + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"torchyard: could not record the job's exit status: {exc}", file=sys.stderr)
 
 
 def read_exit_file(path: Path) -> int | None:
@@ -71,6 +109,42 @@ def _hold_to_limits(cgroup_folders: list[str], rlimits: list[str]) -> None:
         resource.setrlimit(int(name), (int(value), int(value)))
 
 
+def _clean_counter(folder: str) -> bool:
+    """No limit was hit in this folder: no OOM kill (v1 memory.oom_control, v2 memory.events)
+    and no fork refused (pids.events); a file that is not there counts as clean."""
+    for name, key in (
+        ("memory.oom_control", "oom_kill"),
+        ("memory.events", "oom_kill"),
+        ("pids.events", "max"),
+    ):
+        try:
+            with open(os.path.join(folder, name)) as f:
+                lines = [line.split() for line in f]
+        except OSError:
+            continue
+        if any(len(w) == 2 and w[0] == key and w[1] != "0" for w in lines):
+            return False
+    return True
+
+
+def leave_cgroups(cgroup_folders: list[str]) -> None:
+    """After the job: this process back at each hierarchy's root and the job's folders removed
+    (issue 39: cgroups of finished runs piled up where no worker was left to remove them).
+    Only while no limit was hit: the worker reads those counters to name the limit (a folder
+    the worker or its start sweep then removes); a folder with a process left in it stays."""
+    if not cgroup_folders or not all(_clean_counter(f) for f in cgroup_folders):
+        return
+    for folder in cgroup_folders:
+        try:
+            with open(
+                os.path.join(os.path.dirname(os.path.dirname(folder)), "cgroup.procs"), "w"
+            ) as f:
+                f.write(str(os.getpid()))
+            os.rmdir(folder)
+        except OSError:
+            continue
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="worker.keeper")
     parser.add_argument("--exit-file", type=Path)
@@ -87,13 +161,14 @@ def main(argv: list[str]) -> None:
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, lambda *_: None)
     fds = tuple(int(fd) for fd in args.fds.split(",") if fd)
+    reserved = reserve_exit_file(args.exit_file) if args.exit_file is not None else None
     try:
         _hold_to_limits(args.cgroup, args.rlimit)
     except (OSError, ValueError) as exc:
         # Never a job without its limits: the run fails with the reason in its log.
         print(f"torchyard: could not apply the run's limits: {exc}", file=sys.stderr, flush=True)
         if args.exit_file is not None:
-            write_exit_file(args.exit_file, 126)
+            write_exit_file(args.exit_file, 126, reserved)
         os._exit(126)
     try:
         job = subprocess.Popen(command, pass_fds=fds)
@@ -105,7 +180,8 @@ def main(argv: list[str]) -> None:
             os.close(fd)
         returncode = job.wait()
     if args.exit_file is not None:
-        write_exit_file(args.exit_file, returncode)
+        write_exit_file(args.exit_file, returncode, reserved)
+    leave_cgroups(args.cgroup)
     _end_like(returncode)
 
 

@@ -98,11 +98,28 @@ class Enforcement:
     hierarchy: cgroups.Hierarchy | None
     parent: str
     reason: str
+    # The installation's CPU weight against the host's other work (settings.job_cpu_weight),
+    # and why it could not be set ("" when it was, or without cgroups).
+    cpu_weight: int = 0
+    weight_failed: str = ""
+
+
+def data_dir_digest(data_dir: Path) -> str:
+    """The installation's mark on what it shares with others on the machine (cgroups)."""
+    return hashlib.sha256(str(data_dir.expanduser().resolve()).encode()).hexdigest()[:12]
+
+
+def installation_parent(base: str, data_dir: Path) -> str:
+    """The parent cgroup of this installation's jobs (``torchyard-<digest>``): its own, so its
+    CPU weight (`decide`) is this installation's policy, not shared with every other
+    installation on the host under one ``torchyard`` (issue 39: jobs starved)."""
+    return f"{base}-{data_dir_digest(data_dir)}"
 
 
 @lru_cache
-def decide(mode: str, parent: str) -> Enforcement:
-    """Asked once per process: cgroups when one can be made and joined here, else rlimits."""
+def decide(mode: str, parent: str, cpu_weight: int = 100) -> Enforcement:
+    """Asked once per process: cgroups when one can be made and joined here, else rlimits;
+    with cgroups, the parent's CPU weight set (`cgroups.set_weight`)."""
     if mode == "off":
         return Enforcement(None, parent, "cgroups are off (TORCHYARD_JOB_CGROUPS=off)")
     hierarchy = cgroups.find_hierarchy()
@@ -111,14 +128,26 @@ def decide(mode: str, parent: str) -> Enforcement:
     failed = cgroups.probe(hierarchy, parent)
     if failed is not None:
         return Enforcement(None, parent, failed)
+    try:
+        cgroups.set_weight(hierarchy, parent, cpu_weight)
+        weight_failed = ""
+    except OSError as exc:
+        weight_failed = f"could not set the jobs' CPU weight: {exc}"
     where = ", ".join(str(root / parent) for _, root in hierarchy.roots)
-    return Enforcement(hierarchy, parent, f"cgroup v{hierarchy.version} under {where}")
+    reason = f"cgroup v{hierarchy.version} under {where}"
+    return Enforcement(hierarchy, parent, reason, cpu_weight, weight_failed)
 
 
 def describe(enforcement: Enforcement) -> str:
     """The line the worker prints at start."""
     if enforcement.hierarchy is not None:
-        return f"job limits: a cgroup per run ({enforcement.reason}): memory, CPUs, processes"
+        cpu = enforcement.weight_failed or (
+            f"the jobs together weigh {enforcement.cpu_weight} against 100 for each other "
+            "busy group of the host (TORCHYARD_JOB_CPU_WEIGHT)"
+        )
+        return (
+            f"job limits: a cgroup per run ({enforcement.reason}): memory, CPUs, processes; {cpu}"
+        )
     return (
         f"job limits: rlimits only ({enforcement.reason}): a job's memory is limited per "
         "process and not for GPU runs, its processes only under a uid of its own, its CPUs "
@@ -127,19 +156,21 @@ def describe(enforcement: Enforcement) -> str:
 
 
 def cgroup_name(data_dir: Path, run_id: int, attempt: int) -> str:
-    """One attempt's cgroup name: with the data dir's digest, since two workers of different
-    deployments on one machine number their runs alike."""
-    digest = hashlib.sha256(str(data_dir.expanduser().resolve()).encode()).hexdigest()[:12]
-    return f"{digest}-run-{run_id}-{attempt}"
+    """One attempt's cgroup name: with the data dir's digest (older workers put every
+    installation's under one parent, where two deployments number their runs alike)."""
+    return f"{data_dir_digest(data_dir)}-run-{run_id}-{attempt}"
 
 
-def sweep(enforcement: Enforcement, data_dir: Path) -> None:
+def sweep(enforcement: Enforcement, data_dir: Path, legacy_parent: str = "") -> None:
     """At worker start, before any run: this deployment's cgroups that hold no process any
-    more (a removal that timed out, a worker killed before it removed one) go. Never later: a
-    cgroup just made for a starting job is empty too until its keeper enters it."""
+    more (a removal that timed out, a worker killed before it removed one) go, under its own
+    parent and under the parent all installations shared before (``legacy_parent``). Never
+    later: a cgroup just made for a starting job is empty too until its keeper enters it."""
     if enforcement.hierarchy is not None:
         prefix = cgroup_name(data_dir, 0, 0).removesuffix("0-0")
-        cgroups.remove_empty(enforcement.hierarchy, enforcement.parent, prefix)
+        for parent in (enforcement.parent, legacy_parent):
+            if parent:
+                cgroups.remove_empty(enforcement.hierarchy, parent, prefix)
 
 
 def prepare(enforcement: Enforcement, limits: RunLimits, name: str) -> RunLimits:

@@ -318,36 +318,41 @@ def _execute_claimed(
         error = f"could not apply the run's limits: {exc}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     watched = replace(watched, limits=held_to)
-    own_uid = isolation.enabled and isolation.as_root
-    options = limits.keeper_options(held_to, own_uid=own_uid, gpus=bool(gpus))
-    launch = replace(launch, keeper_options=tuple(options))
-    if isolation.enabled:
-        launch = job_sandbox.sandboxed(
-            launch,
-            isolation,
-            run_id=run_id,
-            run_dir=run_dir,
-            script=script if not code else None,  # a snapshot's job needs no workspace
-            code=unpacked,
-            gpus=claimed.gpu_indices,
-            resume=resume,
-            python_dirs=(base.path, *([prepared.env.path] if prepared.env else [])),
-            cache=(cache, group),
-            held_to=held_to,
-            nvml=inventory().source == "nvml",
-            # A multi-node job's peers must reach its ranks, which a namespace of its own
-            # does not let in: the host's network, fenced above.
-            network=Plan("host") if role is not None else network_plan(),
-        )
-    else:  # the keeper gets no run variable either (worker.privileged_env)
-        launch = privileged_env.handed_over(launch)
-    # The run's duration counts from here, its environment's build apart (app.runs.state.phase).
-    if chief:
-        with_db(
-            run_id,
-            "record the training start",
-            lambda s: phase.training(s, run_id=run_id, attempt=attempt),
-        )
+    # Until the keeper's spawn nothing runs in the cgroup: a failure here removes it.
+    try:
+        own_uid = isolation.enabled and isolation.as_root
+        options = limits.keeper_options(held_to, own_uid=own_uid, gpus=bool(gpus))
+        launch = replace(launch, keeper_options=tuple(options))
+        if isolation.enabled:
+            launch = job_sandbox.sandboxed(
+                launch,
+                isolation,
+                run_id=run_id,
+                run_dir=run_dir,
+                script=script if not code else None,  # a snapshot's job needs no workspace
+                code=unpacked,
+                gpus=claimed.gpu_indices,
+                resume=resume,
+                python_dirs=(base.path, *([prepared.env.path] if prepared.env else [])),
+                cache=(cache, group),
+                held_to=held_to,
+                nvml=inventory().source == "nvml",
+                # A multi-node job's peers must reach its ranks, which a namespace of its own
+                # does not let in: the host's network, fenced above.
+                network=Plan("host") if role is not None else network_plan(),
+            )
+        else:  # the keeper gets no run variable either (worker.privileged_env)
+            launch = privileged_env.handed_over(launch)
+        # The run's duration counts from here, its environment's build apart (app.runs.state.phase).
+        if chief:
+            with_db(
+                run_id,
+                "record the training start",
+                lambda s: phase.training(s, run_id=run_id, attempt=attempt),
+            )
+    except BaseException:
+        limits.release(held_to)
+        raise
     try:
         job = JobProcess(
             launch,

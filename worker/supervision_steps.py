@@ -66,6 +66,7 @@ class System:
             interval=settings.system_metrics_interval_seconds,
             node=run.node or 0,
             host=host,
+            cgroup=run.limits.cgroup if run.limits is not None else (),
         )
 
     def __call__(self, seen: Seen) -> None:

@@ -3,6 +3,7 @@ process tree costs the host (torchrun, every rank, dataloader workers, whatever 
 and what its leased GPUs do.
 
     sys/cpu_percent      CPU time of every process of the job over wall time; 100 = one core
+                         (from the job's cgroup where it has one: every process counted)
     sys/rss_mb           resident memory of every process of the job, summed (MiB)
     sys/gpu<i>/util      NVML utilization of leased GPU i (%)
     sys/gpu<i>/mem_mb    memory used on leased GPU i (MiB; every process on it, as NVML says)
@@ -42,7 +43,7 @@ from app.db import Session
 from app.metrics.ingest import Point, ingest_points
 from app.metrics.system_series import SeriesStart, series_start
 from torchyard.contract import SYSTEM_KEY_PREFIX
-from worker import gpus
+from worker import cgroups, gpus
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,25 @@ def gpu_values(indices: Iterable[int], nvml: Any = None) -> dict[str, float]:
     return values
 
 
+class CgroupCpu:
+    """CPU percent of a cgroup between two samples, from its CPU time (worker.cgroups
+    .cpu_seconds): the share the kernel's scheduler gave the job (the run page says when it
+    was starved: app.metrics.cpu_share). None on the first sample, or where nothing accounts."""
+
+    def __init__(self, folders: tuple[str, ...], clock: Callable[[], float] = time.monotonic):
+        self.folders, self._clock = folders, clock
+        self._last: tuple[float, float] | None = None
+
+    def percent(self) -> float | None:
+        used, now = cgroups.cpu_seconds(self.folders), self._clock()
+        if used is None:
+            return None
+        last, self._last = self._last, (now, used)
+        if last is None or now <= last[0]:
+            return None
+        return round(100.0 * max(0.0, used - last[1]) / (now - last[0]), 2)
+
+
 class SystemSeries:
     """One run attempt's system series for the watch loop: `due()` says when the interval has
     passed (the first time at once), `record(session, pids)` samples the job and the run's
@@ -168,8 +188,12 @@ class SystemSeries:
         nvml: Any = None,
         node: int = 0,
         host: str | None = None,
+        cgroup: tuple[str, ...] = (),
     ) -> None:
         self.run_id = run_id
+        # The job's cgroup folders (worker.limits): its CPU percent from the cgroup's own CPU
+        # time, which counts every process of it, short-lived ones too (`CgroupCpu`).
+        self.cgroup_cpu = CgroupCpu(cgroup) if cgroup else None
         self.node = node  # this host's node of a multi-node run (0: node 0 or a single host)
         self.host = host  # this host's name: where node k's leased GPUs are
         self.interval = interval
@@ -200,6 +224,9 @@ class SystemSeries:
 
     def sample(self, pids: Iterable[int], gpu_indices: Iterable[int] = ()) -> dict[str, float]:
         values = self.tree.sample(pids)
+        rate = self.cgroup_cpu.percent() if self.cgroup_cpu is not None else None
+        if rate is not None and CPU_PERCENT in values:
+            values[CPU_PERCENT] = rate
         try:
             values.update(gpu_values(gpu_indices, self.nvml))
         except Exception as exc:  # a GPU series is never worth the watch loop

@@ -19,6 +19,7 @@ from app.gpus.models import GpuLease
 from app.gpus.scheduler import queue_order
 from app.gpus.schemas import GpuOut, GpuPanelOut, GpuState, HostOut, QueuedRunOut
 from app.gpus.service import external_gpus, live_hosts, panel_decision, queued_runs, reason_of
+from app.metrics.cpu_share import cpu_shares
 from app.runs.models import Run
 from app.timeutil import as_utc
 
@@ -57,6 +58,7 @@ def gpu_panel(
         for run_id, by_host in first_lease.items()
         if len(by_host) > 1
     }
+    shares = cpu_shares(session, first_lease, now=now.timestamp())
     hosts = []
     for h in live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds):
         stats = {int(g["index"]): g for g in h.gpu_stats or ()}
@@ -73,7 +75,10 @@ def gpu_panel(
             if index in leased:
                 run_id, owner, since = leased[index]
                 spans = run_hosts.get(run_id, [])
+                share = shares.get(run_id)
                 gpu = GpuOut(
+                    cpu_share=share.text if share is not None else None,
+                    cpu_starved=share is not None and share.starved,
                     index=index,
                     state="leased",
                     run_id=run_id,

@@ -26,6 +26,10 @@ class GpuOut(BaseModel):
     memory_used_mb: float | None = None
     memory_total_mb: float | None = None
     utilization: float | None = None
+    # The holding run's CPU share over the last minutes (app.metrics.cpu_share), and whether
+    # it starves; None while it has too few points.
+    cpu_share: str | None = None
+    cpu_starved: bool = False
 
 
 class HostOut(BaseModel):

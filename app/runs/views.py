@@ -11,6 +11,7 @@ from app.code.service import code_view
 from app.db import SessionDep
 from app.experiments.config.model import run_config
 from app.experiments.models import Experiment
+from app.metrics.cpu_share import cpu_shares
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser
 from app.runs.files.disk import disk_by_run
@@ -38,6 +39,7 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         tags=tags_by_run(session, [run.id])[run.id],
         disk_bytes=disk_by_run(session, [run.id]).get(run.id, 0),
         queue_reason=why_queued(session, run=run),
+        cpu_share=cpu_shares(session, [run.id]).get(run.id) if run.status == "running" else None,
         phase=phase_of(run),
         parent=resumed_from(session, run=run),
         config_json=config_json,

@@ -39,6 +39,10 @@ import {api, pages} from "./lib/urls.js";
         el("span", {class: "gpu-since"}, timeEl(gpu.since))));
       const nodes = nodeText(gpu);
       if (nodes) card.append(el("div", {class: "gpu-nodes muted", text: nodes}));
+      if (gpu.cpu_share) {
+        const cls = gpu.cpu_starved ? "gpu-cpu-share starved" : "gpu-cpu-share";
+        card.append(el("div", {class: cls, text: gpu.cpu_share}));
+      }
     }
     const mem = gpu.memory_total_mb != null
       ? `${Math.round(gpu.memory_used_mb)} / ${Math.round(gpu.memory_total_mb)} MiB` : "memory: unknown";
