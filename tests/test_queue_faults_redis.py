@@ -186,6 +186,7 @@ def restart_under_load(stack: Stack, broker: OwnRedis, *, keep_data: bool) -> No
     print(f"seconds from the broker's return to a new run's start: {took:.1f}")
     assert run_of(api, first)["status"] == "running"  # the worker was busy all along
     assert took <= 10, took
+    assert "broker connection back: consuming" in (ROOT / "worker-0.log").read_text()
     ends_succeeded(api, first, timeout=120)
     slot_free = as_utc(datetime.fromisoformat(run_of(api, first)["finished_at"]))
     wait_for(lambda: all(started(r) for r in queued), timeout=60, every=0.2, what="queued start")
