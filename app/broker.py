@@ -9,16 +9,9 @@ the functions behind the names.
 
 from __future__ import annotations
 
-import base64
-import json
-import logging
-from collections import Counter
-
 from celery import Celery
 
 from app.settings import get_settings
-
-log = logging.getLogger(__name__)
 
 RUN_TASK = "torchyard.run"
 SWEEP_ADVANCE_TASK = "sweeps.advance"
@@ -82,51 +75,6 @@ def send_run(run_id: int, dispatch: int) -> None:
     """Hand the run to the broker; any worker of any host may take it. ``dispatch``: the run's
     current message number (app.runs.state.dispatch), so that an older message is dropped."""
     celery_app.send_task(RUN_TASK, args=[run_id, dispatch])
-
-
-def held_run_messages() -> Counter[tuple[int, int]] | None:
-    """(run id, message number) of every run message that waits in the shared queue for a
-    worker to take it: a run found here is not lost, its workers are only busy (issue 39: the
-    resend loop pushed a message every 10 s for runs whose messages sat in Redis). Messages a
-    worker has taken and not acknowledged are not counted: a worker killed -9 leaves them in
-    Redis for the visibility timeout (days), so they say nothing about the run's future.
-
-    None when the broker cannot tell (the SQL transport, or a broker that does not answer):
-    the caller then goes by how long the run's task has not come by."""
-    if not get_settings().resolved_broker_url.startswith("redis"):
-        return None
-    try:
-        with celery_app.connection_for_read() as conn:
-            # One try: Celery's own connection retries forever, and this runs inside requests
-            # (a queued run's reason) while the broker may be down.
-            conn.ensure_connection(max_retries=0)
-            client = conn.default_channel.client
-            raw = client.lrange(celery_app.conf.task_default_queue, 0, -1)
-    except Exception as exc:  # noqa: BLE001  # any broker error means "cannot tell"
-        log.info("broker queue unreadable (%r): going by the runs' last come-by", exc)
-        return None
-    held: Counter[tuple[int, int]] = Counter()
-    for item in raw:
-        key = _run_message(item)
-        if key is not None:
-            held[key] += 1
-    return held
-
-
-def _run_message(item: bytes) -> tuple[int, int] | None:
-    # kombu's Redis envelope: JSON with the task name in headers and a base64 JSON body
-    # [args, kwargs, embed]; anything else in the queue is not a run message.
-    try:
-        message = json.loads(item)
-        if message.get("headers", {}).get("task") != RUN_TASK:
-            return None
-        body = message["body"]
-        if message.get("properties", {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        args = json.loads(body)[0]
-        return int(args[0]), int(args[1]) if len(args) > 1 else 0
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
 
 
 def host_queue(host: str) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import Session
@@ -40,6 +41,9 @@ from app.gpus.models import WorkerHost
 from app.runs.models import Run, RunStatus
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
+
+if TYPE_CHECKING:
+    from app.broker_queue import RunMessage
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +144,15 @@ def waiting_in_broker(run_ids: Mapping[int, int]) -> set[int]:
     """Which of these runs (id -> current message number) have that message waiting in the
     broker's queue: not lost, only not taken yet (every worker busy). Empty where the broker
     cannot be read: then every stale run counts as lost, as before issue 39."""
-    from app.broker import held_run_messages
+    from app.broker_queue import BrokerUnreachable, read_run_messages, waiting
 
-    held = held_run_messages() if run_ids else None
-    if held is None:
+    try:
+        messages = read_run_messages() if run_ids else None
+    except BrokerUnreachable:
+        messages = None
+    if messages is None:
         return set()
+    held = waiting(messages)
     return {run_id for run_id, dispatch in run_ids.items() if held[(run_id, dispatch)]}
 
 
@@ -158,14 +166,20 @@ def resend_lost() -> list[int]:
     """Send again every queued run whose message is lost; returns their ids. Each run is taken
     by one conditional UPDATE of its dispatch number, so the API and every worker may run this
     at once and a run is still sent once."""
-    from app.broker import held_run_messages, send_run
+    from app.broker import send_run
+    from app.broker_queue import BrokerUnreachable, read_run_messages, waiting
 
     if get_settings().queue_resend_seconds <= 0:
         return []
     now = utcnow()
     # Read before the runs: a message taken between the two reads is sent again needlessly,
     # but its old number is then dropped when it comes by (never the other way round).
-    held = held_run_messages()
+    try:
+        messages = read_run_messages()
+    except BrokerUnreachable as exc:
+        log.info("broker unreachable (%s): no run is sent again this round", exc)
+        return []
+    held = waiting(messages) if messages is not None else None
     resent: list[tuple[int, int]] = []
     with session_scope() as session:
         if not _worker_live(session, now):
@@ -187,6 +201,8 @@ def resend_lost() -> list[int]:
             )
             if taken.rowcount == 1:  # type: ignore[attr-defined]  # a CursorResult for an UPDATE
                 resent.append((run_id, dispatch + 1))
+    if messages:
+        _drop_obsolete(messages)
     sent: list[int] = []
     for run_id, dispatch in resent:
         try:
@@ -199,3 +215,23 @@ def resend_lost() -> list[int]:
         log.warning("run %s: its queued message was lost; sent again (as %s)", run_id, dispatch)
         sent.append(run_id)
     return sent
+
+
+def _drop_obsolete(messages: list[RunMessage]) -> None:
+    """Remove the broker's messages that carry an older number than their run's (or whose run
+    is gone): each would only be dropped on delivery, and one a killed worker took waits days
+    for that. Before this round's sends, so that a run never has two messages at once."""
+    from app.broker_queue import BrokerUnreachable, drop_run_messages
+
+    with session_scope() as session:
+        ids = {m.run_id for m in messages}
+        current = dict(session.execute(select(Run.id, Run.dispatch).where(Run.id.in_(ids))).all())
+    obsolete = [m for m in messages if m.run_id not in current or m.dispatch < current[m.run_id]]
+    try:
+        drop_run_messages(obsolete)
+    except BrokerUnreachable as exc:
+        log.info("broker unreachable (%s): obsolete messages left for the next round", exc)
+    for message in obsolete:
+        log.info(
+            "run %s: obsolete message %s removed from the broker", message.run_id, message.dispatch
+        )
