@@ -21,7 +21,9 @@ a worker has not taken from a restarted Redis yet) the message waits in the brok
 sending another only piles up duplicates (180 for 18 runs in a soak). So where the broker can be
 read (Redis: app.broker.held_run_messages) a run is sent again only when its current message is
 truly not in the queue, and the scheduler's reason says "waiting for a free worker slot" for one
-that is. A message the broker refused at once (a run submitted while the broker is down) leaves
+that is; one whose message is nowhere in Redis (a restart that lost it) is sent again after a
+short grace instead of the full queue_resend_seconds; and messages a resend made obsolete are
+removed (app.broker_queue), so a run has one message in the broker. A message the broker refused at once (a run submitted while the broker is down) leaves
 the run queued with ``task_seen_at`` NULL: never seen, so lost at once, and sent in the next
 round that reaches the broker; the submission itself still answers 201.
 """
@@ -50,6 +52,10 @@ log = logging.getLogger(__name__)
 # How stale a stamp may be before a come-by writes it again: a waiting run's task comes by
 # every schedule_retry_seconds, and a write each time would only add to the database's load.
 STAMP_EVERY_FRACTION = 0.1
+# A run whose message the broker does not hold at all is lost after this fraction of
+# queue_resend_seconds without its task coming by (a task in a worker's hands comes by every
+# schedule_retry_seconds; a message is out of both of Redis's places only for milliseconds).
+NOWHERE_GRACE_FRACTION = 0.2
 
 
 def current_message(run_id: int, dispatch: int) -> bool:
@@ -179,21 +185,35 @@ def resend_lost() -> list[int]:
     except BrokerUnreachable as exc:
         log.info("broker unreachable (%s): no run is sent again this round", exc)
         return []
+    # Where the broker can be read, a run whose message is nowhere in it (neither waiting nor
+    # taken by a worker) is lost once its task has not come by for a short grace, not after
+    # the full queue_resend_seconds: a Redis restarted empty costs seconds, not 30-40.
+    # One that waits in the queue is never lost; one only in a worker's hands (a killed
+    # worker's, maybe) after the full time, as before.
     held = waiting(messages) if messages is not None else None
+    anywhere = {(m.run_id, m.dispatch) for m in messages} if messages is not None else None
+    settings = get_settings()
+    cutoff = now - timedelta(seconds=settings.queue_resend_seconds * NOWHERE_GRACE_FRACTION)
     resent: list[tuple[int, int]] = []
     with session_scope() as session:
         if not _worker_live(session, now):
             return []
         stale = session.execute(
-            select(Run.id, Run.dispatch).where(
+            select(Run.id, Run.dispatch, Run.task_seen_at).where(
                 Run.status == RunStatus.queued,
                 ~Run.cancel_requested,
-                _not_seen_since(lost_since(now)),
+                _not_seen_since(cutoff if anywhere is not None else lost_since(now)),
             )
         ).all()
-        for run_id, dispatch in stale:
+        for run_id, dispatch, seen in stale:
             if held is not None and held[(run_id, dispatch)]:
                 continue  # in the queue, waiting for a free worker slot: not lost
+            if (
+                anywhere is not None
+                and (run_id, dispatch) in anywhere
+                and not message_lost(seen, now)
+            ):
+                continue  # a worker holds it and asked about it lately
             taken = session.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.dispatch == dispatch, Run.status == RunStatus.queued)
