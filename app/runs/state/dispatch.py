@@ -19,12 +19,13 @@ queued forever, holding up every run of its size once it has starved. So:
 Issue 39: a task that has not come by is not always lost. When every worker thread is busy (or
 a worker has not taken from a restarted Redis yet) the message waits in the broker's queue, and
 sending another only piles up duplicates (180 for 18 runs in a soak). So where the broker can be
-read (Redis: app.broker.held_run_messages) a run is sent again only when its current message is
-truly not in the queue, and the scheduler's reason says "waiting for a free worker slot" for one
-that is; one whose message is nowhere in Redis (a restart that lost it) is sent again after a
-short grace instead of the full queue_resend_seconds; and messages a resend made obsolete are
-removed (app.broker_queue), so a run has one message in the broker. A message the broker refused at once (a run submitted while the broker is down) leaves
-the run queued with ``task_seen_at`` NULL: never seen, so lost at once, and sent in the next
+read (Redis: app.broker_queue) a run is sent again only when its current message is truly not
+in the queue, and the scheduler's reason says "waiting for a free worker slot" for one that is;
+one whose message is nowhere in Redis (a restart that lost it) is sent again after a short
+grace instead of the full queue_resend_seconds; and messages a resend made obsolete are removed,
+so a run has one message in the broker. A message the broker refused at once (a run submitted
+while the broker is down) leaves the run queued with ``task_seen_at`` NULL: never seen, so lost
+at once, and sent in the next
 round that reaches the broker; the submission itself still answers 201.
 """
 
