@@ -17,6 +17,8 @@ RUN_TASK = "torchyard.run"
 SWEEP_ADVANCE_TASK = "sweeps.advance"
 NODE_TASK = "torchyard.node"
 POLLING_INTERVAL = 0.05
+# Seconds a broker socket may stay silent before it counts as gone (issue 39).
+BROKER_SOCKET_TIMEOUT = 5.0
 
 
 def make_celery() -> Celery:
@@ -51,9 +53,18 @@ def make_celery() -> Celery:
         worker_enable_remote_control=False,
     )
     if broker.startswith("redis"):
-        # A run can train for days: redelivering its unacked task sooner would start it twice
-        # (the run task re-checks the run's status, but the message would bounce needlessly).
-        app.conf.broker_transport_options = {"visibility_timeout": 7 * 24 * 3600}
+        app.conf.broker_transport_options = {
+            # A run can train for days: redelivering its unacked task sooner would start it
+            # twice (the run task re-checks the run's status, but the message would bounce).
+            "visibility_timeout": 7 * 24 * 3600,
+            # A Redis that went away without closing the socket (a failover, a killed host) is
+            # noticed within seconds, not at the kernel's TCP timeout; and a publish from a
+            # request never hangs on a broker that does not answer (issue 39).
+            "socket_keepalive": True,
+            "socket_timeout": BROKER_SOCKET_TIMEOUT,
+            "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
+            "health_check_interval": BROKER_SOCKET_TIMEOUT,
+        }
     return app
 
 

@@ -57,6 +57,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_no_worker": "the API with no worker at all",
     "test_pg_restart": "a PostgreSQL restart under a running job",
     "test_queue_faults": "queued runs lost by the broker, re-sent",
+    "test_queue_faults_redis": "a Redis of the test's own refusing, killed and restarted",
     "test_resume": "resume from a checkpoint, API to a real job",
     "test_resume_overrides": "resume with overrides, API to a real job",
     "test_separate_hosts": "server and workers on separate hosts",

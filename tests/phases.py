@@ -43,6 +43,7 @@ TIMED_MODULES = frozenset(
         "test_multi_node",  # every process gone within 10 s of a rank's failure, 5 s of a cancel
         "test_pg_restart",  # a PostgreSQL restart under a running job (PostgreSQL only)
         "test_queue_faults",  # a lost queued run re-sent and started within 60 s
+        "test_queue_faults_redis",  # its own Redis killed and restarted under a busy worker
         "test_ready",  # ready again soon after the database or broker comes back
         "test_separate_hosts",  # hosts heartbeat every 2 s against a 6 s lease TTL
         "test_standby",  # the server gone within 5 s, its spare answering within 15 s

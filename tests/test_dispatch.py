@@ -134,3 +134,19 @@ def test_a_come_by_keeps_a_waiting_run_from_being_resent(own_db: Engine) -> None
     live_host(own_db)
     assert current_message(run_id, 0) is True  # its task came by: the message lives
     assert resend_lost() == []
+
+
+def test_a_run_whose_message_never_reached_the_broker_is_sent_in_the_next_round(
+    own_db: Engine,
+) -> None:
+    # task_seen_at NULL: the broker refused the message when the run was queued (issue 39);
+    # it is sent at once, not after queue_resend_seconds, and then once only.
+    sent_messages()
+    run_id = queued_run(own_db)
+    with Session(own_db) as session:
+        session.execute(update(Run).where(Run.id == run_id).values(task_seen_at=None))
+        session.commit()
+    live_host(own_db)
+    assert resend_lost() == [run_id]
+    assert resend_lost() == []
+    assert sent_messages() == [[run_id, 1]]

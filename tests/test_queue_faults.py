@@ -15,6 +15,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -43,16 +44,17 @@ BROKER = (
 class Stack:
     """The server, and one worker at a time (one left running would take the next test's runs)."""
 
-    def __init__(self, env: dict[str, str], api: httpx.Client) -> None:
+    def __init__(self, env: dict[str, str], api: httpx.Client, root: Path = ROOT) -> None:
         self.env = env
         self.api = api
+        self.root = root
         self.worker: subprocess.Popen[bytes] | None = None
         self.workers_started = 0
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         if self.worker is not None:
             stop_process(self.worker)
-        log = ROOT / f"worker-{self.workers_started}.log"
+        log = self.root / f"worker-{self.workers_started}.log"
         self.workers_started += 1
         self.worker = start_logged(worker_argv(4), self.env, log)
         return self.worker

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from app.gpus.scheduler import (
     MESSAGE_LOST,
     NO_LIVE_HOST,
+    WAITING_FOR_SLOT,
     Placement,
     QueuedRun,
     never_fits,
@@ -173,6 +174,17 @@ def test_a_run_whose_message_is_lost_never_holds_up_another_and_says_so() -> Non
     # Nor does it take GPUs it would fit on: a run behind it starts there.
     lost_small = dataclasses.replace(run(1, 1, age=5), message_lost=True)
     assert starts([lost_small, run(2, 1, age=1)], {"h": [0]}) == {2: Placement("h", (0,))}
+
+
+def test_a_run_whose_message_waits_in_the_broker_says_it_waits_for_a_worker_slot() -> None:
+    # Its task has not come by for long, but its message is in the broker's queue: every worker
+    # thread is busy. Not "lost" (issue 39: the page said lost for runs whose workers were busy),
+    # and like a lost one it holds up nobody until a worker takes it.
+    waiting = dataclasses.replace(run(1, 1, age=STARVE + 1), message_waiting=True)
+    decision = pick([waiting, run(2, 1, age=1)], {"h": [0]}, T0, STARVE)
+    assert decision.starts == {2: Placement("h", (0,))}
+    assert decision.waiting == {1: WAITING_FOR_SLOT}
+    assert "free worker slot" in WAITING_FOR_SLOT and "lost" in MESSAGE_LOST
 
 
 # --- multi-node runs (gang scheduling) ----------------------------------------------------

@@ -17,12 +17,15 @@ from app.scheduled import JOBS
 from app.settings import get_settings
 from app.sweeps.driver import advance_sweep
 from worker.adoption import adopt_jobs
+from worker.broker_link import ConsumingAgain
 from worker.liveness import HostJobs
 from worker.runner import NotRun, execute_node, execute_run, inventory
 from worker.scheduled import HOST_HEARTBEAT
 from worker.supervision import SHUTTING_DOWN
 
 _PERIODIC: list[Runner] = []
+
+celery_app.steps["consumer"].add(ConsumingAgain)
 
 
 @worker_ready.connect  # type: ignore[untyped-decorator]  # Celery has no type hints

@@ -10,8 +10,9 @@ Rules, in this order:
 - a run that needs more GPUs than any known host has can never fit: it blocks nobody (and a
   new run like it is refused: `never_fits` is that rule, for both);
 - gpus: 0 runs need nothing and are never blocked;
-- a run whose broker message is lost (app.runs.state.dispatch) can start only once it is sent again:
-  it takes no GPUs here and never holds up another run, however long it has waited;
+- a run whose broker message is lost (app.runs.state.dispatch) can start only once it is sent again,
+  and one whose message waits in the broker while every worker is busy only once a worker takes
+  it: either takes no GPUs here and never holds up another run, however long it has waited;
 - with no host at all (known to be none: `capacity_by_host` empty) nothing starts, and every
   run waits for a worker to come.
 
@@ -39,6 +40,11 @@ from datetime import datetime
 
 # Why a queued run whose message is lost waits (app.runs.state.dispatch sends it again).
 MESSAGE_LOST = "its task's broker message was lost; it is being sent again"
+# Why a queued run whose message is in the broker's queue, not taken yet, waits (issue 39).
+WAITING_FOR_SLOT = (
+    "waiting for a free worker slot: its message is in the broker's queue and every worker "
+    "thread is busy"
+)
 
 # Why everything waits when no worker host is live (no host heartbeat within the lease ttl):
 # the run page, the experiment page's runs table and the GPU panel all show these words.
@@ -55,6 +61,7 @@ class QueuedRun:
     priority: int
     created_at: datetime
     message_lost: bool = False
+    message_waiting: bool = False  # its message is in the broker, no worker has taken it yet
     nodes: int = 1  # hosts it spans, `gpus` GPUs on each
 
 
@@ -100,8 +107,8 @@ def pick(
     reserved: dict[str, int] = {}
     blocker: QueuedRun | None = None
     for run in queue_order(queue):
-        if run.message_lost:
-            waiting[run.id] = MESSAGE_LOST
+        if run.message_lost or run.message_waiting:
+            waiting[run.id] = MESSAGE_LOST if run.message_lost else WAITING_FOR_SLOT
             continue
         # Unknown capacities: assume any run may fit some day.
         never = (

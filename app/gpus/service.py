@@ -28,7 +28,7 @@ from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, p
 from app.runs import nodes as run_nodes
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
-from app.runs.state.dispatch import message_lost
+from app.runs.state.dispatch import message_lost, waiting_in_broker
 from app.timeutil import as_utc, utcnow
 
 # pg_advisory_xact_lock key of the scheduler ("tyGPU" in ASCII); any constant would do.
@@ -231,11 +231,14 @@ def queue_reasons(
 def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun]:
     """The queue; with ``now``, each run says whether its broker message is lost then."""
     rows = session.execute(
-        select(Run.id, Run.priority, Run.created_at, Run.config, Run.task_seen_at).where(
-            Run.status == RunStatus.queued, ~Run.cancel_requested
-        )
+        select(
+            Run.id, Run.priority, Run.created_at, Run.config, Run.task_seen_at, Run.dispatch
+        ).where(Run.status == RunStatus.queued, ~Run.cancel_requested)
     ).all()
     resources = {r.id: run_config(r.config).resources for r in rows}
+    stale = {r.id: r.dispatch for r in rows if now and message_lost(r.task_seen_at, now)}
+    # Only when some task has not come by: the broker is read then, not on every decision.
+    in_broker = waiting_in_broker(stale) if stale else set()
     return [
         QueuedRun(
             id=r.id,
@@ -243,7 +246,8 @@ def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun
             nodes=resources[r.id].nodes,
             priority=r.priority,
             created_at=as_utc(r.created_at),
-            message_lost=now is not None and message_lost(r.task_seen_at, r.created_at, now),
+            message_lost=r.id in stale and r.id not in in_broker,
+            message_waiting=r.id in in_broker,
         )
         for r in rows
     ]

@@ -15,14 +15,28 @@ queued forever, holding up every run of its size once it has starved. So:
   host is live (with none, no message is taken anyway: nothing is lost yet);
 - ``message_lost`` is the same rule for the scheduler (app.gpus.service.queued_runs): a run
   whose message is missing never holds up another, and its reason says it is being sent again.
+
+Issue 39: a task that has not come by is not always lost. When every worker thread is busy (or
+a worker has not taken from a restarted Redis yet) the message waits in the broker's queue, and
+sending another only piles up duplicates (180 for 18 runs in a soak). So where the broker can be
+read (Redis: app.broker_queue) a run is sent again only when its current message is truly not
+in the queue, and the scheduler's reason says "waiting for a free worker slot" for one that is;
+one whose message is nowhere in Redis (a restart that lost it) is sent again after a short
+grace instead of the full queue_resend_seconds; and messages a resend made obsolete are removed,
+so a run has one message in the broker. A message the broker refused at once (a run submitted
+while the broker is down) leaves the run queued with ``task_seen_at`` NULL: never seen, so lost
+at once, and sent in the next
+round that reaches the broker; the submission itself still answers 201.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import ColumnElement, and_, or_, select, update
+from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
@@ -31,11 +45,18 @@ from app.runs.models import Run, RunStatus
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
 
+if TYPE_CHECKING:
+    from app.broker_queue import RunMessage
+
 log = logging.getLogger(__name__)
 
 # How stale a stamp may be before a come-by writes it again: a waiting run's task comes by
 # every schedule_retry_seconds, and a write each time would only add to the database's load.
 STAMP_EVERY_FRACTION = 0.1
+# A run whose message the broker does not hold at all is lost after this fraction of
+# queue_resend_seconds without its task coming by (a task in a worker's hands comes by every
+# schedule_retry_seconds; a message is out of both of Redis's places only for milliseconds).
+NOWHERE_GRACE_FRACTION = 0.2
 
 
 def current_message(run_id: int, dispatch: int) -> bool:
@@ -66,10 +87,36 @@ def current_message(run_id: int, dispatch: int) -> bool:
 
 def enqueue_run(run_id: int, dispatch: int) -> None:
     """Hand the run to the broker, as its message number ``dispatch``; any worker of any host
-    may take it."""
+    may take it. Runs after the run's transaction committed: a broker that refuses the message
+    leaves the run queued and marked unsent (``resend_lost`` sends it once the broker answers),
+    never fails the request that queued it (issue 39: HTTP 500 from kombu's OperationalError)."""
     from app.broker import send_run
 
-    send_run(run_id, dispatch)
+    try:
+        send_run(run_id, dispatch)
+    except Exception as exc:  # noqa: BLE001  # whatever the broker says, the run is committed
+        log.warning(
+            "run %s: the broker refused its message (%r); it stays queued and is sent once "
+            "the broker answers",
+            run_id,
+            exc,
+        )
+        _mark_unsent(run_id, dispatch)
+
+
+def _mark_unsent(run_id: int, dispatch: int) -> None:
+    """No message ``dispatch`` of the run reached the broker: ``task_seen_at`` NULL makes it
+    lost at once for ``resend_lost`` (else it would wait queue_resend_seconds for nothing)."""
+    try:
+        with session_scope() as session:
+            session.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.dispatch == dispatch, Run.status == RunStatus.queued)
+                .values(task_seen_at=None)
+            )
+    except Exception:
+        # The database is away too: the run is still found lost after queue_resend_seconds.
+        log.warning("run %s: could not mark its message unsent", run_id, exc_info=True)
 
 
 def next_message(session: Session, *, run_id: int) -> int:
@@ -87,16 +134,33 @@ def lost_since(now: datetime) -> datetime:
 
 
 def _not_seen_since(cutoff: datetime) -> ColumnElement[bool]:
-    # task_seen_at is NULL only for runs queued before the column existed: their queue time.
-    return or_(Run.task_seen_at < cutoff, and_(Run.task_seen_at.is_(None), Run.created_at < cutoff))
+    # task_seen_at NULL: no message of the run's current number ever reached the broker.
+    return or_(Run.task_seen_at.is_(None), Run.task_seen_at < cutoff)
 
 
-def message_lost(task_seen_at: datetime | None, created_at: datetime, now: datetime) -> bool:
-    """The scheduler's view of one queued run (rows it has read already)."""
+def message_lost(task_seen_at: datetime | None, now: datetime) -> bool:
+    """The scheduler's view of one queued run (rows it has read already): its task has not
+    come by for queue_resend_seconds, or its message never reached the broker. Whether such
+    a message is really lost or waits for a free worker is ``waiting_in_broker``'s answer."""
     if get_settings().queue_resend_seconds <= 0:
         return False
-    seen = as_utc(task_seen_at) if task_seen_at is not None else as_utc(created_at)
-    return seen < lost_since(now)
+    return task_seen_at is None or as_utc(task_seen_at) < lost_since(now)
+
+
+def waiting_in_broker(run_ids: Mapping[int, int]) -> set[int]:
+    """Which of these runs (id -> current message number) have that message waiting in the
+    broker's queue: not lost, only not taken yet (every worker busy). Empty where the broker
+    cannot be read: then every stale run counts as lost, as before issue 39."""
+    from app.broker_queue import BrokerUnreachable, read_run_messages, waiting
+
+    try:
+        messages = read_run_messages() if run_ids else None
+    except BrokerUnreachable:
+        messages = None
+    if messages is None:
+        return set()
+    held = waiting(messages)
+    return {run_id for run_id, dispatch in run_ids.items() if held[(run_id, dispatch)]}
 
 
 def _worker_live(session: Session, now: datetime) -> bool:
@@ -110,22 +174,47 @@ def resend_lost() -> list[int]:
     by one conditional UPDATE of its dispatch number, so the API and every worker may run this
     at once and a run is still sent once."""
     from app.broker import send_run
+    from app.broker_queue import BrokerUnreachable, read_run_messages, waiting
 
     if get_settings().queue_resend_seconds <= 0:
         return []
     now = utcnow()
+    # Read before the runs: a message taken between the two reads is sent again needlessly,
+    # but its old number is then dropped when it comes by (never the other way round).
+    try:
+        messages = read_run_messages()
+    except BrokerUnreachable as exc:
+        log.info("broker unreachable (%s): no run is sent again this round", exc)
+        return []
+    # Where the broker can be read, a run whose message is nowhere in it (neither waiting nor
+    # taken by a worker) is lost once its task has not come by for a short grace, not after
+    # the full queue_resend_seconds: a Redis restarted empty costs seconds, not 30-40.
+    # One that waits in the queue is never lost; one only in a worker's hands (a killed
+    # worker's, maybe) after the full time, as before.
+    held = waiting(messages) if messages is not None else None
+    anywhere = {(m.run_id, m.dispatch) for m in messages} if messages is not None else None
+    settings = get_settings()
+    cutoff = now - timedelta(seconds=settings.queue_resend_seconds * NOWHERE_GRACE_FRACTION)
     resent: list[tuple[int, int]] = []
     with session_scope() as session:
         if not _worker_live(session, now):
             return []
         stale = session.execute(
-            select(Run.id, Run.dispatch).where(
+            select(Run.id, Run.dispatch, Run.task_seen_at).where(
                 Run.status == RunStatus.queued,
                 ~Run.cancel_requested,
-                _not_seen_since(lost_since(now)),
+                _not_seen_since(cutoff if anywhere is not None else lost_since(now)),
             )
         ).all()
-        for run_id, dispatch in stale:
+        for run_id, dispatch, seen in stale:
+            if held is not None and held[(run_id, dispatch)]:
+                continue  # in the queue, waiting for a free worker slot: not lost
+            if (
+                anywhere is not None
+                and (run_id, dispatch) in anywhere
+                and not message_lost(seen, now)
+            ):
+                continue  # a worker holds it and asked about it lately
             taken = session.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.dispatch == dispatch, Run.status == RunStatus.queued)
@@ -133,7 +222,37 @@ def resend_lost() -> list[int]:
             )
             if taken.rowcount == 1:  # type: ignore[attr-defined]  # a CursorResult for an UPDATE
                 resent.append((run_id, dispatch + 1))
+    if messages:
+        _drop_obsolete(messages)
+    sent: list[int] = []
     for run_id, dispatch in resent:
+        try:
+            send_run(run_id, dispatch)
+        except Exception as exc:  # noqa: BLE001  # the broker is away: the next round retries
+            log.warning("run %s: the broker refused its message again (%r)", run_id, exc)
+            for unsent_id, unsent_dispatch in resent[len(sent) :]:
+                _mark_unsent(unsent_id, unsent_dispatch)
+            break
         log.warning("run %s: its queued message was lost; sent again (as %s)", run_id, dispatch)
-        send_run(run_id, dispatch)
-    return [run_id for run_id, _ in resent]
+        sent.append(run_id)
+    return sent
+
+
+def _drop_obsolete(messages: list[RunMessage]) -> None:
+    """Remove the broker's messages that carry an older number than their run's (or whose run
+    is gone): each would only be dropped on delivery, and one a killed worker took waits days
+    for that. Before this round's sends, so that a run never has two messages at once."""
+    from app.broker_queue import BrokerUnreachable, drop_run_messages
+
+    with session_scope() as session:
+        ids = {m.run_id for m in messages}
+        current = dict(session.execute(select(Run.id, Run.dispatch).where(Run.id.in_(ids))).all())
+    obsolete = [m for m in messages if m.run_id not in current or m.dispatch < current[m.run_id]]
+    try:
+        drop_run_messages(obsolete)
+    except BrokerUnreachable as exc:
+        log.info("broker unreachable (%s): obsolete messages left for the next round", exc)
+    for message in obsolete:
+        log.info(
+            "run %s: obsolete message %s removed from the broker", message.run_id, message.dispatch
+        )
