@@ -86,6 +86,7 @@ def stack() -> Iterator[Stack]:
             TORCHYARD_RUN_LOST_SECONDS=str(LOST_AFTER),
             TORCHYARD_RUN_HEARTBEAT_SECONDS="1",
             TORCHYARD_LEASE_TTL_SECONDS="5",
+            TORCHYARD_DB_IDLE_TRANSACTION_SECONDS="3",  # below the lost limit (app.settings)
             TORCHYARD_SHUTDOWN_GRACE_SECONDS="1",
             TORCHYARD_FAKE_GPUS="0",
             TORCHYARD_WORKER_HOST="box-a",
