@@ -147,8 +147,8 @@ def embedded_stack() -> Iterator[tuple[str, dict[str, str], Path]]:
 
 
 @contextlib.contextmanager
-def flood_stack(**extra: str) -> Iterator[tuple[str, dict[str, str], Path]]:
-    """A server and a worker with room for six jobs, on a database and a broker of their own
+def flood_stack(runs: int = RUNS, **extra: str) -> Iterator[tuple[str, dict[str, str], Path]]:
+    """A server and a worker with room for `runs` jobs, on a database and a broker of their own
     (the API's log is this test's alone): (base URL, auth headers, log dir). ``extra``: more
     settings of both processes."""
     workspace = ROOT / "workspace"
@@ -178,7 +178,7 @@ def flood_stack(**extra: str) -> Iterator[tuple[str, dict[str, str], Path]]:
             **extra,
         )
         port = free_port()
-        worker = start_logged(worker_argv(RUNS + 1), env, logs / "worker.log")
+        worker = start_logged(worker_argv(runs + 1), env, logs / "worker.log")
         server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
         try:
             wait_healthy(f"http://127.0.0.1:{port}", server, logs / "server.log", timeout=180)
@@ -207,11 +207,11 @@ def follow(base_url: str, headers: dict[str, str], run_id: int, out: dict[int, o
         out[run_id] = repr(exc)
 
 
-def submit_floods(api: httpx.Client, seconds: float) -> list[int]:
+def submit_floods(api: httpx.Client, seconds: float, runs: int = RUNS) -> list[int]:
     config = {"script": "flood.py", "args": [str(seconds)]}
     exp = api.post("/api/experiments", json={"name": "flood", "config": config})
     assert exp.status_code == 201, exp.text
-    return [api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"] for _ in range(RUNS)]
+    return [api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"] for _ in range(runs)]
 
 
 @pytest.mark.slow
@@ -264,15 +264,18 @@ def test_six_runs_flooding_hit_no_database_lock_every_stream_ends_and_each_finis
     assert streams == dict.fromkeys(run_ids, "succeeded")
 
 
-# Liveness on a short leash: a heartbeat due every 0.5 s, a run silent for 5 s reaped as lost.
+# Liveness on a short leash: a heartbeat due every 0.5 s, a run silent for 3 s reaped as lost.
+# Before the fix, 12 jobs flooding for 25 s on this 2-core box had 1 of 12 runs reaped; 6 jobs
+# had none.
 SHORT_LEASH = {
     "TORCHYARD_RUN_HEARTBEAT_SECONDS": "0.5",
     "TORCHYARD_LEASE_TTL_SECONDS": "2.5",
-    "TORCHYARD_RUN_LOST_SECONDS": "5",
+    "TORCHYARD_RUN_LOST_SECONDS": "3",
     "TORCHYARD_REAP_INTERVAL_SECONDS": "1",
-    "TORCHYARD_DB_IDLE_TRANSACTION_SECONDS": "2",  # below the lost limit (app.settings)
+    "TORCHYARD_DB_IDLE_TRANSACTION_SECONDS": "1",  # below the lost limit (app.settings)
 }
-LEASH_FLOOD_SECONDS = 25.0
+LEASH_RUNS = 12
+LEASH_FLOOD_SECONDS = 20.0
 
 
 @pytest.mark.slow
@@ -281,18 +284,18 @@ def test_a_worker_whose_jobs_flood_is_never_taken_for_lost() -> None:
     batches (the busy handler sleeps; the next batch takes the lock the moment the last one
     commits) until 'database is locked', and the reaper failed live runs as "worker lost".
     The heartbeat goes first at the ingestion gate now (worker.ingest_gate.liveness_turn):
-    six jobs flooding for 25 s, the runs reaped after 5 s of silence: none is, and no
+    12 jobs flooding for 20 s, the runs reaped after 3 s of silence: none is, and no
     heartbeat write fails. bench/flood.py --liveness runs the issue's 12 jobs for 5 minutes."""
     with (
-        flood_stack(**SHORT_LEASH) as (base_url, headers, logs),
+        flood_stack(LEASH_RUNS, **SHORT_LEASH) as (base_url, headers, logs),
         httpx.Client(base_url=base_url, headers=headers, timeout=60) as api,
     ):
-        run_ids = submit_floods(api, LEASH_FLOOD_SECONDS)
+        run_ids = submit_floods(api, LEASH_FLOOD_SECONDS, LEASH_RUNS)
 
         def all_running() -> bool:
             return all(api.get(f"/api/runs/{i}").json()["status"] == "running" for i in run_ids)
 
-        wait_for(all_running, timeout=180, every=0.5, what="six runs running")
+        wait_for(all_running, timeout=240, every=0.5, what="12 runs running")
         (ROOT / "workspace" / "go").touch()
 
         def ended() -> list[dict[str, Any]] | None:
@@ -302,5 +305,5 @@ def test_a_worker_whose_jobs_flood_is_never_taken_for_lost() -> None:
         runs = wait_for(ended, timeout=300, every=1, what="the floods finished")
     worker_log = (logs / "worker.log").read_text(errors="replace")
     ends = [(r["status"], r["attempt"], r["error"]) for r in runs]
-    assert ends == [("succeeded", 1, None)] * RUNS
+    assert ends == [("succeeded", 1, None)] * LEASH_RUNS
     assert worker_log.count("heartbeat failed") == 0

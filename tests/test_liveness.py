@@ -331,6 +331,43 @@ def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack)
     assert_trained_through(stack, run_id, attempt=1, steps=5 * 40)
 
 
+@pytest.fixture
+def remote_api(stack: Stack) -> Iterator[Stack]:
+    """The API on another machine (a host name of its own): it cannot see box-a's jobs, so
+    its reaper hands a silent run over however alive its job is (the team stack's API)."""
+    stop_process(stack.server)
+    stack.start_server(stack.port, TORCHYARD_WORKER_HOST="box-api")
+    try:
+        yield stack
+    finally:
+        stop_process(stack.server)
+        stack.start_server(stack.port)
+
+
+# The team stack's scenario; the calls it makes on either database: tests/test_lifecycle.py.
+@pytest.mark.services_only
+def test_a_worker_back_after_its_run_was_requeued_re_adopts_its_living_job(
+    remote_api: Stack,
+) -> None:
+    """Issue 39: a restart slower than run_lost_seconds found its runs requeued, and about 45
+    steps a run were redone. Back run_lost_seconds + 20 s after its kill -9, the worker finds
+    the job training on and the run still queued (no other attempt started): it takes the run
+    back as the same attempt, and every step is stored once."""
+    stack = remote_api
+    worker = stack.start_worker()
+    run_id = submit(stack.api, max_restarts=1, epochs=8, steps=100)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    killed = kill_worker(worker)
+    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
+    assert requeued["status"] == "queued" and "worker lost" in requeued["error"], requeued
+    away = killed + LOST_AFTER + 20 - time.monotonic()
+    holds_for(lambda: bool(job_pids(run_id)), away, what="the job trains on, no worker")
+    assert status_of(stack.api, run_id) == "queued"
+
+    stack.start_worker()
+    assert_trained_through(stack, run_id, attempt=1, steps=8 * 100)
+
+
 # The same lifecycle calls on either stack; the broker only carries the requeued task.
 @pytest.mark.services_only
 def test_a_job_gone_with_its_host_is_requeued_from_its_newest_checkpoint(patient: Stack) -> None:

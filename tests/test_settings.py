@@ -96,7 +96,12 @@ def test_the_idle_transaction_limit_binds_only_where_it_applies() -> None:
 def test_the_cadences_follow_the_lease_ttl() -> None:
     default = Settings(lease_ttl_seconds=15, run_heartbeat_seconds=5)
     assert (default.run_stamp_seconds, default.host_heartbeat_seconds) == (3.0, 5.0)
-    short = Settings(lease_ttl_seconds=1, run_heartbeat_seconds=0.5, run_lost_seconds=3)
+    short = Settings(
+        lease_ttl_seconds=1,
+        run_heartbeat_seconds=0.5,
+        run_lost_seconds=3,
+        db_idle_transaction_seconds=1,
+    )
     assert (short.run_stamp_seconds, short.host_heartbeat_seconds) == (0.2, 0.5)
 
 

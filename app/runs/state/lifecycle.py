@@ -371,6 +371,25 @@ def requeue(
     return done
 
 
+def reclaim(
+    session: Session, *, run_id: int, attempt: int, host: str, gpu_indices: str, now: datetime
+) -> bool:
+    """queued as attempt + 1 -> running as `attempt` again on `host`: a reaper requeued the
+    run while its worker restarted, the worker is back and finds the job training on, and no
+    other attempt has started (the run is still queued; its message, when it comes, finds it
+    running and does nothing). Only the host that ran it, and not once its cancel was asked."""
+    back = update(Run).where(
+        Run.id == run_id,
+        Run.status == RunStatus.queued,
+        Run.attempt == attempt + 1,
+        Run.worker_host == host,
+        ~Run.cancel_requested,
+    )
+    why = f"attempt {attempt + 1} withdrawn: attempt {attempt}'s job trained on, re-adopted"
+    values = {"status": RunStatus.running, "attempt": attempt, "heartbeat_at": now, "error": why}
+    return took_effect(session, back.values(gpu_indices=gpu_indices, **values))
+
+
 def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> CancelOutcome:
     """A queued run ends here and now; a running one is marked, and its worker (which polls
     `cancel_requested`) stops every process of it and finishes it cancelled."""
