@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     # distributions of the worker's own install, a team's stack baked into its image
     # ("lightning,transformers"). worker/job_base.py links them into every job's base.
     job_packages: str = ""
+    # Environment builds one worker runs at once, besides its run slots (worker_concurrency,
+    # `--concurrency`): a run whose environment builds holds no run slot, so runs that need no
+    # build start meanwhile (worker/slots.py).
+    env_build_concurrency: int = Field(default=2, ge=1, le=64)
     # A build (pip) that takes longer fails the run.
     env_build_timeout_seconds: Seconds = 1800.0
     forwarder_interval_seconds: Seconds = 0.1

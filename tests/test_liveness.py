@@ -514,3 +514,37 @@ def test_a_cancel_during_an_environment_build_stops_it_within_5_s(stack) -> None
     print(f"cancel -> the build's processes gone and the run cancelled: {took:.2f} s")
     assert took < 5
     assert pip_tree(package) == []
+
+
+def test_a_run_that_needs_no_build_starts_while_two_others_build(stack) -> None:
+    """Issue 39: two runs building a 1,296 s environment held both slots of a worker, and a
+    run that needed no build waited 20+ minutes. Builds hold no run slot now (worker.slots):
+    on a worker with two slots, two runs whose pip is stuck on a wheel that never finishes
+    downloading build on, and a run that needs no environment starts and ends meanwhile."""
+    package = "torchyard-stalling-wheel"
+    with stalling_index(package) as index:
+        stack.start_worker(PIP_INDEX_URL=index.url)
+        config = {
+            "recipe": "tiny_mlp",
+            "params": {"epochs": 1},
+            "resources": {"gpus": 0},
+            "environment": {"requirements": [package]},
+        }
+        exp = stack.api.post("/api/experiments", json={"name": "builds", "config": config})
+        assert exp.status_code == 201, exp.text
+        builds = [
+            stack.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]
+            for _ in range(2)
+        ]
+        assert index.downloading.wait(timeout=180), (ROOT / "worker-0.log").read_text()[-3000:]
+        for run_id in builds:  # both claimed: one in pip, one waiting for the same build
+            wait_until(stack.api, run_id, lambda r: r["status"] == "running", timeout=60)
+        quick = submit(stack.api, max_restarts=0, epochs=1, steps=5)
+        done = wait_until(stack.api, quick, lambda r: r["status"] in FINISHED, timeout=120)
+        assert done["status"] == "succeeded", done
+        assert [status_of(stack.api, run_id) for run_id in builds] == ["running"] * 2
+        for run_id in builds:
+            assert stack.api.post(f"/api/runs/{run_id}/cancel").status_code == 202
+        for run_id in builds:
+            wait_until(stack.api, run_id, lambda r: r["status"] == "cancelled", timeout=60)
+    wait_for(lambda: pip_tree(package) == [], timeout=30, what="the builds' pip processes gone")
