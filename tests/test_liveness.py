@@ -269,8 +269,10 @@ def wait_for_checkpoints(stack: Stack, run_id: int, count: int) -> None:
     )
 
 
-def assert_trained_through(stack: Stack, run_id: int, *, attempt: int, steps: int) -> None:
-    run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=120)
+def assert_trained_through(
+    stack: Stack, run_id: int, *, attempt: int, steps: int, timeout: float = 120
+) -> None:
+    run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=timeout)
     assert run["status"] == "succeeded" and run["attempt"] == attempt, run
     loss = stored(stack.api, run_id)["train/loss"]
     assert loss["step"] == list(range(1, steps + 1))  # continuous, no point twice
@@ -365,7 +367,9 @@ def test_a_worker_back_after_its_run_was_requeued_re_adopts_its_living_job(
     assert status_of(stack.api, run_id) == "queued"
 
     stack.start_worker()
-    assert_trained_through(stack, run_id, attempt=1, steps=8 * 100)
+    back = wait_until(stack.api, run_id, lambda r: r["status"] != "queued", timeout=120)
+    assert back["attempt"] == 1 and "withdrawn" in back["error"], back
+    assert_trained_through(stack, run_id, attempt=1, steps=8 * 100, timeout=300)
 
 
 # The same lifecycle calls on either stack; the broker only carries the requeued task.

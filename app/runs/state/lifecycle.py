@@ -374,20 +374,18 @@ def requeue(
 def reclaim(
     session: Session, *, run_id: int, attempt: int, host: str, gpu_indices: str, now: datetime
 ) -> bool:
-    """queued as attempt + 1 -> running as `attempt` again on `host`: a reaper requeued the
-    run while its worker restarted, the worker is back and finds the job training on, and no
-    other attempt has started (the run is still queued; its message, when it comes, finds it
-    running and does nothing). Only the host that ran it, and not once its cancel was asked."""
-    back = update(Run).where(
-        Run.id == run_id,
-        Run.status == RunStatus.queued,
-        Run.attempt == attempt + 1,
-        Run.worker_host == host,
-        ~Run.cancel_requested,
-    )
+    """queued as attempt + 1 -> running as `attempt` on `host` (its last), no cancel asked: a
+    reaper requeued it while its worker restarted, and the job trains on (app.runs.state.
+    recovery.readopt). Its queued message then finds it running and does nothing."""
+    back = update(Run).where(Run.id == run_id, Run.status == RunStatus.queued)
+    back = back.where(Run.attempt == attempt + 1, Run.worker_host == host, ~Run.cancel_requested)
     why = f"attempt {attempt + 1} withdrawn: attempt {attempt}'s job trained on, re-adopted"
-    values = {"status": RunStatus.running, "attempt": attempt, "heartbeat_at": now, "error": why}
-    return took_effect(session, back.values(gpu_indices=gpu_indices, **values))
+    return took_effect(
+        session,
+        back.values(status=RunStatus.running, attempt=attempt, heartbeat_at=now, error=why).values(
+            gpu_indices=gpu_indices, training_started_at=now
+        ),
+    )
 
 
 def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> CancelOutcome:
