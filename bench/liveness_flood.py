@@ -46,7 +46,8 @@ def stamp_ages(engine: Engine, run_ids: list[int]) -> dict[int, float]:
         Run.id.in_(run_ids), Run.status == RunStatus.running, Run.heartbeat_at.is_not(None)
     )
     with Session(engine) as session:
-        return {i: (now - as_utc(at)).total_seconds() for i, at in session.execute(stmt)}
+        rows = session.execute(stmt).all()
+    return {i: (now - as_utc(at)).total_seconds() for i, at in rows if at is not None}
 
 
 def main() -> None:

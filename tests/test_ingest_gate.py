@@ -275,7 +275,7 @@ SHORT_LEASH = {
     "TORCHYARD_DB_IDLE_TRANSACTION_SECONDS": "1",  # below the lost limit (app.settings)
 }
 LEASH_RUNS = 12
-LEASH_FLOOD_SECONDS = 20.0
+LEASH_FLOOD_SECONDS = 25.0
 
 
 @pytest.mark.slow
@@ -284,7 +284,7 @@ def test_a_worker_whose_jobs_flood_is_never_taken_for_lost() -> None:
     batches (the busy handler sleeps; the next batch takes the lock the moment the last one
     commits) until 'database is locked', and the reaper failed live runs as "worker lost".
     The heartbeat goes first at the ingestion gate now (worker.ingest_gate.liveness_turn):
-    12 jobs flooding for 20 s, the runs reaped after 3 s of silence: none is, and no
+    12 jobs flooding for 25 s, the runs reaped after 3 s of silence: none is, and no
     heartbeat write fails. bench/flood.py --liveness runs the issue's 12 jobs for 5 minutes."""
     with (
         flood_stack(LEASH_RUNS, **SHORT_LEASH) as (base_url, headers, logs),

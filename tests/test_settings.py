@@ -43,7 +43,7 @@ def test_every_duration_refuses_a_negative_or_not_finite_value(value: float) -> 
     accepted = []
     for name in DURATIONS:
         try:
-            Settings(**{name: value})
+            Settings.model_validate({name: value})
         except ValidationError:
             continue
         accepted.append(name)
