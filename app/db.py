@@ -140,6 +140,12 @@ def database_away(exc: BaseException) -> bool:
     )
 
 
+def database_locked(exc: BaseException) -> bool:
+    """SQLite's "database is locked": its busy timeout ran out while another writer held the
+    one write lock. Nothing was written; trying again at once is right."""
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc)
+
+
 def is_conflict(exc: BaseException) -> bool:
     """The database refused a row that breaks a unique constraint (two actors took the same
     thing, e.g. one GPU leased twice): nothing of the unit of work was kept."""

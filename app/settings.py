@@ -7,15 +7,24 @@ import ipaddress
 import socket
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.runs.files.job_files import within
 
 # Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
 PRIVATE_UMASK = 0o077
+
+# Every duration setting has one of these types, so each means the same: a finite number of
+# seconds (hours), never negative, never NaN or infinity (a typo that would otherwise surface
+# as a loop that spins or never runs). Seconds: a time that must pass (a cadence, a timeout,
+# a limit: 0 would be a busy loop or an instant failure). SecondsOrOff: 0 means "none" or
+# "never", as each setting's comment says (no grace, a loop turned off).
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+SecondsOrOff = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Hours = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Settings(BaseSettings):
@@ -49,12 +58,12 @@ class Settings(BaseSettings):
     # Passwords set through the API, the pages or the CLI need at least this many characters
     # (TORCHYARD_ADMIN_PASSWORD for the bootstrap admin is taken as given).
     password_min_length: int = Field(default=10, ge=1, le=1000)
-    token_ttl_hours: float = 24 * 7
+    token_ttl_hours: Hours = 24 * 7
     # An invite link (the users page) sets the new user's first password within this time.
-    invite_ttl_hours: float = Field(default=72, gt=0)
+    invite_ttl_hours: Hours = 72
     # The longest life a token made through POST /api/tokens (or the account page) may ask
     # for; a token made with a token also never outlives the one that made it.
-    token_max_ttl_hours: float = Field(default=24 * 90, gt=0)
+    token_max_ttl_hours: Hours = 24 * 90
     # The highest run priority a non-admin may set (422 above it); admins: up to 1000.
     max_user_priority: int = Field(default=10, ge=-1000, le=1000)
     # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (comma-separated
@@ -71,7 +80,7 @@ class Settings(BaseSettings):
     # Per username per client (never per username alone: nobody can lock another user out).
     login_max_failures: int = 5
     login_max_failures_per_client: int = 20
-    login_window_seconds: float = 15 * 60
+    login_window_seconds: Seconds = 15 * 60
     # argon2id's cost for new password hashes (argon2-cffi's defaults, RFC 9106's second
     # recommendation: 3 passes over 64 MiB). A stored hash keeps the cost it was made with and
     # is rehashed at its next login when these change. The test suite sets them low (it hashes
@@ -81,7 +90,7 @@ class Settings(BaseSettings):
     # nproc == 1 jobs start the entry point directly with torchrun's environment (saves one
     # torch import, ~2.5 s); "torchrun" launches every job through torchrun.
     single_process_launch: Literal["direct", "torchrun"] = "direct"
-    cancel_grace_seconds: float = 2.0
+    cancel_grace_seconds: SecondsOrOff = 2.0
     # Jobs run this much nicer than the worker (0..19; 0: same priority). With cgroups it
     # only ranks a job's own processes among themselves (job_cpu_weight rules against the
     # host's other work); without, it is the jobs' whole CPU policy: the dashboard, the
@@ -125,7 +134,7 @@ class Settings(BaseSettings):
     job_cgroups: Literal["auto", "off"] = "auto"
     job_cgroup_parent: str = Field(default="torchyard", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     # How often the worker measures a running job's folder and /tmp against its disk_gb.
-    disk_check_interval_seconds: float = Field(default=2.0, gt=0)
+    disk_check_interval_seconds: Seconds = 2.0
     # Runs' own virtual environments (`environment.requirements`, worker/environments.py),
     # one per set of requirements, shared by every run on this host that asks for the same.
     # Empty: a folder beside the data dir (`<data_dir>-envs`). Never inside the data dir: the
@@ -139,9 +148,13 @@ class Settings(BaseSettings):
     # distributions of the worker's own install, a team's stack baked into its image
     # ("lightning,transformers"). worker/job_base.py links them into every job's base.
     job_packages: str = ""
+    # Environment builds one worker runs at once, besides its run slots (worker_concurrency,
+    # `--concurrency`): a run whose environment builds holds no run slot, so runs that need no
+    # build start meanwhile (worker/slots.py).
+    env_build_concurrency: int = Field(default=2, ge=1, le=64)
     # A build (pip) that takes longer fails the run.
-    env_build_timeout_seconds: float = Field(default=1800.0, gt=0)
-    forwarder_interval_seconds: float = 0.1
+    env_build_timeout_seconds: Seconds = 1800.0
+    forwarder_interval_seconds: Seconds = 0.1
     # Spool bytes one forwarder batch (one transaction) takes at most: short enough that on
     # SQLite the one write lock is never held long (other runs, heartbeats and the API's
     # writes get it in between), large enough to keep most of the one-run rate
@@ -154,11 +167,11 @@ class Settings(BaseSettings):
     # younger than spool_mark_fresh_seconds (it is refreshed at least every heartbeat): a
     # worker stopped or frozen never holds a job up longer than that.
     spool_backlog_bytes: int = Field(default=2 * 1024**2, ge=0)
-    spool_mark_fresh_seconds: float = Field(default=15.0, gt=0)
+    spool_mark_fresh_seconds: Seconds = 15.0
     # ... and while its oldest point not yet ingested was logged longer ago than this: a byte
     # bound alone is minutes of points for a run that gets a twelfth of a loaded host's
     # ingestion (issue 27: viewers lagged 26-75 s); 0: no age bound.
-    spool_max_age_seconds: float = Field(default=3.0, ge=0)
+    spool_max_age_seconds: SecondsOrOff = 3.0
     # Per-run limits on what a job's output may cost the server (docs/security.md, "Limits");
     # each one hit is said on the run (app/runs/state/notices.py). Metric keys: points of keys past
     # the limit are not stored (a run page with 100,000 curves froze a browser).
@@ -181,7 +194,7 @@ class Settings(BaseSettings):
     worker_interface: str = Field(default="", pattern=r"^[A-Za-z0-9_.:@-]{0,15}$")
     # How long a multi-node run's ready nodes wait for the rest (each building its own
     # environment) before the run fails naming the nodes that never joined (app.runs.nodes).
-    node_join_seconds: float = 600.0
+    node_join_seconds: Seconds = 600.0
     # Multi-node runs (resources.nodes > 1); off: refused with a 422 at resources.nodes. Their
     # jobs run in the host's network fenced by firewall rules of the run's uid
     # (worker/job_firewall.py, docs/security.md): they reach their peers, not the database,
@@ -198,53 +211,54 @@ class Settings(BaseSettings):
     # How often the worker samples a training job's system series (sys/cpu_percent,
     # sys/rss_mb, per leased GPU sys/gpu<i>/util, mem_mb, power_w: worker/system_metrics.py).
     # At least 1: the series' x is whole seconds since the run started.
-    system_metrics_interval_seconds: float = Field(default=10.0, ge=1)
+    system_metrics_interval_seconds: Seconds = Field(default=10.0, ge=1)
     # A lease not heartbeated for this long belongs to a dead worker and is freed.
-    lease_ttl_seconds: float = 15.0
+    lease_ttl_seconds: Seconds = 15.0
     # Every run in training is stamped this often; one silent for run_lost_seconds lost its
     # worker and is failed ("worker lost") or, with max_restarts left, requeued.
-    run_heartbeat_seconds: float = 5.0
-    run_lost_seconds: float = 60.0
+    run_heartbeat_seconds: Seconds = 5.0
+    run_lost_seconds: Seconds = 60.0
     # PostgreSQL ends a session left idle inside a transaction this long (0: never): a process
     # frozen mid-transaction (SIGSTOP, swapped out) would otherwise keep its row locks, and the
-    # reaper waiting on them could never hand its runs over. Below run_lost_seconds.
-    db_idle_transaction_seconds: float = Field(default=30.0, ge=0)
+    # reaper waiting on them could never hand its runs over. Below run_lost_seconds (checked at
+    # start, on PostgreSQL: `_settings_work_together`).
+    db_idle_transaction_seconds: SecondsOrOff = 30.0
     # How often the API and each worker look for lost runs (0: never; tests that build runs
     # by hand turn it off).
-    reap_interval_seconds: float = 5.0
+    reap_interval_seconds: SecondsOrOff = 5.0
     # A worker that stops (Ctrl-C of `torchyard up`, SIGTERM, an upgrade) leaves its running
     # jobs training; the next worker on the host re-adopts them (worker.adoption). Off: warm
     # shutdown gives them shutdown_grace_seconds to finish, then stops them, and their runs
     # are requeued (max_restarts) or failed.
     keep_jobs_on_worker_stop: bool = True
-    shutdown_grace_seconds: float = 30.0
+    shutdown_grace_seconds: SecondsOrOff = 30.0
     # A job its worker left that is gone when the next worker looks (the host rebooted, the
     # container was recreated): its run is requeued from its newest checkpoint even without
     # restarts left (it did nothing wrong); off, the max_restarts rule decides.
     requeue_after_host_restart: bool = True
     # A queued GPU run that cannot fit for this long stops smaller runs from starting past it.
-    starvation_seconds: float = 300.0
+    starvation_seconds: Seconds = 300.0
     # How long a run that may not start yet waits before its task is re-queued to ask again.
-    schedule_retry_seconds: float = 0.5
+    schedule_retry_seconds: Seconds = 0.5
     # A queued run whose task has not come by a worker for this long (while a worker is live)
     # lost its broker message, and is sent again (app.runs.state.dispatch); checked a few times as
-    # often. <= 0: never.
-    queue_resend_seconds: float = 30.0
-    sse_poll_seconds: float = 0.2
+    # often. 0: never.
+    queue_resend_seconds: SecondsOrOff = 30.0
+    sse_poll_seconds: Seconds = 0.2
     # Sweeps: the most trials one may plan, and how often each worker re-advances the running
     # sweeps (the safety net behind the advance a trial's end enqueues; at start, then every
     # this many seconds; 0: off, app.periodic).
     sweep_max_runs: int = Field(default=1000, ge=1)
-    sweep_advance_seconds: float = 60.0
+    sweep_advance_seconds: SecondsOrOff = 60.0
     # How often each API process writes its tokens' last-use times (app/auth/token_use.py: no
     # request writes them itself); also once on the way out. 0: only on the way out.
-    token_use_flush_seconds: float = 60.0
+    token_use_flush_seconds: SecondsOrOff = 60.0
     # Open event streams (/api/runs/{id}/events) one user may hold per server process; one
     # more is a 429 that names this limit. A run page holds one.
     sse_max_streams_per_user: int = Field(default=8, ge=1)
     # An open event stream re-checks its token this often and ends once it is revoked/expired
     # or its user is disabled: within 5 s is promised, with room left for a loaded box.
-    sse_auth_recheck_seconds: float = 2.0
+    sse_auth_recheck_seconds: Seconds = 2.0
     # Largest request body the API reads (413 above it); configs and forms are a few KB.
     max_body_bytes: int = 1024 * 1024
     # Code snapshots (POST /api/code, app/code/): the largest upload (a gzipped tar or a zip;
@@ -256,7 +270,7 @@ class Settings(BaseSettings):
     # A snapshot no run or experiment refers to is removed when a deletion leaves it unused,
     # once it was last uploaded or chosen for a config this long ago (a config being saved
     # in a concurrent transaction is not yet visible to the deletion's check).
-    code_unused_grace_seconds: float = Field(default=600.0, ge=0)
+    code_unused_grace_seconds: SecondsOrOff = 600.0
     # A worker unpacks a snapshot once per host into <data_dir>/snapshots/, shared read-only
     # by every run that uses it (worker/snapshots.py). Past this total, the least recently
     # used ones no running job holds are removed (0: each as soon as its last run ends).
@@ -280,23 +294,23 @@ class Settings(BaseSettings):
     # Each delivery is tried up to this many times; the delays between tries start at
     # notify_retry_seconds and double. A try waits at most notify_timeout_seconds.
     notify_max_attempts: int = Field(default=4, ge=1, le=20)
-    notify_retry_seconds: float = Field(default=15.0, ge=0)
-    notify_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    notify_retry_seconds: SecondsOrOff = 15.0
+    notify_timeout_seconds: Seconds = Field(default=10.0, le=120)
     # How often each API process and worker sends what is due and runs the periodic checks
     # (stalled runs, idle GPUs); 0: never (a process that should not deliver).
-    notify_poll_seconds: float = Field(default=5.0, ge=0)
+    notify_poll_seconds: SecondsOrOff = 5.0
     # How long one of the users' "N minutes" (stalled, GPU idle) lasts: tests shrink it.
-    notify_minute_seconds: float = Field(default=60.0, gt=0)
+    notify_minute_seconds: Seconds = 60.0
     # Webhooks reach public addresses only (no loopback, private, link-local, ... address: a
     # user's URL must not make the server call its own network). Comma-separated CIDR ranges
     # listed here are allowed too ("10.1.2.0/24" for a Mattermost on the LAN).
     notify_webhook_allow_networks: str = ""
     # "Send test" at most once per this many seconds per user (it is a request to send mail).
-    notify_test_cooldown_seconds: float = Field(default=10.0, ge=0)
+    notify_test_cooldown_seconds: SecondsOrOff = 10.0
     # A run failed "worker lost" by a reaper is a guess its stalled worker may still correct
     # (app.runs.state.lifecycle.settle, with the job's real exit status): its message waits this
     # long, and a correction in time replaces it, so only the run's final outcome is sent.
-    notify_worker_lost_hold_seconds: float = Field(default=120.0, ge=0)
+    notify_worker_lost_hold_seconds: SecondsOrOff = 120.0
     # The address people open the dashboard at ("https://gpu.example.com"): messages link to
     # the run's page when it is set.
     public_url: str = ""
@@ -308,6 +322,65 @@ class Settings(BaseSettings):
         for network in filter(None, (n.strip() for n in value.split(","))):
             ipaddress.ip_network(network, strict=False)  # ValueError: the process refuses to start
         return value
+
+    @model_validator(mode="after")
+    def _settings_work_together(self) -> Self:
+        """Settings that cannot work together refuse the start (server, worker, `torchyard
+        up`), with a message that names both, instead of a stack that fails at run time."""
+        for small, large, why in self._must_be_below():
+            if getattr(self, small) >= getattr(self, large):
+                raise ValueError(
+                    f"TORCHYARD_{small.upper()} ({getattr(self, small)}) must be below "
+                    f"TORCHYARD_{large.upper()} ({getattr(self, large)}): {why}"
+                )
+        return self
+
+    def _must_be_below(self) -> list[tuple[str, str, str]]:
+        """(setting, the setting it must be below, why), as the comments above say."""
+        pairs = [
+            (
+                "run_heartbeat_seconds",
+                "lease_ttl_seconds",
+                "a lease not renewed within its TTL is freed while its run trains",
+            ),
+            (
+                "run_heartbeat_seconds",
+                "run_lost_seconds",
+                "a run whose heartbeat comes slower than that is reaped as lost while it trains",
+            ),
+            (
+                "run_heartbeat_seconds",
+                "spool_mark_fresh_seconds",
+                "the worker refreshes a job's ingestion mark every heartbeat; a staler mark "
+                "lets the job log past its backlog limit",
+            ),
+        ]
+        if self.db_idle_transaction_seconds > 0 and not self.resolved_database_url.startswith(
+            "sqlite"
+        ):
+            pairs.append(
+                (
+                    "db_idle_transaction_seconds",
+                    "run_lost_seconds",
+                    "a process frozen mid-transaction keeps its row locks that long, and the "
+                    "reaper waiting on them cannot hand a lost run over in time",
+                )
+            )
+        return pairs
+
+    # Cadences derived from the lease TTL: here alone, so every loop agrees on them.
+    @property
+    def run_stamp_seconds(self) -> float:
+        """How often a worker stamps each run it trains (worker.heartbeat) and renews its GPU
+        leases: every run_heartbeat_seconds, and at least five times per lease TTL so a lease
+        never nears its expiry."""
+        return min(self.lease_ttl_seconds / 5, self.run_heartbeat_seconds)
+
+    @property
+    def host_heartbeat_seconds(self) -> float:
+        """How often an idle worker says its host is there (worker.scheduled): three times per
+        lease TTL, never more often than every 0.5 s however short the TTL."""
+        return max(0.5, self.lease_ttl_seconds / 3)
 
     @property
     def resolved_worker_address(self) -> str:

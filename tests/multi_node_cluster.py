@@ -240,6 +240,8 @@ def running_cluster() -> Iterator[Cluster]:
                     broker_url=BROKER_URL,
                     TORCHYARD_ARTIFACT_STORE=str(store),
                     TORCHYARD_RUN_LOST_SECONDS=str(RUN_LOST_SECONDS),
+                    # Below the lost limit, as the settings require on PostgreSQL.
+                    TORCHYARD_DB_IDLE_TRANSACTION_SECONDS=str(RUN_LOST_SECONDS / 3),
                     TORCHYARD_REAP_INTERVAL_SECONDS="2",  # the suite's is off
                 )
                 for h in hosts.hosts

@@ -54,6 +54,7 @@ def stack_env(**extra: str) -> dict[str, str]:
         os.environ,
         TORCHYARD_BROKER_URL=GPU_BROKER_URL,
         TORCHYARD_LEASE_TTL_SECONDS=str(LEASE_TTL),
+        TORCHYARD_RUN_HEARTBEAT_SECONDS="1",  # below the TTL (app.settings)
         TORCHYARD_NVML_MODULE=str(Path(nvml_standin.__file__)),
         TORCHYARD_SYSTEM_METRICS_INTERVAL_SECONDS="1",
         PYTHONUNBUFFERED="1",

@@ -11,6 +11,7 @@ TORCHYARD_TEST_REDIS_URL's)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -63,12 +64,18 @@ def take_turns(gate: IngestGate, asks: list[tuple[str, Turn]]) -> list[str]:
     return order
 
 
-def test_turns_go_in_the_order_asked_and_an_ended_job_first() -> None:
+def test_turns_go_in_the_order_asked_a_heartbeat_first_then_an_ended_job() -> None:
     order = take_turns(
         IngestGate(1),
-        [("a", Turn.LIVE), ("b", Turn.LIVE), ("end", Turn.ENDING), ("c", Turn.LIVE)],
+        [
+            ("a", Turn.LIVE),
+            ("b", Turn.LIVE),
+            ("end", Turn.ENDING),
+            ("beat", Turn.LIVENESS),
+            ("c", Turn.LIVE),
+        ],
     )
-    assert order == ["end", "a", "b", "c"]
+    assert order == ["beat", "end", "a", "b", "c"]
 
 
 def test_a_live_batch_not_given_its_turn_in_time_gives_up_and_leaves_the_queue() -> None:
@@ -135,8 +142,15 @@ print(f"flood ended at {time.time()!r} after {step} steps", flush=True)
 
 @pytest.fixture
 def embedded_stack() -> Iterator[tuple[str, dict[str, str], Path]]:
-    """A server and a worker with room for six jobs, on a database and a broker of their own
-    (the API's log is this test's alone): (base URL, auth headers, log dir)."""
+    with flood_stack() as stack:
+        yield stack
+
+
+@contextlib.contextmanager
+def flood_stack(runs: int = RUNS, **extra: str) -> Iterator[tuple[str, dict[str, str], Path]]:
+    """A server and a worker with room for `runs` jobs, on a database and a broker of their own
+    (the API's log is this test's alone): (base URL, auth headers, log dir). ``extra``: more
+    settings of both processes."""
     workspace = ROOT / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "flood.py").write_text(FLOOD_SCRIPT)
@@ -161,9 +175,10 @@ def embedded_stack() -> Iterator[tuple[str, dict[str, str], Path]]:
             PYTHONUNBUFFERED="1",
             # This checkout's worker and job code, whichever checkout the editable install names.
             PYTHONPATH=str(REPO),
+            **extra,
         )
         port = free_port()
-        worker = start_logged(worker_argv(RUNS + 1), env, logs / "worker.log")
+        worker = start_logged(worker_argv(runs + 1), env, logs / "worker.log")
         server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
         try:
             wait_healthy(f"http://127.0.0.1:{port}", server, logs / "server.log", timeout=180)
@@ -192,18 +207,20 @@ def follow(base_url: str, headers: dict[str, str], run_id: int, out: dict[int, o
         out[run_id] = repr(exc)
 
 
+def submit_floods(api: httpx.Client, seconds: float, runs: int = RUNS) -> list[int]:
+    config = {"script": "flood.py", "args": [str(seconds)]}
+    exp = api.post("/api/experiments", json={"name": "flood", "config": config})
+    assert exp.status_code == 201, exp.text
+    return [api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"] for _ in range(runs)]
+
+
 @pytest.mark.slow
 def test_six_runs_flooding_hit_no_database_lock_every_stream_ends_and_each_finishes_soon(
     embedded_stack: tuple[str, dict[str, str], Path],
 ) -> None:
     base_url, headers, logs = embedded_stack
     with httpx.Client(base_url=base_url, headers=headers, timeout=60) as api:
-        config = {"script": "flood.py", "args": [str(SECONDS)]}
-        exp = api.post("/api/experiments", json={"name": "flood", "config": config})
-        assert exp.status_code == 201, exp.text
-        run_ids = [
-            api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"] for _ in range(RUNS)
-        ]
+        run_ids = submit_floods(api, SECONDS)
         streams: dict[int, object] = {}
         viewers = [
             threading.Thread(target=follow, args=(base_url, headers, run_id, streams))
@@ -245,3 +262,48 @@ def test_six_runs_flooding_hit_no_database_lock_every_stream_ends_and_each_finis
     assert locked == 0
     assert max(late.values()) <= FINISHED_WITHIN_S, late
     assert streams == dict.fromkeys(run_ids, "succeeded")
+
+
+# Liveness on a short leash: a heartbeat due every 0.5 s, a run silent for 3 s reaped as lost.
+# Before the fix, 12 jobs flooding for 25 s on this 2-core box had 1 of 12 runs reaped; 6 jobs
+# had none.
+SHORT_LEASH = {
+    "TORCHYARD_RUN_HEARTBEAT_SECONDS": "0.5",
+    "TORCHYARD_LEASE_TTL_SECONDS": "2.5",
+    "TORCHYARD_RUN_LOST_SECONDS": "3",
+    "TORCHYARD_REAP_INTERVAL_SECONDS": "1",
+    "TORCHYARD_DB_IDLE_TRANSACTION_SECONDS": "1",  # below the lost limit (app.settings)
+}
+LEASH_RUNS = 12
+LEASH_FLOOD_SECONDS = 25.0
+
+
+@pytest.mark.slow
+def test_a_worker_whose_jobs_flood_is_never_taken_for_lost() -> None:
+    """Issue 39: on SQLite the worker's heartbeat UPDATE lost the write lock to its own
+    batches (the busy handler sleeps; the next batch takes the lock the moment the last one
+    commits) until 'database is locked', and the reaper failed live runs as "worker lost".
+    The heartbeat goes first at the ingestion gate now (worker.ingest_gate.liveness_turn):
+    12 jobs flooding for 25 s, the runs reaped after 3 s of silence: none is, and no
+    heartbeat write fails. bench/flood.py --liveness runs the issue's 12 jobs for 5 minutes."""
+    with (
+        flood_stack(LEASH_RUNS, **SHORT_LEASH) as (base_url, headers, logs),
+        httpx.Client(base_url=base_url, headers=headers, timeout=60) as api,
+    ):
+        run_ids = submit_floods(api, LEASH_FLOOD_SECONDS, LEASH_RUNS)
+
+        def all_running() -> bool:
+            return all(api.get(f"/api/runs/{i}").json()["status"] == "running" for i in run_ids)
+
+        wait_for(all_running, timeout=240, every=0.5, what="12 runs running")
+        (ROOT / "workspace" / "go").touch()
+
+        def ended() -> list[dict[str, Any]] | None:
+            runs = [api.get(f"/api/runs/{i}").json() for i in run_ids]
+            return runs if all(r["status"] not in ("queued", "running") for r in runs) else None
+
+        runs = wait_for(ended, timeout=300, every=1, what="the floods finished")
+    worker_log = (logs / "worker.log").read_text(errors="replace")
+    ends = [(r["status"], r["attempt"], r["error"]) for r in runs]
+    assert ends == [("succeeded", 1, None)] * LEASH_RUNS
+    assert worker_log.count("heartbeat failed") == 0

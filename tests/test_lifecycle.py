@@ -17,7 +17,7 @@ from app.gpus.models import GpuLease
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle, phase
 from app.runs.state.lifecycle import CancelOutcome
-from app.runs.state.recovery import HandoverOutcome, hand_over
+from app.runs.state.recovery import HandoverOutcome, hand_over, readopt
 from app.timeutil import utcnow
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 
@@ -243,3 +243,54 @@ def test_the_build_phase_is_written_only_while_the_attempt_runs_and_a_requeue_cl
     assert (run.env_build_started_at, run.env_build_line, run.training_started_at) == (None,) * 3
     with sessions.begin() as s:
         assert not phase.building(s, run_id=run_id, attempt=1)  # queued: nobody's now
+
+
+def requeued_as_2(maker: sessionmaker[Session]) -> int:
+    """A run on host "h" (GPU 0) that a reaper requeued while its worker restarted."""
+    run_id = running(maker, gpus=(0,), config={"max_restarts": 1})
+    with maker.begin() as s:
+        s.get_one(Run, run_id).metrics_offset = 1234
+        assert lifecycle.requeue(s, run_id=run_id, attempt=1, resume_from=None, reason="lost")
+    return run_id
+
+
+def test_a_worker_back_takes_its_requeued_run_back_while_no_other_attempt_started(
+    sessions,
+) -> None:
+    """Issue 39: re-adoption beats the reaper. The spool is read again from its start (the
+    requeue dropped the points past the checkpoint; those stored are kept, unique per step)."""
+    run_id = requeued_as_2(sessions)
+    with sessions.begin() as s:
+        back = readopt(s, run_id=run_id, attempt=1, host="h", reclaim_gpus=(0,))
+    assert back is not None and back.gpu_indices == (0,) and back.has_leases
+    run = row(sessions, run_id)
+    assert (run.status, run.attempt, run.gpu_indices, run.metrics_offset) == (
+        RunStatus.running,
+        1,
+        "0",
+        0,
+    )
+    assert run.heartbeat_at is not None and "attempt 2 withdrawn" in (run.error or "")
+    assert lease_count(sessions, run_id) == 1
+    with sessions.begin() as s:  # attempt 2's message comes: the run is not queued any more
+        assert not lifecycle.start(s, run_id=run_id, host="h2", gpu_indices="", started_at=utcnow())
+
+
+def test_a_requeued_run_is_not_taken_back_by_another_host_once_started_or_cancelled(
+    sessions,
+) -> None:
+    other_host = requeued_as_2(sessions)
+    started = requeued_as_2(sessions)
+    cancelled = requeued_as_2(sessions)
+    not_alive = requeued_as_2(sessions)
+    with sessions.begin() as s:
+        assert lifecycle.start(s, run_id=started, host="h2", gpu_indices="", started_at=utcnow())
+        assert lifecycle.cancel(s, run_id=cancelled) is CancelOutcome.CANCELLED
+    with sessions.begin() as s:
+        assert readopt(s, run_id=other_host, attempt=1, host="h3", reclaim_gpus=(0,)) is None
+        assert readopt(s, run_id=started, attempt=1, host="h", reclaim_gpus=(0,)) is None
+        assert readopt(s, run_id=cancelled, attempt=1, host="h", reclaim_gpus=(0,)) is None
+        assert readopt(s, run_id=not_alive, attempt=1, host="h") is None  # its job is gone
+    assert row(sessions, other_host).status is RunStatus.queued
+    assert (row(sessions, started).attempt, row(sessions, started).worker_host) == (2, "h2")
+    assert row(sessions, not_alive).status is RunStatus.queued

@@ -86,6 +86,7 @@ def stack() -> Iterator[Stack]:
             TORCHYARD_RUN_LOST_SECONDS=str(LOST_AFTER),
             TORCHYARD_RUN_HEARTBEAT_SECONDS="1",
             TORCHYARD_LEASE_TTL_SECONDS="5",
+            TORCHYARD_DB_IDLE_TRANSACTION_SECONDS="3",  # below the lost limit (app.settings)
             TORCHYARD_SHUTDOWN_GRACE_SECONDS="1",
             TORCHYARD_FAKE_GPUS="0",
             TORCHYARD_WORKER_HOST="box-a",
@@ -268,8 +269,10 @@ def wait_for_checkpoints(stack: Stack, run_id: int, count: int) -> None:
     )
 
 
-def assert_trained_through(stack: Stack, run_id: int, *, attempt: int, steps: int) -> None:
-    run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=120)
+def assert_trained_through(
+    stack: Stack, run_id: int, *, attempt: int, steps: int, timeout: float = 120
+) -> None:
+    run = wait_until(stack.api, run_id, lambda r: r["status"] in FINISHED, timeout=timeout)
     assert run["status"] == "succeeded" and run["attempt"] == attempt, run
     loss = stored(stack.api, run_id)["train/loss"]
     assert loss["step"] == list(range(1, steps + 1))  # continuous, no point twice
@@ -328,6 +331,45 @@ def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack)
     assert job_pids(run_id)
     stack.start_worker(**PATIENT)
     assert_trained_through(stack, run_id, attempt=1, steps=5 * 40)
+
+
+@pytest.fixture
+def remote_api(stack: Stack) -> Iterator[Stack]:
+    """The API on another machine (a host name of its own): it cannot see box-a's jobs, so
+    its reaper hands a silent run over however alive its job is (the team stack's API)."""
+    stop_process(stack.server)
+    stack.start_server(stack.port, TORCHYARD_WORKER_HOST="box-api")
+    try:
+        yield stack
+    finally:
+        stop_process(stack.server)
+        stack.start_server(stack.port)
+
+
+# The team stack's scenario; the calls it makes on either database: tests/test_lifecycle.py.
+@pytest.mark.services_only
+def test_a_worker_back_after_its_run_was_requeued_re_adopts_its_living_job(
+    remote_api: Stack,
+) -> None:
+    """Issue 39: a restart slower than run_lost_seconds found its runs requeued, and about 45
+    steps a run were redone. Back run_lost_seconds + 20 s after its kill -9, the worker finds
+    the job training on and the run still queued (no other attempt started): it takes the run
+    back as the same attempt, and every step is stored once."""
+    stack = remote_api
+    worker = stack.start_worker()
+    run_id = submit(stack.api, max_restarts=1, epochs=8, steps=100)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    killed = kill_worker(worker)
+    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
+    assert requeued["status"] == "queued" and "worker lost" in requeued["error"], requeued
+    away = killed + LOST_AFTER + 20 - time.monotonic()
+    holds_for(lambda: bool(job_pids(run_id)), away, what="the job trains on, no worker")
+    assert status_of(stack.api, run_id) == "queued"
+
+    stack.start_worker()
+    back = wait_until(stack.api, run_id, lambda r: r["status"] != "queued", timeout=120)
+    assert back["attempt"] == 1 and "withdrawn" in back["error"], back
+    assert_trained_through(stack, run_id, attempt=1, steps=8 * 100, timeout=300)
 
 
 # The same lifecycle calls on either stack; the broker only carries the requeued task.
@@ -476,3 +518,37 @@ def test_a_cancel_during_an_environment_build_stops_it_within_5_s(stack) -> None
     print(f"cancel -> the build's processes gone and the run cancelled: {took:.2f} s")
     assert took < 5
     assert pip_tree(package) == []
+
+
+def test_a_run_that_needs_no_build_starts_while_two_others_build(stack) -> None:
+    """Issue 39: two runs building a 1,296 s environment held both slots of a worker, and a
+    run that needed no build waited 20+ minutes. Builds hold no run slot now (worker.slots):
+    on a worker with two slots, two runs whose pip is stuck on a wheel that never finishes
+    downloading build on, and a run that needs no environment starts and ends meanwhile."""
+    package = "torchyard-stalling-wheel"
+    with stalling_index(package) as index:
+        stack.start_worker(PIP_INDEX_URL=index.url)
+        config = {
+            "recipe": "tiny_mlp",
+            "params": {"epochs": 1},
+            "resources": {"gpus": 0},
+            "environment": {"requirements": [package]},
+        }
+        exp = stack.api.post("/api/experiments", json={"name": "builds", "config": config})
+        assert exp.status_code == 201, exp.text
+        builds = [
+            stack.api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]
+            for _ in range(2)
+        ]
+        assert index.downloading.wait(timeout=180), (ROOT / "worker-0.log").read_text()[-3000:]
+        for run_id in builds:  # both claimed: one in pip, one waiting for the same build
+            wait_until(stack.api, run_id, lambda r: r["status"] == "running", timeout=60)
+        quick = submit(stack.api, max_restarts=0, epochs=1, steps=5)
+        done = wait_until(stack.api, quick, lambda r: r["status"] in FINISHED, timeout=120)
+        assert done["status"] == "succeeded", done
+        assert [status_of(stack.api, run_id) for run_id in builds] == ["running"] * 2
+        for run_id in builds:
+            assert stack.api.post(f"/api/runs/{run_id}/cancel").status_code == 202
+        for run_id in builds:
+            wait_until(stack.api, run_id, lambda r: r["status"] == "cancelled", timeout=60)
+    wait_for(lambda: pip_tree(package) == [], timeout=30, what="the builds' pip processes gone")

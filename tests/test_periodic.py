@@ -124,4 +124,4 @@ def test_each_process_kind_runs_its_declared_jobs() -> None:
     # Token use is noted by the API's token check only: the API writes it.
     assert worker == api - {"auth.token_use"} | {"worker.host_heartbeat"}
     assert heartbeat_interval(Settings(lease_ttl_seconds=15.0)) == 5.0
-    assert heartbeat_interval(Settings(lease_ttl_seconds=0.3)) == 0.5
+    assert heartbeat_interval(Settings(lease_ttl_seconds=0.3, run_heartbeat_seconds=0.1)) == 0.5

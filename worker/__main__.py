@@ -19,13 +19,32 @@ import sys
 
 from app.broker import celery_app, host_queue
 from app.settings import PRIVATE_UMASK, get_settings
-from worker import tasks  # noqa: F401  (registers the tasks before Celery's own import)
+from worker import (
+    slots,
+    tasks,  # noqa: F401  (registers the tasks before Celery's own import)
+)
 from worker.job_policy import announce_isolation
 from worker.runner import inventory
 
 
 def concurrency() -> int:
     return max(get_settings().worker_concurrency, len(inventory().gpus) + 1)
+
+
+def with_build_threads(argv: list[str]) -> list[str]:
+    """`--concurrency N` is N run slots (worker.slots); Celery gets N more threads for the
+    runs whose environments build meanwhile (env_build_concurrency), which hold no run slot."""
+    runs, rest, args = concurrency(), [], iter(argv)
+    for arg in args:
+        if arg == "--concurrency":
+            runs = int(next(args))
+        elif arg.startswith("--concurrency="):
+            runs = int(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    builds = get_settings().env_build_concurrency
+    slots.configure(runs, builds)
+    return [*rest, "--concurrency", str(runs + builds)]
 
 
 def main(argv: list[str]) -> int:
@@ -37,8 +56,7 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         announce_isolation()
-        if not any(a == "--concurrency" or a.startswith("--concurrency=") for a in argv):
-            argv = [*argv, "--concurrency", str(concurrency())]
+        argv = with_build_threads(argv)
         if not any(a in ("-Q", "--queues") or a.startswith("--queues=") for a in argv):
             # The shared queue, and this host's own: a multi-node run's nodes (app.broker).
             queues = f"{celery_app.conf.task_default_queue},{host_queue(found.host)}"

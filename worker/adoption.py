@@ -70,7 +70,13 @@ def adopt_one(record: JobRecord, host: str) -> tuple[Found, threading.Thread | N
         return adopt_node(record, host, job, limits)
     try:
         with session_scope() as session:
-            run = readopt(session, run_id=record.run_id, attempt=record.attempt, host=host)
+            run = readopt(
+                session,
+                run_id=record.run_id,
+                attempt=record.attempt,
+                host=host,
+                reclaim_gpus=tuple(record.gpus) if alive else None,
+            )
     except Exception as exc:
         if not is_conflict(exc):
             raise

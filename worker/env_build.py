@@ -29,11 +29,14 @@ from pathlib import Path
 
 import psutil
 
+from app.db import session_scope
+from app.experiments.config.model import run_config
+from app.runs.service import queued_config
 from app.runs.state import phase
 from app.settings import get_settings
 from worker import privileged_env
 from worker.db_retry import with_db
-from worker.environments import BuildFailed, Cache, Env, pip_argv
+from worker.environments import BuildFailed, Cache, Env, pip_argv, run_requirements
 from worker.heartbeat import Watched
 from worker.ingest_steps import IngestSteps
 from worker.run_log import note_in_log
@@ -234,6 +237,27 @@ def prepare(run: Watched, *, run_dir: Path, requirements: list[str]) -> Prepared
     note_in_log(run_dir, f"environment {env.key} {what} in {env.seconds:.2f} s: {env.path}")
     log.info("run %s: environment %s %s in %.2f s", run.run_id, env.key, what, env.seconds)
     return Prepared(env, release=building.release)
+
+
+def needs_build(run_id: int) -> bool:
+    """The queued run asks for packages whose environment is not built on this host yet (its
+    config's `environment.requirements`; a code snapshot's requirements.txt is known only
+    once it is unpacked, in the run's slot). worker.slots gives such a run a build place."""
+    with session_scope() as session:
+        config = queued_config(session, run_id=run_id)
+    if config is None:
+        return False
+    try:
+        requirements = run_requirements(run_config(config), None)
+    except Exception:  # a config the start refuses: the run's own start says why
+        return False
+    if not requirements:
+        return False
+    settings = get_settings()
+    cache = Cache(
+        settings.resolved_env_dir, settings.env_cache_max_bytes, settings.job_package_names
+    )
+    return not cache.built(requirements)
 
 
 def _keep_alive(run: Watched, thread: threading.Thread, pip: Pip) -> StopReason | None:

@@ -168,6 +168,11 @@ class Cache:
     def _lock(self, key: str, kind: str) -> Path:
         return self.root / LOCKS / f"{key}.{kind}"
 
+    def built(self, requirements: list[str]) -> bool:
+        """The environment for ``requirements`` is ready on this host: no build to wait for."""
+        base = job_base.ensure(self.root, self.job_packages, self.site_dirs)
+        return (self.root / env_key(requirements, base) / MARKER).is_file()
+
     @contextlib.contextmanager
     def use(self, requirements: list[str], builder: Installer) -> Iterator[Env]:
         """The environment for ``requirements``, built unless it is there, kept from

@@ -21,11 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.db import Session, session_scope
+from app.db import Session, database_locked, session_scope
 from app.runs import nodes
 from app.runs.state import lifecycle
 from app.runs.state.lifecycle import Standing
 from app.settings import get_settings
+from worker.ingest_gate import liveness_turn
 from worker.limits import RunLimits
 
 log = logging.getLogger(__name__)
@@ -67,37 +68,53 @@ class Heartbeat:
     looked at on every check."""
 
     def __init__(self, run: Watched) -> None:
-        settings = get_settings()
         self.run = run
-        self.every = min(settings.lease_ttl_seconds / 5, settings.run_heartbeat_seconds)
+        self.every = get_settings().run_stamp_seconds
         self._last = time.monotonic()
 
     def check(self) -> Standing | None:
         """The attempt's standing, in a unit of work of its own; None when the database could
-        not be asked (it may be briefly away; the spool keeps everything meanwhile)."""
+        not be asked (it may be briefly away; the spool keeps everything meanwhile).
+
+        Written at the head of the ingestion queue (worker.ingest_gate.liveness_turn), and
+        tried again at once when SQLite's lock still refused it (a writer of another process:
+        the API): liveness never waits behind ingestion, so a worker that is alive never
+        looks lost."""
         beat = time.monotonic() - self._last >= self.every
-        try:
-            with session_scope() as session:
-                if self.run.node:  # node k > 0 of a multi-node run: its node's heartbeat
-                    standing = nodes.node_check_in(
-                        session,
-                        run_id=self.run.run_id,
-                        attempt=self.run.attempt,
-                        node=self.run.node,
-                    )
-                else:
-                    standing = lifecycle.check_in(
-                        session,
-                        run_id=self.run.run_id,
-                        attempt=self.run.attempt,
-                        renew_leases=self.run.has_leases,
-                        beat=beat,
-                    )
-        except Exception as exc:
-            log.warning(
-                "run %s: heartbeat failed (%s); retry in the next round", self.run.run_id, exc
+        for tries_left in reversed(range(LOCK_TRIES)):
+            try:
+                with liveness_turn():
+                    standing = self._ask(beat)
+            except Exception as exc:
+                if tries_left and database_locked(exc):
+                    continue
+                log.warning(
+                    "run %s: heartbeat failed (%s); retry in the next round", self.run.run_id, exc
+                )
+                return None
+            if beat:
+                self._last = time.monotonic()
+            return standing
+        return None  # not reached: the last try returns or logs
+
+    def _ask(self, beat: bool) -> Standing:
+        with session_scope() as session:
+            if self.run.node:  # node k > 0 of a multi-node run: its node's heartbeat
+                return nodes.node_check_in(
+                    session,
+                    run_id=self.run.run_id,
+                    attempt=self.run.attempt,
+                    node=self.run.node,
+                )
+            return lifecycle.check_in(
+                session,
+                run_id=self.run.run_id,
+                attempt=self.run.attempt,
+                renew_leases=self.run.has_leases,
+                beat=beat,
             )
-            return None
-        if beat:
-            self._last = time.monotonic()
-        return standing
+
+
+# A check-in refused by SQLite's lock is tried this many times in the round (each try waits
+# up to the busy timeout): a writer of another process held it.
+LOCK_TRIES = 3

@@ -15,7 +15,12 @@ So batches take turns here, in the worker, before they reach the database:
   (``forward_batch_bytes``) every run gets a turn every few tenths of a second;
 - a run whose job has ended (its final drain) goes before the runs still training: its end
   (final status, the viewers' streams closing, the GPUs freed) is never held up by another
-  run's backlog.
+  run's backlog;
+- on SQLite a heartbeat (worker.heartbeat) goes before every batch: the worker's liveness
+  never waits behind ingestion. Left to SQLite's busy handler, it lost the write lock to the
+  next batch over and over (the handler sleeps, the next batch takes the lock the moment the
+  last one commits): with 12 jobs logging flat out, stamps came 60-78 s apart and the reaper
+  failed live runs as "worker lost" (issue 39).
 Between two turns the lock is free while the next batch is read and parsed (pysqlite begins
 the write transaction at the first INSERT), which is when the API's writes get in.
 """
@@ -28,7 +33,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache
 
 from app.db import get_engine
@@ -41,8 +46,9 @@ class NoTurn(TimeoutError):
 class Turn(enum.IntEnum):
     """A batch's place in the queue: lower goes first."""
 
-    ENDING = 0  # the job has ended: its drain, then its final status
-    LIVE = 1  # the job still trains
+    LIVENESS = 0  # a heartbeat: one short UPDATE that says the worker is alive
+    ENDING = 1  # the job has ended: its drain, then its final status
+    LIVE = 2  # the job still trains
 
 
 # Batches forwarded at once per database: SQLite has one writer; on PostgreSQL two overlap
@@ -94,5 +100,15 @@ class IngestGate:
 @lru_cache
 def ingest_gate() -> IngestGate:
     """This process's gate, its width set by the database it writes to."""
-    sqlite = get_engine().dialect.name == "sqlite"
-    return IngestGate(SQLITE_WIDTH if sqlite else SERVER_WIDTH)
+    return IngestGate(SQLITE_WIDTH if _sqlite() else SERVER_WIDTH)
+
+
+def _sqlite() -> bool:
+    return get_engine().dialect.name == "sqlite"
+
+
+def liveness_turn() -> AbstractContextManager[None]:
+    """Where a heartbeat writes from: on SQLite the next turn, ahead of every batch waiting
+    (one writer: a batch holding the lock is the only thing it waits for); on PostgreSQL no
+    turn at all (row locks: a heartbeat never waits for another run's batch)."""
+    return ingest_gate().turn(Turn.LIVENESS) if _sqlite() else nullcontext()

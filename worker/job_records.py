@@ -54,6 +54,9 @@ class JobRecord:
     # the run's own. 0 and 1: a single-host run's job, or node 0's (older records too).
     node: int = 0
     nodes: int = 1
+    # The GPUs its job runs on: a run requeued while no worker watched is taken back on them
+    # (app.runs.state.recovery.readopt).
+    gpus: tuple[int, ...] = ()
 
     @property
     def path(self) -> Path:

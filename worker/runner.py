@@ -48,6 +48,7 @@ from worker import (
     user_cache,
 )
 from worker import code as code_copy
+from worker import slots as worker_slots
 from worker.db_retry import with_db
 from worker.env_build import PipFailed
 from worker.environments import BuildFailed, run_requirements
@@ -146,25 +147,34 @@ class NotRun(enum.Enum):
 
 
 def execute_run(run_id: int) -> RunStatus | NotRun:
-    """Runs the run when the scheduler lets this host start it; returns the status it ended
-    with (queued: handed back to the queue by a worker shutdown), or why it did not run."""
-    started = start(run_id)
-    if started.outcome is StartOutcome.GONE:
-        log.info("run %s is not queued any more; nothing to do", run_id)
-        return NotRun.GONE
-    if started.outcome is StartOutcome.WAIT:
-        log.debug("run %s waits: %s", run_id, started.reason)
+    """Runs the run when the scheduler lets this host start it and this worker has a place
+    for it (worker.slots: a run slot, or a build place when its environment must be built
+    first); returns the status it ended with (queued: handed back to the queue by a worker
+    shutdown), or why it did not run."""
+    place = worker_slots.slots()
+    claim = place.claim(needs_build=env_build.needs_build(run_id)) if place else None
+    if place is not None and claim is None:
+        log.debug("run %s waits: no free slot on this worker", run_id)
         return NotRun.WAITING
-    role = NodeRole(0, len(started.nodes)) if started.nodes else None
-    try:
-        with contextlib.ExitStack() as held:  # the run's environment, until its job has ended
-            return _execute_claimed(run_id, started, held, role)
-    except Exception as exc:
-        # A claimed run must never stay "running" because the worker itself failed. Its job,
-        # if it was spawned, is stopped already (JobProcess's block), so the GPUs are free.
-        log.exception("run %s: the worker failed while running it", run_id)
-        error = f"worker error: {exc!r}"
-        return finish(run_id, RunStatus.failed, None, error, attempt=started.attempt)
+    with contextlib.ExitStack() as held:  # the run's place, then its environment
+        if claim is not None:
+            held.callback(claim.release)
+        started = start(run_id)
+        if started.outcome is StartOutcome.GONE:
+            log.info("run %s is not queued any more; nothing to do", run_id)
+            return NotRun.GONE
+        if started.outcome is StartOutcome.WAIT:
+            log.debug("run %s waits: %s", run_id, started.reason)
+            return NotRun.WAITING
+        role = NodeRole(0, len(started.nodes)) if started.nodes else None
+        try:
+            return _execute_claimed(run_id, started, held, role, claim)
+        except Exception as exc:
+            # A claimed run must never stay "running" because the worker itself failed. Its
+            # job, if it was spawned, is stopped already (JobProcess's block): the GPUs are free.
+            log.exception("run %s: the worker failed while running it", run_id)
+            error = f"worker error: {exc!r}"
+            return finish(run_id, RunStatus.failed, None, error, attempt=started.attempt)
 
 
 def execute_node(run_id: int, attempt: int, node: int) -> RunStatus | None:
@@ -197,7 +207,11 @@ def execute_node(run_id: int, attempt: int, node: int) -> RunStatus | None:
 
 
 def _execute_claimed(
-    run_id: int, claimed: StartResult, held: contextlib.ExitStack, role: NodeRole | None = None
+    run_id: int,
+    claimed: StartResult,
+    held: contextlib.ExitStack,
+    role: NodeRole | None = None,
+    place: worker_slots.Claim | None = None,
 ) -> RunStatus:
     """Claimed by this host: the whole run, or (`role`) one node of a multi-node run."""
     settings = get_settings()
@@ -260,6 +274,8 @@ def _execute_claimed(
             error = f"could not build the run's environment: {error}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     held.callback(prepared.release)
+    if place is not None:  # built (or found): the run's build place becomes a run slot
+        place.built()
     if prepared.stopped is not None:
         return stopped_before_start(watched, prepared.stopped)
     # Every job runs on the job base (never the worker's own packages), or on its own

@@ -10,7 +10,7 @@ from worker.runner import heartbeat_host
 
 
 def heartbeat_interval(settings: Settings) -> float:
-    return max(0.5, settings.lease_ttl_seconds / 3)
+    return settings.host_heartbeat_seconds
 
 
 HOST_HEARTBEAT = declare(

@@ -55,6 +55,7 @@ def remember(job: JobProcess, run: Watched, *, host: str, nodes: int = 1) -> Non
             limits=asdict(run.limits) if run.limits is not None else None,
             node=run.node or 0,
             nodes=nodes,
+            gpus=run.gpus,
         ).save()
     if run.node:
         return

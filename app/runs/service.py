@@ -305,3 +305,12 @@ def _chunks(f: BinaryIO) -> Iterator[bytes]:
 
 def log_path(run_id: int) -> Path:
     return RunPaths(run_dir(run_id)).log
+
+
+def queued_config(session: Session, *, run_id: int) -> dict[str, Any] | None:
+    """The config of a run while it is queued (None otherwise): what a worker looks at before
+    it starts the run, e.g. whether its environment must be built first (worker.slots)."""
+    row = session.execute(
+        select(Run.config).where(Run.id == run_id, Run.status == RunStatus.queued)
+    ).one_or_none()
+    return dict(row.config or {}) if row is not None else None

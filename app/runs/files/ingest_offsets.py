@@ -71,6 +71,16 @@ def advance_tensorboard(session: Session, *, run_id: int, offsets: Mapping[str, 
         session.flush()
 
 
+def rewind_spool(session: Session, *, run_id: int) -> None:
+    """The spool is read again from its start: an attempt re-adopted after a requeue dropped
+    its points past the checkpoint (app.runs.state.recovery.readopt). Points stored already are
+    kept as they are (unique per key and step), the dropped ones come back from the spool."""
+    run = session.get(Run, run_id)
+    if run is not None:
+        run.metrics_offset = 0
+        session.flush()
+
+
 def restart(session: Session, *, run_id: int, tensorboard: Mapping[str, int]) -> None:
     """A new attempt of the run: its spool starts over (the old one is set aside), and the
     event files are taken as read up to ``tensorboard`` (their sizes now): what the last

@@ -371,6 +371,23 @@ def requeue(
     return done
 
 
+def reclaim(
+    session: Session, *, run_id: int, attempt: int, host: str, gpu_indices: str, now: datetime
+) -> bool:
+    """queued as attempt + 1 -> running as `attempt` on `host` (its last), no cancel asked: a
+    reaper requeued it while its worker restarted, and the job trains on (app.runs.state.
+    recovery.readopt). Its queued message then finds it running and does nothing."""
+    back = update(Run).where(Run.id == run_id, Run.status == RunStatus.queued)
+    back = back.where(Run.attempt == attempt + 1, Run.worker_host == host, ~Run.cancel_requested)
+    why = f"attempt {attempt + 1} withdrawn: attempt {attempt}'s job trained on, re-adopted"
+    return took_effect(
+        session,
+        back.values(status=RunStatus.running, attempt=attempt, heartbeat_at=now, error=why).values(
+            gpu_indices=gpu_indices, training_started_at=now
+        ),
+    )
+
+
 def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> CancelOutcome:
     """A queued run ends here and now; a running one is marked, and its worker (which polls
     `cancel_requested`) stops every process of it and finishes it cancelled."""

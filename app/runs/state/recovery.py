@@ -27,6 +27,7 @@ from app.gpus.leases import retake_leases
 from app.metrics.ingest import drop_points
 from app.metrics.models import MetricKey
 from app.metrics.summary import recompute_summaries
+from app.runs.files import ingest_offsets
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.runs.state import lifecycle
 from app.runs.state.lifecycle import WORKER_LOST
@@ -161,16 +162,36 @@ class Readopted:
 
 
 def readopt(
-    session: Session, *, run_id: int, attempt: int, host: str, now: datetime | None = None
+    session: Session,
+    *,
+    run_id: int,
+    attempt: int,
+    host: str,
+    now: datetime | None = None,
+    reclaim_gpus: tuple[int, ...] | None = None,
 ) -> Readopted | None:
     """A job left training by the previous worker on `host` (worker.adoption): while its run
     still runs as `attempt`, the run heartbeats again and gets back any lease that expired
     meanwhile (a GPU another run took refuses the whole unit of work at the flush); None when
-    the run is not that attempt's any more."""
+    the run is not that attempt's any more.
+
+    ``reclaim_gpus`` (the job is alive, on these GPUs): a run a reaper requeued meanwhile (the
+    restart took longer than run_lost_seconds) is taken back as `attempt` while no other
+    attempt has started (lifecycle.reclaim), and its spool is read again from the start to
+    bring back the points the requeue dropped past its checkpoint: the training goes on, no
+    step is redone (issue 39)."""
+    now = now or utcnow()
     run = session.get(Run, run_id, populate_existing=True)
+    if run is not None and reclaim_gpus is not None and run.status == RunStatus.queued:
+        gpu_indices = ",".join(str(i) for i in reclaim_gpus)
+        if lifecycle.reclaim(
+            session, run_id=run_id, attempt=attempt, host=host, gpu_indices=gpu_indices, now=now
+        ):
+            ingest_offsets.rewind_spool(session, run_id=run_id)
+            log.warning("run %s: attempt %d re-adopted; its requeue withdrawn", run_id, attempt)
+            run = session.get(Run, run_id, populate_existing=True)
     if run is None or run.status != RunStatus.running or run.attempt != attempt:
         return None
-    now = now or utcnow()
     gpus = [int(i) for i in (run.gpu_indices or "").split(",") if i]
     retake_leases(session, run_id=run_id, host=host, indices=gpus, now=now)
     lifecycle.heartbeat(session, run_id=run_id, attempt=attempt, renew_leases=bool(gpus), now=now)
