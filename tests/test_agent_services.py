@@ -20,8 +20,8 @@ from app.metrics.ingest import ingest_points
 from app.metrics.system_series import series_start
 from app.runs.models import Run
 from app.runs.state import lifecycle
+from app.runs.state.answers import CancelOutcome, Standing
 from app.runs.state.attempts import restart_spool
-from app.runs.state.lifecycle import Standing
 from app.runs.state.notices import note_ingest_error
 from app.runs.state.recovery import HandoverOutcome, Readopted, hand_over_attempt, readopt
 from app.runs.state.status import RunStatus
@@ -92,7 +92,7 @@ def test_check_in_renews_the_runs_leases_with_the_beat(sessions: Sessions) -> No
 def test_a_requested_cancel_is_the_answer_even_once_the_run_ended(sessions: Sessions) -> None:
     run_id = started(sessions)
     with sessions.begin() as session:
-        assert lifecycle.cancel(session, run_id=run_id) is lifecycle.CancelOutcome.REQUESTED
+        assert lifecycle.cancel(session, run_id=run_id) is CancelOutcome.REQUESTED
     assert check_in(sessions, run_id, beat=True) is Standing.CANCEL_REQUESTED
     with sessions.begin() as session:
         assert lifecycle.finish(

@@ -1,5 +1,5 @@
 """The run's check-in (worker/heartbeat.py), which the one supervision loop asks every round
-(worker/supervision.py): its answer is explicit (app.runs.state.lifecycle.Standing) and the loop
+(worker/supervision.py): its answer is explicit (app.runs.state.answers.Standing) and the loop
 over a job (worker.watch) acts on it, with a real job process and the suite's database."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sqlalchemy import update
 from app.db import session_scope
 from app.runs.models import Run
 from app.runs.state import lifecycle
-from app.runs.state.lifecycle import Standing
+from app.runs.state.answers import CancelOutcome, Standing
 from app.timeutil import utcnow
 from tests.factories import make_run
 from torchyard.contract import JOB_TOKEN_VAR, METRICS_FILE
@@ -107,6 +107,6 @@ def test_the_watch_loop_stops_the_job_of_a_cancelled_run(tmp_path: Path) -> None
     run = started_run(tmp_path)
     with job_waiting_for(tmp_path, tmp_path / "never") as job:
         with session_scope() as session:
-            assert lifecycle.cancel(session, run_id=run.run_id) is lifecycle.CancelOutcome.REQUESTED
+            assert lifecycle.cancel(session, run_id=run.run_id) is CancelOutcome.REQUESTED
         assert watch(run, job, interval=0.05, grace=1.0) is StopReason.CANCEL
         assert job.poll() is not None

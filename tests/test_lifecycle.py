@@ -16,7 +16,7 @@ import app.models as models
 from app.gpus.models import GpuLease
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle, phase
-from app.runs.state.lifecycle import CancelOutcome
+from app.runs.state.answers import CancelOutcome
 from app.runs.state.recovery import HandoverOutcome, hand_over, readopt
 from app.timeutil import utcnow
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on

@@ -11,7 +11,7 @@ from app.auth.models import User
 from app.db import session_scope
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
-from app.runs.state.lifecycle import CancelOutcome
+from app.runs.state.answers import CancelOutcome
 from app.runs.state.recovery import reap_lost_runs
 from app.timeutil import utcnow
 from tests.conftest import make_user

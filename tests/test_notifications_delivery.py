@@ -25,6 +25,7 @@ from app.notifications.schemas import NotificationSettingsIn
 from app.notifications.triggers import PeriodicChecks, check_stalled
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
+from app.runs.state.answers import WORKER_LOST
 from app.settings import get_settings
 from app.timeutil import utcnow
 from tests.conftest import make_user
@@ -303,7 +304,7 @@ def test_a_worker_lost_guess_corrected_by_its_job_s_exit_sends_only_the_final_ou
         corrected, uncorrected = running_run(owner), running_run(owner)
         with session_scope() as session:
             for run_id in (corrected, uncorrected):
-                reason = f"{lifecycle.WORKER_LOST}: no heartbeat for 60 s"
+                reason = f"{WORKER_LOST}: no heartbeat for 60 s"
                 assert lifecycle.fail(session, run_id=run_id, attempt=1, reason=reason)
         deliver_due()  # the guesses are held: nothing goes out yet
         assert hook.requests == []

@@ -12,7 +12,7 @@ import app.models as models
 from app.gpus.service import touch_host
 from app.runs import nodes
 from app.runs.models import RunStatus
-from app.runs.state.lifecycle import Standing
+from app.runs.state.answers import Standing
 from app.timeutil import utcnow
 
 

@@ -15,7 +15,8 @@ from app.auth.models import User
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease
 from app.runs.models import Run, RunStatus
-from app.runs.state.lifecycle import CancelOutcome, cancel, queue
+from app.runs.state.answers import CancelOutcome
+from app.runs.state.lifecycle import cancel, queue
 from tests.conftest import processes_in
 from tests.databases import KINDS, own_database
 from torchyard.contract import LOG_FILE

@@ -15,7 +15,7 @@ import psutil
 from app.db import session_scope
 from app.runs.models import Run, RunNode
 from app.runs.state import lifecycle
-from app.runs.state.lifecycle import Standing
+from app.runs.state.answers import CancelOutcome, Standing
 from app.runs.state.status import RunStatus
 from tests.test_cgroups import HIERARCHY, needs_cgroups
 from tests.test_heartbeat import started_run
@@ -90,7 +90,7 @@ def test_a_cancel_during_a_step_before_the_job_is_acted_on(tmp_path: Path) -> No
 
     def step() -> str:
         with session_scope() as session:
-            assert lifecycle.cancel(session, run_id=run.run_id) is lifecycle.CancelOutcome.REQUESTED
+            assert lifecycle.cancel(session, run_id=run.run_id) is CancelOutcome.REQUESTED
         assert cancel_seen.wait(timeout=30)
         return "unpacked"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from app.db import Session, database_locked, session_scope
 from app.runs import nodes
 from app.runs.state import lifecycle
-from app.runs.state.lifecycle import Standing
+from app.runs.state.answers import Standing
 from app.settings import get_settings
 from worker.ingest_gate import liveness_turn
 from worker.limits import RunLimits

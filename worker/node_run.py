@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from app.db import session_scope
 from app.runs import nodes
 from app.runs.nodes import NodeFailure
-from app.runs.state.lifecycle import Standing
+from app.runs.state.answers import Standing
 from app.runs.state.status import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths

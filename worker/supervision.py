@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from app.runs.state.lifecycle import Standing
+from app.runs.state.answers import Standing
 from app.settings import get_settings
 from worker.backoff import Backoff
 from worker.heartbeat import Watched, stops_as_cancelled

@@ -37,7 +37,7 @@ from app.experiments.config.model import run_config
 from app.gpus.models import WorkerHost
 from app.runs.models import Run, RunNode, RunStatus
 from app.runs.state import lifecycle
-from app.runs.state.lifecycle import Standing
+from app.runs.state.answers import Standing
 from app.timeutil import as_utc, utcnow
 
 NodePlacement = tuple[str, tuple[int, ...]]  # (host, GPU indices): app.gpus.scheduler's

@@ -23,7 +23,7 @@ from app.runs.files.job_files import FileRefused, clean_relative, is_regular, op
 from app.runs.models import Checkpoint, Run, RunStatus, RunTag
 from app.runs.schemas import RunPatch
 from app.runs.state import lifecycle
-from app.runs.state.lifecycle import CancelOutcome
+from app.runs.state.answers import CancelOutcome
 from app.settings import get_settings
 from app.timeutil import utcnow
 from app.users import ceilings, quota

@@ -18,7 +18,6 @@ Functions take the caller's session and flush, never commit."""
 
 from __future__ import annotations
 
-import enum
 import logging
 from datetime import datetime
 from typing import Any
@@ -31,29 +30,11 @@ from app.gpus.leases import heartbeat_leases, release_leases
 from app.notifications.triggers import run_ended
 from app.runs.models import Run, RunStatus
 from app.runs.query.params import record_config
+from app.runs.state.answers import WORKER_LOST, CancelOutcome, Standing
 from app.runs.state.dispatch import enqueue_run, next_message
 from app.timeutil import utcnow
 
 log = logging.getLogger(__name__)
-
-# A reaper's reason for a run whose worker stopped heartbeating (app.runs.state.recovery): a guess,
-# which the attempt's job, if its worker comes back with its exit status, overrules (settle).
-WORKER_LOST = "worker lost"
-
-
-class Standing(enum.Enum):
-    """A worker's check-in answer about the attempt it trains (check_in)."""
-
-    OWNED = "owned"  # still running as this attempt: train on
-    CANCEL_REQUESTED = "cancel requested"  # its cancel was asked for: stop the job
-    DELETED = "deleted"  # the run is gone: nothing to train for
-    NOT_OWNED = "not owned"  # handed over (requeued, failed, finished): not this attempt's
-
-
-class CancelOutcome(enum.Enum):
-    CANCELLED = "cancelled"  # it was queued: cancelled here and now
-    REQUESTED = "requested"  # it is running: its worker stops the job, then finishes it
-    FINISHED = "finished"  # it had already ended: nothing to cancel
 
 
 def took_effect(session: Session, stmt: Update) -> bool:

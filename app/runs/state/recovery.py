@@ -30,7 +30,7 @@ from app.metrics.summary import recompute_summaries
 from app.runs.files import ingest_offsets
 from app.runs.models import Checkpoint, Run, RunStatus
 from app.runs.state import lifecycle
-from app.runs.state.lifecycle import WORKER_LOST
+from app.runs.state.answers import WORKER_LOST
 from app.timeutil import as_utc, utcnow
 from torchyard.contract import SYSTEM_KEY_PREFIX
 
