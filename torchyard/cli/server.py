@@ -61,14 +61,15 @@ def serve(
         typer.Option(help="port the API listens on [default: TORCHYARD_PORT, else 8000]"),
     ] = None,
     processes: Annotated[
-        int,
+        int | None,
         typer.Option(
-            envvar="TORCHYARD_API_PROCESSES",
             min=1,
             max=64,
-            help="API server processes on the one port (plus a warmed spare)",
+            help="API server processes on the one port, plus a warmed spare "
+            "[default: TORCHYARD_API_PROCESSES, else 1]",
+            show_default=False,
         ),
-    ] = 1,
+    ] = None,
 ) -> None:
     """Serve the API alone (docker-compose.yml's api; run `torchyard db upgrade` first): its
     server processes and their spare, supervised as `up` does; SIGTERM stops them."""

@@ -114,12 +114,13 @@ def up(host: str, port: int | None) -> int:
         pool.close()
 
 
-def serve(host: str, port: int | None, processes: int) -> int:
+def serve(host: str, port: int | None, processes: int | None) -> int:
     """The API alone (docker-compose.yml's api; the schema is upgraded before, by `torchyard db
     upgrade`): `processes` servers and their spare, supervised like `up`'s until SIGTERM."""
     os.umask(PRIVATE_UMASK)
     settings = get_settings()
     port = port or settings.port
+    processes = processes or settings.api_processes
     settings.make_data_dir()
     metrics_dir_for(settings.resolved_data_dir)
     pool = servers(host, port, processes, API_FACTORY)
