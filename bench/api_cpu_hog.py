@@ -124,10 +124,13 @@ def measure(stack: str, folder: Path, args: argparse.Namespace) -> dict[str, Any
                 load.run_id, load.exp_id = run_id, exp_id
                 load.start()
             queue = [runnable()]
+
+            def half_done() -> bool:
+                queue.append(runnable())
+                return sum(x.done for x in loads) >= args.requests // 2
+
             wait_for(
-                lambda: (
-                    queue.append(runnable()) or sum(x.done for x in loads) >= args.requests // 2
-                ),
+                half_done,
                 timeout=600,
                 every=0.2,
                 what="half the requests answered",

@@ -202,8 +202,13 @@ def test_under_a_cpu_hog_nothing_is_dropped_and_the_spare_answers_a_sigterm_with
                 load.run_id, load.exp_id = run_id, int(first.json()["id"])
                 load.start()
             queue = [runnable()]
+
+            def half_done() -> bool:
+                queue.append(runnable())
+                return sum(x.done for x in loads) >= REQUESTS // 2
+
             wait_for(
-                lambda: queue.append(runnable()) or sum(x.done for x in loads) >= REQUESTS // 2,
+                half_done,
                 timeout=120,
                 every=0.2,
                 what="half the requests answered",

@@ -73,7 +73,7 @@ class Spare:
     def start(self) -> None:
         ours, theirs = socket.socketpair()
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=theirs, pass_fds=self.pass_fds)
+            self.proc = subprocess.Popen(self.argv, stdin=theirs.fileno(), pass_fds=self.pass_fds)
         except BaseException:
             ours.close()
             raise
