@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     # The longest life a token made through POST /api/tokens (or the account page) may ask
     # for; a token made with a token also never outlives the one that made it.
     token_max_ttl_hours: Hours = 24 * 90
+    # API server processes of `torchyard serve` (docker-compose.yml's api) on its one port,
+    # beside their warmed spare (torchyard/compose/supervisor.py); `up` runs one.
+    api_processes: int = Field(default=1, ge=1, le=64)
     # The highest run priority a non-admin may set (422 above it); admins: up to 1000.
     max_user_priority: int = Field(default=10, ge=-1000, le=1000)
     # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (comma-separated

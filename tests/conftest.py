@@ -115,6 +115,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
         "test_api_shutdown",  # SIGTERM ends the streams (its own SQLite server)
+        "test_supervisor_cpu_hog",  # the serving path under a CPU hog (its own SQLite server)
         "test_e2e_code",  # a job in its own copy of a snapshot (snapshots: test_code_snapshots)
         "test_e2e_config_env",  # a config's env in the job's process (launcher, sandbox)
         "test_e2e_ddp",  # torchrun: one run of 2 ranks against 1 process

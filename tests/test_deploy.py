@@ -49,7 +49,6 @@ CONTAINER_VARIABLES = {
     "REDIS_BIND",
     "REDIS_PASSWORD",
     "API_BIND",
-    "UVICORN_WORKERS",
 }
 
 
@@ -121,17 +120,19 @@ def test_startup_order_waits_for_healthy_services(services: dict[str, Any]) -> N
     assert services["worker"]["depends_on"]["api"]["condition"] == "service_healthy"
 
 
-def test_api_upgrades_the_schema_then_starts_uvicorn_with_several_workers(
+def test_api_upgrades_the_schema_then_serves_as_up_does_with_several_processes(
     services: dict[str, Any],
 ) -> None:
+    """`torchyard serve`: the supervisor of `up` (a warmed spare, no health-ping kills), not
+    uvicorn's --workers (issue 39)."""
     command = command_text(services["api"])
-    upgrade, uvicorn = command.find("torchyard db upgrade"), command.find("uvicorn ")
-    assert 0 <= upgrade < uvicorn, command
+    upgrade, serve = command.find("torchyard db upgrade"), command.find("torchyard serve ")
+    assert 0 <= upgrade < serve, command
     # `&&`: a failed migration must not start a server
-    assert "&&" in command[upgrade:uvicorn], command
-    assert "app.main:create_app --factory" in command
+    assert "&&" in command[upgrade:serve], command
+    assert "uvicorn" not in command and "--workers" not in command
     assert "--host 0.0.0.0" in command and "--port 8000" in command
-    assert "--workers" in command
+    assert services["api"]["environment"]["TORCHYARD_API_PROCESSES"].endswith(":-4}")
     assert any(
         str(p).endswith(":8000:8000") or str(p) == "8000:8000" for p in services["api"]["ports"]
     )

@@ -148,3 +148,32 @@ def test_run_on_missing_experiment_is_404(client, user_headers) -> None:
     r = client.post("/api/experiments/999999/runs", json={}, headers=user_headers)
     assert r.status_code == 404 and "experiment 999999 not found" in r.json()["detail"]
     assert count(Run) == before
+
+
+def test_an_experiment_created_with_its_run_commits_both(client, user_headers) -> None:
+    r = client.post(
+        "/api/experiments",
+        json={"name": "atomic", "config": digits(epochs=1), "run": {"priority": 3}},
+        headers=user_headers,
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["run"]["status"] == "queued" and body["run"]["experiment_id"] == body["id"]
+    assert body["run"]["priority"] == 3 and body["run_count"] == 1
+    runs = client.get(f"/api/experiments/{body['id']}/runs", headers=user_headers).json()
+    assert [run["id"] for run in runs] == [body["run"]["id"]]
+
+
+def test_a_submission_whose_run_is_refused_leaves_no_experiment(client, user_headers) -> None:
+    """Issue 39: the experiment and its run were two requests, and a run refused (or a request
+    cut) after the first left an experiment with no run. One request, one transaction now."""
+    before = count(Experiment)
+    r = client.post(
+        "/api/experiments",
+        json={"name": "orphan", "config": digits(epochs=1), "run": {"priority": 11}},
+        headers=user_headers,
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "run", "priority"], r.text
+    assert "TORCHYARD_MAX_USER_PRIORITY" in r.text
+    assert count(Experiment) == before

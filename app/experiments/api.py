@@ -10,9 +10,16 @@ from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.experiments import service
 from app.experiments.models import Experiment
-from app.experiments.schemas import ExperimentCreate, ExperimentOut, ExperimentPatch
+from app.experiments.schemas import (
+    ExperimentCreate,
+    ExperimentCreated,
+    ExperimentOut,
+    ExperimentPatch,
+)
 from app.http_errors import error_responses
 from app.ownership import OwnedExperiment, Writer
+from app.runs import service as runs
+from app.runs.files.out import run_outs
 from app.runs.streams.page_events import Snapshot, StreamUser, experiment_digest, page_stream
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner
@@ -25,14 +32,32 @@ OWNED = error_responses(403, 404)
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=ExperimentOut,
+    response_model=ExperimentCreated,
     # 400: a body that is not even JSON text; 403: a viewer, or a cookie session without the
     # CSRF token
     responses=error_responses(400, 403),
 )
-def create_experiment(data: ExperimentCreate, session: SessionDep, user: Writer) -> ExperimentOut:
+def create_experiment(
+    data: ExperimentCreate, session: SessionDep, user: Writer
+) -> ExperimentCreated:
+    """With `run`, the experiment's first run is queued in the same transaction: a refused run
+    (a 422, a quota) leaves no experiment behind, and a request cut before its commit leaves
+    neither."""
     experiment = service.create_experiment(session, owner=user, data=data)
-    return service.to_out(session, [experiment])[0]
+    run = None
+    if data.run is not None:
+        run = runs.create_run(
+            session,
+            experiment=experiment,
+            owner=user,
+            overrides=data.run.overrides,
+            priority=data.run.priority,
+            loc=("body", "run"),
+        )
+    out = service.to_out(session, [experiment])[0]
+    return ExperimentCreated(
+        **out.model_dump(), run=run_outs(session, [run])[0] if run is not None else None
+    )
 
 
 @router.get("", response_model=list[ExperimentOut])

@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.runs.schemas import RunCreate, RunOut
 from app.timeutil import UtcDateTime
 
 
@@ -14,6 +15,10 @@ class ExperimentCreate(BaseModel):
     description: str = Field("", max_length=10_000)
     # Validated against the recipe catalog by experiments.config (errors under body.config.*).
     config: dict[str, Any]
+    # The experiment's first run, queued in the same transaction: a submission (`torchyard
+    # submit`) either commits with its run or not at all. Two requests (the experiment, then
+    # its run) left an experiment without a run when the second was cut or refused (issue 39).
+    run: RunCreate | None = None
 
 
 class BestChoice(BaseModel):
@@ -56,3 +61,10 @@ class ExperimentOut(BaseModel):
     disk_bytes: int = 0
     # The experiment's own best metric (null: none chosen; see ExperimentPatch).
     best: BestChoice | None = None
+
+
+class ExperimentCreated(ExperimentOut):
+    """POST /api/experiments' answer: the experiment, and its first run when the body asked
+    for one (null otherwise)."""
+
+    run: RunOut | None = None

@@ -63,15 +63,6 @@ def create_run(
     data: RunCreate | None = None,
 ) -> RunOut:
     data = data or RunCreate()
-    ceiling = get_settings().max_user_priority
-    if data.priority > ceiling and not user.is_admin:
-        raise Invalid.at(
-            ["body", "priority"],
-            f"priority may be at most {ceiling} (TORCHYARD_MAX_USER_PRIORITY) for a non-admin:"
-            " ask an admin to raise it",
-            data.priority,
-            kind="less_than_equal",
-        )
     run = service.create_run(
         session,
         experiment=experiment,

@@ -37,15 +37,27 @@ def create_run(
     owner: User,
     overrides: dict[str, Any],
     priority: int = 0,
+    loc: tuple[str, ...] = ("body",),
 ) -> Run:
+    """A queued run of `experiment`, flushed in the caller's transaction. ``loc``: where the
+    run's fields sit in the request body (a submission's `run`, or the body itself)."""
+    ceiling = get_settings().max_user_priority
+    if priority > ceiling and not owner.is_admin:
+        raise Invalid.at(
+            [*loc, "priority"],
+            f"priority may be at most {ceiling} (TORCHYARD_MAX_USER_PRIORITY) for a non-admin:"
+            " ask an admin to raise it",
+            priority,
+            kind="less_than_equal",
+        )
     config = validate_config(
-        deep_merge(experiment.config, overrides), loc_prefix=("body", "overrides"), session=session
+        deep_merge(experiment.config, overrides), loc_prefix=(*loc, "overrides"), session=session
     )
-    gpus_loc = ("body", "overrides", "resources", "gpus")
+    gpus_loc = (*loc, "overrides", "resources", "gpus")
     refuse_if_never_startable(session, config=config, loc=gpus_loc)
-    quota.refuse_run(session, owner, ("body",))
+    quota.refuse_run(session, owner, loc)
     asked = overrides.get("resources")
-    config = ceilings.hold(session, owner, config, ("body", "overrides"), asked)
+    config = ceilings.hold(session, owner, config, (*loc, "overrides"), asked)
     return lifecycle.queue(
         session,
         experiment_id=experiment.id,

@@ -174,30 +174,18 @@ import {api, pages} from "./lib/urls.js";
       return;
     }
     button.disabled = true;
-    status.textContent = "Creating the experiment…";
+    status.textContent = "Creating the experiment and its first run…";
     try {
-      const created = await call("POST", api.experiments(), buildBody());
+      // One request: the experiment commits with its first run or not at all (issue 39).
+      const created = await call("POST", api.experiments(), {...buildBody(), run: {overrides: {}}});
       if (!created.ok) {
         if (created.status === 422) showErrors(created.body);
         else showFormError(`Could not create the experiment (${created.status}): ${errorText(created.body)}`);
         status.textContent = "";
         return;
       }
-      status.textContent = "Launching its first run…";
-      const launched = await call("POST", api.experimentRuns(created.body.id), {overrides: {}});
-      if (!launched.ok) {
-        formError.hidden = false;
-        formError.innerHTML = "";
-        formError.append(`The experiment was created, but its run did not start: ${errorText(launched.body)} `);
-        const link = document.createElement("a");
-        link.href = `/experiments/${created.body.id}`;
-        link.textContent = "Open the experiment to launch it.";
-        formError.append(link);
-        status.textContent = "";
-        return;
-      }
       status.textContent = "Opening the run…";
-      window.location.assign(pages.run(launched.body.id));
+      window.location.assign(pages.run(created.body.run.id));
     } finally {
       button.disabled = false;
     }

@@ -158,12 +158,19 @@ def submit(
             )
         if experiment is None:
             assert spec is not None
-            body = {"name": name or spec.name, "description": spec.description, "config": config}
-            experiment = int(api.json(ep.EXPERIMENT_CREATE(), json=body)["id"])
-            body = {"overrides": {}, "priority": priority}
+            # One request, one transaction: the experiment commits with its run or not at all
+            # (issue 39: a second request cut or refused left an experiment without a run).
+            body = {
+                "name": name or spec.name,
+                "description": spec.description,
+                "config": config,
+                "run": {"overrides": {}, "priority": priority},
+            }
+            created = api.json(ep.EXPERIMENT_CREATE(), json=body)
+            experiment, run = int(created["id"]), created["run"]
         else:
             body = {"overrides": config, "priority": priority}
-        run = api.json(ep.EXPERIMENT_RUN_CREATE(experiment_id=experiment), json=body)
+            run = api.json(ep.EXPERIMENT_RUN_CREATE(experiment_id=experiment), json=body)
         _run_created(api, run, f"experiment {experiment}", quiet)
         _follow_or_exit(api, int(run["id"]), follow)
 

@@ -1,4 +1,5 @@
-"""Server-side commands: `up` (server + one worker), `worker`, `db upgrade|current`.
+"""Server-side commands: `up` (server + one worker), `serve` (the API alone), `worker`,
+`db upgrade|current`.
 
 These run on the machine that hosts torchyard. Only their options are declared here: their
 work is the composition root's (torchyard.compose), imported inside each command after
@@ -53,6 +54,31 @@ def up(
     raise typer.Exit(stack.up(host, port))
 
 
+def serve(
+    host: Annotated[str, typer.Option(help="address the API binds to")] = "127.0.0.1",
+    port: Annotated[
+        int | None,
+        typer.Option(help="port the API listens on [default: TORCHYARD_PORT, else 8000]"),
+    ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="API server processes on the one port, plus a warmed spare "
+            "[default: TORCHYARD_API_PROCESSES, else 1]",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve the API alone (docker-compose.yml's api; run `torchyard db upgrade` first): its
+    server processes and their spare, supervised as `up` does; SIGTERM stops them."""
+    require_server_stack()
+    from torchyard.compose import stack
+
+    raise typer.Exit(stack.serve(host, port, processes))
+
+
 def worker(
     concurrency: Annotated[
         int, typer.Option(help="worker threads (0: the configured value, at least GPUs + 1)")
@@ -84,5 +110,6 @@ def register(app: typer.Typer) -> None:
     """Add the server commands to the `torchyard` app, in their own help panel."""
     panel = "Server (on the torchyard host)"
     app.command(rich_help_panel=panel)(up)
+    app.command(rich_help_panel=panel)(serve)
     app.command(rich_help_panel=panel)(worker)
     app.command(rich_help_panel=panel)(db)

@@ -1,5 +1,6 @@
-"""The command lines of the processes `torchyard up` starts: the API server (uvicorn on the
-host API's factory) and the Celery worker, each its own process. Standard library only: the
+"""The command lines of the processes `torchyard up` and `torchyard serve` start: the API servers
+and their spare (uvicorn on an API factory, torchyard/compose/serving.py) and the Celery
+worker, each its own process. Standard library only: the
 test stacks and benchmarks build the same processes from here."""
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # The API of a machine that keeps run directories: app.main's app with this host's view of its
 # jobs given to the reaper (torchyard/compose/api.py says why); named, never imported, here.
 HOST_API_FACTORY = "torchyard.compose.api:create_app"
+# The word on a spare's stdin that makes it serve (torchyard/compose/standby.py).
+SPARE_WORD = "serve"
+# The API of a machine without run directories (docker-compose.yml's api, `torchyard serve`).
+API_FACTORY = "app.main:create_app"
 
 
 def worker_argv(concurrency: int = 0) -> list[str]:
@@ -42,8 +47,10 @@ def worker_argv(concurrency: int = 0) -> list[str]:
 
 
 def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
-    """uvicorn serving the app; `workers` > 1 forks that many server processes (as
-    docker-compose.yml's api service does, UVICORN_WORKERS)."""
+    """uvicorn's CLI serving the host API on its own port, unsupervised: what the test stacks
+    start as "a server process". `workers` > 1: uvicorn's own multi-process supervisor, as
+    docker-compose.yml's api ran it before issue 39 (bench/api_cpu_hog.py's baseline); the
+    product serves through torchyard/compose/supervisor.py instead (serving_argv)."""
     return [
         sys.executable,
         "-P",
@@ -72,7 +79,28 @@ def server_argv(host: str, port: int, workers: int = 1) -> list[str]:
     ]
 
 
-def standby_argv(host: str, port: int) -> list[str]:
-    """The server's spare (torchyard/compose/standby.py): server_argv's uvicorn arguments,
-    served only when `up`'s supervisor says so."""
-    return [sys.executable, "-P", "-m", "torchyard.compose.standby", *server_argv(host, port)[4:]]
+def serving_argv(app: str, fd: int, notify_fd: int) -> list[str]:
+    """One server of the supervised path (torchyard/compose/serving.py): `app`'s factory on the
+    supervisor's listening socket `fd`, telling the supervisor on `notify_fd` when it stops."""
+    return [*_serving(app, notify_fd, "serving"), "--fd", str(fd)]
+
+
+def spare_argv(app: str, notify_fd: int) -> list[str]:
+    """The servers' spare (torchyard/compose/standby.py): serving_argv without the socket,
+    which the supervisor's word brings."""
+    return _serving(app, notify_fd, "standby")
+
+
+def _serving(app: str, notify_fd: int, module: str) -> list[str]:
+    return [
+        sys.executable,
+        "-P",
+        "-m",
+        f"torchyard.compose.{module}",
+        "--app",
+        app,
+        "--app-dir",
+        str(PACKAGE_ROOT),
+        "--notify-fd",
+        str(notify_fd),
+    ]
