@@ -92,6 +92,14 @@ def test_bad_values_are_422s_naming_their_fields(client, user_headers) -> None:
     assert "cannot send e-mail" in errors["email"]
     errors = field_errors(client.put(URL, headers=user_headers, json={"nope": 1}))
     assert "nope" in errors
+    # A boolean is not a number of minutes (pydantic's lax mode took `true` for 1.0; the fuzz
+    # of test_api_schema found it).
+    errors = field_errors(
+        client.put(
+            URL, headers=user_headers, json={"stalled_minutes": True, "gpu_idle_minutes": False}
+        )
+    )
+    assert errors.keys() == {"stalled_minutes", "gpu_idle_minutes"}, errors
 
 
 def test_email_header_injection_is_refused(client, user_headers, smtp) -> None:

@@ -32,6 +32,15 @@ class NotificationSettingsIn(BaseModel):
     stalled_minutes: float = Field(default=30, ge=1, le=7 * 24 * 60, allow_inf_nan=False)
     gpu_idle_minutes: float = Field(default=30, ge=1, le=7 * 24 * 60, allow_inf_nan=False)
 
+    @field_validator("stalled_minutes", "gpu_idle_minutes", mode="before")
+    @classmethod
+    def _minutes_not_a_boolean(cls, value: Any) -> Any:
+        """Pydantic takes `true` for 1.0 (lax mode, which the page's form strings need):
+        a client that sends a boolean meant something else, so it is refused."""
+        if isinstance(value, bool):
+            raise ValueError("a number of minutes, not true or false")
+        return value
+
     @field_validator("webhook_url", "email", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
