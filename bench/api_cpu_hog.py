@@ -177,15 +177,7 @@ def measure(stack: str, folder: Path, args: argparse.Namespace) -> dict[str, Any
             "errors": errors[:3],
         }
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        output.join(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        output.stop()
 
 
 def main() -> int:

@@ -101,6 +101,18 @@ class Output(threading.Thread):
             self.times.append(time.monotonic())
             self.lines.append(line)
 
+    def stop(self) -> None:
+        """SIGTERM the command (killed after 60 s), then read what it printed to the end."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
     def since(self, start: float) -> str:
         """The supervisor's and the servers' own lines (no access log) from `start` on."""
         return "".join(
@@ -255,13 +267,5 @@ def test_under_a_cpu_hog_nothing_is_dropped_and_the_spare_answers_a_sigterm_with
         print(output.since(began))
         raise
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        output.join(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        output.stop()
         engine.dispose()
