@@ -131,6 +131,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_e2e_limits",  # cgroups and rlimits on real jobs (the logins beside: any stack)
         "test_cgroups",  # the real cgroupfs
         "test_keeper",  # the job's keeper: its exit file on a full tmpfs, its cgroups
+        "test_slots",  # a worker's run slots and build places (pure counts)
         "test_e2e_host_share",  # cgroup CPU weights, a full tmpfs, cgroup sweeps on real jobs
         "test_ingest_fast_paths",  # byte checks, batch validation, overview extend (pure)
         "test_held_keys",  # which summaries the experiment page holds (pure)

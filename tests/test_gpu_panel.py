@@ -52,12 +52,12 @@ class Made:
     run_ids: list[int]
 
 
-@pytest.fixture
-def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
+def queued_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
     """What a test created; its queued runs are cancelled and its hosts and leases removed
     afterwards, so that no live worker of another test ever schedules around them. Members
-    may set priorities up to TOP here, as an admin may allow (TORCHYARD_MAX_USER_PRIORITY):
-    the tests' runs come before anything else queued in the suite's database."""
+    may set priorities up to TOP + 1 here, as an admin may allow (TORCHYARD_MAX_USER_PRIORITY):
+    the tests' runs come before anything else queued in the suite's database. The `made`
+    fixture of this module and of tests/test_gpu_requests.py."""
     monkeypatch.setenv("TORCHYARD_MAX_USER_PRIORITY", str(TOP + 1))
     get_settings.cache_clear()
     made = Made([], [])
@@ -65,6 +65,11 @@ def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
     remove(made)
     monkeypatch.delenv("TORCHYARD_MAX_USER_PRIORITY")
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
+    yield from queued_world(monkeypatch)
 
 
 def remove(made: Made) -> None:

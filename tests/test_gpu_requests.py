@@ -29,7 +29,7 @@ from tests.test_gpu_panel import (
     host,
     queue_run,
     queue_stranded,
-    remove,
+    queued_world,
     start_on,
 )
 from tests.test_pages import login
@@ -38,11 +38,9 @@ GPUS_LOC = ["body", "overrides", "resources", "gpus"]
 
 
 @pytest.fixture
-def made() -> Iterator[Made]:
-    """What a test created, removed afterwards (tests/test_gpu_panel.py's `made`)."""
-    made = Made([], [])
-    yield made
-    remove(made)
+def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
+    """What a test created, removed afterwards (tests/test_gpu_panel.py's `queued_world`)."""
+    yield from queued_world(monkeypatch)
 
 
 def live_host(made: Made, gpus: list[int]) -> str:
