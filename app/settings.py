@@ -7,24 +7,16 @@ import ipaddress
 import socket
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.runs.files.job_files import within
+from app.settings_rules import Hours, Seconds, SecondsOrOff, refuse_conflicts
 
 # Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
 PRIVATE_UMASK = 0o077
-
-# Every duration setting has one of these types, so each means the same: a finite number of
-# seconds (hours), never negative, never NaN or infinity (a typo that would otherwise surface
-# as a loop that spins or never runs). Seconds: a time that must pass (a cadence, a timeout,
-# a limit: 0 would be a busy loop or an instant failure). SecondsOrOff: 0 means "none" or
-# "never", as each setting's comment says (no grace, a loop turned off).
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-SecondsOrOff = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Hours = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Settings(BaseSettings):
@@ -129,11 +121,9 @@ class Settings(BaseSettings):
     run_cpus: float = Field(default=4.0, gt=0, le=4096)
     run_disk_gb: float = Field(default=50.0, gt=0, le=1_000_000)
     run_max_processes: int = Field(default=4096, ge=16, le=4_194_304)
-    # Where the worker makes a cgroup per run attempt (worker/cgroups.py): this name and the
-    # data dir's digest (one parent per installation: `torchyard-<digest>`) under each
-    # controller's root (v1) or under the unified root (v2). "auto" uses cgroups
-    # where this worker may create them and falls back to rlimits (said at start); "off" uses
-    # rlimits alone.
+    # Where the worker makes a cgroup per run attempt (worker/cgroups.py): under this name and
+    # the data dir's digest (`torchyard-<digest>`: one parent per installation). "auto": cgroups
+    # where this worker may create them, else rlimits (said at start); "off": rlimits alone.
     job_cgroups: Literal["auto", "off"] = "auto"
     job_cgroup_parent: str = Field(default="torchyard", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     # How often the worker measures a running job's folder and /tmp against its disk_gb.
@@ -151,9 +141,8 @@ class Settings(BaseSettings):
     # distributions of the worker's own install, a team's stack baked into its image
     # ("lightning,transformers"). worker/job_base.py links them into every job's base.
     job_packages: str = ""
-    # Environment builds one worker runs at once, besides its run slots (worker_concurrency,
-    # `--concurrency`): a run whose environment builds holds no run slot, so runs that need no
-    # build start meanwhile (worker/slots.py).
+    # Environment builds one worker runs at once, besides its run slots (`--concurrency`): a
+    # building run holds no run slot, so runs that need no build start meanwhile (worker/slots.py).
     env_build_concurrency: int = Field(default=2, ge=1, le=64)
     # A build (pip) that takes longer fails the run.
     env_build_timeout_seconds: Seconds = 1800.0
@@ -183,8 +172,7 @@ class Settings(BaseSettings):
     max_log_bytes: int = Field(default=1024**3, ge=4096)
     # One line of the metrics spool: a longer line is skipped and counted, never read whole.
     spool_line_max_bytes: int = Field(default=1024**2, ge=1024, le=16 * 1024**2)
-    # Threads per worker; the worker CLI raises it to GPUs + 1 so a host with all GPUs leased
-    # still has a thread for gpus: 0 runs and for re-checking waiting ones.
+    # Runs one worker trains at once (`--concurrency`; the worker raises it to GPUs + 1).
     worker_concurrency: int = 2
     worker_host: str = ""
     # How the other hosts of a multi-node run reach this worker's jobs (node 0's rendezvous,
@@ -224,10 +212,9 @@ class Settings(BaseSettings):
     # PostgreSQL ends a session left idle inside a transaction this long (0: never): a process
     # frozen mid-transaction (SIGSTOP, swapped out) would otherwise keep its row locks, and the
     # reaper waiting on them could never hand its runs over. Below run_lost_seconds (checked at
-    # start, on PostgreSQL: `_settings_work_together`).
+    # start, on PostgreSQL: app/settings_rules.py).
     db_idle_transaction_seconds: SecondsOrOff = 30.0
-    # How often the API and each worker look for lost runs (0: never; tests that build runs
-    # by hand turn it off).
+    # How often the API and each worker look for lost runs (0: never).
     reap_interval_seconds: SecondsOrOff = 5.0
     # A worker that stops (Ctrl-C of `torchyard up`, SIGTERM, an upgrade) leaves its running
     # jobs training; the next worker on the host re-adopts them (worker.adoption). Off: warm
@@ -244,8 +231,7 @@ class Settings(BaseSettings):
     # How long a run that may not start yet waits before its task is re-queued to ask again.
     schedule_retry_seconds: Seconds = 0.5
     # A queued run whose task has not come by a worker for this long (while a worker is live)
-    # lost its broker message, and is sent again (app.runs.state.dispatch); checked a few times as
-    # often. 0: never.
+    # lost its broker message and is sent again (app.runs.state.dispatch). 0: never.
     queue_resend_seconds: SecondsOrOff = 30.0
     sse_poll_seconds: Seconds = 0.2
     # Sweeps: the most trials one may plan, and how often each worker re-advances the running
@@ -314,8 +300,7 @@ class Settings(BaseSettings):
     # (app.runs.state.lifecycle.settle, with the job's real exit status): its message waits this
     # long, and a correction in time replaces it, so only the run's final outcome is sent.
     notify_worker_lost_hold_seconds: SecondsOrOff = 120.0
-    # The address people open the dashboard at ("https://gpu.example.com"): messages link to
-    # the run's page when it is set.
+    # The dashboard's address ("https://gpu.example.com"): messages link to the run's page.
     public_url: str = ""
 
     @field_validator("notify_webhook_allow_networks")
@@ -328,62 +313,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _settings_work_together(self) -> Self:
-        """Settings that cannot work together refuse the start (server, worker, `torchyard
-        up`), with a message that names both, instead of a stack that fails at run time."""
-        for small, large, why in self._must_be_below():
-            if getattr(self, small) >= getattr(self, large):
-                raise ValueError(
-                    f"TORCHYARD_{small.upper()} ({getattr(self, small)}) must be below "
-                    f"TORCHYARD_{large.upper()} ({getattr(self, large)}): {why}"
-                )
+        """Settings that cannot work together refuse the start (app/settings_rules.py)."""
+        refuse_conflicts(self)
         return self
-
-    def _must_be_below(self) -> list[tuple[str, str, str]]:
-        """(setting, the setting it must be below, why), as the comments above say."""
-        pairs = [
-            (
-                "run_heartbeat_seconds",
-                "lease_ttl_seconds",
-                "a lease not renewed within its TTL is freed while its run trains",
-            ),
-            (
-                "run_heartbeat_seconds",
-                "run_lost_seconds",
-                "a run whose heartbeat comes slower than that is reaped as lost while it trains",
-            ),
-            (
-                "run_heartbeat_seconds",
-                "spool_mark_fresh_seconds",
-                "the worker refreshes a job's ingestion mark every heartbeat; a staler mark "
-                "lets the job log past its backlog limit",
-            ),
-        ]
-        if self.db_idle_transaction_seconds > 0 and not self.resolved_database_url.startswith(
-            "sqlite"
-        ):
-            pairs.append(
-                (
-                    "db_idle_transaction_seconds",
-                    "run_lost_seconds",
-                    "a process frozen mid-transaction keeps its row locks that long, and the "
-                    "reaper waiting on them cannot hand a lost run over in time",
-                )
-            )
-        return pairs
-
-    # Cadences derived from the lease TTL: here alone, so every loop agrees on them.
-    @property
-    def run_stamp_seconds(self) -> float:
-        """How often a worker stamps each run it trains (worker.heartbeat) and renews its GPU
-        leases: every run_heartbeat_seconds, and at least five times per lease TTL so a lease
-        never nears its expiry."""
-        return min(self.lease_ttl_seconds / 5, self.run_heartbeat_seconds)
-
-    @property
-    def host_heartbeat_seconds(self) -> float:
-        """How often an idle worker says its host is there (worker.scheduled): three times per
-        lease TTL, never more often than every 0.5 s however short the TTL."""
-        return max(0.5, self.lease_ttl_seconds / 3)
 
     @property
     def resolved_worker_address(self) -> str:

@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.settings import Settings, primary_address
+from app.settings_rules import host_heartbeat_seconds, run_stamp_seconds
 from tests.stack import REPO
 
 
@@ -95,14 +96,14 @@ def test_the_idle_transaction_limit_binds_only_where_it_applies() -> None:
 
 def test_the_cadences_follow_the_lease_ttl() -> None:
     default = Settings(lease_ttl_seconds=15, run_heartbeat_seconds=5)
-    assert (default.run_stamp_seconds, default.host_heartbeat_seconds) == (3.0, 5.0)
+    assert (run_stamp_seconds(default), host_heartbeat_seconds(default)) == (3.0, 5.0)
     short = Settings(
         lease_ttl_seconds=1,
         run_heartbeat_seconds=0.5,
         run_lost_seconds=3,
         db_idle_transaction_seconds=1,
     )
-    assert (short.run_stamp_seconds, short.host_heartbeat_seconds) == (0.2, 0.5)
+    assert (run_stamp_seconds(short), host_heartbeat_seconds(short)) == (0.2, 0.5)
 
 
 def test_a_worker_with_settings_that_cannot_work_together_does_not_start() -> None:

@@ -26,6 +26,7 @@ from app.runs import nodes
 from app.runs.state import lifecycle
 from app.runs.state.answers import Standing
 from app.settings import get_settings
+from app.settings_rules import run_stamp_seconds
 from worker.ingest_gate import liveness_turn
 from worker.limits import RunLimits
 
@@ -69,7 +70,7 @@ class Heartbeat:
 
     def __init__(self, run: Watched) -> None:
         self.run = run
-        self.every = get_settings().run_stamp_seconds
+        self.every = run_stamp_seconds(get_settings())
         self._last = time.monotonic()
 
     def check(self) -> Standing | None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from app.periodic import Process, declare
 from app.settings import Settings
+from app.settings_rules import host_heartbeat_seconds
 from worker.runner import heartbeat_host
 
 
 def heartbeat_interval(settings: Settings) -> float:
-    return settings.host_heartbeat_seconds
+    return host_heartbeat_seconds(settings)
 
 
 HOST_HEARTBEAT = declare(
