@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -164,7 +165,10 @@ def flood_stack(runs: int = RUNS, **extra: str) -> Iterator[tuple[str, dict[str,
         else f"sqla+sqlite:///{ROOT / 'broker.db'}"
     )
     purge_broker(broker)  # no message of an earlier test's runs
-    with own_database(kind, ROOT, f"flood_{os.getpid()}") as engine:
+    # A database per stack: two tests of this module each make their user "flooder" (on
+    # SQLite a name already used is the same file, its users kept).
+    name = f"flood_{os.getpid()}_{secrets.token_hex(4)}"
+    with own_database(kind, ROOT, name) as engine:
         token = user_with_token(engine, "flooder")
         env = dict(
             os.environ,
