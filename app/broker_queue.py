@@ -128,3 +128,18 @@ def drop_run_messages(messages: list[RunMessage]) -> None:
     if messages:
         queue = celery_app.conf.task_default_queue
         _client_call(lambda client: drop(client, queue, messages))
+
+
+def forget_taken(delivery_tag: str) -> None:
+    """Remove a message a worker took from the unacknowledged hash, as its acknowledgement
+    would. A task that retries after its worker reconnected (a Redis restarted with its
+    data) acknowledges on a channel that is gone: its taken copy would stay beside the retry
+    for the visibility timeout (days). Nothing where the broker is not Redis."""
+
+    def remove(client: Any) -> None:
+        pipe = client.pipeline(transaction=True)
+        pipe.zrem(UNACKED_INDEX, delivery_tag)
+        pipe.hdel(UNACKED, delivery_tag)
+        pipe.execute()
+
+    _client_call(remove)

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 from app import db, settings
 from app.auth.models import User
 from app.broker import RUN_TASK, celery_app
+from app.broker_queue import RunMessage
 from app.experiments.models import Experiment
 from app.gpus.service import touch_host
 from app.runs.models import Run
-from app.runs.state.dispatch import current_message, resend_lost
+from app.runs.state.dispatch import current_message, resend_lost, surplus
 from app.runs.state.lifecycle import queue
 from app.timeutil import utcnow
 from tests.conftest import DATABASE_URL
@@ -150,3 +151,15 @@ def test_a_run_whose_message_never_reached_the_broker_is_sent_in_the_next_round(
     assert resend_lost() == [run_id]
     assert resend_lost() == []
     assert sent_messages() == [[run_id, 1]]
+
+
+def test_copies_of_a_runs_current_message_past_one_are_surplus_keeping_a_waiting_one() -> None:
+    """A Redis restarted with its data: the run's taken copy came back beside the one the
+    worker put back in the queue (CI: two of each of three queued runs' messages lasted)."""
+    taken = RunMessage(run_id=7, dispatch=2, waiting=False, key=b"tag-1")
+    queued = RunMessage(run_id=7, dispatch=2, waiting=True, key=b"item")
+    again = RunMessage(run_id=7, dispatch=2, waiting=True, key=b"item")
+    alone = RunMessage(run_id=8, dispatch=0, waiting=False, key=b"tag-2")
+    assert surplus([taken, queued, alone]) == [taken]
+    assert surplus([queued, again]) == [again]
+    assert surplus([alone]) == []

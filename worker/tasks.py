@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ from celery import Task
 from celery.signals import worker_ready, worker_shutting_down
 
 from app.broker import NODE_TASK, RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
+from app.broker_queue import BrokerUnreachable, forget_taken
 from app.periodic import Process, Runner, for_process
 from app.runs.state.dispatch import current_message
 from app.runs.state.reaper import use_local_jobs
@@ -65,7 +67,13 @@ def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
     # visibility timeout).
     if not SHUTTING_DOWN.is_set():
         time.sleep(get_settings().schedule_retry_seconds)
-    raise self.retry(countdown=0, max_retries=None)
+    tag = (self.request.delivery_info or {}).get("delivery_tag")
+    try:
+        raise self.retry(countdown=0, max_retries=None)
+    finally:  # the retry is in the broker now: this copy goes even if its channel is gone
+        if tag:
+            with contextlib.suppress(BrokerUnreachable):
+                forget_taken(str(tag))
 
 
 @celery_app.task(name=NODE_TASK, acks_late=True)  # type: ignore[untyped-decorator]  # Celery has no type hints
