@@ -156,25 +156,27 @@ def flood_stack(runs: int = RUNS, **extra: str) -> Iterator[tuple[str, dict[str,
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "flood.py").write_text(FLOOD_SCRIPT)
     (workspace / "go").unlink(missing_ok=True)  # an earlier test's
-    logs = ROOT / "logs"
-    logs.mkdir(exist_ok=True)
+    # A home per stack: its database, broker, data dir and logs. The module's two stacks run in
+    # one process; the second one's runs (ids from 1 again) found the first's run folders and
+    # job records in a shared data dir, and its worker took one of them for its own (CI).
+    name = f"flood_{os.getpid()}_{secrets.token_hex(4)}"
+    home = ROOT / name
+    logs = home / "logs"
+    logs.mkdir(parents=True)
     kind = "postgresql" if DATABASE_URL.startswith("postgresql") else "sqlite"
     broker = (
         os.environ.get("TORCHYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
         if kind == "postgresql"
-        else f"sqla+sqlite:///{ROOT / 'broker.db'}"
+        else f"sqla+sqlite:///{home / 'broker.db'}"
     )
     purge_broker(broker)  # no message of an earlier test's runs
-    # A database per stack: two tests of this module each make their user "flooder" (on
-    # SQLite a name already used is the same file, its users kept).
-    name = f"flood_{os.getpid()}_{secrets.token_hex(4)}"
-    with own_database(kind, ROOT, name) as engine:
+    with own_database(kind, home, name) as engine:
         token = user_with_token(engine, "flooder")
         env = dict(
             os.environ,
             TORCHYARD_DATABASE_URL=engine.url.render_as_string(hide_password=False),
             TORCHYARD_BROKER_URL=broker,
-            TORCHYARD_DATA_DIR=str(ROOT / "data"),
+            TORCHYARD_DATA_DIR=str(home / "data"),
             TORCHYARD_WORKSPACE_DIR=str(workspace),
             PYTHONUNBUFFERED="1",
             # This checkout's worker and job code, whichever checkout the editable install names.
