@@ -21,7 +21,6 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 from app.auth.service import create_user, issue_token  # noqa: E402
 from app.db import make_engine  # noqa: E402
 from tests.databases import sqlite_at_head  # noqa: E402
-from tests.stack import REPO, free_port  # noqa: E402
+from tests.stack import free_port  # noqa: E402
 from tests.test_cli_up import _children  # noqa: E402
 from tests.test_standby import Stream  # noqa: E402
 from tests.test_supervisor_cpu_hog import (  # noqa: E402
@@ -89,16 +88,8 @@ def measure(stack: str, folder: Path, args: argparse.Namespace) -> dict[str, Any
     (folder / "prometheus").mkdir()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        command(stack, port, args.processes),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = Output(proc)
-    output.start()
+    output = Output.of(command(stack, port, args.processes), env)
+    proc = output.proc
     try:
         ready = "spare server is ready" if stack == "serve" else "Application startup complete"
         wait_for(

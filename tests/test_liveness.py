@@ -284,15 +284,20 @@ def assert_trained_through(
 PATIENT = {"TORCHYARD_RUN_LOST_SECONDS": "60"}
 
 
-@pytest.fixture
-def patient(stack: Stack) -> Iterator[Stack]:
+def server_with(stack: Stack, **settings: str) -> Iterator[Stack]:
+    """The stack's API started again with `settings` for one test, then as it was."""
     stop_process(stack.server)
-    stack.start_server(stack.port, **PATIENT)
+    stack.start_server(stack.port, **settings)
     try:
         yield stack
     finally:
         stop_process(stack.server)
         stack.start_server(stack.port)
+
+
+@pytest.fixture
+def patient(stack: Stack) -> Iterator[Stack]:
+    yield from server_with(stack, **PATIENT)
 
 
 # On the embedded stack: test_cli_up's Ctrl-C and `up` again mid-run (services_only: conftest).
@@ -337,13 +342,7 @@ def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack)
 def remote_api(stack: Stack) -> Iterator[Stack]:
     """The API on another machine (a host name of its own): it cannot see box-a's jobs, so
     its reaper hands a silent run over however alive its job is (the team stack's API)."""
-    stop_process(stack.server)
-    stack.start_server(stack.port, TORCHYARD_WORKER_HOST="box-api")
-    try:
-        yield stack
-    finally:
-        stop_process(stack.server)
-        stack.start_server(stack.port)
+    yield from server_with(stack, TORCHYARD_WORKER_HOST="box-api")
 
 
 # The team stack's scenario; the calls it makes on either database: tests/test_lifecycle.py.

@@ -101,6 +101,16 @@ class Output(threading.Thread):
             self.times.append(time.monotonic())
             self.lines.append(line)
 
+    @classmethod
+    def of(cls, argv: list[str], env: dict[str, str]) -> Output:
+        """`argv` started in the checkout, its output read from now on."""
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        output = cls(proc)
+        output.start()
+        return output
+
     def stop(self) -> None:
         """SIGTERM the command (killed after 60 s), then read what it printed to the end."""
         self.proc.send_signal(signal.SIGTERM)
@@ -179,16 +189,8 @@ def test_under_a_cpu_hog_nothing_is_dropped_and_the_spare_answers_a_sigterm_with
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "torchyard.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*argv, "--processes", "2"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = Output(proc)
-    output.start()
+    output = Output.of([*argv, "--processes", "2"], env)
+    proc = output.proc
     try:
         # The state a SIGTERM finds in production: the servers up, their spare ready.
         wait_for(
