@@ -355,7 +355,7 @@ class SlurmCluster:
                 for name in self.node_names:  # a stopped node's steps run on: its slurmd ends them
                     if name not in self._daemons:
                         self.start_node(name)
-                self._end_jobs()
+                self.end_jobs()
         for name in [*self.node_names, "slurmctld", "munged"]:
             proc = self._daemons.pop(name, None)
             if proc is not None:
@@ -367,7 +367,8 @@ class SlurmCluster:
         if hasattr(self, "folder"):
             shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _end_jobs(self) -> None:
+    def end_jobs(self) -> None:
+        """Cancel every job of the cluster and wait until none is left (between tests)."""
         self.run("scancel", "--full", f"--partition={PARTITION}", timeout=30)
         wait_for(
             lambda: not self.run("squeue", "--noheader", "--format=%i").stdout.strip(),
