@@ -32,7 +32,7 @@ def producer() -> Iterator[tuple[Celery, redis.Redis]]:
     try:
         yield app, client
     finally:
-        drop(client, QUEUE, mine(snapshot(client, QUEUE)))
+        drop(client, mine(snapshot(client, [QUEUE])))
         client.delete(QUEUE)
         app.close()
 
@@ -52,7 +52,7 @@ def test_run_messages_waiting_and_taken_are_read_and_obsolete_ones_dropped(
     with app.connection_for_read() as conn:
         simple = conn.SimpleQueue(QUEUE, no_ack=False)
         taken = simple.get(timeout=5)
-        found = mine(snapshot(client, QUEUE))
+        found = mine(snapshot(client, [QUEUE]))
         assert sorted((m.run_id, m.dispatch, m.waiting) for m in found) == [
             (A, 0, False),
             (A, 1, True),
@@ -61,8 +61,8 @@ def test_run_messages_waiting_and_taken_are_read_and_obsolete_ones_dropped(
         assert waiting(found) == Counter({(A, 1): 1, (B, 2): 1})
         # Run A's message 0 is obsolete (its current one is 1): dropped as if acknowledged.
         (old,) = [m for m in found if (m.run_id, m.dispatch) == (A, 0)]
-        drop(client, QUEUE, [old])
-        left = mine(snapshot(client, QUEUE))
+        drop(client, [old])
+        left = mine(snapshot(client, [QUEUE]))
         assert sorted((m.run_id, m.dispatch, m.waiting) for m in left) == [
             (A, 1, True),
             (B, 2, True),
