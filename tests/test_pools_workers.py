@@ -33,9 +33,12 @@ from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 
-# The module's own broker (an SQL one in either pass: no Redis database of another module's),
-# so the suite's shared worker of the local pool never sees these tasks.
-BROKER_URL = f"sqla+sqlite:///{BASE_DIR / 'pools-broker.db'}"
+# The module's own broker, so the suite's shared worker of the local pool never sees these
+# tasks: the pass's Redis database of the two-host tests (emptied first, as
+# tests/test_separate_hosts.py does: the pools' queues, the re-send's reads and the workers'
+# hand-backs on Redis, as a team deploys), else an SQL broker of its own.
+REDIS_URL = os.environ.get("TORCHYARD_TEST_REDIS_URL", "")
+BROKER_URL = REDIS_URL or f"sqla+sqlite:///{BASE_DIR / 'pools-broker.db'}"
 LOG_DIR = BASE_DIR / "logs-pools"
 POOL_A, POOL_B = "pool-a", "pool-b"
 HOST_A, HOST_B = "pools-host-a", "pools-host-b"
@@ -61,7 +64,12 @@ class PoolStack:
 @pytest.fixture(scope="module")
 def stack(database: str) -> Iterator[PoolStack]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    (BASE_DIR / "pools-broker.db").unlink(missing_ok=True)
+    if REDIS_URL:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL).flushdb()
+    else:
+        (BASE_DIR / "pools-broker.db").unlink(missing_ok=True)
     port = free_port()
     server = start_logged(server_argv("127.0.0.1", port), stack_env(), LOG_DIR / "server.log")
     stack = PoolStack(LiveStack(f"http://127.0.0.1:{port}", LOG_DIR, ADMIN_PASSWORD))
