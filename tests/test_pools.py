@@ -25,7 +25,9 @@ from app.gpus.scheduler import (
 )
 from app.gpus.service import StartOutcome, queue_reason, touch_host, try_start
 from app.timeutil import utcnow
+from tests.conftest import make_user
 from tests.factories import admin_run
+from tests.test_pages import login
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 TTL = 60.0
@@ -152,3 +154,17 @@ def test_the_live_pools_are_what_the_api_lists(
     assert {"name": f"p-{tag}", "hosts": [f"h0-{tag}", f"h1-{tag}"]} in pools
     names = [p["name"] for p in pools]
     assert names == sorted(names, key=lambda n: (n != "local", n))
+
+
+def test_the_gpu_page_says_each_hosts_pool(
+    client: TestClient, user_headers: dict[str, str], db: Session
+) -> None:
+    tag = secrets.token_hex(3)
+    touch_host(db, host=f"hg-{tag}", gpus=[0], now=utcnow(), pool=f"g-{tag}")
+    hosts = client.get("/api/gpus", headers=user_headers).json()["hosts"]
+    assert [h["pool"] for h in hosts if h["host"] == f"hg-{tag}"] == [f"g-{tag}"]
+    username, password, _ = make_user()
+    login(client, username, password)
+    html = client.get("/gpus").text
+    assert f'data-host="hg-{tag}" data-pool="g-{tag}"' in html
+    assert f"hg-{tag} · pool g-{tag}</h3>" in html
