@@ -99,6 +99,19 @@ def test_with_no_host_at_all_the_local_pool_waits_for_any_worker() -> None:
     assert decision.starts == {2: Placement(None, ())}
 
 
+def test_a_multi_node_run_spans_hosts_of_its_own_pool_only() -> None:
+    run = QueuedRun(id=1, gpus=1, priority=0, created_at=NOW, pool="a", nodes=2)
+    free = {"a1": [0], "a2": [0], "b1": [0]}
+    pools = {"a1": "a", "a2": "a", "b1": "b"}
+    capacity = {"a1": 1, "a2": 1, "b1": 1}
+    started = pick_pools([run], free, pools, NOW, 300, capacity_by_host=capacity)
+    assert {host for host, _ in started.starts[1].nodes} == {"a1", "a2"}
+    # One host of pool a is not live: pool b's host never stands in for it.
+    del free["a2"], pools["a2"], capacity["a2"]
+    waits = pick_pools([run], free, pools, NOW, 300, capacity_by_host=capacity)
+    assert waits.starts == {} and "needs 2 hosts with 1 GPUs each" in waits.waiting[1]
+
+
 def _pool_run(db: Session, pool: str, gpus: int = 0) -> int:
     resources = {"gpus": gpus, "pool": pool}
     config = {"recipe": "tiny_mlp", "params": {}, "seed": 1, "resources": resources}
