@@ -12,6 +12,7 @@ from __future__ import annotations
 from celery import Celery
 
 from app.settings import get_settings
+from app.settings_pools import LOCAL_POOL
 
 RUN_TASK = "torchyard.run"
 SWEEP_ADVANCE_TASK = "sweeps.advance"
@@ -71,10 +72,23 @@ def make_celery() -> Celery:
 celery_app = make_celery()
 
 
-def send_run(run_id: int, dispatch: int) -> None:
-    """Hand the run to the broker; any worker of any host may take it. ``dispatch``: the run's
-    current message number (app.runs.state.dispatch), so that an older message is dropped."""
-    celery_app.send_task(RUN_TASK, args=[run_id, dispatch])
+POOL_QUEUE_PREFIX = "torchyard.pool."
+
+
+def pool_queue(pool: str) -> str:
+    """The queue of a pool's runs, which only that pool's workers consume (issue 40). The
+    `local` pool keeps Celery's default queue: the one every worker consumed before pools
+    existed, so a deployment's waiting messages and its workers go on as they were."""
+    if pool == LOCAL_POOL:
+        return str(celery_app.conf.task_default_queue)
+    return f"{POOL_QUEUE_PREFIX}{pool}"
+
+
+def send_run(run_id: int, dispatch: int, pool: str = LOCAL_POOL) -> None:
+    """Hand the run to its pool's queue; any worker of that pool, on any host, may take it.
+    ``dispatch``: the run's current message number (app.runs.state.dispatch), so that an older
+    message is dropped."""
+    celery_app.send_task(RUN_TASK, args=[run_id, dispatch], queue=pool_queue(pool))
 
 
 def host_queue(host: str) -> str:

@@ -11,6 +11,9 @@ queue of JSON envelopes, and ``unacked``/``unacked_index`` keyed by delivery tag
   worker killed -9 leaves its taken messages in ``unacked`` for the visibility timeout (days),
   and one would be redelivered, only to be dropped, long after its run was sent again.
 
+Each pool has its queue (app.broker.pool_queue, issue 40): the reads take every pool's queue the
+caller names, and a waiting message is removed from the queue it waits in.
+
 The SQL broker of the embedded stack cannot be read this way: ``read_run_messages`` answers
 None there, and the caller goes by how long each run's task has not come by.
 """
@@ -24,8 +27,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.broker import RUN_TASK, celery_app
+from app.broker import RUN_TASK, celery_app, pool_queue
 from app.settings import get_settings
+from app.settings_pools import LOCAL_POOL
 
 UNACKED = "unacked"
 UNACKED_INDEX = "unacked_index"
@@ -41,6 +45,7 @@ class RunMessage:
     dispatch: int
     waiting: bool  # in the queue; else taken by a worker and not acknowledged
     key: bytes  # the list item itself (waiting) or its delivery tag (taken)
+    queue: str = ""  # the queue it waits in (waiting); "" for a taken one
 
 
 def run_message(envelope: Any) -> tuple[int, int] | None:
@@ -57,16 +62,11 @@ def run_message(envelope: Any) -> tuple[int, int] | None:
         return None
 
 
-def parse(queued: Iterable[bytes], unacked: dict[bytes, bytes]) -> list[RunMessage]:
-    """The run messages of one snapshot: the queue's items and the unacknowledged hash."""
-    found: list[RunMessage] = []
-    for item in queued:
-        try:
-            key = run_message(json.loads(item))
-        except ValueError:
-            key = None
-        if key is not None:
-            found.append(RunMessage(key[0], key[1], True, item))
+def parse(
+    queued: Iterable[bytes], unacked: dict[bytes, bytes], queue: str = ""
+) -> list[RunMessage]:
+    """The run messages of one snapshot: a queue's items and the unacknowledged hash."""
+    found = waiting_in(queue, queued)
     for tag, value in unacked.items():
         try:
             key = run_message(json.loads(value)[0])
@@ -77,14 +77,37 @@ def parse(queued: Iterable[bytes], unacked: dict[bytes, bytes]) -> list[RunMessa
     return found
 
 
-def snapshot(client: Any, queue: str) -> list[RunMessage]:
-    """Both places read in one MULTI/EXEC: a message moving from the queue to a worker
-    between two reads would otherwise be counted twice, or not at all."""
+def waiting_in(queue: str, queued: Iterable[bytes]) -> list[RunMessage]:
+    """The run messages among one queue's items."""
+    found: list[RunMessage] = []
+    for item in queued:
+        try:
+            key = run_message(json.loads(item))
+        except ValueError:
+            key = None
+        if key is not None:
+            found.append(RunMessage(key[0], key[1], True, item, queue))
+    return found
+
+
+def snapshot(client: Any, queues: Iterable[str]) -> list[RunMessage]:
+    """Every place read in one MULTI/EXEC: a message moving from a queue to a worker between
+    two reads would otherwise be counted twice, or not at all."""
+    names = list(dict.fromkeys(queues))
     pipe = client.pipeline(transaction=True)
-    pipe.lrange(queue, 0, -1)
+    for queue in names:
+        pipe.lrange(queue, 0, -1)
     pipe.hgetall(UNACKED)
-    queued, unacked = pipe.execute()
-    return parse(queued, unacked)
+    *lists, unacked = pipe.execute()
+    found = parse((), unacked)
+    for queue, queued in zip(names, lists, strict=True):
+        found += waiting_in(queue, queued)
+    return found
+
+
+def pool_queues(pools: Iterable[str]) -> list[str]:
+    """The queues of these pools, the local pool's (Celery's default queue) always first."""
+    return list(dict.fromkeys(pool_queue(p) for p in (LOCAL_POOL, *pools)))
 
 
 def _client_call(action: Any) -> Any:
@@ -100,10 +123,11 @@ def _client_call(action: Any) -> Any:
         raise BrokerUnreachable(repr(exc)) from exc
 
 
-def read_run_messages() -> list[RunMessage] | None:
-    """Every run message the broker holds; None where the broker cannot be read (SQL)."""
-    queue = celery_app.conf.task_default_queue
-    found: list[RunMessage] | None = _client_call(lambda client: snapshot(client, queue))
+def read_run_messages(pools: Iterable[str] = ()) -> list[RunMessage] | None:
+    """Every run message the broker holds in the queues of these pools (the local pool's
+    always) and in workers' hands; None where the broker cannot be read (SQL)."""
+    queues = pool_queues(pools)
+    found: list[RunMessage] | None = _client_call(lambda client: snapshot(client, queues))
     return found
 
 
@@ -112,11 +136,12 @@ def waiting(messages: Iterable[RunMessage]) -> Counter[tuple[int, int]]:
     return Counter((m.run_id, m.dispatch) for m in messages if m.waiting)
 
 
-def drop(client: Any, queue: str, messages: Iterable[RunMessage]) -> None:
+def drop(client: Any, messages: Iterable[RunMessage]) -> None:
+    default = str(celery_app.conf.task_default_queue)
     pipe = client.pipeline(transaction=False)
     for message in messages:
         if message.waiting:
-            pipe.lrem(queue, 1, message.key)
+            pipe.lrem(message.queue or default, 1, message.key)
         else:
             pipe.zrem(UNACKED_INDEX, message.key)
             pipe.hdel(UNACKED, message.key)
@@ -126,8 +151,7 @@ def drop(client: Any, queue: str, messages: Iterable[RunMessage]) -> None:
 def drop_run_messages(messages: list[RunMessage]) -> None:
     """Remove these messages from the broker (taken ones: as if acknowledged)."""
     if messages:
-        queue = celery_app.conf.task_default_queue
-        _client_call(lambda client: drop(client, queue, messages))
+        _client_call(lambda client: drop(client, messages))
 
 
 def forget_taken(delivery_tag: str) -> None:

@@ -76,6 +76,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_e2e_submit_code",
         "test_e2e_sweeps",  # samplers' quality; the median rule's lease freed within 2 s is timed
         "test_e2e_tensorboard_media",
+        "test_pools_workers",  # two pools' workers on one broker: waits of 120-180 s
         "test_environments",  # pip builds; the build stopped at its time limit is timed
         "test_job_entry",  # torchrun's ranks and their output, waits of 60 s
         "test_job_exit",

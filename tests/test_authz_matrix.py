@@ -395,6 +395,7 @@ MATRIX: dict[tuple[str, str], Row] = {
         USER, 200, lambda w: ("/api/gpus/events", {FIRST_EVENT: True})
     ),
     ("GET", "/api/usage"): Row(USER, 200, _get("/api/usage")),
+    ("GET", "/api/pools"): Row(USER, 200, _get("/api/pools")),
     ("GET", "/api/experiments"): Row(
         USER, 200, _get("/api/experiments"), lambda w, r: w.experiment_id in _ids(r)
     ),

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from app import db, settings
 from app.auth.models import User
-from app.broker import RUN_TASK, celery_app
+from app.broker import RUN_TASK, celery_app, pool_queue
 from app.broker_queue import RunMessage
 from app.experiments.models import Experiment
 from app.gpus.service import touch_host
@@ -50,7 +50,7 @@ def own_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
                 cached.cache_clear()
 
 
-def queued_run(engine: Engine) -> int:
+def queued_run(engine: Engine, pool: str = "local") -> int:
     with Session(engine) as session:
         user = User(username=f"d-{os.urandom(4).hex()}", password_hash="-")
         session.add(user)
@@ -58,7 +58,12 @@ def queued_run(engine: Engine) -> int:
         exp = Experiment(name="d", config={}, owner_id=user.id)
         session.add(exp)
         session.flush()
-        config = {"recipe": "tiny_mlp", "params": {}, "seed": 1, "resources": {"gpus": 1}}
+        config = {
+            "recipe": "tiny_mlp",
+            "params": {},
+            "seed": 1,
+            "resources": {"gpus": 1, "pool": pool},
+        }
         run_id = queue(session, experiment_id=exp.id, owner_id=user.id, config=config).id
         session.info.pop("after_commit")  # its first message "lost": never sent
         session.commit()
@@ -73,17 +78,18 @@ def age(engine: Engine, run_id: int, seconds: float) -> None:
         session.commit()
 
 
-def live_host(engine: Engine) -> None:
+def live_host(engine: Engine, pool: str = "local") -> None:
     with Session(engine) as session:
-        touch_host(session, host="box", gpus=[0], now=utcnow())
+        touch_host(session, host=f"box-{pool}", gpus=[0], now=utcnow(), pool=pool)
         session.commit()
 
 
-def sent_messages() -> list[list[int]]:
-    """Every run message on the broker, taken off it (as a worker would)."""
+def sent_messages(pool: str = "local") -> list[list[int]]:
+    """Every run message on the broker in the pool's queue, taken off it (as a worker
+    would)."""
     found = []
     with celery_app.connection_for_read() as conn:
-        queue = conn.SimpleQueue(celery_app.conf.task_default_queue)
+        queue = conn.SimpleQueue(pool_queue(pool))
         while True:
             try:
                 message = queue.get(block=False)
@@ -126,6 +132,20 @@ def test_nothing_is_resent_while_no_worker_is_live(own_db: Engine) -> None:
     age(own_db, run_id, 600)
     assert resend_lost() == []
     assert sent_messages() == [] and dispatch_of(own_db, run_id) == 0
+
+
+def test_a_lost_run_is_sent_again_to_its_pools_queue_once_that_pool_has_a_live_worker(
+    own_db: Engine,
+) -> None:
+    sent_messages()
+    sent_messages("gpu-b")
+    run_id = queued_run(own_db, "gpu-b")
+    age(own_db, run_id, 600)
+    live_host(own_db)  # a worker of the local pool only: nobody would take it
+    assert resend_lost() == []
+    live_host(own_db, "gpu-b")
+    assert resend_lost() == [run_id]
+    assert sent_messages("gpu-b") == [[run_id, 1]] and sent_messages() == []
 
 
 def test_a_come_by_keeps_a_waiting_run_from_being_resent(own_db: Engine) -> None:

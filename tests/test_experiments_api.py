@@ -32,6 +32,7 @@ def test_create_experiment_fills_defaults(client, user_headers) -> None:
         "gpus": 0,
         "nproc": 1,
         "launcher": "torchrun",
+        "pool": "local",
         **DEFAULT_LIMITS,
     }
     got = client.get(f"/api/experiments/{body['id']}", headers=user_headers).json()

@@ -19,7 +19,13 @@ def test_a_stored_config_read_back_and_stored_again_is_the_same_json() -> None:
         {"recipe": "tiny_mlp", "params": {"lr": 0.1}, "resources": {"nproc": 2}},
         loc_prefix=("config",),
     )
-    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun", **DEFAULT_LIMITS}
+    assert stored["resources"] == {
+        "gpus": 0,
+        "nproc": 2,
+        "launcher": "torchrun",
+        "pool": "local",
+        **DEFAULT_LIMITS,
+    }
     assert run_config(stored).stored() == stored
 
 

@@ -44,7 +44,13 @@ def test_a_workspace_script_is_accepted_with_args_and_params(client, user_header
     stored = r.json()["config"]
     assert stored["script"] == "api_tests/train.py" and stored["args"] == ["--data", "digits"]
     assert stored["params"] == {"lr": 0.01, "epochs": 2, "amp": True, "name": "x"}
-    assert stored["resources"] == {"gpus": 0, "nproc": 2, "launcher": "torchrun", **DEFAULT_LIMITS}
+    assert stored["resources"] == {
+        "gpus": 0,
+        "nproc": 2,
+        "launcher": "torchrun",
+        "pool": "local",
+        **DEFAULT_LIMITS,
+    }
     run = client.post(f"/api/experiments/{r.json()['id']}/runs", headers=user_headers)
     assert run.status_code == 201, run.text
     assert run.json()["config"]["script"] == "api_tests/train.py"

@@ -10,14 +10,15 @@ everything else.
 
 `worker` without `--concurrency` gets the configured threads raised to GPUs + 1 (with every
 GPU leased, one thread is left for gpus: 0 runs and for re-asking about waiting runs). Without
-`--queues` it consumes the shared queue and its host's own (app.broker.host_queue). The worker
-says at start what it found: this host's GPUs and whether jobs are sandboxed.
+`--queues` it consumes its pool's queue (TORCHYARD_WORKER_POOL: app.broker.pool_queue; the
+`local` pool's is the shared default queue) and its host's own (app.broker.host_queue). The
+worker says at start what it found: its pool, this host's GPUs and whether jobs are sandboxed.
 """
 
 import os
 import sys
 
-from app.broker import celery_app, host_queue
+from app.broker import celery_app, host_queue, pool_queue
 from app.settings import PRIVATE_UMASK, get_settings
 from worker import (
     slots,
@@ -51,15 +52,17 @@ def main(argv: list[str]) -> int:
     os.umask(PRIVATE_UMASK)
     if argv[:1] == ["worker"]:
         found = inventory()
+        pool = get_settings().worker_pool
         print(
-            f"worker on {found.host}: GPUs {list(found.gpus) or 'none'} ({found.source})",
+            f"worker on {found.host}, pool {pool!r}: GPUs {list(found.gpus) or 'none'} "
+            f"({found.source})",
             flush=True,
         )
         announce_isolation()
         argv = with_build_threads(argv)
         if not any(a in ("-Q", "--queues") or a.startswith("--queues=") for a in argv):
-            # The shared queue, and this host's own: a multi-node run's nodes (app.broker).
-            queues = f"{celery_app.conf.task_default_queue},{host_queue(found.host)}"
+            # Its pool's queue, and this host's own: a multi-node run's nodes (app.broker).
+            queues = f"{pool_queue(pool)},{host_queue(found.host)}"
             argv = [*argv, "--queues", queues]
     status = celery_app.start(argv)
     return int(status or 0)

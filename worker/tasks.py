@@ -10,7 +10,7 @@ from typing import Any
 from celery import Task
 from celery.signals import worker_ready, worker_shutting_down
 
-from app.broker import NODE_TASK, RUN_TASK, SWEEP_ADVANCE_TASK, celery_app
+from app.broker import NODE_TASK, RUN_TASK, SWEEP_ADVANCE_TASK, celery_app, pool_queue
 from app.broker_queue import BrokerUnreachable, forget_taken
 from app.periodic import Process, Runner, for_process
 from app.runs.state.dispatch import current_message
@@ -48,14 +48,20 @@ def _stop_running_jobs(**_kwargs: Any) -> None:
         runner.stop()
 
 
+def _own_queue() -> str:
+    """Where a run task this worker hands back goes: its pool's queue, the one it came from
+    (a worker takes run tasks from no other), never Celery's default for every pool."""
+    return pool_queue(get_settings().worker_pool)
+
+
 @celery_app.task(name=RUN_TASK, acks_late=True, bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # Celery has no type hints
 def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
     """``dispatch``: the message's number (app.runs.state.dispatch); a message sent before its run
     was re-sent is dropped here, so a lost-and-found duplicate never runs anything."""
     if SHUTTING_DOWN.is_set():
         # A worker on its way out starts nothing (not even a run it just requeued itself):
-        # the task goes back to the broker for the next worker.
-        raise self.retry(countdown=0, max_retries=None)
+        # the task goes back to the broker for the next worker (of this pool: its queue).
+        raise self.retry(countdown=0, max_retries=None, queue=_own_queue())
     if not current_message(run_id, dispatch):
         return None
     outcome = execute_run(run_id)
@@ -69,7 +75,7 @@ def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
         time.sleep(get_settings().schedule_retry_seconds)
     tag = (self.request.delivery_info or {}).get("delivery_tag")
     try:
-        raise self.retry(countdown=0, max_retries=None)
+        raise self.retry(countdown=0, max_retries=None, queue=_own_queue())
     finally:  # the retry is in the broker now: this copy goes even if its channel is gone
         if tag:
             with contextlib.suppress(BrokerUnreachable):

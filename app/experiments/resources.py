@@ -8,12 +8,14 @@ the job to them (docs/security.md, "Limits per run").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.settings import get_settings
+from app.settings_pools import LOCAL_POOL, POOL_NAME_PATTERN
 
 
 def _setting(name: str) -> Callable[[], Any]:
@@ -39,6 +41,12 @@ class Resources(BaseModel):
         description="torchrun: one process per rank (nproc of them); none: one plain process "
         "for code that starts its own ranks (Lightning's DDP spawn, accelerate, mp.spawn), "
         "with every leased GPU visible",
+    )
+
+    pool: str = Field(
+        LOCAL_POOL,
+        description="the pool whose workers run it (TORCHYARD_WORKER_POOL of a worker): "
+        "'local' is the team's own process workers; a Slurm pool hands it to its cluster",
     )
 
     memory_gb: float = Field(
@@ -68,6 +76,16 @@ class Resources(BaseModel):
         description="processes and threads of the job at once; past it the run ends "
         "'too many processes'",
     )
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_name(cls, pool: str) -> str:
+        if not re.fullmatch(POOL_NAME_PATTERN, pool):
+            raise ValueError(
+                f"{pool!r} is no pool name: lowercase letters, digits, '-' and '_', up to 32, "
+                "starting with a letter or a digit (a worker's TORCHYARD_WORKER_POOL)"
+            )
+        return pool
 
     @model_validator(mode="after")
     def _launcher_fits(self) -> Resources:

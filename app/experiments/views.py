@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.db import MAX_ID, SessionDep
@@ -19,6 +20,7 @@ from app.experiments.best import best_of_experiments, experiment_metrics
 from app.experiments.config.model import RunConfig, ScriptConfig, run_config
 from app.experiments.held_keys import held_keys
 from app.experiments.models import Experiment
+from app.gpus.pools import live_pools
 from app.metrics.summary import listed_keys, run_summaries
 from app.ownership import find_experiment, find_run
 from app.pages import PageRoute, PageUser
@@ -27,9 +29,11 @@ from app.runs.models import Run, RunStatus
 from app.runs.query import listing
 from app.runs.service import why_queued_many
 from app.settings import get_settings
+from app.settings_pools import LOCAL_POOL
 from app.sweeps.out import sweep_briefs
 from app.sweeps.service import sweeps_of
 from app.templating import render
+from app.timeutil import utcnow
 from app.users.filters import page_owner
 from torchyard.recipes.catalog import METRIC_KEYS, RECIPES, Param
 
@@ -247,7 +251,17 @@ def new_experiment_page(
         variant=variant,
         script_choice=SCRIPT_CHOICE,
         workspace=str(get_settings().workspace_dir),
+        pools=_pool_choices(session, values["resources"]["pool"]),
     )
+
+
+def _pool_choices(session: Session, current: str) -> list[dict[str, Any]]:
+    """The form's pool select: the local pool (the default), every pool with a live worker,
+    and the copied config's own pool even without one (said so)."""
+    settings = get_settings()
+    live = live_pools(session, now=utcnow(), ttl_seconds=settings.lease_ttl_seconds)
+    names = sorted({LOCAL_POOL, current, *live}, key=lambda name: (name != LOCAL_POOL, name))
+    return [{"name": n, "live": n in live, "hosts": len(live.get(n, ()))} for n in names]
 
 
 # --- one experiment ------------------------------------------------------------------------

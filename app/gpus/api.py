@@ -16,11 +16,13 @@ from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.errors import Invalid
 from app.gpus import panel
-from app.gpus.schemas import GpuPanelOut, UsageOut
+from app.gpus.pools import live_pools
+from app.gpus.schemas import GpuPanelOut, PoolOut, PoolsOut, UsageOut
 from app.gpus.usage import gpu_usage
 from app.http_errors import error_responses
 from app.runs.streams.page_events import Snapshot, StreamUser, page_stream
 from app.settings import get_settings
+from app.settings_pools import LOCAL_POOL
 from app.timeutil import as_utc, utcnow
 from app.users.filters import OwnerQuery
 from app.users.service import resolve_owner
@@ -58,6 +60,20 @@ def read_gpu_panel(session: SessionDep, _user: CurrentUser) -> GpuPanelOut:
     """Each live worker host's GPUs (free, leased by which run, busy with a process torchyard
     did not start) and the queue in scheduling order with the reason each run waits."""
     return _panel(session)
+
+
+@router.get("/pools", response_model=PoolsOut)
+def read_pools(session: SessionDep, _user: CurrentUser) -> PoolsOut:
+    """The pools with a live worker and their hosts (issue 40): the experiment form offers
+    these for a run's `resources.pool`. A run may name any pool; one without a live worker
+    waits, its queue reason says so."""
+    return PoolsOut(pools=live_pool_list(session))
+
+
+def live_pool_list(session: Session) -> list[PoolOut]:
+    live = live_pools(session, now=utcnow(), ttl_seconds=get_settings().lease_ttl_seconds)
+    names = sorted(live, key=lambda name: (name != LOCAL_POOL, name))
+    return [PoolOut(name=name, hosts=live[name]) for name in names]
 
 
 @router.get(

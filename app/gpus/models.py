@@ -9,6 +9,7 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstr
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.orm_base import Base
+from app.settings_pools import LOCAL_POOL
 from app.timeutil import utcnow
 
 
@@ -36,6 +37,9 @@ class WorkerHost(Base):
     # of a multi-node run whose node 0 is here meet. None from a worker of before it existed.
     address: Mapped[str | None] = mapped_column(String(255), nullable=True)
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The pool its worker serves (TORCHYARD_WORKER_POOL, issue 40): the scheduler places a run
+    # only on hosts of the run's pool. 'local' for a worker of before pools existed.
+    pool: Mapped[str] = mapped_column(String(32), default=LOCAL_POOL, server_default=LOCAL_POOL)
     # NVML's view at the last heartbeat, one dict per GPU: index, memory_used, memory_total
     # (bytes), utilization (%), pids (compute processes); None without NVML (fake inventory).
     gpu_stats: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)

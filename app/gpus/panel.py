@@ -92,7 +92,9 @@ def gpu_panel(
                 state: GpuState = "busy (external)" if index in external else "free"
                 gpu = GpuOut(index=index, state=state, **known)
             gpus.append(gpu)
-        hosts.append(HostOut(host=h.host, heartbeat_at=as_utc(h.heartbeat_at), gpus=gpus))
+        hosts.append(
+            HostOut(host=h.host, heartbeat_at=as_utc(h.heartbeat_at), gpus=gpus, pool=h.pool)
+        )
 
     queue = queue_order(queued_runs(session))
     decision = panel_decision(

@@ -16,6 +16,9 @@ Rules, in this order:
 - with no host at all (known to be none: `capacity_by_host` empty) nothing starts, and every
   run waits for a worker to come.
 
+Pools (issue 40, `pick_pools`): each pool is scheduled on its own, by these rules, over its own
+hosts only; a run of a pool with no live host waits with a reason that names the pool.
+
 Multi-node runs (gang scheduling, `nodes` > 1; docs/multi-node.md):
 - a run of N nodes needing k GPUs on each starts only when N different hosts each have k free
   GPUs, and then gets all N hosts' GPUs in this one decision (the asking host, when it is one
@@ -34,9 +37,11 @@ Multi-node runs (gang scheduling, `nodes` > 1; docs/multi-node.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+from app.settings_pools import LOCAL_POOL
 
 # Why a queued run whose message is lost waits (app.runs.state.dispatch sends it again).
 MESSAGE_LOST = "its task's broker message was lost; it is being sent again"
@@ -63,6 +68,7 @@ class QueuedRun:
     message_lost: bool = False
     message_waiting: bool = False  # its message is in the broker, no worker has taken it yet
     nodes: int = 1  # hosts it spans, `gpus` GPUs on each
+    pool: str = LOCAL_POOL  # only hosts of this pool run it
 
 
 NodePlacement = tuple[str, tuple[int, ...]]  # (host, its GPU indices) of one node
@@ -142,6 +148,59 @@ def pick(
                 reserved[host] = reserved.get(host, 0) + run.gpus
         if run.gpus > 0 and (now - run.created_at).total_seconds() > starvation_seconds:
             blocker = run
+    return Decision(starts, waiting)
+
+
+def no_live_worker(pool: str, *, ever_served: bool) -> str:
+    """Why a run of a pool that no live worker serves waits (the API's, the GPU panel's and the
+    run page's words)."""
+    never = "" if ever_served else " (no worker has ever served it)"
+    return (
+        f"no live worker serves pool '{pool}'{never}: start a worker with "
+        f"TORCHYARD_WORKER_POOL={pool}; the run starts once one is"
+    )
+
+
+def pick_pools(
+    queue: Sequence[QueuedRun],
+    free_by_host: Mapping[str, Iterable[int]],
+    pool_of_host: Mapping[str, str],
+    now: datetime,
+    starvation_seconds: float,
+    *,
+    capacity_by_host: Mapping[str, int],
+    served: Collection[str] = (),
+    asking: tuple[int, str] | None = None,
+) -> Decision:
+    """`pick` for each pool on its own hosts (`pool_of_host`: the live hosts' pools), merged.
+    A run of a pool without a live host waits naming its pool (`served`: the pools a worker
+    has ever served); with no live host at all, the local pool's runs wait for a worker
+    (NO_LIVE_HOST) as before pools existed."""
+    starts: dict[int, Placement] = {}
+    waiting: dict[int, str] = {}
+    by_pool: dict[str, list[QueuedRun]] = {}
+    for run in queue:
+        by_pool.setdefault(run.pool, []).append(run)
+    for pool, runs in by_pool.items():
+        hosts = {h for h, p in pool_of_host.items() if p == pool}
+        if not hosts:
+            reason = (
+                NO_LIVE_HOST
+                if pool == LOCAL_POOL and not capacity_by_host
+                else no_live_worker(pool, ever_served=pool in served)
+            )
+            waiting.update((run.id, reason) for run in runs)
+            continue
+        decision = pick(
+            runs,
+            {h: free for h, free in free_by_host.items() if h in hosts},
+            now,
+            starvation_seconds,
+            capacity_by_host={h: n for h, n in capacity_by_host.items() if h in hosts},
+            asking=asking,
+        )
+        starts.update(decision.starts)
+        waiting.update(decision.waiting)
     return Decision(starts, waiting)
 
 

@@ -36,6 +36,18 @@ class HostOut(BaseModel):
     host: str
     heartbeat_at: UtcDateTime
     gpus: list[GpuOut]
+    pool: str = "local"  # the pool its worker serves (TORCHYARD_WORKER_POOL)
+
+
+class PoolOut(BaseModel):
+    name: str
+    hosts: list[str]  # its live worker hosts, by name
+
+
+class PoolsOut(BaseModel):
+    # The pools with a live worker, by name ('local' first when it has one): what a run's
+    # `resources.pool` may name and start soon.
+    pools: list[PoolOut]
 
 
 class QueuedRunOut(BaseModel):

@@ -24,11 +24,14 @@ from app.experiments.config.model import run_config
 from app.gpus import leases
 from app.gpus.leases import expire_stale_leases
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick
+from app.gpus.pools import pool_of, served_pools
+from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick_pools
 from app.runs import nodes as run_nodes
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
 from app.runs.state.dispatch import message_lost, waiting_in_broker
+from app.settings import get_settings
+from app.settings_pools import LOCAL_POOL
 from app.timeutil import as_utc, utcnow
 
 # pg_advisory_xact_lock key of the scheduler ("tyGPU" in ASCII); any constant would do.
@@ -71,19 +74,36 @@ def try_start(
     now: datetime | None = None,
     gpu_stats: list[dict[str, Any]] | None = None,
     address: str | None = None,
+    pool: str | None = None,
 ) -> StartResult:
     """`gpu_stats` is NVML's fresh view of this host (see WorkerHost.gpu_stats): a GPU running
-    compute processes that torchyard has not leased is busy (external) and not handed out."""
+    compute processes that torchyard has not leased is busy (external) and not handed out.
+    `pool`: the asking worker's (default: this process's TORCHYARD_WORKER_POOL); a run of
+    another pool never starts here."""
     given_now, now = now, now or utcnow()
+    pool = pool or get_settings().worker_pool
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)))
     # On SQLite: the write lock.
-    touch_host(session, host=host, gpus=inventory, now=now, gpu_stats=gpu_stats, address=address)
+    touch_host(
+        session,
+        host=host,
+        gpus=inventory,
+        now=now,
+        gpu_stats=gpu_stats,
+        address=address,
+        pool=pool,
+    )
     expire_stale_leases(session, now=now, ttl_seconds=lease_ttl_seconds)
 
     run = session.get(Run, run_id, populate_existing=True)
     if run is None or run.status != RunStatus.queued or run.cancel_requested:
         return StartResult(StartOutcome.GONE)
+    if pool_of(run.config) != pool:
+        # Its message reached a worker of another pool (it goes to its pool's queue only:
+        # app.broker.send_run): dropped here, the run is sent again to its own pool's queue
+        # once its message counts as lost (app.runs.state.dispatch.resend_lost).
+        return StartResult(StartOutcome.GONE, reason=f"a run of pool '{pool_of(run.config)}'")
     decision = decide(
         session,
         host=host,
@@ -141,7 +161,8 @@ def decide(
     lease_ttl_seconds: float,
     starvation_seconds: float,
 ) -> Decision:
-    """The scheduler's view of the database: the queue and each live host's free GPUs.
+    """The scheduler's view of the database: the queue and each live host's free GPUs, each
+    pool on its own hosts.
 
     `host`/`inventory`: the asking host's own fresh inventory (None: only what the database
     knows, e.g. for the GPU panel)."""
@@ -149,32 +170,43 @@ def decide(
     hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
     inventories = {h.host: [int(i) for i in h.gpus] for h in hosts}
     stats = {h.host: h.gpu_stats for h in hosts}
+    pools = {h.host: h.pool for h in hosts}
     if host is not None and inventory is not None:
         inventories[host] = list(inventory)
+        pools.setdefault(host, get_settings().worker_pool)
     held = held_gpus(session)
     free = {}
     for h, gpus in inventories.items():
         taken = held.get(h, set()) | external_gpus(stats.get(h), held.get(h, set()))
         free[h] = [i for i in gpus if i not in taken]
-    return pick(
+    return pick_pools(
         queue,
         free,
+        pools,
         now,
         starvation_seconds,
         capacity_by_host={h: len(gpus) for h, gpus in inventories.items()},
+        # Read only when a queued run's pool has no live host (its reason says more then).
+        served=served_pools(session) if {r.pool for r in queue} - set(pools.values()) else (),
         asking=(asking_run, host) if asking_run is not None and host is not None else None,
     )
 
 
 def never_startable(
-    session: Session, *, gpus: int, now: datetime, lease_ttl_seconds: float, nodes: int = 1
+    session: Session,
+    *,
+    gpus: int,
+    now: datetime,
+    lease_ttl_seconds: float,
+    nodes: int = 1,
+    pool: str = LOCAL_POOL,
 ) -> str | None:
-    """Why a new run asking for `gpus` GPUs could never start on the live hosts (the scheduler's
-    own rule, `never_fits`, over the inventories `decide` uses), or None. With no live host
-    None: a worker may be starting or restarting, and the run waits for it (its reason says
-    so) rather than being refused on an empty view."""
+    """Why a new run asking for `gpus` GPUs could never start on the live hosts of its pool
+    (the scheduler's own rule, `never_fits`, over the inventories `decide` uses), or None.
+    With no live host in the pool None: a worker may be starting or restarting, and the run
+    waits for it (its reason says so) rather than being refused on an empty view."""
     hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
-    return never_fits(gpus, {h.host: len(h.gpus) for h in hosts}, nodes=nodes)
+    return never_fits(gpus, {h.host: len(h.gpus) for h in hosts if h.pool == pool}, nodes=nodes)
 
 
 def panel_decision(
@@ -238,7 +270,8 @@ def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun
     resources = {r.id: run_config(r.config).resources for r in rows}
     stale = {r.id: r.dispatch for r in rows if now and message_lost(r.task_seen_at, now)}
     # Only when some task has not come by: the broker is read then, not on every decision.
-    in_broker = waiting_in_broker(stale) if stale else set()
+    pools = {resources[run_id].pool for run_id in stale}
+    in_broker = waiting_in_broker(stale, pools) if stale else set()
     return [
         QueuedRun(
             id=r.id,
@@ -248,6 +281,7 @@ def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun
             created_at=as_utc(r.created_at),
             message_lost=r.id in stale and r.id not in in_broker,
             message_waiting=r.id in in_broker,
+            pool=resources[r.id].pool,
         )
         for r in rows
     ]
@@ -287,10 +321,17 @@ def touch_host(
     now: datetime,
     gpu_stats: list[dict[str, Any]] | None = None,
     address: str | None = None,
+    pool: str | None = None,
 ) -> None:
-    """Upsert this host's inventory, GPU stats, address and heartbeat (an UPDATE first: it is
-    the write lock)."""
-    values = dict(gpus=list(gpus), heartbeat_at=now, gpu_stats=gpu_stats, address=address)
+    """Upsert this host's inventory, GPU stats, address, pool (default: this process's
+    TORCHYARD_WORKER_POOL) and heartbeat (an UPDATE first: it is the write lock)."""
+    values = dict(
+        gpus=list(gpus),
+        heartbeat_at=now,
+        gpu_stats=gpu_stats,
+        address=address,
+        pool=pool or get_settings().worker_pool,
+    )
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         update(WorkerHost).where(WorkerHost.host == host).values(**values)
     )

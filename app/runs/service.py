@@ -184,6 +184,7 @@ def refuse_if_never_startable(
         now=utcnow(),
         lease_ttl_seconds=get_settings().lease_ttl_seconds,
         nodes=resources.nodes,
+        pool=resources.pool,
     )
     if reason is not None:
         raise Invalid.at(

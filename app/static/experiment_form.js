@@ -8,7 +8,8 @@ import {api, pages} from "./lib/urls.js";
    * The form's named fields (templates/experiment_new.html); code only with the code field.
    * @typedef {{name: HTMLInputElement, description: HTMLTextAreaElement, seed: HTMLInputElement,
    *            deterministic: HTMLInputElement, "resources.gpus": HTMLInputElement,
-   *            "resources.nproc": HTMLInputElement, max_restarts: HTMLInputElement,
+   *            "resources.nproc": HTMLInputElement, "resources.pool": HTMLSelectElement,
+   *            max_restarts: HTMLInputElement,
    *            args: HTMLInputElement, params: HTMLTextAreaElement, code?: HTMLInputElement}} ExperimentFields
    */
   const form = /** @type {HTMLFormElement & {elements: ExperimentFields}} */ (document.getElementById("experiment-form"));
@@ -107,6 +108,7 @@ import {api, pages} from "./lib/urls.js";
       resources: {
         gpus: number(form.elements["resources.gpus"].value),
         nproc: number(form.elements["resources.nproc"].value),
+        pool: form.elements["resources.pool"].value,
       },
       max_restarts: number(form.elements.max_restarts.value) ?? 0,
     };

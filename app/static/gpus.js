@@ -58,7 +58,9 @@ import {api, pages} from "./lib/urls.js";
       return;
     }
     hostsEl.replaceChildren(...hosts.map((host) => {
-      const card = el("div", {class: "card gpu-host", "data-host": host.host}, el("h3", {text: host.host}));
+      const title = host.pool && host.pool !== "local" ? `${host.host} · pool ${host.pool}` : host.host;
+      const card = el("div", {class: "card gpu-host", "data-host": host.host, "data-pool": host.pool || "local"},
+        el("h3", {text: title}));
       card.append(host.gpus.length
         ? el("div", {class: "gpu-list"}, ...host.gpus.map(gpuCard))
         : el("p", {class: "muted", text: "No GPUs: this host runs CPU-only runs (gpus: 0)."}));

@@ -111,3 +111,54 @@ def test_a_workspace_script_from_the_form_escapes_are_refused_then_it_runs(
     )
     loss = api.get(f"/api/runs/{run_id}/metrics").json()["series"]["train/loss"]
     assert loss["step"] == list(range(1, 11))
+
+
+def test_the_pool_select_offers_the_live_pools_and_the_run_waits_for_its_pools_worker(
+    admin_page: Page, api: httpx.Client
+) -> None:
+    """A worker of another pool is live (its host's heartbeat, written here): the form offers
+    it beside `local` (the default); the run launched on it is that pool's, and with that
+    worker gone its page says it waits for one (the live stack's local worker never takes
+    it)."""
+    from sqlalchemy import delete
+
+    from app.db import session_scope
+    from app.gpus.models import WorkerHost
+    from app.gpus.scheduler import no_live_worker
+    from app.gpus.service import touch_host
+    from app.timeutil import utcnow
+
+    pool, host = "browser-pool", "browser-pool-host"
+
+    def forget_host() -> None:
+        with session_scope() as session:
+            session.execute(delete(WorkerHost).where(WorkerHost.host == host))
+
+    with session_scope() as session:
+        touch_host(session, host=host, gpus=[], now=utcnow(), pool=pool)
+    run_id = 0
+    try:
+        page = admin_page
+        page.goto("/experiments/new")
+        select = page.locator("select[name='resources.pool']")
+        expect(select).to_have_value("local")
+        values = select.locator("option").evaluate_all("els => els.map((e) => e.value)")
+        assert values[0] == "local" and pool in values
+        expect(select.locator(f"option[value='{pool}']")).to_have_text(f"{pool} (1 host)")
+        page.fill("input[name=name]", "browser-pool-run")
+        page.select_option("select[name=recipe]", "tiny_mlp")
+        select.select_option(pool)
+        page.click("#create-and-launch")
+        page.wait_for_url("**/runs/*", timeout=15_000)
+        run_id = int(page.url.rsplit("/", 1)[1])
+        run = api.get(f"/api/runs/{run_id}").json()
+        assert run["config"]["resources"]["pool"] == pool and run["status"] == "queued"
+        forget_host()
+        reason = no_live_worker(pool, ever_served=False)
+        assert api.get(f"/api/runs/{run_id}").json()["queue_reason"] == reason
+        page.reload()
+        expect(page.locator("body")).to_contain_text(f"no live worker serves pool '{pool}'")
+    finally:
+        forget_host()
+        if run_id:
+            api.post(f"/api/runs/{run_id}/cancel")

@@ -12,7 +12,8 @@ queued forever, holding up every run of its size once it has starved. So:
   task drops at once (so a duplicate delivery is harmless);
 - ``resend_lost`` (periodic work, app.runs.state.scheduled) sends a message with a new dispatch
   number for every queued run whose task has not come by for queue_resend_seconds while a worker
-  host is live (with none, no message is taken anyway: nothing is lost yet);
+  host of its pool is live (with none, no message is taken anyway: nothing is lost yet), to its
+  pool's queue (app.broker.pool_queue, issue 40);
 - ``message_lost`` is the same rule for the scheduler (app.gpus.service.queued_runs): a run
   whose message is missing never holds up another, and its reason says it is being sent again.
 
@@ -32,7 +33,7 @@ round that reaches the broker; the submission itself still answers 201.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -40,9 +41,10 @@ from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db import session_scope
-from app.gpus.models import WorkerHost
+from app.gpus.pools import live_pools, pool_of
 from app.runs.models import Run, RunStatus
 from app.settings import get_settings
+from app.settings_pools import LOCAL_POOL
 from app.timeutil import as_utc, utcnow
 
 if TYPE_CHECKING:
@@ -85,15 +87,16 @@ def current_message(run_id: int, dispatch: int) -> bool:
     return True
 
 
-def enqueue_run(run_id: int, dispatch: int) -> None:
-    """Hand the run to the broker, as its message number ``dispatch``; any worker of any host
-    may take it. Runs after the run's transaction committed: a broker that refuses the message
-    leaves the run queued and marked unsent (``resend_lost`` sends it once the broker answers),
-    never fails the request that queued it (issue 39: HTTP 500 from kombu's OperationalError)."""
+def enqueue_run(run_id: int, dispatch: int, pool: str = LOCAL_POOL) -> None:
+    """Hand the run to its pool's queue, as its message number ``dispatch``; any worker of that
+    pool on any host may take it. Runs after the run's transaction committed: a broker that
+    refuses the message leaves the run queued and marked unsent (``resend_lost`` sends it once
+    the broker answers), never fails the request that queued it (issue 39: HTTP 500 from
+    kombu's OperationalError)."""
     from app.broker import send_run
 
     try:
-        send_run(run_id, dispatch)
+        send_run(run_id, dispatch, pool)
     except Exception as exc:  # noqa: BLE001  # whatever the broker says, the run is committed
         log.warning(
             "run %s: the broker refused its message (%r); it stays queued and is sent once "
@@ -128,6 +131,11 @@ def next_message(session: Session, *, run_id: int) -> int:
     return session.scalar(select(Run.dispatch).where(Run.id == run_id)) or 0
 
 
+def run_pool(session: Session, run_id: int) -> str:
+    """The pool whose queue a run's messages go to (its config's `resources.pool`)."""
+    return pool_of(session.scalar(select(Run.config).where(Run.id == run_id)) or {})
+
+
 def lost_since(now: datetime) -> datetime:
     """A queued run whose task was last seen before this has lost its message."""
     return now - timedelta(seconds=get_settings().queue_resend_seconds)
@@ -147,14 +155,15 @@ def message_lost(task_seen_at: datetime | None, now: datetime) -> bool:
     return task_seen_at is None or as_utc(task_seen_at) < lost_since(now)
 
 
-def waiting_in_broker(run_ids: Mapping[int, int]) -> set[int]:
-    """Which of these runs (id -> current message number) have that message waiting in the
-    broker's queue: not lost, only not taken yet (every worker busy). Empty where the broker
-    cannot be read: then every stale run counts as lost, as before issue 39."""
+def waiting_in_broker(run_ids: Mapping[int, int], pools: Collection[str] = ()) -> set[int]:
+    """Which of these runs (id -> current message number; their pools' queues are read) have
+    that message waiting in the broker's queue: not lost, only not taken yet (every worker
+    busy). Empty where the broker cannot be read: then every stale run counts as lost, as
+    before issue 39."""
     from app.broker_queue import BrokerUnreachable, read_run_messages, waiting
 
     try:
-        messages = read_run_messages() if run_ids else None
+        messages = read_run_messages(pools) if run_ids else None
     except BrokerUnreachable:
         messages = None
     if messages is None:
@@ -163,10 +172,9 @@ def waiting_in_broker(run_ids: Mapping[int, int]) -> set[int]:
     return {run_id for run_id, dispatch in run_ids.items() if held[(run_id, dispatch)]}
 
 
-def _worker_live(session: Session, now: datetime) -> bool:
-    cutoff = now - timedelta(seconds=get_settings().lease_ttl_seconds)
-    live = select(WorkerHost.host).where(WorkerHost.heartbeat_at >= cutoff)
-    return session.scalar(live) is not None
+def _live_pools(now: datetime) -> set[str]:
+    with session_scope() as session:
+        return set(live_pools(session, now=now, ttl_seconds=get_settings().lease_ttl_seconds))
 
 
 def resend_lost() -> list[int]:
@@ -179,10 +187,14 @@ def resend_lost() -> list[int]:
     if get_settings().queue_resend_seconds <= 0:
         return []
     now = utcnow()
+    # Only the runs of pools with a live worker: no message of another pool is taken anyway.
+    live = _live_pools(now)
+    if not live:
+        return []
     # Read before the runs: a message taken between the two reads is sent again needlessly,
     # but its old number is then dropped when it comes by (never the other way round).
     try:
-        messages = read_run_messages()
+        messages = read_run_messages(live)
     except BrokerUnreachable as exc:
         log.info("broker unreachable (%s): no run is sent again this round", exc)
         return []
@@ -195,18 +207,19 @@ def resend_lost() -> list[int]:
     anywhere = {(m.run_id, m.dispatch) for m in messages} if messages is not None else None
     settings = get_settings()
     cutoff = now - timedelta(seconds=settings.queue_resend_seconds * NOWHERE_GRACE_FRACTION)
-    resent: list[tuple[int, int]] = []
+    resent: list[tuple[int, int, str]] = []
     with session_scope() as session:
-        if not _worker_live(session, now):
-            return []
         stale = session.execute(
-            select(Run.id, Run.dispatch, Run.task_seen_at).where(
+            select(Run.id, Run.dispatch, Run.task_seen_at, Run.config).where(
                 Run.status == RunStatus.queued,
                 ~Run.cancel_requested,
                 _not_seen_since(cutoff if anywhere is not None else lost_since(now)),
             )
         ).all()
-        for run_id, dispatch, seen in stale:
+        for run_id, dispatch, seen, config in stale:
+            pool = pool_of(config)
+            if pool not in live:
+                continue  # no worker takes it now: nothing is lost yet
             if held is not None and held[(run_id, dispatch)]:
                 continue  # in the queue, waiting for a free worker slot: not lost
             if (
@@ -221,16 +234,16 @@ def resend_lost() -> list[int]:
                 .values(dispatch=dispatch + 1, task_seen_at=now)
             )
             if taken.rowcount == 1:  # type: ignore[attr-defined]  # a CursorResult for an UPDATE
-                resent.append((run_id, dispatch + 1))
+                resent.append((run_id, dispatch + 1, pool))
     if messages:
         _drop_obsolete(messages)
     sent: list[int] = []
-    for run_id, dispatch in resent:
+    for run_id, dispatch, pool in resent:
         try:
-            send_run(run_id, dispatch)
+            send_run(run_id, dispatch, pool)
         except Exception as exc:  # noqa: BLE001  # the broker is away: the next round retries
             log.warning("run %s: the broker refused its message again (%r)", run_id, exc)
-            for unsent_id, unsent_dispatch in resent[len(sent) :]:
+            for unsent_id, unsent_dispatch, _ in resent[len(sent) :]:
                 _mark_unsent(unsent_id, unsent_dispatch)
             break
         log.warning("run %s: its queued message was lost; sent again (as %s)", run_id, dispatch)

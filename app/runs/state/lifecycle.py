@@ -27,11 +27,12 @@ from sqlalchemy.orm import Session
 
 from app.db import after_commit
 from app.gpus.leases import heartbeat_leases, release_leases
+from app.gpus.pools import pool_of
 from app.notifications.triggers import run_ended
 from app.runs.models import Run, RunStatus
 from app.runs.query.params import record_config
 from app.runs.state.answers import WORKER_LOST, CancelOutcome, Standing
-from app.runs.state.dispatch import enqueue_run, next_message
+from app.runs.state.dispatch import enqueue_run, next_message, run_pool
 from app.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def queue(
     session.flush()
     run_id = run.id
     record_config(session, run_id=run_id, config=config)  # born with its params (issue 17 sorts)
-    after_commit(session, lambda: enqueue_run(run_id, 0))
+    after_commit(session, lambda: enqueue_run(run_id, 0, pool_of(config)))
     return run
 
 
@@ -346,8 +347,8 @@ def requeue(
     )
     if done:
         release_leases(session, run_id=run_id)
-        dispatch = next_message(session, run_id=run_id)
-        after_commit(session, lambda: enqueue_run(run_id, dispatch))
+        dispatch, pool = next_message(session, run_id=run_id), run_pool(session, run_id)
+        after_commit(session, lambda: enqueue_run(run_id, dispatch, pool))
     session.flush()
     return done
 
