@@ -19,9 +19,9 @@ from app.scheduled import JOBS
 from app.settings import get_settings
 from app.sweeps.driver import advance_sweep
 from worker.broker_link import ConsumingAgain
-from worker.liveness import HostJobs
 from worker.executor import NotRun
 from worker.executors import current as current_executor
+from worker.liveness import HostJobs
 from worker.runner import execute_node
 from worker.scheduled import HOST_HEARTBEAT
 from worker.supervision import SHUTTING_DOWN

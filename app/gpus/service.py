@@ -233,7 +233,7 @@ def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun
     rows = session.execute(
         select(
             Run.id, Run.priority, Run.created_at, Run.config, Run.task_seen_at, Run.dispatch
-        ).where(Run.status == RunStatus.queued, ~Run.cancel_requested, Run.external_id.is_(None))
+        ).where(Run.status == RunStatus.queued, ~Run.cancel_requested)
     ).all()
     resources = {r.id: run_config(r.config).resources for r in rows}
     stale = {r.id: r.dispatch for r in rows if now and message_lost(r.task_seen_at, now)}

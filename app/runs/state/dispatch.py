@@ -203,7 +203,6 @@ def resend_lost() -> list[int]:
             select(Run.id, Run.dispatch, Run.task_seen_at).where(
                 Run.status == RunStatus.queued,
                 ~Run.cancel_requested,
-                Run.external_id.is_(None),  # handed to Slurm: its worker tracks it, no message
                 _not_seen_since(cutoff if anywhere is not None else lost_since(now)),
             )
         ).all()

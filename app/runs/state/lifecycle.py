@@ -8,7 +8,7 @@
 
 A run logged from outside (``origin``, app/mlflow: no worker) is born running, its client ends
 it (open/end/reopen_external), and a cancel ends it at once, since no worker would. A run of
-a Slurm pool is queued, then handed over (`hand_over`: its Slurm job), then `start`ed.
+a Slurm pool runs from its worker's claim; its attempt is then `hand_over`ed to its Slurm job.
 
 Each transition is one conditional UPDATE naming the state it expects (the status; for a
 running run, its attempt) that says whether it took effect: of two actors racing for one run
@@ -169,17 +169,14 @@ def start(
     host: str,
     gpu_indices: str,
     started_at: datetime,
-    external_id: str | None = None,
 ) -> bool:
     """queued -> running on `host` with `gpu_indices` ("0,1"; "" without GPUs). False when it
-    is not queued any more or its cancel was requested meanwhile: the caller takes no lease.
-    With `external_id`: only while handed over as that job (its scheduler started it)."""
-    queued = update(Run).where(Run.id == run_id, Run.status == RunStatus.queued)
-    if external_id is not None:
-        queued = queued.where(Run.external_id == external_id).values(external_reason=None)
+    is not queued any more or its cancel was requested meanwhile: the caller takes no lease."""
     return took_effect(
         session,
-        queued.where(~Run.cancel_requested).values(
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.queued, ~Run.cancel_requested)
+        .values(
             status=RunStatus.running,
             started_at=started_at,
             heartbeat_at=started_at,
@@ -191,15 +188,13 @@ def start(
 
 
 def hand_over(
-    session: Session, *, run_id: int, attempt: int, host: str, external_id: str, reason: str
+    session: Session, *, run_id: int, attempt: int, external_id: str, reason: str | None
 ) -> bool:
-    """queued as `attempt` -> handed to an outside scheduler as its job `external_id`, tracked
-    by `host`'s worker (worker.slurm); again: that scheduler's reason while it holds it pending."""
-    held = update(Run).where(Run.id == run_id, Run.status == RunStatus.queued)
-    held = held.where(Run.attempt == attempt, ~Run.cancel_requested)
-    held = held.where(or_(Run.external_id.is_(None), Run.external_id == external_id))
-    values = {"external_id": external_id, "worker_host": host, "external_reason": reason[:255]}
-    return took_effect(session, held.values(**values))
+    """The running attempt handed to an outside scheduler as its job `external_id` (a Slurm
+    job: worker.slurm), and that scheduler's reason while it holds the job pending (None once
+    it runs)."""
+    held = {"external_id": external_id, "external_reason": reason[:255] if reason else None}
+    return took_effect(session, running_as(run_id, attempt).values(**held))
 
 
 def record_pid(session: Session, *, run_id: int, attempt: int, pid: int) -> bool:
