@@ -131,7 +131,7 @@ def prepare(claimed: Claimed, held: contextlib.ExitStack) -> Launch | RunStatus:
     code = isinstance(config, ScriptConfig) and bool(config.code)
     record = provenance.worker_record(
         worker_host=host_name(settings),
-        gpu_indices=None,
+        gpu_indices=(),  # Slurm's, known to the job only
         script=script,
         code=config if code and isinstance(config, ScriptConfig) else None,
         script_name=config.script if isinstance(config, ScriptConfig) else None,

@@ -30,7 +30,7 @@ from worker.run_log import note_in_log
 from worker.slurm import commands
 from worker.slurm.commands import SlurmError, SlurmJob
 from worker.supervise import finish, forget_attempt, hand_over_stopped
-from worker.supervision import Policy, Seen, StopReason, supervise
+from worker.supervision import Policy, Seen, Step, StopReason, supervise
 from worker.supervision_steps import CheckIn, EarlyStop, Forward
 from worker.watch import drain
 
@@ -130,7 +130,7 @@ def track(run: Watched, job_id: str, *, started: bool = False) -> RunStatus:
     target = SlurmJobTarget(job_id)
     ingest = IngestSteps(run.run_id)
     batches = Forward(ingest, run, turn=Turn.LIVE, mark=True)
-    steps = [Waiting(run, target, started=started), batches]
+    steps: list[Step] = [Waiting(run, target, started=started), batches]
     if run.in_sweep:
         steps.append(EarlyStop(ingest, run, batches))
     steps.append(CheckIn(run))
