@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test browser compose sandbox up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
+.PHONY: install install-test browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -76,6 +76,23 @@ sandbox:
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap util-linux slirp4netns iproute2 nftables; \
 	fi
 
+# The Slurm pool's tests (issue 40, tests/slurm_cluster.py) start a real private cluster of
+# their own: Debian's munge, slurmctld, slurmd and the client commands (Slurm 22.05 on Debian
+# 12), installed with apt when missing, as root or through sudo. No daemon of the package is
+# used (its service is never started): each test cluster runs its own munged and Slurm
+# daemons from a folder of its own. `make test` needs it in CI (CI=true: fails without it).
+slurm:
+	@if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] \
+		|| ! command -v sbatch >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+		else echo "make slurm: Slurm is missing and neither root nor sudo can install it;" \
+			"the Slurm pool's tests will be skipped" >&2; \
+			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends munge slurmctld slurmd slurm-client; \
+	fi
+
 # tests/test_deploy.py runs `docker compose config` (or docker-compose) on the compose file
 # when a docker client is here; this box's client has no compose plugin, so Debian's
 # docker-compose is installed for the check (no Docker engine is needed for `config`).
@@ -132,7 +149,7 @@ js-check: node_modules/.installed
 # cores busy, so they only took longer there, and the services stream's part grew from 284 s
 # to 1,105 s; the slow tests compute rather than wait (docs/testing.md).
 # Issue 26: CI under 40 minutes on 2 cores.
-TEST_DEPS := install-test browser compose sandbox
+TEST_DEPS := install-test browser compose sandbox slurm
 QUICK := not slow and not browser
 # Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
 # slow tests wait or compute decides what running them side by side saves (docs/testing.md).
