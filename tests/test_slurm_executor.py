@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,7 +100,9 @@ def run_of(api: httpx.Client, run_id: int) -> dict:
     return dict(api.get(f"/api/runs/{run_id}").json())
 
 
-def until(api: httpx.Client, run_id: int, ok, what: str, timeout: float = 240) -> dict:  # type: ignore[no-untyped-def]
+def until(
+    api: httpx.Client, run_id: int, ok: Callable[[dict], object], what: str, timeout: float = 240
+) -> dict:
     seen: list[dict] = [{}]
 
     def check() -> dict | None:

@@ -69,6 +69,7 @@ def submit(claimed: Claimed, held: contextlib.ExitStack) -> str | RunStatus:
     """The attempt prepared and submitted; its Slurm job id (recorded on the run), or the
     status it ended with before."""
     settings = get_settings()
+    shared_folder_check()
     launch = prepare(claimed, held)
     if isinstance(launch, RunStatus):
         return launch
