@@ -116,9 +116,11 @@ def batch_script(launch: Launch, files: JobFiles, *, nodes: int) -> str:
             f"  cd {shlex.quote(str(launch.cwd))}",
             f"  exec {argv}",
             "fi",
-            # The first node of the allocation is the rendezvous (torchrun's master).
-            'TORCHYARD_FIRST_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-            "export TORCHYARD_FIRST_NODE",
+            # The first node of the allocation is the rendezvous (torchrun's master), at its
+            # NodeAddr (a node's name need not resolve where its address is set apart).
+            'first="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+            'addr="$(scontrol show node "$first" | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\')"',
+            'export TORCHYARD_FIRST_NODE="${addr:-$first}"',
             # sbatch --export=NONE sets this for the steps too: srun's tasks take the script's.
             "export SLURM_EXPORT_ENV=ALL",
             f"srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 {script} task",
