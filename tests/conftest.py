@@ -102,6 +102,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_slurm_batch",  # a Slurm job's options and batch script, on paper
         "test_settings_pools",  # a worker's pool settings, validated
         "test_slurm_cluster",  # the Slurm test bed: munged, slurmctld, slurmd of its own
+        "test_slurm_commands",  # worker/slurm/commands.py on a private Slurm cluster
         "test_app_errors",  # the field error builder and its location text
         "test_filter_tokens",  # the filter languages' one tokenizer
         "test_filter_grammar",  # the filter languages' one parser (SQL compiled, not run)

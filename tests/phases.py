@@ -87,6 +87,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_recipes",
         "test_resume",
         "test_slurm_cluster",  # a private Slurm cluster runs jobs (waits of 30-60 s)
+        "test_slurm_commands",  # sbatch/squeue/scancel on a private cluster; its cancel is timed
         "test_system_metrics",
         "test_wheel",  # builds and installs the wheel in a venv: minutes of margin
         "test_packaging",  # a wheel of a used clone, its base install (uv), every import

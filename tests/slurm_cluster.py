@@ -61,6 +61,7 @@ SBIN = Path("/usr/sbin")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "sinfo", "scancel", "scontrol")
 PARTITION = "debug"
+PORT_TRIES = 3
 _NUMBERS = itertools.count()
 
 
@@ -236,31 +237,43 @@ class SlurmCluster:
             controller = f"localhost({self._hosts.bridge_address})"
         self._write_gres()
         self._start_munged()
-        self.conf.write_text(
-            slurm_conf(
-                folder=self.folder,
-                cluster_name=self.name,
-                controller=controller,
-                ctld_port=free_port(),
-                slurmd_port=free_port(),
-                nodes=addresses,
-                gpus_per_node=self.gpus_per_node,
-                cpus_per_node=self.cpus_per_node,
-                memory_mb=self.memory_mb,
-                min_job_age=self.min_job_age,
+        # A port found free may be taken before slurmctld or slurmd binds it (another test
+        # process, another cluster starting): then the daemons start again on other ports.
+        for attempt in range(1, PORT_TRIES + 1):
+            self.conf.write_text(
+                slurm_conf(
+                    folder=self.folder,
+                    cluster_name=self.name,
+                    controller=controller,
+                    ctld_port=free_port(),
+                    slurmd_port=free_port(),
+                    nodes=addresses,
+                    gpus_per_node=self.gpus_per_node,
+                    cpus_per_node=self.cpus_per_node,
+                    memory_mb=self.memory_mb,
+                    min_job_age=self.min_job_age,
+                )
             )
-        )
-        self._daemons["slurmctld"] = start_logged(
-            [command("slurmctld"), "-D", "-i"], self.env, self.folder / "slurmctld.out"
-        )
-        for name in self.node_names:
-            self.start_node(name)
-        wait_for(
-            lambda: self._alive() and set(self.node_states().values()) == {"idle"},
-            timeout=self.start_timeout,
-            what=lambda: f"every node idle: {self.node_states()}\n{self.logs()}",
-            every=0.2,
-        )
+            self._daemons["slurmctld"] = start_logged(
+                [command("slurmctld"), "-D", "-i"], self.env, self.folder / "slurmctld.out"
+            )
+            for name in self.node_names:
+                self.start_node(name)
+            try:
+                wait_for(
+                    lambda: self._alive() and set(self.node_states().values()) == {"idle"},
+                    timeout=self.start_timeout,
+                    what=lambda: f"every node idle: {self.node_states()}\n{self.logs()}",
+                    every=0.2,
+                )
+                return
+            except RuntimeError as exc:
+                if attempt == PORT_TRIES or "Address already in use" not in str(exc):
+                    raise
+                for name in [*self.node_names, "slurmctld"]:
+                    stop_process(self._daemons.pop(name), timeout=15)
+                for log in [*self.folder.glob("slurm*.log"), *self.folder.glob("slurm*.out")]:
+                    log.rename(log.with_name(f"{log.name}.try{attempt}"))
 
     def _write_gres(self) -> None:
         lines = []
@@ -355,7 +368,7 @@ class SlurmCluster:
                 for name in self.node_names:  # a stopped node's steps run on: its slurmd ends them
                     if name not in self._daemons:
                         self.start_node(name)
-                self._end_jobs()
+                self.end_jobs()
         for name in [*self.node_names, "slurmctld", "munged"]:
             proc = self._daemons.pop(name, None)
             if proc is not None:
@@ -367,7 +380,8 @@ class SlurmCluster:
         if hasattr(self, "folder"):
             shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _end_jobs(self) -> None:
+    def end_jobs(self) -> None:
+        """Cancel every job of the cluster and wait until none is left (between tests)."""
         self.run("scancel", "--full", f"--partition={PARTITION}", timeout=30)
         wait_for(
             lambda: not self.run("squeue", "--noheader", "--format=%i").stdout.strip(),
