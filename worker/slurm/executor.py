@@ -82,7 +82,8 @@ def submit(claimed: Claimed, held: contextlib.ExitStack) -> str | RunStatus:
     with os.fdopen(fd, "w") as out:
         out.write(batch_script(launch, files, nodes=resources.nodes))
     options = sbatch_options(settings, resources, run_id=run_id, attempt=attempt, files=files)
-    job_id = commands.submit(files.script, options, env=_submit_env())
+    # sbatch with the Slurm client's variables only: none of the worker's settings.
+    job_id = commands.submit(files.script, options, env={})
     log.info("run %s attempt %s: Slurm job %s", run_id, attempt, job_id)
     recorded = with_db(
         run_id,
@@ -94,12 +95,6 @@ def submit(claimed: Claimed, held: contextlib.ExitStack) -> str | RunStatus:
     if not recorded:  # cancelled or handed over meanwhile: the check-in of track() says which
         log.info("run %s: no longer this attempt's as its job was submitted", run_id)
     return job_id
-
-
-def _submit_env() -> dict[str, str]:
-    """sbatch's own environment: the host's, less the worker's settings (the job gets none
-    of them: --export=NONE, the script exports the job's variables)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("TORCHYARD_")}
 
 
 def shared_folder_check() -> None:

@@ -65,7 +65,7 @@ class SlurmJobTarget:
             self.last, self.unknown_since = found, None
 
     def ended(self) -> bool:
-        if self.last is not None and self.last.state not in PENDING | STARTED:
+        if self.last is not None and self.last.ended:
             return True
         # A job Slurm forgot (no accounting, past MinJobAge) for a while: it has ended.
         return self.unknown_since is not None and time.monotonic() - self.unknown_since > 30
