@@ -33,7 +33,6 @@ class NotRun(enum.Enum):
 
     WAITING = "waiting"  # the scheduler says not yet: the task asks again shortly
     GONE = "gone"  # not queued any more (another worker took it, cancelled, deleted)
-    HANDED = "handed"  # handed to an outside scheduler; this worker tracks it in a thread
 
 
 class Executor(Protocol):

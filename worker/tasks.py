@@ -61,7 +61,7 @@ def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
         return None
     outcome = current_executor().execute(run_id)
     if outcome is not NotRun.WAITING:
-        return None if outcome in (NotRun.GONE, NotRun.HANDED) else outcome.value
+        return None if outcome is NotRun.GONE else outcome.value
     # Not yet (GPUs busy, or runs ahead of it): give the thread back and put the task back on
     # the broker, where any worker of any host may ask again. countdown=0 sends no ETA, so no
     # worker holds it unacked in memory (Redis would redeliver such a message only after its
