@@ -6,6 +6,7 @@ pool's worker. Without Slurm the module skips, except on CI (CI=true), where it 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
@@ -46,40 +47,46 @@ class SlurmStack:
         self.worker = start_logged(worker_argv(4), self.env, self.logs / "worker.log")
 
 
+@contextlib.contextmanager
+def slurm_stack(cluster: SlurmCluster, name: str) -> Iterator[SlurmStack]:
+    """An API and a Slurm worker of pool "cluster" on `cluster`, with a broker of their own."""
+    env = dict(
+        cluster.env,
+        TORCHYARD_BROKER_URL=f"sqla+sqlite:///{DATA_DIR / f'broker-{name}.db'}",
+        PYTHONUNBUFFERED="1",
+        TORCHYARD_WORKER_EXECUTOR="slurm",
+        TORCHYARD_WORKER_POOL="cluster",
+        TORCHYARD_SLURM_PARTITION=cluster.partition,
+        TORCHYARD_SLURM_SHARED_DIR=str(BASE_DIR),
+        # The API refuses a run no live host could ever start; until the pools' own check
+        # (issue 40, branch pools) knows a Slurm pool's GPUs, its worker host shows two.
+        TORCHYARD_FAKE_GPUS="0,1",
+    )
+    target = WORKSPACE_DIR / SCRIPT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path(__file__).parent / "workspace_scripts" / "ddp_multi_node.py", target)
+    logs = BASE_DIR / f"logs-{name}"
+    logs.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
+    worker = start_logged(worker_argv(4), env, logs / "worker.log")
+    api = httpx.Client(base_url=base_url, headers=make_user()[2], timeout=30)
+    s = SlurmStack(cluster, env, logs, api, worker)
+    try:
+        wait_healthy(base_url, server, logs / "server.log")
+        yield s
+    finally:
+        api.close()
+        stop_process(server)
+        stop_process(s.worker)
+        print((logs / "worker.log").read_text()[-6000:])  # in the failure's report
+
+
 @pytest.fixture(scope="module")
 def stack(database: str) -> Iterator[SlurmStack]:
-    with slurm_cluster() as cluster:
-        env = dict(
-            cluster.env,
-            TORCHYARD_BROKER_URL=f"sqla+sqlite:///{DATA_DIR / 'broker-slurm.db'}",
-            PYTHONUNBUFFERED="1",
-            TORCHYARD_WORKER_EXECUTOR="slurm",
-            TORCHYARD_WORKER_POOL="cluster",
-            TORCHYARD_SLURM_PARTITION=cluster.partition,
-            TORCHYARD_SLURM_SHARED_DIR=str(BASE_DIR),
-            # The API refuses a run no live host could ever start; until the pools' own check
-            # (issue 40, branch pools) knows a Slurm pool's GPUs, its worker host shows two.
-            TORCHYARD_FAKE_GPUS="0,1",
-        )
-        target = WORKSPACE_DIR / SCRIPT
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(Path(__file__).parent / "workspace_scripts" / "ddp_multi_node.py", target)
-        logs = BASE_DIR / "logs-slurm"
-        logs.mkdir(parents=True, exist_ok=True)
-        port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
-        worker = start_logged(worker_argv(4), env, logs / "worker.log")
-        api = httpx.Client(base_url=base_url, headers=make_user()[2], timeout=30)
-        s = SlurmStack(cluster, env, logs, api, worker)
-        try:
-            wait_healthy(base_url, server, logs / "server.log")
-            yield s
-        finally:
-            api.close()
-            stop_process(server)
-            stop_process(s.worker)
-            print((logs / "worker.log").read_text()[-6000:])  # in the failure's report
+    with slurm_cluster() as cluster, slurm_stack(cluster, "slurm") as s:
+        yield s
 
 
 def submit(api: httpx.Client, name: str, **params: object) -> int:

@@ -95,6 +95,19 @@ def _word(word: str) -> str:
     return shlex.quote(word)
 
 
+# A multi-node job's ranks talk over the interface that reaches the first node (on the first
+# node: the one that holds its address), not whatever the host name resolves to (loopback).
+_INTERFACE = [
+    '  dev="$(ip -o -4 addr show 2>/dev/null'
+    ' | awk -v a="$TORCHYARD_FIRST_NODE/" \'index($4, a) == 1 {print $2; exit}\')"',
+    '  [ -n "$dev" ] || dev="$(ip route get "$TORCHYARD_FIRST_NODE" 2>/dev/null'
+    " | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n 1)\"",
+    '  if [ -n "$dev" ] && [ "$dev" != lo ]; then',
+    '    export GLOO_SOCKET_IFNAME="$dev" NCCL_SOCKET_IFNAME="$dev"',
+    "  fi",
+]
+
+
 def batch_script(launch: Launch, files: JobFiles, *, nodes: int) -> str:
     """The batch script: run as the batch step (`sbatch`), it starts one task per node through
     srun, each of which runs this script again as `task` (from the shared folder) and execs
@@ -112,6 +125,7 @@ def batch_script(launch: Launch, files: JobFiles, *, nodes: int) -> str:
             f"# torchyard: run attempt {files.attempt}'s job (worker.slurm.batch); do not edit",
             "set -u",
             'if [ "${1:-}" = task ]; then',
+            *(_INTERFACE if nodes > 1 else []),
             *(f"  {line}" for line in exports),
             f"  cd {shlex.quote(str(launch.cwd))}",
             f"  exec {argv}",
