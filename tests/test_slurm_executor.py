@@ -157,6 +157,7 @@ def test_a_run_is_one_slurm_job_and_its_curve_arrives_while_it_runs(stack: Slurm
     )
 
 
+@pytest.mark.timed  # the cancel ends the Slurm job within 10 s
 def test_the_second_run_waits_with_slurms_reason_and_a_cancel_ends_the_first(
     stack: SlurmStack,
 ) -> None:
