@@ -40,10 +40,12 @@ class SlurmStack:
     api: httpx.Client
     worker: subprocess.Popen[bytes]
 
-    def restart_worker(self) -> None:
-        """The agent killed at once (SIGKILL: nothing of it runs on), then started again."""
+    def kill_worker(self) -> None:
+        """The agent killed at once (SIGKILL: nothing of it runs on)."""
         self.worker.kill()
         self.worker.wait()
+
+    def start_worker(self) -> None:
         self.worker = start_logged(worker_argv(4), self.env, self.logs / "worker.log")
 
 
@@ -198,8 +200,26 @@ def test_the_agent_killed_mid_run_and_started_again_loses_and_doubles_nothing(
     api = stack.api
     run_id = submit(api, "slurm-restart", epochs=6, step_sleep=0.2)
     until(api, run_id, lambda r: len(steps(api, run_id)) >= 3, "a few points")
-    stack.restart_worker()
+    stack.kill_worker()
+    stack.start_worker()
     run = ended(api, run_id)
     assert run["status"] == "succeeded", run
     assert run["attempt"] == 1  # re-adopted, not requeued
+    assert_every_step_once(api, run_id)
+
+
+def test_a_job_that_ends_while_no_agent_runs_is_finished_by_the_next_one(stack: SlurmStack) -> None:
+    """Its end is read from Slurm (squeue keeps an ended job for MinJobAge, sacct after) and
+    the rest of its spool drained: nothing lost, nothing doubled."""
+    api = stack.api
+    run_id = submit(api, "slurm-down", epochs=2, step_sleep=0.3)
+    job_id = until(api, run_id, lambda r: r["external_id"] and steps(api, run_id), "a point")[
+        "external_id"
+    ]
+    stack.kill_worker()
+    assert run_of(api, run_id)["status"] == "running"
+    wait_for(lambda: commands.query([job_id])[job_id].ended, timeout=120, every=0.5, what="its end")
+    stack.start_worker()
+    run = ended(api, run_id)
+    assert run["status"] == "succeeded", run
     assert_every_step_once(api, run_id)

@@ -48,6 +48,7 @@ class SlurmExecutor:
         if claimed is None:
             log.info("run %s is not queued any more; nothing to do", run_id)
             return NotRun.GONE
+        job_id: str | RunStatus | None = None
         try:
             with contextlib.ExitStack() as held:  # its snapshot and environment, while it runs
                 job_id = submit(claimed, held)
@@ -56,6 +57,9 @@ class SlurmExecutor:
                 return track(claimed.watched(), job_id)
         except Exception as exc:  # a claimed run never stays running for a worker's error
             log.exception("run %s: the Slurm worker failed while running it", run_id)
+            if isinstance(job_id, str):  # nor does its job go on without a worker's eye
+                with contextlib.suppress(commands.SlurmError):
+                    commands.cancel(job_id)
             error = f"worker error: {exc!r}"
             return finish(run_id, RunStatus.failed, None, error, attempt=claimed.attempt)
 
@@ -111,19 +115,22 @@ def shared_folder_check() -> None:
 
 def adopt_jobs() -> list[threading.Thread]:
     """Every run this host's worker left running: tracked again in a thread of its own where
-    its attempt's Slurm job exists, handed over (requeued or failed) where none does; a job of
+    its attempt's Slurm job exists (or ended meanwhile and Slurm still knows how: its end is
+    read, its spool drained), handed over (requeued or failed) where none does; a live job of
     this pool whose run no longer runs as its attempt is cancelled."""
     host = host_name(get_settings())
     jobs = {parse_job_name(j.name): j for j in commands.find(NAME_PREFIX)}
     with session_scope() as session:
         rows = session.execute(
-            select(Run.id, Run.attempt, Run.sweep_id).where(
+            select(Run.id, Run.attempt, Run.sweep_id, Run.external_id).where(
                 Run.status == RunStatus.running, Run.worker_host == host, Run.origin.is_(None)
             )
         ).all()
     threads = []
-    for run_id, attempt, sweep_id in rows:
+    for run_id, attempt, sweep_id, external_id in rows:
         job = jobs.pop((run_id, attempt), None)
+        if job is None and external_id:  # ended while no worker watched: squeue or sacct says how
+            job = commands.query([external_id]).get(external_id)
         if job is None:
             reason = "its Slurm worker restarted and found no Slurm job of the attempt"
             hand_over_stopped(run_id, attempt=attempt, reason=reason)
