@@ -329,6 +329,13 @@ class SlurmCluster:
         starts it again to end them)."""
         stop_process(self._daemons.pop(name), timeout=15)
 
+    def fail_node(self, name: str, reason: str = "failed by a test") -> None:
+        """Node `name` DOWN as Slurm marks a failed node: its jobs end NODE_FAIL, or are
+        requeued (a batch job by default: `--no-requeue` keeps it ended). Its slurmd still
+        answers, so it returns to service by itself at once (ReturnToService=2)."""
+        done = self.run("scontrol", "update", f"nodename={name}", "state=down", f"reason={reason}")
+        assert done.returncode == 0, done.stderr
+
     def _alive(self) -> bool:
         dead = [name for name, proc in self._daemons.items() if proc.poll() is not None]
         if dead:

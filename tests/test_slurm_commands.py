@@ -155,6 +155,30 @@ def test_exit_codes_and_signals_of_ended_jobs(job_dir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_node_failure_ends_a_job_or_requeues_it(cluster: SlurmCluster, job_dir: Path) -> None:
+    kept_ended = start(job_dir, "no-requeue", "--no-requeue")
+    requeued = start(job_dir, "requeue")
+    wait_for(lambda: state_of(kept_ended, "RUNNING"), timeout=30, what=lambda: last(kept_ended))
+    wait_for(lambda: state_of(requeued, "RUNNING"), timeout=30, what=lambda: last(requeued))
+    assert query([requeued])[requeued].restarts == 0
+    cluster.fail_node("node-0")
+
+    def settled(job_id: str, state: str) -> SlurmJob | None:
+        """In `state`, with its reason known."""
+        job = state_of(job_id, state)
+        return job if job is not None and job.reason else None
+
+    failed = wait_for(
+        lambda: settled(kept_ended, "NODE_FAIL"), timeout=30, what=lambda: last(kept_ended)
+    )
+    # the signal (15) comes once the node's slurmd reports the job's end, if it ever does
+    assert (failed.reason, failed.exit_code, failed.ended) == ("NodeDown", None, True)
+    again = wait_for(lambda: settled(requeued, "PENDING"), timeout=30, what=lambda: last(requeued))
+    assert (again.restarts, again.reason, again.nodes, again.ended) == (1, "BeginTime", (), False)
+    assert [j.job_id for j in find("requeue")] == [requeued]
+
+
+@pytest.mark.slow
 def test_unknown_ids_are_absent_and_cancel_of_one_is_no_error(job_dir: Path) -> None:
     assert query([]) == {}
     assert query(["987654"]) == {}  # slurmctld has no such job; sacct: accounting is off

@@ -81,9 +81,15 @@ class SlurmJob:
     state: str
     reason: str | None  # Resources, Priority, QOSMaxGRESPerUser, ... (never 'None')
     start_estimate: datetime | None  # a pending job's expected start, when Slurm gives one
-    exit_code: int | None  # the batch script's exit status, once ended and not signalled
+    # The batch script's exit status, once ended and not signalled; 0 only for COMPLETED (a
+    # job cancelled while pending, or NODE_FAIL before its node reported, has status 0: None)
+    exit_code: int | None
     signal: int | None  # the signal that ended it (SIGTERM 15 for a cancel), when one did
     nodes: tuple[str, ...]  # expanded: ('node-0', 'node-1'), () while pending
+    # Times Slurm requeued it (a node failure, a preemption, `scontrol requeue`): a requeued
+    # job is PENDING again (reason BeginTime for about two minutes), the same id. From
+    # squeue's JSON only (sacct and squeue's text have no such field: 0 there).
+    restarts: int = 0
 
     @property
     def ended(self) -> bool:
@@ -217,7 +223,11 @@ def parse_sacct_line(line: str) -> SlurmJob | None:
         state=state,
         reason=_reason(reason),
         start_estimate=_text_time(start) if state == "PENDING" else None,
-        exit_code=int(code) if ended and code.isdigit() and not signalled else None,
+        exit_code=(
+            int(code)
+            if ended and code.isdigit() and not signalled and (state == "COMPLETED" or code != "0")
+            else None
+        ),
         signal=int(sig) if ended and signalled else None,
         nodes=() if nodes.startswith("None") else expand_hostlist(nodes),
     )
@@ -227,6 +237,8 @@ def _from_json(job: dict[str, Any]) -> SlurmJob:
     raw_state = job["job_state"]
     state = _base_state(raw_state[0] if isinstance(raw_state, list) else str(raw_state))
     exit_code, signal = _exit(job.get("exit_code")) if state in ENDED_STATES else (None, None)
+    if exit_code == 0 and state != "COMPLETED":
+        exit_code = None
     start = _number(job.get("start_time"))
     comment = job.get("comment") or ""
     return SlurmJob(
@@ -241,6 +253,7 @@ def _from_json(job: dict[str, Any]) -> SlurmJob:
         exit_code=exit_code,
         signal=signal,
         nodes=expand_hostlist(str(job.get("nodes") or "")),
+        restarts=_number(job.get("restart_cnt")) or 0,
     )
 
 
