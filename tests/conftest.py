@@ -99,6 +99,7 @@ LOCAL_ONLY_MODULES = frozenset(
         # output, third-party training code, pure scheduling, path checks, packaging
         "test_api_docs",  # static files of /docs and /redoc
         "test_tarcheck",  # snapshot archives checked and extracted into tmp_path
+        "test_slurm_batch",  # a Slurm job's options and batch script, on paper
         "test_settings_pools",  # a worker's pool settings, validated
         "test_slurm_cluster",  # the Slurm test bed: munged, slurmctld, slurmd of its own
         "test_slurm_commands",  # worker/slurm/commands.py on a private Slurm cluster

@@ -224,6 +224,28 @@ def test_a_lost_run_with_restarts_left_is_requeued_once(sessions) -> None:
     assert lease_count(sessions, run_id) == 0
 
 
+def test_a_slurm_job_is_recorded_on_its_running_attempt_and_a_requeue_clears_it(sessions) -> None:
+    """hand_over: the attempt's outside job (worker.slurm) and its pending reason, only while
+    the run runs as that attempt; the next attempt gets a job of its own."""
+    run_id = running(sessions, config={"max_restarts": 1})
+    with sessions.begin() as s:
+        assert lifecycle.hand_over(
+            s, run_id=run_id, attempt=1, external_id="41", reason="Slurm: Resources" * 40
+        )
+        assert not lifecycle.hand_over(s, run_id=run_id, attempt=2, external_id="42", reason=None)
+    run = row(sessions, run_id)
+    assert run.external_id == "41" and len(run.external_reason or "") == 255
+    with sessions.begin() as s:  # Slurm started it: no reason any more
+        assert lifecycle.hand_over(s, run_id=run_id, attempt=1, external_id="41", reason=None)
+    assert row(sessions, run_id).external_reason is None
+    with sessions.begin() as s:
+        assert lifecycle.requeue(s, run_id=run_id, attempt=1, resume_from=None, reason="NODE_FAIL")
+    run = row(sessions, run_id)
+    assert (run.status, run.attempt, run.external_id) == (RunStatus.queued, 2, None)
+    with sessions.begin() as s:  # not running: nothing to record
+        assert not lifecycle.hand_over(s, run_id=run_id, attempt=2, external_id="42", reason=None)
+
+
 def test_the_build_phase_is_written_only_while_the_attempt_runs_and_a_requeue_clears_it(
     sessions,
 ) -> None:

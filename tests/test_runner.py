@@ -21,7 +21,7 @@ from tests.conftest import processes_in
 from tests.databases import KINDS, own_database
 from torchyard.contract import LOG_FILE
 from worker import runner
-from worker.runner import NotRun
+from worker.executor import NotRun
 
 # --- a failure after the spawn ----------------------------------------------------------------
 

@@ -9,7 +9,6 @@ is never held while the job trains.
 from __future__ import annotations
 
 import contextlib
-import enum
 import json
 import logging
 import secrets
@@ -52,6 +51,7 @@ from worker import slots as worker_slots
 from worker.db_retry import with_db
 from worker.env_build import PipFailed
 from worker.environments import BuildFailed, run_requirements
+from worker.executor import NotRun
 from worker.gpus import Inventory, detect, gpu_stats
 from worker.heartbeat import Watched
 from worker.job_firewall import fence, nft_path
@@ -137,13 +137,6 @@ def heartbeat_host() -> None:
             gpu_stats=held_gpus.mark_busy(gpu_stats(inv), inv.gpus),
             address=get_settings().resolved_worker_address,
         )
-
-
-class NotRun(enum.Enum):
-    """execute_run's answer when this worker did not run the run."""
-
-    WAITING = "waiting"  # the scheduler says not yet: the task asks again shortly
-    GONE = "gone"  # not queued any more (another worker took it, cancelled, deleted)
 
 
 def execute_run(run_id: int) -> RunStatus | NotRun:

@@ -18,10 +18,11 @@ from app.runs.state.reaper import use_local_jobs
 from app.scheduled import JOBS
 from app.settings import get_settings
 from app.sweeps.driver import advance_sweep
-from worker.adoption import adopt_jobs
 from worker.broker_link import ConsumingAgain
+from worker.executor import NotRun
+from worker.executors import current as current_executor
 from worker.liveness import HostJobs
-from worker.runner import NotRun, execute_node, execute_run, inventory
+from worker.runner import execute_node
 from worker.scheduled import HOST_HEARTBEAT
 from worker.supervision import SHUTTING_DOWN
 
@@ -34,7 +35,7 @@ celery_app.steps["consumer"].add(ConsumingAgain)
 def _start_periodic_work(**_kwargs: Any) -> None:
     # First of all: the jobs the previous worker on this host left training (their runs
     # heartbeat again before a reaper could count them lost).
-    adopt_jobs(inventory().host)
+    current_executor().adopt()
     # The reaper here knows this host's jobs (worker.liveness); then every periodic job of a
     # worker: the host heartbeat, the reaper, the notifications, the sweeps' safety net.
     use_local_jobs(HostJobs())
@@ -64,7 +65,7 @@ def run_training(self: Task, run_id: int, dispatch: int = 0) -> str | None:
         raise self.retry(countdown=0, max_retries=None, queue=_own_queue())
     if not current_message(run_id, dispatch):
         return None
-    outcome = execute_run(run_id)
+    outcome = current_executor().execute(run_id)
     if outcome is not NotRun.WAITING:
         return None if outcome is NotRun.GONE else outcome.value
     # Not yet (GPUs busy, or runs ahead of it): give the thread back and put the task back on

@@ -111,6 +111,11 @@ class Run(Base):
     env_build_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     env_build_line: Mapped[str | None] = mapped_column(String(500))
     training_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The current attempt's job in an outside scheduler (worker.executor: a Slurm job id), set
+    # when its worker handed the attempt over; and, while that scheduler holds it pending, its
+    # own reason and start estimate ("Resources; starts 2026-12-06T18:00"), the queue reason.
+    external_id: Mapped[str | None] = mapped_column(String(64))
+    external_reason: Mapped[str | None] = mapped_column(String(255))
 
 
 class RunTag(Base):

@@ -129,6 +129,9 @@ class RunOut(BaseModel):
     # Why a queued run waits, in the scheduler's words (the GPU page's "why it waits"), "no
     # worker is running: ..." when no worker host heartbeats; null unless the run is queued.
     queue_reason: str | None = None
+    # The attempt's job in the outside scheduler that runs it (a Slurm job id: a worker with
+    # TORCHYARD_WORKER_EXECUTOR=slurm); null for a job of torchyard's own workers.
+    external_id: str | None = None
 
     @field_validator("notices", mode="before")
     @classmethod

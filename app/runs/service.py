@@ -200,13 +200,16 @@ def why_queued(session: Session, *, run: Run) -> str | None:
 
 def why_queued_many(session: Session, *, runs: Sequence[Run]) -> dict[int, str]:
     """`why_queued` of each queued run of `runs`, from one scheduler decision (a list page of
-    runs asks once, not once per run); runs not queued are left out, and nothing is asked
+    runs asks once, not once per run); runs not waiting are left out, and nothing is asked
     when none is queued. "No worker is running" is one of these reasons (NO_LIVE_HOST)."""
+    # A run handed to Slurm (app.runs.state.lifecycle.hand_over) runs from its worker's claim;
+    # while Slurm holds its job pending, Slurm's reason is its queue reason.
+    reasons = {r.id: r.external_reason for r in runs if r.external_reason and not r.status.finished}
     queued = [r.id for r in runs if r.status == RunStatus.queued]
     if not queued:
-        return {}
+        return reasons
     settings = get_settings()
-    return queue_reasons(
+    return reasons | queue_reasons(
         session,
         run_ids=queued,
         now=utcnow(),

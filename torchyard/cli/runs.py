@@ -83,10 +83,12 @@ def _clock(total: float) -> str:
 
 
 def _gpus(run: dict[str, Any]) -> str:
+    """Its GPUs; a run handed to Slurm names its Slurm job (external_id)."""
+    job = f" (slurm job {run['external_id']})" if run.get("external_id") else ""
     if run.get("gpu_indices"):
-        return str(run["gpu_indices"])
+        return str(run["gpu_indices"]) + job
     wanted = ((run.get("config") or {}).get("resources") or {}).get("gpus", 0)
-    return f"{wanted} wanted" if wanted and run["status"] == "queued" else "cpu"
+    return (f"{wanted} wanted" if wanted and run["status"] == "queued" else "cpu") + job
 
 
 def _runs_table(runs: list[dict[str, Any]], experiments: dict[int, dict[str, Any]]) -> Table:

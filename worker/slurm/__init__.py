@@ -1,0 +1,1 @@
+"""The Slurm executor (worker.executor): a pool's runs handed to a Slurm cluster."""

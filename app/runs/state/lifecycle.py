@@ -7,14 +7,13 @@
                                    stops the job and finishes it cancelled
 
 A run logged from outside (``origin``, app/mlflow: no worker) is born running, its client ends
-it (open_external, end_external, reopen_external: MLflow's start_run(run_id=...) of an ended
-run), and a cancel ends it at once, since no worker would.
+it (open/end/reopen_external), and a cancel ends it at once, since no worker would. A run of
+a Slurm pool runs from its worker's claim; its attempt is then `hand_over`ed to its Slurm job.
 
 Each transition is one conditional UPDATE naming the state it expects (the status; for a
 running run, its attempt) that says whether it took effect: of two actors racing for one run
-(two reapers, a worker finishing a run just handed over, a cancel as the run starts) one wins,
-and the loser leaves the run alone. The GPU leases go in the final status's transaction.
-Functions take the caller's session and flush, never commit."""
+one wins, and the loser leaves the run alone. The GPU leases go in the final status's
+transaction. Functions take the caller's session and flush, never commit."""
 
 from __future__ import annotations
 
@@ -28,14 +27,16 @@ from sqlalchemy.orm import Session
 from app.db import after_commit
 from app.gpus.leases import heartbeat_leases, release_leases
 from app.gpus.pools import pool_of
-from app.notifications.triggers import run_ended
 from app.runs.models import Run, RunStatus
 from app.runs.query.params import record_config
 from app.runs.state.answers import WORKER_LOST, CancelOutcome, Standing
 from app.runs.state.dispatch import enqueue_run, next_message, run_pool
+from app.runs.state.ended import run_ended_with
 from app.timeutil import utcnow
 
 log = logging.getLogger(__name__)
+# What a job of the run sets while it runs, cleared when an attempt starts or is requeued.
+_NO_JOB = dict.fromkeys(("pid", "env_build_started_at", "env_build_line", "training_started_at"))
 
 
 def took_effect(session: Session, stmt: Update) -> bool:
@@ -69,17 +70,6 @@ def claim_stale(session: Session, *, run_id: int, cutoff: datetime, now: datetim
     claim = update(Run).where(Run.id == run_id, Run.status == RunStatus.running)
     claim = claim.where(or_(stamp.is_(None), stamp < cutoff)).values(heartbeat_at=now)
     return took_effect(session, claim.execution_options(synchronize_session=False))
-
-
-def _ended(session: Session, run_id: int, status: RunStatus, *, guess: bool = False) -> None:
-    """After a run's final status: its owner's message into the outbox (sent after the commit;
-    a guess's held, a correction's in its place); a sweep's trial advances its sweep."""
-    run_ended(session, run_id=run_id, status=status, guess=guess)
-    sweep_id = session.scalar(select(Run.sweep_id).where(Run.id == run_id))
-    if sweep_id is not None:
-        from app.broker import send_sweep_advance  # a trial ended: the sweep's next one
-
-        after_commit(session, lambda: send_sweep_advance(sweep_id))
 
 
 def queue(
@@ -158,7 +148,7 @@ def end_external(
         session, _external(run_id, RunStatus.running).values(status=status, finished_at=finished_at)
     )
     if done:
-        _ended(session, run_id, status)
+        run_ended_with(session, run_id, status)
     session.flush()
     return done
 
@@ -193,12 +183,19 @@ def start(
             heartbeat_at=started_at,
             worker_host=host,
             gpu_indices=gpu_indices,
-            pid=None,
-            env_build_started_at=None,
-            env_build_line=None,
-            training_started_at=None,
+            **_NO_JOB,
         ),
     )
+
+
+def hand_over(
+    session: Session, *, run_id: int, attempt: int, external_id: str, reason: str | None
+) -> bool:
+    """The running attempt handed to an outside scheduler as its job `external_id` (a Slurm
+    job: worker.slurm), and that scheduler's reason while it holds the job pending (None once
+    it runs)."""
+    held = {"external_id": external_id, "external_reason": reason[:255] if reason else None}
+    return took_effect(session, running_as(run_id, attempt).values(**held))
 
 
 def record_pid(session: Session, *, run_id: int, attempt: int, pid: int) -> bool:
@@ -252,13 +249,10 @@ def check_in(
 
 
 def holds(session: Session, *, run_id: int, attempt: int) -> bool:
-    """Whether `attempt` still owns the run (running as that attempt, or failed "worker lost"
-    as it: no other attempt writes there, and settle may end it as its job did), asked by
-    whatever is about to write on the attempt's behalf (the forwarder's batch): the server's
-    word on which attempt owns a run is final, so a late batch of an older attempt is refused
-    here and none of its points lands in a newer attempt's curve. The answer holds to the end
-    of the caller's transaction: a guarded UPDATE that changes nothing but takes the row's
-    lock (SQLite: the write lock), so a requeue commits wholly before it or after it."""
+    """Whether `attempt` still owns the run (running as it, or failed "worker lost" as it), asked
+    by whatever writes on the attempt's behalf (the forwarder's batch): a late batch of an
+    older attempt is refused. The answer holds to the end of the caller's transaction: a
+    guarded UPDATE that changes nothing but takes the row's lock (SQLite: the write lock)."""
     owns = running_as(run_id, attempt).values(attempt=attempt)
     lost = _lost(run_id, attempt).values(attempt=attempt)
     return took_effect(session, owns) or took_effect(session, lost)
@@ -288,7 +282,7 @@ def finish(
     if done:
         release_leases(session, run_id=run_id)
         guess = exit_code is None and (error or "").startswith(WORKER_LOST)  # settle() corrects
-        _ended(session, run_id, status, guess=guess)
+        run_ended_with(session, run_id, status, guess=guess)
     else:
         log.warning("run %s: attempt %s no longer runs; its status stays", run_id, attempt)
     session.flush()
@@ -305,7 +299,7 @@ def settle(
     values = {"status": status, "exit_code": exit_code, "error": error, "finished_at": utcnow()}
     done = took_effect(session, _lost(run_id, attempt).values(**values))
     if done:
-        _ended(session, run_id, status)
+        run_ended_with(session, run_id, status)
     session.flush()
     return done
 
@@ -336,12 +330,11 @@ def requeue(
             status=RunStatus.queued,
             attempt=attempt + 1,
             resume_from=resume_from,
-            pid=None,
             gpu_indices=None,
             heartbeat_at=None,
-            env_build_started_at=None,
-            env_build_line=None,
-            training_started_at=None,
+            external_id=None,
+            external_reason=None,
+            **_NO_JOB,
             error=f"attempt {attempt}: {reason}; requeued as attempt {attempt + 1}",
         ),
     )
@@ -379,7 +372,7 @@ def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> Can
         .where(Run.id == run_id, Run.status == RunStatus.queued)
         .values(status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True),
     ):
-        _ended(session, run_id, RunStatus.cancelled)
+        run_ended_with(session, run_id, RunStatus.cancelled)
         return CancelOutcome.CANCELLED
     if took_effect(  # no worker stops an external run: it ends here (its client may go on)
         session,
@@ -387,7 +380,7 @@ def cancel(session: Session, *, run_id: int, now: datetime | None = None) -> Can
             status=RunStatus.cancelled, finished_at=now or utcnow(), cancel_requested=True
         ),
     ):
-        _ended(session, run_id, RunStatus.cancelled)
+        run_ended_with(session, run_id, RunStatus.cancelled)
         return CancelOutcome.CANCELLED
     if took_effect(
         session,

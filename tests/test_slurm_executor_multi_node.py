@@ -1,0 +1,66 @@
+"""A 2-node run on the Slurm pool (issue 40): two slurmd nodes, each in a network namespace of
+its own (tests/slurm_cluster.py), one Slurm job whose batch script starts one torchrun per node
+through srun, meeting on the allocation's first node: one world of 4 ranks, disjoint shards,
+and a failing rank on the second node fails the run with its exception.
+
+The run is queued directly and its message sent to the stack's broker: the API refuses a run
+that needs two hosts of GPUs while the Slurm pool's worker is one host (the pools' check,
+issue 40's branch pools, makes that per pool)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from app.broker import RUN_TASK, celery_app
+from app.db import session_scope
+from app.runs.state import lifecycle
+from tests.slurm_cluster import slurm_cluster
+from tests.test_slurm_executor import SCRIPT, SlurmStack, ended, slurm_stack, steps
+
+pytestmark = pytest.mark.slow
+
+TWO_BY_TWO = {"nodes": 2, "nproc": 2, "gpus": 2, "cpus": 1, "memory_gb": 1.5}
+
+
+@pytest.fixture(scope="module")
+def stack(database: str) -> Iterator[SlurmStack]:
+    with slurm_cluster(nodes=2) as cluster, slurm_stack(cluster, "slurm-2") as s:
+        yield s
+
+
+def submit(stack: SlurmStack, name: str, **params: object) -> int:
+    config = {"script": SCRIPT, "params": {"epochs": 2, **params}, "seed": 7}
+    exp = stack.api.post("/api/experiments", json={"name": name, "config": config})
+    assert exp.status_code == 201, exp.text
+    with session_scope() as session:
+        run = lifecycle.queue(
+            session,
+            experiment_id=exp.json()["id"],
+            owner_id=exp.json()["owner_id"],
+            config={**config, "resources": TWO_BY_TWO},
+        )
+        run_id = run.id
+    with celery_app.connection_for_write(stack.env["TORCHYARD_BROKER_URL"]) as connection:
+        celery_app.send_task(RUN_TASK, args=[run_id, 0], connection=connection)
+    return run_id
+
+
+def test_a_two_node_run_is_one_world_with_disjoint_shards(stack: SlurmStack) -> None:
+    run_id = submit(stack, "slurm-2-nodes", step_sleep=0.05)
+    run = ended(stack.api, run_id)
+    log = stack.api.get(f"/api/runs/{run_id}/logs", params={"tail": 40}).text
+    assert run["status"] == "succeeded", f"{run['error']}\n{log}"
+    series = stack.api.get(f"/api/runs/{run_id}/metrics").json()["series"]
+    assert set(series["world_size"]["value"]) == {4.0}
+    assert set(series["shards_disjoint"]["value"]) == {1.0}
+    got = steps(stack.api, run_id)
+    assert len(got) == len(set(got))
+
+
+def test_a_failing_rank_on_the_second_node_fails_the_run(stack: SlurmStack) -> None:
+    run_id = submit(stack, "slurm-2-fail", epochs=50, fail_rank=2, fail_step=4, step_sleep=0.1)
+    run = ended(stack.api, run_id)
+    assert run["status"] == "failed", run
+    assert "rank 2 fails on purpose at step 4" in (run["error"] or ""), run["error"]
