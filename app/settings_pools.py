@@ -16,6 +16,8 @@ from pydantic_settings import BaseSettings
 # A pool's name: what `resources.pool` of a run names and what its queue is called after.
 POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 LOCAL_POOL = "local"
+# The executor of a worker that starts its runs as processes on its own host (the default).
+PROCESS_EXECUTOR = "process"
 
 
 class PoolSettings(BaseSettings):

@@ -164,7 +164,7 @@ def test_the_live_pools_are_what_the_api_lists(
     touch_host(db, host=f"h1-{tag}", gpus=[], now=utcnow(), pool=f"p-{tag}")
     touch_host(db, host=f"h0-{tag}", gpus=[], now=utcnow(), pool=f"p-{tag}")
     pools = client.get("/api/pools", headers=user_headers).json()["pools"]
-    assert {"name": f"p-{tag}", "hosts": [f"h0-{tag}", f"h1-{tag}"]} in pools
+    assert {"name": f"p-{tag}", "hosts": [f"h0-{tag}", f"h1-{tag}"], "executor": "process"} in pools
     names = [p["name"] for p in pools]
     assert names == sorted(names, key=lambda n: (n != "local", n))
 

@@ -60,9 +60,9 @@ def slurm_stack(cluster: SlurmCluster, name: str) -> Iterator[SlurmStack]:
         TORCHYARD_WORKER_POOL="cluster",
         TORCHYARD_SLURM_PARTITION=cluster.partition,
         TORCHYARD_SLURM_SHARED_DIR=str(BASE_DIR),
-        # The API refuses a run no live host could ever start; until the pools' own check
-        # (issue 40, branch pools) knows a Slurm pool's GPUs, its worker host shows two.
-        TORCHYARD_FAKE_GPUS="0,1",
+        # The submit host has no GPUs of its own (Slurm's node has two): a run asking two is
+        # accepted and handed to Slurm all the same (its host's executor, app.gpus.pools).
+        TORCHYARD_FAKE_GPUS="",
     )
     target = WORKSPACE_DIR / SCRIPT
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from app.experiments.best import best_of_experiments, experiment_metrics
 from app.experiments.config.model import RunConfig, ScriptConfig, run_config
 from app.experiments.held_keys import held_keys
 from app.experiments.models import Experiment
-from app.gpus.pools import live_pools
+from app.gpus.pools import live_pools, pool_executors
 from app.metrics.summary import listed_keys, run_summaries
 from app.ownership import find_experiment, find_run
 from app.pages import PageRoute, PageUser
@@ -259,9 +259,14 @@ def _pool_choices(session: Session, current: str) -> list[dict[str, Any]]:
     """The form's pool select: the local pool (the default), every pool with a live worker,
     and the copied config's own pool even without one (said so)."""
     settings = get_settings()
-    live = live_pools(session, now=utcnow(), ttl_seconds=settings.lease_ttl_seconds)
+    now, ttl = utcnow(), settings.lease_ttl_seconds
+    live = live_pools(session, now=now, ttl_seconds=ttl)
+    executors = pool_executors(session, now=now, ttl_seconds=ttl)
     names = sorted({LOCAL_POOL, current, *live}, key=lambda name: (name != LOCAL_POOL, name))
-    return [{"name": n, "live": n in live, "hosts": len(live.get(n, ()))} for n in names]
+    return [
+        {"name": n, "live": n in live, "hosts": len(live.get(n, ())), "executor": executors.get(n)}
+        for n in names
+    ]
 
 
 # --- one experiment ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.errors import Invalid
 from app.gpus import panel
-from app.gpus.pools import live_pools
+from app.gpus.pools import live_pools, pool_executors
 from app.gpus.schemas import GpuPanelOut, PoolOut, PoolsOut, UsageOut
 from app.gpus.usage import gpu_usage
 from app.http_errors import error_responses
@@ -71,9 +71,11 @@ def read_pools(session: SessionDep, _user: CurrentUser) -> PoolsOut:
 
 
 def live_pool_list(session: Session) -> list[PoolOut]:
-    live = live_pools(session, now=utcnow(), ttl_seconds=get_settings().lease_ttl_seconds)
+    now, ttl = utcnow(), get_settings().lease_ttl_seconds
+    live = live_pools(session, now=now, ttl_seconds=ttl)
+    executors = pool_executors(session, now=now, ttl_seconds=ttl)
     names = sorted(live, key=lambda name: (name != LOCAL_POOL, name))
-    return [PoolOut(name=name, hosts=live[name]) for name in names]
+    return [PoolOut(name=name, hosts=live[name], executor=executors[name]) for name in names]
 
 
 @router.get(

@@ -9,7 +9,7 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, UniqueConstr
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.orm_base import Base
-from app.settings_pools import LOCAL_POOL
+from app.settings_pools import LOCAL_POOL, PROCESS_EXECUTOR
 from app.timeutil import utcnow
 
 
@@ -40,6 +40,11 @@ class WorkerHost(Base):
     # The pool its worker serves (TORCHYARD_WORKER_POOL, issue 40): the scheduler places a run
     # only on hosts of the run's pool. 'local' for a worker of before pools existed.
     pool: Mapped[str] = mapped_column(String(32), default=LOCAL_POOL, server_default=LOCAL_POOL)
+    # How its worker runs the pool's runs (TORCHYARD_WORKER_EXECUTOR): 'process' (jobs on this
+    # host, placed on its GPUs by torchyard) or 'slurm' (a submit host: Slurm schedules them).
+    executor: Mapped[str] = mapped_column(
+        String(16), default=PROCESS_EXECUTOR, server_default=PROCESS_EXECUTOR
+    )
     # NVML's view at the last heartbeat, one dict per GPU: index, memory_used, memory_total
     # (bytes), utilization (%), pids (compute processes); None without NVML (fake inventory).
     gpu_stats: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)

@@ -161,6 +161,15 @@ def no_live_worker(pool: str, *, ever_served: bool) -> str:
     )
 
 
+def scheduled_outside(pool: str, executor: str) -> str:
+    """Why a run of a pool that an outside scheduler serves (a `slurm` worker) waits before its
+    worker hands it over: torchyard places none of its GPUs, the outside scheduler will."""
+    return (
+        f"waiting for pool '{pool}'s {executor} worker to submit it: {executor.capitalize()}"
+        " schedules this pool's runs and their GPUs"
+    )
+
+
 def pick_pools(
     queue: Sequence[QueuedRun],
     free_by_host: Mapping[str, Iterable[int]],
@@ -171,11 +180,14 @@ def pick_pools(
     capacity_by_host: Mapping[str, int],
     served: Collection[str] = (),
     asking: tuple[int, str] | None = None,
+    outside: Mapping[str, str] | None = None,
 ) -> Decision:
     """`pick` for each pool on its own hosts (`pool_of_host`: the live hosts' pools), merged.
     A run of a pool without a live host waits naming its pool (`served`: the pools a worker
     has ever served); with no live host at all, the local pool's runs wait for a worker
-    (NO_LIVE_HOST) as before pools existed."""
+    (NO_LIVE_HOST) as before pools existed. A pool that an outside scheduler serves
+    (`outside`: pool -> its live workers' executor) is not placed here: its runs wait for
+    their worker's claim, which hands them to that scheduler."""
     starts: dict[int, Placement] = {}
     waiting: dict[int, str] = {}
     by_pool: dict[str, list[QueuedRun]] = {}
@@ -183,6 +195,9 @@ def pick_pools(
         by_pool.setdefault(run.pool, []).append(run)
     for pool, runs in by_pool.items():
         hosts = {h for h, p in pool_of_host.items() if p == pool}
+        if outside and pool in outside:
+            waiting.update((run.id, scheduled_outside(pool, outside[pool])) for run in runs)
+            continue
         if not hosts:
             reason = (
                 NO_LIVE_HOST

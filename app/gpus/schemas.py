@@ -42,6 +42,9 @@ class HostOut(BaseModel):
 class PoolOut(BaseModel):
     name: str
     hosts: list[str]  # its live worker hosts, by name
+    # How its workers run its runs: 'process' (on their hosts' GPUs, placed by torchyard) or
+    # 'slurm' (handed to a Slurm cluster, which schedules them).
+    executor: str = "process"
 
 
 class PoolsOut(BaseModel):

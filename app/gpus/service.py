@@ -24,7 +24,7 @@ from app.experiments.config.model import run_config
 from app.gpus import leases
 from app.gpus.leases import expire_stale_leases
 from app.gpus.models import GpuLease, WorkerHost
-from app.gpus.pools import pool_of, served_pools
+from app.gpus.pools import outside_pools, pool_of, served_pools
 from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick_pools
 from app.runs import nodes as run_nodes
 from app.runs.models import Run, RunStatus
@@ -189,6 +189,7 @@ def decide(
         # Read only when a queued run's pool has no live host (its reason says more then).
         served=served_pools(session) if {r.pool for r in queue} - set(pools.values()) else (),
         asking=(asking_run, host) if asking_run is not None and host is not None else None,
+        outside=outside_pools(hosts),
     )
 
 
@@ -204,8 +205,11 @@ def never_startable(
     """Why a new run asking for `gpus` GPUs could never start on the live hosts of its pool
     (the scheduler's own rule, `never_fits`, over the inventories `decide` uses), or None.
     With no live host in the pool None: a worker may be starting or restarting, and the run
-    waits for it (its reason says so) rather than being refused on an empty view."""
+    waits for it (its reason says so) rather than being refused on an empty view. None for a
+    pool an outside scheduler serves (a Slurm pool): its scheduler decides, and says so."""
     hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
+    if pool in outside_pools(hosts):  # Slurm schedules it: its submit host's GPUs say nothing
+        return None
     return never_fits(gpus, {h.host: len(h.gpus) for h in hosts if h.pool == pool}, nodes=nodes)
 
 
@@ -322,15 +326,19 @@ def touch_host(
     gpu_stats: list[dict[str, Any]] | None = None,
     address: str | None = None,
     pool: str | None = None,
+    executor: str | None = None,
 ) -> None:
-    """Upsert this host's inventory, GPU stats, address, pool (default: this process's
-    TORCHYARD_WORKER_POOL) and heartbeat (an UPDATE first: it is the write lock)."""
+    """Upsert this host's inventory, GPU stats, address, pool and executor (defaults: this
+    process's TORCHYARD_WORKER_POOL and TORCHYARD_WORKER_EXECUTOR) and heartbeat (an UPDATE
+    first: it is the write lock)."""
+    settings = get_settings()
     values = dict(
         gpus=list(gpus),
         heartbeat_at=now,
         gpu_stats=gpu_stats,
         address=address,
-        pool=pool or get_settings().worker_pool,
+        pool=pool or settings.worker_pool,
+        executor=executor or settings.worker_executor,
     )
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         update(WorkerHost).where(WorkerHost.host == host).values(**values)
