@@ -94,7 +94,8 @@ def first_point(api: object, pool: str) -> float:
     config = {
         "recipe": "tiny_mlp",
         "params": {"epochs": 1, "steps_per_epoch": 20},
-        "resources": {"gpus": 0, "nproc": 1, "pool": pool},
+        # Within the private node (4 CPUs, 4000 MB): the same for both pools.
+        "resources": {"gpus": 0, "nproc": 1, "cpus": 1, "memory_gb": 1.5, "pool": pool},
     }
     exp = api.post("/api/experiments", json={"name": f"bench-{pool}", "config": config})
     exp.raise_for_status()
