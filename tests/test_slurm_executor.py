@@ -28,8 +28,10 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = "slurm/ddp.py"
 ENDED = {"succeeded", "failed", "cancelled"}
+# The Slurm worker's pool: a run names it in resources.pool to go to Slurm.
+POOL = "cluster"
 # Two ranks on one node, both fake GPUs: a second such run waits for the first.
-BOTH_GPUS = {"nproc": 2, "gpus": 2, "cpus": 1, "memory_gb": 1.5}
+BOTH_GPUS = {"nproc": 2, "gpus": 2, "cpus": 1, "memory_gb": 1.5, "pool": POOL}
 
 
 @dataclass
@@ -51,13 +53,13 @@ class SlurmStack:
 
 @contextlib.contextmanager
 def slurm_stack(cluster: SlurmCluster, name: str) -> Iterator[SlurmStack]:
-    """An API and a Slurm worker of pool "cluster" on `cluster`, with a broker of their own."""
+    """An API and a Slurm worker of pool POOL on `cluster`, with a broker of their own."""
     env = dict(
         cluster.env,
         TORCHYARD_BROKER_URL=f"sqla+sqlite:///{DATA_DIR / f'broker-{name}.db'}",
         PYTHONUNBUFFERED="1",
         TORCHYARD_WORKER_EXECUTOR="slurm",
-        TORCHYARD_WORKER_POOL="cluster",
+        TORCHYARD_WORKER_POOL=POOL,
         TORCHYARD_SLURM_PARTITION=cluster.partition,
         TORCHYARD_SLURM_SHARED_DIR=str(BASE_DIR),
         # The submit host has no GPUs of its own (Slurm's node has two): a run asking two is

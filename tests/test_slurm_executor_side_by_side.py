@@ -62,7 +62,7 @@ def test_a_local_run_and_a_slurm_run_of_one_experiment_compare_on_one_chart(
     exp = api.post("/api/experiments", json={"name": "side-by-side", "config": config})
     assert exp.status_code == 201, exp.text
     # Both fake GPUs of the Slurm node: more than its worker's submit host has (none).
-    on_slurm = launch(api, exp.json()["id"], {**BOTH_GPUS, "pool": "cluster"})
+    on_slurm = launch(api, exp.json()["id"], BOTH_GPUS)
     # DDP of two ranks on CPUs there (the script needs a process group).
     on_local = launch(api, exp.json()["id"], {"gpus": 0, "nproc": 2, "pool": "local"})
     runs = {run_id: ended(api, run_id) for run_id in (on_slurm, on_local)}
