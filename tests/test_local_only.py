@@ -46,6 +46,7 @@ DATABASE_FIXTURES = frozenset(
         "client",
         "db",
         "db_sessions",
+        "database",  # the suite's database, for a server a module starts (tests/conftest.py)
         "rollback_engine",
         "live_stack",
         "user_headers",
