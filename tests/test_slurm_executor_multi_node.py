@@ -1,7 +1,8 @@
 """A 2-node run on the Slurm pool (issue 40): two slurmd nodes, each in a network namespace of
 its own (tests/slurm_cluster.py), one Slurm job whose batch script starts one torchrun per node
-through srun, meeting on the allocation's first node: one world of 4 ranks, disjoint shards,
-and a failing rank on the second node fails the run with its exception.
+through srun, meeting on the allocation's first node: one world of 4 ranks, disjoint shards;
+a failing rank on the second node fails the run with its exception, and a cancel ends the
+whole job, on both nodes, within 10 s.
 
 Submitted through the API like any run: that it needs two hosts of GPUs while the Slurm pool's
 worker is one host with none does not refuse it (a Slurm pool is Slurm's to place,
@@ -9,12 +10,23 @@ app.gpus.pools.outside_pools)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.slurm_cluster import slurm_cluster
-from tests.test_slurm_executor import POOL, SCRIPT, SlurmStack, ended, slurm_stack, steps
+from tests.test_slurm_executor import (
+    POOL,
+    SCRIPT,
+    SlurmStack,
+    ended,
+    slurm_stack,
+    slurm_state,
+    steps,
+    until,
+)
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -54,3 +66,28 @@ def test_a_failing_rank_on_the_second_node_fails_the_run(stack: SlurmStack) -> N
     run = ended(stack.api, run_id)
     assert run["status"] == "failed", run
     assert "rank 2 fails on purpose at step 4" in (run["error"] or ""), run["error"]
+
+
+@pytest.mark.timed  # the cancel ends the Slurm job within 10 s
+def test_a_cancel_ends_the_two_node_job_on_both_nodes(stack: SlurmStack) -> None:
+    run_id = submit(stack, "slurm-2-cancel", epochs=200, step_sleep=0.2)
+    job = until(
+        stack.api, run_id, lambda r: r["external_id"] and steps(stack.api, run_id), "trains"
+    )
+    assert stack.cluster.node_states().keys() == set(stack.cluster.node_names)
+    asked = time.monotonic()
+    assert stack.api.post(f"/api/runs/{run_id}/cancel").status_code in (200, 202)
+    wait_for(
+        lambda: slurm_state(job["external_id"]) not in {"RUNNING", "PENDING", "COMPLETING"},
+        timeout=10,
+        every=0.1,
+        what="the run's Slurm job ended",
+    )
+    assert time.monotonic() - asked <= 10
+    assert ended(stack.api, run_id, 30)["status"] == "cancelled"
+    # Both nodes given back: no rank of the job is left on either.
+    wait_for(
+        lambda: set(stack.cluster.node_states().values()) == {"idle"},
+        timeout=30,
+        what=lambda: f"both nodes idle: {stack.cluster.node_states()}",
+    )
