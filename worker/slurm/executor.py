@@ -27,6 +27,7 @@ from app.runs.models import Run
 from app.runs.state import lifecycle
 from app.runs.state.status import RunStatus
 from app.settings import get_settings
+from torchyard.paths import within
 from worker.db_retry import with_db
 from worker.executor import NotRun
 from worker.gpus import host_name
@@ -106,7 +107,7 @@ def shared_folder_check() -> None:
     settings = get_settings()
     shared = settings.slurm_shared_dir
     data = Path(settings.data_dir).expanduser().resolve()
-    if shared is None or not data.is_relative_to(shared.expanduser().resolve()):
+    if shared is None or not within(data, shared.expanduser().resolve()):
         raise RuntimeError(
             f"a Slurm pool's TORCHYARD_DATA_DIR ({data}) must be inside "
             f"TORCHYARD_SLURM_SHARED_DIR ({shared}): its compute nodes read and write it"
