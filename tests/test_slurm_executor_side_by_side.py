@@ -56,7 +56,9 @@ def test_a_local_run_and_a_slurm_run_of_one_experiment_compare_on_one_chart(
 ) -> None:
     api = stack.api
     pools = {p["name"]: p for p in api.get("/api/pools").json()["pools"]}
-    assert pools["local"]["hosts"] == [LOCAL_HOST] and pools["local"]["executor"] == "process"
+    # Among the local pool's live hosts (a worker of an earlier module of the pass may still
+    # count as live on the suite's database: CI's services pass listed this box's own name).
+    assert LOCAL_HOST in pools["local"]["hosts"] and pools["local"]["executor"] == "process"
     assert pools["cluster"]["executor"] == "slurm"
     config = {"script": SCRIPT, "params": {"epochs": 2, "step_sleep": 0.05}, "seed": 7}
     exp = api.post("/api/experiments", json={"name": "side-by-side", "config": config})
