@@ -39,6 +39,11 @@ class PoolSettings(BaseSettings):
     # A folder that this submit host and every compute node see at the same path: run folders,
     # code snapshots and environments of the pool's runs live there.
     slurm_shared_dir: Path | None = None
+    # A Slurm worker that runs as root submits jobs that run as root on the cluster: a
+    # member's code with root's rights on every node. Its runs are refused (failed, saying
+    # why) unless this is set: for a private test cluster on one machine only. A deployment
+    # runs the Slurm worker as the service's Slurm account (docs/clusters.md).
+    slurm_jobs_as_root: bool = False
 
     @model_validator(mode="after")
     def _slurm_needs_its_cluster(self) -> Self:

@@ -75,6 +75,12 @@ def submit(claimed: Claimed, held: contextlib.ExitStack) -> str | RunStatus:
     status it ended with before."""
     settings = get_settings()
     shared_folder_check()
+    if os.geteuid() == 0 and not settings.slurm_jobs_as_root:
+        error = (
+            "the Slurm worker runs as root, so this run's job would run as root on the "
+            "cluster: run the worker as the service's Slurm account (docs/clusters.md)"
+        )
+        return finish(claimed.run_id, RunStatus.failed, None, error, attempt=claimed.attempt)
     launch = prepare(claimed, held)
     if isinstance(launch, RunStatus):
         return launch
