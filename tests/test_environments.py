@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,41 @@ def test_a_requirement_that_depends_on_torch_takes_the_workers(tmp_path: Path) -
     assert not Path(out[0]).resolve().is_relative_to(tmp_path)  # the job base's link
     assert out[1] == "torch.Size([1, 2, 4, 8])"
     assert not list(env.path.glob("lib/python*/site-packages/torch"))
+
+
+def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """A pure-Python wheel written by hand: its METADATA, WHEEL and RECORD, and ``files``."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    info = f"{dist}.dist-info"
+    contents = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},,\n" for path in contents) + f"{info}/RECORD,,\n"
+    path = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in {**contents, f"{info}/RECORD": record}.items():
+            archive.writestr(member, text)
+    return path
+
+
+def test_a_runs_own_mlflow_wins_over_the_job_bases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mlflow-skinny is in every job's base; a run that asks for another version gets it."""
+    links = tmp_path / "links"
+    links.mkdir()
+    _wheel(links, "mlflow-skinny", "99.0.0", {"mlflow/__init__.py": "__version__ = '99.0.0'\n"})
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    cache = Cache(tmp_path / "envs", max_bytes=10**12)
+    with cache.use(["mlflow-skinny==99.0.0"], pip(tmp_path)) as env:
+        out = subprocess.run(
+            [str(env.python), "-c", "import mlflow; print(mlflow.__version__, mlflow.__file__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    assert out[0] == "99.0.0" and out[1].startswith(str(env.path))
+    base = job_base.ensure(tmp_path / "envs")
+    assert any(p.startswith("mlflow-skinny==3.") for p in base.packages)

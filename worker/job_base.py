@@ -1,4 +1,4 @@
-"""The Python packages a job sees: torch, numpy, the torchyard SDK, tensorboard, never the server's.
+"""The Python packages a job sees: torch, numpy, the SDK, tensorboard, mlflow, not the server's.
 
 The worker's own virtual environment holds the server too (FastAPI, SQLAlchemy, Celery,
 Alembic, Optuna, redis, ...). A job that imported from it would see them: a script that works
@@ -9,9 +9,13 @@ interpreter whose site-packages holds links to exactly
 
 - the distributions in ``ROOTS`` (``torch``, ``numpy``, ``torchyard`` whose entry point
   ``torchyard.mlflow_store`` in-job MLflow clients need, ``tensorboard`` for
-  ``torch.utils.tensorboard.SummaryWriter``) and the operator's ``TORCHYARD_JOB_PACKAGES`` (a
-  team's stack baked into the worker's image),
-- and what they require, transitively (their metadata's ``Requires-Dist`` without extras),
+  ``torch.utils.tensorboard.SummaryWriter``, ``mlflow-skinny`` so that a script that only
+  does ``import mlflow`` runs on the default install) and the operator's
+  ``TORCHYARD_JOB_PACKAGES`` (a team's stack baked into the worker's image),
+- and what they require, transitively (their metadata's ``Requires-Dist`` without extras):
+  mlflow-skinny's include FastAPI, Starlette and uvicorn (``import mlflow`` imports FastAPI),
+  so a job sees those as ``pip install mlflow-skinny`` under plain Python would give them;
+  SQLAlchemy, Celery, Alembic, Optuna and redis stay out of its sight,
 
 each linked at the outermost folder or file only allowed distributions own (a namespace folder
 shared with a server package, ``google/`` say, is made and its allowed children linked), so
@@ -51,7 +55,7 @@ from worker.file_lock import flock
 
 log = logging.getLogger(__name__)
 
-ROOTS = ("torch", "numpy", "torchyard", "tensorboard")
+ROOTS = ("torch", "numpy", "torchyard", "tensorboard", "mlflow-skinny")
 PREFIX = "base-"
 MARKER = ".torchyard-job-base.json"
 
