@@ -15,6 +15,7 @@ from app.db import session_scope
 from app.metrics.service import read_series
 from app.runs.files import log_store
 from app.runs.models import Run
+from app.runs.query.params import params_by_run, record_config
 from app.runs.state import notices
 from app.runs.state.notices import notice_lines
 from app.settings import get_settings
@@ -251,3 +252,37 @@ def test_a_line_longer_than_the_read_window_with_the_largest_limit_is_skipped(
         f.write(b"\nok\n")
     read = read_complete_lines(path, read.offset, MAX_CHUNK_BYTES)
     assert read.chunk == b"ok\n" and read.too_long == 0 and read.offset == path.stat().st_size
+
+
+def test_a_config_line_is_the_runs_params_beside_the_launchs_which_win(
+    tmp_path: Path, db_sessions: sessionmaker[Session]
+) -> None:
+    """torchyard.init(config=...)'s line: keys flattened under params., the launch's kept where
+    it gave one (and the difference said on the run), a later line's value winning."""
+    run_id = new_run(db_sessions)
+    with db_sessions.begin() as session:
+        record_config(session, run_id=run_id, config={"params": {"lr": 0.1, "epochs": 2}})
+    config = {"lr": 0.5, "epochs": 2, "model": {"depth": 3, "act": "relu"}, "tags": ["a"]}
+    lines = [
+        {"type": "config", "values": {**config, "batch_size": 32}},
+        {"type": "config", "values": {"batch_size": 64}},
+        {"type": "config", "values": [1]},  # refused, counted
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    while pump(db_sessions, run_id, path):
+        pass
+    with db_sessions() as session:
+        params = params_by_run(session, [run_id])[run_id]
+    assert params == {
+        "params.lr": 0.1,
+        "params.epochs": 2,
+        "params.model.depth": 3,
+        "params.model.act": "relu",
+        "params.tags": ["a"],
+        "params.batch_size": 64,
+    }
+    assert run_notices(db_sessions, run_id) == [
+        f"1 line skipped: {spool_lines.BAD_CONFIG}",
+        "params.lr: the launch's 0.1 is used; the script's torchyard.init(config=...) gave 0.5",
+    ]

@@ -21,6 +21,7 @@ Imports only the standard library and torch, like the rest of the in-job code.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -152,13 +153,43 @@ class Run:
         self._ctx.reporter.flush()
 
 
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """A config value as JSON holds it: mappings (string keys) and lists as such, a finite
+    number, a bool, a string or None; numpy and torch scalars as their Python number, a
+    non-finite float as None, anything else (a path, a class) as its text."""
+    if depth > 32:
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v, depth + 1) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    item = getattr(value, "item", None)  # numpy scalar, 0-d tensor
+    if not isinstance(value, float) and callable(item):
+        try:
+            value = item()
+        except (TypeError, ValueError, RuntimeError):
+            return str(value)
+        if isinstance(value, bool | int):
+            return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
 def init(config: Mapping[str, Any] | None = None) -> Run:
     """The run this script is part of; ``config`` holds the script's defaults for its params.
 
-    Outside torchyard the seed is ``config["seed"]`` when given, else 0.
+    Every key of ``config`` is recorded as the run's params (``params.<key>``, nested keys
+    flattened to dots as the launch config's are), beside the launch's; where the launch gave
+    a key too, the launch's value is the run's (``run.config``) and the run page says that the
+    two differ. Outside torchyard the seed is ``config["seed"]`` when given, else 0.
     """
     defaults = dict(config or {})
     standalone = {"params": defaults, "seed": int(defaults.get("seed", 0))}
     ctx = get_context(default_config=standalone)
     ctx.join_process_group()
+    if defaults:
+        ctx.reporter.record_config(json_safe(defaults))  # rank 0 only: the others' is a no-op
     return Run(ctx, defaults)

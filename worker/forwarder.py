@@ -38,7 +38,7 @@ from app.metrics.ingest import KeyLimit, ingest_steps
 from app.notifications.triggers import metrics_arrived
 from app.runs.files import checkpoint_records, ingest_offsets, log_store
 from app.runs.files.job_files import FileRefused, open_job_file
-from app.runs.query.params import record_reported
+from app.runs.query.params import record_reported, record_script
 from app.runs.state import lifecycle
 from app.settings import get_settings
 from torchyard.contract import RunPaths
@@ -240,6 +240,9 @@ def _forward_lines(
             ingest_steps(session, run_id=run_id, steps=parsed.steps, key_limit=key_limit)
         if parsed.params:  # MLflow params logged inside the job (torchyard.mlflow_store)
             record_reported(session, run_id=run_id, values=parsed.params)
+        if parsed.config:  # the script's torchyard.init(config=...): the launch's keys win
+            differing, _caps = record_script(session, run_id=run_id, values=parsed.config)
+            ingest_offsets.note_config_differs(session, run_id=run_id, differing=differing)
         if parsed.nulls:  # a NaN/inf value (written as null): its owner may be told
             metrics_arrived(session, run_id=run_id, steps=parsed.steps)
         if parsed.checkpoints:  # after the points: the best is ranked by their values

@@ -10,10 +10,14 @@ beyond its 64-bit column, text that is not UTF-8).
     {"type": "checkpoint", "name": str, "path": str, "epoch": int32, "step": int64,
      "size_bytes": int64 >= 0, ...}
     {"type": "params", "values": {name: string|number|bool}}
+    {"type": "config", "values": {name: JSON value, nested}}
 
 A params line is what an MLflow client inside the job logged as params
 (torchyard.mlflow_store): stored as the run's reported params, like TensorBoard hparams
 (``hparams.<name>``, app.runs.query.params.record_reported, which bounds their count and size).
+A config line is the script's ``torchyard.init(config=...)``: flattened to dotted keys as the
+launch config is and stored as the run's params ``params.<key>`` beside the launch's, which win
+(app.runs.query.params.record_script).
 
 A key is 1-255 characters of valid text (no lone surrogate, no NUL), not under `sys/` (the
 worker's system series, worker/system_metrics.py: a job must not forge or block them). A
@@ -38,6 +42,7 @@ from typing import Any
 import orjson
 
 from app.metrics.ingest import MAX_KEY_LENGTH, Step
+from app.runs.query.params import flatten
 from app.runs.state.notices import size_text
 from torchyard.contract import SYSTEM_KEY_PREFIX
 
@@ -83,6 +88,8 @@ class Parsed:
     skipped: Counter[str] = field(default_factory=Counter)
     # name -> value of the params lines, later lines winning
     params: dict[str, Any] = field(default_factory=dict)
+    # dotted key -> value of the config lines (torchyard.init), flattened, later lines winning
+    config: dict[str, Any] = field(default_factory=dict)
     # False only when no metrics value is null (non-finite): known for free on the fast path
     # (the set of value types), so the NaN notification (app.notifications.triggers) walks
     # the lines only of a batch that has one.
@@ -169,6 +176,29 @@ def check_params(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "params", "values": values}
 
 
+BAD_CONFIG = "a config line whose values are not an object of names to JSON values"
+
+
+def _valid_json_text(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
+def check_config(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A config line's values, flattened to dotted keys (``{"opt": {"lr": 1}}`` -> ``opt.lr``)."""
+    values = record.get("values")
+    if not isinstance(values, dict) or not _valid_json_text(values):
+        raise BadLine(BAD_CONFIG)
+    flat = flatten(values)
+    for name in flat:
+        if not (name and _valid_text(name)):
+            raise BadLine(BAD_CONFIG)
+    return {"type": "config", "values": flat}
+
+
 def _non_finite(_constant: str) -> None:
     return None
 
@@ -199,6 +229,8 @@ def check_line(raw: bytes) -> Step | dict[str, Any] | None:
         return check_checkpoint(record)
     if kind == "params":
         return check_params(record)
+    if kind == "config":
+        return check_config(record)
     return None
 
 
@@ -247,6 +279,8 @@ def _fast(chunk: bytes, lines: int) -> Parsed | None:
             for r in records:
                 if r.get("type") == "params":
                     parsed.params.update(check_params(r)["values"])
+                elif r.get("type") == "config":
+                    parsed.config.update(check_config(r)["values"])
         except BadLine:
             return None
     return parsed
@@ -269,6 +303,8 @@ def parse_spool(chunk: bytes) -> Parsed:
             parsed.steps.append(record)
         elif record is not None and record.get("type") == "params":
             parsed.params.update(record["values"])
+        elif record is not None and record.get("type") == "config":
+            parsed.config.update(record["values"])
         elif record is not None:
             parsed.checkpoints.append(record)
     return parsed

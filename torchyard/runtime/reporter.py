@@ -169,6 +169,15 @@ class Reporter:
             }
         )
 
+    def record_config(self, values: Mapping[str, Any]) -> None:
+        """Record the script's own config (``torchyard.init(config=...)``, JSON-safe, nested
+        as given): the worker stores it as the run's params beside the launch's."""
+        if not self.enabled:
+            return
+        if self._error is not None or self._closed:
+            self._raise_unusable()
+        self._queue.append({"type": "config", "values": dict(values), "time": time.time()})
+
     def flush(self, timeout: float | None = None) -> None:
         """Block until everything logged before this call is written and flushed."""
         if not self.enabled or self._closed:

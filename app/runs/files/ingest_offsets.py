@@ -12,6 +12,7 @@ Every function takes the caller's session and flushes at most.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -36,6 +37,16 @@ def advance_metrics(
     notices.add_skipped(run, skipped)
     run.metrics_offset = offset
     session.flush()
+
+
+def note_config_differs(
+    session: Session, *, run_id: int, differing: Mapping[str, tuple[Any, Any]]
+) -> None:
+    """The script's init(config=...) and the launch disagree on these keys (the launch's won)."""
+    run = session.get(Run, run_id)
+    if run is not None and differing:
+        notices.add_config_differs(run, differing)
+        session.flush()
 
 
 def note_dropped_points(session: Session, *, run_id: int, limit: int, points: int) -> None:

@@ -7,6 +7,11 @@ Two sources, one flat namespace (the ``params`` of the runs API, design.md "Runs
   Lightning's ``log_hyperparams``), as ``hparams.<name>``, written by the worker as it reads
   the event files (worker.tensorboard_events). A later report of a name replaces its value.
 
+- "script": the job's own ``torchyard.init(config=...)``, flattened as the launch config is and
+  under ``params.`` (``params.lr``, ``params.model.depth``), written by the worker as it reads
+  the spool (worker.spool_lines); a key the launch config gave keeps the launch's value (the
+  run's ``run.config`` is the launch's too), and a different script value is returned to be
+  said on the run (app.runs.state.notices).
 - "mlflow": what a client logged through the MLflow API (app/mlflow): its params as
   ``params.<name>`` (so the filter's bare ``lr<=0.01`` finds them like a config's) and its tags
   as ``tags.<name>``, each value the string the client sent (MLflow's own limits, checked there).
@@ -33,6 +38,8 @@ from app.runs.models import RunParam
 
 CONFIG = "config"
 REPORTED = "reported"
+SCRIPT = "script"
+SCRIPT_PREFIX = "params."
 REPORTED_PREFIX = "hparams."
 MAX_REPORTED = 256
 MAX_VALUE_CHARS = 1000
@@ -186,3 +193,44 @@ def params_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, dict[st
     for run_id, key, value in session.execute(stmt):
         found[run_id][key] = value
     return found
+
+
+def record_script(
+    session: Session, *, run_id: int, values: Mapping[str, Any]
+) -> tuple[dict[str, tuple[Any, Any]], set[ParamLimit]]:
+    """Upsert the script's own config (dotted keys, taken as under ``params.``) where the launch
+    config has no such key; returns the keys whose script value differs from the launch's
+    (key -> (launch value, script value)) and the caps hit (MAX_REPORTED keys per source)."""
+    limits: set[ParamLimit] = set()
+    differing: dict[str, tuple[Any, Any]] = {}
+    if not values:
+        return differing, limits
+    session.flush()
+    held = {
+        key: (source, value)
+        for key, source, value in session.execute(
+            select(RunParam.key, RunParam.source, RunParam.value).where(
+                RunParam.run_id == run_id, RunParam.source.in_((CONFIG, SCRIPT))
+            )
+        )
+    }
+    scripts = sum(1 for source, _v in held.values() if source == SCRIPT)
+    wanted: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        key = clip_key(SCRIPT_PREFIX + name)
+        row, cut = _row(run_id, key, value, SCRIPT)
+        source, launch = held.get(key, (None, None))
+        if source == CONFIG:
+            if launch != row["value"]:
+                differing[key] = (launch, row["value"])
+            continue
+        if source is None and key not in wanted and scripts + len(wanted) >= MAX_REPORTED:
+            limits.add(ParamLimit.TOO_MANY)
+            continue
+        wanted[key] = row
+        if cut:
+            limits.add(ParamLimit.CUT)
+    if wanted:
+        session.execute(delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(wanted)))
+        session.execute(insert(RunParam), list(wanted.values()))
+    return differing, limits

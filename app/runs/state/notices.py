@@ -8,13 +8,16 @@ Stored as JSON: ``{"skipped": {reason: lines}, "keys": {"limit": n, "points": dr
 "at": ISO time}, "tensorboard": {about: sentence}}``, every part optional. ``tensorboard``:
 what the run wrote to its event files that is not shown (histograms, audio, graphs, a cap hit,
 no tensorboard package in the worker), one sentence per kind (worker.tensorboard_events says
-which), at most MAX_TENSORBOARD_NOTES: a job chooses its plugin names. ``stopped_early`` is
+which), at most MAX_TENSORBOARD_NOTES: a job chooses its plugin names. ``config``: keys whose
+value in the script's ``torchyard.init(config=...)`` differs from the launch's, ``{key: {"launch":
+v, "script": v}}`` (app.runs.query.params.record_script). ``stopped_early`` is
 no ingestion note: the sweep's early-stopping rule cancelled the run (app.sweeps.early_stop),
 said where people look.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -25,6 +28,7 @@ from app.runs.models import Run
 
 MAX_ERROR_CHARS = 500
 MAX_TENSORBOARD_NOTES = 20
+MAX_CONFIG_NOTES = 20
 
 
 def size_text(n: int) -> str:
@@ -57,6 +61,26 @@ def add_dropped_points(run: Run, *, limit: int, points: int) -> None:
         return
     before = int(((run.notices or {}).get("keys") or {}).get("points", 0))
     _update(run, keys={"limit": limit, "points": before + points})
+
+
+def add_config_differs(run: Run, differing: Mapping[str, tuple[Any, Any]]) -> None:
+    """The script's ``torchyard.init(config=...)`` gave these keys other values than the
+    launch, whose values the run used (key -> (launch, script)); at most MAX_CONFIG_NOTES keys."""
+    held = dict((run.notices or {}).get("config") or {})
+    changed = False
+    for key in sorted(differing):
+        if key in held or len(held) < MAX_CONFIG_NOTES:
+            launch, script = differing[key]
+            note = {"launch": launch, "script": script}
+            changed = changed or held.get(key) != note
+            held[key] = note
+    if changed:
+        _update(run, config=held)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def log_kept(run: Run) -> int | None:
@@ -123,6 +147,11 @@ def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
     if log:
         lines.append(
             f"log limit reached ({size_text(log['limit'])}): the output after it is not kept"
+        )
+    for key, both in sorted((notices.get("config") or {}).items()):
+        lines.append(
+            f"{key}: the launch's {_shown(both['launch'])} is used; the script's "
+            f"torchyard.init(config=...) gave {_shown(both['script'])}"
         )
     tensorboard = notices.get("tensorboard") or {}
     lines.extend(str(tensorboard[about]) for about in sorted(tensorboard))
