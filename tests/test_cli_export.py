@@ -9,6 +9,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+import mlflow
 import pandas as pd
 import pytest
 
@@ -16,6 +17,7 @@ from app.db import session_scope
 from app.metrics.ingest import ingest_points
 from app.runs.query.params import record_config
 from tests.factories import make_run
+from tests.mlflow_server import mlflow_member
 from tests.stack import LiveStack
 from tests.test_cli import Cli, logged_in_cli
 
@@ -90,3 +92,68 @@ def test_export_series_as_parquet_has_every_point(
     assert list(one.step) == list(range(1, 101))
     binary = cli("export", str(exp_id), "--format", "parquet")
     assert binary.returncode == 2 and "give a file with -o" in binary.stderr
+
+
+def test_a_mixed_experiments_parquet_has_one_type_per_column(
+    cli: Cli, live_stack: LiveStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An MLflow-logged run (params as the strings the real client sends) beside a job's run
+    (params as numbers): each column one type (docs/export.md), as pandas reads it back."""
+    name = f"mixed-{secrets.token_hex(3)}"
+    mlflow_member(live_stack.base_url, monkeypatch)
+    mlflow.set_experiment(name)
+    with mlflow.start_run(run_name="from-mlflow"):
+        mlflow.log_params({"lr": 0.01, "batch_size": 64, "optimizer": "adam", "note": "three"})
+        mlflow.log_param("only_mlflow", "1e-3")
+        mlflow.log_metric("val/acc", 0.5, step=1)
+    with live_stack.admin_client() as api:
+        exp_id = next(e["id"] for e in api.get("/api/experiments").json() if e["name"] == name)
+    config = {"recipe": "tiny_mlp", "params": {"lr": 0.1, "batch_size": 32, "optimizer": "sgd",
+              "note": 3, "amp": True}, "seed": 1}  # fmt: skip
+    job_run = make_run(config=config, status="succeeded", experiment_id=exp_id)
+    with session_scope() as session:
+        record_config(session, run_id=job_run, config=config)
+        ingest_points(session, run_id=job_run, points=[("val/acc", 1, 0.75, 1.0)])
+    target = tmp_path / "mixed.parquet"
+    done = cli("export", str(exp_id), "--format", "parquet", "-o", str(target))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    frame = pd.read_parquet(target).set_index("id")
+    types = {c: str(frame[c].dtype) for c in frame.columns if c.startswith("params.")}
+    assert types == {
+        "params.lr": "float64",
+        "params.batch_size": "int64",
+        "params.optimizer": "object",  # text
+        "params.note": "object",  # 3 and "three": text
+        "params.only_mlflow": "float64",  # "1e-3", missing in the job's run (NaN)
+        "params.amp": "object",  # a bool missing in one run: pandas' object of True/None
+    }
+    assert sorted(frame["params.batch_size"]) == [32, 64]
+    assert sorted(frame["params.note"]) == ["3", "three"]
+    assert frame.loc[job_run, "params.lr"] == 0.1
+    assert str(frame["metrics.val/acc"].dtype) == "float64"
+    assert str(frame["owner_id"].dtype) == "int64"
+    # The same columns in CSV read back to the same numbers.
+    csv_target = tmp_path / "mixed.csv"
+    assert cli("export", str(exp_id), "-o", str(csv_target)).returncode == 0
+    table = pd.read_csv(csv_target).set_index("id")
+    assert str(table["params.batch_size"].dtype) == "int64"
+    assert sorted(table["params.note"]) == ["3", "three"]
+
+
+def test_parquet_without_pyarrow_says_so_before_fetching_anything(
+    cli: Cli, live_stack: LiveStack, tmp_path: Path
+) -> None:
+    """An install without pyarrow (a module of that name that fails to import, first on the
+    path): the error names pyarrow, before any request (the stack's log has none)."""
+    shadow = tmp_path / "shadow" / "pyarrow"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no pyarrow here')\n")
+    cli.env["PYTHONPATH"] = str(shadow.parent)
+    try:
+        done = cli("export", "999999", "--format", "parquet", "-o", str(tmp_path / "x.parquet"))
+    finally:
+        del cli.env["PYTHONPATH"]
+    assert done.returncode == 1, done.stderr
+    assert "--format parquet needs pyarrow" in done.stderr
+    assert "no experiment" not in done.stderr and "Traceback" not in done.stderr

@@ -3,8 +3,9 @@
 Two shapes, as the peers give them: the runs table (one row per run: id, name, status, times,
 tags, every param under its own key, every metric's last value as `metrics.<key>`, the
 columns `mlflow.search_runs()` users know) and, with `--series`, the full series in long form
-(run, key, step, value). CSV by default (standard output without `-o`); Parquet when pyarrow
-is installed (the client's base install does not carry it: the error says how to get it).
+(run, key, step, value). CSV by default (standard output without `-o`) or Parquet (pyarrow is
+in the base install; an install without it is told so before anything is fetched). Every column
+has one type whatever the mix of the runs' origins (torchyard.cli.export_types).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import typer
 from torchyard.cli import endpoints as ep
 from torchyard.cli.client import Api, CliError
 from torchyard.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, err
+from torchyard.cli.export_types import Kind, typed
 
 PAGE = 1000
 RUN_COLUMNS = (
@@ -113,7 +115,7 @@ def write_csv(columns: list[str], rows: list[dict[str, Any]], output: Path | Non
     buffer = io.StringIO(newline="")
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(typed(columns, rows)[1])
     if output is None:
         sys.stdout.write(buffer.getvalue())
         sys.stdout.flush()
@@ -121,14 +123,35 @@ def write_csv(columns: list[str], rows: list[dict[str, Any]], output: Path | Non
         output.write_text(buffer.getvalue(), newline="")
 
 
-def write_parquet(columns: list[str], rows: list[dict[str, Any]], output: Path) -> None:
+def parquet_writer() -> Any:
+    """pyarrow's parquet module, asked for before anything is fetched: an install without it
+    (the base install has it) hears how to get it, not a traceback after the download."""
     try:
-        import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]
         import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        raise CliError("--format parquet needs pyarrow: pip install pyarrow") from None
-    table = pa.table({c: [row.get(c) for row in rows] for c in columns})
-    pq.write_table(table, str(output))
+    except ImportError as exc:
+        raise CliError(
+            f"--format parquet needs pyarrow, which this install lacks ({exc}): "
+            "pip install pyarrow (or reinstall torchyard, which requires it)"
+        ) from None
+    return pq
+
+
+ARROW_TYPES = {Kind.BOOL: "bool_", Kind.INT: "int64", Kind.FLOAT: "float64", Kind.TEXT: "string"}
+
+
+def write_parquet(columns: list[str], rows: list[dict[str, Any]], output: Path) -> None:
+    pq = parquet_writer()
+    import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]
+
+    kinds, converted = typed(columns, rows)
+    try:
+        arrays = [
+            pa.array([row[c] for row in converted], type=getattr(pa, ARROW_TYPES[kinds[c]])())
+            for c in columns
+        ]
+        pq.write_table(pa.Table.from_arrays(arrays, names=columns), str(output))
+    except (pa.ArrowException, OSError) as exc:
+        raise CliError(f"could not write {output} as Parquet: {exc}") from None
 
 
 def export(
@@ -154,6 +177,8 @@ def export(
     metrics), or with --series the full series of those keys, as CSV or Parquet."""
     if format is Format.parquet and output is None:
         raise typer.BadParameter("Parquet is binary: give a file with -o", param_hint="--format")
+    if format is Format.parquet:
+        parquet_writer()  # a missing pyarrow said before any data is fetched
     with connect(server, token) as api:
         found = find_experiment(api, experiment)
         runs = list(experiment_runs(api, int(found["id"]), where))
