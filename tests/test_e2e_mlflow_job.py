@@ -5,6 +5,7 @@ appears."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def run_count(api: httpx.Client) -> int:
 
 
 def test_a_plain_mlflow_script_logs_into_its_jobs_run(api: httpx.Client) -> None:
+    """On the default install: the stack's workers add no mlflow to their jobs (issue 41)."""
+    assert "mlflow" not in os.environ.get("TORCHYARD_JOB_PACKAGES", "")
     target = WORKSPACE_DIR / "mlflowjob"
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, target / SCRIPT.name)
