@@ -110,6 +110,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_js_contract",  # the front-end's URL builders against /openapi.json (node)
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)
         "test_cli_export",  # `torchyard export` (GET /api/runs and metrics: their own tests)
+        "test_export_types",  # the export's column types, pure
         "test_packaging",  # the wheel and its base install (its own SQLite server)
         "test_cli_contract",  # the CLI's endpoints against the app's OpenAPI document
         "test_cli_imports",  # what the client CLI imports
