@@ -115,29 +115,42 @@ def record_config(session: Session, *, run_id: int, config: Mapping[str, Any]) -
         session.execute(insert(RunParam), rows)
 
 
-def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any]) -> set[ParamLimit]:
-    """Upsert hparams the job reported (name -> number, string or bool); returns the caps hit."""
+def _bounded(
+    run_id: int, items: Iterable[tuple[str, Any]], source: str, known: set[str]
+) -> tuple[dict[str, dict[str, Any]], set[ParamLimit]]:
+    """The rows of ``items`` (key -> value) under the caps: at most MAX_REPORTED keys with
+    ``known`` (those the run holds of this source), values cut at MAX_VALUE_CHARS."""
     limits: set[ParamLimit] = set()
-    if not values:
-        return limits
-    session.flush()
-    reported = RunParam.run_id == run_id, RunParam.source == REPORTED
-    known = set(session.scalars(select(RunParam.key).where(*reported)))  # at most MAX_REPORTED
     wanted: dict[str, dict[str, Any]] = {}
-    for name, value in values.items():  # a hostile report may name 100k: never all queried
-        key = clip_key(REPORTED_PREFIX + name)
+    for key, value in items:  # a hostile report may name 100k: never all queried
         if key not in known and key not in wanted and len(known) + len(wanted) >= MAX_REPORTED:
             limits.add(ParamLimit.TOO_MANY)
             continue
-        row, cut = _row(run_id, key, value, REPORTED)
+        row, cut = _row(run_id, key, value, source)
         wanted[key] = row
         if cut:
             limits.add(ParamLimit.CUT)
-    # A config key never collides: reported keys all start with "hparams.", config keys never
-    # do (the config's top-level keys are fixed by app.experiments.config).
+    return wanted, limits
+
+
+def _replace(session: Session, run_id: int, wanted: Mapping[str, dict[str, Any]]) -> None:
     if wanted:
         session.execute(delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(wanted)))
         session.execute(insert(RunParam), list(wanted.values()))
+
+
+def record_reported(session: Session, *, run_id: int, values: Mapping[str, Any]) -> set[ParamLimit]:
+    """Upsert hparams the job reported (name -> number, string or bool); returns the caps hit."""
+    if not values:
+        return set()
+    session.flush()
+    reported = RunParam.run_id == run_id, RunParam.source == REPORTED
+    known = set(session.scalars(select(RunParam.key).where(*reported)))  # at most MAX_REPORTED
+    items = ((clip_key(REPORTED_PREFIX + name), value) for name, value in values.items())
+    wanted, limits = _bounded(run_id, items, REPORTED, known)
+    # A config key never collides: reported keys all start with "hparams.", config keys never
+    # do (the config's top-level keys are fixed by app.experiments.config).
+    _replace(session, run_id, wanted)
     return limits
 
 
@@ -201,10 +214,9 @@ def record_script(
     """Upsert the script's own config (dotted keys, taken as under ``params.``) where the launch
     config has no such key; returns the keys whose script value differs from the launch's
     (key -> (launch value, script value)) and the caps hit (MAX_REPORTED keys per source)."""
-    limits: set[ParamLimit] = set()
     differing: dict[str, tuple[Any, Any]] = {}
     if not values:
-        return differing, limits
+        return differing, set()
     session.flush()
     held = {
         key: (source, value)
@@ -214,23 +226,15 @@ def record_script(
             )
         )
     }
-    scripts = sum(1 for source, _v in held.values() if source == SCRIPT)
-    wanted: dict[str, dict[str, Any]] = {}
+    items = []
     for name, value in values.items():
         key = clip_key(SCRIPT_PREFIX + name)
-        row, cut = _row(run_id, key, value, SCRIPT)
         source, launch = held.get(key, (None, None))
-        if source == CONFIG:
-            if launch != row["value"]:
-                differing[key] = (launch, row["value"])
-            continue
-        if source is None and key not in wanted and scripts + len(wanted) >= MAX_REPORTED:
-            limits.add(ParamLimit.TOO_MANY)
-            continue
-        wanted[key] = row
-        if cut:
-            limits.add(ParamLimit.CUT)
-    if wanted:
-        session.execute(delete(RunParam).where(RunParam.run_id == run_id, RunParam.key.in_(wanted)))
-        session.execute(insert(RunParam), list(wanted.values()))
+        if source != CONFIG:
+            items.append((key, value))
+        elif launch != (script := _row(run_id, key, value, SCRIPT)[0]["value"]):
+            differing[key] = (launch, script)
+    known = {key for key, (source, _value) in held.items() if source == SCRIPT}
+    wanted, limits = _bounded(run_id, items, SCRIPT, known)
+    _replace(session, run_id, wanted)
     return differing, limits
