@@ -64,6 +64,9 @@ BAD_SHAPES = [
     (json.dumps({**CKPT, "epoch": 2**40}).encode(), sl.bad_checkpoint("epoch")),
     (json.dumps({**CKPT, "name": 5}).encode(), sl.bad_checkpoint("name")),
     (json.dumps({**CKPT, "size_bytes": -1}).encode(), sl.bad_checkpoint("size_bytes")),
+    (b'{"type": "config", "values": "lr=1"}', sl.BAD_CONFIG),
+    (b'{"type": "config", "values": {"k": "\\ud800"}}', sl.BAD_CONFIG),
+    (b'{"type": "config", "values": ' + b'{"a": ' * 900 + b"1" + b"}" * 901, sl.BAD_CONFIG),
 ]  # fmt: skip
 
 

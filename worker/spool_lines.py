@@ -187,10 +187,28 @@ def _valid_json_text(value: Any) -> bool:
     return True
 
 
+MAX_CONFIG_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """How deep mappings nest in ``value`` (lists are leaves), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, level)
+            if level <= MAX_CONFIG_DEPTH:
+                todo.extend((v, level + 1) for v in item.values())
+    return deepest
+
+
 def check_config(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A config line's values, flattened to dotted keys (``{"opt": {"lr": 1}}`` -> ``opt.lr``)."""
+    """A config line's values, flattened to dotted keys (``{"opt": {"lr": 1}}`` -> ``opt.lr``);
+    mappings nested deeper than MAX_CONFIG_DEPTH are refused (flattening recurses)."""
     values = record.get("values")
-    if not isinstance(values, dict) or not _valid_json_text(values):
+    if not isinstance(values, dict) or _depth(values) > MAX_CONFIG_DEPTH:
+        raise BadLine(BAD_CONFIG)
+    if not _valid_json_text(values):
         raise BadLine(BAD_CONFIG)
     flat = flatten(values)
     for name in flat:
