@@ -236,3 +236,14 @@ def test_a_crash_keeps_every_point_logged_before_it(tmp_path: Path) -> None:
     result = run_python(code, tmp_path)
     assert result.returncode == 1 and "RuntimeError: boom" in result.stderr
     assert len(read_lines(path)) == 100
+
+
+def test_the_scripts_config_is_one_line_after_the_points_before_it(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    with Reporter(path, enabled=True) as reporter:
+        reporter.log(1, {"a": 1.0})
+        reporter.record_config({"lr": 0.1, "model": {"depth": 3}})
+    lines = read_lines(path)
+    assert [line["type"] for line in lines] == ["metrics", "config"]
+    assert lines[1]["values"] == {"lr": 0.1, "model": {"depth": 3}}
+    Reporter(None).record_config({"lr": 0.1})  # the no-op twin: nothing, nowhere

@@ -11,10 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from tests.conftest import WORKSPACE_DIR, wait_for_status
+from torchyard.sdk import json_safe
 from tests.stack import LiveStack
 from tests.test_cli import Cli, logged_in_cli
 
@@ -95,3 +98,27 @@ def test_init_config_keys_are_in_both_export_formats(
         assert row["params.model.act"] == "relu", fmt
         assert row["params.batch_size"] == 64, fmt
         assert row["params.lr"] == 0.1, fmt
+
+
+def test_a_config_is_recorded_as_json_holds_it() -> None:
+    """What a script passes (numpy and torch scalars, a path, NaN, tuples) as JSON values."""
+    config = {
+        "lr": np.float32(0.5),
+        "steps": np.int64(3),
+        "w": torch.tensor(2.0),
+        "amp": np.bool_(True),
+        "root": Path("/data"),
+        "bad": float("nan"),
+        "sizes": (1, 2),
+        3: {"nested": None},
+    }
+    assert json_safe(config) == {
+        "lr": 0.5,
+        "steps": 3,
+        "w": 2.0,
+        "amp": True,
+        "root": "/data",
+        "bad": None,
+        "sizes": [1, 2],
+        "3": {"nested": None},
+    }
