@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from tests.conftest import WORKSPACE_DIR, wait_for_status
-from torchyard.sdk import json_safe
 from tests.stack import LiveStack
 from tests.test_cli import Cli, logged_in_cli
+from torchyard.sdk import json_safe
 
 pytestmark = pytest.mark.slow
 
