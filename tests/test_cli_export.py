@@ -95,7 +95,7 @@ def test_export_series_as_parquet_has_every_point(
 
 
 def kind(column: pd.Series) -> str:
-    """The column as "text" for strings (pandas 3's str dtype, object of strings), else its dtype."""
+    """ "text" for strings (pandas 3's str dtype, or object of strings), else the dtype."""
     return "text" if pd.api.types.is_string_dtype(column) else str(column.dtype)
 
 
