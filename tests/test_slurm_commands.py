@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster, slurm_cluster
+from tests.slurm_cluster import SlurmCluster, command, slurm_cluster
 from tests.waits import wait_for
 from worker.slurm import commands
 from worker.slurm.commands import SlurmError, SlurmJob, cancel, find, query, submit
@@ -278,3 +278,18 @@ def test_exit_codes_of_newer_slurms_json_are_read() -> None:
     assert commands._exit(exited) == (3, None)
     assert commands._exit(768) == (3, None) and commands._exit(15) == (None, 15)
     assert commands._number({"set": True, "infinite": True, "number": 0}) is None
+
+
+@pytest.mark.slow
+def test_a_submit_host_without_sacct_reads_what_slurmctld_holds(
+    job_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No accounting client at all (only squeue on PATH): a job slurmctld still holds is read
+    from squeue, one it holds no more is absent (ended unseen), never an error."""
+    only = tmp_path / "bin"
+    only.mkdir()
+    (only / "squeue").symlink_to(command("squeue"))
+    job_id = start(job_dir, "no-sacct")
+    monkeypatch.setenv("PATH", str(only))
+    assert query([job_id])[job_id].job_id == job_id
+    assert query(["987654"]) == {}

@@ -16,8 +16,8 @@ Where a job's state is read from:
   text rather than JSON because its JSON differs between every release and the fields wanted
   here are plain. A cluster without accounting (`AccountingStorageType=accounting_storage/none`,
   as the tests' cluster) answers "Slurm accounting storage is disabled": those ids are then
-  unknown, absent from `query`'s answer. Any other sacct failure (slurmdbd down) is raised: an
-  absent job must mean gone, never "could not ask".
+  unknown, absent from `query`'s answer, as on a submit host without `sacct` at all. Any other
+  sacct failure (slurmdbd down) is raised: an absent job must mean gone, never "could not ask".
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -196,6 +197,8 @@ def _squeue_text() -> list[SlurmJob]:
 
 
 def _sacct(job_ids: list[str]) -> list[SlurmJob]:
+    if shutil.which("sacct") is None:  # a submit host without the accounting client: none
+        return []
     argv = ["sacct", "--noheader", "--parsable2", "--allocations"]
     done = _run([*argv, f"--jobs={','.join(job_ids)}", f"--format={_SACCT_FIELDS}"])
     if done.returncode != 0 and _ACCOUNTING_OFF in done.stderr + done.stdout:
