@@ -293,3 +293,20 @@ def test_a_submit_host_without_sacct_reads_what_slurmctld_holds(
     monkeypatch.setenv("PATH", str(only))
     assert query([job_id])[job_id].job_id == job_id
     assert query(["987654"]) == {}
+
+
+@pytest.mark.slow
+def test_a_node_out_of_service_gives_its_reason(cluster: SlurmCluster, job_dir: Path) -> None:
+    node = cluster.node_names[0]
+    assert commands.node_reasons([node]) == {}  # in service: no reason
+    cluster.stop_node(node)  # a dead node's slurmd: it stays down
+    try:
+        cluster.fail_node(node, "disk on fire")
+        assert commands.node_reasons([node, "no-such-node"]) == {node: "disk on fire"}
+    finally:
+        cluster.start_node(node)
+        wait_for(
+            lambda: cluster.node_states().get(node) == "idle",
+            timeout=60,
+            what=lambda: f"{node} idle: {cluster.node_states()}",
+        )

@@ -29,6 +29,7 @@ from tests.test_slurm_executor import (
     steps,
     until,
 )
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -78,19 +79,32 @@ def test_a_node_failure_requeues_the_attempt_with_slurms_reason(stack: SlurmStac
     assert f"Slurm job {first['external_id']}: NODE_FAIL (NodeDown)" in log_of(api, run_id)
 
 
-def test_a_node_failure_fails_a_run_without_restarts_with_slurms_reason(
+def test_a_node_failure_fails_a_run_without_restarts_with_slurms_reasons(
     stack: SlurmStack,
 ) -> None:
+    """The node stays down (its slurmd stopped, as a dead node's): the run's error has the
+    job's reason and the node's, the operator's words."""
     api = stack.api
     run_id = submit(api, "slurm-node-fail-once", ONE_GPU, params={"epochs": 50, "step_sleep": 0.2})
     job_id = until(api, run_id, lambda r: r["external_id"] and steps(api, run_id), "a point")[
         "external_id"
     ]
-    stack.cluster.fail_node(only_node(stack.cluster), "lost its power")
-    run = ended(api, run_id, 120)
+    node = only_node(stack.cluster)
+    stack.cluster.stop_node(node)
+    try:
+        stack.cluster.fail_node(node, "lost its power")
+        run = ended(api, run_id, 120)
+    finally:  # back in service; its slurmd ends the job's steps left running
+        stack.cluster.start_node(node)
+        wait_for(
+            lambda: stack.cluster.node_states().get(node) == "idle",
+            timeout=60,
+            what=lambda: f"{node} idle: {stack.cluster.node_states()}",
+        )
     assert run["status"] == "failed", run
     assert run["attempt"] == 1
-    assert f"Slurm job {job_id}: NODE_FAIL (NodeDown)" in (run["error"] or ""), run["error"]
+    said = f"Slurm job {job_id}: NODE_FAIL (NodeDown); {node}: lost its power"
+    assert said in (run["error"] or ""), run["error"]
 
 
 def test_an_operators_scontrol_requeue_is_refused_and_the_run_goes_on(stack: SlurmStack) -> None:

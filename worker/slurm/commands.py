@@ -1,7 +1,8 @@
-"""The Slurm client commands as functions (issue 40): `sbatch`, `squeue`, `sacct` and `scancel`
-run as subprocesses with this process's environment (`SLURM_CONF` and `PATH` as the submit host
-has them), their output parsed into `SlurmJob`s, their failures raised as `SlurmError` with the
-command's own message. Nothing here knows torchyard's runs: the Slurm executor maps runs to jobs.
+"""The Slurm client commands as functions (issue 40): `sbatch`, `squeue`, `sacct`, `scancel` and
+`sinfo` (a node's reason) run as subprocesses with this process's environment (`SLURM_CONF` and
+`PATH` as the submit host has them), their output parsed into `SlurmJob`s, their failures raised
+as `SlurmError` with the command's own message. Nothing here knows torchyard's runs: the Slurm
+executor maps runs to jobs.
 
 Where a job's state is read from:
 - `squeue --json --states=all`: every job slurmctld still holds, pending, running and ended
@@ -65,6 +66,7 @@ _ACCOUNTING_OFF = "accounting storage is disabled"
 # squeue's text format (no --json): one field a column, unit separators between them.
 _SEP = "\x1f"
 _TEXT_FORMAT = _SEP.join(("%i", "%j", "%k", "%T", "%r", "%S", "%N"))
+_NODE_FORMAT = f"--format=%N{_SEP}%E"
 _SACCT_FIELDS = "JobID,JobName,Comment,State,Reason,Start,ExitCode,NodeList"
 
 
@@ -130,6 +132,23 @@ def find(name_prefix: str) -> list[SlurmJob]:
     """The live jobs (not ended) whose name starts with `name_prefix`, by job id."""
     jobs = [j for j in _squeue() if j.name.startswith(name_prefix) and not j.ended]
     return sorted(jobs, key=lambda job: int(job.job_id))
+
+
+def node_reasons(nodes: Iterable[str]) -> dict[str, str]:
+    """Why Slurm took each of `nodes` out of service (an operator's `scontrol update ...
+    reason=...`, Slurm's own "Not responding", ...): the nodes that have a reason, by name."""
+    names = sorted(set(nodes))
+    if not names:
+        return {}
+    done = _run(["sinfo", "--noheader", "--Node", f"--nodes={','.join(names)}", _NODE_FORMAT])
+    if done.returncode != 0:
+        raise SlurmError(f"sinfo failed ({done.returncode}): {_message(done)}")
+    rows = (line.split(_SEP, 1) for line in done.stdout.splitlines())
+    return {
+        row[0]: row[1].strip()
+        for row in rows
+        if len(row) == 2 and row[0] in names and _reason(row[1]) not in (None, "none")
+    }
 
 
 def cancel(job_id: str, *, signal: str | None = None) -> None:

@@ -156,6 +156,17 @@ def track(run: Watched, job_id: str, *, started: bool = False) -> RunStatus:
     return final_status(run, target.last, stopped, job_id)
 
 
+def _nodes_down(job: SlurmJob) -> str:
+    """Slurm's reason for each of the job's nodes that has one ("; node-3: disk on fire", an
+    operator's `scontrol update ... reason=`), or nothing (back in service, sinfo unanswered)."""
+    try:
+        reasons = commands.node_reasons(job.nodes)
+    except SlurmError as exc:
+        log.warning("slurm job %s: its nodes' state unread: %s", job.job_id, exc)
+        return ""
+    return "".join(f"; {node}: {why}" for node, why in sorted(reasons.items()))
+
+
 def final_status(
     run: Watched, job: SlurmJob | None, stopped: StopReason | None, job_id: str
 ) -> RunStatus:
@@ -169,6 +180,7 @@ def final_status(
         return finish(run.run_id, RunStatus.failed, None, error, attempt=run.attempt)
     why = f"Slurm job {job_id}: {job.state}" + (f" ({job.reason})" if job.reason else "")
     if job.state in LOST:
+        why += _nodes_down(job)
         note_in_log(run_dir, why)
         return hand_over_stopped(run.run_id, attempt=run.attempt, reason=why)
     # COMPLETED is every process's exit 0 to Slurm: so also where no exit code is read (squeue's
