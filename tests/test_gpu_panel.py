@@ -407,7 +407,10 @@ def test_gpus_page_shows_hosts_queue_and_usage(client, made) -> None:
     assert r.status_code == 200
     html = r.text
     assert '<a href="/gpus" id="nav-gpus">GPUs</a>' in html
-    assert f'<div class="card gpu-host" data-host="{box}" data-pool="local">' in html
+    assert (
+        f'<div class="card gpu-host" data-host="{box}" data-pool="local" data-executor="process">'
+        in html
+    )
     assert '<div class="gpu" data-gpu-index="0" data-state="leased">' in html
     assert '<div class="gpu" data-gpu-index="1" data-state="free">' in html
     assert f'<a href="/runs/{holder}">run {holder}</a>' in html

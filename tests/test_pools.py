@@ -181,3 +181,4 @@ def test_the_gpu_page_says_each_hosts_pool(
     html = client.get("/gpus").text
     assert f'data-host="hg-{tag}" data-pool="g-{tag}"' in html
     assert f"hg-{tag} · pool g-{tag}</h3>" in html
+    assert f'<p class="muted host-pool">pool g-{tag} · executor process</p>' in html

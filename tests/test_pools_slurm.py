@@ -97,14 +97,21 @@ def test_a_gpu_run_of_a_slurm_pool_whose_submit_host_has_none_is_accepted_and_wa
     assert "no live worker host could ever start this run" in refused.text
 
 
-def test_the_api_and_the_form_name_a_slurm_pools_executor(
+def test_the_api_the_form_and_the_gpu_page_name_a_slurm_pools_executor(
     client: TestClient, user_headers: dict[str, str], db: Session
 ) -> None:
     tag = secrets.token_hex(3)
     touch_host(db, host=f"s-{tag}", gpus=[], now=utcnow(), pool=f"c-{tag}", executor="slurm")
     pools = client.get("/api/pools", headers=user_headers).json()["pools"]
     assert {"name": f"c-{tag}", "hosts": [f"s-{tag}"], "executor": "slurm"} in pools
+    hosts = client.get("/api/gpus", headers=user_headers).json()["hosts"]
+    assert [(h["pool"], h["executor"]) for h in hosts if h["host"] == f"s-{tag}"] == [
+        (f"c-{tag}", "slurm")
+    ]
     username, password, _ = make_user()
     login(client, username, password)
     html = client.get("/experiments/new").text
     assert f'<option value="c-{tag}">c-{tag} (slurm: its scheduler places the runs)' in html
+    html = client.get("/gpus").text  # each host's pool and executor
+    assert f'data-host="s-{tag}" data-pool="c-{tag}" data-executor="slurm"' in html
+    assert f"pool c-{tag} · executor slurm (Slurm places its runs)</p>" in html

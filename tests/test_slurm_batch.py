@@ -107,3 +107,23 @@ def test_the_script_runs_one_torchrun_per_node_meeting_on_the_first(tmp_path: Pa
     assert "export TORCHYARD_JOB_TOKEN='secret token'" in script
     # Slurm's --gres sets the job's GPUs: a local run's leased indices never reach it.
     assert "CUDA_VISIBLE_DEVICES" not in script
+
+
+def test_the_runs_time_limit_is_its_jobs_time_after_the_operators() -> None:
+    def options(resources: dict, extra: str = "") -> list[str]:
+        config = {**CONFIG, "resources": resources}
+        return sbatch_options(
+            settings(slurm_extra_args=extra),
+            run_config(config).resources,
+            run_id=7,
+            attempt=1,
+            files=FILES,
+        )
+
+    assert not [o for o in options({}) if o.startswith("--time")]  # the partition's default
+    assert options({}, "--time=24:00:00")[-1] == "--time=24:00:00"
+    # sbatch takes the last: the run's own limit over the operator's default.
+    assert options({"time_limit_minutes": 90}, "--time=24:00:00")[-2:] == [
+        "--time=24:00:00",
+        "--time=90",
+    ]

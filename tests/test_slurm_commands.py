@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster, slurm_cluster
+from tests.slurm_cluster import SlurmCluster, command, slurm_cluster
 from tests.waits import wait_for
 from worker.slurm import commands
 from worker.slurm.commands import SlurmError, SlurmJob, cancel, find, query, submit
@@ -278,3 +278,35 @@ def test_exit_codes_of_newer_slurms_json_are_read() -> None:
     assert commands._exit(exited) == (3, None)
     assert commands._exit(768) == (3, None) and commands._exit(15) == (None, 15)
     assert commands._number({"set": True, "infinite": True, "number": 0}) is None
+
+
+@pytest.mark.slow
+def test_a_submit_host_without_sacct_reads_what_slurmctld_holds(
+    job_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No accounting client at all (only squeue on PATH): a job slurmctld still holds is read
+    from squeue, one it holds no more is absent (ended unseen), never an error."""
+    only = tmp_path / "bin"
+    only.mkdir()
+    (only / "squeue").symlink_to(command("squeue"))
+    job_id = start(job_dir, "no-sacct")
+    monkeypatch.setenv("PATH", str(only))
+    assert query([job_id])[job_id].job_id == job_id
+    assert query(["987654"]) == {}
+
+
+@pytest.mark.slow
+def test_a_node_out_of_service_gives_its_reason(cluster: SlurmCluster, job_dir: Path) -> None:
+    node = cluster.node_names[0]
+    assert commands.node_reasons([node]) == {}  # in service: no reason
+    cluster.stop_node(node)  # a dead node's slurmd: it stays down
+    try:
+        cluster.fail_node(node, "disk on fire")
+        assert commands.node_reasons([node, "no-such-node"]) == {node: "disk on fire"}
+    finally:
+        cluster.start_node(node)
+        wait_for(
+            lambda: cluster.node_states().get(node) == "idle",
+            timeout=60,
+            what=lambda: f"{node} idle: {cluster.node_states()}",
+        )

@@ -77,6 +77,15 @@ class Resources(BaseModel):
         "'too many processes'",
     )
 
+    time_limit_minutes: int | None = Field(
+        None,
+        ge=1,
+        le=525_600,
+        description="the run's wall-clock limit in minutes (omit: none of its own); on a Slurm "
+        "pool its job's sbatch --time, past which Slurm ends it and the run fails saying "
+        "'Slurm time limit'; the local pool does not apply it yet",
+    )
+
     @field_validator("pool")
     @classmethod
     def _pool_name(cls, pool: str) -> str:

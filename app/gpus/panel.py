@@ -93,7 +93,13 @@ def gpu_panel(
                 gpu = GpuOut(index=index, state=state, **known)
             gpus.append(gpu)
         hosts.append(
-            HostOut(host=h.host, heartbeat_at=as_utc(h.heartbeat_at), gpus=gpus, pool=h.pool)
+            HostOut(
+                host=h.host,
+                heartbeat_at=as_utc(h.heartbeat_at),
+                gpus=gpus,
+                pool=h.pool,
+                executor=h.executor,
+            )
         )
 
     queue = queue_order(queued_runs(session))

@@ -37,6 +37,8 @@ class HostOut(BaseModel):
     heartbeat_at: UtcDateTime
     gpus: list[GpuOut]
     pool: str = "local"  # the pool its worker serves (TORCHYARD_WORKER_POOL)
+    # How its worker runs the pool's runs (TORCHYARD_WORKER_EXECUTOR): 'process' or 'slurm'.
+    executor: str = "process"
 
 
 class PoolOut(BaseModel):

@@ -59,8 +59,11 @@ import {api, pages} from "./lib/urls.js";
     }
     hostsEl.replaceChildren(...hosts.map((host) => {
       const title = host.pool && host.pool !== "local" ? `${host.host} · pool ${host.pool}` : host.host;
-      const card = el("div", {class: "card gpu-host", "data-host": host.host, "data-pool": host.pool || "local"},
-        el("h3", {text: title}));
+      const pool = host.pool || "local", executor = host.executor || "process";
+      const placed = executor === "slurm" ? " (Slurm places its runs)" : "";
+      const card = el("div", {class: "card gpu-host", "data-host": host.host, "data-pool": pool, "data-executor": executor},
+        el("h3", {text: title}),
+        el("p", {class: "muted host-pool", text: `pool ${pool} · executor ${executor}${placed}`}));
       card.append(host.gpus.length
         ? el("div", {class: "gpu-list"}, ...host.gpus.map(gpuCard))
         : el("p", {class: "muted", text: "No GPUs: this host runs CPU-only runs (gpus: 0)."}));

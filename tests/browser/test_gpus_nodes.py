@@ -35,5 +35,8 @@ def test_the_gpu_page_shows_a_multi_node_run_on_each_of_its_hosts(
         expect(gpu).to_have_attribute("data-state", "leased")
         expect(gpu.locator(".gpu-holder a")).to_have_text(f"run {running}")
         expect(gpu.locator(".gpu-nodes")).to_have_text(f"node {node} of 2: {a}, {b}")
+        # each host's pool and executor (the page's script renders them as the server does)
+        pool = admin_page.locator(f".gpu-host[data-host='{name}'] .host-pool")
+        expect(pool).to_have_text("pool local · executor process")
     row = admin_page.locator(f"#gpu-queue tr[data-run-id='{waiting}']")
     expect(row.locator("td").nth(3)).to_have_text("1 × 3 hosts")  # position, run, owner, GPUs

@@ -120,6 +120,14 @@ def submit(
         typer.Option(help="add a run to this experiment (CONFIG/--set become overrides)"),
     ] = None,
     priority: Annotated[int, typer.Option(min=-1000, max=1000, help="higher starts first")] = 0,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="the pool whose workers run it (resources.pool: 'local', or a Slurm pool)",
+            show_default=False,
+        ),
+    ] = None,
     code: Annotated[
         Path | None,
         typer.Option("--code", metavar="DIR", help=CODE_HELP, file_okay=False, show_default=False),
@@ -143,6 +151,9 @@ def submit(
         )
     spec = read_spec(config_file) if config_file is not None else None
     config = apply_sets(spec.config if spec else {}, sets)
+    if pool is not None:  # the name as typed (a --set value is a YAML scalar: 1e3 a number)
+        resources = config.get("resources")
+        config["resources"] = {**(resources if isinstance(resources, dict) else {}), "pool": pool}
     code_dir = _code_dir(config, config_file, code=code, no_code=no_code, new=experiment is None)
     body: dict[str, Any]
     with connect(server, token) as api:

@@ -83,6 +83,8 @@ def sbatch_options(
     if settings.slurm_qos:
         options.append(f"--qos={settings.slurm_qos}")
     options += shlex.split(settings.slurm_extra_args)
+    if resources.time_limit_minutes:  # after the operator's: the run's own limit wins
+        options.append(f"--time={resources.time_limit_minutes}")
     return options
 
 

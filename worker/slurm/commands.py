@@ -1,7 +1,8 @@
-"""The Slurm client commands as functions (issue 40): `sbatch`, `squeue`, `sacct` and `scancel`
-run as subprocesses with this process's environment (`SLURM_CONF` and `PATH` as the submit host
-has them), their output parsed into `SlurmJob`s, their failures raised as `SlurmError` with the
-command's own message. Nothing here knows torchyard's runs: the Slurm executor maps runs to jobs.
+"""The Slurm client commands as functions (issue 40): `sbatch`, `squeue`, `sacct`, `scancel` and
+`sinfo` (a node's reason) run as subprocesses with this process's environment (`SLURM_CONF` and
+`PATH` as the submit host has them), their output parsed into `SlurmJob`s, their failures raised
+as `SlurmError` with the command's own message. Nothing here knows torchyard's runs: the Slurm
+executor maps runs to jobs.
 
 Where a job's state is read from:
 - `squeue --json --states=all`: every job slurmctld still holds, pending, running and ended
@@ -16,8 +17,8 @@ Where a job's state is read from:
   text rather than JSON because its JSON differs between every release and the fields wanted
   here are plain. A cluster without accounting (`AccountingStorageType=accounting_storage/none`,
   as the tests' cluster) answers "Slurm accounting storage is disabled": those ids are then
-  unknown, absent from `query`'s answer. Any other sacct failure (slurmdbd down) is raised: an
-  absent job must mean gone, never "could not ask".
+  unknown, absent from `query`'s answer, as on a submit host without `sacct` at all. Any other
+  sacct failure (slurmdbd down) is raised: an absent job must mean gone, never "could not ask".
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -64,6 +66,7 @@ _ACCOUNTING_OFF = "accounting storage is disabled"
 # squeue's text format (no --json): one field a column, unit separators between them.
 _SEP = "\x1f"
 _TEXT_FORMAT = _SEP.join(("%i", "%j", "%k", "%T", "%r", "%S", "%N"))
+_NODE_FORMAT = f"--format=%N{_SEP}%E"
 _SACCT_FIELDS = "JobID,JobName,Comment,State,Reason,Start,ExitCode,NodeList"
 
 
@@ -131,6 +134,23 @@ def find(name_prefix: str) -> list[SlurmJob]:
     return sorted(jobs, key=lambda job: int(job.job_id))
 
 
+def node_reasons(nodes: Iterable[str]) -> dict[str, str]:
+    """Why Slurm took each of `nodes` out of service (an operator's `scontrol update ...
+    reason=...`, Slurm's own "Not responding", ...): the nodes that have a reason, by name."""
+    names = sorted(set(nodes))
+    if not names:
+        return {}
+    done = _run(["sinfo", "--noheader", "--Node", f"--nodes={','.join(names)}", _NODE_FORMAT])
+    if done.returncode != 0:
+        raise SlurmError(f"sinfo failed ({done.returncode}): {_message(done)}")
+    rows = (line.split(_SEP, 1) for line in done.stdout.splitlines())
+    return {
+        row[0]: row[1].strip()
+        for row in rows
+        if len(row) == 2 and row[0] in names and _reason(row[1]) not in (None, "none")
+    }
+
+
 def cancel(job_id: str, *, signal: str | None = None) -> None:
     """`scancel <job_id>`, or with `signal` only that signal sent to the batch script and every
     step (`scancel --signal=<signal> --full`). A job that has already ended, or that Slurm no
@@ -196,6 +216,8 @@ def _squeue_text() -> list[SlurmJob]:
 
 
 def _sacct(job_ids: list[str]) -> list[SlurmJob]:
+    if shutil.which("sacct") is None:  # a submit host without the accounting client: none
+        return []
     argv = ["sacct", "--noheader", "--parsable2", "--allocations"]
     done = _run([*argv, f"--jobs={','.join(job_ids)}", f"--format={_SACCT_FIELDS}"])
     if done.returncode != 0 and _ACCOUNTING_OFF in done.stderr + done.stdout:

@@ -93,8 +93,11 @@ def submit(claimed: Claimed, held: contextlib.ExitStack) -> str | RunStatus:
     with os.fdopen(fd, "w") as out:
         out.write(batch_script(launch, files, nodes=resources.nodes))
     options = sbatch_options(settings, resources, run_id=run_id, attempt=attempt, files=files)
-    # sbatch with the Slurm client's variables only: none of the worker's settings.
-    job_id = commands.submit(files.script, options, env={})
+    try:  # sbatch with the Slurm client's variables only: none of the worker's settings
+        job_id = commands.submit(files.script, options, env={})
+    except commands.SlurmError as exc:  # its own words: "Requested node configuration is ..."
+        error = f"Slurm refused the job: {exc}"
+        return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     log.info("run %s attempt %s: Slurm job %s", run_id, attempt, job_id)
     recorded = with_db(
         run_id,

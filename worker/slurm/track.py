@@ -153,12 +153,24 @@ def track(run: Watched, job_id: str, *, started: bool = False) -> RunStatus:
         note_in_log(run_dir, f"the run was cancelled; Slurm job {job_id} cancelled")
     drain(run)
     forget_attempt(run)
-    return _final(run, target.last, stopped, job_id)
+    return final_status(run, target.last, stopped, job_id)
 
 
-def _final(
+def _nodes_down(job: SlurmJob) -> str:
+    """Slurm's reason for each of the job's nodes that has one ("; node-3: disk on fire", an
+    operator's `scontrol update ... reason=`), or nothing (back in service, sinfo unanswered)."""
+    try:
+        reasons = commands.node_reasons(job.nodes)
+    except SlurmError as exc:
+        log.warning("slurm job %s: its nodes' state unread: %s", job.job_id, exc)
+        return ""
+    return "".join(f"; {node}: {why}" for node, why in sorted(reasons.items()))
+
+
+def final_status(
     run: Watched, job: SlurmJob | None, stopped: StopReason | None, job_id: str
 ) -> RunStatus:
+    """The run's end from what Slurm last said of its job (`job`: None if never seen)."""
     run_dir = run.metrics_path.parent
     code = job.exit_code if job is not None else None
     if stopped is StopReason.CANCEL:
@@ -168,11 +180,22 @@ def _final(
         return finish(run.run_id, RunStatus.failed, None, error, attempt=run.attempt)
     why = f"Slurm job {job_id}: {job.state}" + (f" ({job.reason})" if job.reason else "")
     if job.state in LOST:
+        why += _nodes_down(job)
         note_in_log(run_dir, why)
         return hand_over_stopped(run.run_id, attempt=run.attempt, reason=why)
-    if job.state == "COMPLETED" and code == 0:
+    # COMPLETED is every process's exit 0 to Slurm: so also where no exit code is read (squeue's
+    # text format of a Slurm before --json, and no accounting to ask).
+    if job.state == "COMPLETED" and code in (0, None):
         return finish(run.run_id, RunStatus.succeeded, 0, None, attempt=run.attempt)
+    if not job.ended:  # last seen live, then gone from squeue, and no accounting knows it
+        why = (
+            f"Slurm job {job_id} was last seen {job.state}, then Slurm no longer knew it (not in "
+            "squeue; sacct has no record: no accounting storage?): its end is unknown"
+        )
+        note_in_log(run_dir, why)
+    if job.state == "TIMEOUT":
+        why += ": the run reached its Slurm time limit"
     error = run_error(run_dir, RunPaths(run_dir).log, code)  # the failing rank's exception
-    if job.state in {"TIMEOUT", "OUT_OF_MEMORY", "CANCELLED"}:
+    if job.state in {"TIMEOUT", "OUT_OF_MEMORY", "CANCELLED"} or not job.ended:
         error = f"{why}\n\n{error}"
     return finish(run.run_id, RunStatus.failed, code, error, attempt=run.attempt)
