@@ -21,7 +21,7 @@ from app.auth.models import User
 from app.experiments import service as experiments_service
 from app.experiments.models import Experiment
 from app.filter_grammar import TOKEN_REASONS, GrammarError
-from app.mlflow import reads, search, writes
+from app.mlflow import experiments, reads, search, writes
 from app.mlflow.errors import (
     INVALID_STATE,
     RESOURCE_ALREADY_EXISTS,
@@ -60,6 +60,17 @@ def get_experiment(session: Session, experiment_id: str) -> Experiment:
     return found
 
 
+def writable_experiment(session: Session, user: User, experiment_id: str) -> Experiment:
+    experiment = get_experiment(session, experiment_id)
+    if not user.may_write(experiment.owner_id):
+        raise denied(
+            f"experiment {experiment.id} belongs to another user: you may read it but not change it"
+            if user.can_write
+            else f"your role is {user.role}: viewers may read but not change"
+        )
+    return experiment
+
+
 def create_experiment(session: Session, user: User, name: str) -> Experiment:
     name = name.strip()
     if not name or len(name) > 200:
@@ -90,9 +101,17 @@ def page_token(offset: int) -> str:
 
 
 def search_experiments(
-    session: Session, *, name_filter: str | None, max_results: int, token: str | None
+    session: Session,
+    *,
+    name_filter: str | None,
+    max_results: int,
+    token: str | None,
+    view: str = experiments.ACTIVE_ONLY,
 ) -> tuple[list[Experiment], str | None]:
     stmt = select(Experiment).order_by(Experiment.id.desc())
+    shown = experiments.view_filter(view)
+    if shown is not None:
+        stmt = stmt.where(shown)
     if name_filter:
         stmt = stmt.where(experiment_name_filter(name_filter))
     offset = page_offset(token)
@@ -127,10 +146,13 @@ def experiment_name_filter(text: str) -> ColumnElement[bool]:
 
 
 def get_run(session: Session, run_id: str) -> Run:
-    run = session.get(Run, parse_id(run_id, "run id")) if run_id.isdigit() else None
+    """The run, or MLflow's RESOURCE_DOES_NOT_EXIST for any id that names none (a run id that
+    is not ours at all, an MLflow uuid, is unknown, not invalid)."""
+    if not run_id:
+        raise invalid("Missing value for required parameter 'run_id'.")
+    known = run_id.isdigit() and len(run_id) <= 10 and int(run_id) <= 2**31 - 1
+    run = session.get(Run, int(run_id)) if known else None
     if run is None:
-        if not run_id.isdigit():
-            parse_id(run_id, "run id")
         raise missing(f"Run with id={run_id}")
     return run
 
@@ -163,6 +185,8 @@ def create_run(session: Session, user: User, body: CreateRun) -> Run:
         started_at=started,
     )
     writes.check_batch(0, 0, len(body.tags))
+    # the body's user_id is ignored: the client sends its mlflow.user tag's value there, or
+    # "unknown" (the tag, when sent, is kept: MLflow's user_id, app/mlflow/reads.py)
     writes.set_tags(session, run, [t for t in body.tags if t.key != reads.RUN_NAME_TAG])
     return run
 
