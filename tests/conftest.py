@@ -115,6 +115,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_pack",  # packing a code folder, against a stand-in server
         "test_cli_run_files",  # `torchyard files`, download's fallback (the files API: its own)
         "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_query_listing)
+        "test_cli_tokens",  # `torchyard token create` (POST /api/tokens: test_auth's)
         "test_cli_users",  # the CLI; its reset-password boxes are SQLite in either pass
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
