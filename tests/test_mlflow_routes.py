@@ -104,3 +104,32 @@ def test_the_tracking_api_lists_a_run_s_artifacts(
     bad = api.get(f"{M}/artifacts/list", params={"run_id": rid, "path": "../path"})
     assert bad.status_code == 400
     assert bad.json() == {"error_code": "INVALID_PARAMETER_VALUE", "message": "Invalid path"}
+
+
+def test_search_runs_breaks_ties_and_bounds_pages_as_mlflow(api: httpx.Client) -> None:
+    """MLflow's SqlAlchemyStore: the clauses, then start_time DESC (unless sorted by it), then
+    the run id ascending; max_results 1..50,000, else its words."""
+    client = MlflowClient()
+    experiment_id = client.create_experiment(f"ties-{secrets.token_hex(4)}")
+    same = [client.create_run(experiment_id, start_time=1_000).info.run_id for _ in range(3)]
+    later = client.create_run(experiment_id, start_time=2_000).info.run_id
+    for run_id in [*same, later]:
+        client.log_metric(run_id, "m", 1.0, step=1)
+
+    def order(*order_by: str) -> list[str]:
+        found = client.search_runs([experiment_id], order_by=list(order_by))
+        return [r.info.run_id for r in found]
+
+    assert order() == [later, *same]
+    assert order("metrics.m DESC") == [later, *same]
+    assert order("attributes.start_time ASC") == [*same, later]
+    assert order("metrics.m", "attributes.start_time") == [*same, later]
+
+    for bad, words in ((0, "It must be a positive integer"), (50_001, "It must be at most 50000")):
+        body = {"experiment_ids": [experiment_id], "max_results": bad}
+        for route in ("runs/search", "experiments/search"):
+            r = api.post(f"{M}/{route}", json=body)
+            assert r.status_code == 400, r.text
+            message = r.json()["message"]
+            assert f"Invalid value {bad} for parameter 'max_results' supplied" in message
+            assert words in message

@@ -191,7 +191,7 @@ def search_runs(body: SearchRuns, session: SessionDep, _user: MlflowUser) -> Res
         ids += [default.id] if default is not None else []
     stmt = search.search_statement(ids, body.filter, body.order_by)
     offset = service.page_offset(body.page_token)
-    limit = max(1, min(body.max_results, service.MAX_SEARCH_RESULTS))
+    limit = service.page_size(body.max_results)
     runs = session.execute(stmt.offset(offset).limit(limit + 1)).all()
     out: Json = {"runs": reads.runs_json(session, runs[:limit])}
     if len(runs) > limit:

@@ -87,6 +87,21 @@ def _experiment_for_run(session: Session, user: User, experiment_id: str) -> Exp
     return get_experiment(session, experiment_id)
 
 
+def page_size(max_results: int) -> int:
+    """MLflow's bounds on a search's max_results, with its words."""
+    if max_results < 1:
+        raise invalid(
+            f"Invalid value {max_results} for parameter 'max_results' supplied. "
+            "It must be a positive integer"
+        )
+    if max_results > MAX_SEARCH_RESULTS:
+        raise invalid(
+            f"Invalid value {max_results} for parameter 'max_results' supplied. "
+            f"It must be at most {MAX_SEARCH_RESULTS}"
+        )
+    return max_results
+
+
 def page_offset(token: str | None) -> int:
     if not token:
         return 0
@@ -115,7 +130,7 @@ def search_experiments(
     if name_filter:
         stmt = stmt.where(experiment_name_filter(name_filter))
     offset = page_offset(token)
-    limit = max(1, min(max_results, MAX_SEARCH_RESULTS))
+    limit = page_size(max_results)
     found = list(session.scalars(stmt.offset(offset).limit(limit + 1)))
     more = len(found) > limit
     return found[:limit], page_token(offset + limit) if more else None
