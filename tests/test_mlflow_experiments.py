@@ -92,3 +92,35 @@ def test_rename_and_its_refusals(server: str, member: dict[str, str]) -> None:
         )
     assert r.status_code == 403 and r.json()["error_code"] == "PERMISSION_DENIED"
     assert client.get_experiment(experiment_id).name == good
+
+
+def test_the_default_experiment_is_there_before_and_after_its_first_run(
+    member: dict[str, str],
+) -> None:
+    """A fresh MLflow server has experiment "0", "Default": the client finds it by name and by
+    id before anyone logged into it, and a run logged without an experiment goes there."""
+    from sqlalchemy import select
+
+    from app.db import session_scope
+    from app.experiments import service as experiments_service
+    from app.experiments.models import Experiment
+    from app.experiments.schemas import ExperimentPatch
+
+    aside = f"default-aside-{secrets.token_hex(4)}"
+    with session_scope() as session:  # as on a fresh server: no experiment named Default
+        for found in session.scalars(select(Experiment).where(Experiment.name == "Default")):
+            experiments_service.edit_experiment(
+                session, experiment=found, patch=ExperimentPatch(name=aside)
+            )
+    client = MlflowClient()
+    unmade = client.get_experiment_by_name("Default")
+    assert unmade is not None and unmade.experiment_id == "0"
+    assert unmade.lifecycle_stage == "active"
+    assert client.get_experiment("0").name == "Default"
+
+    run = client.create_run("0")  # what mlflow.start_run() sends with no experiment set
+    made = client.get_experiment_by_name("Default")
+    assert made is not None and made.experiment_id == run.info.experiment_id
+    assert client.get_experiment("0").experiment_id == made.experiment_id
+    found = client.search_runs(["0"])
+    assert run.info.run_id in [r.info.run_id for r in found]

@@ -21,6 +21,7 @@ from app.mlflow.reads import experiment_json
 # MLflow's ViewType, as a name or its proto number
 ACTIVE_ONLY, DELETED_ONLY, ALL = "ACTIVE_ONLY", "DELETED_ONLY", "ALL"
 _VIEW_NUMBERS = {1: ACTIVE_ONLY, 2: DELETED_ONLY, 3: ALL}
+DEFAULT_EXPERIMENT = "Default"
 MAX_TAG_KEY = 250
 MAX_TAG_VALUE = 5000
 
@@ -66,6 +67,19 @@ def experiments_json(session: Session, experiments: Sequence[Experiment]) -> lis
             )
         )
     return [experiment_json(e, tags[e.id], deleted=e.id in deleted) for e in experiments]
+
+
+def unmade_default() -> dict[str, Any]:
+    """MLflow's Default experiment ("0") before anyone logged into it: what a fresh MLflow
+    server shows, so ``get_experiment("0")`` and ``get_experiment_by_name("Default")`` find it
+    (a read writes nothing; the first run logged into it makes it: app.mlflow.service)."""
+    return {
+        "experiment_id": "0",
+        "name": DEFAULT_EXPERIMENT,
+        "artifact_location": "mlflow-artifacts:/0",
+        "lifecycle_stage": "active",
+        "tags": [],
+    }
 
 
 def is_deleted(session: Session, experiment_id: int) -> bool:

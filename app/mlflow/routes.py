@@ -71,6 +71,8 @@ def _query(request: Request, *names: str) -> str:
 def get_experiment_by_name(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
     name = _query(request, "experiment_name")
     found = service.experiment_by_name(session, name)
+    if found is None and name == service.DEFAULT_EXPERIMENT:
+        return {"experiment": experiments.unmade_default()}
     if found is None:
         raise missing(f"Experiment '{name}'")
     return {"experiment": experiments.experiments_json(session, [found])[0]}
@@ -84,7 +86,13 @@ def create_experiment(body: CreateExperiment, session: SessionDep, user: MlflowW
 
 @router.get("/experiments/get")
 def get_experiment(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
-    experiment = service.get_experiment(session, _query(request, "experiment_id"))
+    experiment_id = _query(request, "experiment_id")
+    if (
+        experiment_id == "0"
+        and service.experiment_by_name(session, service.DEFAULT_EXPERIMENT) is None
+    ):
+        return {"experiment": experiments.unmade_default()}
+    experiment = service.get_experiment(session, experiment_id)
     return {"experiment": experiments.experiments_json(session, [experiment])[0]}
 
 

@@ -36,7 +36,7 @@ from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
 from app.timeutil import utcnow
 
-DEFAULT_EXPERIMENT = "Default"
+DEFAULT_EXPERIMENT = experiments.DEFAULT_EXPERIMENT
 ORIGIN = "mlflow"
 MAX_SEARCH_RESULTS = 50_000
 
