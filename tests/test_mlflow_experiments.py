@@ -108,9 +108,9 @@ def test_the_default_experiment_is_there_before_and_after_its_first_run(
 
     aside = f"default-aside-{secrets.token_hex(4)}"
     with session_scope() as session:  # as on a fresh server: no experiment named Default
-        for found in session.scalars(select(Experiment).where(Experiment.name == "Default")):
+        for default in session.scalars(select(Experiment).where(Experiment.name == "Default")):
             experiments_service.edit_experiment(
-                session, experiment=found, patch=ExperimentPatch(name=aside)
+                session, experiment=default, patch=ExperimentPatch(name=aside)
             )
     client = MlflowClient()
     unmade = client.get_experiment_by_name("Default")
@@ -122,5 +122,5 @@ def test_the_default_experiment_is_there_before_and_after_its_first_run(
     made = client.get_experiment_by_name("Default")
     assert made is not None and made.experiment_id == run.info.experiment_id
     assert client.get_experiment("0").experiment_id == made.experiment_id
-    found = client.search_runs(["0"])
-    assert run.info.run_id in [r.info.run_id for r in found]
+    listed = client.search_runs(["0"])
+    assert run.info.run_id in [r.info.run_id for r in listed]
