@@ -420,6 +420,25 @@ def client(app: FastAPI, app_sessions: sessionmaker[Session] | None) -> Iterator
         yield c
 
 
+@pytest.fixture(scope="module")
+def mlflow_server(app: FastAPI) -> Iterator[str]:
+    """The app served by uvicorn for this module's tests that speak HTTP themselves (the real
+    ``mlflow`` client): tests/mlflow_server.py."""
+    from tests.mlflow_server import serving
+
+    with serving(app) as url:
+        yield url
+
+
+@pytest.fixture
+def mlflow_login(mlflow_server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A new member whose token the ``mlflow`` client sends, pointed at mlflow_server; the
+    member's headers, for plain HTTP (tests/mlflow_server.py mlflow_member)."""
+    from tests.mlflow_server import mlflow_member
+
+    return mlflow_member(mlflow_server, monkeypatch)
+
+
 def make_user(*, admin: bool = False, role: str = "") -> tuple[str, str, dict[str, str]]:
     """A new user with a token: (username, password, auth headers); role admin with `admin`,
     else `role` (default member)."""

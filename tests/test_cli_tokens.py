@@ -4,10 +4,8 @@ stdout, good for MLFLOW_TRACKING_TOKEN (the real mlflow client logs with it), it
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import mlflow
@@ -15,16 +13,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import make_user
-from tests.mlflow_server import serving
 from torchyard.cli import main
 from torchyard.cli.client import CliError
 from torchyard.cli.tokens import duration_hours
-
-
-@pytest.fixture(scope="module")
-def server(app: Any) -> Iterator[str]:
-    with serving(app) as url:
-        yield url
 
 
 @pytest.mark.parametrize(("text", "hours"), [("30d", 720), ("12h", 12), ("2w", 336), ("90m", 1.5)])
@@ -39,7 +30,7 @@ def test_a_bad_expiry_is_refused(text: str) -> None:
 
 
 def test_token_create_prints_a_token_mlflow_logs_with(
-    server: str,
+    mlflow_server: str,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -47,14 +38,23 @@ def test_token_create_prints_a_token_mlflow_logs_with(
     monkeypatch.setenv("TORCHYARD_CLI_CONFIG", str(tmp_path / "cli.json"))
     username, _password, headers = make_user()
     login = headers["Authorization"].split()[1]
-    args = ["token", "create", "--server", server, "--token", login, "--name", "mlflow laptop"]
+    args = [
+        "token",
+        "create",
+        "--server",
+        mlflow_server,
+        "--token",
+        login,
+        "--name",
+        "mlflow laptop",
+    ]
     assert main([*args, "--expires", "2h"]) == 0
     captured = capsys.readouterr()
     token = captured.out.strip()
     assert token and "\n" not in token
     assert "mlflow laptop" in captured.err and "MLFLOW_TRACKING_TOKEN" in captured.err
 
-    with httpx.Client(base_url=server, timeout=30) as api:
+    with httpx.Client(base_url=mlflow_server, timeout=30) as api:
         listed = api.get("/api/tokens", headers={"Authorization": f"Bearer {token}"}).json()
     mine = next(t for t in listed if t["name"] == "mlflow laptop")
     left = datetime.fromisoformat(mine["expires_at"]) - datetime.now(UTC)
@@ -62,7 +62,7 @@ def test_token_create_prints_a_token_mlflow_logs_with(
 
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    mlflow.set_tracking_uri(server)
+    mlflow.set_tracking_uri(mlflow_server)
     client = MlflowClient()
     run = client.create_run(client.create_experiment(f"token-{secrets.token_hex(4)}"))
     assert client.get_run(run.info.run_id).info.user_id == username

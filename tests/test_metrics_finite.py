@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,15 +16,9 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from app.metrics.finite import BIGGEST, json_value, json_values
-from tests.mlflow_server import mlflow_member, serving
+from tests.mlflow_server import mlflow_member
 
 INF = math.inf
-
-
-@pytest.fixture(scope="module")
-def server(app: Any) -> Iterator[str]:
-    with serving(app) as url:
-        yield url
 
 
 def test_json_carries_infinity_as_the_largest_double() -> None:
@@ -38,9 +31,9 @@ def test_json_carries_infinity_as_the_largest_double() -> None:
 
 
 def test_infinities_round_trip_through_mlflow_and_show_in_torchyard(
-    server: str, monkeypatch: pytest.MonkeyPatch
+    mlflow_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    headers = mlflow_member(server, monkeypatch)
+    headers = mlflow_member(mlflow_server, monkeypatch)
     client = MlflowClient()
     experiment_id = client.create_experiment(f"inf-{secrets.token_hex(4)}")
     diverged = client.create_run(experiment_id, run_name="diverged").info.run_id
@@ -64,7 +57,7 @@ def test_infinities_round_trip_through_mlflow_and_show_in_torchyard(
     ordered = client.search_runs([experiment_id], order_by=["metrics.loss DESC"])
     assert [r.info.run_id for r in ordered] == [diverged, steady]
 
-    with httpx.Client(base_url=server, headers=headers, timeout=30) as api:
+    with httpx.Client(base_url=mlflow_server, headers=headers, timeout=30) as api:
         run = api.get(f"/api/runs/{diverged}").json()
         assert run["summary"]["loss"] == {"last": BIGGEST, "min": 0.5, "max": BIGGEST, "step": 4}
         assert run["summary"]["-inf_metric"]["last"] == -BIGGEST

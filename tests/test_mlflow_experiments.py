@@ -5,8 +5,6 @@ as MLflow's own tests (tests/tracking/test_rest_tracking.py) exercise them."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -15,25 +13,13 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import make_user
-from tests.mlflow_server import mlflow_member, serving
-
-
-@pytest.fixture(scope="module")
-def server(app: Any) -> Iterator[str]:
-    with serving(app) as url:
-        yield url
-
-
-@pytest.fixture
-def member(server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    return mlflow_member(server, monkeypatch)
 
 
 def _names(client: MlflowClient, view: int) -> set[str]:
     return {e.name for e in client.search_experiments(view_type=view, max_results=50_000)}
 
 
-def test_experiment_tags_are_set_replaced_and_deleted(member: dict[str, str]) -> None:
+def test_experiment_tags_are_set_replaced_and_deleted(mlflow_login: dict[str, str]) -> None:
     client = MlflowClient()
     first = client.create_experiment(f"tags-{secrets.token_hex(4)}")
     second = client.create_experiment(f"tags-{secrets.token_hex(4)}")
@@ -55,7 +41,7 @@ def test_experiment_tags_are_set_replaced_and_deleted(member: dict[str, str]) ->
     assert missing.value.error_code == "RESOURCE_DOES_NOT_EXIST"
 
 
-def test_delete_restore_and_the_view_types(member: dict[str, str]) -> None:
+def test_delete_restore_and_the_view_types(mlflow_login: dict[str, str]) -> None:
     client = MlflowClient()
     name = f"deleterious-{secrets.token_hex(4)}"
     experiment_id = client.create_experiment(name)
@@ -71,7 +57,7 @@ def test_delete_restore_and_the_view_types(member: dict[str, str]) -> None:
     assert name not in _names(client, ViewType.DELETED_ONLY)
 
 
-def test_rename_and_its_refusals(server: str, member: dict[str, str]) -> None:
+def test_rename_and_its_refusals(mlflow_server: str, mlflow_login: dict[str, str]) -> None:
     client = MlflowClient()
     bad, taken = f"bad-{secrets.token_hex(4)}", f"taken-{secrets.token_hex(4)}"
     experiment_id = client.create_experiment(bad)
@@ -85,7 +71,7 @@ def test_rename_and_its_refusals(server: str, member: dict[str, str]) -> None:
     assert clash.value.error_code == "RESOURCE_ALREADY_EXISTS"
 
     other = make_user()[2]  # another member reads it, and may not change it
-    with httpx.Client(base_url=server, headers=other, timeout=30) as api:
+    with httpx.Client(base_url=mlflow_server, headers=other, timeout=30) as api:
         r = api.post(
             "/api/2.0/mlflow/experiments/update",
             json={"experiment_id": experiment_id, "new_name": "mine now"},
@@ -95,7 +81,7 @@ def test_rename_and_its_refusals(server: str, member: dict[str, str]) -> None:
 
 
 def test_the_default_experiment_is_there_before_and_after_its_first_run(
-    member: dict[str, str],
+    mlflow_login: dict[str, str],
 ) -> None:
     """A fresh MLflow server has experiment "0", "Default": the client finds it by name and by
     id before anyone logged into it, and a run logged without an experiment goes there."""

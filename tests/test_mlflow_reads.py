@@ -4,24 +4,18 @@ MLflow's fluent API sets to the login name of whoever ran the script), else its 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from typing import Any
 
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.mlflow_server import mlflow_member, serving
+from tests.mlflow_server import mlflow_member
 
 
-@pytest.fixture(scope="module")
-def server(app: Any) -> Iterator[str]:
-    with serving(app) as url:
-        yield url
-
-
-def test_user_id_is_the_mlflow_user_tag(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    mlflow_member(server, monkeypatch)
+def test_user_id_is_the_mlflow_user_tag(
+    mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mlflow_member(mlflow_server, monkeypatch)
     client = MlflowClient()
     experiment_id = client.create_experiment(f"user-{secrets.token_hex(4)}")
     tagged = client.create_run(experiment_id, tags={"mlflow.user": "alice", "my": "tag"})

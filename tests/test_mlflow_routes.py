@@ -8,7 +8,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import mlflow
@@ -16,25 +15,12 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from tests.mlflow_server import mlflow_member, serving
-
 M = "/api/2.0/mlflow"
 
 
-@pytest.fixture(scope="module")
-def server(app: Any) -> Iterator[str]:
-    with serving(app) as url:
-        yield url
-
-
 @pytest.fixture
-def member(server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    return mlflow_member(server, monkeypatch)
-
-
-@pytest.fixture
-def api(server: str, member: dict[str, str]) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server, headers=member, timeout=30) as client:
+def api(mlflow_server: str, mlflow_login: dict[str, str]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=mlflow_server, headers=mlflow_login, timeout=30) as client:
         yield client
 
 
@@ -75,7 +61,7 @@ def test_bad_parameters_are_named_as_mlflow_names_them(api: httpx.Client) -> Non
 
 
 @pytest.mark.parametrize("run_id", ["fake_run_id", "99999999", "9" * 40, "0x1f"])
-def test_any_unknown_run_id_does_not_exist(member: dict[str, str], run_id: str) -> None:
+def test_any_unknown_run_id_does_not_exist(mlflow_login: dict[str, str], run_id: str) -> None:
     client = MlflowClient()
     for call in (lambda: client.get_run(run_id), lambda: client.delete_tag(run_id, "taggity")):
         with pytest.raises(MlflowException, match=r"Run .+ not found") as found:
@@ -84,7 +70,7 @@ def test_any_unknown_run_id_does_not_exist(member: dict[str, str], run_id: str) 
 
 
 def test_the_tracking_api_lists_a_run_s_artifacts(
-    api: httpx.Client, member: dict[str, str], tmp_path: Path
+    api: httpx.Client, mlflow_login: dict[str, str], tmp_path: Path
 ) -> None:
     (tmp_path / "a.txt").write_text("a")
     (tmp_path / "b.txt").write_text("bb")

@@ -60,14 +60,20 @@ def get_experiment(session: Session, experiment_id: str) -> Experiment:
     return found
 
 
+def refuse_unless_writer(user: User, owner_id: int, what: str, verb: str) -> None:
+    """PERMISSION_DENIED unless `user` may write what `owner_id` owns (its owner, an admin);
+    `verb` says what writing it is ("change", "log into")."""
+    if not user.may_write(owner_id):
+        raise denied(
+            f"{what} belongs to another user: you may read it but not {verb} it"
+            if user.can_write
+            else f"your role is {user.role}: viewers may read but not {verb.split()[0]}"
+        )
+
+
 def writable_experiment(session: Session, user: User, experiment_id: str) -> Experiment:
     experiment = get_experiment(session, experiment_id)
-    if not user.may_write(experiment.owner_id):
-        raise denied(
-            f"experiment {experiment.id} belongs to another user: you may read it but not change it"
-            if user.can_write
-            else f"your role is {user.role}: viewers may read but not change"
-        )
+    refuse_unless_writer(user, experiment.owner_id, f"experiment {experiment.id}", "change")
     return experiment
 
 
@@ -174,12 +180,7 @@ def get_run(session: Session, run_id: str) -> Run:
 
 def writable_run(session: Session, user: User, run_id: str) -> Run:
     run = get_run(session, run_id)
-    if not user.may_write(run.owner_id):
-        raise denied(
-            f"run {run.id} belongs to another user: you may read it but not log into it"
-            if user.can_write
-            else f"your role is {user.role}: viewers may read but not log"
-        )
+    refuse_unless_writer(user, run.owner_id, f"run {run.id}", "log into")
     return run
 
 
