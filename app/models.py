@@ -5,6 +5,7 @@ from app.code.models import CodeSnapshot
 from app.experiments.models import Experiment
 from app.gpus.models import GpuLease, WorkerHost
 from app.metrics.models import Metric, MetricKey, MetricOverview
+from app.mlflow.models import MlflowDeletedExperiment, MlflowExperimentTag
 from app.notifications.models import Delivery, NotificationSettings
 from app.ops.models import OpsCounter
 from app.runs.models import Checkpoint, Run, RunImage, RunParam
@@ -22,6 +23,8 @@ __all__ = [
     "Metric",
     "MetricKey",
     "MetricOverview",
+    "MlflowDeletedExperiment",
+    "MlflowExperimentTag",
     "NotificationSettings",
     "OpsCounter",
     "ResourceCeiling",

@@ -117,6 +117,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_pack",  # packing a code folder, against a stand-in server
         "test_cli_run_files",  # `torchyard files`, download's fallback (the files API: its own)
         "test_cli_runs",  # `torchyard edit` and `ls` (PATCH and the filters: test_query_listing)
+        "test_cli_tokens",  # `torchyard token create` (POST /api/tokens: test_auth's)
         "test_cli_users",  # the CLI; its reset-password boxes are SQLite in either pass
         "test_cli_up",  # `torchyard up` supervising its children (kill, Ctrl-C)
         "test_deploy",  # the compose file and Dockerfiles
@@ -419,6 +420,25 @@ def client(app: FastAPI, app_sessions: sessionmaker[Session] | None) -> Iterator
     the binding, so that its last flush is rolled back too."""
     with TestClient(app) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(app: FastAPI) -> Iterator[str]:
+    """The app served by uvicorn for this module's tests that speak HTTP themselves (the real
+    ``mlflow`` client): tests/mlflow_server.py."""
+    from tests.mlflow_server import serving
+
+    with serving(app) as url:
+        yield url
+
+
+@pytest.fixture
+def mlflow_login(mlflow_server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A new member whose token the ``mlflow`` client sends, pointed at mlflow_server; the
+    member's headers, for plain HTTP (tests/mlflow_server.py mlflow_member)."""
+    from tests.mlflow_server import mlflow_member
+
+    return mlflow_member(mlflow_server, monkeypatch)
 
 
 def make_user(*, admin: bool = False, role: str = "") -> tuple[str, str, dict[str, str]]:

@@ -88,10 +88,10 @@ def test_log_batch_metrics_are_what_metric_in_makes_of_them() -> None:
 @pytest.mark.parametrize(
     ("item", "says"),
     [
-        ({"key": "a"}, "metrics.1.value: Field required"),
-        ({"key": 5, "value": 1}, "metrics.1.key: Input should be a valid string"),
-        ({"key": "a", "value": 1, "step": 1.5}, "metrics.1.step: Input should be a valid integer"),
-        (["a", 1], "metrics.1: Input should be a valid dictionary"),
+        ({"key": "a"}, "Missing value for required parameter 'metrics[1].value'"),
+        ({"key": 5, "value": 1}, "Invalid value 5 for parameter 'metrics[1].key' supplied"),
+        ({"key": "a", "value": 1, "step": 1.5}, "parameter 'metrics[1].step' supplied"),
+        (["a", 1], "Invalid value [\"a\",1] for parameter 'metrics[1]' supplied"),
         # past int64 (the database's columns): was stored as is, and failed there (a 500)
         ({"key": "a", "value": 1, "step": 2**63}, "64-bit"),
         ({"key": "a", "value": 1, "timestamp": "-9223372036854775809"}, "64-bit"),

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, delete, select, text
 from sqlalchemy.orm import Session
 
 import app.models as models
+from app.metrics.finite import BIGGEST
 from app.metrics.models import Metric, MetricKey
 from app.metrics.service import (
     count_points,
@@ -126,16 +127,25 @@ def test_key_ids_are_created_once_and_reused(session: Session, run_id: int) -> N
     assert read_series(session, run_id=run_id, keys=["a"])["a"]["value"] == [0.1, 0.2]
 
 
-def test_non_finite_values_are_stored_as_null(session: Session, run_id: int) -> None:
+def test_nan_is_stored_as_null_and_infinities_as_they_are(session: Session, run_id: int) -> None:
+    """+/-inf stored exactly (the database holds inf), read as JSON carries them: the largest
+    doubles (app/metrics/finite.py); NaN and None as NULL, read as None."""
     values = [1.0, math.nan, math.inf, -math.inf, None, 3, True]
     points = [("m", i + 1, v, 1.0) for i, v in enumerate(values)]
     assert ingest_points(session, run_id=run_id, points=points) == 7
     series = read_series(session, run_id=run_id)["m"]
     assert series == {
         "step": [1, 2, 3, 4, 5, 6, 7],
-        "value": [1.0, None, None, None, None, 3.0, 1.0],
+        "value": [1.0, None, BIGGEST, -BIGGEST, None, 3.0, 1.0],
     }
     assert read_new_points(session, run_id=run_id, after={})["m"]["value"] == series["value"]
+    stored = session.scalars(
+        select(Metric.value)
+        .join(MetricKey, MetricKey.id == Metric.key_id)
+        .where(MetricKey.run_id == run_id)
+        .order_by(Metric.step)
+    ).all()
+    assert stored[2:4] == [math.inf, -math.inf]
 
 
 def test_bad_keys_are_refused(session: Session, run_id: int) -> None:

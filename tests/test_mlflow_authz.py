@@ -34,6 +34,19 @@ class World:
     experiment_name: str = ""
     run_id: str = ""
 
+    def fresh_experiment(self, client: Any, tag: str | None = None) -> str:
+        owner = self.headers["owner"]
+        r = client.post(
+            f"{M}/experiments/create", json={"name": secrets.token_hex(6)}, headers=owner
+        )
+        assert r.status_code == 200, r.text
+        experiment_id = str(r.json()["experiment_id"])
+        if tag is not None:
+            body = {"experiment_id": experiment_id, "key": tag, "value": "v"}
+            r = client.post(f"{M}/experiments/set-experiment-tag", json=body, headers=owner)
+            assert r.status_code == 200, r.text
+        return experiment_id
+
     def fresh_run(self, client: Any) -> str:
         r = client.post(
             f"{M}/runs/create",
@@ -70,6 +83,42 @@ ROUTES: dict[tuple[str, str], tuple[str, Build]] = {
     ("POST", f"{M}/experiments/search"): (
         READ,
         lambda w, c: (f"{M}/experiments/search", {"json": {}}),
+    ),
+    ("POST", f"{M}/experiments/delete"): (
+        OWNED,
+        lambda w, c: (
+            f"{M}/experiments/delete",
+            {"json": {"experiment_id": w.fresh_experiment(c)}},
+        ),
+    ),
+    ("POST", f"{M}/experiments/restore"): (
+        OWNED,
+        lambda w, c: (f"{M}/experiments/restore", {"json": {"experiment_id": w.experiment_id}}),
+    ),
+    ("POST", f"{M}/experiments/update"): (
+        OWNED,
+        lambda w, c: (
+            f"{M}/experiments/update",
+            {"json": {"experiment_id": w.fresh_experiment(c), "new_name": secrets.token_hex(6)}},
+        ),
+    ),
+    ("POST", f"{M}/experiments/set-experiment-tag"): (
+        OWNED,
+        lambda w, c: (
+            f"{M}/experiments/set-experiment-tag",
+            {"json": {"experiment_id": w.experiment_id, "key": "k", "value": "v"}},
+        ),
+    ),
+    ("POST", f"{M}/experiments/delete-experiment-tag"): (
+        OWNED,
+        lambda w, c: (
+            f"{M}/experiments/delete-experiment-tag",
+            {"json": {"experiment_id": w.fresh_experiment(c, tag="k"), "key": "k"}},
+        ),
+    ),
+    ("GET", f"{M}/artifacts/list"): (
+        READ,
+        lambda w, c: (f"{M}/artifacts/list", {"params": {"run_id": w.run_id}}),
     ),
     ("POST", f"{M}/runs/create"): (
         WRITER,
@@ -162,9 +211,23 @@ ROUTES: dict[tuple[str, str], tuple[str, Build]] = {
 }
 
 
+# MLflow's ENDPOINT_NOT_FOUND for every other path under the prefix: the same 404 for anyone,
+# signed in or not (it names only the path asked for).
+CATCH_ALL = f"{M}/{{path:path}}"
+
+
 def test_every_mlflow_route_is_in_the_table(app: Any) -> None:
     found = {r for r in app_routes(list(app.routes)) if r[1].startswith((M + "/", A + "/"))}
-    assert found == set(ROUTES)
+    assert {r for r in found if r[1] != CATCH_ALL} == set(ROUTES)
+    assert {r for r in found if r[1] == CATCH_ALL}
+
+
+@pytest.mark.parametrize("actor", ["anonymous", "viewer", "owner"])
+def test_an_unknown_mlflow_path_is_not_found_for_anyone(
+    client: Any, world: World, actor: str
+) -> None:
+    r = client.post(f"{M}/registered-models/create", json={}, headers=world.headers[actor])
+    assert r.status_code == 404 and r.json()["error_code"] == "ENDPOINT_NOT_FOUND"
 
 
 @pytest.fixture(scope="module")

@@ -276,7 +276,7 @@ def test_log_batch_refusals_come_in_the_order_the_dependencies_gave(
     cases: list[tuple[dict[str, Any], int, str, str]] = [
         ({"content": b'{"run_id": ', "headers": as_json}, 400, "INVALID_PARAMETER_VALUE", "JSON"),
         ({"json": {"metrics": "x"}}, 401, "UNAUTHENTICATED", "MLFLOW_TRACKING_TOKEN"),
-        ({"headers": member}, 400, "INVALID_PARAMETER_VALUE", "body: Field required"),
+        ({"headers": member}, 400, "INVALID_PARAMETER_VALUE", "required parameter 'body'"),
         ({"json": {"run_id": run_id, "params": "x"}, "headers": member}, 400, "", "params"),
         ({"json": {"run_id": run_id, "tags": [{"value": "v"}]}, "headers": member}, 400, "", "key"),
         ({"json": {"run_id": "999999"}, "headers": member}, 404, "RESOURCE_DOES_NOT_EXIST", ""),

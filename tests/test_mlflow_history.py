@@ -110,7 +110,8 @@ def test_a_history_s_values_read_back_as_the_same_doubles(
     server: str, member: dict[str, str]
 ) -> None:
     """Every finite value comes back as the double logged (a JSON float: ``3.0``, not ``3``);
-    NaN and both infinities as "NaN" (torchyard stores them as a gap); -0.0 keeps its sign on
+    NaN as "NaN" (torchyard stores it as a gap), the infinities as "Infinity" and "-Infinity"
+    (stored as they are); -0.0 keeps its sign on
     PostgreSQL (SQLite stores an integral REAL as an integer: 0.0 there, as before); big
     timestamps and steps as integers; the real client reads the same values."""
     from tests.conftest import DATABASE_URL
@@ -133,14 +134,14 @@ def test_a_history_s_values_read_back_as_the_same_doubles(
     assert [p["step"] for p in got] == steps
     assert [p["timestamp"] for p in got] == [base + s for s in range(len(values))]
     assert [p["key"] for p in got] == ["v"] * len(values)
-    assert [p["value"] for p in got[:3]] == ["NaN"] * 3
+    assert [p["value"] for p in got[:3]] == ["NaN", "Infinity", "-Infinity"]
     finite = [p["value"] for p in got[3:]]
     assert all(type(v) is float for v in finite), [v for v in finite if type(v) is not float]
     assert finite == EDGE_VALUES
     negative_zero = math.copysign(1.0, finite[1])
     assert negative_zero == (-1.0 if DATABASE_URL.startswith("postgresql") else 1.0)
     read = client.get_metric_history(run_id, "v")
-    assert all(math.isnan(m.value) for m in read[:3])
+    assert math.isnan(read[0].value) and [m.value for m in read[1:3]] == [math.inf, -math.inf]
     assert [m.value for m in read[3:]] == EDGE_VALUES
     assert r.headers["content-type"] == "application/json"
 

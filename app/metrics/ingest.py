@@ -3,7 +3,8 @@
 Every function takes the caller's session, flushes at most, and never commits. A point is
 (key, step, value, wall_time); the key becomes an integer id per run (metric_keys), a point is
 unique per (key id, step) and the first one stored is kept (ON CONFLICT DO NOTHING, so
-replaying the spool is harmless), and a non-finite value is stored as NULL. Each batch also
+replaying the spool is harmless); NaN is stored as NULL, +/-inf as they are
+(app/metrics/finite.py). Each batch also
 updates the summaries of the keys it touched (app.metrics.summary: one aggregate query, one
 UPDATE per key), and their overviews (app.metrics.overview: what the overlays of many runs
 read instead of the points).
@@ -105,7 +106,8 @@ def ingest_points(
     """Store (key, step, value, wall_time) points; returns how many were new.
 
     Re-ingesting a point already stored (same key and step) keeps the first one and does not
-    count it, so replaying the spool after a crash is harmless. NaN and +/-inf become NULL.
+    count it, so replaying the spool after a crash is harmless. NaN becomes NULL; +/-inf are
+    stored as they are (app/metrics/finite.py).
     """
     if not points:
         return 0
@@ -119,7 +121,7 @@ def ingest_points(
         (
             key_ids[key],
             step,
-            float(value) if value is not None and -_INF < value < _INF else None,
+            float(value) if value is not None and -_INF <= value <= _INF else None,
             wall_time,
         )
         for key, step, value, wall_time in points
@@ -142,8 +144,8 @@ def ingest_steps(
 
     The forwarder's path, so it is written for speed: the keys of all lines are gathered
     first (a run logs a handful of keys on every line), then each point becomes a driver row
-    in one comprehension. A value that is None, NaN or +/-inf, or not a number at all, is
-    stored as NULL; an int or a bool as a float (the columns are floats on both databases).
+    in one comprehension. A value that is None, NaN or not a number at all is stored as NULL,
+    +/-inf as it is; an int or a bool as a float (the columns are floats on both databases).
     """
     if not steps:
         return 0
@@ -157,7 +159,7 @@ def ingest_steps(
         key_limit.dropped_points += before - sum(map(len, map(itemgetter(2), steps)))
     try:
         rows = [
-            (ids[key], step, value if value is None or -_INF < value < _INF else None, wall)
+            (ids[key], step, value if value is None or -_INF <= value <= _INF else None, wall)
             for step, wall, values in steps
             for key, value in values.items()
         ]
@@ -192,7 +194,7 @@ def _after_insert(
 
 
 def _number_or_none(value: Any) -> float | None:
-    if isinstance(value, int | float) and -_INF < value < _INF:
+    if isinstance(value, int | float) and -_INF <= value <= _INF:
         return float(value)
     return None
 

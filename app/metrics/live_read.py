@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
+from app.metrics.finite import json_values
 from app.metrics.models import MetricKey
 
 Series = dict[str, dict[str, list[Any]]]
@@ -109,7 +110,7 @@ def _new_steps(rows: Sequence[Any], after: Mapping[str, int]) -> float:
 def _series(points: Sequence[Any]) -> dict[str, list[Any]]:
     return {
         "step": [p[1] for p in points],
-        "value": [p[2] for p in points],
+        "value": json_values([p[2] for p in points]),
         "time": [p[3] for p in points],
     }
 

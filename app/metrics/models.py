@@ -27,7 +27,8 @@ class MetricKey(Base):
     the max of the stored points, and that highest step. The summary lives on the key's own
     row (one per run and key already) and is kept up to date by ingest, one UPDATE per key and
     batch (app.metrics.summary.update_summaries), so listing runs never scans points. NULL
-    min/max: no finite value yet; NULL last_step: no point yet."""
+    min/max: no value but NaN yet (+/-inf count: a diverging loss's max is inf); NULL
+    last_step: no point yet."""
 
     __tablename__ = "metric_keys"
     __table_args__ = (
@@ -57,7 +58,7 @@ class Metric(Base):
 
     key_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    # NULL is a non-finite value (NaN/inf): stored, shown as a gap.
+    # NULL is a NaN: stored, shown as a gap; +/-inf are stored as they are (app/metrics/finite.py).
     value: Mapped[float | None] = mapped_column(Double)
     wall_time: Mapped[float] = mapped_column(Double)
 

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.metrics.downsample import MIN_MAX_POINTS
+from app.metrics.finite import json_values
 from app.metrics.models import MetricKey, MetricOverview
 from app.metrics.service import LiveRun, Series, read_runs_series
 
@@ -55,7 +56,7 @@ def read_overlay(
             continue
         points = overview.view(width, overview.decode(bytes(data)), max_points)
         steps, values, times = points.lists()
-        result[run_id][key] = {"step": steps, "value": values}
+        result[run_id][key] = {"step": steps, "value": json_values(values)}
         if with_time:
             result[run_id][key]["time"] = times
     if live:

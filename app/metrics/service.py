@@ -16,6 +16,7 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session, aliased
 
 from app.metrics.downsample import MIN_MAX_POINTS, downsample_timed
+from app.metrics.finite import json_values
 from app.metrics.ingest import Point as Point
 from app.metrics.ingest import ingest_points as ingest_points
 from app.metrics.live_downsample import (
@@ -294,7 +295,7 @@ def _add(
     times: list[float],
     with_time: bool,
 ) -> None:
-    result[key] = {"step": steps, "value": values}
+    result[key] = {"step": steps, "value": json_values(values)}
     if with_time:
         result[key]["time"] = times
 

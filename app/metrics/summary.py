@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app.metrics.finite import json_value
 from app.metrics.models import Metric, MetricKey
 
 if TYPE_CHECKING:
@@ -173,7 +174,9 @@ def summaries_by_run(
         if first is not None:
             stmt = _first_keys(stmt, first, also)
         for run_id, key, last, mn, mx, step in session.execute(stmt.order_by("run_id", "key")):
-            found[run_id][key] = SeriesSummary(last=last, min=mn, max=mx, step=step or 0)
+            found[run_id][key] = SeriesSummary(
+                last=json_value(last), min=json_value(mn), max=json_value(mx), step=step or 0
+            )
     return found
 
 

@@ -155,13 +155,14 @@ def download(path: str, session: SessionDep, _user: MlflowUser) -> StreamingResp
     return StreamingResponse(found.chunks, media_type="application/octet-stream", headers=headers)
 
 
-@router.get("/artifacts")
-def list_artifacts(request: Request, session: SessionDep, _user: MlflowUser) -> dict[str, Any]:
-    run_ref, relative = _locate(request.query_params.get("path", ""))
-    run = service.get_run(session, run_ref)
+def listing(run_id: int, relative: str) -> list[dict[str, Any]]:
+    """The files and folders right under ``relative`` in the run's files, by name: MLflow's
+    FileInfo (path, is_dir, file_size) with the path relative to ``relative``."""
+    if ".." in PurePosixPath(relative).parts or relative.startswith("/"):
+        raise invalid("Invalid path")
     prefix = f"{relative.strip('/')}/" if relative.strip("/") else ""
     entries: dict[str, dict[str, Any]] = {}
-    for item in work_dir.run_files(run.id):
+    for item in work_dir.run_files(run_id):
         if not item.path.startswith(prefix):
             continue
         rest = PurePosixPath(item.path[len(prefix) :])
@@ -170,4 +171,11 @@ def list_artifacts(request: Request, session: SessionDep, _user: MlflowUser) -> 
             entries.setdefault(first, {"path": first, "is_dir": True})
         else:
             entries[first] = {"path": first, "is_dir": False, "file_size": item.size_bytes}
-    return {"files": [entries[k] for k in sorted(entries)]}
+    return [entries[k] for k in sorted(entries)]
+
+
+@router.get("/artifacts")
+def list_artifacts(request: Request, session: SessionDep, _user: MlflowUser) -> dict[str, Any]:
+    run_ref, relative = _locate(request.query_params.get("path", ""))
+    run = service.get_run(session, run_ref)
+    return {"files": listing(run.id, relative)}

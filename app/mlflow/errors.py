@@ -10,9 +10,10 @@ every other route of the app keeps torchyard's ``{"detail": ...}``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+import orjson
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -22,7 +23,6 @@ from starlette.exceptions import HTTPException
 from app.errors import DomainError, TooMany
 from app.http_errors import status_of
 from app.strict_json import PARSED
-from torchyard.field_location import location_text
 
 INVALID_PARAMETER_VALUE = "INVALID_PARAMETER_VALUE"
 RESOURCE_DOES_NOT_EXIST = "RESOURCE_DOES_NOT_EXIST"
@@ -91,12 +91,29 @@ def error_response(
     )
 
 
+def parameter_name(loc: Sequence[Any]) -> str:
+    """A pydantic location as MLflow names a parameter: ``metrics[0].timestamp``."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else f"{'.' if name else ''}{part}"
+    return name
+
+
+def parameter_message(error: Mapping[str, Any]) -> str:
+    """MLflow's words for a bad parameter (its tests match them): "Missing value for required
+    parameter 'key'" (absent or null) or "Invalid value 31 for parameter 'run_id' supplied"."""
+    loc = tuple(error.get("loc", ()))
+    name = parameter_name(loc[1:] if loc[:1] == ("body",) else loc) or "body"
+    given = error.get("input")
+    if error.get("type") == "missing" or given is None:
+        return f"Missing value for required parameter '{name}'."
+    shown = orjson.dumps(given, default=str).decode()
+    shown = shown if len(shown) <= 200 else shown[:200] + "..."
+    return f"Invalid value {shown} for parameter '{name}' supplied: {error.get('msg', 'invalid')}"
+
+
 def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:3]:
-        where = location_text(error.get("loc", ()))
-        parts.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
+    return "; ".join(parameter_message(e) for e in exc.errors()[:3]) or "invalid request"
 
 
 def _detail_text(detail: Any) -> str:

@@ -3,9 +3,9 @@ points as the JSON text MLflow's client reads, so a 100,000-point series (issue 
 makes no Python row, dict or float per point; Python adds the brackets and the page token.
 
 What each value looks like, as the row-by-row code wrote it (orjson of Python floats): a finite
-value is a JSON number that parses back to the same double; NULL (a NaN or infinity logged:
-app.metrics.ingest stores them as NULL) is ``"NaN"``; timestamps are rounded milliseconds,
-steps integers.
+value is a JSON number that parses back to the same double; NULL (a NaN logged:
+app.metrics.ingest stores it as NULL) is ``"NaN"``, +/-inf ``"Infinity"``/``"-Infinity"``;
+timestamps are rounded milliseconds, steps integers.
 
 - PostgreSQL writes a double as the shortest text that reads back the same
   (``extra_float_digits`` 1, its default since 12; set for the transaction to be sure) and
@@ -179,7 +179,9 @@ def _chunk(connection: Connection, read: _Read, after: int | None, limit: int) -
 
 def _float_json(value: float) -> str:
     """A value SQLite's printf is not trusted with, as Python writes it (shortest text that
-    reads back the same; never NaN or infinity here: those are stored as NULL)."""
+    reads back the same), +/-inf as proto3 JSON writes them (NaN is stored NULL)."""
+    if math.isinf(value):
+        return '"Infinity"' if value > 0 else '"-Infinity"'
     return repr(float(value)) if math.isfinite(value) else '"NaN"'
 
 

@@ -30,20 +30,23 @@ NOTE_TAG = "mlflow.note.content"
 USER_TAG = "mlflow.user"
 
 
-def experiment_json(experiment: Experiment) -> dict[str, Any]:
+def experiment_json(
+    experiment: Experiment, tags: list[dict[str, str]] | None = None, *, deleted: bool = False
+) -> dict[str, Any]:
+    """An experiment as MLflow shows it; its MLflow tags and lifecycle stage are kept by
+    app.mlflow.experiments (experiments_json reads them in bulk)."""
     created = millis(experiment.created_at)
+    shown = list(tags or [])
+    if experiment.description and not any(t["key"] == NOTE_TAG for t in shown):
+        shown.append({"key": NOTE_TAG, "value": experiment.description})
     return {
         "experiment_id": str(experiment.id),
         "name": experiment.name,
         "artifact_location": f"mlflow-artifacts:/{experiment.id}",
-        "lifecycle_stage": "active",
+        "lifecycle_stage": "deleted" if deleted else "active",
         "creation_time": created,
         "last_update_time": created,
-        "tags": (
-            [{"key": "mlflow.note.content", "value": experiment.description}]
-            if experiment.description
-            else []
-        ),
+        "tags": shown,
     }
 
 
@@ -150,12 +153,17 @@ def runs_json(session: Session, runs: Sequence[RunFields]) -> list[dict[str, Any
     for run in runs:
         run_tags = list(tags[run.id])
         run_tags.append({"key": RUN_NAME_TAG, "value": run.name or f"run-{run.id}"})
-        run_tags.append({"key": USER_TAG, "value": names.get(run.owner_id, "")})
+        # MLflow's user_id is the run's mlflow.user tag (the client sends the login name of
+        # whoever ran the script); a run without one shows its torchyard owner's name
+        user = next((t["value"] for t in run_tags if t["key"] == USER_TAG), None)
+        if user is None:
+            user = names.get(run.owner_id, "")
+            run_tags.append({"key": USER_TAG, "value": user})
         if run.notes:
             run_tags.append({"key": NOTE_TAG, "value": run.notes})
         out.append(
             {
-                "info": run_info(run, names.get(run.owner_id, "")),
+                "info": run_info(run, user),
                 "data": {"metrics": metrics[run.id], "params": params[run.id], "tags": run_tags},
                 "inputs": {},
             }

@@ -16,13 +16,15 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.db import SessionDep, session_scope
-from app.mlflow import history, reads, search, service, writes
+from app.mlflow import artifacts, experiments, history, reads, schemas, search, service, writes
 from app.mlflow.auth import MlflowUser, MlflowWriter, mlflow_user, mlflow_writer
-from app.mlflow.errors import MlflowRoute, invalid, missing
+from app.mlflow.errors import ENDPOINT_NOT_FOUND, MlflowError, MlflowRoute, invalid, missing
 from app.mlflow.schemas import (
     CreateExperiment,
     CreateRun,
+    DeleteExperimentTag,
     DeleteTag,
+    ExperimentRef,
     LogBatch,
     LogInputs,
     LogMetric,
@@ -30,7 +32,9 @@ from app.mlflow.schemas import (
     RunRef,
     SearchExperiments,
     SearchRuns,
+    SetExperimentTag,
     SetTag,
+    UpdateExperiment,
     UpdateRun,
     metric_points,
     parse_id,
@@ -67,9 +71,11 @@ def _query(request: Request, *names: str) -> str:
 def get_experiment_by_name(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
     name = _query(request, "experiment_name")
     found = service.experiment_by_name(session, name)
+    if found is None and name == service.DEFAULT_EXPERIMENT:
+        return {"experiment": experiments.unmade_default()}
     if found is None:
         raise missing(f"Experiment '{name}'")
-    return {"experiment": reads.experiment_json(found)}
+    return {"experiment": experiments.experiments_json(session, [found])[0]}
 
 
 @router.post("/experiments/create")
@@ -80,19 +86,69 @@ def create_experiment(body: CreateExperiment, session: SessionDep, user: MlflowW
 
 @router.get("/experiments/get")
 def get_experiment(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
-    experiment = service.get_experiment(session, _query(request, "experiment_id"))
-    return {"experiment": reads.experiment_json(experiment)}
+    experiment_id = _query(request, "experiment_id")
+    if (
+        experiment_id == "0"
+        and service.experiment_by_name(session, service.DEFAULT_EXPERIMENT) is None
+    ):
+        return {"experiment": experiments.unmade_default()}
+    experiment = service.get_experiment(session, experiment_id)
+    return {"experiment": experiments.experiments_json(session, [experiment])[0]}
 
 
 @router.post("/experiments/search")
 def search_experiments(body: SearchExperiments, session: SessionDep, _user: MlflowUser) -> Json:
     found, token = service.search_experiments(
-        session, name_filter=body.filter, max_results=body.max_results, token=body.page_token
+        session,
+        name_filter=body.filter,
+        max_results=body.max_results,
+        token=body.page_token,
+        view=experiments.view_type(body.view_type),
     )
-    out: Json = {"experiments": [reads.experiment_json(e) for e in found]}
+    out: Json = {"experiments": experiments.experiments_json(session, found)}
     if token:
         out["next_page_token"] = token
     return out
+
+
+@router.post("/experiments/delete")
+def delete_experiment(body: ExperimentRef, session: SessionDep, user: MlflowWriter) -> Json:
+    """MLflow's soft delete: marked deleted (hidden from active searches) until restored;
+    torchyard's DELETE /api/experiments/{id} deletes it for good."""
+    experiments.mark_deleted(
+        session, service.writable_experiment(session, user, body.experiment_id)
+    )
+    return {}
+
+
+@router.post("/experiments/restore")
+def restore_experiment(body: ExperimentRef, session: SessionDep, user: MlflowWriter) -> Json:
+    experiments.restore(session, service.writable_experiment(session, user, body.experiment_id))
+    return {}
+
+
+@router.post("/experiments/update")
+def update_experiment(body: UpdateExperiment, session: SessionDep, user: MlflowWriter) -> Json:
+    experiment = service.writable_experiment(session, user, body.experiment_id)
+    experiments.rename(session, experiment, body.new_name)
+    return {}
+
+
+@router.post("/experiments/set-experiment-tag")
+def set_experiment_tag(body: SetExperimentTag, session: SessionDep, user: MlflowWriter) -> Json:
+    experiment = service.writable_experiment(session, user, body.experiment_id)
+    experiments.set_tag(session, experiment, body.key, body.value)
+    return {}
+
+
+@router.post("/experiments/delete-experiment-tag")
+def delete_experiment_tag(
+    body: DeleteExperimentTag, session: SessionDep, user: MlflowWriter
+) -> Json:
+    experiment = service.writable_experiment(session, user, body.experiment_id)
+    if not experiments.delete_tag(session, experiment, body.key):
+        raise missing(f"No tag with name: {body.key} in experiment with id {experiment.id}")
+    return {}
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -116,8 +172,7 @@ def get_run(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
 def update_run(body: UpdateRun, session: SessionDep, user: MlflowWriter) -> Json:
     run = service.writable_run(session, user, body.ref)
     service.update_run(session, run, body)
-    owner = user.username if user.id == run.owner_id else ""
-    return {"run_info": reads.run_info(run, owner)}
+    return {"run_info": reads.runs_json(session, [run])[0]["info"]}
 
 
 @router.post("/runs/delete")
@@ -144,7 +199,7 @@ def search_runs(body: SearchRuns, session: SessionDep, _user: MlflowUser) -> Res
         ids += [default.id] if default is not None else []
     stmt = search.search_statement(ids, body.filter, body.order_by)
     offset = service.page_offset(body.page_token)
-    limit = max(1, min(body.max_results, service.MAX_SEARCH_RESULTS))
+    limit = service.page_size(body.max_results)
     runs = session.execute(stmt.offset(offset).limit(limit + 1)).all()
     out: Json = {"runs": reads.runs_json(session, runs[:limit])}
     if len(runs) > limit:
@@ -234,3 +289,26 @@ def get_metric_history(request: Request, session: SessionDep, _user: MlflowUser)
     if isinstance(body, bytes):
         return Response(body, media_type="application/json")
     return StreamingResponse(body, media_type="application/json")
+
+
+@router.get("/artifacts/list")
+def list_run_artifacts(request: Request, session: SessionDep, _user: MlflowUser) -> Json:
+    """The tracking API's own listing (MlflowClient.list_artifacts of a run whose artifacts
+    are not proxied): paths relative to the run's artifact root."""
+    run = service.get_run(session, _query(request, "run_id", "run_uuid"))
+    relative = (request.query_params.get("path") or "").strip("/")
+    files = artifacts.listing(run.id, relative)
+    for entry in files:
+        entry["path"] = f"{relative}/{entry['path']}" if relative else entry["path"]
+    return {"root_uri": schemas.artifact_uri(run.experiment_id, run.id), "files": files}
+
+
+# Last: every other path under the prefix is MLflow's ENDPOINT_NOT_FOUND, not FastAPI's 404.
+@router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+def endpoint_not_found(path: str, request: Request) -> Json:
+    raise MlflowError(
+        ENDPOINT_NOT_FOUND,
+        f"No API endpoint found for {request.method} /api/2.0/mlflow/{path}: torchyard serves "
+        "MLflow's tracking API without the model registry, traces and logged models "
+        "(docs/mlflow.md)",
+    )

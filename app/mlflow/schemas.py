@@ -17,10 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.errors import field_error
 from app.metrics.ingest import Point
-from app.mlflow.errors import invalid
+from app.mlflow.errors import invalid, parameter_message
 from app.runs.models import RunStatus
 from app.timeutil import as_utc
-from torchyard.field_location import location_text
 
 
 class Message(BaseModel):
@@ -80,8 +79,9 @@ def metric_points(items: list[Any]) -> list[Point]:
             append(MetricIn.model_validate(item).point())
         except ValidationError as exc:
             error = exc.errors()[0]
-            where = location_text(("metrics", i, *error["loc"]))
-            raise invalid(f"{where}: {error['msg']}") from None
+            raise invalid(
+                parameter_message({**error, "loc": ("metrics", i, *error["loc"])})
+            ) from None
     return points
 
 
@@ -101,6 +101,23 @@ class CreateExperiment(Message):
     name: str = ""
     artifact_location: str | None = None
     tags: list[KeyValue] = Field(default_factory=list)
+
+
+class ExperimentRef(Message):
+    experiment_id: str
+
+
+class UpdateExperiment(ExperimentRef):
+    new_name: str
+
+
+class SetExperimentTag(ExperimentRef):
+    key: str
+    value: str = ""
+
+
+class DeleteExperimentTag(ExperimentRef):
+    key: str
 
 
 class SearchExperiments(Message):

@@ -10,7 +10,7 @@ An IN list is MLflow's: one value or more, separated by commas (``IN ('a', 'b')`
 The parser is app/filter_grammar.py's (shared with the runs filter) under ``GRAMMAR``; this
 module words its errors as MLflow does and compiles the conditions.
 ``order_by``: ``<entity>.<key> [ASC|DESC]``, runs without the key last; ties by start time
-(newest first) then id, MLflow's default order.
+(newest first, unless sorted by it) then id (ascending), MLflow's default order.
 """
 
 from __future__ import annotations
@@ -231,6 +231,10 @@ def parse_filter(text: str | None) -> list[ColumnElement[bool]]:
 
 
 def apply_order(stmt: Select[Any], order_by: list[str]) -> Select[Any]:
+    """MLflow's order: the clauses given, runs without the key last; then the start time,
+    newest first, unless a clause sorted by it; then the run id, ascending (MLflow's
+    SqlAlchemyStore: ``start_time DESC`` then ``run_uuid``)."""
+    by_start = False
     for item in order_by:
         parts = item.strip().rsplit(None, 1)
         descending = len(parts) == 2 and parts[1].upper() == "DESC"
@@ -249,7 +253,7 @@ def apply_order(stmt: Select[Any], order_by: list[str]) -> Select[Any]:
             stmt = stmt.outerjoin(p, and_(p.run_id == Run.id, p.key == prefix + name.key))
             column = p.value_text
         elif name.key in ("start_time", "created"):
-            column = Run.started_at
+            column, by_start = Run.started_at, True
         elif name.key == "end_time":
             column = Run.finished_at
         elif name.key in ("run_name", "name"):
@@ -261,7 +265,9 @@ def apply_order(stmt: Select[Any], order_by: list[str]) -> Select[Any]:
         else:
             raise invalid(f"Invalid order_by clause {item!r}")
         stmt = stmt.order_by(column.is_(None), column.desc() if descending else column.asc())
-    return stmt.order_by(Run.started_at.desc(), Run.id.desc())
+    if not by_start:
+        stmt = stmt.order_by(Run.started_at.desc())
+    return stmt.order_by(Run.id.asc())
 
 
 # What a search reads of each run: the columns runs_json shows, not the whole ORM row (its

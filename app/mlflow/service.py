@@ -21,7 +21,7 @@ from app.auth.models import User
 from app.experiments import service as experiments_service
 from app.experiments.models import Experiment
 from app.filter_grammar import TOKEN_REASONS, GrammarError
-from app.mlflow import reads, search, writes
+from app.mlflow import experiments, reads, search, writes
 from app.mlflow.errors import (
     INVALID_STATE,
     RESOURCE_ALREADY_EXISTS,
@@ -36,7 +36,7 @@ from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
 from app.timeutil import utcnow
 
-DEFAULT_EXPERIMENT = "Default"
+DEFAULT_EXPERIMENT = experiments.DEFAULT_EXPERIMENT
 ORIGIN = "mlflow"
 MAX_SEARCH_RESULTS = 50_000
 
@@ -60,6 +60,23 @@ def get_experiment(session: Session, experiment_id: str) -> Experiment:
     return found
 
 
+def refuse_unless_writer(user: User, owner_id: int, what: str, verb: str) -> None:
+    """PERMISSION_DENIED unless `user` may write what `owner_id` owns (its owner, an admin);
+    `verb` says what writing it is ("change", "log into")."""
+    if not user.may_write(owner_id):
+        raise denied(
+            f"{what} belongs to another user: you may read it but not {verb} it"
+            if user.can_write
+            else f"your role is {user.role}: viewers may read but not {verb.split()[0]}"
+        )
+
+
+def writable_experiment(session: Session, user: User, experiment_id: str) -> Experiment:
+    experiment = get_experiment(session, experiment_id)
+    refuse_unless_writer(user, experiment.owner_id, f"experiment {experiment.id}", "change")
+    return experiment
+
+
 def create_experiment(session: Session, user: User, name: str) -> Experiment:
     name = name.strip()
     if not name or len(name) > 200:
@@ -76,6 +93,21 @@ def _experiment_for_run(session: Session, user: User, experiment_id: str) -> Exp
     return get_experiment(session, experiment_id)
 
 
+def page_size(max_results: int) -> int:
+    """MLflow's bounds on a search's max_results, with its words."""
+    if max_results < 1:
+        raise invalid(
+            f"Invalid value {max_results} for parameter 'max_results' supplied. "
+            "It must be a positive integer"
+        )
+    if max_results > MAX_SEARCH_RESULTS:
+        raise invalid(
+            f"Invalid value {max_results} for parameter 'max_results' supplied. "
+            f"It must be at most {MAX_SEARCH_RESULTS}"
+        )
+    return max_results
+
+
 def page_offset(token: str | None) -> int:
     if not token:
         return 0
@@ -90,13 +122,21 @@ def page_token(offset: int) -> str:
 
 
 def search_experiments(
-    session: Session, *, name_filter: str | None, max_results: int, token: str | None
+    session: Session,
+    *,
+    name_filter: str | None,
+    max_results: int,
+    token: str | None,
+    view: str = experiments.ACTIVE_ONLY,
 ) -> tuple[list[Experiment], str | None]:
     stmt = select(Experiment).order_by(Experiment.id.desc())
+    shown = experiments.view_filter(view)
+    if shown is not None:
+        stmt = stmt.where(shown)
     if name_filter:
         stmt = stmt.where(experiment_name_filter(name_filter))
     offset = page_offset(token)
-    limit = max(1, min(max_results, MAX_SEARCH_RESULTS))
+    limit = page_size(max_results)
     found = list(session.scalars(stmt.offset(offset).limit(limit + 1)))
     more = len(found) > limit
     return found[:limit], page_token(offset + limit) if more else None
@@ -127,22 +167,20 @@ def experiment_name_filter(text: str) -> ColumnElement[bool]:
 
 
 def get_run(session: Session, run_id: str) -> Run:
-    run = session.get(Run, parse_id(run_id, "run id")) if run_id.isdigit() else None
+    """The run, or MLflow's RESOURCE_DOES_NOT_EXIST for any id that names none (a run id that
+    is not ours at all, an MLflow uuid, is unknown, not invalid)."""
+    if not run_id:
+        raise invalid("Missing value for required parameter 'run_id'.")
+    known = run_id.isdigit() and len(run_id) <= 10 and int(run_id) <= 2**31 - 1
+    run = session.get(Run, int(run_id)) if known else None
     if run is None:
-        if not run_id.isdigit():
-            parse_id(run_id, "run id")
         raise missing(f"Run with id={run_id}")
     return run
 
 
 def writable_run(session: Session, user: User, run_id: str) -> Run:
     run = get_run(session, run_id)
-    if not user.may_write(run.owner_id):
-        raise denied(
-            f"run {run.id} belongs to another user: you may read it but not log into it"
-            if user.can_write
-            else f"your role is {user.role}: viewers may read but not log"
-        )
+    refuse_unless_writer(user, run.owner_id, f"run {run.id}", "log into")
     return run
 
 
@@ -163,6 +201,8 @@ def create_run(session: Session, user: User, body: CreateRun) -> Run:
         started_at=started,
     )
     writes.check_batch(0, 0, len(body.tags))
+    # the body's user_id is ignored: the client sends its mlflow.user tag's value there, or
+    # "unknown" (the tag, when sent, is kept: MLflow's user_id, app/mlflow/reads.py)
     writes.set_tags(session, run, [t for t in body.tags if t.key != reads.RUN_NAME_TAG])
     return run
 

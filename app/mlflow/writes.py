@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.metrics.ingest import KeyLimit, Point, ingest_points
 from app.mlflow.errors import invalid
-from app.mlflow.reads import NOTE_TAG, PARAM_PREFIX, RUN_NAME_TAG, TAG_PREFIX, USER_TAG
+from app.mlflow.reads import NOTE_TAG, PARAM_PREFIX, RUN_NAME_TAG, TAG_PREFIX
 from app.mlflow.schemas import KeyValue
 from app.runs.models import Run, RunParam
 from app.runs.query import params
@@ -124,7 +124,7 @@ def set_tags(session: Session, run: Run, tags: Sequence[KeyValue]) -> None:
             set_name(session, run=run, name=t.value[:MAX_NAME_CHARS] or None)
         elif t.key == NOTE_TAG:
             set_notes(session, run=run, notes=t.value or None)
-        elif t.key != USER_TAG:  # the owner's name, said from the owner (app/mlflow/reads.py)
+        else:  # mlflow.user too: the run's user_id when set (app/mlflow/reads.py)
             rows[TAG_PREFIX + t.key] = t.value
     params.record_logged(session, run_id=run.id, values=rows, source=SOURCE)
     _mirror_tags(session, run, {k[len(TAG_PREFIX) :]: v for k, v in rows.items()})

@@ -9,8 +9,11 @@
 // a grouped chart's band), `div.layout` the layout ({title: {text}, xaxis: {title: {text}, type, range,
 // autorange}, yaxis: {type: "linear"|"log", range (log10 when log), autorange}}).
 // Titles, names and axis titles are plain text (uPlot and this module set textContent).
+import {drawable, tipValue} from "./lib/diverged.js";
+
 export const plot = (() => {
   const charts = new WeakMap();  // div -> {u, listeners, observer, shape}
+  const infinities = new WeakMap();  // div -> where its +/-inf are drawn (lib/diverged.js)
   const TITLE_HEIGHT = 22;
 
   const rgba = (color, alpha) => {
@@ -31,16 +34,21 @@ export const plot = (() => {
   // One x column for all traces (uPlot's aligned data). Traces with the same x (the run page's
   // raw and smoothed curves) share it as is; others are joined: a trace has no value
   // (undefined) at another's x, and its line runs across (only null breaks a line).
-  const align = (traces, log) => {
-    const clean = (y) => (log ? y.map((v) => (v == null || !(v > 0) ? null : v)) : y);
+  // A +/-inf (sent as the largest double) is drawn just past the other values (lib/diverged.js).
+  const align = (div, traces, log) => {
+    const positive = (y) => (log ? y.map((v) => (v == null || !(v > 0) ? null : v)) : y);
+    const drawn = drawable(traces.map((t) => positive(t.y)));
+    infinities.set(div, drawn);
+    const cleaned = new Map(traces.map((t, i) => [t, drawn.ys[i]]));
+    const clean = (t) => cleaned.get(t);
     const xs = traces.length ? traces[0].x : [];
     const equal = (a) => a === xs || (a.length === xs.length && a.every((v, i) => v === xs[i]));
     const same = traces.every((t) => equal(t.x)) && !xs.some((v) => v == null);
     const num = (x) => (x instanceof Date ? x.getTime() / 1000 : x);
-    if (same) return [xs.map(num), ...traces.map((t) => clean(t.y))];
+    if (same) return [xs.map(num), ...traces.map((t) => clean(t))];
     const tables = traces.map((t) => {
       const x = [], y = [];
-      const ys = clean(t.y);
+      const ys = clean(t);
       for (let i = 0; i < t.x.length; i++) {
         if (t.x[i] == null) continue;
         x.push(num(t.x[i])); y.push(ys[i]);
@@ -98,7 +106,8 @@ export const plot = (() => {
     const x = u.data[0][best.i], y = u.data[best.s][best.i];
     const xText = (div.layout.xaxis || {}).type === "date"
       ? new Date(x * 1000).toLocaleString() : String(Number(x.toPrecision(6)));
-    tip.textContent = `${trace ? trace.name : ""}\n${xText}: ${Number(y.toPrecision(5))}`;
+    const yText = tipValue(y, infinities.get(div) || {top: null, bottom: null});
+    tip.textContent = `${trace ? trace.name : ""}\n${xText}: ${yText}`;
     tip.hidden = false;
     tip.style.left = `${Math.min(left + 12, u.over.clientWidth - 160)}px`;
     tip.style.top = `${Math.max(0, top - 36)}px`;
@@ -158,7 +167,7 @@ export const plot = (() => {
         setCursor: [(u) => showTip(div, u, tip)],
       },
     };
-    const u = new uPlot(opts, align(traces, log), host);
+    const u = new uPlot(opts, align(div, traces, log), host);
     u.over.append(tip);
     u.over.addEventListener("mouseleave", () => { tip.hidden = true; });
     // A double-click: uPlot goes back to the whole x range.
@@ -208,7 +217,7 @@ export const plot = (() => {
   const refresh = (div, state) => {
     const u = state.u;
     div.data.forEach((t, i) => { if (u.series[i + 1].show !== shown(t)) u.setSeries(i + 1, {show: shown(t)}); });
-    u.setData(align(div.data, (div.layout.yaxis || {}).type === "log"));
+    u.setData(align(div, div.data, (div.layout.yaxis || {}).type === "log"));
     applyXRange(u, div.layout);
   };
 

@@ -5,7 +5,12 @@
 // What the pages share lives in lib/ (statuses, formatting, API calls and URLs, the run's
 // event stream) and is imported where used: no page sets a global.
 import {showTime} from "./lib/dom.js";
+import {mlflowTarget} from "./lib/mlflow_links.js";
 import {install as installShortcuts} from "./lib/shortcuts.js";
+
+// An MLflow UI link (the client's "View run at .../#/experiments/2/runs/63") lands on its page.
+const mlflowPage = mlflowTarget(location.hash);
+if (mlflowPage) location.replace(mlflowPage);
 
 for (const el of document.querySelectorAll("time[datetime]")) showTime(el, el.getAttribute("datetime"));
 installShortcuts();

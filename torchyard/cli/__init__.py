@@ -2,13 +2,13 @@
 imports and which imports nothing of the server.
 
 Client commands (`login`, `submit`, `sweep`, `follow`, `ls`, `logs`, `cancel`, `download`,
-`files`, `export`, `resume`, `users`, `views`, `runs delete`, `experiments edit|delete`) speak
-only the REST API (every URL in torchyard/cli/endpoints.py), so they work from a laptop against
-the team box, in the base install (`pip install torchyard`: typer, rich, httpx, PyYAML). Server
-commands (`up`, `worker`, `db`, `admin`) run on the torchyard host: declared here, their work is
-the composition root's (torchyard.compose), imported only when one runs and the `server` extra
-is there. `main` returns the exit code instead of exiting, so tests and the console-script
-wrapper share it.
+`files`, `export`, `resume`, `token`, `users`, `views`, `runs delete`, `experiments edit|delete`)
+speak only the REST API (every URL in torchyard/cli/endpoints.py), so they work from a laptop
+against the team box, in the base install (`pip install torchyard`: typer, rich, httpx,
+PyYAML). Server commands (`up`, `worker`, `db`, `admin`) run on the torchyard host: declared
+here, their work is the composition root's (torchyard.compose), imported only when one runs
+and the `server` extra is there. `main` returns the exit code instead of exiting, so tests and
+the console-script wrapper share it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from torchyard.cli import (
     runs,
     server,
     sweeps,
+    tokens,
     users,
     views,
 )
@@ -59,6 +60,7 @@ views.register(app)
 experiments.register()
 delete.register(app, CLIENT_PANEL)
 users.register(app)
+tokens.register(app)
 admin.register(app)
 
 
