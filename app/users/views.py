@@ -61,7 +61,9 @@ def account_page(
     request: Request, session: SessionDep, user: PageUser, done: str | None = None
 ) -> HTMLResponse:
     notice = DONE.get(done or "")
-    return _account(request, session, user, **({"notice": notice} if notice else {}))
+    if notice is None:
+        return _account(request, session, user)
+    return _account(request, session, user, notice=notice)
 
 
 @router.post("/account/password", response_class=HTMLResponse, response_model=None)
