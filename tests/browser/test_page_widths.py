@@ -107,6 +107,12 @@ def _settled(page: Page, url: str) -> None:
         expect(page.locator("#runs-section")).to_have_attribute("data-loaded", "1")
 
 
+def _at(page: Page, width: int, url: str) -> Page:
+    page.set_viewport_size({"width": width, "height": 900})
+    _settled(page, url)
+    return page
+
+
 @pytest.mark.parametrize("width", [1440, 390])
 def test_no_page_is_wider_than_the_viewport(
     admin_page: Page, wide_data: dict[str, int], width: int
@@ -131,9 +137,7 @@ def test_no_page_is_wider_than_the_viewport(
 def test_runs_table_scrolls_in_its_frame_with_the_name_column_fixed(
     admin_page: Page, wide_data: dict[str, int]
 ) -> None:
-    page = admin_page
-    page.set_viewport_size({"width": 1440, "height": 900})
-    _settled(page, f"/experiments/{wide_data['experiment']}")
+    page = _at(admin_page, 1440, f"/experiments/{wide_data['experiment']}")
     expect(page.locator("table#runs th[data-param]")).to_have_count(PARAMS)
     row = f"table#runs tr[data-run-id='{wide_data['run']}']"
     frame = page.evaluate(
@@ -185,9 +189,7 @@ WORDS_SPLIT = """(selector) => {
 def test_the_run_title_and_its_status_badge_wrap_at_word_boundaries(
     admin_page: Page, wide_data: dict[str, int]
 ) -> None:
-    page = admin_page
-    page.set_viewport_size({"width": 390, "height": 900})
-    _settled(page, f"/runs/{wide_data['run']}")
+    page = _at(admin_page, 390, f"/runs/{wide_data['run']}")
     assert page.evaluate(WORDS_SPLIT, ".run-title h1") == []
     badge = page.locator("#run-status").bounding_box()
     assert badge is not None and badge["height"] < 30, badge  # one line
