@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, Request, Route, expect
+from playwright.sync_api import Dialog, Page, Request, Route, expect
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -253,9 +253,19 @@ def test_a_script_naming_a_file_left_out_for_its_size_is_said_and_asked_before_l
     # Sent: the page asks first; dismissed, nothing is created.
     page.fill("input[name=name]", "browser-code-needs")
     asked: list[str] = []
-    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+
+    def dismiss(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", dismiss)
     posts: list[str] = []
-    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+
+    def sent(request: Request) -> None:
+        if request.method == "POST":
+            posts.append(request.url)
+
+    page.on("request", sent)
     page.click("#create-and-launch")
     expect(page.locator("#create-and-launch")).to_be_enabled()
     assert asked and "needs weights.bin" in asked[0] and "Launch anyway?" in asked[0]
@@ -264,6 +274,6 @@ def test_a_script_naming_a_file_left_out_for_its_size_is_said_and_asked_before_l
     # Another script that names no such file: no warning, no question.
     page.select_option("select#script-pick", "other.py")
     expect(needs).to_be_hidden()
-    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    page.once("dialog", dismiss)
     config = submit_and_read_config(page, "browser-code-no-needs")
     assert config["script"] == "other.py" and len(asked) == 1
