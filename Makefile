@@ -38,6 +38,40 @@ install: $(VENV)/.installed-server sandbox
 
 install-test: $(VENV)/.installed-test
 
+# Every apt install below goes through apt_install: only the packages whose tool is missing
+# ($(2): "tool:package" pairs, a tool a command or an absolute path), nothing at all (no apt
+# run, no `apt-get update`) when every tool is here; as root or through sudo, else $(3) is
+# said (CI=true: a failure). A lock held by another apt or dpkg run (unattended-upgrades, a
+# second terminal) is waited for, saying so, up to APT_WAIT seconds (issue 41: `make up` died
+# on a held lock after a 5-minute install, though the sandbox's tools were all there). The
+# probe exits 1 only for a held lock (no Python to ask: apt's own DPkg::Lock::Timeout waits).
+APT_LOCK ?= /var/lib/dpkg/lock-frontend
+APT_WAIT ?= 600
+APT_LOCK_FREE := import fcntl, os, sys; p = sys.argv[1]; os.path.exists(p) or sys.exit(0); fcntl.lockf(open(p, "a"), fcntl.LOCK_EX | fcntl.LOCK_NB)
+define apt_install
+missing=""; \
+for pair in $(2); do tool=$${pair%%:*}; pkg=$${pair#*:}; \
+	if [ "$${tool#/}" != "$$tool" ]; then [ -x "$$tool" ] && continue; \
+	else command -v "$$tool" >/dev/null 2>&1 && continue; fi; \
+	case " $$missing " in *" $$pkg "*) ;; *) missing="$$missing $$pkg";; esac; \
+done; \
+if [ -n "$$missing" ]; then \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	else echo "make $(1): missing:$$missing; neither root nor sudo can install it: $(3)" >&2; \
+		if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
+	waited=0; \
+	while $$SUDO $(PYTHON) -c '$(APT_LOCK_FREE)' "$(APT_LOCK)" 2>/dev/null; [ $$? = 1 ]; do \
+		if [ $$waited = 0 ]; then echo "make $(1): another apt or dpkg run holds $(APT_LOCK); waiting for it to finish (up to $(APT_WAIT) s)" >&2; fi; \
+		if [ $$waited -ge $(APT_WAIT) ]; then echo "make $(1): $(APT_LOCK) still held after $(APT_WAIT) s: run make $(1) again once the other apt run is done" >&2; exit 1; fi; \
+		sleep 2; waited=$$((waited + 2)); \
+	done; \
+	echo "make $(1): installing$$missing with apt" >&2; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_WAIT) update -q && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_WAIT) install -y -q --no-install-recommends$$missing; \
+fi
+endef
+
 # The browser tests and bench/ui_run_page.py drive Debian's chromium through Playwright for
 # Python (never `playwright install`: browser downloads are not reachable here). Installed
 # with apt when missing: as root, or through sudo when there is one. Without it the browser
@@ -47,14 +81,7 @@ install-test: $(VENV)/.installed-test
 # named), docker-compose's a whole Docker engine (docker.io) that `config` does not need.
 CHROMIUM ?= /usr/bin/chromium
 browser:
-	@if [ ! -x $(CHROMIUM) ]; then \
-		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
-		elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; \
-		else echo "make browser: $(CHROMIUM) is missing and neither root nor sudo can install it" >&2; \
-			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-liberation; \
-	fi
+	@$(call apt_install,browser,$(CHROMIUM):chromium $(CHROMIUM):fonts-liberation,the browser tests are skipped)
 
 # Jobs run in a bubblewrap sandbox (worker/sandbox.py, docs/security.md): Debian's bubblewrap
 # (and util-linux's setpriv, there on every Debian), and for the jobs' own network
@@ -64,17 +91,7 @@ browser:
 # job sandboxed); elsewhere, without root, `torchyard up` says plainly that jobs run
 # unisolated.
 sandbox:
-	@if ! command -v bwrap >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1 \
-		|| ! command -v slirp4netns >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1 \
-		|| ! command -v nft >/dev/null 2>&1; then \
-		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
-		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
-		else echo "make sandbox: bubblewrap is missing and neither root nor sudo can install it;" \
-			"jobs will run unisolated (docs/security.md)" >&2; \
-			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap util-linux slirp4netns iproute2 nftables; \
-	fi
+	@$(call apt_install,sandbox,bwrap:bubblewrap setpriv:util-linux slirp4netns:slirp4netns ip:iproute2 nft:nftables,jobs will run unisolated (docs/security.md))
 
 # The Slurm pool's tests (issue 40, tests/slurm_cluster.py) start a real private cluster of
 # their own: Debian's munge, slurmctld, slurmd and the client commands (Slurm 22.05 on Debian
@@ -82,16 +99,7 @@ sandbox:
 # used (its service is never started): each test cluster runs its own munged and Slurm
 # daemons from a folder of its own. `make test` needs it in CI (CI=true: fails without it).
 slurm:
-	@if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] \
-		|| ! command -v sbatch >/dev/null 2>&1; then \
-		if [ "$$(id -u)" = 0 ]; then SUDO=""; \
-		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
-		else echo "make slurm: Slurm is missing and neither root nor sudo can install it;" \
-			"the Slurm pool's tests will be skipped" >&2; \
-			if [ "$${CI:-}" = true ]; then exit 1; else exit 0; fi; fi; \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends munge slurmctld slurmd slurm-client; \
-	fi
+	@$(call apt_install,slurm,/usr/sbin/slurmctld:slurmctld /usr/sbin/slurmd:slurmd /usr/sbin/munged:munge sbatch:slurm-client,the Slurm pool's tests will be skipped)
 
 # tests/test_deploy.py runs `docker compose config` (or docker-compose) on the compose file
 # when a docker client is here; this box's client has no compose plugin, so Debian's

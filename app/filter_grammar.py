@@ -100,6 +100,9 @@ class Grammar:
     max_length: int | None = None
     max_depth: int = 0  # parentheses inside each other (groups only)
     max_terms: int | None = None
+    # a lone key (no operator after it: the end, a junction or ")") stands for the condition
+    # (key, op) with it as the value: the runs filter reads ``ext-1`` as ``name ~ ext-1``
+    bare: tuple[str, str] | None = None
 
     def words(self) -> frozenset[str]:
         """The words this grammar reads as junctions or the start of an operator."""
@@ -184,10 +187,19 @@ class _Parser:
         limit = self.grammar.max_terms
         if limit is not None and self.terms > limit:
             raise GrammarError("terms", token, f"at most {limit} conditions")
+        if self.grammar.bare and self.lone():
+            key, op = self.grammar.bare
+            value = Value(token.text, quoted=token.kind == "string")
+            return Condition(key, op, (value,), token.pos)
         op, written = self.operator(token)
         if op in self.grammar.list_ops:
             return Condition(token.text, op, self.listed(written), token.pos)
         return Condition(token.text, op, (self.value(written),), token.pos)
+
+    def lone(self) -> bool:
+        """The key just taken has no operator after it."""
+        following = self.peek()
+        return following.kind in ("end", ")") or _lower(following) in self.grammar.junctions
 
     def group(self, opening: Token, depth: int) -> Node:
         if depth >= self.grammar.max_depth:

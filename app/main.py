@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import RedirectResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import api_docs, static_files
@@ -32,6 +33,7 @@ from app.ops import shutdown
 from app.ops.prometheus import RequestTimer
 from app.ops.prometheus import router as prometheus_router
 from app.ops.ready import router as ready_router
+from app.pages import not_found
 from app.periodic import Process, Runner, for_process
 from app.prestart import schema_is_current
 from app.runs.api import router as runs_router
@@ -153,6 +155,7 @@ def create_app() -> FastAPI:
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")
     install_error_handlers(app)
+    app.add_exception_handler(StarletteHTTPException, not_found)  # a browser's 404: a page
 
     @app.exception_handler(PasswordChangeRequired)
     async def to_password_change(

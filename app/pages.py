@@ -3,7 +3,10 @@
 A page router is `APIRouter(route_class=PageRoute)`. Its routes reuse the API's ownership
 checks (app.ownership) and services, which raise domain errors (app.errors); PageRoute turns
 a 403/404/422 (and a malformed id in the path) into an HTML page that says what to do,
-instead of the API's JSON body (app.http_errors gives both the same status).
+instead of the API's JSON body (app.http_errors gives both the same status). An address no
+route serves is an HTML 404 page too when a browser asks for one (``Accept: text/html``,
+outside /api/ and /static/), and FastAPI's JSON ``{"detail": "Not Found"}`` for API clients
+(``not_found``, installed by app/main.py).
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from markupsafe import Markup
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.auth.deps import BrowserUser
 from app.auth.models import User
@@ -46,6 +51,24 @@ def error_page(request: Request, status_code: int, message: str) -> Response:
         title=_TITLES.get(status_code, "Error"),
         message=message,
     )
+
+
+NOT_PAGES = ("/api/", "/static/", "/metrics")  # JSON or files, whatever the client accepts
+
+
+def wants_page(request: Request) -> bool:
+    """A browser's navigation (it accepts HTML) to an address that may be a page."""
+    path = request.url.path
+    return not path.startswith(NOT_PAGES) and "text/html" in request.headers.get("accept", "")
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """Starlette's HTTP errors (an address no route serves, a method it does not take): the
+    "Not found" page for a browser's 404, FastAPI's own JSON answer otherwise."""
+    assert isinstance(exc, StarletteHTTPException)  # registered for it only
+    if exc.status_code == 404 and wants_page(request):
+        return error_page(request, 404, f"There is no page at {request.url.path}.")
+    return await http_exception_handler(request, exc)
 
 
 class PageRoute(APIRoute):

@@ -39,6 +39,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_path_safety": "a run's files never leave its folder, through every route",
     "test_reads_write_nothing": "no GET of any route writes the database",
     "test_deploy": "the compose file and Dockerfiles",
+    "test_make_apt": "the Makefile's apt steps (make sandbox, browser, slurm)",
     "test_wheel": "the built wheel's contents",
     "test_requirements": "the dependency pins",
     # the test suite's own rules

@@ -616,7 +616,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ),
     ("GET", "/account"): Row(PAGE_USER, 200, _get("/account")),
     ("POST", "/account/password"): Row(
-        PAGE_USER, 200, lambda w: ("/account/password", {"data": _same_password(w)})
+        PAGE_USER, 303, lambda w: ("/account/password", {"data": _same_password(w)})
     ),
     ("POST", "/account/tokens"): Row(
         PAGE_USER, 200, lambda w: ("/account/tokens", {"data": {"name": "page", "days": "1"}})

@@ -291,7 +291,15 @@ def test_ctrl_c_and_up_again_mid_run_the_run_trains_on_as_attempt_1(tmp_path: Pa
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0
         assert proc.stdout is not None
+        out = proc.stdout.read()
         proc.stdout.close()
+        # Its last lines say which job trains on and how to stop it (issue 41), and its start
+        # said our line about root, not Celery's superuser warning.
+        assert f"1 job trains on without torchyard: run {run_id} " in out, out
+        assert f"`torchyard cancel {run_id}`" in out, out
+        assert "superuser privileges" not in out, out
+        if os.geteuid() == 0:
+            assert "worker runs as root: only to set up each job's sandbox" in out, out
         # The job trains on with no torchyard running; its record names it for the next worker.
         assert (tmp_path / "data" / "jobs" / f"{run_id}.json").exists()
 

@@ -48,8 +48,8 @@ def test_create_experiment_fills_defaults(client, user_headers) -> None:
         (digits(epochs=0), ["body", "config", "params", "epochs"], "greater than or equal to 1"),
         (digits(epochs="ten"), ["body", "config", "params", "epochs"], "valid integer"),
         (digits(optimizer="lbfgs"), ["body", "config", "params", "optimizer"], "'sgd'"),
-        (digits(warmup=3), ["body", "config", "params", "warmup"], "not permitted"),
-        ({**digits(), "colour": "red"}, ["body", "config", "colour"], "not permitted"),
+        (digits(warmup=3), ["body", "config", "params", "warmup"], "unknown key 'warmup'"),
+        ({**digits(), "colour": "red"}, ["body", "config", "colour"], "unknown key 'colour'"),
         (
             {**digits(), "resources": {"gpus": -1}},
             ["body", "config", "resources", "gpus"],

@@ -90,6 +90,32 @@ def test_an_invalid_common_part_is_still_an_error() -> None:
         run_config({"recipe": "tiny_mlp", "resources": {"nproc": 0}})
 
 
+def test_a_misspelled_script_or_key_is_named_with_the_key_meant() -> None:
+    # issue 41: `scirpt:` was "unknown or missing recipe ... a script path in the workspace"
+    with pytest.raises(ConfigInvalid) as caught:
+        validate_config({"scirpt": "train.py", "params": {}}, loc_prefix=("body", "config"))
+    assert [(e["loc"], e["msg"]) for e in caught.value.errors] == [
+        (["body", "config", "scirpt"], "unknown key 'scirpt': did you mean script?")
+    ]
+    for config, loc, msg in (
+        ({"recipe": "tiny_mlp", "sed": 1}, ["sed"], "unknown key 'sed': did you mean seed?"),
+        (
+            {"script": "x.py", "resources": {"gpu": 1}},
+            ["resources", "gpu"],
+            "unknown key 'gpu': did you mean gpus?",
+        ),
+        ({"recipe": "tiny_mlp", "zzzzzz": 1}, ["zzzzzz"], "unknown key 'zzzzzz'"),
+    ):
+        with pytest.raises(ConfigInvalid) as caught:
+            validate_config(config, loc_prefix=("body", "config"))
+        assert [(e["loc"], e["msg"]) for e in caught.value.errors] == [
+            (["body", "config", *loc], msg)
+        ], config
+    # no recipe, no script and nothing misspelled: the recipe is what is missing
+    with pytest.raises(ConfigInvalid, match="unknown or missing recipe"):
+        validate_config({"params": {}}, loc_prefix=("body", "config"))
+
+
 def test_an_unknown_key_is_an_error_naming_it() -> None:
     with pytest.raises(ConfigInvalid) as caught:
         validate_config({"recipe": "tiny_mlp", "bogus": 1}, loc_prefix=("body", "config"))

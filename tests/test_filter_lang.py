@@ -30,6 +30,17 @@ def test_bare_keys_operators_and_values_read_as_written() -> None:
     assert parse("") is None and parse("   ") is None
 
 
+def test_a_lone_word_searches_names() -> None:
+    assert parse("ext-1") == _cond("name", "~", "ext-1")
+    assert parse("'a b'") == Condition("name", "~", (Value("a b", quoted=True),), 0)
+    assert parse("ext-1 and lr>0.1") == Junction(
+        "and", (_cond("name", "~", "ext-1"), _cond("lr", ">", "0.1", pos=10))
+    )
+    assert parse("(a) or b") == Junction(
+        "or", (_cond("name", "~", "a", pos=1), _cond("name", "~", "b", pos=7))
+    )
+
+
 def test_and_binds_tighter_than_or_and_parentheses_group() -> None:
     a, b, c = _cond("a", "=", "1"), _cond("b", "=", "2", pos=7), _cond("c", "=", "3", pos=15)
     assert parse("a=1 or b=2 and c=3") == Junction("or", (a, Junction("and", (b, c))))
@@ -55,7 +66,7 @@ def test_in_takes_a_list() -> None:
         ("val/acc.max>", 12, "expected a value after '>'"),
         ("lr<=", 4, "expected a value after '<='"),
         ("lr 0.1", 3, "expected an operator"),
-        ("lr", 2, "expected an operator"),
+        ("lr (", 3, "expected an operator"),
         ("(lr>1", 5, "expected ')' to close the '(' at position 0"),
         ("lr>1 and", 8, "expected a key"),
         ("lr>1 lr<2", 5, "expected 'and', 'or' or the end"),

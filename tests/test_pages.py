@@ -247,6 +247,23 @@ def test_missing_experiment_is_a_friendly_404(client, user) -> None:
 # --- compare -------------------------------------------------------------------------------
 
 
+def test_an_address_no_route_serves_is_a_page_for_a_browser_and_json_for_a_client(client) -> None:
+    # issue 41: a browser got FastAPI's raw {"detail":"Not Found"} at /users
+    page = client.get("/users", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+    assert "There is no page at /users." in page.text and "your experiments" in page.text
+    for path, accept in (
+        ("/users", "application/json"),
+        ("/users", "*/*"),
+        ("/api/nope", "text/html"),
+    ):
+        r = client.get(path, headers={"Accept": accept})
+        assert r.status_code == 404 and r.json() == {"detail": "Not Found"}, (path, accept)
+    # other statuses stay FastAPI's: a method a route does not take
+    r = client.delete("/login", headers={"Accept": "text/html"})
+    assert r.status_code == 405 and r.json() == {"detail": "Method Not Allowed"}
+
+
 def test_compare_diffs_only_differing_keys_and_charts_every_metric(client, user) -> None:
     exp = new_experiment(client, user, seed=5)
     a = launch(client, user, exp["id"], {"params": {"lr": 0.1}})

@@ -111,7 +111,7 @@ def test_an_override_cannot_point_a_run_outside_the_workspace(client, user_heade
         ({"script": "api_tests/train.py", "params": {"--lr": 1}}, ["params", "--lr"], "pattern"),
         ({"script": "api_tests/train.py", "params": {"lr": [1, 2]}}, ["params", "lr"], "valid"),
         ({"script": "api_tests/train.py", "args": "--lr 1"}, ["args"], "valid list"),
-        ({"script": "api_tests/train.py", "entry": "main"}, ["entry"], "Extra inputs"),
+        ({"script": "api_tests/train.py", "entry": "main"}, ["entry"], "unknown key 'entry'"),
         ({"script": 3}, ["script"], "valid string"),
         # issue 29: a run's `env` never sets the service's variables nor the worker's
         ({"script": "api_tests/train.py", "env": {"TORCHYARD_X": "1"}}, ["env"], "TORCHYARD_X"),

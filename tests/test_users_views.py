@@ -111,7 +111,10 @@ def test_my_account_changes_the_password(client) -> None:
     r = post_form(
         client, "/account/password", current_password=password, new_password="my new password"
     )
-    assert r.status_code == 200 and "Your password was changed." in r.text
+    # post, redirect, get: the address bar holds /account, not the form's POST address
+    assert r.status_code == 303 and r.headers["location"] == "/account?done=password"
+    assert "Your password was changed." in client.get(r.headers["location"]).text
+    assert "Your password was changed." not in client.get("/account?done=junk").text
     client.cookies.clear()
     login(client, username, "my new password")
 

@@ -4,8 +4,10 @@ worker says about them at start (`torchyard up` shows them)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import warnings
 from collections.abc import Sequence
 
 from app.settings import get_settings
@@ -80,6 +82,36 @@ def sweep_fences() -> None:
         print(f"WARNING: could not sweep old job firewall rules: {exc}", file=sys.stderr)
 
 
+# Celery's SecurityWarning for a worker started as root ("running the worker with superuser
+# privileges: absolutely not recommended"): about Celery's own pickle-era risk, printed beside
+# our "jobs run sandboxed" and read as a contradiction (issue 41); our own line replaces it.
+CELERY_ROOT_WARNING = r"(?s)\s*You're running the worker with superuser privileges"
+
+
+def root_line(isolation: sandbox.Isolation, *, euid: int, uid_base: int) -> str | None:
+    """What a worker started as root says about it (None when not root): why it is root, and
+    that no job runs as root (or, unsandboxed, that every job does)."""
+    if euid != 0:
+        return None
+    if isolation.enabled and isolation.as_root:
+        return (
+            "worker runs as root: only to set up each job's sandbox; every job runs as its own "
+            f"unprivileged user (uid {uid_base} + run id), never as root (broker messages are "
+            "JSON, never pickle)"
+        )
+    return (
+        "WARNING: the worker runs as root and jobs are not sandboxed: every job runs as root. "
+        "Start torchyard as an ordinary user, or install bubblewrap (make sandbox)"
+    )
+
+
+def quiet_celery_root_warning() -> None:
+    """Celery's superuser warning left out (root_line says ours)."""
+    from celery.exceptions import SecurityWarning
+
+    warnings.filterwarnings("ignore", message=CELERY_ROOT_WARNING, category=SecurityWarning)
+
+
 def announce_isolation() -> None:
     """Says at start whether jobs are sandboxed and why, and what their network reaches; with
     job_isolation "bwrap" a worker that cannot sandbox refuses to start (exit 2) rather than
@@ -90,6 +122,10 @@ def announce_isolation() -> None:
     # refusal says its lines on stderr.
     stream = sys.stderr if refused else sys.stdout
     print(sandbox.describe(isolation), file=stream, flush=True)
+    root = root_line(isolation, euid=os.geteuid(), uid_base=get_settings().job_uid_base)
+    if root is not None:
+        quiet_celery_root_warning()
+        print(root, file=stream, flush=True)
     if not refused:
         print(limits.describe(job_limits()), file=stream, flush=True)
         settings = get_settings()

@@ -6,8 +6,11 @@ summary columns and the parallel coordinates one metric. So the page holds the n
 keys (for the charts, the column picker and the filter's suggestions) and the summaries of
 the keys its scripts show first, chosen by the same rules as they are:
 
-- the table's default columns (app/static/runs_columns.js `defaultSummaries`): the first key
-  naming a loss, the first naming an accuracy, else the first key;
+- the table's default columns (app/static/runs_columns.js `defaultSummaries`): the key naming
+  a loss and the key naming an accuracy that most runs logged (issue 41: a mixed experiment's
+  val/acc, not the train/acc only its job runs log), so every key naming one (at most
+  MAX_CANDIDATES of each, the system series aside: the script counts the runs carrying each),
+  else the first key;
 - the parallel coordinates' default metric (app/static/experiment_parcoords.js
   `defaultMetric`): the first validation key.
 
@@ -25,6 +28,7 @@ from collections.abc import Iterable
 _LOSS = re.compile("loss", re.IGNORECASE)
 _ACC = re.compile("acc", re.IGNORECASE)
 _VAL = re.compile(r"(^|/)val(id(ation)?)?(/|$)", re.IGNORECASE)
+MAX_CANDIDATES = 6  # keys naming a loss (an accuracy) held for the table's default columns
 
 
 def key_group(key: str) -> str:
@@ -44,7 +48,8 @@ def key_order(key: str) -> tuple[int, str, str, str]:
 def held_keys(keys: Iterable[str]) -> list[str]:
     """The keys of ``keys`` whose summaries the page holds (the rules above), in key order."""
     ordered = sorted(set(keys), key=key_order)
-    table = [k for k in (_first(ordered, _LOSS), _first(ordered, _ACC)) if k is not None]
+    logged = [k for k in ordered if key_group(k) != "sys"]
+    table = [k for p in (_LOSS, _ACC) for k in [k for k in logged if p.search(k)][:MAX_CANDIDATES]]
     if not table and ordered:
         table.append(ordered[0])
     chosen = set(table)

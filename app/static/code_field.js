@@ -4,7 +4,7 @@
 // script becomes a pick from its .py files (the select then carries name="script", so the
 // server's 422 about `script` shows next to it).
 import {errorText} from "./lib/api.js";
-import {packCode, uploadCode} from "./code_pack.js";
+import {neededLeftOut, packCode, uploadCode} from "./code_pack.js";
 (() => {
   const field = document.getElementById("code-field");
   if (!field) return;
@@ -15,6 +15,7 @@ import {packCode, uploadCode} from "./code_pack.js";
   const progress = /** @type {HTMLProgressElement} */ (document.getElementById("code-progress"));
   const status = /** @type {HTMLElement} */ (document.getElementById("code-status"));
   const leftOutBox = /** @type {HTMLElement} */ (document.getElementById("code-left-out"));
+  const needsBox = /** @type {HTMLElement} */ (document.getElementById("code-needs"));
   const scriptInput = /** @type {HTMLInputElement} */ (document.getElementById("script"));
   const scriptPick = /** @type {HTMLSelectElement} */ (document.getElementById("script-pick"));
   const scriptRoot = /** @type {HTMLElement} */ (document.getElementById("script-root"));
@@ -55,7 +56,32 @@ import {packCode, uploadCode} from "./code_pack.js";
     scriptPick.name = "script";
     scriptLabel.htmlFor = "script-pick";
   };
-  scriptPick.addEventListener("change", () => { scriptInput.value = scriptPick.value; });
+  // The files the chosen script names that were left out for their size: said at once, in
+  // the open, and asked about again when the form is sent (a run would not find them).
+  /** @type {{leftOut: {path: string, reason: string, large?: boolean}[], texts: Record<string, string>}} */
+  let snapshot = {leftOut: [], texts: {}};
+  let needed = [];
+  const checkNeeds = () => {
+    const script = scriptInput.value.trim().replace(/^\.\//, "");
+    needed = codeInput.value ? neededLeftOut(snapshot.texts[script] || "", snapshot.leftOut) : [];
+    needsBox.textContent = needed.length
+      ? `${script} names ${needed.map((i) => `${i.path} (${i.reason})`).join(", ")}: left out of the upload, ` +
+        "the run will not find it. Make it smaller, or put it where the run reads it from (the workspace, a URL)."
+      : "";
+    needsBox.hidden = !needed.length;
+    if (needed.length) /** @type {HTMLDetailsElement} */ (leftOutBox).open = true;
+    field.dataset.needsLeftOut = needed.map((i) => i.path).join(",");
+  };
+  scriptPick.addEventListener("change", () => { scriptInput.value = scriptPick.value; checkNeeds(); });
+  scriptInput.addEventListener("input", checkNeeds);
+  const form = field.closest("form");
+  document.addEventListener("submit", (event) => {
+    if (event.target !== form || !needed.length) return;
+    const names = needed.map((i) => i.path).join(", ");
+    if (confirm(`${scriptInput.value} needs ${names}, left out of the upload for its size: the run will not find it. Launch anyway?`)) return;
+    event.preventDefault();
+    event.stopImmediatePropagation();
+  }, true);
 
   const showLeftOut = (leftOut) => {
     const list = /** @type {HTMLElement} */ (leftOutBox.querySelector("ul"));
@@ -75,7 +101,9 @@ import {packCode, uploadCode} from "./code_pack.js";
     clearButton.hidden = true;
     progress.hidden = true;
     showLeftOut([]);
+    snapshot = {leftOut: [], texts: {}};
     usePick(null);
+    checkNeeds();
     scriptRoot.textContent = "the workspace ";
     const ws = document.createElement("code");
     ws.textContent = /** @type {string} */ (status.dataset.workspace);
@@ -87,6 +115,7 @@ import {packCode, uploadCode} from "./code_pack.js";
   const ship = async (input, label) => {
     removeError();
     codeInput.value = "";
+    checkNeeds();
     submitButton.disabled = true;
     field.dataset.state = "packing";
     try {
@@ -121,7 +150,9 @@ import {packCode, uploadCode} from "./code_pack.js";
       say(`${label}: ${packed.files.length} files, ${size(packed.blob.size)} compressed, stored as`,
           r.body.digest);
       scriptRoot.textContent = `the root of ${label}`;
+      snapshot = {leftOut: packed.leftOut, texts: packed.texts};
       usePick(packed.files);
+      checkNeeds();
     } finally {
       submitButton.disabled = false;
     }

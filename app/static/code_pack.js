@@ -117,7 +117,7 @@ const select = (files) => {
       continue;
     }
     if (f.blob.size > LIMITS.maxFileBytes) {
-      leftOut.push({path: f.name, reason: `${(f.blob.size / MiB).toFixed(1)} MiB, over the per-file limit of 50 MiB`});
+      leftOut.push({path: f.name, reason: `${(f.blob.size / MiB).toFixed(1)} MiB, over the per-file limit of 50 MiB`, large: true});
       continue;
     }
     entries.push(f);
@@ -213,18 +213,35 @@ const listTarGz = async (file) => {
   return names.sort();
 };
 
-// A folder's FileList, or one .zip / .tar.gz File -> {blob (tar.gz), files, leftOut, ...}.
+// The files left out for their size (the 50 MiB limit) that a script's text names, by path or
+// by file name: a launch of that script would not find them (issue 41), so the form says so
+// before it starts. A name in a comment counts too: better a question too many than a run
+// that fails after its queue wait.
+export const neededLeftOut = (text, leftOut) => (text ? leftOut.filter((item) => {
+  if (!item.large) return false;
+  const base = item.path.slice(item.path.lastIndexOf("/") + 1);
+  return text.includes(item.path) || (base.length > 2 && text.includes(base));
+}) : []);
+const MAX_SCRIPT_TEXT = MiB; // the Python files read for neededLeftOut
+
+// A folder's FileList, or one .zip / .tar.gz File -> {blob (tar.gz), files, leftOut, texts
+// (each packed .py file's text, at most 1 MiB each), ...}.
 export const packCode = async (input) => {
   if (input instanceof File && /\.(tar\.gz|tgz)$/i.test(input.name)) {
     // Read once: the bytes listed are the bytes sent, even if the file changes on disk.
     const blob = new Blob([await input.arrayBuffer()], {type: "application/gzip"});
     const files = await listTarGz(blob);
-    return {blob, files, leftOut: [], totalBytes: null};
+    return {blob, files, leftOut: [], texts: {}, totalBytes: null};
   }
   const picked = input instanceof File ? await readZip(input) : fromFolder(input);
   const {entries, leftOut, totalBytes} = select(picked);
   const blob = await gzipBlob(tarBlob(entries));
-  return {blob, files: entries.map((e) => e.name), leftOut, totalBytes};
+  /** @type {Record<string, string>} */
+  const texts = {};
+  for (const e of entries) {
+    if (e.name.endsWith(".py") && e.blob.size <= MAX_SCRIPT_TEXT) texts[e.name] = await e.blob.text();
+  }
+  return {blob, files: entries.map((e) => e.name), leftOut, texts, totalBytes};
 };
 
 // POST the tar.gz to /api/code with upload progress; resolves to {ok, status, body} like

@@ -17,7 +17,7 @@ import {metricKeys, readHeld, usable} from "./lib/first_page.js";
 import {RUNS, RUNS_HIGHLIGHT, RUNS_LINK, RUNS_NEED, RUNS_REFRESHED, RUNS_SELECT, SEED_SHOWN, emit, listen} from "./lib/events.js";
 import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
-import {columns, defaultSummaries, el, splitSummary, summaryKeys} from "./runs_columns.js";
+import {columns, defaultSummaries, el, keyCounts, splitSummary, summaryKeys} from "./runs_columns.js";
 import {fillPicker} from "./runs_picker.js";
 import {bindBy, getState as groupingState, onChange as onGrouping, setState as setGrouping} from "./grouping.js";
 import {groupedRows} from "./runs_groups.js";
@@ -236,7 +236,7 @@ import {groupedRows} from "./runs_groups.js";
   // point gets its columns with the first refresh that brings one).
   const pickDefaultSummaries = () => {
     const keys = summaryKeys([...state.runs, keysRun]);
-    if (state.summaries === null && keys.length) state.summaries = defaultSummaries(keys, section.dataset.defaultSummary);
+    if (state.summaries === null && keys.length) state.summaries = defaultSummaries(keys, section.dataset.defaultSummary, keyCounts(state.runs));
   };
 
   let loading = 0; // answers of a superseded request are dropped

@@ -1,8 +1,9 @@
 // The runs table's columns (experiment_runs.js): which params and summaries show, and how
 // each cell is made. Every name, key and value from a run is set as text, never as HTML.
-// The pure parts (summaryKeys, defaultSummaries, splitSummary, seconds) are unit-tested.
+// The pure parts (summaryKeys, keyCounts, defaultSummaries, tableParams, splitSummary, seconds)
+// are unit-tested.
 import {timeEl} from "./lib/dom.js";
-import {compareKeys, differingParams, fmtDuration, fmtValue, parseTime, runColor} from "./lib/format.js";
+import {compareKeys, fmtDuration, isSeedParam, isSystemKey, fmtValue, parseTime, runColor} from "./lib/format.js";
 import {seedShown} from "./lib/seed.js";
 import {pages} from "./lib/urls.js";
 
@@ -25,19 +26,52 @@ export const summaryKeys = (runs) => {
   for (const run of runs) for (const key of Object.keys(run.summary || {})) keys.add(key);
   return [...keys].sort(compareKeys);
 };
-// Until the reader picks: the last value of the first key naming a loss and the max of the
-// first naming an accuracy (whatever the script called them), else the first key's last.
+// How many of `runs` logged each metric key (a Map).
+export const keyCounts = (runs) => {
+  const counts = new Map();
+  for (const run of runs) for (const key of Object.keys(run.summary || {})) counts.set(key, (counts.get(key) || 0) + 1);
+  return counts;
+};
+const VALIDATION = /^(val|valid|validation|eval|test)\b/i;
+// Until the reader picks: the last value of the key naming a loss and the max of the key
+// naming an accuracy (whatever the script called them) that most runs logged (`counts`, from
+// keyCounts: in an experiment mixing job runs and MLflow runs, the val/acc every run has
+// rather than a train/acc only the jobs log; on a tie a validation key's accuracy, then key
+// order), the system series (sys/) left out; else the first key's last.
 // A sweep's page puts its metric first (data-default-summary, e.g. "val/acc.last"), even
 // before a trial logged it (a recipe logs val/* only at an epoch's end).
-export const defaultSummaries = (keys, first) => {
-  const loss = keys.find((k) => /loss/i.test(k));
-  const acc = keys.find((k) => /acc/i.test(k));
+export const defaultSummaries = (keys, first, counts = new Map()) => {
+  const logged = keys.filter((k) => !isSystemKey(k));
+  const most = (re, preferred) => logged.filter((k) => re.test(k)).sort((a, b) =>
+    ((counts.get(b) || 0) - (counts.get(a) || 0)) ||
+    (preferred ? Number(VALIDATION.test(b)) - Number(VALIDATION.test(a)) : 0) ||
+    compareKeys(a, b))[0];
+  const loss = most(/loss/i, false);
+  const acc = most(/acc/i, true);
   const chosen = [];
   if (first) chosen.push(first);
   if (loss) chosen.push(`${loss}.last`);
   if (acc) chosen.push(`${acc}.max`);
-  if (!chosen.length && keys.length) chosen.push(`${keys[0]}.last`);
+  if (!chosen.length && keys.length) chosen.push(`${(logged[0] || keys[0])}.last`);
   return [...new Set(chosen)];
+};
+
+// The param columns: each param whose value differs among the runs that have it (a key only
+// some runs have, the same on each, is no column: a mixed experiment's job runs share their
+// launch config's ~25 keys that its MLflow runs lack), in key order; MLflow's own tags
+// (`mlflow.*`, recorded as `tags.mlflow.*`: source, user, run name) are tags, never columns;
+// the seed only when asked.
+const MLFLOW_TAG = /^(tags\.)?mlflow\./;
+export const tableParams = (runs, withSeed = false) => {
+  const values = new Map();
+  for (const run of runs) {
+    for (const [key, value] of Object.entries(run.params || {})) {
+      if (MLFLOW_TAG.test(key) || (!withSeed && isSeedParam(key))) continue;
+      if (!values.has(key)) values.set(key, new Set());
+      values.get(key).add(JSON.stringify(value));
+    }
+  }
+  return [...values].filter(([, seen]) => seen.size > 1).map(([key]) => key).sort();
 };
 export const splitSummary = (col) => {
   const cut = col.lastIndexOf(".");
@@ -71,7 +105,7 @@ export const columns = (runs, summaries, owners) => {
       return td;
     }},
   ];
-  for (const key of differingParams(runs, seedShown())) {
+  for (const key of tableParams(runs, seedShown())) {
     cols.push({title: key, sort: `params.${key}`, num: true, param: key,
                cell: (run) => el("td", fmtValue((run.params || {})[key]), "num")});
   }

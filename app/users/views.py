@@ -53,19 +53,29 @@ def _account(
     )
 
 
+DONE = {"password": "Your password was changed."}  # ?done= after a form's redirect
+
+
 @router.get("/account", response_class=HTMLResponse)
-def account_page(request: Request, session: SessionDep, user: PageUser) -> HTMLResponse:
-    return _account(request, session, user)
+def account_page(
+    request: Request, session: SessionDep, user: PageUser, done: str | None = None
+) -> HTMLResponse:
+    notice = DONE.get(done or "")
+    if notice is None:
+        return _account(request, session, user)
+    return _account(request, session, user, notice=notice)
 
 
-@router.post("/account/password", response_class=HTMLResponse)
+@router.post("/account/password", response_class=HTMLResponse, response_model=None)
 def change_password(
     request: Request,
     session: SessionDep,
     user: PageUser,
     current_password: Annotated[str, Form(max_length=1000)],
     new_password: Annotated[str, Form(max_length=1000)],
-) -> HTMLResponse:
+) -> Response:
+    """Post, redirect, get (issue 41): a changed password leaves /account in the address bar
+    (a reload does not post the form again); a refused one is the form again with its error."""
     try:
         service.change_own_password(
             session,
@@ -76,7 +86,7 @@ def change_password(
         )
     except Invalid as exc:
         return _account(request, session, user, status_code=422, password_error=exc.detail)
-    return _account(request, session, user, notice="Your password was changed.")
+    return RedirectResponse("/account?done=password", status_code=303)
 
 
 @router.post("/account/tokens", response_class=HTMLResponse)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, Request, Route, expect
+from playwright.sync_api import Dialog, Page, Request, Route, expect
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -226,3 +226,54 @@ def test_a_tar_gz_is_sent_as_it_is_and_listed_for_the_script_pick(
     options = page.locator("select#script-pick option").all_inner_texts()
     assert options == sorted([LONG_NAME, "main.py"])
     assert page.input_value("select#script-pick") == "main.py"
+
+
+def test_a_script_naming_a_file_left_out_for_its_size_is_said_and_asked_before_launch(
+    admin_page: Page, api: httpx.Client, tmp_path: Path
+) -> None:
+    # issue 41: a 200 MB file left out was only in a collapsed notice, and the run launched
+    root = tmp_path / "big"
+    root.mkdir()
+    (root / "train.py").write_text("import torch\nstate = torch.load('weights.bin')\n")
+    (root / "other.py").write_text("print('no data')\n")
+    with (root / "weights.bin").open("wb") as f:
+        f.truncate(51 * 1024 * 1024)  # over the 50 MiB per-file limit
+    page = admin_page
+    CodeEndpoint(page, api)
+    page.goto("/experiments/new")
+    page.select_option("select[name=recipe]", "__script__")
+    page.set_input_files("#code-folder", str(root))
+    expect(page.locator("#code-field")).to_have_attribute("data-state", "uploaded")
+    needs = page.locator("#code-needs")
+    expect(needs).to_be_visible()
+    expect(needs).to_contain_text("train.py names weights.bin (51.0 MiB, over the per-file limit")
+    expect(needs).to_contain_text("the run will not find it")
+    expect(page.locator("#code-left-out")).to_have_attribute("open", "")
+
+    # Sent: the page asks first; dismissed, nothing is created.
+    page.fill("input[name=name]", "browser-code-needs")
+    asked: list[str] = []
+
+    def dismiss(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", dismiss)
+    posts: list[str] = []
+
+    def sent(request: Request) -> None:
+        if request.method == "POST":
+            posts.append(request.url)
+
+    page.on("request", sent)
+    page.click("#create-and-launch")
+    expect(page.locator("#create-and-launch")).to_be_enabled()
+    assert asked and "needs weights.bin" in asked[0] and "Launch anyway?" in asked[0]
+    assert not [u for u in posts if u.endswith("/api/experiments")]
+
+    # Another script that names no such file: no warning, no question.
+    page.select_option("select#script-pick", "other.py")
+    expect(needs).to_be_hidden()
+    page.once("dialog", dismiss)
+    config = submit_and_read_config(page, "browser-code-no-needs")
+    assert config["script"] == "other.py" and len(asked) == 1

@@ -107,6 +107,12 @@ def _settled(page: Page, url: str) -> None:
         expect(page.locator("#runs-section")).to_have_attribute("data-loaded", "1")
 
 
+def _at(page: Page, width: int, url: str) -> Page:
+    page.set_viewport_size({"width": width, "height": 900})
+    _settled(page, url)
+    return page
+
+
 @pytest.mark.parametrize("width", [1440, 390])
 def test_no_page_is_wider_than_the_viewport(
     admin_page: Page, wide_data: dict[str, int], width: int
@@ -131,9 +137,7 @@ def test_no_page_is_wider_than_the_viewport(
 def test_runs_table_scrolls_in_its_frame_with_the_name_column_fixed(
     admin_page: Page, wide_data: dict[str, int]
 ) -> None:
-    page = admin_page
-    page.set_viewport_size({"width": 1440, "height": 900})
-    _settled(page, f"/experiments/{wide_data['experiment']}")
+    page = _at(admin_page, 1440, f"/experiments/{wide_data['experiment']}")
     expect(page.locator("table#runs th[data-param]")).to_have_count(PARAMS)
     row = f"table#runs tr[data-run-id='{wide_data['run']}']"
     frame = page.evaluate(
@@ -162,3 +166,32 @@ def test_runs_table_scrolls_in_its_frame_with_the_name_column_fixed(
     )
     assert before and after and before["x"] > left, (before, left)
     assert abs(after["x"] - before["x"]) < 60 and after["x"] >= left, (before, after, left)
+
+
+WORDS_SPLIT = """(selector) => {
+    // Each word of the element's text that the browser broke over two lines (issue 41).
+    const split = [];
+    const root = document.querySelector(selector);
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const m of node.data.matchAll(/\\S+/g)) {
+            const range = document.createRange();
+            range.setStart(node, m.index);
+            range.setEnd(node, m.index + m[0].length);
+            const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+            if (tops.size > 1) split.push(m[0]);
+        }
+    }
+    return split;
+}"""
+
+
+def test_the_run_title_and_its_status_badge_wrap_at_word_boundaries(
+    admin_page: Page, wide_data: dict[str, int]
+) -> None:
+    page = _at(admin_page, 390, f"/runs/{wide_data['run']}")
+    assert page.evaluate(WORDS_SPLIT, ".run-title h1") == []
+    badge = page.locator("#run-status").bounding_box()
+    assert badge is not None and badge["height"] < 30, badge  # one line
+    _settled(page, f"/experiments/{wide_data['experiment']}")
+    assert page.evaluate(WORDS_SPLIT, "table#runs tbody .badge") == []

@@ -3,6 +3,8 @@ API's SQL), select runs and compare, tag or delete them (app/static/experiment_r
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
@@ -238,3 +240,89 @@ def test_more_runs_than_a_page_load_by_the_cursor(admin_page: Page, api: httpx.C
     assert _shown(page) == ids
     expect(page.locator("#runs-more")).to_be_hidden()
     expect(page.locator("#runs-count")).to_have_text("230 runs")
+
+
+def _mixed(name: str) -> tuple[int, list[int], list[int]]:
+    """An experiment mixing two job runs (the whole launch config as params, train/ and val/
+    keys) with three runs an MLflow client logged (params and tags as strings, its own system
+    tags among them; val/ keys only), as app/mlflow records them."""
+    from app.db import session_scope
+    from app.metrics.service import ingest_points
+    from app.runs.models import Run
+    from app.runs.query.params import record_logged
+
+    params: dict[str, Any] = {"epochs": 2, "lr": 0.1, "batch_size": 64, "hidden": 32}
+    base: dict[str, Any] = {
+        "recipe": "tiny_mlp",
+        "params": params,
+        "seed": 1,
+        "deterministic": True,
+        "resources": {"gpus": 0, "nproc": 1, "memory_gb": 8, "cpus": 4},
+    }
+    configs = [base, {**base, "params": {**params, "lr": 0.01}}]
+    job_series = {"train/loss": [(1, 0.5)], "train/acc": [(1, 0.8)], "val/acc": [(1, 0.7)]}
+    exp_id, jobs = make_experiment_runs(configs, job_series, name=name)
+    logged: list[int] = []
+    with session_scope() as session:
+        owner_id = session.get_one(Run, jobs[0]).owner_id
+        for i, lr in enumerate(("0.1", "0.2", "0.3")):
+            run = Run(experiment_id=exp_id, owner_id=owner_id, status="succeeded", config={})
+            run.seed = 0
+            run.name = f"ext-{i + 1}"
+            session.add(run)
+            session.flush()
+            values = {"params.lr": lr, "tags.mlflow.source.name": f"train_{i}.py"}
+            values["tags.mlflow.user"] = f"user{i}"
+            record_logged(session, run_id=run.id, values=values, source="mlflow")
+            logged.append(run.id)
+    for run_id in logged:
+        with session_scope() as session:
+            points = [("val/acc", 1, 0.6, 1e9), ("val/loss", 1, 0.9, 1e9)]
+            ingest_points(session, run_id=run_id, points=points)
+    return exp_id, jobs, logged
+
+
+def test_a_mixed_experiments_table_comes_first_with_its_real_columns(admin_page: Page) -> None:
+    exp_id, _, logged = _mixed("browser-runs-mixed")
+    page = admin_page
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"/experiments/{exp_id}")
+    expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
+    # The one param that differs among the runs having it; not the jobs' shared config keys
+    # (the MLflow runs lack them), never MLflow's system tags.
+    params = page.locator("table#runs th[data-param]")
+    assert params.evaluate_all("(ths) => ths.map((t) => t.dataset.param)") == ["params.lr"]
+    # The loss and the accuracy most runs logged: val/acc (all five), val/loss (three of five).
+    summaries = page.locator("table#runs th[data-summary]")
+    assert summaries.evaluate_all("(ths) => ths.map((t) => t.dataset.summary)") == [
+        "val/loss.last",
+        "val/acc.max",
+    ]
+    # The table is the first thing shown: its rows in the first screen, above the config,
+    # the launch form and the sweeps.
+    rows = page.locator("table#runs tbody tr[data-run-id]")
+    expect(rows).to_have_count(5)
+    last_row = rows.last.bounding_box()
+    assert last_row is not None and last_row["y"] + last_row["height"] <= 900, last_row
+    for below in ("#experiment-config", "#launch-form", "#sweeps-section"):
+        box = page.locator(below).bounding_box()
+        assert box is not None and box["y"] > last_row["y"], below
+
+    # `/` goes to the filter box; a plain word there is a name search.
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("/")
+    expect(page.locator("#runs-filter")).to_be_focused()
+    page.keyboard.type("ext-2")
+    page.keyboard.press("Enter")
+    expect(rows).to_have_count(1)
+    assert _shown(page) == [logged[1]]
+
+    # An unknown key says so, with the nearest known key and the keys the runs have.
+    for key, typed, near in (("val/accuracy", ">0.5", "val/acc"), ("LR", "<0.05", "lr")):
+        page.fill("#runs-filter", key + typed)
+        page.click("#runs-apply")
+        error = page.locator("#runs-error")
+        expect(error).to_contain_text(f"no run here has the key '{key}'")
+        expect(error).to_contain_text(f"did you mean {near}?")
+        expect(error).to_contain_text("Keys: name, tags, status, id, batch_size")
+        expect(rows).to_have_count(0)

@@ -55,6 +55,7 @@ def test_admin_adds_a_member_who_reads_the_admins_run_but_changes_only_their_own
         with member.expect_navigation():
             member.click("#password-form button[type=submit]")
         expect(member.locator("#account-notice")).to_have_text("Your password was changed.")
+        assert member.url.endswith("/account?done=password")  # post, redirect, get
         member.goto("/")
         row = member.locator(f"#experiments tr[data-experiment-id='{exp_id}']")
         expect(row).to_contain_text(exp_name)

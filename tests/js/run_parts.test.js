@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import {test} from "node:test";
 
 import {logQuery, nodeRanks, rankLines, trimLog} from "../../app/static/run/log.js";
-import {defaultSummaries, seconds, splitSummary, summaryKeys} from "../../app/static/runs_columns.js";
+import {defaultSummaries, keyCounts, seconds, splitSummary, summaryKeys, tableParams} from "../../app/static/runs_columns.js";
 
 test("the log keeps its last characters, from a line start when one is near", () => {
   assert.equal(trimLog("a\nb\n", 100), "a\nb\n");
@@ -28,6 +28,27 @@ test("summary columns: keys of every run in key order, a loss's last and an accu
   assert.deepEqual(defaultSummaries(["epoch", "lr"]), ["epoch.last"]);
   assert.deepEqual(defaultSummaries([]), []);
   assert.deepEqual(splitSummary("val/acc.top1.max"), ["val/acc.top1", "max"]);
+});
+
+test("default summaries: the loss and accuracy most runs logged, a validation accuracy on a tie", () => {
+  // A mixed experiment: two job runs log train/acc too, three MLflow runs only val/acc.
+  const job = {summary: {"train/acc": {}, "train/loss": {}, "val/acc": {}, "sys/cpu_percent": {}}};
+  const mlflow = {summary: {"val/acc": {}, "val/loss": {}, "acc_extra": {}}};
+  const runs = [job, job, mlflow, mlflow, mlflow];
+  const keys = summaryKeys(runs);
+  assert.deepEqual(defaultSummaries(keys, undefined, keyCounts(runs)), ["val/loss.last", "val/acc.max"]);
+  assert.deepEqual(defaultSummaries(keys, undefined, keyCounts([job])), ["train/loss.last", "val/acc.max"]);
+  assert.deepEqual(defaultSummaries(["sys/cpu_percent", "epoch"]), ["epoch.last"]);
+});
+
+test("param columns: what differs among the runs that have it, never MLflow's system tags", () => {
+  const job = (lr) => ({params: {"params.lr": lr, "resources.gpus": 0, deterministic: true, seed: lr}});
+  const mlflow = (lr, file) => ({params: {"params.lr": lr, "tags.mlflow.source.name": file, "mlflow.user": file}});
+  const runs = [job(0.1), job(0.01), mlflow(0.1, "a.py"), mlflow(0.2, "b.py")];
+  assert.deepEqual(tableParams(runs), ["params.lr"]);
+  assert.deepEqual(tableParams(runs, true), ["params.lr", "seed"]);
+  assert.deepEqual(tableParams([job(0.1), job(0.1)]), []);
+  assert.deepEqual(tableParams([job(0.1)]), []);
 });
 
 test("a run's duration runs to now while it has no end", () => {

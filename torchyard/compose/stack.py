@@ -17,6 +17,7 @@ from app.broker import declare_default_queue
 from app.db import get_engine
 from app.prestart import prestart
 from app.settings import PRIVATE_UMASK, get_settings
+from torchyard.compose.farewell import farewell, left_running
 from torchyard.compose.processes import (
     API_FACTORY,
     HOST_API_FACTORY,
@@ -109,9 +110,12 @@ def up(host: str, port: int | None) -> int:
     print(credentials, flush=True)
     print("press Ctrl-C to stop", flush=True)
     try:
-        return supervise([worker, *pool.children], pool.notices)
+        code = supervise([worker, *pool.children], pool.notices)
     finally:
         pool.close()
+    for line in farewell(left_running(), kept=settings.keep_jobs_on_worker_stop):
+        print(line, flush=True)
+    return code
 
 
 def serve(host: str, port: int | None, processes: int | None) -> int:

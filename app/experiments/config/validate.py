@@ -21,9 +21,17 @@ from app.experiments.config.model import (
     RunConfig,
     ScriptConfig,
 )
+from app.experiments.config.unknown_keys import (
+    extra_message,
+    top_level_keys,
+    unknown_key_text,
+    unknown_keys,
+)
 from app.experiments.requirements import RequirementRefused, check_requirements_file
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.settings import get_settings
+
+EXTRA = "extra_forbidden"  # pydantic's type for an unknown key, ours too
 
 
 class ConfigInvalid(Invalid):
@@ -47,6 +55,15 @@ def validate_config(
                     raw[SCRIPT_TAG],
                     kind="recipe_and_script",
                 )
+            ]
+        )
+    unknown = unknown_keys(raw)  # a misspelled script or recipe among them: say that first
+    if unknown:
+        known = top_level_keys()
+        raise ConfigInvalid(
+            [
+                field_error([*loc_prefix, k], unknown_key_text(k, known), raw[k], kind=EXTRA)
+                for k in unknown
             ]
         )
     try:
@@ -100,8 +117,12 @@ def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | i
 
 def _error(err: Any, loc_prefix: tuple[str | int, ...]) -> FieldError:
     loc = list(err["loc"])
+    tag = None
     if loc and loc[0] in CONFIG_MODELS:
-        loc = loc[1:]  # the union's tag: the user wrote no such key
+        tag, loc = loc[0], loc[1:]  # the union's tag: the user wrote no such key
     if err["type"] == "unknown_recipe":
         loc = ["recipe"]
-    return field_error([*loc_prefix, *loc], err["msg"], err.get("input"), kind=err["type"])
+    message = err["msg"]
+    if err["type"] == EXTRA:
+        message = extra_message(tag, loc) or message
+    return field_error([*loc_prefix, *loc], message, err.get("input"), kind=err["type"])

@@ -5,7 +5,7 @@ out; app/runs/query/filter_sql.py turns the tree into SQL.
     filter     := or
     or         := and ("or" and)*
     and        := atom ("and" atom)*
-    atom       := "(" or ")" | key op value | key "in" "(" value ("," value)* ")"
+    atom       := "(" or ")" | key op value | key "in" "(" value ("," value)* ")" | word
     op         := = == != > >= < <= ~
 
 The tokens and the parser are app/filter_tokens.py's and app/filter_grammar.py's (shared with
@@ -13,7 +13,9 @@ MLflow's search grammar); this module is the language's ``GRAMMAR`` and its word
 value is a bare word (anything but spaces and ``( ) , = ! < > ~ ' "``: so
 ``val/acc.max``, ``params.lr``, ``1e-3``, ``resnet-50``) or a quoted string ('...' or "...", a
 backslash escapes the quote). ``and``, ``or`` and ``in`` are words of the language in any case;
-quote a key or a value spelled like one. ``and`` binds tighter than ``or``.
+quote a key or a value spelled like one. ``and`` binds tighter than ``or``. A lone word (or
+quoted string) is a name search: ``ext-1`` reads as ``name ~ ext-1`` (what a reader types into
+a table's box first; design.md "A plain word in a filter searches names").
 
 What a key means is the compiler's business. The parser only refuses text it cannot read, with
 the position (characters before the fault, so 0 is the first character) and what it expected
@@ -59,6 +61,7 @@ GRAMMAR = Grammar(
     reserved=True,
     max_depth=MAX_DEPTH,
     max_terms=MAX_CONDITIONS,
+    bare=("name", "~"),
 )
 
 

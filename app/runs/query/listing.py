@@ -10,7 +10,8 @@ is total and a cursor is stable under it.
 Conditions (``filter=``, repeatable, all must hold): each one text of the filter language,
 parsed by app/runs/query/filter_lang.py and compiled to SQL by app/runs/query/filter_sql.py
 (``val/acc>0.9``, ``lr<=0.01 and (tags~best or name in (a, b))``); a refused one is a 422 naming
-the position.
+the position, and so is a key no run of the listed experiment or sweep has
+(app/runs/query/filter_keys.py: with the keys it has, and the nearest).
 
 Paging: keyset, not offset. ``next`` is an opaque cursor (base64 of the sort and the last
 row's sort values); the next page is the rows strictly after it in the sort order, so runs
@@ -37,6 +38,7 @@ from app.errors import Invalid
 from app.metrics.models import MetricKey
 from app.runs.models import Run, RunParam, RunStatus, RunTag
 from app.runs.query import filter_lang
+from app.runs.query.filter_keys import check_keys
 from app.runs.query.filter_sql import compile_filter
 from app.runs.query.params import number_of
 
@@ -221,6 +223,8 @@ def list_runs(session: Session, q: RunQuery) -> Page:
     for target, on in joins:
         stmt = stmt.outerjoin(target, on)
     stmt = _filtered(stmt, q)
+    trees = [tree for tree in map(filter_lang.parse_query, q.filters) if tree is not None]
+    check_keys(session, trees, experiment_id=q.experiment_id, sweep_id=q.sweep_id)
     if q.cursor is not None:
         stmt = stmt.where(_after(columns, desc, _decode(q.cursor, q.sort, len(columns))))
     order: list[Any] = []
