@@ -56,6 +56,8 @@ DATABASE_FIXTURES = frozenset(
         "member_page",
         "offline_page",
         "api",
+        "mlflow_server",  # the app served on the suite's database (tests/conftest.py)
+        "mlflow_login",
     }
 )
 DATABASE_IMPORTS = (
@@ -69,6 +71,7 @@ DATABASE_IMPORTS = (
     "tests.factories",
     "tests.stack",
     "tests.own_server",
+    "tests.mlflow_server",
 )
 
 
