@@ -1,6 +1,7 @@
 """A Slurm run's job looking past its boundary (tests/test_slurm_boundary.py): its uid, the
 files it reads (--read, comma-separated paths), whether a TCP listener on the host's
-127.0.0.1:--port answers, and what its environment holds of --env (comma-separated names). Prints one line `PROBE {json}`."""
+127.0.0.1:--port answers, and what its environment holds of --env (comma-separated
+names). Prints one line `PROBE {json}`."""
 
 import argparse
 import json
