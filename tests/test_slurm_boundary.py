@@ -24,6 +24,7 @@ from app.settings import get_settings
 from tests.conftest import DATA_DIR, WORKSPACE_DIR
 from tests.slurm_cluster import slurm_cluster
 from tests.test_slurm_executor import POOL, SlurmStack, ended, slurm_stack
+from tests.waits import wait_for
 from torchyard.contract import RunPaths
 from worker.sandbox import run_uid
 
@@ -37,16 +38,16 @@ SHADOW = "/etc/shadow"
 class Probed:
     run: dict
     found: dict
-    batch_script: str
+    batch_script: Path
     hidden: tuple[str, ...]
 
 
-def _batch_script(stack: SlurmStack, job_id: str) -> str:
+def _batch_script(stack: SlurmStack, job_id: str) -> Path:
     """The job's script, where Slurm says it ran it from."""
     shown = stack.cluster.run("scontrol", "show", "job", job_id).stdout
     command = re.search(r"Command=(\S+)", shown)
     assert command is not None, shown
-    return Path(command.group(1)).read_text()
+    return Path(command.group(1))
 
 
 @pytest.fixture(scope="module")
@@ -110,5 +111,9 @@ def test_a_runs_env_reaches_its_slurm_job_only_through_the_handoff(probed: Probe
     """The run's variable is the job's (env_handoff, after the drop), and the batch script,
     which runs as root on the node, exports none of the run's variables."""
     assert probed.found["env"] == {"PROBE_VALUE": "from-the-run"}
-    assert "PROBE_VALUE" not in probed.batch_script
-    assert "from-the-run" not in probed.batch_script
+    script = probed.batch_script.read_text()
+    assert "PROBE_VALUE" not in script
+    assert "from-the-run" not in script
+    # Its descriptor files (the job's environment) are gone once the job has ended.
+    folder = probed.batch_script.parent
+    wait_for(lambda: not list(folder.glob("attempt-1.fd*")), timeout=30, what="fd files gone")

@@ -73,8 +73,12 @@ class JobFiles:
     def script(self) -> Path:
         return self.folder / f"attempt-{self.attempt}.sh"
 
+    @property
+    def descriptors(self) -> str:  # the glob of the attempt's descriptor files in `folder`
+        return f"attempt-{self.attempt}.fd*"
+
     def descriptor(self, fd: int) -> Path:
-        return self.folder / f"attempt-{self.attempt}.fd{fd}"
+        return self.folder / self.descriptors.replace("*", str(fd))
 
     @property
     def log(self) -> Path:  # the run's own log: the worker forwards it as a local run's

@@ -129,6 +129,12 @@ def handoff(launch: Launch, files: JobFiles, tools: tuple[str, ...]) -> Handoff:
     return Handoff(tuple(written), env, hosts, tools)
 
 
+def forget(files: JobFiles) -> None:
+    """The attempt's descriptor files removed (its job has ended); its script stays."""
+    for path in files.folder.glob(files.descriptors):
+        path.unlink(missing_ok=True)
+
+
 def _copy(fd: int, path: Path) -> None:
     """The descriptor's whole content from offset 0 (a memfd's offset is at its end)."""
     out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)

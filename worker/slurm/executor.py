@@ -56,7 +56,7 @@ class SlurmExecutor:
                 job_id = submit(claimed, held)
                 if isinstance(job_id, RunStatus):
                     return job_id
-                return track(claimed.watched(), job_id)
+                return _tracked(claimed.watched(), job_id)
         except Exception as exc:  # a claimed run never stays running for a worker's error
             log.exception("run %s: the Slurm worker failed while running it", run_id)
             if isinstance(job_id, str):  # nor does its job go on without a worker's eye
@@ -161,10 +161,19 @@ def adopt_jobs() -> list[threading.Thread]:
     return threads
 
 
+def _tracked(watched: Watched, job_id: str, *, started: bool = False) -> RunStatus:
+    """track(), then the attempt's descriptor files gone once its job has ended (they hold the
+    job's environment; a job left to Slurm keeps them for its nodes' tasks)."""
+    status = track(watched, job_id, started=started)
+    if status is not RunStatus.running:
+        boundary.forget(boundary.job_files(watched.run_id, watched.attempt))
+    return status
+
+
 def _track_in_thread(watched: Watched, job_id: str, started: bool) -> threading.Thread:
     def run() -> None:
         try:
-            track(watched, job_id, started=started)
+            _tracked(watched, job_id, started=started)
         except Exception as exc:
             log.exception("run %s: tracking its Slurm job %s failed", watched.run_id, job_id)
             error = f"worker error: {exc!r}"
