@@ -170,3 +170,17 @@ def test_a_node_without_the_sandboxs_tools_refuses_the_job(tmp_path: Path) -> No
     done = subprocess.run(["bash", str(path), "task"], capture_output=True, text=True, check=False)
     assert done.returncode == NODE_REFUSED
     assert "has no /nonexistent/bwrap" in done.stderr
+
+
+def test_a_multi_node_jobs_run_uids_get_no_loopback_on_the_node(tmp_path: Path) -> None:
+    """A root worker's multi-node job shares the node's network: the task fences the run uids
+    from the node's loopback (one nft table, made once) or refuses the job."""
+    launch = Launch(argv=["/bin/true"], env={"PATH": "/usr/bin"}, cwd=tmp_path)
+    handoff = Handoff((), 9, None, (), fenced_uids=(720000, 720999))
+    script = batch_script(launch, FILES, nodes=2, handoff=handoff)
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    assert "meta skuid 720000-720999 ip daddr 127.0.0.0/8 reject" in script
+    assert "meta skuid 720000-720999 ip6 daddr ::1 reject" in script
+    assert "nft list table inet torchyard_jobs_720000" in script

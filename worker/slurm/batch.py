@@ -149,6 +149,37 @@ class Handoff:
     env: int
     hosts: int | None
     tools: tuple[str, ...]
+    # A root worker's multi-node job shares the node's network: its run uids (first, last)
+    # get no loopback on the node (`_loopback_fence`).
+    fenced_uids: tuple[int, int] | None = None
+
+
+def _loopback_fence(first: int, last: int) -> list[str]:
+    """An nft table of the node (made once, kept: it only ever refuses) in which no process of
+    a run uid reaches the node's loopback (127.0.0.0/8, ::1): slurmd, munge, whatever trusts
+    local connections. The ranks meet on the node's address, never on loopback."""
+    table = f"torchyard_jobs_{first}"
+    uids = f"{first}-{last}"
+    refuse = (
+        "    echo \"torchyard: node $(hostname) cannot fence its loopback from the run's uid"
+        " (nft): a multi-node job shares the node's network, so it is not started\" >&2"
+    )
+    return [
+        f"  if ! nft list table inet {table} >/dev/null 2>&1; then",
+        "    nft -f - <<'NFT' || {",
+        f"table inet {table} {{",
+        "  chain output {",
+        "    type filter hook output priority 0; policy accept;",
+        f"    meta skuid {uids} ip daddr 127.0.0.0/8 reject",
+        f"    meta skuid {uids} ip6 daddr ::1 reject",
+        "  }",
+        "}",
+        "NFT",
+        refuse,
+        f"      exit {NODE_REFUSED}",
+        "    }",
+        "  fi",
+    ]
 
 
 def _node_lines(handoff: Handoff) -> list[str]:
@@ -165,6 +196,8 @@ def _node_lines(handoff: Handoff) -> list[str]:
         "    fi",
         "  done",
     ]
+    if handoff.fenced_uids is not None:
+        lines += _loopback_fence(*handoff.fenced_uids)
     for fd, path in handoff.files:
         source = shlex.quote(str(path))
         if fd not in (handoff.env, handoff.hosts):

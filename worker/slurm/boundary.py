@@ -21,7 +21,8 @@ environment handoff), built on the submit host and carried to the node by the ba
 - The network. One node: the worker's TORCHYARD_JOB_NETWORK as locally (egress: a namespace
   of its own with slirp4netns, the node's loopback unreachable, the submit host's addresses
   and the service hosts blocked). Several nodes: the node's own network (its peers must reach
-  its ranks), without the nft fence a local multi-node job gets (docs/clusters.md).
+  its ranks); a root worker's run uids get no loopback on the node (an nft table the task
+  makes: batch._loopback_fence), not the rest of a local multi-node job's fence.
 - A node without the tools: the task refuses to start the job (batch.NODE_REFUSED), saying
   which tool is missing in the run's log, which the run's error shows.
 """
@@ -98,7 +99,8 @@ def sandboxed(
 
 
 def node_tools(isolation: sandbox.Isolation, plan: job_network.Plan) -> tuple[str, ...]:
-    """What a node must have at these paths to run the sandboxed launch."""
+    """What a node must have at these paths to run the sandboxed launch (a multi-node job's
+    loopback fence: nft, wherever the node's PATH has it)."""
     tools = [isolation.bwrap, sys.executable]
     if isolation.as_root:
         tools.append(isolation.setpriv)
@@ -107,7 +109,20 @@ def node_tools(isolation: sandbox.Isolation, plan: job_network.Plan) -> tuple[st
     return tuple(tools)
 
 
-def handoff(launch: Launch, files: JobFiles, tools: tuple[str, ...]) -> Handoff:
+def fenced_uids(isolation: sandbox.Isolation, config: RunConfig) -> tuple[int, int] | None:
+    """The run uids whose loopback a root worker's multi-node job fences on its nodes."""
+    if not isolation.as_root or config.resources.nodes < 2:
+        return None
+    settings = get_settings()
+    return settings.job_uid_base, settings.job_uid_base + settings.job_uid_count - 1
+
+
+def handoff(
+    launch: Launch,
+    files: JobFiles,
+    tools: tuple[str, ...],
+    fenced: tuple[int, int] | None = None,
+) -> Handoff:
     """Each descriptor of the sandboxed launch written to its file (0600) and closed here."""
     files.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     written = []
@@ -126,7 +141,7 @@ def handoff(launch: Launch, files: JobFiles, tools: tuple[str, ...]) -> Handoff:
         ),
         None,
     )
-    return Handoff(tuple(written), env, hosts, tools)
+    return Handoff(tuple(written), env, hosts, tools, fenced)
 
 
 def forget(files: JobFiles) -> None:

@@ -136,4 +136,5 @@ def prepare(claimed: Claimed, held: contextlib.ExitStack) -> Submission | RunSta
         cache=(cache, group),
     )
     tools = boundary.node_tools(isolation, boundary.network(config))
-    return Submission(launch, files, boundary.handoff(launch, files, tools))
+    fenced = boundary.fenced_uids(isolation, config)
+    return Submission(launch, files, boundary.handoff(launch, files, tools, fenced))
