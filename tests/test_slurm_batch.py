@@ -151,7 +151,7 @@ def test_a_sandboxed_script_exports_no_run_variable_and_opens_the_handoffs_files
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
     task = script[: script.index("\nfi\n")]  # what a node's task runs
-    exports = [line.strip() for line in task.splitlines() if "export " in line]
+    exports = [line.strip() for line in task.splitlines() if line.strip().startswith("export ")]
     assert exports == ["export PATH=/usr/bin", "export TORCHYARD_JOB_TOKEN=tok"]
     assert f"exec 7<{passwd}" in script
     assert f'cat {env_file} > "$copy"' in script
@@ -184,3 +184,25 @@ def test_a_multi_node_jobs_run_uids_get_no_loopback_on_the_node(tmp_path: Path) 
     assert "meta skuid 720000-720999 ip daddr 127.0.0.0/8 reject" in script
     assert "meta skuid 720000-720999 ip6 daddr ::1 reject" in script
     assert "nft list table inet torchyard_jobs_720000" in script
+
+
+def test_a_sandboxed_task_execs_with_the_launchs_environment_only(tmp_path: Path) -> None:
+    """Run as a node's task: the node's rank still reaches the argv, none of the task's own
+    variables (Slurm's, the batch's) reach what it execs, the handoff's file is opened."""
+    env_file = tmp_path / "env"
+    env_file.write_bytes(b"JOB=1\0")
+    argv = ["/bin/sh", "-c", 'echo "argv $1"; env; cat <&9', "sh", "--node-rank=0"]
+    launch = Launch(argv=argv, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    handoff = Handoff(((9, env_file),), 9, None, ("/bin/sh",))
+    path = tmp_path / "job.sh"
+    path.write_text(batch_script(launch, FILES, nodes=1, handoff=handoff))
+    task_env = {"PATH": "/usr/bin:/bin", "SLURM_NODEID": "1", "TASK_SECRET": "x"}
+    task_env["CUDA_VISIBLE_DEVICES"] = "3"
+    done = subprocess.run(
+        ["bash", str(path), "task"], env=task_env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "argv --node-rank=1" in done.stdout
+    assert "TASK_SECRET" not in done.stdout.replace("\0", "\n").split("JOB=1")[0]
+    assert "SLURM_NODEID" not in done.stdout.split("JOB=1")[0]
+    assert "JOB=1\0CUDA_VISIBLE_DEVICES=3\0" in done.stdout

@@ -212,8 +212,9 @@ def _node_lines(handoff: Handoff) -> list[str]:
         else:  # the node's name on the job's loopback, as a local job's host's (worker.job_etc)
             lines.append('  printf \'127.0.1.1 %s\\n\' "$(hostname)" >> "$copy"')
         lines += [f'  exec {fd}<"$copy"', '  rm -f "$copy"']
-    # Nothing of the task's own environment (Slurm's, the batch's) for bwrap and setpriv.
-    lines.append('  while read -r name; do unset "$name" 2>/dev/null; done < <(compgen -e)')
+    # Nothing of the task's own environment (Slurm's, the batch's) for bwrap and setpriv: its
+    # variables stay the shell's own (the argv's $SLURM_NODEID), exported no more.
+    lines.append('  while read -r name; do export -n "$name"; done < <(compgen -e)')
     return lines
 
 
