@@ -126,3 +126,5 @@ def test_a_two_node_runs_ranks_cannot_reach_the_nodes_loopback(stack: SlurmStack
         for listener in listeners:
             listener.kill()
             listener.wait()
+            if listener.stdout is not None:
+                listener.stdout.close()
