@@ -100,6 +100,7 @@ def submit(claimed: Claimed, held: contextlib.ExitStack) -> str | RunStatus:
     try:  # sbatch with the Slurm client's variables only: none of the worker's settings
         job_id = commands.submit(files.script, options, env={})
     except commands.SlurmError as exc:  # its own words: "Requested node configuration is ..."
+        boundary.forget(files)
         error = f"Slurm refused the job: {exc}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     log.info("run %s attempt %s: Slurm job %s", run_id, attempt, job_id)
