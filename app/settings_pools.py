@@ -39,10 +39,11 @@ class PoolSettings(BaseSettings):
     # A folder that this submit host and every compute node see at the same path: run folders,
     # code snapshots and environments of the pool's runs live there.
     slurm_shared_dir: Path | None = None
-    # A Slurm worker that runs as root submits jobs that run as root on the cluster: a
-    # member's code with root's rights on every node. Its runs are refused (failed, saying
-    # why) unless this is set: for a private test cluster on one machine only. A deployment
-    # runs the Slurm worker as the service's Slurm account (docs/clusters.md).
+    # A Slurm worker that runs as root submits jobs that start as root on the cluster; in
+    # the sandbox they drop to the run's uid (worker.slurm.boundary). A root worker that
+    # cannot sandbox would run a member's code as root on every node: its runs are refused
+    # (failed, saying why) unless this is set, for a private test cluster only
+    # (docs/clusters.md).
     slurm_jobs_as_root: bool = False
 
     @model_validator(mode="after")

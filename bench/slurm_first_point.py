@@ -57,8 +57,6 @@ def main() -> None:
         slurm_env = dict(
             env,
             TORCHYARD_WORKER_EXECUTOR="slurm",
-            # The tests' cluster is this machine and its worker root: jobs as root, knowingly.
-            TORCHYARD_SLURM_JOBS_AS_ROOT="1",
             TORCHYARD_WORKER_POOL="cluster",
             TORCHYARD_WORKER_HOST="bench-submit",
             TORCHYARD_SLURM_PARTITION=cluster.partition,

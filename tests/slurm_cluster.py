@@ -324,6 +324,12 @@ class SlurmCluster:
             host = self._hosts.hosts[self.node_names.index(name)]
             self._daemons[name] = self._hosts.start(host, argv, self.env, log)
 
+    def node_argv(self, name: str, argv: list[str]) -> list[str]:
+        """`argv` run where node `name` runs: in its network namespace when it has one."""
+        if self._hosts is None:
+            return argv
+        return self._hosts.hosts[self.node_names.index(name)].argv(argv)
+
     def stop_node(self, name: str) -> None:
         """Stop node `name`'s slurmd (its running job steps go on, as on a real node; `close`
         starts it again to end them)."""

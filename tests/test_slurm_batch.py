@@ -9,10 +9,12 @@ from pathlib import Path
 
 from app.experiments.config.model import run_config
 from app.settings import Settings
-from worker.launcher import LaunchSpec, NodeSpec, build_launch
+from worker.launcher import Launch, LaunchSpec, NodeSpec, build_launch
 from worker.slurm.batch import (
     MASTER_PLACEHOLDER,
     NODE_RANK_PLACEHOLDER,
+    NODE_REFUSED,
+    Handoff,
     JobFiles,
     batch_script,
     job_name,
@@ -37,7 +39,7 @@ CONFIG = {
     "seed": 5,
     "resources": {"nproc": 2, "gpus": 2, "nodes": 2, "cpus": 3.5, "memory_gb": 1.5},
 }
-FILES = JobFiles(Path("/shared/runs/7"), 2)
+FILES = JobFiles(Path("/shared/runs/7"), 2, Path("/shared/slurm-jobs/7"))
 
 
 def test_the_options_are_the_resources_and_the_operators_settings() -> None:
@@ -127,3 +129,80 @@ def test_the_runs_time_limit_is_its_jobs_time_after_the_operators() -> None:
         "--time=24:00:00",
         "--time=90",
     ]
+
+
+def test_a_sandboxed_script_exports_no_run_variable_and_opens_the_handoffs_files(
+    tmp_path: Path,
+) -> None:
+    """The run's env reaches the job only through the handoff's descriptor (after the drop):
+    the script exports the privileged environment alone and execs bwrap with its descriptors
+    opened from the attempt's folder, the node's values added to the job's environment."""
+    env_file, hosts_file, passwd = (FILES.descriptor(n) for n in (9, 8, 7))
+    launch = Launch(
+        argv=["/usr/bin/bwrap", "--ro-bind-data", "8", "/etc/hosts", "--", "/py", "--env-fd", "9"],
+        env={"PATH": "/usr/bin", "TORCHYARD_JOB_TOKEN": "tok"},
+        cwd=Path("/shared/runs/7/work"),
+    )
+    handoff = Handoff(
+        ((7, passwd), (8, hosts_file), (9, env_file)), 9, 8, ("/usr/bin/bwrap", "/py")
+    )
+    script = batch_script(launch, FILES, nodes=1, handoff=handoff)
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    task = script[: script.index("\nfi\n")]  # what a node's task runs
+    exports = [line.strip() for line in task.splitlines() if line.strip().startswith("export ")]
+    assert exports == ["export PATH=/usr/bin", "export TORCHYARD_JOB_TOKEN=tok"]
+    assert f"exec 7<{passwd}" in script
+    assert f'cat {env_file} > "$copy"' in script
+    assert "printf '%s=%s\\0' CUDA_VISIBLE_DEVICES \"$CUDA_VISIBLE_DEVICES\"" in script
+    assert f"exit {NODE_REFUSED}" in script
+    assert script.index("compgen -e") < script.index("export PATH")
+
+
+def test_a_node_without_the_sandboxs_tools_refuses_the_job(tmp_path: Path) -> None:
+    launch = Launch(argv=["/bin/true"], env={"PATH": "/usr/bin"}, cwd=tmp_path)
+    env_file = tmp_path / "env"
+    env_file.write_bytes(b"A=1\0")
+    handoff = Handoff(((9, env_file),), 9, None, ("/nonexistent/bwrap",))
+    path = tmp_path / "job.sh"
+    path.write_text(batch_script(launch, FILES, nodes=1, handoff=handoff))
+    done = subprocess.run(["bash", str(path), "task"], capture_output=True, text=True, check=False)
+    assert done.returncode == NODE_REFUSED
+    assert "has no /nonexistent/bwrap" in done.stderr
+
+
+def test_a_multi_node_jobs_run_uids_get_no_loopback_on_the_node(tmp_path: Path) -> None:
+    """A root worker's multi-node job shares the node's network: the task fences the run uids
+    from the node's loopback (one nft table, made once) or refuses the job."""
+    launch = Launch(argv=["/bin/true"], env={"PATH": "/usr/bin"}, cwd=tmp_path)
+    handoff = Handoff((), 9, None, (), fenced_uids=(720000, 720999))
+    script = batch_script(launch, FILES, nodes=2, handoff=handoff)
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    assert "meta skuid 720000-720999 ip daddr 127.0.0.0/8 reject" in script
+    assert "meta skuid 720000-720999 ip6 daddr ::1 reject" in script
+    assert "nft list table inet torchyard_jobs_720000" in script
+
+
+def test_a_sandboxed_task_execs_with_the_launchs_environment_only(tmp_path: Path) -> None:
+    """Run as a node's task: the node's rank still reaches the argv, none of the task's own
+    variables (Slurm's, the batch's) reach what it execs, the handoff's file is opened."""
+    env_file = tmp_path / "env"
+    env_file.write_bytes(b"JOB=1\0")
+    argv = ["/bin/sh", "-c", 'echo "argv $1"; env; cat <&9', "sh", "--node-rank=0"]
+    launch = Launch(argv=argv, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    handoff = Handoff(((9, env_file),), 9, None, ("/bin/sh",))
+    path = tmp_path / "job.sh"
+    path.write_text(batch_script(launch, FILES, nodes=1, handoff=handoff))
+    task_env = {"PATH": "/usr/bin:/bin", "SLURM_NODEID": "1", "TASK_SECRET": "x"}
+    task_env["CUDA_VISIBLE_DEVICES"] = "3"
+    done = subprocess.run(
+        ["bash", str(path), "task"], env=task_env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "argv --node-rank=1" in done.stdout
+    assert "TASK_SECRET" not in done.stdout.replace("\0", "\n").split("JOB=1")[0]
+    assert "SLURM_NODEID" not in done.stdout.split("JOB=1")[0]
+    assert "JOB=1\0CUDA_VISIBLE_DEVICES=3\0" in done.stdout

@@ -59,8 +59,6 @@ def slurm_stack(cluster: SlurmCluster, name: str) -> Iterator[SlurmStack]:
         TORCHYARD_BROKER_URL=f"sqla+sqlite:///{DATA_DIR / f'broker-{name}.db'}",
         PYTHONUNBUFFERED="1",
         TORCHYARD_WORKER_EXECUTOR="slurm",
-        # The tests' cluster is this machine and its worker root: jobs as root, knowingly.
-        TORCHYARD_SLURM_JOBS_AS_ROOT="1",
         TORCHYARD_WORKER_POOL=POOL,
         TORCHYARD_SLURM_PARTITION=cluster.partition,
         TORCHYARD_SLURM_SHARED_DIR=str(BASE_DIR),
@@ -229,14 +227,13 @@ def test_a_job_that_ends_while_no_agent_runs_is_finished_by_the_next_one(stack: 
     assert_every_step_once(api, run_id)
 
 
-def test_a_root_slurm_worker_refuses_runs_unless_told_jobs_may_run_as_root(
-    stack: SlurmStack,
-) -> None:
-    """A root worker's jobs would run a member's code as root on the cluster: refused, the
-    run failed saying why (its page shows the error), no Slurm job submitted."""
+def test_a_root_slurm_worker_that_cannot_sandbox_refuses_runs(stack: SlurmStack) -> None:
+    """A root worker without the sandbox (here: turned off) would run a member's code as root
+    on the cluster: refused, the run failed saying why (its page shows the error), no Slurm
+    job submitted. With the sandbox, its jobs drop to the run's uid (test_slurm_boundary)."""
     stack.kill_worker()
     root_env = stack.env
-    stack.env = {k: v for k, v in root_env.items() if k != "TORCHYARD_SLURM_JOBS_AS_ROOT"}
+    stack.env = dict(root_env, TORCHYARD_JOB_ISOLATION="off")
     try:
         stack.start_worker()
         run = ended(stack.api, submit(stack.api, "slurm-as-root"))

@@ -2,7 +2,8 @@
 its own (tests/slurm_cluster.py), one Slurm job whose batch script starts one torchrun per node
 through srun, meeting on the allocation's first node: one world of 4 ranks, disjoint shards;
 a failing rank on the second node fails the run with its exception, and a cancel ends the
-whole job, on both nodes, within 10 s.
+whole job, on both nodes, within 10 s. Its ranks share the nodes' network (their peers must
+reach them) but not the nodes' loopback (worker.slurm.batch's fence of the run uids).
 
 Submitted through the API like any run: that it needs two hosts of GPUs while the Slurm pool's
 worker is one host with none does not refuse it (a Slurm pool is Slurm's to place,
@@ -10,12 +11,14 @@ app.gpus.pools.outside_pools)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.slurm_cluster import slurm_cluster
+from tests.slurm_cluster import free_port, slurm_cluster
 from tests.test_slurm_executor import (
     POOL,
     SCRIPT,
@@ -91,3 +94,37 @@ def test_a_cancel_ends_the_two_node_job_on_both_nodes(stack: SlurmStack) -> None
         timeout=30,
         what=lambda: f"both nodes idle: {stack.cluster.node_states()}",
     )
+
+
+LISTEN = """
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+print("listening", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_two_node_runs_ranks_cannot_reach_the_nodes_loopback(stack: SlurmStack) -> None:
+    """A listener on each node's 127.0.0.1 (slurmd's and munge's kind of service): no rank
+    reaches it, while the ranks still meet across the nodes (the run succeeds)."""
+    port = free_port()
+    listeners = []
+    try:
+        for name in stack.cluster.node_names:
+            argv = stack.cluster.node_argv(name, [sys.executable, "-c", LISTEN, str(port)])
+            listener = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            listeners.append(listener)
+            assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
+        run_id = submit(stack, "slurm-2-loopback", probe=f"127.0.0.1:{port}")
+        run = ended(stack.api, run_id)
+        # A rank that reaches it raises ("probe ...: reached"), failing the run.
+        assert run["status"] == "succeeded", run["error"]
+    finally:
+        for listener in listeners:
+            listener.kill()
+            listener.wait()
+            if listener.stdout is not None:
+                listener.stdout.close()

@@ -32,9 +32,12 @@ def sandboxed(
     held_to: limits.RunLimits,
     nvml: bool,
     network: job_network.Plan,
+    devices: tuple[Path, ...] | None = None,
 ) -> Launch:
     """The launch inside the run's sandbox: its folder (owned by the run's uid when the worker
-    is root), the interpreter, the workspace when it runs a script, a checkpoint to resume."""
+    is root), the interpreter, the workspace when it runs a script, a checkpoint to resume.
+    `devices`: the device nodes to bind where present (a Slurm node's, not this host's);
+    default: the GPUs of this host it was given."""
     settings = get_settings()
     uid = None
     if isolation.as_root:
@@ -60,7 +63,9 @@ def sandboxed(
         hidden=(settings.resolved_data_dir, *_local_store(settings.artifact_store)),
         shared_read_only=(code,) if code is not None else (),
         read_only_fds=resume_fds,
-        devices=sandbox.device_nodes(device_minors(gpus) if nvml else None),
+        devices=devices
+        if devices is not None
+        else sandbox.device_nodes(device_minors(gpus) if nvml else None),
         uid=uid,
         shared=(cache[0],),
         group=cache[1],

@@ -9,24 +9,16 @@ is never held while the job trains.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import secrets
 import socket
 from dataclasses import replace
 from functools import lru_cache
-from pathlib import Path
 
-from app.code.store import SnapshotMissing
-from app.code.tarcheck import TarRefused
 from app.db import database_away, is_conflict, session_scope
 from app.experiments.config.model import ScriptConfig, run_config
-from app.experiments.requirements import RequirementRefused
-from app.experiments.workspace import ScriptPathError, resolve_script
 from app.gpus.service import StartOutcome, StartResult, touch_host, try_start
 from app.runs import nodes
-from app.runs.files import environment_record
-from app.runs.files.job_files import replace_job_file
 from app.runs.state import phase
 from app.runs.state.status import RunStatus
 from app.settings import get_settings
@@ -36,21 +28,16 @@ from worker import (
     artifacts,
     env_build,
     held_gpus,
-    job_base,
     job_records,
     job_sandbox,
     limits,
     node_run,
     privileged_env,
-    provenance,
-    spool,
+    run_prepare,
     user_cache,
 )
-from worker import code as code_copy
 from worker import slots as worker_slots
 from worker.db_retry import with_db
-from worker.env_build import PipFailed
-from worker.environments import BuildFailed, run_requirements
 from worker.executor import NotRun
 from worker.gpus import Inventory, detect, gpu_stats
 from worker.heartbeat import Watched
@@ -70,12 +57,8 @@ from worker.supervise import (
     finish,
     not_met,
     remember,
-    stopped_before_start,
     supervise,
 )
-from worker.supervision import while_supervised
-from worker.supervision_steps import CheckIn
-from worker.watch import drain
 from worker.workspace import prepare_work_dir
 
 log = logging.getLogger(__name__)
@@ -211,75 +194,31 @@ def _execute_claimed(
     chief = role is None or role.node == 0  # writes the run's own records
     assert claimed.config is not None
     config = run_config(claimed.config)  # the one place the worker reads a run's config
-    script_config = config if isinstance(config, ScriptConfig) else None
     attempt = claimed.attempt
     run_dir = settings.run_dir(run_id)
-    RunPaths(run_dir).checkpoints.mkdir(parents=True, exist_ok=True)
-    # A requeued run's folder holds what its last job left: replaced, never written through.
-    replace_job_file(RunPaths(run_dir).config, json.dumps(config.stored(), indent=2).encode())
-    if attempt > 1 and chief:
-        with_db(run_id, "start a new attempt", lambda s: spool.start_attempt(s, run_id, run_dir))
     resume = claimed.resume_from
-    script: Path | None = None
-    code = script_config.code if script_config is not None else None
-    unpacked: Path | None = None  # the shared read-only copy of its snapshot (worker.code)
+    code = config.code if isinstance(config, ScriptConfig) else None
     in_sweep = claimed.sweep_id is not None
     gpus = tuple(claimed.gpu_indices or ())
     watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
     watched = replace(watched, node=role.node if role is not None else None)
-    if script_config is not None:
-        try:
-            if script_config.code:
-                # Unpacking a large snapshot, or waiting for another run's unpack of it, may
-                # outlast run_lost_seconds: the run keeps heartbeating meanwhile (issue 37).
-                use = code_copy.use(run_dir, script_config.code, script_config.script)
-                shared, stopped = while_supervised(
-                    watched, lambda: held.enter_context(use), [CheckIn(watched)]
-                )
-                if stopped is not None:
-                    return stopped_before_start(watched, stopped)
-                script, unpacked = shared.script, shared.unpacked
-            else:
-                script = resolve_script(settings.workspace_dir, script_config.script)
-        except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
-            error = f"cannot run the script: {exc}"
-            return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
-    if chief:  # the run's environment record is node 0's
-        record = provenance.worker_record(
-            worker_host=inventory().host,
-            gpu_indices=claimed.gpu_indices,
-            script=script,
-            code=script_config if code else None,
-            script_name=script_config.script if script_config is not None else None,
-        )
-        with session_scope() as session:
-            environment_record.store(session, run_id=run_id, record=record)
-    if role is not None and (refused := multi_node_refusal()) is not None:
-        return node_run.refuse(watched, role, refused)  # before a long environment build
-    try:
-        requirements = run_requirements(config, unpacked)  # a snapshot's requirements.txt
-        prepared = env_build.prepare(watched, run_dir=run_dir, requirements=requirements)
-    except (RequirementRefused, BuildFailed) as exc:
-        drain(watched)  # pip's lines
-        # pip's own message starts with its ERROR lines and says what failed after them.
-        error = str(exc)
-        if not isinstance(exc, PipFailed):
-            error = f"could not build the run's environment: {error}"
-        return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
-    held.callback(prepared.release)
-    if place is not None:  # built (or found): the run's build place becomes a run slot
-        place.built()
-    if prepared.stopped is not None:
-        return stopped_before_start(watched, prepared.stopped)
-    # Every job runs on the job base (never the worker's own packages), or on its own
-    # environment layered on it.
-    base, stopped = while_supervised(
+
+    def refusal() -> RunStatus | None:  # before a long environment build
+        if role is not None and (refused := multi_node_refusal()) is not None:
+            return node_run.refuse(watched, role, refused)
+        return None
+
+    found = run_prepare.prepare(
         watched,
-        lambda: job_base.ensure(settings.resolved_env_dir, settings.job_package_names),
-        [CheckIn(watched)],
+        config,
+        held,
+        run_prepare.Where(inventory().host, claimed.gpu_indices, chief),
+        refusal=refusal,
+        built=place.built if place is not None else lambda: None,  # a build place -> a slot
     )
-    if stopped is not None:
-        return stopped_before_start(watched, stopped)
+    if isinstance(found, RunStatus):
+        return found
+    script, unpacked = found.script, found.unpacked
     isolation = job_isolation()
     group = job_sandbox.user_group(claimed.owner_id) if isolation.as_root else None
     cache = user_cache.prepare(settings.resolved_data_dir, claimed.owner_id, group)
@@ -301,7 +240,7 @@ def _execute_claimed(
             run_id=run_id,
             run_dir=run_dir,
             config=config,
-            python=str(prepared.env.python if prepared.env else base.python),
+            python=found.python,
             job_token=token,
             master_port=free_port(),
             single_process=settings.single_process_launch,
@@ -342,7 +281,7 @@ def _execute_claimed(
                 code=unpacked,
                 gpus=claimed.gpu_indices,
                 resume=resume,
-                python_dirs=(base.path, *([prepared.env.path] if prepared.env else [])),
+                python_dirs=found.python_dirs,
                 cache=(cache, group),
                 held_to=held_to,
                 nvml=inventory().source == "nvml",

@@ -7,8 +7,14 @@ worker finds the jobs of its runs (worker.slurm.executor.adopt).
 
 The script runs the same job runtime as a local run (worker.launcher.build_launch): one
 torchrun per node through `srun --ntasks-per-node 1`, the rendezvous on the allocation's first
-node, its environment (the run's variables, the job token) exported by the script itself, so
-no variable of the worker's own reaches the job (sbatch --export=NONE).
+node. Sandboxed (worker.slurm.boundary, a `Handoff`), each node's task opens the descriptors
+the sandbox reads (the job's environment, its /etc files) from the attempt's folder, adds the
+node's own values to them (Slurm's CUDA_VISIBLE_DEVICES, the interface, the node's name),
+clears its own environment down to the launch's (PATH, a locale, the job token: built from
+nothing, worker.privileged_env) and execs bwrap: a run's variables are never exported by the
+script, they reach the job through torchyard/env_handoff.py after the privilege drop. Not
+sandboxed (TORCHYARD_JOB_ISOLATION=off), the script exports the launch's environment itself.
+Either way no variable of the worker's own reaches the job (sbatch --export=NONE).
 """
 
 from __future__ import annotations
@@ -41,16 +47,38 @@ def parse_job_name(name: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+# What a sandboxed job's environment takes of the node's task: the GPUs Slurm gave the step,
+# the interface a multi-node job talks over (_INTERFACE), the Slurm job's id.
+NODE_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "SLURM_JOB_ID",
+)
+# The task's exit code when the node cannot run the job in its sandbox (a tool missing).
+NODE_REFUSED = 126
+
+
 @dataclass(frozen=True)
 class JobFiles:
-    """Where the attempt's job writes on the shared folder."""
+    """Where the attempt's job reads and writes on the shared folder: the run's log in the
+    run's folder; the batch script and the sandbox's descriptors in `folder`, outside it (the
+    job's uid owns its run's folder, and the script runs as the service's account or root)."""
 
     run_dir: Path
     attempt: int
+    folder: Path
 
     @property
     def script(self) -> Path:
-        return self.run_dir / "slurm" / f"attempt-{self.attempt}.sh"
+        return self.folder / f"attempt-{self.attempt}.sh"
+
+    @property
+    def descriptors(self) -> str:  # the glob of the attempt's descriptor files in `folder`
+        return f"attempt-{self.attempt}.fd*"
+
+    def descriptor(self, fd: int) -> Path:
+        return self.folder / self.descriptors.replace("*", str(fd))
 
     @property
     def log(self) -> Path:  # the run's own log: the worker forwards it as a local run's
@@ -110,10 +138,93 @@ _INTERFACE = [
 ]
 
 
-def batch_script(launch: Launch, files: JobFiles, *, nodes: int) -> str:
+@dataclass(frozen=True)
+class Handoff:
+    """A sandboxed launch's descriptors, each a file of the attempt's folder the node's task
+    opens at its number (`files`); `env` (the job's environment) and `hosts` (its /etc/hosts)
+    get the node's own lines. `tools`: what the node must have to run it (bwrap, setpriv, the
+    network helper's tools, the worker's interpreter for the handoff), by absolute path."""
+
+    files: tuple[tuple[int, Path], ...]
+    env: int
+    hosts: int | None
+    tools: tuple[str, ...]
+    # A root worker's multi-node job shares the node's network: its run uids (first, last)
+    # get no loopback on the node (`_loopback_fence`).
+    fenced_uids: tuple[int, int] | None = None
+
+
+def _loopback_fence(first: int, last: int) -> list[str]:
+    """An nft table of the node (made once, kept: it only ever refuses) in which no process of
+    a run uid reaches the node's loopback (127.0.0.0/8, ::1): slurmd, munge, whatever trusts
+    local connections. The ranks meet on the node's address, never on loopback."""
+    table = f"torchyard_jobs_{first}"
+    uids = f"{first}-{last}"
+    refuse = (
+        "    echo \"torchyard: node $(hostname) cannot fence its loopback from the run's uid"
+        " (nft): a multi-node job shares the node's network, so it is not started\" >&2"
+    )
+    return [
+        f"  if ! nft list table inet {table} >/dev/null 2>&1; then",
+        "    nft -f - <<'NFT' || {",
+        f"table inet {table} {{",
+        "  chain output {",
+        "    type filter hook output priority 0; policy accept;",
+        f"    meta skuid {uids} ip daddr 127.0.0.0/8 reject",
+        f"    meta skuid {uids} ip6 daddr ::1 reject",
+        "  }",
+        "}",
+        "NFT",
+        refuse,
+        f"      exit {NODE_REFUSED}",
+        "    }",
+        "  fi",
+    ]
+
+
+def _node_lines(handoff: Handoff) -> list[str]:
+    """The task's lines before the exec of a sandboxed launch: the tools checked, each
+    descriptor opened (the node's values added to a private copy), the environment cleared."""
+    tools = " ".join(shlex.quote(t) for t in handoff.tools)
+    lines = [
+        f"  for tool in {tools}; do",
+        '    if [ ! -x "$tool" ]; then',
+        "      echo \"torchyard: node $(hostname) has no $tool: the run's job is not started"
+        " outside its sandbox (install bubblewrap and the tools of docs/clusters.md on every"
+        ' node)" >&2',
+        f"      exit {NODE_REFUSED}",
+        "    fi",
+        "  done",
+    ]
+    if handoff.fenced_uids is not None:
+        lines += _loopback_fence(*handoff.fenced_uids)
+    for fd, path in handoff.files:
+        source = shlex.quote(str(path))
+        if fd not in (handoff.env, handoff.hosts):
+            lines.append(f"  exec {fd}<{source}")
+            continue
+        lines += ['  copy="$(mktemp)"', f'  cat {source} > "$copy"']
+        if fd == handoff.env:
+            lines += [
+                f'  [ -z "${{{name}+x}}" ] || printf \'%s=%s\\0\' {name} "${name}" >> "$copy"'
+                for name in NODE_VARIABLES
+            ]
+        else:  # the node's name on the job's loopback, as a local job's host's (worker.job_etc)
+            lines.append('  printf \'127.0.1.1 %s\\n\' "$(hostname)" >> "$copy"')
+        lines += [f'  exec {fd}<"$copy"', '  rm -f "$copy"']
+    # Nothing of the task's own environment (Slurm's, the batch's) for bwrap and setpriv: its
+    # variables stay the shell's own (the argv's $SLURM_NODEID), exported no more.
+    lines.append('  while read -r name; do export -n "$name"; done < <(compgen -e)')
+    return lines
+
+
+def batch_script(
+    launch: Launch, files: JobFiles, *, nodes: int, handoff: Handoff | None = None
+) -> str:
     """The batch script: run as the batch step (`sbatch`), it starts one task per node through
     srun, each of which runs this script again as `task` (from the shared folder) and execs
-    the node's torchrun (or the job runtime itself, for a one-process run)."""
+    the node's torchrun (or the job runtime itself, for a one-process run), inside the run's
+    sandbox with a `handoff`."""
     exports = [
         f"export {name}={shlex.quote(value)}"
         for name, value in sorted(launch.env.items())
@@ -128,6 +239,7 @@ def batch_script(launch: Launch, files: JobFiles, *, nodes: int) -> str:
             "set -u",
             'if [ "${1:-}" = task ]; then',
             *(_INTERFACE if nodes > 1 else []),
+            *(_node_lines(handoff) if handoff is not None else []),
             *(f"  {line}" for line in exports),
             f"  cd {shlex.quote(str(launch.cwd))}",
             f"  exec {argv}",

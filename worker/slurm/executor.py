@@ -32,8 +32,9 @@ from worker.db_retry import with_db
 from worker.executor import NotRun
 from worker.gpus import host_name
 from worker.heartbeat import Watched
-from worker.slurm import commands
-from worker.slurm.batch import NAME_PREFIX, JobFiles, batch_script, parse_job_name, sbatch_options
+from worker.job_policy import job_isolation
+from worker.slurm import boundary, commands
+from worker.slurm.batch import NAME_PREFIX, batch_script, parse_job_name, sbatch_options
 from worker.slurm.prepare import Claimed, claim, prepare
 from worker.slurm.track import STARTED, track
 from worker.supervise import finish, hand_over_stopped
@@ -55,7 +56,7 @@ class SlurmExecutor:
                 job_id = submit(claimed, held)
                 if isinstance(job_id, RunStatus):
                     return job_id
-                return track(claimed.watched(), job_id)
+                return _tracked(claimed.watched(), job_id)
         except Exception as exc:  # a claimed run never stays running for a worker's error
             log.exception("run %s: the Slurm worker failed while running it", run_id)
             if isinstance(job_id, str):  # nor does its job go on without a worker's eye
@@ -75,27 +76,31 @@ def submit(claimed: Claimed, held: contextlib.ExitStack) -> str | RunStatus:
     status it ended with before."""
     settings = get_settings()
     shared_folder_check()
-    if os.geteuid() == 0 and not settings.slurm_jobs_as_root:
+    isolation = job_isolation()
+    if os.geteuid() == 0 and not isolation.enabled and not settings.slurm_jobs_as_root:
         error = (
-            "the Slurm worker runs as root, so this run's job would run as root on the "
-            "cluster: run the worker as the service's Slurm account (docs/clusters.md)"
+            "the Slurm worker runs as root and cannot sandbox its jobs "
+            f"({isolation.reason}), so this run's job would run as root on the cluster: "
+            "install bubblewrap, or run the worker as the service's Slurm account "
+            "(docs/clusters.md)"
         )
         return finish(claimed.run_id, RunStatus.failed, None, error, attempt=claimed.attempt)
-    launch = prepare(claimed, held)
-    if isinstance(launch, RunStatus):
-        return launch
-    run_id, attempt = claimed.run_id, claimed.attempt
+    job = prepare(claimed, held)
+    if isinstance(job, RunStatus):
+        return job
+    run_id, attempt, files = claimed.run_id, claimed.attempt, job.files
     resources = run_config(claimed.config).resources
-    files = JobFiles(settings.run_dir(run_id), attempt)
-    files.script.parent.mkdir(parents=True, exist_ok=True)
+    files.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     # The job token is in it: readable by the service's account only.
     fd = os.open(files.script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
     with os.fdopen(fd, "w") as out:
-        out.write(batch_script(launch, files, nodes=resources.nodes))
+        out.write(batch_script(job.launch, files, nodes=resources.nodes, handoff=job.handoff))
+    boundary.fresh_log(files.log)
     options = sbatch_options(settings, resources, run_id=run_id, attempt=attempt, files=files)
     try:  # sbatch with the Slurm client's variables only: none of the worker's settings
         job_id = commands.submit(files.script, options, env={})
     except commands.SlurmError as exc:  # its own words: "Requested node configuration is ..."
+        boundary.forget(files)
         error = f"Slurm refused the job: {exc}"
         return finish(run_id, RunStatus.failed, None, error, attempt=attempt)
     log.info("run %s attempt %s: Slurm job %s", run_id, attempt, job_id)
@@ -157,10 +162,19 @@ def adopt_jobs() -> list[threading.Thread]:
     return threads
 
 
+def _tracked(watched: Watched, job_id: str, *, started: bool = False) -> RunStatus:
+    """track(), then the attempt's descriptor files gone once its job has ended (they hold the
+    job's environment; a job left to Slurm keeps them for its nodes' tasks)."""
+    status = track(watched, job_id, started=started)
+    if status is not RunStatus.running:
+        boundary.forget(boundary.job_files(watched.run_id, watched.attempt))
+    return status
+
+
 def _track_in_thread(watched: Watched, job_id: str, started: bool) -> threading.Thread:
     def run() -> None:
         try:
-            track(watched, job_id, started=started)
+            _tracked(watched, job_id, started=started)
         except Exception as exc:
             log.exception("run %s: tracking its Slurm job %s failed", watched.run_id, job_id)
             error = f"worker error: {exc!r}"
