@@ -101,8 +101,13 @@ def assert_equal_runs(source: MlflowClient, server: str, run_ids: list[str], cop
         assert {k: v for k, v in got.data.tags.items() if k in wanted_tags} == wanted_tags
         assert got.data.tags["imported"] == "mlflow" and got.data.tags[COMPLETE_TAG] == "true"
         for key in want.data.metrics:
-            expected = sorted((m.step, m.value, m.timestamp) for m in source.get_metric_history(run_id, key))
-            actual = sorted((m.step, m.value, m.timestamp) for m in target.get_metric_history(got.info.run_id, key))
+            expected = sorted(
+                (m.step, m.value, m.timestamp) for m in source.get_metric_history(run_id, key)
+            )
+            actual = sorted(
+                (m.step, m.value, m.timestamp)
+                for m in target.get_metric_history(got.info.run_id, key)
+            )
             assert len(expected) == POINTS and actual == expected
         files = [f.path for f in target.list_artifacts(got.info.run_id, "reports")]
         assert files == ["reports/notes.txt"]

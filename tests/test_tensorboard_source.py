@@ -78,7 +78,9 @@ def test_every_scalar_and_hparam_comes_in_once(
     argv = ["import", "tensorboard", str(root), "-e", into, "--server", server, "--token", token]
     assert main(argv) == 0
     said = capsys.readouterr().err
-    assert "imported 4 runs" in said and f"not imported: {root / 'baseline'}: 1 image values" in said
+    assert (
+        "imported 4 runs" in said and f"not imported: {root / 'baseline'}: 1 image values" in said
+    )
     copy = imported(server, into)
     assert sorted(copy) == ["baseline", "baseline/hparams", "wide/lr-0.01", "wide/lr-0.01/hparams"]
     client = MlflowClient(tracking_uri=server)

@@ -37,9 +37,7 @@ ExperimentOpt = Annotated[
         show_default=False,
     ),
 ]
-WorkersOpt = Annotated[
-    int, typer.Option("--workers", min=1, max=32, help="runs imported at once")
-]
+WorkersOpt = Annotated[int, typer.Option("--workers", min=1, max=32, help="runs imported at once")]
 
 
 @dataclass
@@ -100,7 +98,9 @@ def report(reader: Reader, summary: Summary) -> int:
         err.print(f"{summary.already} runs were imported before: skipped")
     problems = [*reader.skipped, *summary.failed]
     for item in problems:
-        err.print(f"{'not imported' if _only_unsupported(item) else 'skipped'}: {item.where}: {item.why}")
+        err.print(
+            f"{'not imported' if _only_unsupported(item) else 'skipped'}: {item.where}: {item.why}"
+        )
     return 1 if any(not _only_unsupported(p) for p in problems) else 0
 
 

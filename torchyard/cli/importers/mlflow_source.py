@@ -12,6 +12,7 @@ database, not an ``mlruns`` folder) is an error naming it, before anything is wr
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -73,9 +74,11 @@ class MlflowReader:
         mlflow.set_tracking_uri(uri)  # mlflow-artifacts: URIs resolve against it
         try:
             self.client = MlflowClient(tracking_uri=uri)
-            self.client._tracking_client.store  # opens a database store: not one fails here
+            _ = self.client._tracking_client.store  # opens a database store: not one fails here
         except Exception as exc:
-            raise CliError(f"{self.source}: cannot read it as an MLflow store: {_one_line(exc)}") from None
+            raise CliError(
+                f"{self.source}: cannot read it as an MLflow store: {_one_line(exc)}"
+            ) from None
         self.skipped: list[Skipped] = []
         self._lock = threading.Lock()
         self._downloads = tempfile.TemporaryDirectory(prefix="torchyard-import-")
@@ -103,7 +106,9 @@ class MlflowReader:
                     return found
         except Exception as exc:  # the store itself: not a database, a folder of something else
             where = str(self.local) if self.local is not None else self.source
-            raise CliError(f"{where}: cannot read it as an MLflow store: {_one_line(exc)}") from None
+            raise CliError(
+                f"{where}: cannot read it as an MLflow store: {_one_line(exc)}"
+            ) from None
 
     def runs(self) -> Iterator[SourceRun]:
         for experiment in self.experiments():
@@ -209,7 +214,9 @@ class MlflowReader:
             if item.is_dir:
                 yield from self._artifacts(run_id, item.path)
             else:
-                yield Artifact(item.path, fetch=lambda p=item.path: self._download(run_id, p))
+                yield Artifact(
+                    item.path, fetch=functools.partial(self._download, run_id, item.path)
+                )
 
     def _download(self, run_id: str, path: str) -> Path | None:
         target = Path(self._downloads.name) / run_id

@@ -81,7 +81,9 @@ class TensorboardReader:
                     self._value(event, value, series, params, other)
         for kind, count in sorted(other.items()):
             self.skipped.append(Skipped(str(folder), f"{count} {kind} values not imported"))
-        run_series = {k: sorted(v, key=lambda p: (p.step, p.timestamp_ms)) for k, v in series.items()}
+        run_series = {
+            k: sorted(v, key=lambda p: (p.step, p.timestamp_ms)) for k, v in series.items()
+        }
         return SourceRun(
             source_id=relative,
             experiment=self.root.name,
