@@ -101,6 +101,7 @@ LOCAL_ONLY_MODULES = frozenset(
         # `torchyard import mlflow`: its subject is reading MLflow (a real MLflow server takes
         # a minute to start); what it writes goes through the MLflow API, tested on both
         "test_mlflow_source",
+        "test_cli_importers",  # the import command's missing extras, in a subprocess
         "test_tarcheck",  # snapshot archives checked and extracted into tmp_path
         "test_slurm_batch",  # a Slurm job's options and batch script, on paper
         "test_settings_pools",  # a worker's pool settings, validated
