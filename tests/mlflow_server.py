@@ -16,6 +16,7 @@ import httpx
 import mlflow
 import pytest
 import uvicorn
+from mlflow.tracking import MlflowClient
 
 from tests.conftest import make_user
 from tests.stack import free_port
@@ -97,3 +98,31 @@ def real_mlflow_server(folder: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@pytest.fixture(scope="module", name="server")
+def torchyard_server(app: Any) -> Iterator[str]:
+    """The test session's torchyard app on a port (import it into a test module)."""
+    with serving(app) as url:
+        yield url
+
+
+@pytest.fixture(name="token")
+def importer_token(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new member's token: what `torchyard import --token` sends, and what the MLflow client
+    reading torchyard back sends (MLFLOW_TRACKING_TOKEN)."""
+    _name, _password, headers = make_user()
+    value = headers["Authorization"].split()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", value)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    return value
+
+
+def imported_runs(server: str, experiment: str, run_id_tag: str) -> dict[str, Any]:
+    """The runs of torchyard's experiment by their source run id (the tag ``run_id_tag``),
+    read with MLflow's own client."""
+    client = MlflowClient(tracking_uri=server)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    return {run.data.tags[run_id_tag]: run for run in runs}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,12 @@ from mlflow.tracking import MlflowClient
 
 from app.db import session_scope
 from app.runs.models import Run
-from tests.conftest import make_user
-from tests.mlflow_server import real_mlflow_server, serving
+from tests.mlflow_server import (  # noqa: F401 (fixtures)
+    imported_runs,
+    importer_token,
+    real_mlflow_server,
+    torchyard_server,
+)
 from torchyard.cli import main
 from torchyard.cli.importers.sink import COMPLETE_TAG, KIND_TAG, RUN_ID_TAG, SOURCE_TAG
 
@@ -29,21 +32,6 @@ pytestmark = pytest.mark.slow
 POINTS = 1500  # more than one log-batch request (1,000 metrics) per key
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 NOT_COPIED = {"mlflow.user", "mlflow.runName"}  # the owner is the importer; the name is the run's
-
-
-@pytest.fixture(scope="module")
-def server(app: Any) -> Iterator[str]:
-    with serving(app) as url:
-        yield url
-
-
-@pytest.fixture
-def token(monkeypatch: pytest.MonkeyPatch) -> str:
-    _name, _password, headers = make_user()
-    value = headers["Authorization"].split()[1]
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", value)  # for reading torchyard back
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    return value
 
 
 def log_source(client: MlflowClient, tmp_path: Path, experiment: str) -> list[str]:
@@ -78,12 +66,7 @@ def run_import(*args: str, server: str, token: str) -> int:
 
 
 def imported(server: str, experiment: str) -> dict[str, Any]:
-    """The runs of torchyard's experiment, by their source run id, read with MLflow's client."""
-    client = MlflowClient(tracking_uri=server)
-    found = client.get_experiment_by_name(experiment)
-    assert found is not None
-    runs = client.search_runs([found.experiment_id], max_results=1000)
-    return {run.data.tags[RUN_ID_TAG]: run for run in runs}
+    return imported_runs(server, experiment, RUN_ID_TAG)
 
 
 def assert_equal_runs(source: MlflowClient, server: str, run_ids: list[str], copy: Any) -> None:

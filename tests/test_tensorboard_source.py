@@ -7,7 +7,6 @@ nothing."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +16,12 @@ from mlflow.tracking import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from tests.conftest import make_user
-from tests.mlflow_server import serving
+from tests.mlflow_server import imported_runs, importer_token, torchyard_server  # noqa: F401
 from torchyard.cli import main
 from torchyard.cli.importers.sink import RUN_ID_TAG
 
 pytestmark = pytest.mark.slow
 STEPS = 300
-
-
-@pytest.fixture(scope="module")
-def server(app: Any) -> Iterator[str]:
-    with serving(app) as url:
-        yield url
-
-
-@pytest.fixture
-def token(monkeypatch: pytest.MonkeyPatch) -> str:
-    _name, _password, headers = make_user()
-    value = headers["Authorization"].split()[1]
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", value)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    return value
 
 
 def write_logs(root: Path) -> None:
@@ -63,10 +46,7 @@ def source_points(folder: Path) -> dict[str, list[tuple[int, float, int]]]:
 
 
 def imported(server: str, experiment: str) -> dict[str, Any]:
-    client = MlflowClient(tracking_uri=server)
-    found = client.get_experiment_by_name(experiment)
-    assert found is not None
-    return {r.data.tags[RUN_ID_TAG]: r for r in client.search_runs([found.experiment_id])}
+    return imported_runs(server, experiment, RUN_ID_TAG)
 
 
 def test_every_scalar_and_hparam_comes_in_once(
