@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -75,6 +76,11 @@ def test_every_scalar_and_hparam_comes_in_once(
         "lr": "0.01", "optimizer": "adam", "layers": "3"
     }  # fmt: skip
     assert copy["baseline"].data.tags["imported"] == "tensorboard"
+    headers = {"Authorization": f"Bearer {token}"}
+    run = httpx.get(f"{server}/api/runs/{copy['baseline'].info.run_id}", headers=headers).json()
+    assert "imported=tensorboard" in run["tags"]  # the run page's tag badges
+    assert run["params"]["tags.torchyard.import.source"] == str(root)
+    assert run["params"]["tags.torchyard.import.run_id"] == "baseline"
 
     assert main(argv) == 0
     assert "4 runs were imported before" in capsys.readouterr().err
