@@ -26,7 +26,11 @@ sys.meta_path.insert(0, _Missing())
 
 @pytest.mark.parametrize(
     ("kind", "blocked", "extra"),
-    [("mlflow", "mlflow", "import-mlflow"), ("tensorboard", "tensorboard", "import-tensorboard")],
+    [
+        ("mlflow", "mlflow", "import-mlflow"),
+        ("tensorboard", "tensorboard", "import-tensorboard"),
+        ("wandb", "wandb", "import-wandb"),
+    ],
 )
 def test_a_missing_reader_names_its_extra_before_anything_is_read(
     kind: str, blocked: str, extra: str, tmp_path: Path

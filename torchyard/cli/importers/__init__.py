@@ -1,4 +1,4 @@
-"""`torchyard import mlflow|tensorboard|wandb|aim SOURCE [--experiment NAME]`: a team's history
+"""`torchyard import mlflow|tensorboard|wandb SOURCE [--experiment NAME]`: a team's history
 from the tools it logged with before, into torchyard.
 
 Each source is read with its own tool's library (an optional extra, named when missing before
@@ -125,7 +125,7 @@ def _do(open_reader: Callable[[], Reader], experiment: str | None, workers: int,
 
 importer = typer.Typer(
     name="import",
-    help="Import runs logged with MLflow, TensorBoard, W&B or Aim.",
+    help="Import runs logged with MLflow, TensorBoard or W&B (offline runs).",
     no_args_is_help=True,
 )
 
@@ -159,6 +159,20 @@ def from_tensorboard(
     from torchyard.cli.importers.tensorboard_source import TensorboardReader
 
     _do(lambda: TensorboardReader(source), experiment, workers, server, token)
+
+
+@importer.command("wandb")
+def from_wandb(
+    source: Annotated[str, typer.Argument(help="a wandb folder (of offline-run-* folders)")],
+    experiment: ExperimentOpt = None,
+    workers: WorkersOpt = WORKERS,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """W&B offline runs: config as params, every numeric history value, tags, exit status."""
+    from torchyard.cli.importers.wandb_source import WandbReader
+
+    _do(lambda: WandbReader(source), experiment, workers, server, token)
 
 
 def register(app: typer.Typer) -> None:
