@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
+.PHONY: install install-test mlflow-server browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -71,6 +71,16 @@ if [ -n "$$missing" ]; then \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_WAIT) install -y -q --no-install-recommends$$missing; \
 fi
 endef
+
+# A real MLflow tracking server for `torchyard import mlflow`'s tests and bench/import_mlflow.py:
+# the full mlflow package (its server: Flask, SQLAlchemy store, ...) in a venv of its own, so
+# that its pins (pyarrow, cryptography, graphql-core) never move the test venv's packages.
+MLFLOW_VENV ?= .venv-mlflow
+mlflow-server: $(MLFLOW_VENV)/.installed
+$(MLFLOW_VENV)/.installed: $(VENV)/.installed-test
+	$(PYTHON) -m venv $(MLFLOW_VENV)
+	$(VENV)/bin/uv pip install -q --python $(MLFLOW_VENV)/bin/python "mlflow>=3.17,<4"
+	touch $@
 
 # The browser tests and bench/ui_run_page.py drive Debian's chromium through Playwright for
 # Python (never `playwright install`: browser downloads are not reachable here). Installed
@@ -157,7 +167,7 @@ js-check: node_modules/.installed
 # cores busy, so they only took longer there, and the services stream's part grew from 284 s
 # to 1,105 s; the slow tests compute rather than wait (docs/testing.md).
 # Issue 26: CI under 40 minutes on 2 cores.
-TEST_DEPS := install-test browser compose sandbox slurm
+TEST_DEPS := install-test browser compose sandbox slurm mlflow-server
 QUICK := not slow and not browser
 # Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
 # slow tests wait or compute decides what running them side by side saves (docs/testing.md).

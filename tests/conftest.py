@@ -99,6 +99,12 @@ LOCAL_ONLY_MODULES = frozenset(
         # the launcher, the in-job runtime and recipes, how a job starts, ends and writes its
         # output, third-party training code, pure scheduling, path checks, packaging
         "test_api_docs",  # static files of /docs and /redoc
+        # `torchyard import mlflow`: its subject is reading MLflow (a real MLflow server takes
+        # a minute to start); what it writes goes through the MLflow API, tested on both
+        "test_mlflow_source",
+        "test_cli_importers",  # the import command's missing extras, in a subprocess
+        "test_tensorboard_source",  # `torchyard import tensorboard` and `wandb`: the readers;
+        "test_wandb_source",  # what they write goes through the MLflow API, tested on both
         "test_tarcheck",  # snapshot archives checked and extracted into tmp_path
         "test_slurm_batch",  # a Slurm job's options and batch script, on paper
         "test_settings_pools",  # a worker's pool settings, validated

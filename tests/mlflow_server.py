@@ -3,14 +3,20 @@ themselves (the real ``mlflow`` client): the same database as the test session's
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import mlflow
 import pytest
 import uvicorn
+from mlflow.tracking import MlflowClient
 
 from tests.conftest import make_user
 from tests.stack import free_port
@@ -47,3 +53,76 @@ def mlflow_member(server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
     mlflow.set_tracking_uri(server)
     return headers
+
+
+# A real MLflow tracking server (`make mlflow-server` builds its venv: the full mlflow package
+# beside, not in, the test venv), for what torchyard reads from MLflow (`torchyard import`).
+MLFLOW_VENV = Path(__file__).resolve().parent.parent / ".venv-mlflow"
+
+
+@contextmanager
+def real_mlflow_server(folder: Path) -> Iterator[str]:
+    """``mlflow server`` with a SQLite store and served artifacts under ``folder``."""
+    executable = MLFLOW_VENV / "bin" / "mlflow"
+    if not executable.exists():
+        pytest.fail(f"no MLflow server at {executable}: run `make mlflow-server`")
+    port = free_port()
+    argv = [
+        str(executable), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+        "--artifacts-destination", str(folder / "artifacts"), "--serve-artifacts",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    log = folder / "mlflow-server.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            argv, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"mlflow server exited: {log.read_text()[-2000:]}")
+            try:
+                return httpx.get(f"{url}/health", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, timeout=300, what="the MLflow server's start", every=0.3)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module", name="server")
+def torchyard_server(app: Any) -> Iterator[str]:
+    """The test session's torchyard app on a port (import it into a test module)."""
+    with serving(app) as url:
+        yield url
+
+
+@pytest.fixture(name="token")
+def importer_token(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new member's token: what `torchyard import --token` sends, and what the MLflow client
+    reading torchyard back sends (MLFLOW_TRACKING_TOKEN)."""
+    _name, _password, headers = make_user()
+    value = headers["Authorization"].split()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", value)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    return value
+
+
+def imported_runs(server: str, experiment: str, run_id_tag: str) -> dict[str, Any]:
+    """The runs of torchyard's experiment by their source run id (the tag ``run_id_tag``),
+    read with MLflow's own client."""
+    client = MlflowClient(tracking_uri=server)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    return {run.data.tags[run_id_tag]: run for run in runs}

@@ -56,6 +56,9 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_cli",  # submit/follow/sweeps through the CLI: waits of 60-120 s
         "test_cli_experiments",
         "test_cli_export",
+        "test_mlflow_source",  # `torchyard import mlflow`: a real MLflow server starts (~20-90 s)
+        "test_tensorboard_source",  # `torchyard import tensorboard` against a uvicorn server
+        "test_wandb_source",  # `torchyard import wandb`: the wandb client writes offline runs
         "test_cli_run_files",
         "test_cli_runs",
         "test_cli_views",

@@ -82,6 +82,12 @@ def test_every_page_the_cli_links_to_is_a_route_of_the_app(app: FastAPI) -> None
     assert not is_routed(app, ep.Endpoint("GET", "/runz/{run_id}"))  # the check can fail
 
 
+def test_every_mlflow_route_the_importer_writes_through_is_a_route_of_the_app(
+    app: FastAPI,
+) -> None:
+    assert [e.template for e in ep.MLFLOW if not is_routed(app, e)] == []
+
+
 @pytest.mark.parametrize(
     ("endpoint", "problem"),
     [

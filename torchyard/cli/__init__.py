@@ -24,6 +24,7 @@ from torchyard.cli import (
     delete,
     experiments,
     export,
+    importers,
     run_files,
     runs,
     server,
@@ -55,6 +56,7 @@ commands.register(app)
 runs.register(app)
 run_files.register(app)
 export.register(app)
+importers.register(app)
 sweeps.register(app)
 views.register(app)
 experiments.register()

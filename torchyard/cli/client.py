@@ -50,6 +50,8 @@ def describe_detail(response: httpx.Response) -> str:
         body = response.json()
     except ValueError:
         return response.text.strip().replace("\n", " ")[:300] or response.reason_phrase
+    if isinstance(body, dict) and "error_code" in body:  # MLflow's shape (/api/2.0/mlflow)
+        return f"{body['error_code']}: {body.get('message', '')}"
     detail = body.get("detail", body) if isinstance(body, dict) else body
     if isinstance(detail, list):
         parts = []
@@ -161,7 +163,7 @@ class Api:
 
 
 # httpx's argument for each kind of body an endpoint declares.
-_BODY_ARGUMENT = {"json": "json", "data": "form", "files": "multipart"}
+_BODY_ARGUMENT = {"json": "json", "data": "form", "files": "multipart", "content": "content"}
 
 
 def _hold_to_endpoint(call: Call, kwargs: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import quote
 
-Body = Literal["json", "form", "multipart"]
+Body = Literal["json", "form", "multipart", "content"]
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
@@ -119,3 +119,24 @@ ALL: tuple[Endpoint, ...] = tuple(v for v in list(globals().values()) if isinsta
 RUN_PAGE = Endpoint("GET", "/runs/{run_id}")
 SWEEP_PAGE = Endpoint("GET", "/sweeps/{sweep_id}")
 PAGES: tuple[Endpoint, ...] = (RUN_PAGE, SWEEP_PAGE)
+
+# torchyard's MLflow tracking API (outside the OpenAPI document, as MLflow's own server has no
+# such document): what `torchyard import` writes through, the same routes the `mlflow` client
+# uses. The contract test checks each against the app's routes.
+_MLFLOW = "/api/2.0/mlflow"
+MLFLOW_EXPERIMENT_BY_NAME = Endpoint(
+    "GET", f"{_MLFLOW}/experiments/get-by-name", query=_q("experiment_name")
+)
+MLFLOW_EXPERIMENT_CREATE = Endpoint("POST", f"{_MLFLOW}/experiments/create", body="json")
+MLFLOW_RUNS_SEARCH = Endpoint("POST", f"{_MLFLOW}/runs/search", body="json")
+MLFLOW_RUN_CREATE = Endpoint("POST", f"{_MLFLOW}/runs/create", body="json")
+MLFLOW_RUN_UPDATE = Endpoint("POST", f"{_MLFLOW}/runs/update", body="json")
+MLFLOW_RUN_DELETE = Endpoint("POST", f"{_MLFLOW}/runs/delete", body="json")
+MLFLOW_LOG_BATCH = Endpoint("POST", f"{_MLFLOW}/runs/log-batch", body="json")
+MLFLOW_ARTIFACT_UPLOAD = Endpoint(
+    "PUT", "/api/2.0/mlflow-artifacts/artifacts/{path}", body="content", slashes=_q("path")
+)
+MLFLOW: tuple[Endpoint, ...] = (
+    MLFLOW_EXPERIMENT_BY_NAME, MLFLOW_EXPERIMENT_CREATE, MLFLOW_RUNS_SEARCH, MLFLOW_RUN_CREATE,
+    MLFLOW_RUN_UPDATE, MLFLOW_RUN_DELETE, MLFLOW_LOG_BATCH, MLFLOW_ARTIFACT_UPLOAD,
+)  # fmt: skip
