@@ -124,15 +124,20 @@ def _whole(value: Any, bounds: tuple[int, int]) -> bool:
     return type(value) is int and bounds[0] <= value <= bounds[1]
 
 
+def _infinity(token: str) -> float:
+    """+/-inf for exactly "Infinity"/"-Infinity"; BadLine for any other string."""
+    infinity = SPOOL_INFINITIES.get(token)
+    if infinity is None:
+        raise BadLine(BAD_VALUE)
+    return infinity
+
+
 def _number(value: Any) -> float | None:
     """A value as stored: a float (+/-inf included), or None (null, NaN)."""
     if value is None:
         return None
     if type(value) is str:
-        infinity = SPOOL_INFINITIES.get(value)
-        if infinity is None:
-            raise BadLine(BAD_VALUE)
-        return infinity
+        return _infinity(value)
     if type(value) not in _NUMBER_TYPES:
         raise BadLine(BAD_VALUE)
     try:
@@ -321,13 +326,13 @@ _NON_FINITE_TYPES = frozenset({str, type(None)})
 def _infinities(values: list[dict[str, Any]]) -> bool:
     """Replace the infinities' tokens among a chunk's values by +/-inf, in place; False when a
     string is not one (the line is then refused on the slow path)."""
-    for line in values:
-        for key, value in line.items():
-            if type(value) is str:
-                infinity = SPOOL_INFINITIES.get(value)
-                if infinity is None:
-                    return False
-                line[key] = infinity
+    try:
+        for line in values:
+            for key, value in line.items():
+                if type(value) is str:
+                    line[key] = _infinity(value)
+    except BadLine:
+        return False
     return True
 
 
