@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.metrics.finite import BIGGEST
 from tests.conftest import WORKSPACE_DIR, wait_for_status
 
 pytestmark = pytest.mark.slow
@@ -71,6 +72,56 @@ def test_a_plain_mlflow_script_logs_into_its_jobs_run(api: httpx.Client) -> None
     assert run_count(api) == before + 1
     names = [e["name"] for e in api.get("/api/experiments").json()]
     assert "someone-elses-experiment" not in names
+
+
+INF_SCRIPT = Path(__file__).parent / "workspace_scripts" / "inf_loss.py"
+
+
+def test_infinities_logged_in_a_job_by_the_sdk_and_by_mlflow_arrive_as_logged(
+    api: httpx.Client,
+) -> None:
+    """Issue 41: a diverging loss logged inside a job (torchyard's run.log, mlflow.log_metric)
+    is stored as +/-inf, not null: torchyard's JSON shows it as the largest double
+    (app/metrics/finite.py), MLflow's reads as "Infinity"; NaN stays null."""
+    target = WORKSPACE_DIR / "mlflowjob"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(INF_SCRIPT, target / INF_SCRIPT.name)
+    exp = api.post(
+        "/api/experiments",
+        json={"name": "inf-in-a-job", "config": {"script": f"mlflowjob/{INF_SCRIPT.name}"}},
+    )
+    assert exp.status_code == 201, exp.text
+    run_id = api.post(f"/api/experiments/{exp.json()['id']}/runs").json()["id"]
+    run = wait_for_status(api, run_id, {"succeeded", "failed", "cancelled"}, timeout=180)
+    assert run["status"] == "succeeded", api.get(f"/api/runs/{run_id}/logs").text[-3000:]
+    assert not run.get("notices"), run["notices"]  # no spool line refused
+
+    keys = "sdk/loss,sdk/low,sdk/nan,mlflow/loss,mlflow/low"
+    series = api.get(f"/api/runs/{run_id}/metrics", params={"keys": keys}).json()["series"]
+    assert {key: s["value"] for key, s in series.items()} == {
+        "sdk/loss": [1.0, BIGGEST],
+        "sdk/low": [-BIGGEST],
+        "sdk/nan": [None],
+        "mlflow/loss": [1.0, BIGGEST],
+        "mlflow/low": [-BIGGEST],
+    }
+    summary = api.get(f"/api/runs/{run_id}").json()["summary"]
+    for key in ("sdk/loss", "mlflow/loss"):
+        assert summary[key] == {"last": BIGGEST, "min": 1.0, "max": BIGGEST, "step": 2}
+    assert summary["sdk/low"]["last"] == summary["mlflow/low"]["last"] == -BIGGEST
+
+    mlflow_api = "/api/2.0/mlflow"
+    for key, expected in (("sdk/loss", [1.0, "Infinity"]), ("mlflow/low", ["-Infinity"])):
+        history = api.get(
+            f"{mlflow_api}/metrics/get-history", params={"run_id": str(run_id), "metric_key": key}
+        )
+        assert history.status_code == 200, history.text
+        assert [m["value"] for m in history.json()["metrics"]] == expected
+    latest = api.get(f"{mlflow_api}/runs/get", params={"run_id": str(run_id)}).json()
+    metrics = {m["key"]: m["value"] for m in latest["run"]["data"]["metrics"]}
+    assert metrics["sdk/loss"] == metrics["mlflow/loss"] == "Infinity"
+    assert metrics["sdk/low"] == metrics["mlflow/low"] == "-Infinity"
+    assert metrics["sdk/nan"] == "NaN"
 
 
 LIGHTNING = Path(__file__).parent / "workspace_scripts" / "lightning_boring.py"

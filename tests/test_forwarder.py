@@ -4,6 +4,7 @@ as the worker's are, on the db_sessions fixture (rolled back after the test)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,27 +118,31 @@ def test_malformed_lines_are_skipped_and_the_others_of_the_batch_arrive(
         assert read_series(session, run_id=run_id) == {"a": {"step": [1, 2], "value": [1.0, 2.0]}}
 
 
-def test_nan_and_infinity_are_stored_as_null_ints_as_floats_and_a_non_number_skips_its_line(
+def test_nan_is_stored_as_null_infinity_as_itself_ints_as_floats_and_a_non_number_skips_its_line(
     tmp_path: Path, db_sessions: sessionmaker[Session]
 ) -> None:
-    """The job writes null for a non-finite value, but a hand-written line (json.dumps with
-    its defaults) may carry NaN and Infinity, which are not JSON. A value that is not a number
-    at all (text, a list) makes the line one the job did not write: skipped and counted."""
+    """The job writes null for NaN and "Infinity"/"-Infinity" for +/-inf (issue 41), but a
+    hand-written line (json.dumps with its defaults) may carry the bare tokens NaN and Infinity,
+    which are not JSON: they read the same. A value that is not a number at all (text, a list,
+    a string near the tokens) makes the line one the job did not write: skipped and counted."""
     run_id = new_run(db_sessions)
     path = tmp_path / "metrics.jsonl"
     nonfinite = line(2, a=float("nan"), b=float("inf"), c=-float("inf"))
-    words = line(3, a="text", b=None, c=[1])
-    path.write_text(line(1, a=1.0, b=2, c=True) + "\n" + nonfinite + "\n" + words + "\n")
-    assert pump(db_sessions, run_id, path) == 3
+    tokens = line(3, a=None, b="Infinity", c="-Infinity")
+    words = line(4, a="text", b=None, c=[1])
+    near = line(5, b="inf")
+    path.write_text("\n".join([line(1, a=1.0, b=2, c=True), nonfinite, tokens, words, near, ""]))
+    assert pump(db_sessions, run_id, path) == 5
     with db_sessions.begin() as session:
         series = read_series(session, run_id=run_id)
         assert notice_lines(session.get_one(Run, run_id).notices) == [
-            "1 line skipped: a metric value is not a number"
+            "2 lines skipped: a metric value is not a number"
         ]
+    big = sys.float_info.max  # +/-inf as torchyard's JSON carries them (app/metrics/finite.py)
     assert series == {
-        "a": {"step": [1, 2], "value": [1.0, None]},
-        "b": {"step": [1, 2], "value": [2.0, None]},
-        "c": {"step": [1, 2], "value": [1.0, None]},
+        "a": {"step": [1, 2, 3], "value": [1.0, None, None]},
+        "b": {"step": [1, 2, 3], "value": [2.0, big, big]},
+        "c": {"step": [1, 2, 3], "value": [1.0, -big, -big]},
     }
     assert all(type(v) is float for s in series.values() for v in s["value"] if v is not None)
 

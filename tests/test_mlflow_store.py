@@ -5,6 +5,7 @@ every run it creates is the job's run. Real MLflow client, real forwarder, real 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,11 +60,15 @@ def test_what_the_mlflow_client_logs_in_a_job_is_the_jobs_run(
     for step in range(1, 4):
         client.log_metric(first.info.run_id, "loss", 1.0 / step, step=step)
     client.log_metric(first.info.run_id, "bad", float("inf"), step=3)
+    client.log_metric(first.info.run_id, "low", -float("inf"), step=3)
+    client.log_metric(first.info.run_id, "nan", float("nan"), step=3)
     client.set_terminated(first.info.run_id)  # the job's exit decides, not the script
 
     spool = tmp_path / METRICS_FILE
     parsed = spool_lines.parse_spool(spool.read_bytes())
-    assert not parsed.skipped
+    assert not parsed.skipped and parsed.non_finite
+    for raw in spool.read_text().splitlines():
+        json.loads(raw, parse_constant=pytest.fail)  # strict JSON: +/-inf as their tokens
     with db_sessions.begin() as session:
         while forward(session, run_id=run_id, metrics_path=spool):
             pass
@@ -72,7 +77,10 @@ def test_what_the_mlflow_client_logs_in_a_job_is_the_jobs_run(
         params = params_by_run(session, [run_id])[run_id]
     assert series["loss"]["step"] == [1, 2, 3]
     assert series["loss"]["value"] == pytest.approx([1.0, 0.5, 1 / 3])
-    assert series["bad"]["value"] == [None]
+    # +/-inf stored as logged (issue 41), read as JSON carries them (app/metrics/finite.py)
+    assert series["bad"]["value"] == [sys.float_info.max]
+    assert series["low"]["value"] == [-sys.float_info.max]
+    assert series["nan"]["value"] == [None]
     assert params["hparams.lr"] == "0.01"
     assert params["hparams.tags.team"] == "vision"
     assert "hparams.tags.mlflow.user" not in params

@@ -213,6 +213,19 @@ def test_a_nan_in_the_spool_is_told_once_per_key(smtp) -> None:
     assert "at step 2: loss, lr" in text_of(smtp.messages[-2])
 
 
+def test_an_infinity_as_the_job_writes_it_is_told_as_a_nan_is() -> None:
+    """Issue 41: the job writes +/-inf as "Infinity"/"-Infinity" (not null any more); each is
+    non-finite for the trigger, and a NaN (null) still is."""
+    run_id = running_run(subscriber(webhook="https://hooks.example.com/x"))
+    spool(run_id, line(1, '{"loss": "Infinity", "acc": 0.5}'))
+    [row] = deliveries(run_id)
+    assert row.payload["keys"] == ["loss"] and row.payload["step"] == 1
+    spool(run_id, line(2, '{"acc": "-Infinity"}'), line(3, '{"grad_norm": null}'))
+    by_detail = {d.detail: d.payload for d in deliveries(run_id)}
+    assert sorted(by_detail) == ["acc", "loss"]
+    assert by_detail["acc"]["keys"] == ["acc", "grad_norm"] and by_detail["acc"]["step"] == 2
+
+
 def test_a_run_without_a_new_step_for_n_minutes_is_stalled_once() -> None:
     owner = subscriber(webhook="https://hooks.example.com/x", stalled_minutes=2)
     stalled = running_run(owner, started_ago=600)
@@ -285,13 +298,16 @@ def test_a_disabled_owner_or_no_settings_records_nothing() -> None:
     assert deliveries(run_id) == []
 
 
-def test_the_spool_parser_says_whether_a_batch_has_a_null_at_no_cost() -> None:
+def test_the_spool_parser_says_whether_a_batch_has_a_non_finite_value_at_no_cost() -> None:
     from worker.spool_lines import parse_spool
 
     finite = (line(1, '{"a": 1.0}') + "\n").encode()
-    assert parse_spool(finite).nulls is False  # the forwarder skips the NaN check
-    assert parse_spool(finite + (line(2, '{"a": null}') + "\n").encode()).nulls is True
-    assert parse_spool((line(3, '{"a": NaN}') + "\n").encode()).nulls is True  # the slow path
+    assert parse_spool(finite).non_finite is False  # the forwarder skips the NaN check
+    assert parse_spool(finite + (line(2, '{"a": null}') + "\n").encode()).non_finite is True
+    assert parse_spool((line(3, '{"a": NaN}') + "\n").encode()).non_finite is True  # slow path
+    # +/-inf as the job writes them (issue 41): as non-finite as NaN
+    assert parse_spool(finite + (line(4, '{"a": "-Infinity"}') + "\n").encode()).non_finite
+    assert parse_spool((line(5, '{"a": Infinity}') + "\n").encode()).non_finite is True
 
 
 def test_a_worker_lost_guess_corrected_by_its_job_s_exit_sends_only_the_final_outcome(

@@ -37,7 +37,9 @@ def test_metrics_line_has_the_documented_shape(tmp_path: Path) -> None:
     assert line["values"] == {"train/loss": 0.41, "train/acc": 0.88}
 
 
-def test_values_are_converted_to_float_and_non_finite_becomes_null(tmp_path: Path) -> None:
+def test_values_are_converted_to_float_nan_becomes_null_and_inf_its_token(tmp_path: Path) -> None:
+    """Issue 41: a diverging loss reaches the server as +/-inf (torchyard.contract.SPOOL_INF),
+    as JSON strings: every line stays JSON (no bare NaN or Infinity token)."""
     path = tmp_path / "metrics.jsonl"
     with Reporter(path, enabled=True) as reporter:
         reporter.log(1, a=np.float32(0.5), b=torch.tensor(2.0), c=3, d=True)
@@ -45,8 +47,9 @@ def test_values_are_converted_to_float_and_non_finite_becomes_null(tmp_path: Pat
     first, second = read_lines(path)
     assert first["values"] == {"a": 0.5, "b": 2.0, "c": 3.0, "d": 1.0}
     assert all(isinstance(v, float) for v in first["values"].values())
-    assert second["values"] == {"nan": None, "inf": None, "-inf": None, "x": 1e-300}
-    assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
+    assert second["values"] == {"nan": None, "inf": "Infinity", "-inf": "-Infinity", "x": 1e-300}
+    for raw in path.read_text().splitlines():
+        json.loads(raw, parse_constant=pytest.fail)  # strict JSON: no NaN/Infinity tokens
 
 
 def test_float_values_round_trip_exactly_and_keys_are_json_escaped(tmp_path: Path) -> None:

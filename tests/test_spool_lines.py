@@ -6,6 +6,7 @@ said on the run."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,14 @@ BAD_SHAPES = [
     (metrics(**{"": 1.0}), sl.BAD_KEY_LENGTH),
     (metrics(**{"train/loss": 0.5, "sys/cpu_percent": 1.0}), sl.RESERVED_KEY),
     (metrics(a="a string"), sl.BAD_VALUE),
+    # Only the two exact tokens are infinities (issue 41): anything near them is refused.
+    (metrics(a="infinity"), sl.BAD_VALUE),
+    (metrics(a="inf"), sl.BAD_VALUE),
+    (metrics(a=" Infinity"), sl.BAD_VALUE),
+    (metrics(a="Infinity\u0000"), sl.BAD_VALUE),
+    (metrics(a="+Infinity"), sl.BAD_VALUE),
+    (metrics(a="NaN"), sl.BAD_VALUE),
+    (metrics(a=""), sl.BAD_VALUE),
     (metrics(a=[1]), sl.BAD_VALUE),
     (metrics(a=10**400), sl.BAD_VALUE),
     (metrics(10**30), sl.BAD_STEP),
@@ -80,6 +89,13 @@ def test_the_line_validator_names_why_a_line_is_refused(raw: bytes, reason: str)
 def test_the_line_validator_takes_good_lines_as_stored() -> None:
     nan = b'{"type": "metrics", "step": -3, "time": 5, "values": {"a": NaN, "b": true, "c": 2}}'
     assert check_line(nan) == (-3, 5.0, {"a": None, "b": 1.0, "c": 2.0})
+    tokens = b'{"type": "metrics", "step": 1, "time": 5, "values": {"a": Infinity, "b": -Infinity}}'
+    assert check_line(tokens) == (1, 5.0, {"a": math.inf, "b": -math.inf})
+    assert check_line(metrics(1, a="Infinity", b="-Infinity")) == (
+        1,
+        1.0,
+        {"a": math.inf, "b": -math.inf},
+    )
     assert check_line(json.dumps(CKPT).encode()) == CKPT
     assert check_line(b'{"type": "note", "text": "a newer record type"}') is None
     assert check_line(metrics(2**63 - 1, **{"é/ключ": 1.5})) == (
@@ -97,6 +113,31 @@ def test_a_chunk_keeps_its_good_lines_and_counts_the_bad_ones_by_reason() -> Non
     for _, reason in BAD_SHAPES:
         expected[reason] = expected.get(reason, 0) + 1
     assert dict(parsed.skipped) == expected
+
+
+def test_infinities_tokens_take_the_fast_path_and_a_near_token_only_refuses_its_line() -> None:
+    """Issue 41: the job writes +/-inf as "Infinity"/"-Infinity" (JSON strings, so a diverging
+    run's chunk still parses in one orjson call); any other string refuses just its line."""
+    good = metrics(1, a="Infinity", b=1.0) + b"\n" + metrics(2, a="-Infinity", b=None) + b"\n"
+    assert sl._fast(good, 2) is not None  # no fall back to line by line
+    parsed = parse_spool(good)
+    assert [v for _, _, v in parsed.steps] == [
+        {"a": math.inf, "b": 1.0},
+        {"a": -math.inf, "b": None},
+    ]
+    assert parsed.non_finite and not parsed.skipped
+    assert parse_spool(metrics(1, a=1.0, b=True) + b"\n").non_finite is False
+    assert parse_spool(metrics(1, a="Infinity") + b"\n").non_finite is True  # no null: inf alone
+
+    mixed = good + metrics(3, a="inf") + b"\n" + metrics(4, a="Infinity") + b"\n"
+    assert sl._fast(mixed, 4) is None
+    parsed = parse_spool(mixed)
+    assert [(s, v["a"]) for s, _, v in parsed.steps] == [
+        (1, math.inf),
+        (2, -math.inf),
+        (4, math.inf),
+    ]
+    assert dict(parsed.skipped) == {sl.BAD_VALUE: 1}
 
 
 # Each pump a unit of work of its own, as the worker's are, on db_sessions (rolled back).

@@ -125,6 +125,27 @@ def is_server_variable(name: str) -> bool:
 # a key under it is refused (worker.spool_lines), so a job cannot forge or block them.
 SYSTEM_KEY_PREFIX = "sys/"
 
+# --- metric values in the spool -----------------------------------------------------------
+# JSON has no infinity: the job writes +inf and -inf as these two strings and NaN as null
+# (NaN is stored NULL). Strings, not Python's non-standard tokens: every line stays JSON, so
+# the forwarder's fast path (one orjson call per chunk, which refuses the tokens) keeps
+# taking a diverging run's batches, and any JSON tool can read the spool. A string value that
+# is not exactly one of these two is refused (worker.spool_lines).
+SPOOL_INF = "Infinity"
+SPOOL_NEG_INF = "-Infinity"
+SPOOL_INFINITIES: dict[str, float] = {SPOOL_INF: float("inf"), SPOOL_NEG_INF: float("-inf")}
+
+
+def spool_value(number: float) -> float | str | None:
+    """A float as a metrics line carries it: itself when finite, the token when infinite, None
+    (null) for NaN."""
+    if number - number == 0:  # finite (inf - inf and NaN - NaN are NaN)
+        return number
+    if number != number:
+        return None
+    return SPOOL_INF if number > 0 else SPOOL_NEG_INF
+
+
 # --- files inside a run directory ---------------------------------------------------------
 METRICS_FILE = "metrics.jsonl"
 # Written by the worker after each committed batch: "<offset> <inode>" of metrics.jsonl, the

@@ -26,7 +26,6 @@ Imports MLflow: only loaded when MLflow itself asks for the ``torchyard`` scheme
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -51,7 +50,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.store.entities.paged_list import PagedList
 from mlflow.store.tracking.abstract_store import AbstractStore
 
-from torchyard.contract import RUN_DIR_VAR, RUN_ID_VAR, RunPaths
+from torchyard.contract import RUN_DIR_VAR, RUN_ID_VAR, RunPaths, spool_value
 
 SCHEME = "torchyard"
 TRACKING_URI = f"{SCHEME}:job"
@@ -59,10 +58,6 @@ EXPERIMENT_ID = "0"
 ARTIFACT_DIR = "mlflow-artifacts"
 # Tags MLflow itself sets (source file, git commit, user, run name): torchyard has its own.
 SYSTEM_TAG_PREFIX = "mlflow."
-
-
-def _number(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 class TorchyardStore(AbstractStore):
@@ -207,10 +202,10 @@ class TorchyardStore(AbstractStore):
     ) -> None:
         """Appends the batch to the spool with one write (O_APPEND: lines from other writers,
         the SDK's reporter or another rank, never interleave within a line)."""
-        by_step: dict[int, dict[str, float | None]] = defaultdict(dict)
+        by_step: dict[int, dict[str, float | str | None]] = defaultdict(dict)
         stamps: dict[int, float] = {}
         for metric in metrics:
-            by_step[int(metric.step)][metric.key] = _number(float(metric.value))
+            by_step[int(metric.step)][metric.key] = spool_value(float(metric.value))
             stamps[int(metric.step)] = metric.timestamp / 1000
         reported = {p.key: str(p.value) for p in params}
         user_tags = {t.key: str(t.value) for t in tags if not t.key.startswith(SYSTEM_TAG_PREFIX)}

@@ -243,7 +243,7 @@ def _forward_lines(
         if parsed.config:  # the script's torchyard.init(config=...): the launch's keys win
             differing, _caps = record_script(session, run_id=run_id, values=parsed.config)
             ingest_offsets.note_config_differs(session, run_id=run_id, differing=differing)
-        if parsed.nulls:  # a NaN/inf value (written as null): its owner may be told
+        if parsed.non_finite:  # a NaN (null) or +/-inf value: its owner may be told
             metrics_arrived(session, run_id=run_id, steps=parsed.steps)
         if parsed.checkpoints:  # after the points: the best is ranked by their values
             checkpoint_records.apply_retention(session, run_id=run_id, run_dir=metrics_path.parent)

@@ -6,7 +6,8 @@ one of the record types below, well formed, is skipped and counted on the run by
 every value that reaches the database was checked here first (a key it cannot store, a step
 beyond its 64-bit column, text that is not UTF-8).
 
-    {"type": "metrics", "step": int64, "time": finite number, "values": {key: number|null}}
+    {"type": "metrics", "step": int64, "time": finite number,
+     "values": {key: number|null|"Infinity"|"-Infinity"}}
     {"type": "checkpoint", "name": str, "path": str, "epoch": int32, "step": int64,
      "size_bytes": int64 >= 0, ...}
     {"type": "params", "values": {name: string|number|bool}}
@@ -21,9 +22,12 @@ launch config is and stored as the run's params ``params.<key>`` beside the laun
 
 A key is 1-255 characters of valid text (no lone surrogate, no NUL), not under `sys/` (the
 worker's system series, worker/system_metrics.py: a job must not forge or block them). A
-value is a number, a bool (stored as 0/1) or null; NaN and Infinity (not JSON, but a
-hand-written line may carry them) become null. Another ``type`` is ignored (a newer job's
-record), not counted.
+value is a number, a bool (stored as 0/1), null (what the job writes for NaN, stored NULL) or
+exactly one of the strings "Infinity" and "-Infinity" (what the job writes for +/-inf,
+torchyard.contract.SPOOL_INF: stored as +/-inf); any other string refuses the line. NaN,
+Infinity and -Infinity as bare tokens (not JSON, but a hand-written line, json.dumps with its
+defaults, may carry them) read as null, +inf and -inf. Another ``type`` is ignored (a newer
+job's record), not counted.
 
 ``parse_spool`` takes a chunk of whole lines the fast way (one orjson call for the chunk,
 bulk type checks) and, when anything in it is off, line by line with ``check_line``.
@@ -44,7 +48,7 @@ import orjson
 from app.metrics.ingest import MAX_KEY_LENGTH, Step
 from app.runs.query.params import flatten
 from app.runs.state.notices import size_text
-from torchyard.contract import SYSTEM_KEY_PREFIX
+from torchyard.contract import SPOOL_INFINITIES, SYSTEM_KEY_PREFIX
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
@@ -90,10 +94,10 @@ class Parsed:
     params: dict[str, Any] = field(default_factory=dict)
     # dotted key -> value of the config lines (torchyard.init), flattened, later lines winning
     config: dict[str, Any] = field(default_factory=dict)
-    # False only when no metrics value is null (non-finite): known for free on the fast path
-    # (the set of value types), so the NaN notification (app.notifications.triggers) walks
-    # the lines only of a batch that has one.
-    nulls: bool = True
+    # False only when every metrics value is finite (no null, no infinity): known for free on
+    # the fast path (the set of value types), so the NaN/inf notification
+    # (app.notifications.triggers) walks the lines only of a batch that has one.
+    non_finite: bool = True
 
 
 _NUMBER_TYPES = frozenset({float, int, bool, type(None)})
@@ -120,17 +124,27 @@ def _whole(value: Any, bounds: tuple[int, int]) -> bool:
     return type(value) is int and bounds[0] <= value <= bounds[1]
 
 
+def _infinity(token: str) -> float:
+    """+/-inf for exactly "Infinity"/"-Infinity"; BadLine for any other string."""
+    infinity = SPOOL_INFINITIES.get(token)
+    if infinity is None:
+        raise BadLine(BAD_VALUE)
+    return infinity
+
+
 def _number(value: Any) -> float | None:
-    """A value as stored: a finite float, or None (null, NaN, +/-inf)."""
+    """A value as stored: a float (+/-inf included), or None (null, NaN)."""
     if value is None:
         return None
+    if type(value) is str:
+        return _infinity(value)
     if type(value) not in _NUMBER_TYPES:
         raise BadLine(BAD_VALUE)
     try:
         number = float(value)
     except OverflowError:  # an integer past any float
         raise BadLine(BAD_VALUE) from None
-    return number if math.isfinite(number) else None
+    return None if number != number else number
 
 
 def check_metrics(record: Mapping[str, Any]) -> Step:
@@ -217,19 +231,20 @@ def check_config(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "config", "values": flat}
 
 
-def _non_finite(_constant: str) -> None:
-    return None
+def _constant(name: str) -> float | None:
+    """A bare NaN, Infinity or -Infinity token: None, +inf, -inf."""
+    return SPOOL_INFINITIES.get(name)
 
 
 def _load(raw: bytes) -> Any:
-    """orjson, else the standard library's parser (NaN and Infinity become None; a lone
+    """orjson, else the standard library's parser (NaN becomes None, Infinity +inf; a lone
     surrogate escape, which orjson refuses, parses and is then refused as text)."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(raw, parse_constant=_non_finite)
+        return json.loads(raw, parse_constant=_constant)
     except (ValueError, RecursionError):
         raise BadLine(NOT_JSON) from None
 
@@ -278,7 +293,7 @@ def _fast(chunk: bytes, lines: int) -> Parsed | None:
         if set(map(type, values)) != {dict}:
             return None
         kinds = set(map(type, chain.from_iterable(map(dict.values, values))))
-        if not kinds <= _NUMBER_TYPES:
+        if not kinds <= _SPOOL_TYPES or (str in kinds and not _infinities(values)):
             return None
         try:
             for key in set(chain.from_iterable(values)):
@@ -287,7 +302,7 @@ def _fast(chunk: bytes, lines: int) -> Parsed | None:
             return None
     parsed = Parsed(
         steps=[(s, float(t), v) for s, t, v in zip(steps_, times, values, strict=True)],
-        nulls=type(None) in kinds,
+        non_finite=not kinds.isdisjoint(_NON_FINITE_TYPES),
     )
     if len(metrics) != len(records):
         try:
@@ -302,6 +317,23 @@ def _fast(chunk: bytes, lines: int) -> Parsed | None:
         except BadLine:
             return None
     return parsed
+
+
+_SPOOL_TYPES = _NUMBER_TYPES | {str}
+_NON_FINITE_TYPES = frozenset({str, type(None)})
+
+
+def _infinities(values: list[dict[str, Any]]) -> bool:
+    """Replace the infinities' tokens among a chunk's values by +/-inf, in place; False when a
+    string is not one (the line is then refused on the slow path)."""
+    try:
+        for line in values:
+            for key, value in line.items():
+                if type(value) is str:
+                    line[key] = _infinity(value)
+    except BadLine:
+        return False
+    return True
 
 
 def parse_spool(chunk: bytes) -> Parsed:

@@ -27,7 +27,7 @@ directory is named `<tag>_<suffix>` and its parent holds event files of its own)
 different log dirs logging the same tag share one key.
 
 A point is unique per (key, step): a repeated step for the same key (TensorBoard allows it,
-e.g. after a resume) keeps the first value stored. NaN and +/-inf are stored as NULL.
+e.g. after a resume) keeps the first value stored. NaN is stored as NULL, +/-inf as logged.
 """
 
 from __future__ import annotations

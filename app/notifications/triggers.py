@@ -6,7 +6,8 @@ caller's transaction (app.notifications.service.record); nothing here touches th
   worker comes back with its job's real exit status in time, replaced (``run_corrected``):
   only the final outcome is sent.
 - NaN/inf: the forwarder calls ``metrics_arrived`` with each batch of spool lines; the spool
-  writes a non-finite value as null, so a None among a line's values is one. Once per run and
+  writes NaN as null and +/-inf as their tokens, which the parser reads as +/-inf, so a None
+  or an infinity among a line's values is one. Once per run and
   key (the keys already reported are read from the run's earlier non_finite rows), and at most
   MAX_NON_FINITE_MESSAGES messages per run, however many keys a job makes NaN.
 - Stalled and GPU idle: ``PeriodicChecks.run`` on every round of the delivery loop.
@@ -22,6 +23,7 @@ caller's transaction (app.notifications.service.record); nothing here touches th
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 
 MAX_NON_FINITE_MESSAGES = 5
 MAX_KEYS_LISTED = 20
+_INFINITIES = (math.inf, -math.inf)
 SYSTEM_PREFIX = "sys/"
 _END_EVENTS = {
     RunStatus.succeeded: Event.succeeded,
@@ -77,22 +80,29 @@ def run_ended(session: Session, *, run_id: int, status: RunStatus, guess: bool =
             record(session, run=run, event=event, hold_seconds=hold)
 
 
+def _non_finite(value: Any) -> bool:
+    """None (NaN) or +/-inf; a bool or an int is finite."""
+    return value is None or value in _INFINITIES
+
+
 def non_finite(steps: Sequence[tuple[int, float, Mapping[str, Any]]]) -> tuple[int, set[str]]:
-    """(first step, keys) of the None values among metrics lines; (0, set()) when none."""
+    """(first step, keys) of the None (NaN) and infinite values among metrics lines; (0, set())
+    when none."""
     first, keys = 0, set[str]()
     for step, _wall, values in steps:
-        if None in values.values():
+        bad = [k for k, v in values.items() if _non_finite(v)]
+        if bad:
             if not keys:
                 first = step
-            keys.update(k for k, v in values.items() if v is None)
+            keys.update(bad)
     return first, keys
 
 
 def metrics_arrived(
     session: Session, *, run_id: int, steps: Sequence[tuple[int, float, Mapping[str, Any]]]
 ) -> None:
-    """Called by the forwarder only for a batch the spool parser saw a null in (Parsed.nulls:
-    free on its fast path), so a batch without one costs nothing here."""
+    """Called by the forwarder only for a batch the spool parser saw a null or an infinity in
+    (Parsed.non_finite: free on its fast path), so a batch without one costs nothing here."""
     step, keys = non_finite(steps)
     if not keys:
         return

@@ -23,7 +23,7 @@ def log(step, values):
 
 log(1, {"train/loss": 1.0})
 time.sleep(args.stall)
-log(2, {"train/loss": None if args.nan else 0.5})  # the SDK writes NaN and inf as null
+log(2, {"train/loss": None if args.nan else 0.5})  # the SDK writes NaN as null
 time.sleep(1)  # the forwarder moves step 2 while the run still runs
 if args.fail:
     raise RuntimeError("the loss diverged")

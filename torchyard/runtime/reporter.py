@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from torchyard.contract import RunPaths
+from torchyard.contract import RunPaths, spool_value
 from torchyard.runtime.ingest_mark import POLL_SECONDS, Backpressure
 
 DEFAULT_INTERVAL = 0.15
@@ -52,10 +52,11 @@ class ReporterError(RuntimeError):
     """The background writer failed; the cause is chained as ``__cause__``."""
 
 
-def _to_float(value: Any) -> float | None:
-    """float(value), with NaN and infinities mapped to None (JSON has no literal for them)."""
+def _to_float(value: Any) -> float | str | None:
+    """float(value) as the spool carries it: NaN as None, +/-inf as their tokens (JSON has no
+    literal for them; torchyard.contract.spool_value)."""
     number = float(value)
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) else spool_value(number)
 
 
 class Reporter:
@@ -317,18 +318,20 @@ class Reporter:
 _encoded_keys: dict[str, str] = {}
 
 
-def _encode_metrics(step: int, stamp: float, values: dict[str, float | None]) -> str:
+def _encode_metrics(step: int, stamp: float, values: Mapping[str, float | str | None]) -> str:
     """One metrics line, formatted by hand: half the cost of json.dumps of the same dict,
     and the writer holds the GIL while it formats, so this is time taken from training.
 
     ``repr`` of a finite float is valid JSON and round-trips exactly; keys are JSON-encoded
-    once and cached, since a run uses a handful of keys millions of times.
+    once and cached, since a run uses a handful of keys millions of times. A str value is
+    an infinity's token ("Infinity", "-Infinity"), written as a JSON string.
     """
     parts = []
     for key, value in values.items():
         encoded = _encoded_keys.get(key)
         if encoded is None:
             encoded = _encoded_keys[key] = json.dumps(key)
-        parts.append(f"{encoded}: {'null' if value is None else repr(value)}")
+        text = repr(value) if type(value) is float else "null" if value is None else f'"{value}"'
+        parts.append(f"{encoded}: {text}")
     joined = ", ".join(parts)
     return f'{{"type": "metrics", "step": {step}, "time": {stamp!r}, "values": {{{joined}}}}}\n'
