@@ -15,7 +15,13 @@ from app.experiments.models import Experiment
 from app.runs.models import Run
 
 # A run's limits as its stored config has them when it names none (the settings' defaults).
-DEFAULT_LIMITS = {"memory_gb": 8.0, "cpus": 4.0, "disk_gb": 50.0, "max_processes": 4096}
+DEFAULT_LIMITS = {
+    "memory_gb": 8.0,
+    "cpus": 4.0,
+    "disk_gb": 50.0,
+    "max_processes": 4096,
+    "time_limit_minutes": None,
+}
 
 
 def add_owned_run(session: Session) -> int:
