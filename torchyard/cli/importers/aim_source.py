@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class AimReader:
         self.root = root
         self.source = str(root)
         self.skipped: list[Skipped] = []
+        self._lock = threading.Lock()
         try:
             self._repo = aim.Repo(str(root))
             meta = RocksUnionContainer(os.path.join(self._repo.path, "meta"), read_only=True)
@@ -120,12 +122,8 @@ class AimReader:
                 self.skipped.append(
                     Skipped(self._chunk(run_hash), f"{kind} ({names}): values not imported")
                 )
-        series = {
-            metric_key(metric.name, metric.context.to_dict()): self._points(metric)
-            for metric in run.metrics()
-        }
-        last = max((p.timestamp_ms for ps in series.values() for p in ps), default=None)
         end = run.end_time
+        last = None if end else (max((_last_ms(m) for m in run.metrics()), default=0) or None)
         return SourceRun(
             source_id=run_hash,
             experiment=run.experiment or self.root.name,
@@ -135,8 +133,18 @@ class AimReader:
             end_ms=round(end * 1000) if end else last,
             params=params,
             tags=tags,
-            series=lambda: iter(series.items()),
+            series=lambda: self._series(run),
         )
+
+    def _series(self, run: Any) -> Iterator[tuple[str, list[Point]]]:
+        """A run's points, read when the run is written (by the import's worker threads): one
+        run's in memory at a time per worker, not the whole repo's."""
+        with self._lock:  # Aim's readers, one thread at a time
+            series = {
+                metric_key(metric.name, metric.context.to_dict()): self._points(metric)
+                for metric in run.metrics()
+            }
+        return iter(series.items())
 
     @staticmethod
     def _points(metric: Any) -> list[Point]:
@@ -145,3 +153,9 @@ class AimReader:
             Point(int(step), float(value), round(float(at) * 1000))
             for step, value, at in zip(steps, values, times, strict=True)
         ]
+
+
+def _last_ms(metric: Any) -> int:
+    """The wall time of a metric's last point (0: none), the end of a run never closed."""
+    _steps, (times,) = metric.data.view(["time"]).items_list()
+    return round(max(times, default=0.0) * 1000)
