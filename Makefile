@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test mlflow-server browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
+.PHONY: install install-test mlflow-server aim-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -80,6 +80,17 @@ mlflow-server: $(MLFLOW_VENV)/.installed
 $(MLFLOW_VENV)/.installed: $(VENV)/.installed-test
 	$(PYTHON) -m venv $(MLFLOW_VENV)
 	$(VENV)/bin/uv pip install -q --python $(MLFLOW_VENV)/bin/python "mlflow>=3.17,<4"
+	touch $@
+
+# Aim's SDK for `torchyard import aim`'s tests (tests/test_aim_source.py), with torchyard's
+# client: aim 3.29 caps filelock below 4, and the server's torch resolves it to 4.x in the test
+# venv (uv pip install --dry-run: filelock 4.3.2 -> 3.32.7), so aim gets a venv of its own, as
+# a laptop that imports has (the client and the import-aim extra, no server extra).
+AIM_VENV ?= .venv-aim
+aim-venv: $(AIM_VENV)/.installed
+$(AIM_VENV)/.installed: $(VENV)/.installed-test
+	$(PYTHON) -m venv $(AIM_VENV)
+	$(VENV)/bin/uv pip install -q --python $(AIM_VENV)/bin/python -e ".[import-aim]"
 	touch $@
 
 # The browser tests and bench/ui_run_page.py drive Debian's chromium through Playwright for
@@ -167,7 +178,7 @@ js-check: node_modules/.installed
 # cores busy, so they only took longer there, and the services stream's part grew from 284 s
 # to 1,105 s; the slow tests compute rather than wait (docs/testing.md).
 # Issue 26: CI under 40 minutes on 2 cores.
-TEST_DEPS := install-test browser compose sandbox slurm mlflow-server
+TEST_DEPS := install-test browser compose sandbox slurm mlflow-server aim-venv
 QUICK := not slow and not browser
 # Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
 # slow tests wait or compute decides what running them side by side saves (docs/testing.md).
@@ -235,4 +246,4 @@ bench-load: install-test
 		--postgres-url $(POSTGRES_URL)
 
 clean:
-	rm -rf $(VENV) torchyard-data node_modules
+	rm -rf $(VENV) $(AIM_VENV) torchyard-data node_modules

@@ -105,6 +105,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_cli_importers",  # the import command's missing extras, in a subprocess
         "test_tensorboard_source",  # `torchyard import tensorboard` and `wandb`: the readers;
         "test_wandb_source",  # what they write goes through the MLflow API, tested on both
+        "test_aim_source",  # `torchyard import aim`, run from .venv-aim (make aim-venv)
         "test_tarcheck",  # snapshot archives checked and extracted into tmp_path
         "test_slurm_batch",  # a Slurm job's options and batch script, on paper
         "test_settings_pools",  # a worker's pool settings, validated

@@ -59,6 +59,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_mlflow_source",  # `torchyard import mlflow`: a real MLflow server starts (~20-90 s)
         "test_tensorboard_source",  # `torchyard import tensorboard` against a uvicorn server
         "test_wandb_source",  # `torchyard import wandb`: the wandb client writes offline runs
+        "test_aim_source",  # `torchyard import aim`: aim.Run writes repos in subprocesses
         "test_cli_run_files",
         "test_cli_runs",
         "test_cli_views",

@@ -30,6 +30,7 @@ sys.meta_path.insert(0, _Missing())
         ("mlflow", "mlflow", "import-mlflow"),
         ("tensorboard", "tensorboard", "import-tensorboard"),
         ("wandb", "wandb", "import-wandb"),
+        ("aim", "aim", "import-aim"),
     ],
 )
 def test_a_missing_reader_names_its_extra_before_anything_is_read(

@@ -1,4 +1,4 @@
-"""`torchyard import mlflow|tensorboard|wandb SOURCE [--experiment NAME]`: a team's history
+"""`torchyard import mlflow|tensorboard|wandb|aim SOURCE [--experiment NAME]`: a team's history
 from the tools it logged with before, into torchyard.
 
 Each source is read with its own tool's library (an optional extra, named when missing before
@@ -125,7 +125,7 @@ def _do(open_reader: Callable[[], Reader], experiment: str | None, workers: int,
 
 importer = typer.Typer(
     name="import",
-    help="Import runs logged with MLflow, TensorBoard or W&B (offline runs).",
+    help="Import runs logged with MLflow, TensorBoard, W&B (offline runs) or Aim.",
     no_args_is_help=True,
 )
 
@@ -173,6 +173,21 @@ def from_wandb(
     from torchyard.cli.importers.wandb_source import WandbReader
 
     _do(lambda: WandbReader(source), experiment, workers, server, token)
+
+
+@importer.command("aim")
+def from_aim(
+    source: Annotated[str, typer.Argument(help="an Aim repository (the folder holding .aim)")],
+    experiment: ExperimentOpt = None,
+    workers: WorkersOpt = WORKERS,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Every run of an Aim repository, read with Aim's SDK: params, every metric point of
+    every context (step, value, wall time), tags, status and times."""
+    from torchyard.cli.importers.aim_source import AimReader
+
+    _do(lambda: AimReader(source), experiment, workers, server, token)
 
 
 def register(app: typer.Typer) -> None:

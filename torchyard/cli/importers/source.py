@@ -5,10 +5,11 @@ yields runs one at a time, so a large source is never held in memory whole."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 # MLflow's run statuses, which the sink sends (torchyard's MLflow API maps them to its own).
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
@@ -73,3 +74,15 @@ class Reader(Protocol):
     def runs(self) -> Iterator[SourceRun]: ...
 
     def close(self) -> None: ...
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested params as dotted keys (``optimizer.name``), as a launch config's are; a value
+    that is not a string as JSON."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value if isinstance(value, str) else json.dumps(value)
+    return out

@@ -22,23 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from torchyard.cli.client import CliError
-from torchyard.cli.importers.source import FAILED, FINISHED, KILLED, Point, Skipped, SourceRun
+from torchyard.cli.importers.source import (
+    FAILED,
+    FINISHED,
+    KILLED,
+    Point,
+    Skipped,
+    SourceRun,
+    flatten,
+)
 
 EXTRA = "import-wandb"
 FILE_HEADER = b":W&B\xe1\xbe\x00"
 BLOCK = 32768
 _RECORD = struct.Struct("<IHB")
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value if isinstance(value, str) else json.dumps(value)
-    return out
 
 
 class WandbReader:
