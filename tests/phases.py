@@ -99,6 +99,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_slurm_executor_multi_node",  # a 2-node Slurm job: minutes; its cancel is timed
         "test_slurm_executor_side_by_side",  # a local and a Slurm run: waits of minutes
         "test_slurm_executor_ops",  # node failures, refusals, time limits on a Slurm cluster
+        "test_slurm_track_forgotten",  # jobs Slurm forgets (MinJobAge=2): waits of ~1 min each
         "test_system_metrics",
         "test_wheel",  # builds and installs the wheel in a venv: minutes of margin
         "test_packaging",  # a wheel of a used clone, its base install (uv), every import

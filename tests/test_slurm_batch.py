@@ -206,3 +206,23 @@ def test_a_sandboxed_task_execs_with_the_launchs_environment_only(tmp_path: Path
     assert "TASK_SECRET" not in done.stdout.replace("\0", "\n").split("JOB=1")[0]
     assert "SLURM_NODEID" not in done.stdout.split("JOB=1")[0]
     assert "JOB=1\0CUDA_VISIBLE_DEVICES=3\0" in done.stdout
+
+
+def test_the_batch_step_records_sruns_exit_status_in_the_attempts_folder(tmp_path: Path) -> None:
+    """After srun (here a stand-in on PATH that exits 3, as srun does with a task's status),
+    the batch step writes "job=<id> exit=<status>" into the attempt's folder, which no job sees,
+    and exits with it: the end a worker reads once Slurm forgot the job (worker.slurm.track)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("srun", "exit 3"), ("scontrol", "exit 0")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    files = JobFiles(tmp_path / "run", 1, tmp_path / "jobs")
+    files.folder.mkdir()
+    launch = Launch(argv=["/bin/true"], env={"PATH": "/usr/bin"}, cwd=tmp_path)
+    files.script.write_text(batch_script(launch, files, nodes=1))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "41", "SLURM_JOB_NODELIST": "n0"}
+    done = subprocess.run(["bash", str(files.script)], env=env, check=False)
+    assert done.returncode == 3
+    assert files.exit_record.read_text() == "job=41 exit=3\n"
+    assert {p.name for p in files.folder.iterdir()} == {files.script.name, "attempt-1.exit"}

@@ -13,7 +13,7 @@ from app.runs.models import Run
 from app.runs.state.status import RunStatus
 from tests.test_heartbeat import started_run
 from worker.slurm.commands import SlurmJob
-from worker.slurm.track import final_status
+from worker.slurm.track import final_status, recorded_end
 
 
 def job(state: str, exit_code: int | None = None, reason: str | None = None) -> SlurmJob:
@@ -49,3 +49,29 @@ def test_a_timed_out_job_fails_naming_the_slurm_time_limit(tmp_path: Path) -> No
     error = ended_as(run.run_id)[1] or ""
     said = "Slurm job 41: TIMEOUT (TimeLimit): the run reached its Slurm time limit"
     assert error.startswith(said), error
+
+
+def test_a_forgotten_jobs_end_is_its_batch_steps_record_of_that_job_only(tmp_path: Path) -> None:
+    record = tmp_path / "attempt-1.exit"
+    assert recorded_end(record, "41") is None  # none written (cancelled, its node lost)
+    record.write_text("job=40 exit=0\n")  # an earlier job's: not this one's end
+    assert recorded_end(record, "41") is None
+    record.write_text("job=41 exit=0\n")
+    done = recorded_end(record, "41")
+    assert done is not None and done.ended and (done.state, done.exit_code) == ("COMPLETED", 0)
+    record.write_text("job=41 exit=1\n")
+    failed = recorded_end(record, "41")
+    assert failed is not None and (failed.state, failed.exit_code) == ("FAILED", 1)
+
+
+def test_a_job_forgotten_with_a_failed_record_fails_with_the_ranks_exception(
+    tmp_path: Path,
+) -> None:
+    run = started_run(tmp_path)
+    (tmp_path / "output.log").write_text(
+        "Traceback (most recent call last):\nRuntimeError: rank 1 fails on purpose at step 3\n"
+    )
+    record = tmp_path / "attempt-1.exit"
+    record.write_text("job=41 exit=1\n")
+    assert final_status(run, recorded_end(record, "41"), None, "41") is RunStatus.failed
+    assert "rank 1 fails on purpose" in (ended_as(run.run_id)[1] or "")

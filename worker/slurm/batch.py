@@ -81,6 +81,10 @@ class JobFiles:
         return self.folder / self.descriptors.replace("*", str(fd))
 
     @property
+    def exit_record(self) -> Path:  # the batch step's "job=<id> exit=<srun's status>" line
+        return self.folder / f"attempt-{self.attempt}.exit"
+
+    @property
     def log(self) -> Path:  # the run's own log: the worker forwards it as a local run's
         return self.run_dir / "output.log"
 
@@ -232,6 +236,7 @@ def batch_script(
     ]
     argv = " ".join(_word(w) for w in launch.argv)
     script = shlex.quote(str(files.script))
+    record = shlex.quote(str(files.exit_record))
     return "\n".join(
         [
             "#!/bin/bash",
@@ -252,7 +257,13 @@ def batch_script(
             # sbatch --export=NONE sets this for the steps too: srun's tasks take the script's.
             "export SLURM_EXPORT_ENV=ALL",
             f"srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 {script} task",
-            "exit $?",
+            "code=$?",
+            # The job's end for a worker that finds Slurm forgot it (worker.slurm.track
+            # .recorded_end): written by the batch step, outside the sandbox, into the attempt's
+            # folder, which no job sees; renamed into place, never read half written.
+            f'printf \'job=%s exit=%s\\n\' "$SLURM_JOB_ID" "$code" > {record}.new'
+            f" && mv -f {record}.new {record}",
+            'exit "$code"',
             "",
         ]
     )

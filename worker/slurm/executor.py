@@ -36,7 +36,7 @@ from worker.job_policy import job_isolation
 from worker.slurm import boundary, commands
 from worker.slurm.batch import NAME_PREFIX, batch_script, parse_job_name, sbatch_options
 from worker.slurm.prepare import Claimed, claim, prepare
-from worker.slurm.track import STARTED, track
+from worker.slurm.track import STARTED, recorded_end, track
 from worker.supervise import finish, hand_over_stopped
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,9 @@ def adopt_jobs() -> list[threading.Thread]:
         job = jobs.pop((run_id, attempt), None)
         if job is None and external_id:  # ended while no worker watched: squeue or sacct says how
             job = commands.query([external_id]).get(external_id)
+            if job is None:  # or, forgotten by Slurm, its batch step's record
+                record = boundary.job_files(run_id, attempt).exit_record
+                job = recorded_end(record, external_id)
         if job is None:
             reason = "its Slurm worker restarted and found no Slurm job of the attempt"
             hand_over_stopped(run_id, attempt=attempt, reason=reason)

@@ -9,6 +9,15 @@ a `SlurmJobTarget`, with the steps of a Slurm job.
     re-adopted run loses and doubles nothing) and the check-in (a cancel: scancel).
 
 A worker shutdown leaves the job to Slurm (DETACH): the next worker of the pool re-adopts it.
+
+Where neither squeue nor sacct knows the job (no accounting, ended past `MinJobAge`), its end
+is the batch step's record (`recorded_end`): srun's exit status, written after srun returns by
+the batch script into the attempt's folder of the data dir (worker.slurm.batch.JobFiles
+.exit_record). A member's code cannot forge it: the batch step runs as the job's submitter
+(root or the service's account) before any privilege drop and outside the sandbox; the job's
+processes run in bwrap, where the data dir is hidden (worker.slurm.boundary), and a root
+worker's job as the run's uid, which cannot write the folder (0700, the submitter's) either.
+The record names its Slurm job id: an earlier job's record is not read for a later one.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.runs.state import lifecycle, phase
 from app.runs.state.status import RunStatus
@@ -27,7 +37,7 @@ from worker.ingest_gate import Turn
 from worker.ingest_steps import IngestSteps
 from worker.job_errors import run_error
 from worker.run_log import note_in_log
-from worker.slurm import commands
+from worker.slurm import boundary, commands
 from worker.slurm.commands import SlurmError, SlurmJob
 from worker.supervise import finish, forget_attempt, hand_over_stopped
 from worker.supervision import Policy, Seen, Step, StopReason, supervise
@@ -47,8 +57,9 @@ CANCEL_WAIT_SECONDS = 8.0
 class SlurmJobTarget:
     """A Slurm job as the supervision loop's `Supervised`: its state read at each pause."""
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, record: Path | None = None) -> None:
         self.job_id = job_id
+        self.record = record
         self.last: SlurmJob | None = None
         self.unknown_since: float | None = None
         self.refresh()
@@ -59,7 +70,9 @@ class SlurmJobTarget:
         except SlurmError as exc:  # slurmctld busy or away: the next round asks again
             log.warning("slurm job %s: query failed: %s", self.job_id, exc)
             return
-        if found is None:  # not (or no longer) known to squeue nor sacct
+        if found is None and self.record is not None:
+            found = recorded_end(self.record, self.job_id)
+        if found is None:  # not (or no longer) known to squeue nor sacct, and no record
             self.unknown_since = self.unknown_since or time.monotonic()
         else:
             self.last, self.unknown_since = found, None
@@ -78,6 +91,23 @@ class SlurmJobTarget:
         # scancel sends SIGTERM to every step, then SIGKILL after the cluster's KillWait.
         commands.cancel(self.job_id)
         return True
+
+
+def recorded_end(record: Path, job_id: str) -> SlurmJob | None:
+    """The job's end as its batch step recorded it ("job=<id> exit=<code>"): COMPLETED for
+    srun's 0, FAILED otherwise; None without a record of this job (none written: the batch
+    step was cancelled or its node lost, which Slurm itself reports while it knows the job)."""
+    try:
+        words = record.read_text().split()
+    except OSError:
+        return None
+    fields = dict(word.split("=", 1) for word in words if "=" in word)
+    code = fields.get("exit", "")
+    if fields.get("job") != job_id or not code.isdigit():
+        return None
+    state = "COMPLETED" if int(code) == 0 else "FAILED"
+    reason = "Slurm no longer knows the job; its batch script recorded srun's exit status"
+    return SlurmJob(job_id, "", "", state, reason, None, int(code), None, ())
 
 
 @dataclass
@@ -127,7 +157,7 @@ def track(run: Watched, job_id: str, *, started: bool = False) -> RunStatus:
     """From the attempt's submitted job to the run's final status (running: left to the next
     worker)."""
     settings = get_settings()
-    target = SlurmJobTarget(job_id)
+    target = SlurmJobTarget(job_id, boundary.job_files(run.run_id, run.attempt).exit_record)
     ingest = IngestSteps(run.run_id)
     batches = Forward(ingest, run, turn=Turn.LIVE, mark=True)
     steps: list[Step] = [Waiting(run, target, started=started), batches]
