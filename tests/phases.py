@@ -93,6 +93,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_recipes",
         "test_resume",
         "test_slurm_boundary",  # one sandboxed Slurm run probing its boundary: ~30 s
+        "test_slurm_boundary_service_account",  # a service-account stack and one Slurm run
         "test_slurm_cluster",  # a private Slurm cluster runs jobs (waits of 30-60 s)
         "test_slurm_commands",  # sbatch/squeue/scancel on a private cluster; its cancel is timed
         "test_slurm_executor",  # the Slurm pool end to end; its cancel test (10 s) is timed
