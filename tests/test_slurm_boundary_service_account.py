@@ -111,7 +111,8 @@ def test_a_service_account_worker_runs_its_job_sandboxed_as_the_account(
             try:
                 base = f"http://127.0.0.1:{port}"
                 wait_healthy(base, server, logs / "server.log")
-                run = one_run(LiveStack(base, logs, PASSWORD).admin_client())
+                with LiveStack(base, logs, PASSWORD).admin_client() as api:
+                    run = one_run(api)
             finally:
                 stop_process(server)
                 stop_process(worker)
