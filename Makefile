@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test mlflow-server aim-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
+.PHONY: install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -91,6 +91,19 @@ aim-venv: $(AIM_VENV)/.installed
 $(AIM_VENV)/.installed: $(VENV)/.installed-test
 	$(PYTHON) -m venv $(AIM_VENV)
 	$(VENV)/bin/uv pip install -q --python $(AIM_VENV)/bin/python -e ".[import-aim]"
+	touch $@
+
+# The server for tests/test_slurm_boundary_service_account.py: a Slurm worker run as a system
+# account must execute its interpreter inside and outside bwrap. The test venv's python may
+# live under a home only root may enter (a pyenv in /root, 0700), so this venv is made from
+# the system's python3 (any interpreter other users can run: SERVICE_PYTHON), the server extra.
+SERVICE_VENV ?= .venv-service
+SERVICE_PYTHON ?= /usr/bin/python3
+service-venv: $(SERVICE_VENV)/.installed
+$(SERVICE_VENV)/.installed: $(VENV)/.installed-test
+	$(SERVICE_PYTHON) -m venv $(SERVICE_VENV)
+	$(SERVICE_VENV)/bin/python -m pip install -q $(CPU_TORCH)
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(SERVICE_VENV)/bin/python -e ".[server]"
 	touch $@
 
 # The browser tests and bench/ui_run_page.py drive Debian's chromium through Playwright for
@@ -178,7 +191,7 @@ js-check: node_modules/.installed
 # cores busy, so they only took longer there, and the services stream's part grew from 284 s
 # to 1,105 s; the slow tests compute rather than wait (docs/testing.md).
 # Issue 26: CI under 40 minutes on 2 cores.
-TEST_DEPS := install-test browser compose sandbox slurm mlflow-server aim-venv
+TEST_DEPS := install-test browser compose sandbox slurm mlflow-server aim-venv service-venv
 QUICK := not slow and not browser
 # Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
 # slow tests wait or compute decides what running them side by side saves (docs/testing.md).
