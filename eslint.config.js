@@ -18,7 +18,7 @@ const EVENT_NAMES = [
 ];
 
 export default [
-  {ignores: [".venv/**", "node_modules/**", "torchyard-data/**", "build/**", "dist/**"]},
+  {ignores: [".venv*/**", "node_modules/**", "torchyard-data/**", "build/**", "dist/**"]},
   js.configs.recommended,
   {
     files: ["app/static/**/*.js"],
