@@ -12,6 +12,7 @@ import base64
 import gzip
 import hashlib
 import io
+import re
 import tarfile
 import zipfile
 from pathlib import Path
@@ -169,6 +170,10 @@ def test_a_picked_folder_is_packed_uploaded_and_sent_as_the_configs_code(
     assert page.input_value("select#script-pick") == "train.py"
     config = submit_and_read_config(page, "browser-code-folder")
     assert config["code"] == digest and config["script"] == "train.py"
+    # The form goes on to the new run's page once its POST answers: waited for here, or that
+    # navigation can land after the goto below and take its place (CI, on a loaded box: the
+    # new-experiment form never came and its recipe select timed out).
+    page.wait_for_url(re.compile(r"/runs/\d+$"))
 
     # "Use the workspace instead" drops the snapshot: a free script field again, no code.
     page.goto("/experiments/new")
