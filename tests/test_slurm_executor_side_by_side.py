@@ -15,6 +15,7 @@ import pytest
 from tests.slurm_cluster import slurm_cluster
 from tests.stack import start_logged, stop_process, wait_for_hosts
 from tests.test_slurm_executor import BOTH_GPUS, SCRIPT, SlurmStack, ended, slurm_stack
+from tests.waits import wait_for
 from torchyard.compose.processes import worker_argv
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,16 @@ def test_a_local_run_and_a_slurm_run_of_one_experiment_compare_on_one_chart(
     stack: SlurmStack,
 ) -> None:
     api = stack.api
-    pools = {p["name"]: p for p in api.get("/api/pools").json()["pools"]}
+    pools: dict[str, dict] = {}
+
+    def both_pools_live() -> bool:
+        # The Slurm worker heartbeats on its own time: the fixture waits for the local one
+        # only (CI: on a loaded box the pool 'cluster' was not listed yet, KeyError).
+        pools.clear()
+        pools.update((p["name"], p) for p in api.get("/api/pools").json()["pools"])
+        return "cluster" in pools and LOCAL_HOST in pools.get("local", {}).get("hosts", ())
+
+    wait_for(both_pools_live, timeout=60, every=0.2, what=lambda: f"both pools live: {pools}")
     # Among the local pool's live hosts (a worker of an earlier module of the pass may still
     # count as live on the suite's database: CI's services pass listed this box's own name).
     assert LOCAL_HOST in pools["local"]["hosts"] and pools["local"]["executor"] == "process"
