@@ -234,6 +234,25 @@ POSTGRES_ONLY_MODULES = frozenset(
 )
 
 
+# Slow test modules whose scenario runs once, on the team stack (PostgreSQL + Redis), not on
+# both: a Slurm pool is for a team that outgrew one box, so its worker serves the team stack;
+# what the pool writes goes through the same run services that the quick tests show on both
+# databases. Each module starts a Slurm cluster of its own, and running them twice cost about
+# 8 minutes of CI's CPU (issue 38: CI under 40 minutes). The Slurm pieces that touch no
+# database (test_slurm_commands, test_slurm_cluster, test_slurm_batch) are local_only above.
+SERVICES_ONLY_MODULES = frozenset(
+    {
+        "test_slurm_executor",
+        "test_slurm_executor_ops",
+        "test_slurm_executor_multi_node",
+        "test_slurm_executor_side_by_side",
+        "test_slurm_boundary",
+        "test_slurm_boundary_service_account",
+        "test_slurm_track_forgotten",
+    }
+)
+
+
 def module_key(module_name: str) -> str:
     """`tests.browser.test_pages` -> `browser.test_pages`: the key LOCAL_ONLY_MODULES uses."""
     return module_name.removeprefix("tests.")
@@ -287,6 +306,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.local_only)
         if key in POSTGRES_ONLY_MODULES:
             item.add_marker(pytest.mark.postgres_only)
+        if key in SERVICES_ONLY_MODULES:
+            item.add_marker(pytest.mark.services_only)
         if key in TIMED_MODULES and item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.timed)
         if key in SECOND_STREAM_MODULES:
