@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
+.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -215,7 +215,14 @@ SERVICES_PYTEST = TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(
 # services quick test failing hid the browser tests of its stream until stop 40).
 # The checks (lint: mypy alone is 130 s cold, and js-check) run in the first stream, before the
 # embedded quick tests: that stream was the shorter by ~140 s (403 s against 539 s, stop 38).
-test: $(TEST_DEPS)
+# The installs run side by side (-j4): the MLflow, Aim and service venvs each wait only for the
+# test venv (their uv), and npm's tools for nothing; one after another they took about 5 of
+# CI's 10.5 install minutes (issue 41's CI), mostly unpacking and compiling bytecode, one core
+# each. apt_install waits for a held dpkg lock, so two apt steps never collide.
+test-deps:
+	@$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_DEPS) node_modules/.installed
+
+test: test-deps
 	@status=0; \
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks-then-embedded-quick test-services-quick-browser || status=1; \
 	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser" || status=1; \
