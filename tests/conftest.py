@@ -103,6 +103,9 @@ LOCAL_ONLY_MODULES = frozenset(
         # a minute to start); what it writes goes through the MLflow API, tested on both
         "test_mlflow_source",
         "test_cli_importers",  # the import command's missing extras, in a subprocess
+        # `torchyard.init(config=...)` in a job: its subject is the SDK's config record; the
+        # params it writes are stored by the ingest path that the quick tests show on both
+        "test_torchyard_sdk_config",
         "test_tensorboard_source",  # `torchyard import tensorboard` and `wandb`: the readers;
         "test_wandb_source",  # what they write goes through the MLflow API, tested on both
         "test_aim_source",  # `torchyard import aim`, run from .venv-aim (make aim-venv)
@@ -235,7 +238,7 @@ POSTGRES_ONLY_MODULES = frozenset(
 
 
 # Slow test modules whose scenario runs once, on the team stack (PostgreSQL + Redis), not on
-# both: a Slurm pool is for a team that outgrew one box, so its worker serves the team stack;
+# both. A Slurm pool is for a team that outgrew one box, so its worker serves the team stack;
 # what the pool writes goes through the same run services that the quick tests show on both
 # databases. Each module starts a Slurm cluster of its own, and running them twice cost about
 # 8 minutes of CI's CPU (issue 38: CI under 40 minutes). The Slurm pieces that touch no
@@ -249,6 +252,9 @@ SERVICES_ONLY_MODULES = frozenset(
         "test_slurm_boundary",
         "test_slurm_boundary_service_account",
         "test_slurm_track_forgotten",
+        # hosts that share only the database and the broker over the network: a deployment of
+        # the team stack alone (the embedded stack's SQLite file is one box's)
+        "test_separate_hosts",
     }
 )
 
