@@ -204,6 +204,16 @@ class Settings(PoolSettings, BaseSettings):
     # sys/rss_mb, per leased GPU sys/gpu<i>/util, mem_mb, power_w: worker/system_metrics.py).
     # At least 1: the series' x is whole seconds since the run started.
     system_metrics_interval_seconds: Seconds = Field(default=10.0, ge=1)
+    # GPU efficiency (docs/fleet.md "Efficiency"): a running run's mean / p95 GPU utilisation
+    # and peak GPU memory (app/metrics/gpu_efficiency.py) are refreshed this often by its
+    # worker, and once more at its end.
+    gpu_summary_seconds: Seconds = Field(default=60.0, ge=1)
+    # A leased GPU is idle while its utilisation is below this (%): the run notice, the
+    # GPU-idle alert and the Fleet page's idle GPU-hours all count it so (1: 0% is idle).
+    gpu_idle_below_percent: float = Field(default=1.0, ge=0, le=100)
+    # A running run whose GPUs stayed idle this many minutes (notify_minute_seconds each) gets
+    # a notice on its run page; its owner's GPU-idle alert keeps its own N minutes.
+    gpu_idle_minutes: float = Field(default=30.0, gt=0)
     # A lease not heartbeated for this long belongs to a dead worker and is freed.
     lease_ttl_seconds: Seconds = 15.0
     # Every run in training is stamped this often; one silent for run_lost_seconds lost its

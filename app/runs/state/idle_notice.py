@@ -1,0 +1,53 @@
+"""A notice on a running run whose GPUs stayed idle (docs/fleet.md "Efficiency"): every
+running run holding GPUs, whoever owns it and whether or not its owner subscribed to the
+GPU-idle alert (app.notifications.triggers), is checked on each round of the periodic checks.
+Idle is read from the run's own GPU series (app.metrics.gpu_efficiency.idle_gpus):
+utilisation below settings.gpu_idle_below_percent for settings.gpu_idle_minutes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.gpus.models import GpuLease
+from app.metrics.gpu_efficiency import idle_gpus
+from app.runs.models import Run, RunStatus
+from app.runs.state import notices
+from app.settings import get_settings
+
+
+def check_idle_runs(session: Session, *, now: datetime) -> int:
+    """Note every running run idle past the threshold that has no such notice yet; how many."""
+    settings = get_settings()
+    seconds = settings.gpu_idle_minutes * settings.notify_minute_seconds
+    runs = session.scalars(
+        select(Run).where(
+            Run.status == RunStatus.running,
+            Run.id.in_(select(GpuLease.run_id)),
+        )
+    )
+    found = 0
+    for run in runs:
+        if (run.notices or {}).get("gpu_idle"):
+            continue
+        fresh = max(settings.lease_ttl_seconds, 3 * settings.system_metrics_interval_seconds)
+        gpus = idle_gpus(
+            session,
+            run_id=run.id,
+            below=settings.gpu_idle_below_percent,
+            seconds=seconds,
+            now=now.timestamp(),
+            fresh=fresh,
+        )
+        if gpus:
+            found += notices.gpu_idle(
+                run,
+                gpus=gpus,
+                minutes=settings.gpu_idle_minutes,
+                below=settings.gpu_idle_below_percent,
+                at=now,
+            )
+    return found
