@@ -27,9 +27,7 @@ def fleet_report(session: Session, user: User, window: Window) -> FleetOut:
     below = get_settings().gpu_idle_below_percent
     owner_id = None if user.is_admin else user.id
     users = fleet(session, since=since, until=now, now=now, below=below, owner_id=owner_id)
-    return FleetOut(
-        window=window, since=since, until=now, idle_below_percent=below, users=users
-    )
+    return FleetOut(window=window, since=since, until=now, idle_below_percent=below, users=users)
 
 
 @router.get("/fleet", response_model=FleetOut)

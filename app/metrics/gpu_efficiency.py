@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from app.metrics.ingest import Point, ingest_points
 from app.metrics.models import Metric, MetricKey
+from app.settings import get_settings
 
 UTIL_MEAN = "sys/run/gpu_util_mean"
 UTIL_P95 = "sys/run/gpu_util_p95"
@@ -102,12 +103,19 @@ def refresh(session: Session, *, run_id: int) -> int:
     return ingest_points(session, run_id=run_id, points=points)
 
 
+def fresh_seconds() -> float:
+    """How old a run's newest GPU sample may be for its GPU to be judged from it at all."""
+    settings = get_settings()
+    return max(settings.lease_ttl_seconds, 3 * settings.system_metrics_interval_seconds)
+
+
 def idle_gpus(
-    session: Session, *, run_id: int, below: float, seconds: float, now: float, fresh: float
+    session: Session, *, run_id: int, below: float, seconds: float, now: float
 ) -> list[str]:
     """The run's GPUs (their util keys' GPU part, ``gpu0``, ``node1/gpu0``) whose samples
     have all been below ``below`` for at least ``seconds`` up to now, the newest of them no
-    older than ``fresh`` seconds (a GPU no longer sampled is not said idle)."""
+    older than ``fresh_seconds()`` (a GPU no longer sampled is not said idle)."""
+    fresh = fresh_seconds()
     idle = []
     for key, (key_id, _) in sorted(gpu_keys(session, run_id).items()):
         if not UTIL.match(key):
@@ -118,7 +126,8 @@ def idle_gpus(
         ).first()
         if newest is None or now - newest[0] > fresh or newest[1] is None or newest[1] >= below:
             continue
-        busy = session.scalar(select(func.max(Metric.wall_time)).where(of_key, Metric.value >= below))
+        last_busy = select(func.max(Metric.wall_time)).where(of_key, Metric.value >= below)
+        busy = session.scalar(last_busy)
         start = session.scalar(
             select(func.min(Metric.wall_time)).where(
                 of_key, *(() if busy is None else (Metric.wall_time > busy,))

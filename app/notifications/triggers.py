@@ -224,7 +224,6 @@ class PeriodicChecks:
                     below=settings.gpu_idle_below_percent,
                     seconds=row.gpu_idle_minutes * settings.notify_minute_seconds,
                     now=now.timestamp(),
-                    fresh=max(settings.lease_ttl_seconds, 3 * settings.system_metrics_interval_seconds),
                 )
                 if by_series:
                     idle[run_id] = by_series

@@ -33,14 +33,12 @@ def check_idle_runs(session: Session, *, now: datetime) -> int:
     for run in runs:
         if (run.notices or {}).get("gpu_idle"):
             continue
-        fresh = max(settings.lease_ttl_seconds, 3 * settings.system_metrics_interval_seconds)
         gpus = idle_gpus(
             session,
             run_id=run.id,
             below=settings.gpu_idle_below_percent,
             seconds=seconds,
             now=now.timestamp(),
-            fresh=fresh,
         )
         if gpus:
             found += notices.gpu_idle(
