@@ -69,7 +69,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_table_ownership": "docs/architecture.md's owners, the guard over every write",
 }
 for _e2e in (
-    "code config_env ddp ddp_exit environments hf hostile_output isolation job_output lightning"
+    "code config_env ddp ddp_exit efficiency environments hf hostile_output isolation job_output lightning"
     " limits mlflow_job notifications retention runs script_folder scripts submit_code sweeps"
     " tensorboard_media"
 ).split():
