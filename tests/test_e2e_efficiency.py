@@ -9,6 +9,8 @@ member sees their own row only."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -181,3 +183,16 @@ def test_idle_notice_alert_sorting_and_fleet(stack: LiveStack, hook: WebhookRece
         expected = BUSY * counts[busy] / (counts[idle] + counts[busy])
         assert row["util_mean"] == pytest.approx(expected, abs=0.01)
         assert row["gpu_runs"] == 2 and row["runs_waiting"] == 0
+
+        # The CLI: the same row, as a table and as the API's JSON.
+        token = owner_auth["Authorization"].removeprefix("Bearer ")
+        argv = ["fleet", "--window", "24h", "--server", stack.base_url, "--token", token]
+        shown = subprocess.run(
+            [str(Path(sys.executable).parent / "torchyard"), *argv],
+            env={**os.environ, "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert owner in shown.stdout and "IDLE GPU-HOURS" in shown.stdout, shown.stdout
