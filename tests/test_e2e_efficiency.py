@@ -132,10 +132,11 @@ def test_idle_notice_alert_sorting_and_fleet(stack: LiveStack, hook: WebhookRece
 
         for run_id in (waiting, idle, busy):
             assert api.post(f"/api/runs/{run_id}/cancel").status_code in (200, 202)
-        for run_id in (idle, busy):
-            wait_until(
-                lambda r=run_id: api.get(f"/api/runs/{r}").json()["status"] == "cancelled", 60
-            )
+
+        def ended(run_id: int) -> bool:
+            return bool(api.get(f"/api/runs/{run_id}").json()["status"] == "cancelled")
+
+        wait_until(lambda: ended(idle) and ended(busy), 60, "both runs cancelled")
 
         # The runs table: the final figures, sorted and filtered.
         final = {r: api.get(f"/api/runs/{r}").json() for r in (idle, busy)}
