@@ -50,20 +50,27 @@ def gpu_keys(session: Session, run_id: int) -> dict[str, tuple[int, int | None]]
     return {k: (i, s) for k, i, s in rows if UTIL.match(k) or MEM.match(k)}
 
 
-def percentile(session: Session, key_ids: Sequence[int], share: float) -> float | None:
-    """The nearest-rank ``share`` percentile of the stored values of ``key_ids``."""
-    values = Metric.value.is_not(None)
-    n = session.scalar(select(func.count()).where(Metric.key_id.in_(key_ids), values)) or 0
+def util_figures(session: Session, key_ids: Sequence[int]) -> tuple[float, float] | None:
+    """(mean, nearest-rank p95) of the stored values of ``key_ids``; None without any. One
+    grouped scan: NVML's utilisation is a whole percent, so the groups are at most 101 and no
+    sort of the samples themselves is needed."""
+    stmt = (
+        select(Metric.value, func.count())
+        .where(Metric.key_id.in_(key_ids), Metric.value.is_not(None))
+        .group_by(Metric.value)
+        .order_by(Metric.value)
+    )
+    groups = [(float(v), int(c)) for v, c in session.execute(stmt) if v is not None]
+    n = sum(count for _, count in groups)
     if not n:
         return None
-    rank = max(1, math.ceil(share * n))
-    return session.scalar(
-        select(Metric.value)
-        .where(Metric.key_id.in_(key_ids), values)
-        .order_by(Metric.value)
-        .offset(rank - 1)
-        .limit(1)
-    )
+    mean = sum(value * count for value, count in groups) / n
+    rank, seen = max(1, math.ceil(0.95 * n)), 0
+    for value, count in groups:
+        seen += count
+        if seen >= rank:
+            return mean, value
+    return mean, groups[-1][0]  # not reached: the counts add up to n
 
 
 def figures(session: Session, run_id: int) -> dict[str, float]:
@@ -72,11 +79,9 @@ def figures(session: Session, run_id: int) -> dict[str, float]:
     util = [i for k, (i, _) in keys.items() if UTIL.match(k)]
     mem = [i for k, (i, _) in keys.items() if MEM.match(k)]
     found: dict[str, float] = {}
-    if util:
-        mean = session.scalar(select(func.avg(Metric.value)).where(Metric.key_id.in_(util)))
-        p95 = percentile(session, util, 0.95)
-        if mean is not None and p95 is not None:
-            found[UTIL_MEAN], found[UTIL_P95] = round(float(mean), 2), float(p95)
+    both = util_figures(session, util) if util else None
+    if both is not None:
+        found[UTIL_MEAN], found[UTIL_P95] = round(both[0], 2), both[1]
     if mem:
         peak = session.scalar(select(func.max(MetricKey.max_value)).where(MetricKey.id.in_(mem)))
         if peak is not None:
@@ -112,27 +117,27 @@ def fresh_seconds() -> float:
 def idle_gpus(
     session: Session, *, run_id: int, below: float, seconds: float, now: float
 ) -> list[str]:
-    """The run's GPUs (their util keys' GPU part, ``gpu0``, ``node1/gpu0``) whose samples
-    have all been below ``below`` for at least ``seconds`` up to now, the newest of them no
-    older than ``fresh_seconds()`` (a GPU no longer sampled is not said idle)."""
+    """The run's GPUs (their util keys' GPU part, ``gpu0``, ``node1/gpu0``) whose samples of
+    the last ``seconds`` (steps are seconds: the primary key's range, never the whole series)
+    are all below ``below``, with a sample at or before that stretch's start (sampled that
+    long), the newest no older than ``fresh_seconds()`` (a GPU no longer sampled is not said
+    idle)."""
     fresh = fresh_seconds()
     idle = []
-    for key, (key_id, _) in sorted(gpu_keys(session, run_id).items()):
-        if not UTIL.match(key):
+    for key, (key_id, last) in sorted(gpu_keys(session, run_id).items()):
+        if not UTIL.match(key) or last is None:
             continue
         of_key = Metric.key_id == key_id
         newest = session.execute(
-            select(Metric.wall_time, Metric.value).where(of_key).order_by(Metric.step.desc())
+            select(Metric.wall_time, Metric.value).where(of_key, Metric.step == last)
         ).first()
         if newest is None or now - newest[0] > fresh or newest[1] is None or newest[1] >= below:
             continue
-        last_busy = select(func.max(Metric.wall_time)).where(of_key, Metric.value >= below)
-        busy = session.scalar(last_busy)
-        start = session.scalar(
-            select(func.min(Metric.wall_time)).where(
-                of_key, *(() if busy is None else (Metric.wall_time > busy,))
-            )
+        lo = last - int(math.ceil(seconds))
+        busy = session.scalar(
+            select(func.count()).where(of_key, Metric.step >= lo, Metric.value >= below)
         )
-        if start is not None and newest[0] - start >= seconds and now - start >= seconds:
+        covered = session.scalar(select(func.count()).where(of_key, Metric.step <= lo))
+        if not busy and covered:
             idle.append(key.removeprefix("sys/").removesuffix("/util"))
     return idle
