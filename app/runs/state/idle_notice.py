@@ -28,7 +28,7 @@ def check_idle_runs(session: Session, *, now: datetime) -> int:
             Run.status == RunStatus.running,
             Run.id.in_(select(GpuLease.run_id)),
         )
-    )
+    ).all()
     found = 0
     for run in runs:
         if (run.notices or {}).get("gpu_idle"):
@@ -40,9 +40,13 @@ def check_idle_runs(session: Session, *, now: datetime) -> int:
             seconds=seconds,
             now=now.timestamp(),
         )
-        if gpus:
+        if not gpus:
+            continue
+        # Read again under the row's lock: the forwarder writes the same notices column.
+        locked = session.get(Run, run.id, with_for_update=True, populate_existing=True)
+        if locked is not None:
             found += notices.gpu_idle(
-                run,
+                locked,
                 gpus=gpus,
                 minutes=settings.gpu_idle_minutes,
                 below=settings.gpu_idle_below_percent,
