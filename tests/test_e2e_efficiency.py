@@ -111,15 +111,12 @@ def test_idle_notice_alert_sorting_and_fleet(stack: LiveStack, hook: WebhookRece
         def noticed(run_id: int) -> bool:
             return any("GPU idle" in n for n in api.get(f"/api/runs/{run_id}").json()["notices"])
 
+        def alerted() -> set[tuple[int, str]]:
+            return {(b["run"]["id"], b["event"]) for b in hook.bodies if b.get("run")}
+
         wait_until(lambda: noticed(idle), 60, f"the idle notice on run {idle}")
-        alerted = {(b["run"]["id"], b["event"]) for b in hook.bodies if b.get("run")}
-        wait_until(
-            lambda: (idle, "gpu_idle") in {(b["run"]["id"], b["event"]) for b in hook.bodies},
-            30,
-            "the GPU-idle alert",
-        )
-        alerted = {(b["run"]["id"], b["event"]) for b in hook.bodies if b.get("run")}
-        assert (busy, "gpu_idle") not in alerted and not noticed(busy)
+        wait_until(lambda: (idle, "gpu_idle") in alerted(), 30, "the GPU-idle alert")
+        assert (busy, "gpu_idle") not in alerted() and not noticed(busy)
 
         # Runs waiting: the member's 2-GPU run behind both; the member sees only their row.
         ours = api.get("/api/fleet", params={"window": "24h"}).json()["users"]
