@@ -22,6 +22,8 @@ from app.compare.views import router as compare_views
 from app.compression import NetworkGZipMiddleware
 from app.experiments.api import router as experiments_router
 from app.experiments.views import router as experiments_views
+from app.fleet.api import router as fleet_router
+from app.fleet.views import router as fleet_views
 from app.gpus.api import router as gpus_router
 from app.gpus.views import router as gpus_views
 from app.http_errors import error_responses, install_error_handlers
@@ -127,6 +129,7 @@ def create_app() -> FastAPI:
         code_router,
         compare_router,
         gpus_router,
+        fleet_router,
         notifications_router,
         users_router,
         ceilings_router,
@@ -148,6 +151,7 @@ def create_app() -> FastAPI:
         runs_views,
         compare_views,
         gpus_views,
+        fleet_views,
         users_views,
         notifications_views,
         sweeps_views,

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.runs.files.job_files import within
+from app.settings_efficiency import EfficiencySettings
 from app.settings_pools import PoolSettings
 from app.settings_rules import Hours, Seconds, SecondsOrOff, refuse_conflicts
 
@@ -20,7 +21,7 @@ from app.settings_rules import Hours, Seconds, SecondsOrOff, refuse_conflicts
 PRIVATE_UMASK = 0o077
 
 
-class Settings(PoolSettings, BaseSettings):
+class Settings(PoolSettings, EfficiencySettings, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TORCHYARD_", extra="ignore")
 
     data_dir: Path = Path("torchyard-data")
@@ -200,9 +201,8 @@ class Settings(PoolSettings, BaseSettings):
     # with the same functions, by module name or .py path (tests/nvml_standin.py gives a fake
     # inventory GPU stats on CPU).
     nvml_module: str = "pynvml"
-    # How often the worker samples a training job's system series (sys/cpu_percent,
-    # sys/rss_mb, per leased GPU sys/gpu<i>/util, mem_mb, power_w: worker/system_metrics.py).
-    # At least 1: the series' x is whole seconds since the run started.
+    # How often the worker samples a job's system series (worker/system_metrics.py); at least
+    # 1: the series' x is whole seconds since the run started. GPU efficiency: settings_efficiency.
     system_metrics_interval_seconds: Seconds = Field(default=10.0, ge=1)
     # A lease not heartbeated for this long belongs to a dead worker and is freed.
     lease_ttl_seconds: Seconds = 15.0

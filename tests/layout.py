@@ -69,9 +69,9 @@ CROSS_CUTTING: dict[str, str] = {
     "test_table_ownership": "docs/architecture.md's owners, the guard over every write",
 }
 for _e2e in (
-    "code config_env ddp ddp_exit environments hf hostile_output isolation job_output lightning"
-    " limits mlflow_job notifications retention runs script_folder scripts submit_code sweeps"
-    " tensorboard_media"
+    "code config_env ddp ddp_exit efficiency environments hf hostile_output isolation job_output"
+    " lightning limits mlflow_job notifications retention runs script_folder scripts submit_code"
+    " sweeps tensorboard_media"
 ).split():
     CROSS_CUTTING[f"test_e2e_{_e2e}"] = "end to end: a real server, worker and jobs"
 

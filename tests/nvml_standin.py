@@ -3,6 +3,7 @@ calls worker.gpus makes, over NVML_STANDIN_GPUS GPUs (default 8), each with fixe
 tell the GPUs apart, so a worker with a fake inventory records GPU series on a CPU box.
 
 GPU i: utilization 10 * (i + 1) %, (i + 1) GiB used of 16 GiB, 50 + i W, no processes.
+NVML_STANDIN_UTIL="0=0,1=70" sets GPUs' utilization instead (an idle GPU, a busy one).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ MIB = 1024 * 1024
 
 
 def utilization(index: int) -> float:
-    return 10.0 * (index + 1)
+    chosen = dict(
+        part.split("=", 1) for part in os.environ.get("NVML_STANDIN_UTIL", "").split(",") if part
+    )
+    return float(chosen[str(index)]) if str(index) in chosen else 10.0 * (index + 1)
 
 
 def memory_used(index: int) -> int:

@@ -35,6 +35,7 @@ TIMED_MODULES = frozenset(
         "test_e2e_hostile_output",  # the API answers within 1 s while a job floods its log
         "test_e2e_limits",  # logins answer within a second beside a fork bomb
         "test_e2e_host_share",  # a job's CPU share beside a hog; ENOSPC recorded within 10 s
+        "test_e2e_efficiency",  # its "3 minutes" of GPU idleness are 3 s
         "test_e2e_notifications",  # its "3 minutes" are 3 s, retries 0.3 s
         "test_fencing_e2e",  # 1 s heartbeats, 5 s lease TTL, the old job gone within 5 s
         "test_gpu_leases",  # a 5 s lease TTL

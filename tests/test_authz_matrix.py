@@ -395,6 +395,7 @@ MATRIX: dict[tuple[str, str], Row] = {
         USER, 200, lambda w: ("/api/gpus/events", {FIRST_EVENT: True})
     ),
     ("GET", "/api/usage"): Row(USER, 200, _get("/api/usage")),
+    ("GET", "/api/fleet"): Row(USER, 200, _get("/api/fleet")),
     ("GET", "/api/pools"): Row(USER, 200, _get("/api/pools")),
     ("GET", "/api/experiments"): Row(
         USER, 200, _get("/api/experiments"), lambda w, r: w.experiment_id in _ids(r)
@@ -589,6 +590,7 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/"): Row(PAGE_USER, 200, _get("/"), lambda w, r: w.marker in r.text),
     ("GET", "/experiments/new"): Row(PAGE_USER, 200, _get("/experiments/new")),
     ("GET", "/gpus"): Row(PAGE_USER, 200, _get("/gpus")),
+    ("GET", "/fleet"): Row(PAGE_USER, 200, _get("/fleet")),
     ("GET", "/compare"): Row(
         PAGE_USER,
         200,

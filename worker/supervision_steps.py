@@ -64,6 +64,7 @@ class System:
         self.series = SystemSeries(
             run.run_id,
             interval=settings.system_metrics_interval_seconds,
+            summary_interval=settings.gpu_summary_seconds,
             node=run.node or 0,
             host=host,
             cgroup=run.limits.cgroup if run.limits is not None else (),

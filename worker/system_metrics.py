@@ -40,6 +40,7 @@ from typing import Any
 import psutil
 
 from app.db import Session
+from app.metrics import gpu_efficiency
 from app.metrics.ingest import Point, ingest_points
 from app.metrics.system_series import SeriesStart, series_start
 from torchyard.contract import SYSTEM_KEY_PREFIX
@@ -185,6 +186,7 @@ class SystemSeries:
         run_id: int,
         *,
         interval: float,
+        summary_interval: float = 60.0,
         nvml: Any = None,
         node: int = 0,
         host: str | None = None,
@@ -201,6 +203,9 @@ class SystemSeries:
         self.tree = ProcessTreeSampler()
         self._next = 0.0
         self._run: SeriesStart | None = None
+        # The run's GPU efficiency figures (app.metrics.gpu_efficiency), refreshed this often.
+        self.summary_interval = summary_interval
+        self._next_summary = time.monotonic() + summary_interval
 
     def due(self) -> bool:
         now = time.monotonic()
@@ -245,4 +250,8 @@ class SystemSeries:
         points: list[Point] = [
             (facts.key(key), step, value, now) for key, value in sorted(values.items())
         ]
-        return ingest_points(session, run_id=self.run_id, points=points)
+        stored = ingest_points(session, run_id=self.run_id, points=points)
+        if facts.gpu_indices and time.monotonic() >= self._next_summary:
+            self._next_summary = time.monotonic() + self.summary_interval
+            gpu_efficiency.refresh(session, run_id=self.run_id)
+        return stored

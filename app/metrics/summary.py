@@ -43,9 +43,11 @@ if TYPE_CHECKING:
 LOSS_KEY = "train/loss"
 ACC_KEY = "val/acc"
 _CHUNK = 500
-# The keys a runs list shows first: train/* and val/*, then the rest, each by name.
+# The keys a runs list shows first: train/*, val/* and the run's GPU efficiency (sys/run/*:
+# app.metrics.gpu_efficiency), then the rest, each by name.
+_FIRST = ("train/", "val/", "sys/run/")
 LIST_ORDER = (
-    case((or_(MetricKey.key.startswith("train/"), MetricKey.key.startswith("val/")), 0), else_=1),
+    case((or_(*(MetricKey.key.startswith(p) for p in _FIRST)), 0), else_=1),
     MetricKey.key,
 )  # ids per IN (...) list, well under every driver's parameter limit
 

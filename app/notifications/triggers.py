@@ -16,8 +16,11 @@ caller's transaction (app.notifications.service.record); nothing here touches th
   minutes. GPU idle: a leased GPU whose utilisation, in its host's fresh NVML stats
   (worker_hosts.gpu_stats, refreshed every lease_ttl/3 by the host heartbeat), has read 0
   ever since this process first saw it so, for N minutes; the start of that stretch is kept in
-  this process's memory (a restart starts counting again). A fake inventory has no stats, so
-  it never idles. Each is recorded once per run.
+  this process's memory (a restart starts counting again). A GPU the host's stats do not
+  show idle (a fake inventory has none) is judged by the run's own GPU series instead
+  (app.metrics.gpu_efficiency.idle_gpus: NVML's stand-in feeds them). Idle is utilisation below
+  settings.gpu_idle_below_percent. Each is recorded once per run. The same round puts the
+  run-page notice on every run idle past the admin's threshold (app.runs.state.idle_notice).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from sqlalchemy import and_, exists, func, select
 from sqlalchemy.orm import Session
 
 from app.gpus.models import GpuLease, WorkerHost
+from app.metrics.gpu_efficiency import idle_gpus
 from app.metrics.models import Metric, MetricKey
 from app.notifications.models import Delivery, Event, NotificationSettings
 from app.notifications.service import already, record, subscriber, wants, withdraw_unsent
@@ -168,11 +172,13 @@ class PeriodicChecks:
 
     def run(self, now: datetime | None = None) -> None:
         from app.db import session_scope
+        from app.runs.state.idle_notice import check_idle_runs
 
         now = now or utcnow()
         with session_scope() as session:
             check_stalled(session, now=now)
             self.check_gpu_idle(session, now=now)
+            check_idle_runs(session, now=now)
 
     def check_gpu_idle(self, session: Session, *, now: datetime) -> int:
         settings = get_settings()
@@ -200,7 +206,8 @@ class PeriodicChecks:
             fresh = host is not None and (
                 (now - as_utc(host.heartbeat_at)).total_seconds() <= settings.lease_ttl_seconds
             )
-            if not fresh or not isinstance(util, int | float) or util > 0:
+            below = settings.gpu_idle_below_percent
+            if not fresh or not isinstance(util, int | float) or util >= below:
                 continue  # not seen idle now: the stretch, if any, ends (pruned below)
             seen.add(key)
             since = self.idle_since.setdefault(key, now)
@@ -209,6 +216,17 @@ class PeriodicChecks:
                 idle.setdefault(run_id, []).append(f"{host_name}:{index}")
         for key in set(self.idle_since) - seen:
             del self.idle_since[key]
+        for run_id, (_run, row) in subscribed.items():
+            if run_id not in idle:
+                by_series = idle_gpus(
+                    session,
+                    run_id=run_id,
+                    below=settings.gpu_idle_below_percent,
+                    seconds=row.gpu_idle_minutes * settings.notify_minute_seconds,
+                    now=now.timestamp(),
+                )
+                if by_series:
+                    idle[run_id] = by_series
         found = 0
         for run_id, gpus in idle.items():
             run, row = subscribed[run_id]

@@ -68,6 +68,7 @@ def test_no_page_breaks_the_content_security_policy(page: Page) -> None:
         f"/runs/{run_id}",
         f"/compare?runs={run_id}",
         "/gpus",
+        "/fleet",
         "/account",
         "/admin/users",
         "/docs",

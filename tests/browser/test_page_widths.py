@@ -68,6 +68,7 @@ def _urls(data: dict[str, int]) -> dict[str, str]:
         "compare": f"/compare?runs={data['run']},{data['other']}",
         "sweep": f"/sweeps/{data['sweep']}",
         "gpus": "/gpus",
+        "fleet": "/fleet?window=30d",
         "users": "/admin/users",
         "account": "/account",  # the API tokens live here
         "notifications": "/account/notifications",

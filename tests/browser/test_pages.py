@@ -165,6 +165,7 @@ def test_at_390_px_no_page_is_wider_than_the_screen_and_the_menu_reaches_every_l
         f"/runs/{run['id']}",
         "/compare",
         "/gpus",
+        "/fleet",
         "/account",
         "/admin/users",
     ]

@@ -24,6 +24,7 @@ from torchyard.cli import (
     delete,
     experiments,
     export,
+    fleet,
     importers,
     run_files,
     runs,
@@ -64,6 +65,7 @@ delete.register(app, CLIENT_PANEL)
 users.register(app)
 tokens.register(app)
 admin.register(app)
+fleet.register(app)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -64,6 +64,7 @@ def _q(*names: str) -> frozenset[str]:
 
 AUTH_TOKEN = Endpoint("POST", "/api/auth/token", body="form")
 ME = Endpoint("GET", "/api/me")
+FLEET = Endpoint("GET", "/api/fleet", query=_q("window"))
 TOKEN_CREATE = Endpoint("POST", "/api/tokens", body="json")
 CODE_UPLOAD = Endpoint("POST", "/api/code", body="multipart")
 

@@ -12,7 +12,8 @@ which), at most MAX_TENSORBOARD_NOTES: a job chooses its plugin names. ``config`
 value in the script's ``torchyard.init(config=...)`` differs from the launch's, ``{key: {"launch":
 v, "script": v}}`` (app.runs.query.params.record_script). ``stopped_early`` is
 no ingestion note: the sweep's early-stopping rule cancelled the run (app.sweeps.early_stop),
-said where people look.
+said where people look. ``gpu_idle``: ``{"gpus": [...], "minutes": n, "below": percent, "at":
+ISO time}``, the run's GPUs were idle that long (app.runs.state.idle_notice), said once.
 """
 
 from __future__ import annotations
@@ -124,6 +125,23 @@ def stopped_early(run: Run, reason: str, *, at: datetime) -> None:
     _update(run, stopped_early={"reason": reason[:MAX_ERROR_CHARS], "at": at.isoformat()})
 
 
+def gpu_idle(run: Run, *, gpus: list[str], minutes: float, below: float, at: datetime) -> bool:
+    """Say on the run that its GPUs stayed idle; once per run (False when said before)."""
+    if (run.notices or {}).get("gpu_idle"):
+        return False
+    _update(run, gpu_idle={"gpus": gpus, "minutes": minutes, "below": below, "at": at.isoformat()})
+    return True
+
+
+def _idle_line(idle: Mapping[str, Any]) -> str:
+    gpus = ", ".join(str(g) for g in idle.get("gpus") or [])
+    return (
+        f"GPU idle: {gpus} below {idle.get('below', 0):g}% utilisation for "
+        f"{idle.get('minutes', 0):g} minutes (as of {idle.get('at')}): "
+        "stop the run if it no longer needs its GPUs"
+    )
+
+
 def stopped_early_reason(notices: Mapping[str, Any] | None) -> str | None:
     """Why a sweep stopped the run early; None when it did not."""
     part = (notices or {}).get("stopped_early")
@@ -160,4 +178,6 @@ def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
     early = stopped_early_reason(notices)
     if early:
         lines.append(early)
+    if isinstance(notices.get("gpu_idle"), dict):
+        lines.append(_idle_line(notices["gpu_idle"]))
     return lines
