@@ -65,7 +65,9 @@ def build(http: Any, args: argparse.Namespace) -> None:
                 {"key": key_name(run, j), "value": (j % 97) / 97, "timestamp": now, "step": 1}
                 for j in range(start, min(start + 1000, args.keys_per_run))
             ]
-            r = http.post("/api/2.0/mlflow/runs/log-batch", json={"run_id": run_id, "metrics": metrics})
+            r = http.post(
+                "/api/2.0/mlflow/runs/log-batch", json={"run_id": run_id, "metrics": metrics}
+            )
             r.raise_for_status()
         if run % 10 == 9:
             print(f"  {run + 1} runs, {(run + 1) * args.keys_per_run:,} keys, "
@@ -147,7 +149,9 @@ def main() -> None:
         exps = http.get("/api/experiments").json()
         exp = next(e["id"] for e in exps if e["name"] == "scale-keys")
         for q in SEARCHES:
-            times, r = timed(http, f"/api/experiments/{exp}/keys", {"q": q, "limit": 200}, args.repeats)
+            times, r = timed(
+                http, f"/api/experiments/{exp}/keys", {"q": q, "limit": 200}, args.repeats
+            )
             got = r.json()
             shown = f"q={q!r}: {len(got['keys'])} keys{', more' if got['more'] else ''}"
             report(f"key search {shown}", times, len(r.content), SEARCH_TARGET_S)

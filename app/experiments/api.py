@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, status
