@@ -9,7 +9,8 @@ answer of 200 keys of 255 characters is ~55 KB, so every answer stays under 100 
 
 Why a scan and not an index: a part of a name (``loss`` in ``train/loss``) is matched
 anywhere in it, which no B-tree serves; the scan is of the experiment's own keys
-(runs -> metric_keys by the (run_id, key) unique index), ~50-100 ms for 100,000 keys here.
+(runs -> metric_keys by the (run_id, key) unique index): 20-120 ms for 100,000 keys on this
+loaded box (bench/scale_keys.py, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -50,15 +51,17 @@ def _holds(session: Session, q: str) -> ColumnElement[bool]:
 def search_keys(session: Session, *, experiment_id: int, q: str, limit: int) -> KeyPage:
     """The distinct keys of the experiment's runs holding ``q`` (all with ""), by name."""
     k = MetricKey
-    stmt = (
-        select(k.key)
-        .join(Run, Run.id == k.run_id)
-        .where(Run.experiment_id == experiment_id)
-        .distinct()
-        .order_by(k.key)
-        .limit(limit + 1)
-    )
     if q:
-        stmt = stmt.where(_holds(session, q))
+        stmt = (
+            select(k.key)
+            .join(Run, Run.id == k.run_id)
+            .where(Run.experiment_id == experiment_id, _holds(session, q))
+        )
+    else:
+        # The picker's first list: the keys in name order by a walk of a key-leading index
+        # that stops at the limit (the join above sorts all 100,000 names: ~240 ms, this ~1)
+        of_experiment = select(Run.id).where(Run.id == k.run_id, Run.experiment_id == experiment_id)
+        stmt = select(k.key).where(of_experiment.exists())
+    stmt = stmt.distinct().order_by(k.key).limit(limit + 1)
     found = list(session.scalars(stmt))
     return KeyPage(keys=found[:limit], more=len(found) > limit)
