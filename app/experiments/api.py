@@ -102,7 +102,7 @@ def experiment_keys(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
 ) -> MetricKeysOut:
     """The metric keys the experiment's runs logged whose name holds `q` (any case), by name:
-    what the page's chart and column pickers search (an experiment may hold 100,000 keys; a
+    the search the page's chart and column pickers need (an experiment may hold 100,000 keys; a
     page holds its newest runs' first keys only). `more`: more keys match than `limit`."""
     found = search_keys(session, experiment_id=experiment.id, q=q, limit=limit)
     return MetricKeysOut(keys=found.keys, more=found.more)

@@ -3,8 +3,9 @@
 The experiment page offers keys to chart and columns to show. It holds the names of its newest
 runs' first keys only (app/experiments/views.py): an experiment whose runs log 100,000
 distinct keys cannot ship them all to a page (~3 MB of names, 100,000 checkboxes). So the
-pickers ask here: the distinct keys of the experiment's runs whose name holds ``q``
-(case-insensitive), in name order, at most ``limit`` of them and whether more match. One
+pickers are to ask here (issue 43; app/static/chart_keys_picker.js and the column picker
+still list the keys the page holds): the distinct keys of the experiment's runs whose name
+holds ``q`` (case-insensitive), in name order, at most ``limit`` of them and whether more match. One
 answer of 200 keys of 255 characters is ~55 KB, so every answer stays under 100 KB.
 
 Why a scan and not an index: a part of a name (``loss`` in ``train/loss``) is matched
