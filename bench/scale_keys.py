@@ -146,6 +146,10 @@ def main() -> None:
         if fresh:
             build(http, args)
             marker.write_text(load())
+        if url.startswith("postgresql"):
+            from bench.runs_list import analyze
+
+            analyze(url)  # the statistics autovacuum gives within a minute (off on this box)
         exps = http.get("/api/experiments").json()
         exp = next(e["id"] for e in exps if e["name"] == "scale-keys")
         for q in SEARCHES:
