@@ -461,6 +461,10 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("GET", "/api/experiments/{experiment_id}"): Row(
         READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}", {})
     ),
+    # the pickers' search of the experiment's metric keys (issue 43)
+    ("GET", "/api/experiments/{experiment_id}/keys"): Row(
+        READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}/keys?q=loss", {})
+    ),
     # nothing of the experiment is active: its stream sends its digest and ends
     ("GET", "/api/experiments/{experiment_id}/events"): Row(
         READ, 200, lambda w: (f"/api/experiments/{w.experiment_id}/events", {})

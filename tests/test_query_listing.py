@@ -183,6 +183,9 @@ def test_cursor_pages_through_more_than_200_runs_without_loss_or_duplicates(clie
         if sort == "-summary.loss.last":
             keyed = sorted(runs, key=lambda i: (i % 5 == 0, -(i % 7) if i % 5 else 0, -i))
             assert seen == keyed
+        if sort == "summary.loss.min":  # ascending: the valued runs first, then those without
+            keyed = sorted(runs, key=lambda i: (i % 5 == 0, (i % 7) if i % 5 else 0, i))
+            assert seen == keyed
     whole = client.get("/api/runs", params={"owner": username}, headers=headers).json()
     assert len(whole["runs"]) == 100 and whole["next"]  # the default page says there is more
 

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Annotated
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Query, Request, status
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sqlalchemy.orm import Session
 
@@ -15,8 +16,10 @@ from app.experiments.schemas import (
     ExperimentCreated,
     ExperimentOut,
     ExperimentPatch,
+    MetricKeysOut,
 )
 from app.http_errors import error_responses
+from app.metrics.key_search import MAX_LIMIT, search_keys
 from app.ownership import OwnedExperiment, Writer
 from app.runs import service as runs
 from app.runs.files.out import run_outs
@@ -87,6 +90,22 @@ def edit_experiment(
     return service.to_out(
         session, [service.edit_experiment(session, experiment=experiment, patch=data)]
     )[0]
+
+
+@router.get("/{experiment_id}/keys", response_model=MetricKeysOut, responses=OWNED)
+def experiment_keys(
+    experiment: OwnedExperiment,
+    session: SessionDep,
+    q: Annotated[
+        str, Query(max_length=255, pattern=r"^[^\x00]*$", description="part of a key's name")
+    ] = "",
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+) -> MetricKeysOut:
+    """The metric keys the experiment's runs logged whose name holds `q` (any case), by name:
+    the search the page's chart and column pickers need (an experiment may hold 100,000 keys; a
+    page holds its newest runs' first keys only). `more`: more keys match than `limit`."""
+    found = search_keys(session, experiment_id=experiment.id, q=q, limit=limit)
+    return MetricKeysOut(keys=found.keys, more=found.more)
 
 
 @router.get(

@@ -68,3 +68,10 @@ class ExperimentCreated(ExperimentOut):
     for one (null otherwise)."""
 
     run: RunOut | None = None
+
+
+class MetricKeysOut(BaseModel):
+    """GET /api/experiments/{id}/keys: the keys found (by name) and whether more match."""
+
+    keys: list[str]
+    more: bool

@@ -81,6 +81,25 @@ def _scope_keys(session: Session, runs: Select[Any]) -> tuple[set[str], set[str]
     return params, metrics
 
 
+def _found(session: Session, runs: Select[Any], key: str) -> bool:
+    """Whether some run in scope has ``key`` (as `known` reads it), by probes that stop at the
+    first such run: the key-leading indexes of run_params and metric_keys, then the run by its
+    id. Issue 43: listing the scope's every key (`_scope_keys`) took ~1 s a filter with 100,000
+    runs, so it is left to the message of a key not found."""
+    bare = key.removeprefix("params.")
+    agg = _AGG.match(key)
+    metric_keys = [key, agg.group(1)] if agg else [key]
+    probes = [
+        (RunParam.run_id, RunParam.key.in_([key, bare, f"params.{bare}"])),
+        (MetricKey.run_id, MetricKey.key.in_(metric_keys)),
+    ]
+    for run_id, named in probes:
+        scoped = runs.where(Run.id == run_id).exists()
+        if session.scalar(select(run_id).where(named, scoped).limit(1)) is not None:
+            return True
+    return False
+
+
 def check_keys(
     session: Session, trees: list[Node], *, experiment_id: int | None, sweep_id: int | None
 ) -> None:
@@ -96,6 +115,8 @@ def check_keys(
         runs = runs.where(Run.experiment_id == experiment_id)
     if sweep_id is not None:
         runs = runs.where(Run.sweep_id == sweep_id)
+    if all(_found(session, runs, cond.key) for cond in conds):
+        return
     params, metrics = _scope_keys(session, runs)
     if not params and not metrics:
         return
