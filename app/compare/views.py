@@ -23,7 +23,7 @@ from app.templating import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
-MAX_RUNS = 50
+MAX_RUNS = 1000  # issue 43: 1,000 runs overlaid on one chart
 RECENT_RUNS = 50
 _MISSING = object()
 
