@@ -57,8 +57,7 @@ def test_a_thousand_runs_hovered_run_highlighted_others_dimmed_and_grouped(
     admin_page: Page,
 ) -> None:
     configs = [
-        {"recipe": "tiny_mlp", "params": {"lr": LRS[i % len(LRS)]}, "seed": i}
-        for i in range(RUNS)
+        {"recipe": "tiny_mlp", "params": {"lr": LRS[i % len(LRS)]}, "seed": i} for i in range(RUNS)
     ]
     exp_id, ids = make_experiment_runs(configs, per_run=points, name="browser-thousand")
     page = admin_page
