@@ -6,9 +6,12 @@ data dir and Debian's /usr/bin/chromium through Playwright, as bench/ui_run_page
 points go straight into the database (ingest_points, the forwarder's path). Each load is timed
 with performance.now() (origin: the navigation start) when the second chart reports
 `data-drawn-at`; the first load of each fresh browser context finds the server's downsample
-cache cold for these series, later ones (warm) may find it filled. Target < 1.5 s.
+cache cold for these series, later ones (warm) may find it filled. Target < 1.5 s for 100
+runs; < 2 s for 1,000 (issue 43), on the experiment page or (--page compare) the compare page
+of the experiment's runs (/compare?experiment_id=...).
 
     .venv/bin/python bench/ui_overlay.py [--runs 100] [--points 10000] [--loads 5]
+        [--page experiment|compare] [--target SECONDS]
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 KEYS = ("train/loss", "val/acc")
 TARGET_S = 1.5
 
-DRAWN = """([keys, runs]) => {
+DRAWN = """([keys, runs, charts]) => {
     let last = 0;
     for (const key of keys) {
-        const el = document.querySelector(`#experiment-charts .metric-chart[data-key="${key}"]`);
+        const el = document.querySelector(`${charts} .metric-chart[data-key="${key}"]`);
         if (!el || !el.dataset.drawnAt || Number(el.dataset.traces) !== runs) return false;
         last = Math.max(last, Number(el.dataset.drawnAt));
     }
@@ -67,7 +70,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--points", type=int, default=10_000)
     parser.add_argument("--loads", type=int, default=5)
+    parser.add_argument("--page", choices=("experiment", "compare"), default="experiment")
+    parser.add_argument("--target", type=float, default=None, help="seconds (1.5; 2 at 1,000)")
     args = parser.parse_args()
+    target = args.target or (2.0 if args.runs >= 1000 else TARGET_S)
+    charts = "#experiment-charts" if args.page == "experiment" else "#compare-charts"
+    url = (
+        "/experiments/{}#experiment-curves"
+        if args.page == "experiment"
+        else ("/compare?experiment_id={}")
+    )
     from tests.stack import CHROMIUM
 
     if not CHROMIUM.exists():
@@ -100,14 +112,16 @@ def main() -> None:
                 page = context.new_page()
                 log_in(page, password)
                 page.wait_for_load_state("networkidle")
-                page.goto(f"/experiments/{exp_id}#experiment-curves", wait_until="commit")
+                page.goto(url.format(exp_id), wait_until="commit")
                 handle = page.wait_for_function(
-                    DRAWN, arg=[list(KEYS), args.runs], polling="raf", timeout=60_000
+                    DRAWN, arg=[list(KEYS), args.runs, charts], polling="raf", timeout=120_000
                 )
                 times.append(float(handle.json_value()) / 1000)
                 shown = page.evaluate(
-                    """() => [...document.querySelectorAll("#experiment-charts .metric-chart")]
-                        .map((el) => el.data.reduce((n, t) => n + t.y.length, 0))"""
+                    """(charts) => [...document.querySelectorAll(`${charts} .metric-chart`)]
+                        .filter((el) => el.data)
+                        .map((el) => el.data.reduce((n, t) => n + t.y.length, 0))""",
+                    charts,
                 )
                 fetched = page.evaluate(
                     """() => performance.getEntriesByType("resource")
@@ -122,10 +136,11 @@ def main() -> None:
                 context.close()
             median = statistics.median(times)
             print(
-                f"experiment page, {args.runs} runs x {len(KEYS)} keys x {args.points:,} points: "
+                f"{args.page} page, {args.runs} runs x {len(KEYS)} keys x {args.points:,} points: "
                 f"navigation -> both charts drawn, median of {len(times)} {median:.3f} s "
-                f"(min {min(times):.3f}, max {max(times):.3f}); target < {TARGET_S} s; "
-                f"ratio {median / TARGET_S:.2f}"
+                f"(min {min(times):.3f}, max {max(times):.3f}); target < {target} s; "
+                f"ratio {median / target:.2f}; "
+                f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
             )
         finally:
             browser.close()

@@ -19,8 +19,14 @@ login form.
       by an init script; the job's log() time for
       each step is the "time" field of the run's metrics.jsonl. Target p95 < 1 s.
 
-    .venv/bin/python bench/ui_run_page.py [--points 200000] [--first 3] [--warm 5]
-        [--live-steps 300] [--step-sleep 0.05]
+    .venv/bin/python bench/ui_run_page.py [--points 200000] [--keys 4] [--first 3] [--warm 5]
+        [--zooms 0] [--live-steps 300] [--step-sleep 0.05]
+
+(iv)  With --zooms N (issue 43): N walks of drag-zooms on train/loss, each 10x narrower around
+      its one-step spike, from the whole run down to fewer steps than the chart is wide
+      (bench/ui_run_page_zoom.py): each step's time from the mouse's release to the chart
+      redrawn with the range's answer (target < 200 ms), the steps it asked for, the points
+      drawn (every one once fewer than the chart's width) and the spike kept.
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-KEYS = ("train/loss", "train/acc", "val/loss", "val/acc")
+KEYS: tuple[str, ...] = ("train/loss", "train/acc", "val/loss", "val/acc")
+# --keys beyond the four above: extra/k04, extra/k05, ... (issue 43: 20 keys of 1,000,000 steps)
+SPIKE_VALUE = 50.0  # one step of train/loss: no view, at any zoom, may lose it
 LOAD_TARGET_S = 1.5
 # A fresh browser (empty cache) opening its first page with charts: issue 17.
 FIRST_LOAD_TARGET_S = 1.2
@@ -60,8 +68,13 @@ def report(label: str, value: float, target: float, unit: str) -> None:
     print(f"{label}: {value:.3f} {unit}; target < {target:g} {unit}; ratio {value / target:.2f}")
 
 
+def spike_step(n_points: int) -> int:
+    return int(n_points * 0.61) + 7
+
+
 def make_big_run(n_points: int) -> int:
-    """A finished run with len(KEYS) series of n_points each, one spike in train/loss."""
+    """A finished run with len(KEYS) series of n_points each, one spike in train/loss (the
+    points through ingest_points, the forwarder's path, in batches of BATCH)."""
     from app.db import session_scope
     from app.metrics.service import ingest_points
     from tests.factories import make_run
@@ -69,6 +82,8 @@ def make_big_run(n_points: int) -> int:
     run_id = make_run({"recipe": "tiny_mlp", "params": {}, "seed": 1}, status="succeeded")
     t0 = time.perf_counter()
     wall0 = time.time() - n_points * 0.01
+    extra = [(k, key) for k, key in enumerate(KEYS) if k >= 4]
+    spike = spike_step(n_points)
     for start in range(1, n_points + 1, BATCH):
         points = []
         for step in range(start, min(start + BATCH, n_points + 1)):
@@ -80,6 +95,9 @@ def make_big_run(n_points: int) -> int:
                 ("val/loss", step, 2.1 * decay + 0.03, wall),
                 ("val/acc", step, 0.95 - 0.7 * decay, wall),
             ]
+            points += [(key, step, decay + 0.01 * k * math.sin(step / k), wall) for k, key in extra]
+            if step == spike:
+                points[-len(KEYS)] = ("train/loss", step, SPIKE_VALUE, wall)
         with session_scope() as session:
             ingest_points(session, run_id=run_id, points=points)
     elapsed = time.perf_counter() - t0
@@ -212,9 +230,15 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=200_000, help="points per series")
     parser.add_argument("--first", type=int, default=3, help="first loads (fresh cache)")
     parser.add_argument("--warm", type=int, default=5, help="warm loads to time")
-    parser.add_argument("--live-steps", type=int, default=300)
+    parser.add_argument("--keys", type=int, default=4, help="series (4 named, then extra/kNN)")
+    parser.add_argument(
+        "--zooms", type=int, default=0, help="zoom walks (each 10x a step down to one pixel)"
+    )
+    parser.add_argument("--live-steps", type=int, default=300, help="0: no live part")
     parser.add_argument("--step-sleep", type=float, default=0.05)
     args = parser.parse_args()
+    global KEYS
+    KEYS = KEYS[:4] + tuple(f"extra/k{k:02d}" for k in range(4, args.keys))
     from tests.stack import CHROMIUM
 
     if not CHROMIUM.exists():
@@ -285,7 +309,7 @@ def main() -> None:
                 ("warm", warm),
             ):
                 report(
-                    f"(i) navigation -> 4 charts drawn, {label} (median of {len(times)}; "
+                    f"(i) navigation -> {len(KEYS)} charts drawn, {label} (median of {len(times)}; "
                     f"min {min(times) / 1000:.3f}, max {max(times) / 1000:.3f})",
                     statistics.median(times) / 1000,
                     FIRST_LOAD_TARGET_S if times is firsts else LOAD_TARGET_S,
@@ -304,6 +328,13 @@ def main() -> None:
                 size = gzip_size_via_httpx(stack, stack.admin_token(), path)
                 print(f"    httpx with Accept-Encoding: gzip, {path}: {size:,} B")
 
+            print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            if args.zooms:
+                from bench.ui_run_page_zoom import zoom_walks
+
+                zoom_walks(page, run_id, spike_step(args.points), SPIKE_VALUE, args.zooms)
+            if not args.live_steps:
+                return
             # (iii) live latency log() -> page.
             latencies = live_latency(stack, api, page, data_dir, args.live_steps, args.step_sleep)
             p50, p95 = statistics.median(latencies), percentile(latencies, 0.95)

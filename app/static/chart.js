@@ -84,6 +84,30 @@ export const plot = (() => {
 
   const emit = (div, ev) => { for (const f of (charts.get(div) || {}).listeners || []) f(ev); };
 
+  // Many runs on one chart (traces with meta.run: the overlays): the run whose curve is
+  // within FOCUS_PX of the cursor is drawn at full strength and every other one dimmed to
+  // FOCUS_ALPHA, so one of 1,000 curves can be followed. The element says which
+  // (data-focused: the run's id, data-dimmed: how many curves are dimmed), for the tests.
+  const FOCUS_PX = 24, FOCUS_ALPHA = 0.12;
+  const focusable = (div) => (div.data || []).some((t) => t.meta && t.meta.run != null);
+  const setFocus = (div, u, s) => {
+    const trace = s == null ? null : div.data[s - 1];
+    const run = trace && trace.meta && trace.meta.run != null ? String(trace.meta.run) : "";
+    if ((div.dataset.focused || "") === run) return;
+    u.setSeries(run ? s : null, {focus: true});
+    if (run) div.dataset.focused = run; else delete div.dataset.focused;
+    div.dataset.dimmed = String(u.series.filter((x, i) => i > 0 && x.alpha < 1).length);
+  };
+  const focusNear = (div, u, s) => { if (focusable(div)) setFocus(div, u, s); };
+  // The curve of run `runId` highlighted (the legend's hovered run), or none (null).
+  const focus = (div, runId) => {
+    const state = charts.get(div);
+    if (!state || !state.u || !focusable(div)) return;
+    const i = runId == null ? -1
+      : div.data.findIndex((t) => t.meta && String(t.meta.run) === String(runId));
+    setFocus(div, state.u, i < 0 ? null : i + 1);
+  };
+
   // The nearest curve's point to the cursor, named in the chart's tooltip.
   const showTip = (div, u, tip) => {
     const idx = u.cursor.idx, top = u.cursor.top, left = u.cursor.left;
@@ -101,6 +125,7 @@ export const plot = (() => {
         break;
       }
     }
+    focusNear(div, u, best && best.dist <= FOCUS_PX * FOCUS_PX ? best.s : null);
     if (!best) { tip.hidden = true; return; }
     const trace = div.data[best.s - 1];
     const x = u.data[0][best.i], y = u.data[best.s][best.i];
@@ -138,6 +163,7 @@ export const plot = (() => {
       ...size(),
       legend: {show: false},
       cursor: {drag: {x: true, y: false}, points: {show: false}},
+      focus: {alpha: FOCUS_ALPHA},  // applied by setFocus only (uPlot's own cursor focus is off)
       scales: {
         x: {time, auto: true},
         y: {distr: log ? 3 : 1, auto: true,
@@ -169,13 +195,15 @@ export const plot = (() => {
     };
     const u = new uPlot(opts, align(div, traces, log), host);
     u.over.append(tip);
-    u.over.addEventListener("mouseleave", () => { tip.hidden = true; });
+    u.over.addEventListener("mouseleave", () => { tip.hidden = true; focusNear(div, u, null); });
     // A double-click: uPlot goes back to the whole x range.
     u.over.addEventListener("dblclick", () => {
       const xaxis = div.layout.xaxis || (div.layout.xaxis = {});
       xaxis.autorange = true; delete xaxis.range;
       emit(div, {"xaxis.autorange": true});
     });
+    delete div.dataset.focused;
+    delete div.dataset.dimmed;
     state.u = u;
     state.shape = shapeOf(traces, layout);
     applyXRange(u, layout);
@@ -267,5 +295,5 @@ export const plot = (() => {
     delete div.layout;
   };
 
-  return {react, extend, restyle, relayout, onRelayout, purge, loaded: () => typeof uPlot !== "undefined"};
+  return {react, extend, restyle, relayout, onRelayout, purge, focus, loaded: () => typeof uPlot !== "undefined"};
 })();

@@ -17,7 +17,10 @@ import {api} from "./lib/urls.js";
 (() => {
   const section = document.getElementById("experiment-curves");
   if (!section) return;
-  const MAX_RUNS = 200;  // app/experiments/views.py CURVE_RUNS
+  // The page holds the newest EMBEDDED runs (app/experiments/views.py CURVE_RUNS); with that
+  // many there may be more, and the curves overlay up to MAX_RUNS, listed at once (issue 43:
+  // 1,000 runs on one chart) while the page's HTML stays small for a 100,000-run experiment.
+  const EMBEDDED = 200, MAX_RUNS = 1000;
   const experimentId = /** @type {string} */ (section.dataset.experimentId);
   const charts = /** @type {HTMLElement} */ (document.getElementById("experiment-charts"));
   const status = /** @type {HTMLElement} */ (document.getElementById("experiment-curves-status"));
@@ -52,10 +55,12 @@ import {api} from "./lib/urls.js";
   // the charts about to be shown: the page opened at its curves (those in view and just below,
   // the first in key order), or few enough keys that all are drawn at once.
   const EARLY_CHARTS = 12;
-  const held = embedded();
+  const embeddedRuns = embedded();
+  const listed = embeddedRuns && embeddedRuns.length >= EMBEDDED ? listRuns() : null;
+  const held = listed ? null : embeddedRuns;
   // Their keys: the page says which they logged (it holds only a few keys' summaries).
-  const heldKeys = held && (metricKeys(document)?.all
-    || [...new Set(held.flatMap((r) => Object.keys(r.summary || {})))]);
+  const heldKeys = embeddedRuns && (metricKeys(document)?.all
+    || [...new Set(embeddedRuns.flatMap((r) => Object.keys(r.summary || {})))]);
   const early = (() => {
     if (!held || !held.length) return null;
     const keys = [...heldKeys].sort(compareKeys);
@@ -119,10 +124,10 @@ import {api} from "./lib/urls.js";
   });
 
   const start = async () => {
-    const runs = held || await listRuns();
+    const runs = held || await (listed || listRuns());
     if (!runs) return;
     if (!runs.length) { status.textContent = "No runs yet: their curves appear here."; return; }
-    const keys = new Set(held ? heldKeys : []);
+    const keys = new Set(heldKeys || []);
     for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
     charts.replaceChildren(...[...keys].map(overlay.chartDiv));
     showKeys();

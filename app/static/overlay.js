@@ -141,7 +141,7 @@ export const overlay = (() => {
         if (!c) continue;
         // markers for a short series, not for a first draw's few points of a long one
         traces.push({mode: c.points < Math.min(60, pointsOf(key) / 2) ? "lines+markers" : "lines", x: c.x, y: c.y,
-                     name: state.labels.get(r.id), line: {color: runColor(r.id), width: 1.5}});
+                     name: state.labels.get(r.id), line: {color: runColor(r.id), width: 1.5}, meta: {run: r.id}});
       }
       const layout = {
         title: {text: key},
@@ -221,6 +221,8 @@ export const overlay = (() => {
         badge.className = `badge status-${r.status}`;
         badge.textContent = r.status;
         li.append(swatch, a, " ", badge);
+        // Hovering a run in the legend highlights its curve in every chart (others dimmed).
+        for (const [ev, id] of [["mouseenter", r.id], ["mouseleave", null]]) li.addEventListener(ev, () => { for (const d of charts()) plot.focus(d, id); });
         return li;
       }));
     };

@@ -1,5 +1,6 @@
 """The run page's charts (app/static/chart.js over uPlot): a dragged range is re-read at full
-resolution, a double-click goes back to the overview, log scale and smoothing apply.
+resolution, and only that range (the request names its steps, issue 43), a double-click goes
+back to the overview, log scale and smoothing apply.
 
 The points go the real ingest path (metrics.jsonl -> the worker's forwarder -> the database).
 """
@@ -7,6 +8,8 @@ The points go the real ingest path (metrics.jsonl -> the worker's forwarder -> t
 from __future__ import annotations
 
 import json
+import math
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from playwright.sync_api import Page
@@ -27,7 +30,8 @@ TRACE = """() => {
     const x = Array.from(el.data[0].x);
     return {n: x.length, first: x[0], last: x[x.length - 1], zoom: el.layout.xaxis.range || null,
             ytype: el.layout.yaxis.type, smoothed: el.data[1].visible,
-            smoothedY: el.data[1].y.length, canvas: el.querySelectorAll("canvas").length};
+            smoothedY: el.data[1].y.length, canvas: el.querySelectorAll("canvas").length,
+            width: el.querySelector(".u-over").clientWidth};
 }"""
 
 
@@ -67,6 +71,15 @@ def test_zoom_reads_full_resolution_and_double_click_goes_back(admin_page: Page)
     )
     ingest(run_id)
     page = admin_page
+    asked: list[dict[str, list[str]]] = []
+    page.on(
+        "request",
+        lambda r: (
+            asked.append(parse_qs(urlparse(r.url).query))
+            if f"/api/runs/{run_id}/metrics" in r.url and "step_min" in r.url
+            else None
+        ),
+    )
     page.goto(f"/runs/{run_id}")
     page.wait_for_function(f"() => ({TRACE})() && ({TRACE})().n > 0", timeout=30_000)
     overview = page.evaluate(TRACE)
@@ -81,8 +94,22 @@ def test_zoom_reads_full_resolution_and_double_click_goes_back(admin_page: Page)
     zoomed = page.evaluate(TRACE)
     assert 200 < zoomed["n"] < 2_000, zoomed
     lo, hi = zoomed["zoom"]
-    # every step of the range (from the overview's point before it to the one after it)
-    assert zoomed["first"] <= lo < hi <= zoomed["last"], zoomed
+    # Exactly the dragged steps were asked for, and every one of them came.
+    assert len(asked) == 1, asked
+    assert asked[0]["step_min"] == [str(math.ceil(lo))], (asked, lo)
+    assert asked[0]["step_max"] == [str(math.floor(hi))], (asked, hi)
+    assert (zoomed["first"], zoomed["last"]) == (math.ceil(lo), math.floor(hi)), zoomed
+
+    # Into the zoomed range: fewer steps than the chart is wide, so every point, and again
+    # only the range asked for (not the overview's neighbours, a bucket away).
+    drag(page, 0.30, 0.50)
+    page.wait_for_function(f"() => ({TRACE})().n < {zoomed['n']} && ({TRACE})().n > 0")
+    inner = page.evaluate(TRACE)
+    lo, hi = inner["zoom"]
+    assert inner["n"] < inner["width"], inner
+    assert inner["n"] == math.floor(hi) - math.ceil(lo) + 1, inner
+    assert asked[-1]["step_min"] == [str(math.ceil(lo))], (asked, lo)
+    assert asked[-1]["step_max"] == [str(math.floor(hi))], (asked, hi)
 
     page.locator('div.metric-chart[data-key="train/loss"] .u-over').dblclick()
     page.wait_for_function(

@@ -196,6 +196,23 @@ export const mountCharts = (root, runId) => {
   };
 
   // --- zoom: full resolution inside the range, overview back on autoscale --------------------
+  // The steps a dragged x range [lo, hi] asks for. On the step axis exactly the range (whole
+  // steps): the overview's points either side of it lay up to a bucket apart (250 steps at
+  // 1,000,000 steps), so a deep zoom read hundreds of steps outside it. On the time axis the
+  // x maps to steps through the points held, the finest first (a zoomed view's, when it
+  // covers the range), with the held points just outside it so the line reaches the edges.
+  const zoomSteps = (chart, lo, hi) => {
+    if (view.x === "step") {
+      const stepMin = Math.max(0, Math.ceil(lo)), stepMax = Math.floor(hi);
+      return stepMax >= stepMin ? [stepMin, stepMax] : null;
+    }
+    const inShown = (d) => d.step.length && xsOf(d)[0] <= lo && xsOf(d)[d.step.length - 1] >= hi;
+    const d = chart.shown !== chart.data && inShown(chart.shown) ? chart.shown : chart.data;
+    const xs = xsOf(d);
+    const i0 = Math.max(0, lowerBound(xs, lo) - 1);
+    const i1 = Math.min(d.step.length - 1, lowerBound(xs, hi));
+    return i1 < 0 || !d.step.length ? null : [d.step[i0], d.step[i1]];
+  };
   const onRelayout = async (chart, ev) => {
     if (ev["xaxis.autorange"] === true) {
       chart.zoom += 1;
@@ -206,12 +223,9 @@ export const mountCharts = (root, runId) => {
     const hi = ev["xaxis.range[1]"] ?? (ev["xaxis.range"] || [])[1];
     // Against another metric uPlot's own zoom stands: its x is not monotonic in the step.
     if (lo === undefined || hi === undefined || xMetricKey(view.x)) return;
-    // x -> step through the overview (so the same code serves the time axis).
-    const d = chart.data, xs = xsOf(d);
-    const i0 = Math.max(0, lowerBound(xs, Number(lo)) - 1);
-    const i1 = Math.min(d.step.length - 1, lowerBound(xs, Number(hi)));
-    if (i1 < 0 || !d.step.length) return;
-    const stepMin = d.step[i0], stepMax = d.step[i1];
+    const range = zoomSteps(chart, Number(lo), Number(hi));
+    if (!range) return;
+    const [stepMin, stepMax] = range;
     const token = ++chart.zoom;
     // Numbers among the values: URLSearchParams makes strings of them.
     const params = new URLSearchParams(/** @type {Record<string, any>} */ ({
