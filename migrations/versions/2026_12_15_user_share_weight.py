@@ -1,0 +1,29 @@
+"""users.share_weight (issue 42, fair share between users)
+
+Revision ID: 0033
+Revises: 0031
+Create Date: 2026-12-15 00:00:00
+
+An admin's fair-share weight for a user (app/gpus/fairshare.py); null falls back to the
+role's weight (TORCHYARD_FAIR_SHARE_ROLE_WEIGHTS, default 1). Downgrade drops the column.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0033"
+down_revision: str | None = "0031"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("users") as batch:
+        batch.add_column(sa.Column("share_weight", sa.Float(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("users") as batch:
+        batch.drop_column("share_weight")
