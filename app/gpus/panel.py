@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.gpus import fairshare
 from app.gpus.models import GpuLease
 from app.gpus.scheduler import queue_order
 from app.gpus.schemas import GpuOut, GpuPanelOut, GpuState, HostOut, QueuedRunOut
@@ -102,7 +103,7 @@ def gpu_panel(
             )
         )
 
-    queue = queue_order(queued_runs(session))
+    queue = queue_order(queued_runs(session), fairshare.fair_share(session, now=now))
     decision = panel_decision(
         session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
     )

@@ -1,0 +1,159 @@
+"""Fair share between users (issue 42): each user's recent GPU-hours, decayed with the admin's
+half-life, divided by their weight, orders the queue among runs of equal priority.
+
+A run's GPU time counts from its start to its end (a running run's up to now), GPUs times
+seconds, each moment weighted 2^(-age / half-life): an hour of GPU time one half-life ago
+counts half an hour. A running run is charged at least its expected length (its user's mean
+finished run length in the window, else `fair_share_default_run_hours`) from its start, so
+that a run that has just started already counts: a user's two runs started a moment apart do
+not both go ahead of someone else's. Effective usage = that / weight; weights: the user's
+`share_weight` (an admin's, app.users.service.set_share_weight), else their role's
+(`fair_share_role_weights`), else 1. The pure order is app.gpus.scheduler.queue_order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from app.auth.models import User
+from app.gpus.scheduler import Decision, FairShare, QueuedRun
+from app.runs.models import Run, RunStatus
+from app.settings import get_settings
+from app.timeutil import as_utc
+
+# Past this many half-lives a run's GPU time counts less than 0.1%: not read at all.
+HORIZON_HALF_LIVES = 10
+
+
+@dataclass(frozen=True)
+class UserShare:
+    user_id: int
+    username: str
+    gpu_hours: float  # decayed, running runs charged their expected length
+    weight: float
+    running_gpus: int
+    expected_run_hours: float  # what a start is charged per GPU (before weight)
+
+    @property
+    def effective(self) -> float:
+        """Decayed GPU-hours per unit of weight: the lower, the sooner its runs go."""
+        return self.gpu_hours / self.weight
+
+
+def enabled() -> bool:
+    return get_settings().fair_share_half_life_hours > 0
+
+
+def weight_of(user: User) -> float:
+    """The user's weight: their own, else their role's, else 1."""
+    if user.share_weight is not None:
+        return float(user.share_weight)
+    return float(get_settings().fair_share_role_weights.get(str(user.role), 1.0))
+
+
+def decayed_hours(start: datetime, end: datetime, now: datetime, half_life_hours: float) -> float:
+    """Hours in [start, end], each moment weighted 2^(-(now - moment) / half-life)."""
+    if end <= start:
+        return 0.0
+    rate = math.log(2) / half_life_hours
+    age_end = (now - end).total_seconds() / 3600
+    age_start = (now - start).total_seconds() / 3600
+    return (math.exp(-rate * age_end) - math.exp(-rate * age_start)) / rate
+
+
+def shares(session: Session, *, now: datetime) -> dict[int, UserShare]:
+    """Every user's share now: those who ran something within the horizon, and every other
+    user with zero usage (a newcomer's runs go first)."""
+    settings = get_settings()
+    half_life = settings.fair_share_half_life_hours or 24.0
+    since = now - timedelta(hours=half_life * HORIZON_HALF_LIVES)
+    rows = session.execute(
+        select(Run.owner_id, Run.started_at, Run.finished_at, Run.gpu_indices, Run.status)
+        .where(Run.started_at.is_not(None), Run.gpu_indices.is_not(None))
+        .where(or_(Run.finished_at > since, Run.status == RunStatus.running))
+    ).all()
+    used: dict[int, float] = {}
+    lengths: dict[int, list[float]] = {}
+    running: dict[int, list[tuple[datetime, int]]] = {}
+    for owner, started_at, finished_at, indices, status in rows:
+        gpus = len([i for i in (indices or "").split(",") if i])
+        if not gpus or started_at is None:
+            continue
+        start = as_utc(started_at)
+        if status == RunStatus.running and finished_at is None:
+            running.setdefault(owner, []).append((start, gpus))
+            continue
+        if finished_at is None:  # queued again after a start: its GPU time is not known here
+            continue
+        end = min(as_utc(finished_at), now)
+        used[owner] = used.get(owner, 0.0) + gpus * decayed_hours(start, end, now, half_life)
+        lengths.setdefault(owner, []).append(max(0.0, (end - start).total_seconds() / 3600))
+    out = {}
+    for user in session.scalars(select(User)):
+        spans = lengths.get(user.id)
+        expected = sum(spans) / len(spans) if spans else settings.fair_share_default_run_hours
+        hours = used.get(user.id, 0.0)
+        for start, gpus in running.get(user.id, ()):
+            elapsed = max(0.0, (now - start).total_seconds() / 3600)
+            hours += gpus * (
+                decayed_hours(start, now, now, half_life) + max(0.0, expected - elapsed)
+            )
+        out[user.id] = UserShare(
+            user_id=user.id,
+            username=user.username,
+            gpu_hours=hours,
+            weight=weight_of(user),
+            running_gpus=sum(g for _, g in running.get(user.id, ())),
+            expected_run_hours=expected,
+        )
+    return out
+
+
+def fair_share(session: Session, *, now: datetime) -> FairShare | None:
+    """What the scheduler orders by (None: fair share is off)."""
+    if not enabled():
+        return None
+    return as_fair(shares(session, now=now))
+
+
+def as_fair(by_user: dict[int, UserShare]) -> FairShare:
+    return FairShare(
+        usage={uid: s.effective for uid, s in by_user.items()},
+        charge={uid: s.expected_run_hours / s.weight for uid, s in by_user.items()},
+    )
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def describe(share: UserShare, others: list[UserShare], place: int) -> str:
+    """The fair-share part of a queued run's reason: its owner's usage and weight, the lowest
+    other waiting user's, and its place in line."""
+    head = (
+        f"fair share: {share.username} used {share.gpu_hours:.1f} GPU-h (weight {share.weight:g})"
+    )
+    if others:
+        low = min(others, key=lambda s: (s.effective, s.username))
+        head += f" vs {low.username} {low.gpu_hours:.1f} (weight {low.weight:g})"
+    return f"{head} — {ordinal(place)} in line"
+
+
+def annotate(decision: Decision, order: list[QueuedRun], by_user: dict[int, UserShare]) -> Decision:
+    """`decision` with each waiting GPU run's reason followed by its fair-share line (`order`:
+    the queue in `queue_order`, its place in line)."""
+    waiting_users = {run.owner_id for run in order if run.id in decision.waiting}
+    waiting = dict(decision.waiting)
+    for place, run in enumerate(order, start=1):
+        share = by_user.get(run.owner_id)
+        if run.id not in waiting or share is None or run.gpus == 0:
+            continue
+        others = [by_user[u] for u in waiting_users if u != run.owner_id and u in by_user]
+        waiting[run.id] = f"{waiting[run.id]}; {describe(share, others, place)}"
+    return Decision(decision.starts, waiting)
