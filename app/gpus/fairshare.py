@@ -147,8 +147,11 @@ def describe(share: UserShare, others: list[UserShare], place: int) -> str:
 
 def annotate(decision: Decision, order: list[QueuedRun], by_user: dict[int, UserShare]) -> Decision:
     """`decision` with each waiting GPU run's reason followed by its fair-share line (`order`:
-    the queue in `queue_order`, its place in line)."""
+    the queue in `queue_order`, its place in line). Only while two users or more wait: alone
+    in the queue, a user's share decides nothing."""
     waiting_users = {run.owner_id for run in order if run.id in decision.waiting}
+    if len(waiting_users) < 2:
+        return decision
     waiting = dict(decision.waiting)
     for place, run in enumerate(order, start=1):
         share = by_user.get(run.owner_id)
