@@ -40,6 +40,7 @@ Multi-node runs (gang scheduling, `nodes` > 1; docs/multi-node.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -102,11 +103,18 @@ class Decision:
     waiting: dict[int, str]
 
 
-def queue_order(queue: Iterable[QueuedRun], fair: FairShare | None = None) -> list[QueuedRun]:
+def queue_order(
+    queue: Iterable[QueuedRun],
+    fair: FairShare | None = None,
+    *,
+    now: datetime | None = None,
+    starvation_seconds: float | None = None,
+) -> list[QueuedRun]:
     """The one order of the queue (the scheduler's, the GPU panel's place in line, the start
     estimates'): (priority desc, created_at, id); with `fair`, equal priorities by owner's
     effective usage first, each run taken charging its owner `charge` per GPU before the next
-    is chosen."""
+    is chosen. A GPU run waiting longer than `starvation_seconds` (at `now`) goes before fair
+    share's choices of its priority: fair share never starves a heavy user's big run."""
     static = sorted(queue, key=lambda r: (-r.priority, r.created_at, r.id))
     if fair is None:
         return static
@@ -114,17 +122,20 @@ def queue_order(queue: Iterable[QueuedRun], fair: FairShare | None = None) -> li
     for run in reversed(static):  # each owner's list: its next run last
         by_owner.setdefault(run.owner_id, []).append(run)
     usage = {owner: fair.usage.get(owner, 0.0) for owner in by_owner}
+
+    def key(owner: int) -> tuple[int, float, datetime, int]:
+        run = by_owner[owner][-1]
+        starving = (
+            now is not None
+            and starvation_seconds is not None
+            and run.gpus > 0
+            and (now - run.created_at).total_seconds() > starvation_seconds
+        )
+        return (-run.priority, -math.inf if starving else usage[owner], run.created_at, run.id)
+
     order = []
     while by_owner:
-        owner = min(
-            by_owner,
-            key=lambda o: (
-                -by_owner[o][-1].priority,
-                usage[o],
-                by_owner[o][-1].created_at,
-                by_owner[o][-1].id,
-            ),
-        )
+        owner = min(by_owner, key=key)
         run = by_owner[owner].pop()
         if not by_owner[owner]:
             del by_owner[owner]
@@ -153,7 +164,7 @@ def pick(
     # GPUs per host kept free for the waiting multi-node runs seen so far.
     reserved: dict[str, int] = {}
     blocker: QueuedRun | None = None
-    for run in queue_order(queue, fair):
+    for run in queue_order(queue, fair, now=now, starvation_seconds=starvation_seconds):
         if run.message_lost or run.message_waiting:
             waiting[run.id] = MESSAGE_LOST if run.message_lost else WAITING_FOR_SLOT
             continue
