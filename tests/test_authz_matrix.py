@@ -447,6 +447,13 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("PATCH", "/api/users/{user_id}"): Row(
         ADMIN, 200, lambda w: (f"/api/users/{w.fresh_user()}", {"json": {"role": "viewer"}})
     ),
+    # fair share (issue 42): everyone reads each user's share; admins set a user's weight
+    ("GET", "/api/fair-share"): Row(USER, 200, _get("/api/fair-share")),
+    ("PUT", "/api/fair-share/users/{user_id}"): Row(
+        ADMIN,
+        200,
+        lambda w: (f"/api/fair-share/users/{w.fresh_user()}", {"json": {"weight": 2}}),
+    ),
     # ceilings on a run's limits: everyone reads their own; admins read and set them all
     ("GET", "/api/ceilings/me"): Row(USER, 200, _get("/api/ceilings/me")),
     ("GET", "/api/ceilings"): Row(ADMIN, 200, _get("/api/ceilings")),

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.gpus.scheduler import Decision, FairShare, QueuedRun
+from app.gpus.schemas import FairShareOut, UserShareOut
 from app.runs.models import Run, RunStatus
 from app.settings import get_settings
 from app.timeutil import as_utc
@@ -34,6 +35,7 @@ HORIZON_HALF_LIVES = 10
 class UserShare:
     user_id: int
     username: str
+    own_weight: float | None
     gpu_hours: float  # decayed, running runs charged their expected length
     weight: float
     running_gpus: int
@@ -106,6 +108,7 @@ def shares(session: Session, *, now: datetime) -> dict[int, UserShare]:
         out[user.id] = UserShare(
             user_id=user.id,
             username=user.username,
+            own_weight=user.share_weight,
             gpu_hours=hours,
             weight=weight_of(user),
             running_gpus=sum(g for _, g in running.get(user.id, ())),
@@ -160,3 +163,37 @@ def annotate(decision: Decision, order: list[QueuedRun], by_user: dict[int, User
         others = [by_user[u] for u in waiting_users if u != run.owner_id and u in by_user]
         waiting[run.id] = f"{waiting[run.id]}; {describe(share, others, place)}"
     return Decision(decision.starts, waiting)
+
+
+def table(by_user: dict[int, UserShare], queue: list[QueuedRun]) -> FairShareOut:
+    """The GPU page's and `GET /api/fair-share`'s table: every user running or waiting, or
+    with usage left, lowest effective usage first; `share` is each one's due fraction of the
+    GPUs among those running or waiting."""
+    waiting: dict[int, int] = {}
+    for run in queue:
+        waiting[run.owner_id] = waiting.get(run.owner_id, 0) + 1
+    listed = [
+        s for uid, s in by_user.items() if s.gpu_hours > 0.0005 or s.running_gpus or uid in waiting
+    ]
+    active = [s for s in listed if s.running_gpus or s.user_id in waiting]
+    total = sum(s.weight for s in active) or 1.0
+    users = [
+        row(s, share=s.weight / total if s in active else 0.0, queued=waiting.get(s.user_id, 0))
+        for s in sorted(listed, key=lambda s: (s.effective, s.username))
+    ]
+    return FairShareOut(half_life_hours=get_settings().fair_share_half_life_hours, users=users)
+
+
+def row(user: UserShare, *, share: float = 0.0, queued: int = 0) -> UserShareOut:
+    """One user's line of the table (`share`: their due fraction among those active)."""
+    return UserShareOut(
+        user_id=user.user_id,
+        username=user.username,
+        gpu_hours=round(user.gpu_hours, 4),
+        weight=user.weight,
+        own_weight=user.own_weight,
+        effective=round(user.effective, 4),
+        share=round(share, 4),
+        running_gpus=user.running_gpus,
+        queued_runs=queued,
+    )

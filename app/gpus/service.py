@@ -239,7 +239,12 @@ def panel_decision(
     if not fairshare.enabled():
         return decision
     by_user = fairshare.shares(session, now=now)
-    order = queue_order(queued_runs(session), fairshare.as_fair(by_user))
+    order = queue_order(
+        queued_runs(session),
+        fairshare.as_fair(by_user),
+        now=now,
+        starvation_seconds=starvation_seconds,
+    )
     return fairshare.annotate(decision, order, by_user)
 
 
