@@ -697,7 +697,9 @@ def fingerprint() -> tuple[object, ...]:
     """What any write of the app changes."""
     with session_scope() as session:
         users = session.execute(
-            select(User.id, User.role, User.is_active, User.password_hash).order_by(User.id)
+            select(
+                User.id, User.role, User.is_active, User.password_hash, User.share_weight
+            ).order_by(User.id)
         ).all()
         return (
             session.scalar(select(func.count()).select_from(Experiment)) or 0,

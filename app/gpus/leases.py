@@ -48,7 +48,7 @@ def take_leases(
 ) -> None:
     """Every node's GPUs for a starting run, in the caller's transaction: all of them or (the
     unique (host, gpu_index) refusing the flush) none. Heartbeated at `now`, the start's own
-    time (a scheduler driven by a given clock: tests/test_fair_share.py)."""
+    time (a scheduler driven by a given clock: tests/test_fairshare.py)."""
     for host, indices in nodes:
         for index in indices:
             session.add(

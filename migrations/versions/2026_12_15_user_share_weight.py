@@ -20,10 +20,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.add_column(sa.Column("share_weight", sa.Float(), nullable=True))
+    op.add_column("users", sa.Column("share_weight", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("share_weight")
+    # Plain ALTER TABLE (SQLite >= 3.35 drops a column in place): a batch would rebuild
+    # `users`, which the tables referencing it forbid (foreign_keys=ON).
+    op.drop_column("users", "share_weight")
