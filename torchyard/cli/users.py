@@ -1,5 +1,6 @@
-"""`torchyard users add|list|passwd|ceilings|share`: accounts over the REST API (an admin's token, except
-for changing your own password), so they work from a laptop like the other client commands.
+"""`torchyard users add|list|passwd|ceilings|share`: accounts over the REST API (an admin's
+token, except for changing your own password and reading fair share), so they work from a
+laptop like the other client commands.
 
 A password is read from stdin's first line with --password-stdin; without it, `add` and an
 admin's `passwd` make one up and print it once, to hand over.
