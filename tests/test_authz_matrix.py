@@ -654,6 +654,11 @@ MATRIX: dict[tuple[str, str], Row] = {
         200,
         lambda w: ("/admin/ceilings", {"data": {"scope": "role:viewer", "cpus": "3"}}),
     ),
+    ("POST", "/gpus/share-weight"): Row(
+        PAGE_ADMIN,
+        303,
+        lambda w: ("/gpus/share-weight", {"data": {"user_id": str(w.fresh_user()), "weight": "2"}}),
+    ),
     ("POST", "/logout"): Row(LOGOUT, 303, _get("/logout")),
 }
 
