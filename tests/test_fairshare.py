@@ -16,14 +16,24 @@ from sqlalchemy import select
 from app.db import session_scope
 from app.gpus import leases
 from app.gpus.scheduler import FairShare, QueuedRun, pick, queue_order
-from app.gpus.service import StartOutcome, try_start
+from app.gpus.service import StartOutcome, queue_reasons, try_start
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
 from app.settings import get_settings
 from app.timeutil import utcnow
 from app.users.service import set_share_weight
 from tests.conftest import make_user
-from tests.test_gpu_panel import NEVER_STARVES, TTL, Made, host, queue_run, queued_world, user_named
+from tests.test_gpu_panel import (
+    NEVER_STARVES,
+    TTL,
+    Made,
+    host,
+    queue_run,
+    queued_world,
+    start_on,
+    user_named,
+)
+from tests.test_pages import login
 
 RUN = timedelta(hours=1)  # every run's length
 
@@ -226,3 +236,59 @@ def test_a_starving_run_still_blocks_backfill_under_fair_share() -> None:
     # Not starving yet: fair share puts the light user's run first and it backfills.
     decision = pick([big, small], {"h": [0]}, T0, 7200.0, fair=fair)
     assert list(decision.starts) == [2]
+
+
+# --- what users see: the queue reason, the GPU page, the API ------------------------------------
+
+
+def test_the_reason_and_the_gpu_page_say_each_users_share_and_place(made: Made, client) -> None:
+    heavy, light = make_user()[0], make_user()[0]
+    name = host(made, [0])
+    first = queue_run(made, heavy, gpus=1)
+    assert start_on(first, name, [0]).outcome is StartOutcome.STARTED
+    heavy_waits = queue_run(made, heavy, gpus=1)
+    light_waits = queue_run(made, light, gpus=1)
+    with session_scope() as session:
+        reasons = queue_reasons(
+            session,
+            run_ids=[heavy_waits, light_waits],
+            now=utcnow(),
+            lease_ttl_seconds=TTL,
+            starvation_seconds=NEVER_STARVES,
+        )
+    # heavy's running run is charged its expected length (1 h by default) from its start.
+    assert (
+        f"fair share: {light} used 0.0 GPU-h (weight 1) vs {heavy} 1.0 (weight 1)"
+        in (reasons[light_waits])
+    )
+    assert reasons[light_waits].endswith("— 1st in line"), reasons
+    assert reasons[heavy_waits].endswith("— 2nd in line"), reasons
+    assert reasons[heavy_waits].startswith("waiting for 1 free GPUs on one host; fair share")
+
+    admin, password, headers = make_user(admin=True)
+    login(client, admin, password)
+    page = client.get("/gpus")
+    assert page.status_code == 200 and 'id="fair-share-table"' in page.text
+    assert f'<tr data-user="{heavy}">' in page.text
+    with session_scope() as session:
+        heavy_id = user_named(session, heavy).id
+    token = client.cookies.get("ty_csrf") or ""
+    page = client.post(
+        "/gpus/share-weight",
+        data={"user_id": str(heavy_id), "weight": "0", "csrf_token": token},
+        headers={"X-CSRF-Token": token},
+    )
+    assert page.status_code == 422 and "weight: must be a number greater than 0" in page.text
+    set_weight = client.put(
+        f"/api/fair-share/users/{heavy_id}", json={"weight": 4}, headers=headers
+    )
+    assert set_weight.status_code == 200 and set_weight.json()["weight"] == 4
+    bad = client.put(f"/api/fair-share/users/{heavy_id}", json={"weight": -1}, headers=headers)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "weight"]
+    table = {
+        u["username"]: u for u in client.get("/api/fair-share", headers=headers).json()["users"]
+    }
+    assert table[heavy]["weight"] == 4 and table[heavy]["own_weight"] == 4
+    assert table[light]["weight"] == 1 and table[light]["own_weight"] is None
+    # Shares among those running or waiting: 4 : 1.
+    assert table[heavy]["share"] == 0.8 and table[light]["share"] == 0.2

@@ -138,7 +138,7 @@ def ordinal(n: int) -> str:
 
 def describe(share: UserShare, others: list[UserShare], place: int) -> str:
     """The fair-share part of a queued run's reason: its owner's usage and weight, the lowest
-    other waiting user's, and its place in line."""
+    other user's waiting at its priority in its pool, and its place in line."""
     head = (
         f"fair share: {share.username} used {share.gpu_hours:.1f} GPU-h (weight {share.weight:g})"
     )
@@ -160,7 +160,12 @@ def annotate(decision: Decision, order: list[QueuedRun], by_user: dict[int, User
         share = by_user.get(run.owner_id)
         if run.id not in waiting or share is None or run.gpus == 0:
             continue
-        others = [by_user[u] for u in waiting_users if u != run.owner_id and u in by_user]
+        rivals = {
+            r.owner_id
+            for r in order
+            if r.id in waiting and r.priority == run.priority and r.pool == run.pool
+        }
+        others = [by_user[u] for u in rivals - {run.owner_id} if u in by_user]
         waiting[run.id] = f"{waiting[run.id]}; {describe(share, others, place)}"
     return Decision(decision.starts, waiting)
 
