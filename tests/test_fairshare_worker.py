@@ -82,10 +82,10 @@ def test_two_users_runs_interleave_on_two_gpus(live: LiveStack) -> None:
         table = admin.get("/api/fair-share").json()
     order = [ids[r["id"]] for r in sorted(runs, key=lambda r: when(r, "started_at"))]
     a, b = first[0], second[0]
-    # The second user's first run starts among the first two, not after the first user's
-    # four; every pair of starts after that holds one run of each.
-    assert b in order[:2], order
-    for pair in range(4):
-        assert sorted(order[2 * pair : 2 * pair + 2]) == sorted([a, b]), order
+    # The first user's first two start at once on the idle box. The second user is behind
+    # then: both of their next starts are the second user's, before the first user's third;
+    # after that the two alternate.
+    assert order[:2] == [a, a] and order[2:4] == [b, b], order
+    assert sorted(order[4:6]) == sorted(order[6:8]) == sorted([a, b]), order
     users = {u["username"]: u for u in table["users"]}
     assert users[a]["gpu_hours"] > 0 and users[b]["gpu_hours"] > 0

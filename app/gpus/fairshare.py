@@ -4,7 +4,8 @@ half-life, divided by their weight, orders the queue among runs of equal priorit
 A run's GPU time counts from its start to its end (a running run's up to now), GPUs times
 seconds, each moment weighted 2^(-age / half-life): an hour of GPU time one half-life ago
 counts half an hour. A running run is charged at least its expected length (its user's mean
-finished run length in the window, else `fair_share_default_run_hours`) from its start, so
+finished run length in the window, else everyone's, else `fair_share_default_run_hours`) from
+its start, so
 that a run that has just started already counts: a user's two runs started a moment apart do
 not both go ahead of someone else's. Effective usage = that / weight; weights: the user's
 `share_weight` (an admin's, app.users.service.set_share_weight), else their role's
@@ -95,10 +96,14 @@ def shares(session: Session, *, now: datetime) -> dict[int, UserShare]:
         end = min(as_utc(finished_at), now)
         used[owner] = used.get(owner, 0.0) + gpus * decayed_hours(start, end, now, half_life)
         lengths.setdefault(owner, []).append(max(0.0, (end - start).total_seconds() / 3600))
+    every = [span for spans in lengths.values() for span in spans]
+    # A user without a finished run is charged the box's mean, like everyone else's measured
+    # lengths: a flat default beside measured seconds would put a newcomer far behind.
+    default = sum(every) / len(every) if every else settings.fair_share_default_run_hours
     out = {}
     for user in session.scalars(select(User)):
         spans = lengths.get(user.id)
-        expected = sum(spans) / len(spans) if spans else settings.fair_share_default_run_hours
+        expected = sum(spans) / len(spans) if spans else default
         hours = used.get(user.id, 0.0)
         for start, gpus in running.get(user.id, ()):
             elapsed = max(0.0, (now - start).total_seconds() / 3600)
