@@ -88,6 +88,8 @@ def shares(session: Session, *, now: datetime) -> dict[int, UserShare]:
         if not gpus or started_at is None:
             continue
         start = as_utc(started_at)
+        if start >= now:  # recorded by a clock ahead of this one: nothing used yet
+            continue
         if status == RunStatus.running and finished_at is None:
             running.setdefault(owner, []).append((start, gpus))
             continue
