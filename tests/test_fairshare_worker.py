@@ -12,7 +12,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import delete
 
+from app.db import session_scope
+from app.gpus.models import WorkerHost
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, BROKER_URL, make_user
 from tests.stack import (
     LiveStack,
@@ -68,6 +71,10 @@ def live(database: str) -> Iterator[LiveStack]:
         stop_process(server)
         for worker in workers:
             stop_process(worker)
+        # Not live for the modules after this one (a host heartbeated within their lease TTL
+        # would be offered their runs: tests/test_gpu_panel_nodes.py places nodes by name).
+        with session_scope() as session:
+            session.execute(delete(WorkerHost).where(WorkerHost.host == "fair-a"))
 
 
 def test_two_users_runs_interleave_on_two_gpus(live: LiveStack) -> None:
