@@ -4,8 +4,13 @@ app/gpus/fairshare.py and docs/fleet.md "Fair share"."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 from pydantic_settings import BaseSettings
+
+# A weight: a user's share is their weight over the weights of everyone running or waiting.
+Weight = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class FairShareSettings(BaseSettings):
@@ -14,7 +19,7 @@ class FairShareSettings(BaseSettings):
     fair_share_half_life_hours: float = Field(default=24.0, ge=0, allow_inf_nan=False)
     # A user's weight when an admin set none for them, by role ({"admin": 2}); a role not
     # named weighs 1. Effective usage = decayed GPU-hours / weight.
-    fair_share_role_weights: dict[str, float] = Field(default_factory=dict)
+    fair_share_role_weights: dict[str, Weight] = Field(default_factory=dict)
     # What a run that starts is charged ahead, per GPU, until it has run longer: its user's
     # mean finished run length when they have one, else this (hours).
     fair_share_default_run_hours: float = Field(default=1.0, gt=0, allow_inf_nan=False)

@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from app.db import session_scope
 from app.gpus import leases
+from app.gpus.fairshare import decayed_hours, shares, weight_of
 from app.gpus.scheduler import FairShare, QueuedRun, pick, queue_order
 from app.gpus.service import StartOutcome, queue_reasons, try_start
 from app.runs.models import Run, RunStatus
@@ -293,3 +294,31 @@ def test_the_reason_and_the_gpu_page_say_each_users_share_and_place(made: Made, 
     assert table[light]["weight"] == 1 and table[light]["own_weight"] is None
     # Shares among those running or waiting: 4 : 1.
     assert table[heavy]["share"] == 0.8 and table[light]["share"] == 0.2
+
+
+def test_an_hour_one_half_life_ago_counts_half() -> None:
+    hour = timedelta(hours=1)
+    assert decayed_hours(T0 - hour, T0, T0, 1e9) == pytest.approx(1.0, rel=1e-6)
+    day_ago = T0 - timedelta(hours=24)
+    assert decayed_hours(day_ago - hour / 1000, day_ago, T0, 24.0) == pytest.approx(
+        0.5 / 1000, rel=1e-3
+    )
+
+
+def test_a_roles_weight_applies_unless_the_user_has_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TORCHYARD_FAIR_SHARE_ROLE_WEIGHTS", '{"admin": 3}')
+    get_settings.cache_clear()
+    try:
+        admin, member = make_user(admin=True)[0], make_user()[0]
+        with session_scope() as session:
+            assert weight_of(user_named(session, admin)) == 3
+            assert weight_of(user_named(session, member)) == 1
+            set_share_weight(session, user=user_named(session, admin), weight=0.5)
+            assert weight_of(user_named(session, admin)) == 0.5
+            by_user = shares(session, now=utcnow())
+            assert by_user[user_named(session, admin).id].own_weight == 0.5
+    finally:
+        monkeypatch.delenv("TORCHYARD_FAIR_SHARE_ROLE_WEIGHTS")
+        get_settings.cache_clear()
