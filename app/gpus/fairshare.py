@@ -138,6 +138,14 @@ def as_fair(by_user: dict[int, UserShare]) -> FairShare:
     )
 
 
+def _waits_for_gpus(reason: str) -> bool:
+    """A reason about GPUs (free ones, or a starving run ahead), where fair share's order
+    decides; not one about workers, lost messages or an outside scheduler."""
+    if reason.startswith("run ") and "waited too long" in reason:
+        return True
+    return reason.startswith("waiting for ") and "worker" not in reason
+
+
 def ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
@@ -157,8 +165,8 @@ def describe(share: UserShare, others: list[UserShare], place: int) -> str:
 
 def annotate(decision: Decision, order: list[QueuedRun], by_user: dict[int, UserShare]) -> Decision:
     """`decision` with each waiting GPU run's reason followed by its fair-share line (`order`:
-    the queue in `queue_order`, its place in line). Only while two users or more wait: alone
-    in the queue, a user's share decides nothing."""
+    the queue in `queue_order`, its place in line). Only where another user waits at its
+    priority in its pool, and only for a wait on GPUs: elsewhere a share decides nothing."""
     waiting_users = {run.owner_id for run in order if run.id in decision.waiting}
     if len(waiting_users) < 2:
         return decision
@@ -167,12 +175,16 @@ def annotate(decision: Decision, order: list[QueuedRun], by_user: dict[int, User
         share = by_user.get(run.owner_id)
         if run.id not in waiting or share is None or run.gpus == 0:
             continue
+        if not _waits_for_gpus(waiting[run.id]):  # no worker, a lost message, Slurm's pool
+            continue
         rivals = {
             r.owner_id
             for r in order
             if r.id in waiting and r.priority == run.priority and r.pool == run.pool
         }
         others = [by_user[u] for u in rivals - {run.owner_id} if u in by_user]
+        if not others:  # nobody else waits beside it: its share decides nothing
+            continue
         waiting[run.id] = f"{waiting[run.id]}; {describe(share, others, place)}"
     return Decision(decision.starts, waiting)
 
