@@ -25,6 +25,7 @@ from app.experiments.views import router as experiments_views
 from app.fleet.api import router as fleet_router
 from app.fleet.views import router as fleet_views
 from app.gpus.api import router as gpus_router
+from app.gpus.fairshare_api import router as fair_share_router
 from app.gpus.views import router as gpus_views
 from app.http_errors import error_responses, install_error_handlers
 from app.mlflow.artifacts import router as mlflow_artifacts_router
@@ -133,6 +134,7 @@ def create_app() -> FastAPI:
         notifications_router,
         users_router,
         ceilings_router,
+        fair_share_router,
         sweeps_router,
         saved_views_router,
     ):

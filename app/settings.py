@@ -14,14 +14,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.runs.files.job_files import within
 from app.settings_efficiency import EfficiencySettings
+from app.settings_fairshare import FairShareSettings
 from app.settings_pools import PoolSettings
 from app.settings_rules import Hours, Seconds, SecondsOrOff, refuse_conflicts
 
-# Every torchyard process (server, worker, `torchyard up`) creates its files 0600, folders 0700.
-PRIVATE_UMASK = 0o077
+PRIVATE_UMASK = 0o077  # every torchyard process's files 0600, folders 0700
 
 
-class Settings(PoolSettings, EfficiencySettings, BaseSettings):
+class Settings(PoolSettings, EfficiencySettings, FairShareSettings, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TORCHYARD_", extra="ignore")
 
     data_dir: Path = Path("torchyard-data")

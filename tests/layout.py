@@ -52,6 +52,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_fencing": "a fenced worker's writes refused, across lifecycle and ingest",
     "test_fencing_e2e": "a frozen worker fenced on a live stack",
     "test_gpu_leases": "GPU leases across real workers and jobs",
+    "test_fairshare_worker": "fair share's interleaving by user on a real worker",
     "test_e2e_host_share": "a job's CPU share, full disk and cgroups on a host with other work",
     "test_multi_node": "multi-node DDP across namespace hosts",
     "test_no_secrets_leak": "what a job's environment and files hold",

@@ -74,6 +74,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_e2e_job_output",
         "test_e2e_lightning",  # Lightning DDP; its cancel within 5 s is timed
         "test_e2e_mlflow_job",
+        "test_fairshare_worker",  # 8 short runs on a 2-GPU fake worker
         "test_torchyard_sdk_config",  # init(config=...) through a real job: params, filter, export
         "test_e2e_retention",
         "test_e2e_runs",  # training quality and seeding; the cancel within 5 s is timed

@@ -448,6 +448,13 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("PATCH", "/api/users/{user_id}"): Row(
         ADMIN, 200, lambda w: (f"/api/users/{w.fresh_user()}", {"json": {"role": "viewer"}})
     ),
+    # fair share (issue 42): everyone reads each user's share; admins set a user's weight
+    ("GET", "/api/fair-share"): Row(USER, 200, _get("/api/fair-share")),
+    ("PUT", "/api/fair-share/users/{user_id}"): Row(
+        ADMIN,
+        200,
+        lambda w: (f"/api/fair-share/users/{w.fresh_user()}", {"json": {"weight": 2}}),
+    ),
     # ceilings on a run's limits: everyone reads their own; admins read and set them all
     ("GET", "/api/ceilings/me"): Row(USER, 200, _get("/api/ceilings/me")),
     ("GET", "/api/ceilings"): Row(ADMIN, 200, _get("/api/ceilings")),
@@ -653,6 +660,11 @@ MATRIX: dict[tuple[str, str], Row] = {
         200,
         lambda w: ("/admin/ceilings", {"data": {"scope": "role:viewer", "cpus": "3"}}),
     ),
+    ("POST", "/gpus/share-weight"): Row(
+        PAGE_ADMIN,
+        303,
+        lambda w: ("/gpus/share-weight", {"data": {"user_id": str(w.fresh_user()), "weight": "2"}}),
+    ),
     ("POST", "/logout"): Row(LOGOUT, 303, _get("/logout")),
 }
 
@@ -696,7 +708,9 @@ def fingerprint() -> tuple[object, ...]:
     """What any write of the app changes."""
     with session_scope() as session:
         users = session.execute(
-            select(User.id, User.role, User.is_active, User.password_hash).order_by(User.id)
+            select(
+                User.id, User.role, User.is_active, User.password_hash, User.share_weight
+            ).order_by(User.id)
         ).all()
         return (
             session.scalar(select(func.count()).select_from(Experiment)) or 0,

@@ -251,7 +251,7 @@ def test_gpu_panel_shows_each_gpu_state_and_the_queue_with_reasons(client, made)
     r = client.get("/api/gpus", headers=alice_headers)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"generated_at", "hosts", "queue"}
+    assert set(body) == {"generated_at", "hosts", "queue", "fair_share"}
     (mine,) = [h for h in body["hosts"] if h["host"] == box]
     gpus = {g["index"]: g for g in mine["gpus"]}
     assert gpus[0]["state"] == "leased"

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import Boolean, DateTime, ForeignKey, Index, String
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, String
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -39,6 +39,8 @@ class User(Base):
     must_change_password: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=sa_false()
     )
+    # Fair share's weight (issue 42, app/gpus/fairshare.py): None falls back to the role's.
+    share_weight: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     @property
     def is_admin(self) -> bool:

@@ -35,7 +35,11 @@ def retake_leases(
     held = set(session.scalars(select(GpuLease.gpu_index).where(GpuLease.run_id == run_id)))
     for index in indices:
         if index not in held:
-            session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=now))
+            session.add(
+                GpuLease(
+                    host=host, gpu_index=index, run_id=run_id, acquired_at=now, heartbeat_at=now
+                )
+            )
     session.flush()
 
 
@@ -43,10 +47,15 @@ def take_leases(
     session: Session, *, run_id: int, nodes: Sequence[tuple[str, Sequence[int]]], now: datetime
 ) -> None:
     """Every node's GPUs for a starting run, in the caller's transaction: all of them or (the
-    unique (host, gpu_index) refusing the flush) none."""
+    unique (host, gpu_index) refusing the flush) none. Heartbeated at `now`, the start's own
+    time (a scheduler driven by a given clock: tests/test_fairshare.py)."""
     for host, indices in nodes:
         for index in indices:
-            session.add(GpuLease(host=host, gpu_index=index, run_id=run_id, acquired_at=now))
+            session.add(
+                GpuLease(
+                    host=host, gpu_index=index, run_id=run_id, acquired_at=now, heartbeat_at=now
+                )
+            )
     session.flush()
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.auth.models import User
+from app.gpus import fairshare
 from app.gpus.models import GpuLease
 from app.gpus.scheduler import queue_order
 from app.gpus.schemas import GpuOut, GpuPanelOut, GpuState, HostOut, QueuedRunOut
@@ -102,7 +103,13 @@ def gpu_panel(
             )
         )
 
-    queue = queue_order(queued_runs(session))
+    by_user = fairshare.shares(session, now=now) if fairshare.enabled() else None
+    queue = queue_order(
+        queued_runs(session),
+        fairshare.as_fair(by_user) if by_user is not None else None,
+        now=now,
+        starvation_seconds=starvation_seconds,
+    )
     decision = panel_decision(
         session, now=now, lease_ttl_seconds=lease_ttl_seconds, starvation_seconds=starvation_seconds
     )
@@ -131,4 +138,9 @@ def gpu_panel(
                 reason=reason_of(decision, run.id),
             )
         )
-    return GpuPanelOut(generated_at=now, hosts=hosts, queue=out)
+    return GpuPanelOut(
+        generated_at=now,
+        hosts=hosts,
+        queue=out,
+        fair_share=fairshare.table(by_user, queue) if by_user is not None else None,
+    )

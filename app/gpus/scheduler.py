@@ -1,7 +1,10 @@
 """Who may start now: a pure decision over the queue and the free GPUs of each host.
 
 Rules, in this order:
-- queued runs are considered by (priority desc, created_at, id);
+- queued runs are considered by (priority desc, created_at, id); with fair share (`FairShare`,
+  issue 42) runs of equal priority go by their owner's effective usage first (ascending), and
+  each run taken in line charges its owner ahead (`queue_order`), so one user's runs do not
+  all jump ahead of another's in one decision;
 - a run needing k GPUs starts only when k GPUs of ONE host are free, and gets exactly those
   (the lowest free indices of the fullest host that fits: best fit keeps big holes for big
   runs; a host that asks about its own run is preferred for that run);
@@ -37,6 +40,7 @@ Multi-node runs (gang scheduling, `nodes` > 1; docs/multi-node.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -69,6 +73,16 @@ class QueuedRun:
     message_waiting: bool = False  # its message is in the broker, no worker has taken it yet
     nodes: int = 1  # hosts it spans, `gpus` GPUs on each
     pool: str = LOCAL_POOL  # only hosts of this pool run it
+    owner_id: int = 0  # whose run: fair share orders equal priorities by owner
+
+
+@dataclass(frozen=True)
+class FairShare:
+    """Each owner's effective usage now (decayed GPU-hours / weight, running runs charged
+    their expected length: app.gpus.fairshare) and what one more GPU started charges them."""
+
+    usage: Mapping[int, float]
+    charge: Mapping[int, float]  # per GPU of a run taken in line; absent: 0
 
 
 NodePlacement = tuple[str, tuple[int, ...]]  # (host, its GPU indices) of one node
@@ -89,8 +103,45 @@ class Decision:
     waiting: dict[int, str]
 
 
-def queue_order(queue: Iterable[QueuedRun]) -> list[QueuedRun]:
-    return sorted(queue, key=lambda r: (-r.priority, r.created_at, r.id))
+def queue_order(
+    queue: Iterable[QueuedRun],
+    fair: FairShare | None = None,
+    *,
+    now: datetime | None = None,
+    starvation_seconds: float | None = None,
+) -> list[QueuedRun]:
+    """The one order of the queue (the scheduler's, the GPU panel's place in line, the start
+    estimates'): (priority desc, created_at, id); with `fair`, equal priorities by owner's
+    effective usage first, each run taken charging its owner `charge` per GPU before the next
+    is chosen. A GPU run waiting longer than `starvation_seconds` (at `now`) goes before fair
+    share's choices of its priority: fair share never starves a heavy user's big run."""
+    static = sorted(queue, key=lambda r: (-r.priority, r.created_at, r.id))
+    if fair is None:
+        return static
+    by_owner: dict[int, list[QueuedRun]] = {}
+    for run in reversed(static):  # each owner's list: its next run last
+        by_owner.setdefault(run.owner_id, []).append(run)
+    usage = {owner: fair.usage.get(owner, 0.0) for owner in by_owner}
+
+    def key(owner: int) -> tuple[int, float, datetime, int]:
+        run = by_owner[owner][-1]
+        starving = (
+            now is not None
+            and starvation_seconds is not None
+            and run.gpus > 0
+            and (now - run.created_at).total_seconds() > starvation_seconds
+        )
+        return (-run.priority, -math.inf if starving else usage[owner], run.created_at, run.id)
+
+    order = []
+    while by_owner:
+        owner = min(by_owner, key=key)
+        run = by_owner[owner].pop()
+        if not by_owner[owner]:
+            del by_owner[owner]
+        usage[owner] += fair.charge.get(owner, 0.0) * run.gpus * run.nodes
+        order.append(run)
+    return order
 
 
 def pick(
@@ -101,9 +152,10 @@ def pick(
     *,
     capacity_by_host: Mapping[str, int] | None = None,
     asking: tuple[int, str] | None = None,
+    fair: FairShare | None = None,
 ) -> Decision:
     """Every run of `queue` that may start now, and where; `asking` = (run id, host) prefers
-    that host for that run when it fits there."""
+    that host for that run when it fits there; `fair`: fair share's order (`queue_order`)."""
     free = {host: sorted(set(indices)) for host, indices in free_by_host.items()}
     starts: dict[int, Placement] = {}
     waiting: dict[int, str] = {}
@@ -112,7 +164,7 @@ def pick(
     # GPUs per host kept free for the waiting multi-node runs seen so far.
     reserved: dict[str, int] = {}
     blocker: QueuedRun | None = None
-    for run in queue_order(queue):
+    for run in queue_order(queue, fair, now=now, starvation_seconds=starvation_seconds):
         if run.message_lost or run.message_waiting:
             waiting[run.id] = MESSAGE_LOST if run.message_lost else WAITING_FOR_SLOT
             continue
@@ -181,6 +233,7 @@ def pick_pools(
     served: Collection[str] = (),
     asking: tuple[int, str] | None = None,
     outside: Mapping[str, str] | None = None,
+    fair: FairShare | None = None,
 ) -> Decision:
     """`pick` for each pool on its own hosts (`pool_of_host`: the live hosts' pools), merged.
     A run of a pool without a live host waits naming its pool (`served`: the pools a worker
@@ -213,6 +266,7 @@ def pick_pools(
             starvation_seconds,
             capacity_by_host={h: n for h, n in capacity_by_host.items() if h in hosts},
             asking=asking,
+            fair=fair,
         )
         starts.update(decision.starts)
         waiting.update(decision.waiting)

@@ -68,10 +68,36 @@ class QueuedRunOut(BaseModel):
     reason: str
 
 
+class UserShareOut(BaseModel):
+    """One user's fair share (app/gpus/fairshare.py)."""
+
+    user_id: int
+    username: str
+    gpu_hours: float  # decayed, running runs charged their expected length
+    weight: float  # in force: the user's own, else their role's, else 1
+    own_weight: float | None  # what an admin set for this user (null: the role's)
+    effective: float  # gpu_hours / weight: the lower, the sooner their runs go
+    share: float  # weight / the weights of every user running or waiting: their due fraction
+    running_gpus: int
+    queued_runs: int
+
+
+class FairShareOut(BaseModel):
+    half_life_hours: float
+    # Users running or waiting, and any with usage left, lowest effective usage first.
+    users: list[UserShareOut]
+
+
+class ShareWeightIn(BaseModel):
+    # > 0; null: the user's role's weight again (TORCHYARD_FAIR_SHARE_ROLE_WEIGHTS, else 1).
+    weight: float | None
+
+
 class GpuPanelOut(BaseModel):
     generated_at: UtcDateTime
     hosts: list[HostOut]
     queue: list[QueuedRunOut]
+    fair_share: FairShareOut | None = None  # null: fair share is off
 
 
 class UserUsageOut(BaseModel):

@@ -21,11 +21,18 @@ from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from app.experiments.config.model import run_config
-from app.gpus import leases
+from app.gpus import fairshare, leases
 from app.gpus.leases import expire_stale_leases
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.pools import outside_pools, pool_of, served_pools
-from app.gpus.scheduler import Decision, NodePlacement, QueuedRun, never_fits, pick_pools
+from app.gpus.scheduler import (
+    Decision,
+    NodePlacement,
+    QueuedRun,
+    never_fits,
+    pick_pools,
+    queue_order,
+)
 from app.runs import nodes as run_nodes
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle
@@ -190,6 +197,7 @@ def decide(
         served=served_pools(session) if {r.pool for r in queue} - set(pools.values()) else (),
         asking=(asking_run, host) if asking_run is not None and host is not None else None,
         outside=outside_pools(hosts),
+        fair=fairshare.fair_share(session, now=now),
     )
 
 
@@ -217,8 +225,9 @@ def panel_decision(
     session: Session, *, now: datetime, lease_ttl_seconds: float, starvation_seconds: float
 ) -> Decision:
     """The scheduler's decision with no host asking: what the GPU panel and a queued run's
-    reason both show, so they always agree."""
-    return decide(
+    reason both show, so they always agree (with fair share, each waiting run's share and
+    place in line: app.gpus.fairshare.annotate)."""
+    decision = decide(
         session,
         host=None,
         inventory=None,
@@ -227,6 +236,16 @@ def panel_decision(
         lease_ttl_seconds=lease_ttl_seconds,
         starvation_seconds=starvation_seconds,
     )
+    if not fairshare.enabled():
+        return decision
+    by_user = fairshare.shares(session, now=now)
+    order = queue_order(
+        queued_runs(session),
+        fairshare.as_fair(by_user),
+        now=now,
+        starvation_seconds=starvation_seconds,
+    )
+    return fairshare.annotate(decision, order, by_user)
 
 
 def queue_reason(
@@ -268,7 +287,13 @@ def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun
     """The queue; with ``now``, each run says whether its broker message is lost then."""
     rows = session.execute(
         select(
-            Run.id, Run.priority, Run.created_at, Run.config, Run.task_seen_at, Run.dispatch
+            Run.id,
+            Run.priority,
+            Run.created_at,
+            Run.config,
+            Run.task_seen_at,
+            Run.dispatch,
+            Run.owner_id,
         ).where(Run.status == RunStatus.queued, ~Run.cancel_requested)
     ).all()
     resources = {r.id: run_config(r.config).resources for r in rows}
@@ -286,6 +311,7 @@ def queued_runs(session: Session, now: datetime | None = None) -> list[QueuedRun
             message_lost=r.id in stale and r.id not in in_broker,
             message_waiting=r.id in in_broker,
             pool=resources[r.id].pool,
+            owner_id=r.owner_id,
         )
         for r in rows
     ]

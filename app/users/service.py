@@ -24,7 +24,7 @@ from app.auth.security import (
 )
 from app.auth.service import create_user, revoke_all_tokens, store_password
 from app.db import MAX_ID
-from app.errors import Conflict, Invalid, NotFound
+from app.errors import Conflict, Invalid, NotFound, field_error
 from app.settings import get_settings
 from app.timeutil import as_utc, utcnow
 
@@ -147,6 +147,16 @@ def set_disabled(session: Session, *, user: User, disabled: bool) -> User:
     user.is_active = not disabled
     if disabled:
         revoke_all_tokens(session, user=user)
+    session.flush()
+    return user
+
+
+def set_share_weight(session: Session, *, user: User, weight: float | None) -> User:
+    """The user's fair-share weight (app/gpus/fairshare.py); None: their role's again. 422
+    naming `weight` unless it is a positive, finite number."""
+    if weight is not None and not (0 < weight < float("inf")):
+        raise Invalid([field_error(("body", "weight"), "must be a number greater than 0", weight)])
+    user.share_weight = weight
     session.flush()
     return user
 

@@ -108,6 +108,8 @@ CEILINGS = Endpoint("GET", "/api/ceilings")
 CEILINGS_ME = Endpoint("GET", "/api/ceilings/me")
 CEILINGS_ROLE = Endpoint("PUT", "/api/ceilings/roles/{role}", body="json")
 CEILINGS_USER = Endpoint("PUT", "/api/ceilings/users/{user_id}", body="json")
+FAIR_SHARE = Endpoint("GET", "/api/fair-share")
+FAIR_SHARE_USER = Endpoint("PUT", "/api/fair-share/users/{user_id}", body="json")
 
 VIEWS = Endpoint("GET", "/api/views", query=_q("experiment_id"))
 VIEW_DELETE = Endpoint("DELETE", "/api/views/{view_id}")

@@ -1,5 +1,6 @@
-"""`torchyard users add|list|passwd|ceilings`: accounts over the REST API (an admin's token, except
-for changing your own password), so they work from a laptop like the other client commands.
+"""`torchyard users add|list|passwd|ceilings|share`: accounts over the REST API (an admin's
+token, except for changing your own password and reading fair share), so they work from a
+laptop like the other client commands.
 
 A password is read from stdin's first line with --password-stdin; without it, `add` and an
 admin's `passwd` make one up and print it once, to hand over.
@@ -196,6 +197,46 @@ def _print_ceilings(found: dict[str, Any]) -> None:
     for who, values in rows:
         table.add_row(who, *("-" if values[c] is None else f"{values[c]:g}" for c in CEILINGS))
     out.print(table)
+
+
+@users_app.command("share")
+def share(
+    name: Annotated[
+        str | None, typer.Argument(metavar="[NAME]", help="the user to set", show_default=False)
+    ] = None,
+    weight: Annotated[
+        float | None, typer.Option(min=0.001, help="their fair-share weight", show_default=False)
+    ] = None,
+    clear: Annotated[bool, typer.Option(help="back to their role's weight")] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Fair share (docs/fleet.md). Alone: each user's decayed GPU-hours, weight and due
+    share. With NAME and --weight or --clear (admins): set that user's weight."""
+    with connect(server, token) as api:
+        if name is None:
+            found = api.json(ep.FAIR_SHARE())
+            table = Table(box=None, header_style="bold")
+            for column in ("USER", "GPU-H", "WEIGHT", "EFFECTIVE", "SHARE", "RUNNING", "QUEUED"):
+                table.add_column(column)
+            for u in found["users"]:
+                table.add_row(
+                    u["username"],
+                    f"{u['gpu_hours']:.2f}",
+                    f"{u['weight']:g}" + ("" if u["own_weight"] is not None else " (role)"),
+                    f"{u['effective']:.2f}",
+                    f"{u['share']:.0%}",
+                    str(u["running_gpus"]),
+                    str(u["queued_runs"]),
+                )
+            out.print(f"half-life {found['half_life_hours']:g} h (0: fair share off)")
+            out.print(table)
+            return
+        if (weight is None) == (not clear):
+            raise CliError("give --weight W or --clear")
+        url = ep.FAIR_SHARE_USER(user_id=_find_user(api, name)["id"])
+        saved: dict[str, Any] = api.request(url, json={"weight": weight}).json()
+    out.print(f"fair-share weight of {name}: {saved['weight']:g}")
 
 
 def register(app: typer.Typer) -> None:
