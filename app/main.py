@@ -43,6 +43,8 @@ from app.runs.query.list_api import router as run_list_router
 from app.runs.views import router as runs_views
 from app.saved_views.api import router as saved_views_router
 from app.scheduled import JOBS
+from app.sessions.api import router as sessions_router
+from app.sessions.proxy import router as sessions_proxy
 from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
 from app.strict_json import StrictJSONMiddleware
@@ -132,6 +134,7 @@ def create_app() -> FastAPI:
         ceilings_router,
         sweeps_router,
         saved_views_router,
+        sessions_router,
     ):
         app.include_router(
             api_router,
@@ -151,6 +154,7 @@ def create_app() -> FastAPI:
         users_views,
         notifications_views,
         sweeps_views,
+        sessions_proxy,
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")
