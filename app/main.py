@@ -43,9 +43,9 @@ from app.runs.query.list_api import router as run_list_router
 from app.runs.views import router as runs_views
 from app.saved_views.api import router as saved_views_router
 from app.scheduled import JOBS
+from app.security_headers import SecurityHeadersMiddleware
 from app.sessions.api import router as sessions_router
 from app.sessions.proxy import router as sessions_proxy
-from app.security_headers import SecurityHeadersMiddleware
 from app.settings import get_settings
 from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
