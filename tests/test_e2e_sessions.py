@@ -140,6 +140,9 @@ def test_session_through_the_proxy(stack: LiveStack) -> None:
         listed = owner.get(f"{base}/api/contents")
         assert listed.status_code == 200, listed.text
         assert listed.json()["type"] == "directory"
+        page = owner.get(f"{base}/lab")  # JupyterLab's own page, its assets found
+        assert page.status_code == 200 and "JupyterLab" in page.text, page.text[:500]
+        assert f"{base}/static/lab/" in page.text or "/static/" in page.text
         # Another member, and nobody signed in: refused by torchyard, never reaching Jupyter.
         assert other.get(f"{base}/api/contents").status_code == 403
         assert httpx.get(f"{stack.base_url}{base}/api/contents").status_code == 401

@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from torchyard.contract import RunPaths
 from worker.launcher import Launch
+
+# JupyterLab's page (its built assets) and prebuilt extensions are data files of the worker's
+# environment (<prefix>/share/jupyter), not site-packages: the job base links only the latter
+# (worker/job_base.py), and the sandbox binds the worker's environment read-only.
+JUPYTER_DATA = Path(sys.prefix) / "share" / "jupyter"
 
 # AF_UNIX addresses hold 107 bytes and a NUL (Linux's sun_path).
 MAX_SOCKET_PATH = 107
@@ -71,10 +77,12 @@ def lab_launch(launch: Launch, *, run_id: int, run_dir: Path, token: str) -> Lau
         # Kernels over ipc files in the session's folder: no port, even with the host's network.
         "--KernelManager.transport=ipc",
         f"--KernelManager.ip={paths.session_socket.parent / 'kernel'}",
+        f"--LabApp.app_dir={JUPYTER_DATA / 'lab'}",
         "--LabApp.news_url=",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]
     env = dict(launch.env)
     env["JUPYTER_TOKEN"] = token
-    env.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    env["JUPYTER_PATH"] = str(JUPYTER_DATA)
     return replace(launch, argv=argv, env=env)

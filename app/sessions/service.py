@@ -19,6 +19,7 @@ from app.experiments.service import add_experiment
 from app.ownership import find_experiment
 from app.runs import service as runs
 from app.runs.models import Run, RunStatus
+from app.runs.state import notices
 from app.sessions.schemas import SessionCreate
 
 # Each member's own experiment for sessions started without one.
@@ -30,8 +31,10 @@ def is_session(run: Run) -> bool:
 
 
 def hours(run: Run) -> float:
+    """Its time limit: the hours it asked for and those it was extended by."""
     part = run.config.get(SESSION_TAG) or {}
-    return float(part.get("hours", 0))
+    extra = notices.session_part(run.notices).get("extra_hours", 0)
+    return float(part.get("hours", 0)) + float(extra)
 
 
 def ends_at(run: Run) -> datetime | None:
@@ -93,6 +96,8 @@ def extend(session: Session, *, run: Run, more_hours: float) -> Run:
             f"a session may last at most {MAX_SESSION_HOURS} hours in all",
             more_hours,
         )
-    run.config = {**run.config, SESSION_TAG: {**run.config[SESSION_TAG], "hours": total}}
+    extra = notices.session_part(run.notices).get("extra_hours", 0)
+    # A new warning comes 10 minutes before the new end.
+    notices.session_note(run, extra_hours=float(extra) + more_hours, warning=None)
     session.flush()
     return run

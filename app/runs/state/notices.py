@@ -12,7 +12,8 @@ which), at most MAX_TENSORBOARD_NOTES: a job chooses its plugin names. ``config`
 value in the script's ``torchyard.init(config=...)`` differs from the launch's, ``{key: {"launch":
 v, "script": v}}`` (app.runs.query.params.record_script). ``stopped_early`` is
 no ingestion note: the sweep's early-stopping rule cancelled the run (app.sweeps.early_stop),
-said where people look.
+said where people look. ``session``: a session's own notes (app/sessions/limits.py):
+``{"warning": text, "ended": text, "extra_hours": hours}``.
 """
 
 from __future__ import annotations
@@ -124,6 +125,16 @@ def stopped_early(run: Run, reason: str, *, at: datetime) -> None:
     _update(run, stopped_early={"reason": reason[:MAX_ERROR_CHARS], "at": at.isoformat()})
 
 
+def session_note(run: Run, **parts: Any) -> None:
+    """A session's warning, why it was ended, or the hours it was extended by."""
+    _update(run, session={**session_part(run.notices), **parts})
+
+
+def session_part(notices: Mapping[str, Any] | None) -> dict[str, Any]:
+    part = (notices or {}).get("session")
+    return dict(part) if isinstance(part, dict) else {}
+
+
 def stopped_early_reason(notices: Mapping[str, Any] | None) -> str | None:
     """Why a sweep stopped the run early; None when it did not."""
     part = (notices or {}).get("stopped_early")
@@ -160,4 +171,6 @@ def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
     early = stopped_early_reason(notices)
     if early:
         lines.append(early)
+    held = session_part(notices)
+    lines.extend(str(held[k]) for k in ("warning", "ended") if held.get(k))
     return lines
