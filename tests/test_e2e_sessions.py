@@ -176,3 +176,35 @@ def test_session_through_the_proxy(stack: LiveStack) -> None:
         files = owner.get(f"/api/runs/{run_id}/files")
         assert files.status_code == 200, files.text
         assert "kept.ipynb" in {f["path"] for f in files.json()}, files.json()
+
+
+def test_idle_session_is_ended_with_its_files(stack: LiveStack) -> None:
+    """A second API process with a short idle limit (its periodic round checks every second)
+    ends a session nobody uses; the notebook saved before stays in its files."""
+    port = free_port()
+    env = stack_env(TORCHYARD_SESSION_IDLE_MINUTES="0.25", TORCHYARD_SESSION_CHECK_SECONDS="1")
+    log = LOG_DIR / "server-idle.log"
+    server = start_logged(server_argv("127.0.0.1", port), env, log)
+    try:
+        base_url = f"http://127.0.0.1:{port}"
+        wait_healthy(base_url, server, log)
+        _owner, _pw, headers = make_user()
+        with httpx.Client(base_url=base_url, headers=headers, timeout=30) as owner:
+            created = owner.post("/api/sessions", json={"gpus": 1, "hours": 2})
+            assert created.status_code == 201, created.text
+            run_id = created.json()["run"]["id"]
+            wait_for_status(owner, run_id, {"running"}, timeout=240)
+            lab_up(owner, run_id)
+            saved = owner.put(
+                f"/sessions/{run_id}/lab/api/contents/idle.txt",
+                json={"type": "file", "format": "text", "content": "kept"},
+            )
+            assert saved.status_code in (200, 201), saved.text
+            ended = wait_for_status(owner, run_id, {"cancelled", "failed"}, timeout=120)
+            assert ended["status"] == "cancelled", ended
+            assert any("idle" in line for line in ended["notices"]), ended["notices"]
+            wait_for(lambda: gpu_holder(owner) is None, timeout=30, what="the GPU freed")
+            files = {f["path"] for f in owner.get(f"/api/runs/{run_id}/files").json()}
+            assert "idle.txt" in files, files
+    finally:
+        stop_process(server)

@@ -7,11 +7,11 @@ from fastapi import APIRouter, Request, status
 
 from app.db import SessionDep
 from app.http_errors import error_responses
-from app.ownership import Writer
+from app.ownership import OwnedRun, Writer
 from app.runs.files.out import run_outs
 from app.runs.models import Run
 from app.sessions import service
-from app.sessions.schemas import SessionCreate, SessionOut
+from app.sessions.schemas import SessionCreate, SessionExtend, SessionOut
 
 router = APIRouter(prefix="/api", tags=["sessions"])
 
@@ -38,3 +38,15 @@ def start_session(
     runs (its owner and admins only)."""
     run = service.start(session, owner=user, data=data)
     return session_out(session, run, request)
+
+
+@router.post(
+    "/sessions/{run_id}/extend",
+    response_model=SessionOut,
+    responses=error_responses(403, 404, 409),  # 409: not running, or a run waits for GPUs
+)
+def extend_session(
+    run: OwnedRun, data: SessionExtend, session: SessionDep, request: Request
+) -> SessionOut:
+    """`hours` more for a running session, while no run waits for GPUs."""
+    return session_out(session, service.extend(session, run=run, more_hours=data.hours), request)

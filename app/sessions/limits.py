@@ -79,8 +79,10 @@ def verdict(run: Run, *, now: datetime, last_activity: datetime | None, idle_gpu
     if now >= ends:
         return Verdict(end=f"session ended: its time limit ({ends:%Y-%m-%d %H:%M} UTC) was reached")
     idle_limit = settings.session_idle_minutes
-    if idle_limit > 0 and idle_gpus and run.started_at is not None:
-        since = max(as_utc(run.started_at), last_activity or as_utc(run.started_at))
+    # A JupyterLab that does not answer (still starting) is not called idle: its time limit
+    # still ends it.
+    if idle_limit > 0 and idle_gpus and last_activity is not None and run.started_at:
+        since = max(as_utc(run.started_at), last_activity)
         if now - since >= timedelta(minutes=idle_limit):
             return Verdict(
                 end=f"session ended: idle for {idle_limit:g} minutes (no activity in its "

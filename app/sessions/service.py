@@ -84,8 +84,13 @@ def extend(session: Session, *, run: Run, more_hours: float) -> Run:
         raise Invalid.at(["path", "run_id"], f"run {run.id} is not a session", run.id)
     if run.status is not RunStatus.running:
         raise Conflict(f"session {run.id} is not running ({run.status.value})")
-    waiting = session.scalar(
-        select(Run.id).where(Run.status == RunStatus.queued, Run.id != run.id).limit(1)
+    waiting = next(
+        (
+            r.id
+            for r in session.scalars(select(Run).where(Run.status == RunStatus.queued))
+            if int((r.config.get("resources") or {}).get("gpus", 0)) > 0
+        ),
+        None,
     )
     if waiting is not None:
         raise Conflict(f"run {waiting} waits for GPUs: a session cannot be extended meanwhile")
