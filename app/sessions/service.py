@@ -21,6 +21,7 @@ from app.runs import service as runs
 from app.runs.models import Run, RunStatus
 from app.runs.state import notices
 from app.sessions.schemas import SessionCreate
+from app.timeutil import as_utc
 
 # Each member's own experiment for sessions started without one.
 SESSIONS_EXPERIMENT = "sessions"
@@ -41,7 +42,7 @@ def ends_at(run: Run) -> datetime | None:
     """When its time limit ends it (None until it has started)."""
     if run.started_at is None:
         return None
-    return run.started_at + timedelta(hours=hours(run))
+    return as_utc(run.started_at) + timedelta(hours=hours(run))
 
 
 def start(session: Session, *, owner: User, data: SessionCreate) -> Run:

@@ -28,6 +28,7 @@ from torchyard.cli import (
     run_files,
     runs,
     server,
+    sessions,
     sweeps,
     tokens,
     users,
@@ -63,6 +64,7 @@ experiments.register()
 delete.register(app, CLIENT_PANEL)
 users.register(app)
 tokens.register(app)
+sessions.register(app)
 admin.register(app)
 
 
