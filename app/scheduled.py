@@ -7,7 +7,7 @@ from app.auth import scheduled as auth
 from app.notifications import scheduled as notifications
 from app.periodic import Job
 from app.runs.state import scheduled as runs
-from app.sessions import limits as sessions
+from app.sessions import end_rules as sessions
 from app.sweeps import scheduled as sweeps
 
 JOBS: tuple[Job, ...] = (

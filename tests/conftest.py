@@ -113,6 +113,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_slurm_commands",  # worker/slurm/commands.py on a private Slurm cluster
         "test_app_errors",  # the field error builder and its location text
         "test_filter_tokens",  # the filter languages' one tokenizer
+        "test_end_rules",  # a session's end rules on a run in memory
         "test_filter_grammar",  # the filter languages' one parser (SQL compiled, not run)
         "test_js_contract",  # the front-end's URL builders against /openapi.json (node)
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)

@@ -70,8 +70,8 @@ CROSS_CUTTING: dict[str, str] = {
 }
 for _e2e in (
     "code config_env ddp ddp_exit environments hf hostile_output isolation job_output lightning"
-    " limits mlflow_job notifications retention runs script_folder scripts submit_code sweeps"
-    " tensorboard_media"
+    " limits mlflow_job notifications retention runs script_folder scripts sessions submit_code"
+    " sweeps tensorboard_media"
 ).split():
     CROSS_CUTTING[f"test_e2e_{_e2e}"] = "end to end: a real server, worker and jobs"
 

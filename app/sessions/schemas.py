@@ -13,7 +13,7 @@ from app.runs.schemas import RunOut
 class SessionCreate(BaseModel):
     """A new session: what the scheduler leases for it and for how long."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     gpus: int = Field(1, ge=0, le=64, description="GPUs the session holds")
     hours: float = Field(4, gt=0, le=MAX_SESSION_HOURS, description="its time limit in hours")
@@ -29,7 +29,7 @@ class SessionCreate(BaseModel):
 
 
 class SessionExtend(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     hours: float = Field(gt=0, le=MAX_SESSION_HOURS, description="hours added to its limit")
 

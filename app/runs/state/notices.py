@@ -12,7 +12,7 @@ which), at most MAX_TENSORBOARD_NOTES: a job chooses its plugin names. ``config`
 value in the script's ``torchyard.init(config=...)`` differs from the launch's, ``{key: {"launch":
 v, "script": v}}`` (app.runs.query.params.record_script). ``stopped_early`` is
 no ingestion note: the sweep's early-stopping rule cancelled the run (app.sweeps.early_stop),
-said where people look. ``session``: a session's own notes (app/sessions/limits.py):
+said where people look. ``session``: a session's own notes (app/sessions/end_rules.py):
 ``{"warning": text, "ended": text, "extra_hours": hours}``.
 """
 

@@ -1,4 +1,4 @@
-"""A session's end rules (app/sessions/limits.verdict): the warning before its time limit, the
+"""A session's end rules (app/sessions/end_rules.verdict): the warning before its time limit, the
 end at it, idleness only with JupyterLab idle and the GPUs idle, an extension moving the end."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from app.runs.models import Run, RunStatus
-from app.sessions.limits import verdict
+from app.sessions.end_rules import verdict
 
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
