@@ -49,6 +49,7 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
 from app.notifications.models import Delivery, NotificationSettings
 from app.runs.models import Checkpoint, Run, RunImage
+from app.runs.state import lifecycle
 from app.saved_views import service as saved_views
 from app.saved_views.models import SavedView
 from app.saved_views.schemas import ViewCreate, ViewState
@@ -158,9 +159,13 @@ class World:
         return self.code_run_id
 
     def running_session(self) -> int:
-        """A fresh running session of the owner's (an extension changes its notices)."""
+        """A fresh running session of the owner's (an extension changes its notices), and no
+        run waiting for GPUs (which refuses an extension): earlier modules' are cancelled."""
         with session_scope() as session:
             assert self.owner.user_id is not None
+            for run in session.scalars(select(Run).where(Run.status == "queued")):
+                if (run.config.get("resources") or {}).get("gpus"):
+                    lifecycle.cancel(session, run_id=run.id)
             config = {"session": {"hours": 1}, "seed": 1}
             return add_run(session, owner_id=self.owner.user_id, config=config, status="running")
 
