@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -142,7 +143,10 @@ def test_session_through_the_proxy(stack: LiveStack) -> None:
         assert listed.json()["type"] == "directory"
         page = owner.get(f"{base}/lab")  # JupyterLab's own page, its assets found
         assert page.status_code == 200 and "JupyterLab" in page.text, page.text[:500]
-        assert f"{base}/static/lab/" in page.text or "/static/" in page.text
+        assets = re.findall(r'(?:src|href)="(/sessions/[^"]*/static/[^"]+)"', page.text)
+        assert assets, page.text[:1000]
+        for asset in assets[:3]:  # served through the proxy too
+            assert owner.get(asset).status_code == 200, asset
         # Another member, and nobody signed in: refused by torchyard, never reaching Jupyter.
         assert other.get(f"{base}/api/contents").status_code == 403
         assert httpx.get(f"{stack.base_url}{base}/api/contents").status_code == 401
