@@ -65,6 +65,9 @@ os.environ.update(
     # test ran a minute in: "no such savepoint"); the app's exit still writes them, on the
     # test's own thread. The live stack's API flushes every minute as the product does.
     TORCHYARD_TOKEN_USE_FLUSH_SECONDS="0",
+    # Nor checks sessions' time and idle limits, for the same reason; tests/test_e2e_sessions.py's
+    # idle test starts an API of its own that checks every second.
+    TORCHYARD_SESSION_CHECK_SECONDS="0",
     # argon2 at its least cost (app/auth/security.py): the suite hashes ~500 passwords a pass,
     # ~0.19 s of CPU each at the product's cost; what is tested is the hashing's use, not its cost.
     TORCHYARD_PASSWORD_HASH_TIME_COST="1",
