@@ -67,6 +67,7 @@ CROSS_CUTTING: dict[str, str] = {
     "test_js_contract": "the front-end's URL builders and call sites against /openapi.json",
     "test_packaging": "pyproject's package list, the wheel of a used clone, the base install",
     "test_table_ownership": "docs/architecture.md's owners, the guard over every write",
+    "test_sessions_pages": "sessions on the pages: the GPU page's form, the run page's lab link",
 }
 for _e2e in (
     "code config_env ddp ddp_exit environments hf hostile_output isolation job_output lightning"
