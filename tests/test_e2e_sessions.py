@@ -17,6 +17,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from tests.code_archives import tar_gz
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, BROKER_URL, make_user, wait_for_status
 from tests.stack import (
     LiveStack,
@@ -129,7 +130,11 @@ def test_session_through_the_proxy(stack: LiveStack) -> None:
     _owner, _pw, headers = make_user()
     _other, _pw2, other_headers = make_user()
     with stack.client(headers) as owner, stack.client(other_headers) as other:
-        created = owner.post("/api/sessions", json={"gpus": 1, "hours": 1})
+        archive = tar_gz([("hello.py", "file", b"print('hello from the snapshot')\n")])
+        uploaded = owner.post("/api/code", files={"file": ("code.tar.gz", archive)})
+        assert uploaded.status_code in (200, 201), uploaded.text
+        body = {"gpus": 1, "hours": 1, "code": uploaded.json()["digest"]}
+        created = owner.post("/api/sessions", json=body)
         assert created.status_code == 201, created.text
         run_id = created.json()["run"]["id"]
         assert created.json()["url"].endswith(f"/sessions/{run_id}/lab/")
@@ -141,6 +146,8 @@ def test_session_through_the_proxy(stack: LiveStack) -> None:
         listed = owner.get(f"{base}/api/contents")
         assert listed.status_code == 200, listed.text
         assert listed.json()["type"] == "directory"
+        # The code snapshot's files are its work folder.
+        assert "hello.py" in {item["name"] for item in listed.json()["content"]}, listed.json()
         page = owner.get(f"{base}/lab")  # JupyterLab's own page, its assets found
         assert page.status_code == 200 and "JupyterLab" in page.text, page.text[:500]
         assets = re.findall(r'(?:src|href)="(/sessions/[^"]*/static/[^"]+)"', page.text)

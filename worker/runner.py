@@ -16,7 +16,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from app.db import database_away, is_conflict, session_scope
-from app.experiments.config.model import ScriptConfig, SessionConfig, run_config
+from app.experiments.config.model import SessionConfig, config_code, run_config
 from app.gpus.service import StartOutcome, StartResult, touch_host, try_start
 from app.runs import nodes
 from app.runs.state import phase
@@ -198,7 +198,7 @@ def _execute_claimed(
     attempt = claimed.attempt
     run_dir = settings.run_dir(run_id)
     resume = claimed.resume_from
-    code = config.code if isinstance(config, ScriptConfig) else None
+    code = config_code(config)
     in_sweep = claimed.sweep_id is not None
     gpus = tuple(claimed.gpu_indices or ())
     watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.experiments.config.model import MAX_SESSION_HOURS
+from app.experiments.config.model import DIGEST_PATTERN, MAX_SESSION_HOURS
 from app.runs.schemas import RunOut
 
 
@@ -21,6 +21,11 @@ class SessionCreate(BaseModel):
         default_factory=list,
         max_length=200,
         description="packages for its environment, as a run's environment.requirements",
+    )
+    code: str | None = Field(
+        None,
+        pattern=DIGEST_PATTERN,
+        description="a code snapshot (POST /api/code): its files are the session's work folder",
     )
     priority: int = Field(0, ge=-1000, le=1000, description="its place in the queue, as a run's")
     experiment_id: int | None = Field(

@@ -54,6 +54,8 @@ def start(session: Session, *, owner: User, data: SessionCreate) -> Run:
         "resources": {"gpus": data.gpus},
         "environment": {"requirements": list(data.requirements)},
     }
+    if data.code is not None:
+        overrides["code"] = data.code
     return runs.create_run(
         session,
         experiment=experiment,

@@ -1,6 +1,7 @@
-"""`torchyard session start --gpus 1 --hours 4 [--requirements FILE]`: JupyterLab on leased
-GPUs (POST /api/sessions), queued like a run; prints the URL to open once it runs (its owner
-and admins only). `session extend ID --hours 1` adds time while no run waits for GPUs; `session
+"""`torchyard session start --gpus 1 --hours 4 [--code DIR] [--requirements FILE]`:
+JupyterLab on leased GPUs (POST /api/sessions), queued like a run, the folder's files (a code
+snapshot, uploaded) its work folder; prints the URL to open once it runs (its owner and admins
+only). `session extend ID --hours 1` adds time while no run waits for GPUs; `session
 stop ID` ends it (its files stay in the run's folder)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import typer
 
 from torchyard.cli import endpoints as ep
 from torchyard.cli.client import CliError
+from torchyard.cli.code_upload import ship
 from torchyard.cli.common import CLIENT_PANEL, ServerOpt, TokenOpt, connect, err, out
 
 session_app = typer.Typer(
@@ -37,6 +39,10 @@ def start(
         Path | None,
         typer.Option("--requirements", "-r", help="a requirements.txt for its environment"),
     ] = None,
+    code: Annotated[
+        Path | None,
+        typer.Option("--code", help="a folder whose files become the session's work folder"),
+    ] = None,
     experiment: Annotated[
         int | None, typer.Option("--experiment", help="the experiment it belongs to")
     ] = None,
@@ -50,6 +56,8 @@ def start(
     if experiment is not None:
         body["experiment_id"] = experiment
     with connect(server, token) as api:
+        if code is not None:
+            body["code"] = ship(api, code, script=None, console=err)["code"]
         started = api.json(ep.SESSION_START(), json=body)
     run = started["run"]
     err.print(f"session {run['id']} is {run['status']}; it opens once its GPUs are leased:")

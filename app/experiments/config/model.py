@@ -246,6 +246,17 @@ class SessionConfig(RunConfig):
     (worker/session_job.py), reached through torchyard only (app/sessions)."""
 
     session: SessionSpec = Field(default_factory=SessionSpec)
+    code: str | None = Field(
+        None,
+        pattern=DIGEST_PATTERN,
+        description="a code snapshot's digest (POST /api/code): its files are the session's "
+        "work folder",
+    )
+
+
+def config_code(config: RunConfig) -> str | None:
+    """The code snapshot a run's config names (a script's or a session's), if any."""
+    return config.code if isinstance(config, ScriptConfig | SessionConfig) else None
 
 
 def _config_tag(value: Any) -> str | None:
