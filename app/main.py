@@ -47,6 +47,8 @@ from app.runs.views import router as runs_views
 from app.saved_views.api import router as saved_views_router
 from app.scheduled import JOBS
 from app.security_headers import SecurityHeadersMiddleware
+from app.sessions.api import router as sessions_router
+from app.sessions.proxy import router as sessions_proxy
 from app.settings import get_settings
 from app.strict_json import StrictJSONMiddleware
 from app.strict_query import reject_unknown_query
@@ -137,6 +139,7 @@ def create_app() -> FastAPI:
         fair_share_router,
         sweeps_router,
         saved_views_router,
+        sessions_router,
     ):
         app.include_router(
             api_router,
@@ -157,6 +160,7 @@ def create_app() -> FastAPI:
         users_views,
         notifications_views,
         sweeps_views,
+        sessions_proxy,
     ):
         app.include_router(router)
     app.mount("/static", static_files.static_app(), name="static")

@@ -61,6 +61,18 @@ def find_run(run_id: int, session: Session, user: User, *, write: bool) -> Run:
     return run
 
 
+def find_session(run_id: int, session: Session, user: User) -> Run:
+    """A session's JupyterLab (app/sessions/proxy.py) is its owner's and the admins' alone: it
+    runs code as the session, so unlike a run it is not the team's to read (403 for another
+    member, a viewer included; 404 when no such session)."""
+    run = session.get(Run, run_id) if 0 < run_id <= MAX_ID else None
+    if run is None or not isinstance(run.config, dict) or "session" not in run.config:
+        raise NotFound.of("session", run_id)
+    if not user.may_write(run.owner_id):
+        raise Forbidden(f"session {run_id} belongs to another user: only they and admins open it")
+    return run
+
+
 def find_view(view_id: int, session: Session, user: User, *, write: bool) -> SavedView:
     """A saved view the caller may open: their own or a shared one (a teammate's private view
     is 404, as if it did not exist); `write` (delete): the owner's or an admin's, else 403."""

@@ -7,6 +7,7 @@ from app.auth import scheduled as auth
 from app.notifications import scheduled as notifications
 from app.periodic import Job
 from app.runs.state import scheduled as runs
+from app.sessions import end_rules as sessions
 from app.sweeps import scheduled as sweeps
 
 JOBS: tuple[Job, ...] = (
@@ -16,4 +17,5 @@ JOBS: tuple[Job, ...] = (
     notifications.DELIVER,
     sweeps.ADVANCE,
     auth.FLUSH_TOKEN_USE,
+    sessions.CHECK,
 )

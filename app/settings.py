@@ -17,11 +17,12 @@ from app.settings_efficiency import EfficiencySettings
 from app.settings_fairshare import FairShareSettings
 from app.settings_pools import PoolSettings
 from app.settings_rules import Hours, Seconds, SecondsOrOff, refuse_conflicts
+from app.settings_sessions import SessionSettings
 
 PRIVATE_UMASK = 0o077  # every torchyard process's files 0600, folders 0700
 
 
-class Settings(PoolSettings, EfficiencySettings, FairShareSettings, BaseSettings):
+class Settings(PoolSettings, EfficiencySettings, FairShareSettings, SessionSettings, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TORCHYARD_", extra="ignore")
 
     data_dir: Path = Path("torchyard-data")
@@ -49,8 +50,7 @@ class Settings(PoolSettings, EfficiencySettings, FairShareSettings, BaseSettings
     broker_url: str = ""
     secret_key: str = ""
     admin_password: str = ""
-    # Passwords set through the API, the pages or the CLI need at least this many characters
-    # (TORCHYARD_ADMIN_PASSWORD for the bootstrap admin is taken as given).
+    # Passwords set by API, page or CLI need this many characters (not TORCHYARD_ADMIN_PASSWORD).
     password_min_length: int = Field(default=10, ge=1, le=1000)
     token_ttl_hours: Hours = 24 * 7
     # An invite link (the users page) sets the new user's first password within this time.

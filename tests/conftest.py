@@ -65,6 +65,9 @@ os.environ.update(
     # test ran a minute in: "no such savepoint"); the app's exit still writes them, on the
     # test's own thread. The live stack's API flushes every minute as the product does.
     TORCHYARD_TOKEN_USE_FLUSH_SECONDS="0",
+    # Nor checks sessions' time and idle limits, for the same reason; tests/test_e2e_sessions.py's
+    # idle test starts an API of its own that checks every second.
+    TORCHYARD_SESSION_CHECK_SECONDS="0",
     # argon2 at its least cost (app/auth/security.py): the suite hashes ~500 passwords a pass,
     # ~0.19 s of CPU each at the product's cost; what is tested is the hashing's use, not its cost.
     TORCHYARD_PASSWORD_HASH_TIME_COST="1",
@@ -116,6 +119,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_slurm_commands",  # worker/slurm/commands.py on a private Slurm cluster
         "test_app_errors",  # the field error builder and its location text
         "test_filter_tokens",  # the filter languages' one tokenizer
+        "test_end_rules",  # a session's end rules on a run in memory
         "test_filter_grammar",  # the filter languages' one parser (SQL compiled, not run)
         "test_js_contract",  # the front-end's URL builders against /openapi.json (node)
         "test_cli",  # the client CLI's flags, follow loop, exit codes (its API: in-process)

@@ -68,10 +68,12 @@ CROSS_CUTTING: dict[str, str] = {
     "test_js_contract": "the front-end's URL builders and call sites against /openapi.json",
     "test_packaging": "pyproject's package list, the wheel of a used clone, the base install",
     "test_table_ownership": "docs/architecture.md's owners, the guard over every write",
+    "test_sessions_pages": "sessions on the pages: the GPU page's form, the run page's lab link",
 }
 for _e2e in (
     "code config_env ddp ddp_exit efficiency environments hf hostile_output isolation job_output"
-    " lightning limits mlflow_job notifications retention runs script_folder scripts submit_code"
+    " lightning limits mlflow_job notifications retention runs script_folder scripts sessions"
+    " submit_code"
     " sweeps tensorboard_media"
 ).split():
     CROSS_CUTTING[f"test_e2e_{_e2e}"] = "end to end: a real server, worker and jobs"

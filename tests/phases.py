@@ -80,6 +80,7 @@ SIDE_BY_SIDE_MODULES = frozenset(
         "test_e2e_runs",  # training quality and seeding; the cancel within 5 s is timed
         "test_e2e_script_folder",
         "test_e2e_scripts",
+        "test_e2e_sessions",  # a real JupyterLab through the proxy; waits of 60-240 s
         "test_e2e_submit_code",
         "test_e2e_sweeps",  # samplers' quality; the median rule's lease freed within 2 s is timed
         "test_e2e_tensorboard_media",

@@ -49,6 +49,7 @@ from app.experiments.models import Experiment
 from app.experiments.schemas import ExperimentCreate
 from app.notifications.models import Delivery, NotificationSettings
 from app.runs.models import Checkpoint, Run, RunImage
+from app.runs.state import lifecycle
 from app.saved_views import service as saved_views
 from app.saved_views.models import SavedView
 from app.saved_views.schemas import ViewCreate, ViewState
@@ -156,6 +157,17 @@ class World:
                     session, owner_id=self.owner.user_id, config=config, status="succeeded"
                 )
         return self.code_run_id
+
+    def running_session(self) -> int:
+        """A fresh running session of the owner's (an extension changes its notices), and no
+        run waiting for GPUs (which refuses an extension): earlier modules' are cancelled."""
+        with session_scope() as session:
+            assert self.owner.user_id is not None
+            for run in session.scalars(select(Run).where(Run.status == "queued")):
+                if (run.config.get("resources") or {}).get("gpus"):
+                    lifecycle.cancel(session, run_id=run.id)
+            config = {"session": {"hours": 1}, "seed": 1}
+            return add_run(session, owner_id=self.owner.user_id, config=config, status="running")
 
     def running_sweep(self) -> int:
         """A fresh sweep of the owner's experiment, one trial queued (a cancel consumes it)."""
@@ -576,6 +588,15 @@ MATRIX: dict[tuple[str, str], Row] = {
         READ, 200, lambda w: (f"/api/runs/{w.run_id}/events", {})
     ),
     # sweeps: of the owner's experiment; everyone reads, the owner and admins start and cancel
+    # A session is a run: started by any member, extended by its owner (and admins).
+    ("POST", "/api/sessions"): Row(
+        WRITER, 201, lambda w: ("/api/sessions", {"json": {"gpus": 0, "hours": 1}})
+    ),
+    ("POST", "/api/sessions/{run_id}/extend"): Row(
+        OWNED,
+        200,
+        lambda w: (f"/api/sessions/{w.running_session()}/extend", {"json": {"hours": 1}}),
+    ),
     ("POST", "/api/sweeps"): Row(OWNED, 201, lambda w: ("/api/sweeps", {"json": sweep_spec(w)})),
     ("GET", "/api/sweeps"): Row(
         USER,
@@ -689,11 +710,14 @@ def app_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]
 
 # MLflow's API answers in MLflow's shape, takes no session cookie (so no CSRF), and has its
 # own table: tests/test_mlflow_authz.py.
-MLFLOW_PREFIXES = ("/api/2.0/mlflow/", "/api/2.0/mlflow-artifacts/")
+# A session's JupyterLab proxy (/sessions/<id>/lab/...) forwards every method to Jupyter, is
+# its owner's and admins' alone (not the team's to read), and checks a cookie's origin instead
+# of the CSRF header JupyterLab's page cannot send: its own table, tests/test_sessions_access.py.
+OWN_TABLES = ("/api/2.0/mlflow/", "/api/2.0/mlflow-artifacts/", "/sessions/")
 
 
 def test_every_route_is_in_the_matrix(app) -> None:
-    found = {r for r in app_routes(list(app.routes)) if not r[1].startswith(MLFLOW_PREFIXES)}
+    found = {r for r in app_routes(list(app.routes)) if not r[1].startswith(OWN_TABLES)}
     assert ("GET", "/api/runs/{run_id}") in found and ("GET", "/login") in found
     missing = sorted(found - MATRIX.keys())
     stale = sorted(MATRIX.keys() - found)
@@ -726,6 +750,7 @@ def fingerprint() -> tuple[object, ...]:
             hash(tuple(session.scalars(select(NotificationSettings.updated_at)))),
             hash(tuple(session.execute(select(SavedView.id, SavedView.default_of)).all())),
             hash(tuple(session.scalars(select(ResourceCeiling.updated_at)))),
+            hash(tuple(str(n) for n in session.scalars(select(Run.notices).order_by(Run.id)))),
         )
 
 

@@ -163,6 +163,9 @@ TORCHRUN_LOG_DIR = "torchrun"
 WORK_DIR = "work"
 # A sandboxed job's HOME (caches of pip, Hugging Face, torch hub): outside work/, so not listed.
 HOME_DIR = "home"
+# A session's JupyterLab (app/sessions, worker/session_job.py): its unix socket and the
+# secret torchyard sets on it, in the run's folder (0700, the run's uid) and nowhere else.
+SESSION_DIR = ".session"
 # A rank whose script raised writes errors/rank<N>.json: {"rank", "time", "type", "message",
 # "traceback"} with the traceback's torchyard and runpy frames left out. The worker takes the
 # first by time as the run's error instead of parsing prefixed output.
@@ -255,3 +258,11 @@ class RunPaths:
     @property
     def home(self) -> Path:
         return self.root / HOME_DIR
+
+    @property
+    def session_socket(self) -> Path:
+        return self.root / SESSION_DIR / "lab.sock"
+
+    @property
+    def session_token(self) -> Path:
+        return self.root / SESSION_DIR / "token"

@@ -44,16 +44,16 @@ def snapshot_root(run_dir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def use(run_dir: Path, digest: str, script: str) -> Iterator[Code]:
+def use(run_dir: Path, digest: str, script: str | None) -> Iterator[Code]:
     """The run's code, held from eviction while the block runs (the job's whole life); raises
     SnapshotMissing, TarRefused or ScriptPathError."""
     with snapshots.cache().use(digest) as unpacked:
         yield Code(prepare(run_dir, unpacked, digest, script), unpacked)
 
 
-def prepare(run_dir: Path, unpacked: Path, digest: str, script: str) -> Path:
+def prepare(run_dir: Path, unpacked: Path, digest: str, script: str | None) -> Path:
     """Mirror the unpacked snapshot into the run's working directory (first attempt only) and
-    return the script's path in it."""
+    return the script's path in it (a session has none: the mirror's root)."""
     root = snapshot_root(run_dir)
     if not root.exists():
         staging = run_dir / f".code-{secrets.token_hex(4)}"
@@ -63,6 +63,8 @@ def prepare(run_dir: Path, unpacked: Path, digest: str, script: str) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         staging.rename(root)
+    if script is None:
+        return root
     path = root / clean_script(script)
     resolved = path.resolve()
     inside = within(resolved, unpacked.resolve()) or within(resolved, root.resolve())

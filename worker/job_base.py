@@ -55,7 +55,8 @@ from worker.file_lock import flock
 
 log = logging.getLogger(__name__)
 
-ROOTS = ("torch", "numpy", "torchyard", "tensorboard", "mlflow-skinny")
+# jupyterlab and ipykernel: a session's JupyterLab and its kernels (worker/session_job.py).
+ROOTS = ("torch", "numpy", "torchyard", "tensorboard", "mlflow-skinny", "jupyterlab", "ipykernel")
 PREFIX = "base-"
 MARKER = ".torchyard-job-base.json"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from app.code.store import SnapshotMissing
 from app.code.tarcheck import TarRefused
 from app.db import session_scope
-from app.experiments.config.model import RunConfig, ScriptConfig
+from app.experiments.config.model import RunConfig, ScriptConfig, config_code
 from app.experiments.requirements import RequirementRefused
 from app.experiments.workspace import ScriptPathError, resolve_script
 from app.runs.files import environment_record
@@ -142,20 +142,23 @@ def _script(
 ) -> tuple[Path | None, Path | None] | RunStatus:
     """The script and the unpacked snapshot (held while the job runs) of a script run."""
     settings = get_settings()
-    if not isinstance(config, ScriptConfig):
+    digest = config_code(config)
+    if not isinstance(config, ScriptConfig) and digest is None:
         return None, None
+    script = config.script if isinstance(config, ScriptConfig) else None  # a session: none
     try:
-        if not config.code:
-            return resolve_script(settings.workspace_dir, config.script), None
+        if digest is None:
+            assert script is not None
+            return resolve_script(settings.workspace_dir, script), None
         # Unpacking a large snapshot, or waiting for another run's unpack of it, may outlast
         # run_lost_seconds: the run keeps heartbeating meanwhile (issue 37).
-        use = code_copy.use(settings.run_dir(watched.run_id), config.code, config.script)
+        use = code_copy.use(settings.run_dir(watched.run_id), digest, script)
         shared, stopped = while_supervised(
             watched, lambda: held.enter_context(use), [CheckIn(watched)]
         )
         if stopped is not None:
             return stopped_before_start(watched, stopped)
-        return shared.script, shared.unpacked
+        return (shared.script if script is not None else None), shared.unpacked
     except (ScriptPathError, SnapshotMissing, TarRefused) as exc:
         error = f"cannot run the script: {exc}"
         return finish(watched.run_id, RunStatus.failed, None, error, attempt=watched.attempt)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from app.db import database_away, is_conflict, session_scope
-from app.experiments.config.model import ScriptConfig, run_config
+from app.experiments.config.model import SessionConfig, config_code, run_config
 from app.gpus.service import StartOutcome, StartResult, touch_host, try_start
 from app.runs import nodes
 from app.runs.state import phase
@@ -34,6 +34,7 @@ from worker import (
     node_run,
     privileged_env,
     run_prepare,
+    session_job,
     user_cache,
 )
 from worker import slots as worker_slots
@@ -197,7 +198,7 @@ def _execute_claimed(
     attempt = claimed.attempt
     run_dir = settings.run_dir(run_id)
     resume = claimed.resume_from
-    code = config.code if isinstance(config, ScriptConfig) else None
+    code = config_code(config)
     in_sweep = claimed.sweep_id is not None
     gpus = tuple(claimed.gpu_indices or ())
     watched = Watched(run_id, attempt, RunPaths(run_dir).metrics, bool(gpus), in_sweep, gpus)
@@ -259,6 +260,9 @@ def _execute_claimed(
     )
     if not code:  # a snapshot's mirror is its own work dir already (worker.code)
         prepare_work_dir(launch.cwd, script.parent if script is not None else None)
+    if isinstance(config, SessionConfig):  # JupyterLab instead of a script, same sandbox
+        secret = session_job.prepare(run_dir)
+        launch = session_job.lab_launch(launch, run_id=run_id, run_dir=run_dir, token=secret)
     try:  # the attempt's cgroup, before its job's first process
         name = limits.cgroup_name(settings.data_dir, run_id, attempt)
         held_to = limits.prepare(job_limits(), limits.RunLimits.of(config.resources), name)

@@ -26,7 +26,7 @@ from app.code import store
 from app.code.models import CodeSnapshot
 from app.code.tarcheck import Contents
 from app.db import session_scope
-from app.experiments.config.model import ScriptConfig, run_config
+from app.experiments.config.model import config_code, run_config
 from app.experiments.models import Experiment
 from app.runs.models import Run
 from app.settings import get_settings
@@ -112,7 +112,7 @@ def get(session: Session, digest: str) -> CodeSnapshot | None:
 def run_code(run: Run) -> str | None:
     """The digest a run's config names, when it has code."""
     config = run_config(run.config or {})
-    code = config.code if isinstance(config, ScriptConfig) else None
+    code = config_code(config)
     return code if code is not None and store.is_digest(code) else None
 
 

@@ -38,9 +38,11 @@ def create_run(
     overrides: dict[str, Any],
     priority: int = 0,
     loc: tuple[str, ...] = ("body",),
+    base: dict[str, Any] | None = None,
 ) -> Run:
     """A queued run of `experiment`, flushed in the caller's transaction. ``loc``: where the
-    run's fields sit in the request body (a submission's `run`, or the body itself)."""
+    run's fields sit in the request body (a submission's `run`, or the body itself). ``base``:
+    the config the overrides apply to instead of the experiment's (a session, app/sessions)."""
     ceiling = get_settings().max_user_priority
     if priority > ceiling and not owner.is_admin:
         raise Invalid.at(
@@ -51,7 +53,9 @@ def create_run(
             kind="less_than_equal",
         )
     config = validate_config(
-        deep_merge(experiment.config, overrides), loc_prefix=(*loc, "overrides"), session=session
+        deep_merge(experiment.config if base is None else base, overrides),
+        loc_prefix=(*loc, "overrides"),
+        session=session,
     )
     gpus_loc = (*loc, "overrides", "resources", "gpus")
     refuse_if_never_startable(session, config=config, loc=gpus_loc)

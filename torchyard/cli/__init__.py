@@ -29,6 +29,7 @@ from torchyard.cli import (
     run_files,
     runs,
     server,
+    sessions,
     sweeps,
     tokens,
     users,
@@ -64,6 +65,7 @@ experiments.register()
 delete.register(app, CLIENT_PANEL)
 users.register(app)
 tokens.register(app)
+sessions.register(app)
 admin.register(app)
 fleet.register(app)
 

@@ -93,6 +93,9 @@ RUN_LOGS = Endpoint("GET", "/api/runs/{run_id}/logs", query=_q("rank", "node", "
 RUN_EVENTS = Endpoint("GET", "/api/runs/{run_id}/events", query=_q("after", "log_offset"))
 RUN_METRICS = Endpoint("GET", "/api/runs/{run_id}/metrics", query=_q("keys", "step_min"))
 
+SESSION_START = Endpoint("POST", "/api/sessions", body="json")
+SESSION_EXTEND = Endpoint("POST", "/api/sessions/{run_id}/extend", body="json")
+
 SWEEPS = Endpoint("GET", "/api/sweeps", query=_q("experiment_id"))
 SWEEP_CREATE = Endpoint("POST", "/api/sweeps", body="json")
 SWEEP = Endpoint("GET", "/api/sweeps/{sweep_id}")

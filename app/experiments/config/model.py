@@ -227,18 +227,58 @@ class ScriptConfig(RunConfig):
         return self
 
 
+SESSION_TAG = "session"
+MAX_SESSION_HOURS = 168
+
+
+class SessionSpec(BaseModel):
+    """An interactive session's own part (app/sessions): how long it may hold its GPUs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hours: float = Field(
+        4, gt=0, le=MAX_SESSION_HOURS, description="the session's time limit in hours"
+    )
+
+
+class SessionConfig(RunConfig):
+    """A run of kind session: JupyterLab in the job's sandbox instead of a training script
+    (worker/session_job.py), reached through torchyard only (app/sessions)."""
+
+    session: SessionSpec = Field(default_factory=SessionSpec)
+    code: str | None = Field(
+        None,
+        pattern=DIGEST_PATTERN,
+        description="a code snapshot's digest (POST /api/code): its files are the session's "
+        "work folder",
+    )
+
+
+def config_code(config: RunConfig) -> str | None:
+    """The code snapshot a run's config names (a script's or a session's), if any."""
+    return config.code if isinstance(config, ScriptConfig | SessionConfig) else None
+
+
 def _config_tag(value: Any) -> str | None:
     if isinstance(value, dict):
         if SCRIPT_TAG in value:
             return SCRIPT_TAG
+        if SESSION_TAG in value:
+            return SESSION_TAG
         recipe = value.get("recipe")
         return recipe if isinstance(recipe, str) else None
     if isinstance(value, ScriptConfig):
         return SCRIPT_TAG
+    if isinstance(value, SessionConfig):
+        return SESSION_TAG
     return getattr(value, "recipe", None)
 
 
-CONFIG_MODELS: dict[str, type[RunConfig]] = {**RECIPECONFIG_MODELS, SCRIPT_TAG: ScriptConfig}
+CONFIG_MODELS: dict[str, type[RunConfig]] = {
+    **RECIPECONFIG_MODELS,
+    SCRIPT_TAG: ScriptConfig,
+    SESSION_TAG: SessionConfig,
+}
 
 ExperimentConfig: Any = Annotated[
     Union[tuple(Annotated[m, Tag(n)] for n, m in CONFIG_MODELS.items())],  # noqa: UP007

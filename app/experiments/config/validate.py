@@ -20,6 +20,7 @@ from app.experiments.config.model import (
     SCRIPT_TAG,
     RunConfig,
     ScriptConfig,
+    SessionConfig,
 )
 from app.experiments.config.unknown_keys import (
     extra_message,
@@ -82,10 +83,14 @@ def validate_config(
             raise ConfigInvalid(
                 [field_error([*loc_prefix, SCRIPT_TAG], str(exc), model.script, kind="script_path")]
             ) from None
+    if isinstance(model, SessionConfig) and model.code is not None:
+        _check_code(model, session, loc_prefix)
     return model.stored()
 
 
-def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | int, ...]) -> None:
+def _check_code(
+    model: ScriptConfig | SessionConfig, session: Session | None, loc: tuple[str | int, ...]
+) -> None:
     """The snapshot exists (422 naming ``code``), holds the script (ScriptPathError), and its
     requirements.txt passes the config's rules (422 naming ``code``, the file and the line)."""
     assert model.code is not None
@@ -103,7 +108,8 @@ def _check_code(model: ScriptConfig, session: Session | None, loc: tuple[str | i
                 )
             ]
         )
-    script_in_snapshot(model.script, used.files, model.code)
+    if isinstance(model, ScriptConfig):
+        script_in_snapshot(model.script, used.files, model.code)
     if used.requirements is not None:
         try:
             check_requirements_file(

@@ -14,6 +14,8 @@ v, "script": v}}`` (app.runs.query.params.record_script). ``stopped_early`` is
 no ingestion note: the sweep's early-stopping rule cancelled the run (app.sweeps.early_stop),
 said where people look. ``gpu_idle``: ``{"gpus": [...], "minutes": n, "below": percent, "at":
 ISO time}``, the run's GPUs were idle that long (app.runs.state.idle_notice), said once.
+``session``: a session's own notes (app/sessions/end_rules.py):
+``{"warning": text, "ended": text, "extra_hours": hours}``.
 """
 
 from __future__ import annotations
@@ -142,6 +144,16 @@ def _idle_line(idle: Mapping[str, Any]) -> str:
     )
 
 
+def session_note(run: Run, **parts: Any) -> None:
+    """A session's warning, why it was ended, or the hours it was extended by."""
+    _update(run, session={**session_part(run.notices), **parts})
+
+
+def session_part(notices: Mapping[str, Any] | None) -> dict[str, Any]:
+    part = (notices or {}).get("session")
+    return dict(part) if isinstance(part, dict) else {}
+
+
 def stopped_early_reason(notices: Mapping[str, Any] | None) -> str | None:
     """Why a sweep stopped the run early; None when it did not."""
     part = (notices or {}).get("stopped_early")
@@ -180,4 +192,6 @@ def notice_lines(notices: Mapping[str, Any] | None) -> list[str]:
         lines.append(early)
     if isinstance(notices.get("gpu_idle"), dict):
         lines.append(_idle_line(notices["gpu_idle"]))
+    held = session_part(notices)
+    lines.extend(str(held[k]) for k in ("warning", "ended") if held.get(k))
     return lines

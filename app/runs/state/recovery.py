@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from app.experiments.config.model import ScriptConfig, run_config
+from app.experiments.config.model import config_code, run_config
 from app.gpus.leases import retake_leases
 from app.metrics.ingest import drop_points
 from app.metrics.models import MetricKey
@@ -200,7 +200,7 @@ def readopt(
         has_leases=bool(gpus),
         in_sweep=run.sweep_id is not None,
         gpu_indices=tuple(gpus),
-        code=config.code if isinstance(config, ScriptConfig) else None,
+        code=config_code(config),
     )
 
 

@@ -57,6 +57,7 @@ export const api = {
   runFile: route(GET, (runId, path) => `/api/runs/${part(runId)}/files/${filePath(path)}`),
   runImages: route(GET, (runId) => `/api/runs/${part(runId)}/images`),
   runImage: route(GET, (runId, imageId) => `/api/runs/${part(runId)}/images/${part(imageId)}`),
+  sessions: route(["POST"], () => "/api/sessions"),
   sweeps: route(["GET", "POST"], /** @param {Query} [query] */ (query) => withQuery("/api/sweeps", query)),
   sweep: route(GET, (sweepId) => `/api/sweeps/${part(sweepId)}`),
   sweepEvents: route(GET, (sweepId) => `/api/sweeps/${part(sweepId)}/events`),

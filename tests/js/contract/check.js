@@ -39,6 +39,7 @@ export const SAMPLES = {
     runFile: [7, "out/a b.txt"],
     runImages: [7],
     runImage: [7, 3],
+    sessions: [],
     sweeps: [{experiment_id: 3}],
     sweep: [5],
     sweepEvents: [5],
