@@ -97,7 +97,11 @@ def shares(session: Session, *, now: datetime) -> dict[int, UserShare]:
             continue
         end = min(as_utc(finished_at), now)
         used[owner] = used.get(owner, 0.0) + gpus * decayed_hours(start, end, now, half_life)
-        lengths.setdefault(owner, []).append(max(0.0, (end - start).total_seconds() / 3600))
+        # Only a run that ran its course says how long runs take: a cancelled one (or one whose
+        # clock ran backwards) is a length of about 0, and a box mean of 0 charged a running
+        # run nothing, so its owner's next run tied with the other user's first and jumped it.
+        if status in (RunStatus.succeeded, RunStatus.failed) and end > start:
+            lengths.setdefault(owner, []).append((end - start).total_seconds() / 3600)
     every = [span for spans in lengths.values() for span in spans]
     # A user without a finished run is charged the box's mean, like everyone else's measured
     # lengths: a flat default beside measured seconds would put a newcomer far behind.
