@@ -1,0 +1,215 @@
+"""How long a run holds its GPUs: a running run's expected end, a queued run's expected length.
+
+The rules, first that applies (docs/fleet.md "Estimated starts"):
+1. progress (running runs): its highest metric step against its step total (params
+   `total_steps`, `max_steps`, or `epochs` x `steps_per_epoch`), or its `epoch` metric against
+   `epochs`; the pace of its steps so far (first to last logged step, by their wall times)
+   carried on to the total, so the time before its first step (imports) is not stretched;
+2. its time limit (`resources.time_limit_minutes`), from its start;
+3. the history of its experiment: the median length of its succeeded runs;
+4. else unknown.
+Why: app.gpus.estimate replays the scheduler over these ends and lengths.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.experiments.config.model import run_config
+from app.gpus.estimate import Holder, Length
+from app.gpus.models import GpuLease
+from app.metrics.models import Metric, MetricKey
+from app.runs.models import Run, RunStatus
+from app.runs.query.params import params_by_run
+from app.timeutil import as_utc
+
+# The succeeded runs of an experiment its history reads (the latest ones).
+HISTORY_RUNS = 20
+STEP_TOTALS = ("total_steps", "max_steps", "num_steps")
+EPOCH_TOTALS = ("epochs", "num_epochs", "max_epochs")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A running run's logged progress: its first and last steps with their wall times, and
+    its last `epoch` value."""
+
+    first_step: int
+    first_time: float
+    last_step: int
+    last_time: float
+    epoch: float | None
+
+
+def holders(session: Session, *, now: datetime) -> list[Holder]:
+    """Every run holding GPU leases, with its expected end (never before `now`)."""
+    gpus: dict[int, list[tuple[str, int]]] = {}
+    for run_id, host, index in session.execute(
+        select(GpuLease.run_id, GpuLease.host, GpuLease.gpu_index)
+    ):
+        gpus.setdefault(run_id, []).append((host, index))
+    runs = list(session.scalars(select(Run).where(Run.id.in_(list(gpus)))))
+    ends = expected_ends(session, runs, now=now)
+    return [
+        Holder(run.id, tuple(sorted(gpus[run.id])), *ends.get(run.id, (None, "not running")))
+        for run in runs
+    ]
+
+
+def expected_ends(
+    session: Session, runs: Sequence[Run], *, now: datetime
+) -> dict[int, tuple[datetime | None, str]]:
+    """Each running run's expected end and its basis."""
+    running = [r for r in runs if r.status == RunStatus.running and r.started_at is not None]
+    params = params_by_run(session, [r.id for r in running])
+    progress = progress_by_run(session, [r.id for r in running])
+    history = history_medians(session, {r.experiment_id for r in running})
+    ends: dict[int, tuple[datetime | None, str]] = {}
+    for run in running:
+        started = as_utc(run.started_at) if run.started_at else now
+        end, basis = _by_progress(params[run.id], progress.get(run.id), run)
+        if end is None:
+            length = _fallback(run, history)
+            end = None if length.seconds is None else started + timedelta(seconds=length.seconds)
+            basis = length.basis
+        ends[run.id] = (None if end is None else max(end, now), basis)
+    return ends
+
+
+def queued_lengths(session: Session, runs: Sequence[Run]) -> dict[int, Length]:
+    """Each run's expected length once it starts: its time limit, else its history."""
+    history = history_medians(session, {r.experiment_id for r in runs})
+    return {run.id: _fallback(run, history) for run in runs}
+
+
+def progress_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, Progress]:
+    """Each run's series with the highest last step: its first and last points' steps and
+    wall times; and its `epoch` series' last value."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    keys = session.execute(
+        select(
+            MetricKey.run_id, MetricKey.id, MetricKey.key, MetricKey.last_step, MetricKey.last_value
+        )
+        .where(MetricKey.run_id.in_(ids), MetricKey.last_step.is_not(None))
+        .order_by(MetricKey.run_id, MetricKey.last_step.desc(), MetricKey.id)
+    ).all()
+    top: dict[int, int] = {}
+    epochs: dict[int, float] = {}
+    for run_id, key_id, key, _, last_value in keys:
+        top.setdefault(run_id, key_id)
+        if key == "epoch" and last_value is not None:
+            epochs[run_id] = float(last_value)
+    found: dict[int, Progress] = {}
+    for run_id, key_id in top.items():
+        ends = session.execute(
+            select(func.min(Metric.step), func.max(Metric.step)).where(Metric.key_id == key_id)
+        ).one()
+        times = dict(
+            session.execute(
+                select(Metric.step, Metric.wall_time).where(
+                    Metric.key_id == key_id, Metric.step.in_([ends[0], ends[1]])
+                )
+            ).tuples()
+        )
+        found[run_id] = Progress(
+            int(ends[0]),
+            float(times[ends[0]]),
+            int(ends[1]),
+            float(times[ends[1]]),
+            epochs.get(run_id),
+        )
+    return found
+
+
+def history_medians(session: Session, experiment_ids: Iterable[int]) -> dict[int, Length]:
+    """Each experiment's median run length (start to end) over its latest succeeded runs."""
+    medians: dict[int, Length] = {}
+    for experiment_id in sorted(set(experiment_ids)):
+        rows = session.execute(
+            select(Run.started_at, Run.finished_at)
+            .where(
+                Run.experiment_id == experiment_id,
+                Run.status == RunStatus.succeeded,
+                Run.started_at.is_not(None),
+                Run.finished_at.is_not(None),
+            )
+            .order_by(Run.finished_at.desc())
+            .limit(HISTORY_RUNS)
+        ).all()
+        seconds = [(as_utc(end) - as_utc(start)).total_seconds() for start, end in rows]
+        if seconds:
+            median = statistics.median(seconds)
+            medians[experiment_id] = Length(
+                median,
+                f"the median length of its experiment's {len(seconds)} succeeded runs, "
+                f"{median:.0f} s",
+            )
+    return medians
+
+
+def step_total(params: Mapping[str, Any]) -> int | None:
+    """The run's total of steps from its params, or None."""
+    for name in STEP_TOTALS:
+        if _positive(params.get(name)):
+            return int(params[name])
+    epochs, per_epoch = params.get("epochs"), params.get("steps_per_epoch")
+    if _positive(epochs) and _positive(per_epoch):
+        return int(epochs) * int(per_epoch)
+    return None
+
+
+def epoch_total(params: Mapping[str, Any]) -> int | None:
+    for name in EPOCH_TOTALS:
+        if _positive(params.get(name)):
+            return int(params[name])
+    return None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _by_progress(
+    params: Mapping[str, Any], progress: Progress | None, run: Run
+) -> tuple[datetime | None, str]:
+    """The end its progress gives: the pace of its logged steps carried on to its total, or
+    (one step or epochs only) the time since its job started stretched by its fraction."""
+    if progress is None:
+        return None, ""
+    steps = step_total(params)
+    if steps is not None and progress.last_step > progress.first_step:
+        pace = (progress.last_time - progress.first_time) / (
+            progress.last_step - progress.first_step
+        )
+        left = max(steps - progress.last_step, 0) * pace
+        end = datetime.fromtimestamp(progress.last_time + left).astimezone()
+        return as_utc(end), f"its progress: step {progress.last_step} of {steps}"
+    began = run.training_started_at or run.started_at
+    if began is None:
+        return None, ""
+    start = as_utc(began).timestamp()
+    epochs = epoch_total(params)
+    if steps is not None and progress.last_step > 0:
+        done, basis = progress.last_step / steps, f"step {progress.last_step} of {steps}"
+    elif epochs is not None and progress.epoch:
+        done, basis = progress.epoch / epochs, f"epoch {progress.epoch:g} of {epochs}"
+    else:
+        return None, ""
+    end = start + (progress.last_time - start) / min(done, 1.0)
+    return as_utc(datetime.fromtimestamp(end).astimezone()), f"its progress: {basis}"
+
+
+def _fallback(run: Run, history: Mapping[int, Length]) -> Length:
+    limit = run_config(run.config).resources.time_limit_minutes
+    if limit is not None:
+        return Length(limit * 60.0, f"its time limit, {limit} min")
+    return history.get(run.experiment_id, Length(None, "no known length"))
