@@ -68,7 +68,8 @@ def expected_ends(
 ) -> dict[int, tuple[datetime | None, str]]:
     """Each running run's expected end and its basis."""
     running = [r for r in runs if r.status == RunStatus.running and r.started_at is not None]
-    params = params_by_run(session, [r.id for r in running])
+    recorded = params_by_run(session, [r.id for r in running])
+    params = {r.id: {**_config_params(r), **recorded[r.id]} for r in running}
     progress = progress_by_run(session, [r.id for r in running])
     history = history_medians(session, {r.experiment_id for r in running})
     ends: dict[int, tuple[datetime | None, str]] = {}
@@ -113,13 +114,14 @@ def progress_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, Progr
         ends = session.execute(
             select(func.min(Metric.step), func.max(Metric.step)).where(Metric.key_id == key_id)
         ).one()
-        times = dict(
-            session.execute(
+        times = {
+            step: wall
+            for step, wall in session.execute(
                 select(Metric.step, Metric.wall_time).where(
                     Metric.key_id == key_id, Metric.step.in_([ends[0], ends[1]])
                 )
-            ).tuples()
-        )
+            )
+        }
         found[run_id] = Progress(
             int(ends[0]),
             float(times[ends[0]]),
@@ -206,6 +208,12 @@ def _by_progress(
         return None, ""
     end = start + (progress.last_time - start) / min(done, 1.0)
     return as_utc(datetime.fromtimestamp(end).astimezone()), f"its progress: {basis}"
+
+
+def _config_params(run: Run) -> dict[str, Any]:
+    """The launch config's params (those the API recorded, and the SDK reported, win)."""
+    params = (run.config or {}).get("params")
+    return dict(params) if isinstance(params, dict) else {}
 
 
 def _fallback(run: Run, history: Mapping[int, Length]) -> Length:
