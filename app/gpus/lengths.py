@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -147,7 +147,9 @@ def history_medians(session: Session, experiment_ids: Iterable[int]) -> dict[int
             .order_by(Run.finished_at.desc())
             .limit(HISTORY_RUNS)
         ).all()
-        seconds = [(as_utc(end) - as_utc(start)).total_seconds() for start, end in rows]
+        seconds = [
+            (as_utc(end) - as_utc(start)).total_seconds() for start, end in rows if start and end
+        ]
         if seconds:
             median = statistics.median(seconds)
             medians[experiment_id] = Length(
@@ -161,8 +163,9 @@ def history_medians(session: Session, experiment_ids: Iterable[int]) -> dict[int
 def step_total(params: Mapping[str, Any]) -> int | None:
     """The run's total of steps from its params, or None."""
     for name in STEP_TOTALS:
-        if _positive(params.get(name)):
-            return int(params[name])
+        value = params.get(name)
+        if _positive(value):
+            return int(value)
     epochs, per_epoch = params.get("epochs"), params.get("steps_per_epoch")
     if _positive(epochs) and _positive(per_epoch):
         return int(epochs) * int(per_epoch)
@@ -171,12 +174,13 @@ def step_total(params: Mapping[str, Any]) -> int | None:
 
 def epoch_total(params: Mapping[str, Any]) -> int | None:
     for name in EPOCH_TOTALS:
-        if _positive(params.get(name)):
-            return int(params[name])
+        value = params.get(name)
+        if _positive(value):
+            return int(value)
     return None
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
@@ -193,8 +197,8 @@ def _by_progress(
             progress.last_step - progress.first_step
         )
         left = max(steps - progress.last_step, 0) * pace
-        end = datetime.fromtimestamp(progress.last_time + left).astimezone()
-        return as_utc(end), f"its progress: step {progress.last_step} of {steps}"
+        at = datetime.fromtimestamp(progress.last_time + left).astimezone()
+        return as_utc(at), f"its progress: step {progress.last_step} of {steps}"
     began = run.training_started_at or run.started_at
     if began is None:
         return None, ""
@@ -206,8 +210,8 @@ def _by_progress(
         done, basis = progress.epoch / epochs, f"epoch {progress.epoch:g} of {epochs}"
     else:
         return None, ""
-    end = start + (progress.last_time - start) / min(done, 1.0)
-    return as_utc(datetime.fromtimestamp(end).astimezone()), f"its progress: {basis}"
+    ends = start + (progress.last_time - start) / min(done, 1.0)
+    return as_utc(datetime.fromtimestamp(ends).astimezone()), f"its progress: {basis}"
 
 
 def _config_params(run: Run) -> dict[str, Any]:
