@@ -138,6 +138,13 @@ def steps(maker: sessionmaker[Session], run_id: int, last: int, pace: float, at:
         )
 
 
+def started_at(maker: sessionmaker[Session], run_id: int) -> datetime:
+    with maker() as s:
+        run = s.get(models.Run, run_id)
+        assert run is not None and run.started_at is not None
+        return as_utc(run.started_at)
+
+
 def estimates(maker: sessionmaker[Session], ids: list[int], now: datetime) -> dict[int, Any]:
     with maker() as s:
         return estimated_starts(
@@ -179,8 +186,7 @@ def test_the_schedulers_order_priority_first(sessions: sessionmaker[Session]) ->
     high = add_runs(sessions, owner, 1, time_limit=5, priority=5)
     now = utcnow()
     found = estimates(sessions, low + high, now)
-    with sessions() as s:
-        started = as_utc(s.get(models.Run, running).started_at)  # type: ignore[arg-type]
+    started = started_at(sessions, running)
     assert found[high[0]].start == started + timedelta(minutes=10)
     assert found[low[0]].start == started + timedelta(minutes=15)
     assert found[high[0]].basis == f"when run {running} ends (its time limit, 10 min)"
@@ -207,8 +213,8 @@ def test_free_now_and_epoch_progress(sessions: sessionmaker[Session]) -> None:
     (running,) = add_runs(sessions, owner, 1, params={"epochs": 4})
     start_on(sessions, running, [0, 1])
     (first, second) = add_runs(sessions, owner, 2, time_limit=10)
+    began = started_at(sessions, running)
     with sessions.begin() as s:
-        began = as_utc(s.get(models.Run, running).started_at)  # type: ignore[arg-type]
         s.execute(
             update(models.Run)
             .where(models.Run.id == running)
