@@ -5,6 +5,7 @@ The rules, first that applies (docs/fleet.md "Estimated starts"):
    `total_steps`, `max_steps`, or `epochs` x `steps_per_epoch`), or its `epoch` metric against
    `epochs`; the pace of its steps so far (first to last logged step, by their wall times)
    carried on to the total, so the time before its first step (imports) is not stretched;
+   plus the time its experiment's succeeded runs took from their last point to their end;
 2. its time limit (`resources.time_limit_minutes`), from its start;
 3. the history of its experiment: the median length of its succeeded runs;
 4. else unknown.
@@ -72,10 +73,15 @@ def expected_ends(
     params = {r.id: {**_config_params(r), **recorded[r.id]} for r in running}
     progress = progress_by_run(session, [r.id for r in running])
     history = history_medians(session, {r.experiment_id for r in running})
+    tails = history_tails(session, {r.experiment_id for r in running})
     ends: dict[int, tuple[datetime | None, str]] = {}
     for run in running:
         started = as_utc(run.started_at) if run.started_at else now
         end, basis = _by_progress(params[run.id], progress.get(run.id), run)
+        tail = tails.get(run.experiment_id)
+        if end is not None and tail:
+            end += timedelta(seconds=tail)
+            basis += f", then {tail:.0f} s to end as its experiment's runs took"
         if end is None:
             length = _fallback(run, history)
             end = None if length.seconds is None else started + timedelta(seconds=length.seconds)
@@ -158,6 +164,37 @@ def history_medians(session: Session, experiment_ids: Iterable[int]) -> dict[int
                 f"{median:.0f} s",
             )
     return medians
+
+
+def history_tails(session: Session, experiment_ids: Iterable[int]) -> dict[int, float]:
+    """Each experiment's median time from a succeeded run's last metric point to its end
+    (the final checkpoint, the job's exit, the last points stored): what a run's progress
+    does not show, added to the end its progress gives."""
+    tails: dict[int, float] = {}
+    for experiment_id in sorted(set(experiment_ids)):
+        runs = (
+            select(Run.id, Run.finished_at)
+            .where(
+                Run.experiment_id == experiment_id,
+                Run.status == RunStatus.succeeded,
+                Run.finished_at.is_not(None),
+            )
+            .order_by(Run.finished_at.desc())
+            .limit(HISTORY_RUNS)
+            .subquery()
+        )
+        rows = session.execute(
+            select(runs.c.finished_at, func.max(Metric.wall_time))
+            .join(MetricKey, MetricKey.run_id == runs.c.id)
+            .join(Metric, Metric.key_id == MetricKey.id)
+            .group_by(runs.c.id, runs.c.finished_at)
+        ).all()
+        seconds = [
+            as_utc(finished).timestamp() - float(last) for finished, last in rows if finished
+        ]
+        if seconds:
+            tails[experiment_id] = max(statistics.median(seconds), 0.0)
+    return tails
 
 
 def step_total(params: Mapping[str, Any]) -> int | None:
