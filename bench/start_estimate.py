@@ -11,7 +11,7 @@ estimate is set against the run's actual `started_at`:
   error = estimate - actual start (s), relative error = |error| / (actual start - submit).
 Target: every relative error < 20% (issue 42's acceptance).
 
-    .venv/bin/python bench/start_estimate.py [--steps 40] [--sleep 0.1] \
+    .venv/bin/python bench/start_estimate.py [--steps 80] [--sleep 0.1] \
         [--redis redis://127.0.0.1:6379/13]
 """
 
@@ -41,7 +41,7 @@ def unix(iso: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--sleep", type=float, default=0.1)
     parser.add_argument("--history", type=int, default=2)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/13")
@@ -130,6 +130,7 @@ def main() -> None:
         f"run length (start to end): median {statistics.median(lengths):.2f} s, "
         f"min {min(lengths):.2f} s, max {max(lengths):.2f} s"
     )
+    print(f"load average at the end (1, 5, 15 min): {os.getloadavg()}")
     print(
         f"relative error: max {max(rows):.1%}, median {statistics.median(rows):.1%} "
         f"(target < {TARGET:.0%}: {'met' if max(rows) < TARGET else 'NOT met'})"
