@@ -43,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--sleep", type=float, default=0.1)
-    parser.add_argument("--history", type=int, default=2)
+    parser.add_argument("--history", type=int, default=4)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/13")
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="torchyard-bench-estimate-"))
