@@ -132,8 +132,8 @@ export const mountStatus = (root, runId, stream, charts) => {
   // on, or "no estimate" and why.
   const showEstimate = (start, basis) => {
     const time = $("run-estimate-time");
-    if (start) time.replaceChildren(timeEl(start));
-    else time.textContent = "no estimate";
+    if (start) time.replaceChildren(timeEl(start), " — ");
+    else time.textContent = "";
     $("run-estimate-basis").textContent = basis || "";
     $("run-estimate").hidden = !basis;
   };
