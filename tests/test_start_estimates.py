@@ -121,18 +121,25 @@ def start_on(maker: sessionmaker[Session], run_id: int, inventory: list[int]) ->
     assert result.gpu_indices, result
 
 
-def steps(maker: sessionmaker[Session], run_id: int, last: int, pace: float, at: float) -> None:
-    """train/loss at steps 1..`last`, one each `pace` seconds, the last at unix time `at`."""
+def steps(
+    maker: sessionmaker[Session],
+    run_id: int,
+    last: int,
+    pace: float,
+    at: float,
+    key: str = "train/loss",
+) -> None:
+    """`key` at steps 1..`last`, one each `pace` seconds, the last at unix time `at`."""
     with maker.begin() as s:
-        key = s.scalar(
+        key_id = s.scalar(
             insert(MetricKey)
-            .values(run_id=run_id, key="train/loss", last_step=last, last_value=0.1)
+            .values(run_id=run_id, key=key, last_step=last, last_value=0.1)
             .returning(MetricKey.id)
         )
         s.execute(
             insert(Metric),
             [
-                {"key_id": key, "step": i, "value": 0.1, "wall_time": at - (last - i) * pace}
+                {"key_id": key_id, "step": i, "value": 0.1, "wall_time": at - (last - i) * pace}
                 for i in range(1, last + 1)
             ],
         )
@@ -170,6 +177,8 @@ def test_queue_of_ten_behind_two_running_runs(sessions: sessionmaker[Session]) -
     now = utcnow()
     steps(sessions, a, 50, 1.0, now.timestamp())  # 50 left at 1 s: ends in 50 s
     steps(sessions, b, 80, 2.0, now.timestamp())  # 20 left at 2 s: ends in 40 s
+    # The worker's samples (step: their number) are no progress, however high their step.
+    steps(sessions, a, 90, 5.0, now.timestamp(), key="sys/cpu_percent")
     found = estimates(sessions, queued, now)
     # Two GPUs, each queued run 30 s: b's GPU at 40, a's at 50, then each 30 s later.
     assert offsets(found, queued, now) == [40, 50, 70, 80, 100, 110, 130, 140, 160, 170]

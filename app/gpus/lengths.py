@@ -1,7 +1,7 @@
 """How long a run holds its GPUs: a running run's expected end, a queued run's expected length.
 
 The rules, first that applies (docs/fleet.md "Estimated starts"):
-1. progress (running runs): its highest metric step against its step total (params
+1. progress (running runs): its highest metric step (not `sys/`) against its step total (params
    `total_steps`, `max_steps`, or `epochs` x `steps_per_epoch`), or its `epoch` metric against
    `epochs`; the pace of its steps so far (first to last logged step, by their wall times)
    carried on to the total, so the time before its first step (imports) is not stretched;
@@ -30,6 +30,7 @@ from app.metrics.models import Metric, MetricKey
 from app.runs.models import Run, RunStatus
 from app.runs.query.params import params_by_run
 from app.timeutil import as_utc
+from torchyard.contract import SYSTEM_KEY_PREFIX
 
 # The succeeded runs of an experiment its history reads (the latest ones).
 HISTORY_RUNS = 20
@@ -97,8 +98,9 @@ def queued_lengths(session: Session, runs: Sequence[Run]) -> dict[int, Length]:
 
 
 def progress_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, Progress]:
-    """Each run's series with the highest last step: its first and last points' steps and
-    wall times; and its `epoch` series' last value."""
+    """Each run's series with the highest last step (the job's own: not the worker's `sys/`
+    samples): its first and last points' steps and wall times; its `epoch` series' last
+    value."""
     ids = list(run_ids)
     if not ids:
         return {}
@@ -106,7 +108,12 @@ def progress_by_run(session: Session, run_ids: Iterable[int]) -> dict[int, Progr
         select(
             MetricKey.run_id, MetricKey.id, MetricKey.key, MetricKey.last_step, MetricKey.last_value
         )
-        .where(MetricKey.run_id.in_(ids), MetricKey.last_step.is_not(None))
+        .where(
+            MetricKey.run_id.in_(ids),
+            MetricKey.last_step.is_not(None),
+            # The worker's own samples (step = sample number) say nothing of training's.
+            ~MetricKey.key.startswith(SYSTEM_KEY_PREFIX, autoescape=True),
+        )
         .order_by(MetricKey.run_id, MetricKey.last_step.desc(), MetricKey.id)
     ).all()
     top: dict[int, int] = {}
@@ -187,6 +194,7 @@ def history_tails(session: Session, experiment_ids: Iterable[int]) -> dict[int, 
             select(runs.c.finished_at, func.max(Metric.wall_time))
             .join(MetricKey, MetricKey.run_id == runs.c.id)
             .join(Metric, Metric.key_id == MetricKey.id)
+            .where(~MetricKey.key.startswith(SYSTEM_KEY_PREFIX, autoescape=True))
             .group_by(runs.c.id, runs.c.finished_at)
         ).all()
         seconds = [
