@@ -180,10 +180,17 @@ def test_queue_of_ten_behind_two_running_runs(sessions: sessionmaker[Session]) -
     # The worker's samples (step: their number) are no progress, however high their step.
     steps(sessions, a, 90, 5.0, now.timestamp(), key="sys/cpu_percent")
     found = estimates(sessions, queued, now)
-    # Two GPUs, each queued run 30 s: b's GPU at 40, a's at 50, then each 30 s later.
-    assert offsets(found, queued, now) == [40, 50, 70, 80, 100, 110, 130, 140, 160, 170]
-    assert found[queued[0]].basis == f"when run {b} ends (its progress: step 80 of 100)"
-    assert found[queued[1]].basis == f"when run {a} ends (its progress: step 50 of 100)"
+    # Their ends weighed by the share done against the history's (30 s from their start,
+    # now): a at 30 + 50% x 20 = 40, b at 30 + 80% x 10 = 38. Two GPUs, each queued run
+    # 30 s: b's GPU at 38, a's at 40, then each 30 s later.
+    assert offsets(found, queued, now) == [38, 40, 68, 70, 98, 100, 128, 130, 158, 160]
+    weighed = "weighed {}% against its experiment's median, 30 s"
+    assert found[queued[0]].basis == (
+        f"when run {b} ends (its progress: step 80 of 100; {weighed.format(80)})"
+    )
+    assert found[queued[1]].basis == (
+        f"when run {a} ends (its progress: step 50 of 100; {weighed.format(50)})"
+    )
     assert found[queued[2]].basis.startswith(f"when run {queued[0]} ends (the median length")
 
 

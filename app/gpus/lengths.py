@@ -6,6 +6,8 @@ The rules, first that applies (docs/fleet.md "Estimated starts"):
    `epochs`; the pace of its steps so far (first to last logged step, by their wall times)
    carried on to the total, so the time before its first step (imports) is not stretched;
    plus the time its experiment's succeeded runs took from their last point to their end;
+   where its experiment has history (rule 3), that end weighed by the share done against the
+   history's (early on a pace rests on few steps);
 2. its time limit (`resources.time_limit_minutes`), from its start;
 3. the history of its experiment: the median length of its succeeded runs;
 4. else unknown.
@@ -78,11 +80,18 @@ def expected_ends(
     ends: dict[int, tuple[datetime | None, str]] = {}
     for run in running:
         started = as_utc(run.started_at) if run.started_at else now
-        end, basis = _by_progress(params[run.id], progress.get(run.id), run)
+        end, basis, done = _by_progress(params[run.id], progress.get(run.id), run)
         tail = tails.get(run.experiment_id)
         if end is not None and tail:
             end += timedelta(seconds=tail)
             basis += f", then {tail:.0f} s to end as its experiment's runs took"
+        past = history.get(run.experiment_id)
+        if end is not None and past is not None and past.seconds is not None and done < 1:
+            # Early in a run its pace rests on few steps: weigh it by the share done against
+            # the end its experiment's history gives.
+            by_history = max(started + timedelta(seconds=past.seconds), now)
+            end = by_history + (end - by_history) * done
+            basis += f"; weighed {done:.0%} against its experiment's median, {past.seconds:.0f} s"
         if end is None:
             length = _fallback(run, history)
             end = None if length.seconds is None else started + timedelta(seconds=length.seconds)
@@ -231,11 +240,12 @@ def _positive(value: object) -> TypeGuard[int | float]:
 
 def _by_progress(
     params: Mapping[str, Any], progress: Progress | None, run: Run
-) -> tuple[datetime | None, str]:
+) -> tuple[datetime | None, str, float]:
     """The end its progress gives: the pace of its logged steps carried on to its total, or
-    (one step or epochs only) the time since its job started stretched by its fraction."""
+    (one step or epochs only) the time since its job started stretched by its fraction; and
+    that fraction (the share done)."""
     if progress is None:
-        return None, ""
+        return None, "", 0.0
     steps = step_total(params)
     if steps is not None and progress.last_step > progress.first_step:
         pace = (progress.last_time - progress.first_time) / (
@@ -243,10 +253,11 @@ def _by_progress(
         )
         left = max(steps - progress.last_step, 0) * pace
         at = datetime.fromtimestamp(progress.last_time + left).astimezone()
-        return as_utc(at), f"its progress: step {progress.last_step} of {steps}"
+        done = min(progress.last_step / steps, 1.0)
+        return as_utc(at), f"its progress: step {progress.last_step} of {steps}", done
     began = run.training_started_at or run.started_at
     if began is None:
-        return None, ""
+        return None, "", 0.0
     start = as_utc(began).timestamp()
     epochs = epoch_total(params)
     if steps is not None and progress.last_step > 0:
@@ -254,9 +265,10 @@ def _by_progress(
     elif epochs is not None and progress.epoch:
         done, basis = progress.epoch / epochs, f"epoch {progress.epoch:g} of {epochs}"
     else:
-        return None, ""
+        return None, "", 0.0
     ends = start + (progress.last_time - start) / min(done, 1.0)
-    return as_utc(datetime.fromtimestamp(ends).astimezone()), f"its progress: {basis}"
+    at = datetime.fromtimestamp(ends).astimezone()
+    return as_utc(at), f"its progress: {basis}", min(done, 1.0)
 
 
 def _config_params(run: Run) -> dict[str, Any]:
