@@ -141,3 +141,17 @@ def test_logs_of_a_multi_node_run_by_node_and_rank(cli: Cli, tmp_path: Path) -> 
         assert done.returncode == 0 and done.stdout == out, (args, done.stderr)
     refused = cli("logs", str(run_id), "--node", "0", "--rank", "3")
     assert refused.returncode != 0 and "rank 3 runs on node 1, not node 0" in refused.stderr
+
+
+def test_ls_suffixes_a_queued_runs_status_with_its_estimate() -> None:
+    """`torchyard ls`: a queued run's expected start (local time) or "(no estimate)"."""
+    from datetime import UTC, datetime
+
+    from torchyard.cli.runs import _estimate
+
+    start = datetime(2026, 12, 7, 1, 2, 3, tzinfo=UTC)
+    run = {"estimated_start": start.isoformat(), "estimate_basis": "its GPUs are free now"}
+    assert _estimate(run) == f" ~{start.astimezone().strftime('%H:%M:%S')}"
+    basis = "no estimate: run 4 has no known length"
+    assert _estimate({"estimated_start": None, "estimate_basis": basis}) == " (no estimate)"
+    assert _estimate({"estimated_start": None, "estimate_basis": None}) == ""

@@ -152,6 +152,28 @@ def test_a_queued_run_says_why_it_waits_in_the_api_and_on_its_page(client, made)
     assert '<p id="run-queue-reason" class="queue-reason" role="status" hidden>' in html
 
 
+def test_a_queued_run_has_its_estimate_in_the_api_and_on_its_page(client, made) -> None:
+    """Behind a run of no known length (no progress, time limit or history): no estimate, and
+    why, in the API (the run and the list) and on the page; none on a run not queued."""
+    username, password, headers = make_user()
+    box = live_host(made, list(range(8)))  # 8: no other live host of the suite has as many
+    holder = queue_run(made, username, 8)
+    assert start_on(holder, box, list(range(8))).outcome is StartOutcome.STARTED
+    waiting = queue_run(made, username, 8)
+    run = client.get(f"/api/runs/{waiting}", headers=headers).json()
+    assert run["estimated_start"] is None
+    assert run["estimate_basis"] == f"no estimate: run {holder} has no known length"
+    listed = client.get("/api/runs", params={"status": "queued"}, headers=headers).json()
+    (entry,) = [r for r in listed["runs"] if r["id"] == waiting]
+    assert entry["estimate_basis"] == run["estimate_basis"]
+    held = client.get(f"/api/runs/{holder}", headers=headers).json()
+    assert held["estimated_start"] is None and held["estimate_basis"] is None
+    login(client, username, password)
+    html = client.get(f"/runs/{waiting}").text
+    assert '<span id="run-estimate">Expected start: <span id="run-estimate-time"></span>' in html
+    assert f"no estimate: run {holder} has no known length" in html
+
+
 def test_resuming_a_run_no_live_host_could_start_is_refused(client, made) -> None:
     """The parent's config asks for more GPUs than any live host has now: a resumed run would
     wait for ever too."""

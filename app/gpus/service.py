@@ -173,6 +173,47 @@ def decide(
 
     `host`/`inventory`: the asking host's own fresh inventory (None: only what the database
     knows, e.g. for the GPU panel)."""
+    view = scheduler_view(
+        session,
+        now=now,
+        lease_ttl_seconds=lease_ttl_seconds,
+        host=host,
+        inventory=inventory,
+    )
+    return pick_pools(
+        view.queue,
+        view.free,
+        view.pools,
+        now,
+        starvation_seconds,
+        capacity_by_host=view.capacity,
+        served=view.served,
+        asking=(asking_run, host) if asking_run is not None and host is not None else None,
+        outside=view.outside,
+    )
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """What the scheduler decides over: the queue, each live host's free GPUs, pool and
+    capacity (`decide` and the start estimates, app.gpus.start_estimates, read it alike)."""
+
+    queue: list[QueuedRun]
+    free: dict[str, list[int]]
+    pools: dict[str, str]
+    capacity: dict[str, int]
+    served: Collection[str]
+    outside: dict[str, str]
+
+
+def scheduler_view(
+    session: Session,
+    *,
+    now: datetime,
+    lease_ttl_seconds: float,
+    host: str | None = None,
+    inventory: list[int] | None = None,
+) -> SchedulerView:
     queue = queued_runs(session, now)
     hosts = live_hosts(session, now=now, ttl_seconds=lease_ttl_seconds)
     inventories = {h.host: [int(i) for i in h.gpus] for h in hosts}
@@ -186,16 +227,13 @@ def decide(
     for h, gpus in inventories.items():
         taken = held.get(h, set()) | external_gpus(stats.get(h), held.get(h, set()))
         free[h] = [i for i in gpus if i not in taken]
-    return pick_pools(
-        queue,
-        free,
-        pools,
-        now,
-        starvation_seconds,
-        capacity_by_host={h: len(gpus) for h, gpus in inventories.items()},
+    return SchedulerView(
+        queue=queue,
+        free=free,
+        pools=pools,
+        capacity={h: len(gpus) for h, gpus in inventories.items()},
         # Read only when a queued run's pool has no live host (its reason says more then).
         served=served_pools(session) if {r.pool for r in queue} - set(pools.values()) else (),
-        asking=(asking_run, host) if asking_run is not None and host is not None else None,
         outside=outside_pools(hosts),
         fair=fairshare.fair_share(session, now=now),
     )

@@ -129,6 +129,12 @@ class RunOut(BaseModel):
     # Why a queued run waits, in the scheduler's words (the GPU page's "why it waits"), "no
     # worker is running: ..." when no worker host heartbeats; null unless the run is queued.
     queue_reason: str | None = None
+    # When a queued run is expected to start (the scheduler replayed over the running runs'
+    # expected ends: app/gpus/estimate.py), and what that rests on ("when run 4 ends (its
+    # progress: step 40 of 100)", "no estimate: run 4 has no known length"); null unless the
+    # run is queued; estimated_start null too when there is no estimate.
+    estimated_start: UtcDateTime | None = None
+    estimate_basis: str | None = None
     # The attempt's job in the outside scheduler that runs it (a Slurm job id: a worker with
     # TORCHYARD_WORKER_EXECUTOR=slurm); null for a job of torchyard's own workers.
     external_id: str | None = None

@@ -18,7 +18,9 @@ from app.errors import Conflict, Invalid, NotFound
 from app.experiments.config.model import deep_merge, run_config, with_seed
 from app.experiments.config.validate import validate_config
 from app.experiments.models import Experiment
+from app.gpus.estimate import Estimate
 from app.gpus.service import never_startable, queue_reasons
+from app.gpus.start_estimates import estimated_starts
 from app.runs.files.job_files import FileRefused, clean_relative, is_regular, open_regular
 from app.runs.models import Checkpoint, Run, RunStatus, RunTag
 from app.runs.schemas import RunPatch
@@ -214,6 +216,22 @@ def why_queued_many(session: Session, *, runs: Sequence[Run]) -> dict[int, str]:
         return reasons
     settings = get_settings()
     return reasons | queue_reasons(
+        session,
+        run_ids=queued,
+        now=utcnow(),
+        lease_ttl_seconds=settings.lease_ttl_seconds,
+        starvation_seconds=settings.starvation_seconds,
+    )
+
+
+def estimates_many(session: Session, *, runs: Sequence[Run]) -> dict[int, Estimate]:
+    """Each queued run's estimated start (app.gpus.start_estimates), from one replay of the
+    queue; nothing is read when none is queued."""
+    queued = [r.id for r in runs if r.status == RunStatus.queued]
+    if not queued:
+        return {}
+    settings = get_settings()
+    return estimated_starts(
         session,
         run_ids=queued,
         now=utcnow(),

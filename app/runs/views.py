@@ -15,7 +15,7 @@ from app.metrics.cpu_share import cpu_shares
 from app.ownership import find_run
 from app.pages import PageRoute, PageUser
 from app.runs.files.disk import disk_by_run
-from app.runs.service import resumed_from, tags_by_run, why_queued
+from app.runs.service import estimates_many, resumed_from, tags_by_run, why_queued
 from app.runs.state.notices import notice_lines
 from app.runs.state.phase import phase_of
 from app.templating import render
@@ -39,6 +39,7 @@ def run_page(request: Request, run_id: int, session: SessionDep, user: PageUser)
         tags=tags_by_run(session, [run.id])[run.id],
         disk_bytes=disk_by_run(session, [run.id]).get(run.id, 0),
         queue_reason=why_queued(session, run=run),
+        estimate=estimates_many(session, runs=[run]).get(run.id),
         cpu_share=cpu_shares(session, [run.id]).get(run.id) if run.status == "running" else None,
         phase=phase_of(run),
         parent=resumed_from(session, run=run),

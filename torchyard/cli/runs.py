@@ -104,7 +104,7 @@ def _runs_table(runs: list[dict[str, Any]], experiments: dict[int, dict[str, Any
         table.add_row(
             str(run["id"]),
             label or f"#{run['experiment_id']}",
-            f"[{STATUS_STYLE.get(run['status'], 'white')}]{run['status']}[/]",
+            f"[{STATUS_STYLE.get(run['status'], 'white')}]{run['status']}[/]" + _estimate(run),
             created.astimezone().strftime("%Y-%m-%d %H:%M") if created else "",
             _build(run),
             _duration(run),
@@ -112,6 +112,15 @@ def _runs_table(runs: list[dict[str, Any]], experiments: dict[int, dict[str, Any
             _gpus(run),
         )
     return table
+
+
+def _estimate(run: dict[str, Any]) -> str:
+    """A queued run's expected start as a suffix of its status: " ~14:05" (local time) or
+    " (no estimate)"; what it rests on: `torchyard ls --json`, estimate_basis."""
+    start = _parse_time(run.get("estimated_start"))
+    if start is not None:
+        return f" ~{start.astimezone().strftime('%H:%M:%S')}"
+    return " (no estimate)" if run.get("estimate_basis") else ""
 
 
 def ls(

@@ -12,7 +12,7 @@ from app.runs.files.disk import disk_by_run
 from app.runs.models import Run
 from app.runs.query.params import params_by_run
 from app.runs.schemas import RunOut, SummaryOut
-from app.runs.service import tags_by_run, why_queued_many
+from app.runs.service import estimates_many, tags_by_run, why_queued_many
 from app.runs.state.notices import stopped_early_reason
 from app.runs.state.phase import phase_of
 
@@ -46,6 +46,7 @@ def run_outs(
     cut = runs_with_more_keys(session, run_ids=ids, than=first) if first is not None else set()
     disks = disk_by_run(session, ids)
     reasons = why_queued_many(session, runs=runs)
+    estimates = estimates_many(session, runs=runs)
     phases = {r.id: phase_of(r) for r in runs}
     return [
         RunOut.model_validate(r).model_copy(
@@ -57,6 +58,8 @@ def run_outs(
                 "tags": tags[r.id],
                 "disk_bytes": disks.get(r.id, 0),
                 "queue_reason": reasons.get(r.id),
+                "estimated_start": estimates[r.id].start if r.id in estimates else None,
+                "estimate_basis": estimates[r.id].basis if r.id in estimates else None,
                 "stopped_early": stopped_early_reason(r.notices),
                 "summary_cut": r.id in cut,
                 "summary": {

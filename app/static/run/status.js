@@ -4,7 +4,7 @@
 // its status events, and a re-read of the run on the stream's events (no timer of its own
 // but the clock of the running duration).
 import {call, serverDown} from "../lib/api.js";
-import {$, markStale, showFailure, showTime} from "../lib/dom.js";
+import {$, markStale, showFailure, showTime, timeEl} from "../lib/dom.js";
 import {LOST_TEXT, clockText, fmtBytes, fmtDuration, lostText, parseTime} from "../lib/format.js";
 import {BUILDING, isActive, isFinished} from "../lib/status.js";
 import {api} from "../lib/urls.js";
@@ -128,6 +128,16 @@ export const mountStatus = (root, runId, stream, charts) => {
     $("run-queue-reason").hidden = !reason || status !== "queued";
   };
 
+  // The expected start beside the reason (app/gpus/estimate.py): a time and what it rests
+  // on, or "no estimate" and why.
+  const showEstimate = (start, basis) => {
+    const time = $("run-estimate-time");
+    if (start) time.replaceChildren(timeEl(start), " — ");
+    else time.textContent = "";
+    $("run-estimate-basis").textContent = basis || "";
+    $("run-estimate").hidden = !basis;
+  };
+
   // The run as the server has it now (after a reconnect too: the attempt may have moved on).
   const refreshRun = async () => {
     const r = await call("GET", api.run(runId));
@@ -142,6 +152,7 @@ export const mountStatus = (root, runId, stream, charts) => {
     onConfirmed();
     showNotices(r.body.notices || []);
     showQueueReason(r.body.queue_reason);
+    showEstimate(r.body.estimated_start, r.body.estimate_basis);
   };
 
   // Absent for a run the user may only read (another user's, or any for a viewer).
