@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,11 +15,14 @@ from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
+from app.gpus.estimate import Fleet, Holder, Length, simulate
 from app.gpus.models import GpuLease, WorkerHost
+from app.gpus.scheduler import FairShare, QueuedRun
 from app.gpus.service import touch_host, try_start
 from app.gpus.start_estimates import estimated_starts
 from app.metrics.models import Metric, MetricKey
 from app.runs.models import RunStatus
+from app.settings_pools import LOCAL_POOL
 from app.timeutil import as_utc, utcnow
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 
@@ -254,3 +257,27 @@ def test_free_now_and_epoch_progress(sessions: sessionmaker[Session]) -> None:
     assert found[second].basis == f"when run {running} ends (its progress: epoch 1 of 4)"
     with sessions() as s:
         assert s.scalar(select(models.Run.status).where(models.Run.id == first)) == "queued"
+
+
+def test_the_replay_charges_fair_share_as_it_starts_runs() -> None:
+    """Alice queued two runs before Bob's two, one GPU, equal usage: the scheduler alternates
+    (each run taken charges its owner), and so must the replay, decision after decision. It
+    took fair share's usage as it was at the start: Alice's second run tied with Bob's first
+    and, older, was estimated to go before it."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    alice, bob = 1, 2
+    queue = [
+        QueuedRun(id=i, gpus=1, priority=0, created_at=now + timedelta(seconds=i), owner_id=owner)
+        for i, owner in ((11, alice), (12, alice), (13, bob), (14, bob))
+    ]
+    holder = Holder(10, (("box", 0),), now + timedelta(seconds=10), "its time limit")
+    fleet = Fleet(
+        free={"box": []},
+        pools={"box": LOCAL_POOL},
+        capacity={"box": 1},
+        fair=FairShare(usage={alice: 0.0, bob: 0.0}, charge={alice: 1.0, bob: 1.0}),
+    )
+    lengths = {i: Length(10.0, "history") for i in (11, 12, 13, 14)}
+    found = simulate(queue, [holder], lengths, fleet, now, starvation_seconds=10**9)
+    starts = {i: (e.start - now).total_seconds() for i, e in found.items() if e.start}
+    assert starts == {11: 10.0, 13: 20.0, 12: 30.0, 14: 40.0}, starts

@@ -5,7 +5,7 @@ host, which runs only gpus: 0 runs.
 
 With NVML, every heartbeat and every scheduling question also carries each GPU's stats
 (memory, utilization, compute process ids): a GPU running processes torchyard has not leased is
-busy (external) and is not handed out (app.gpus.service.external_gpus).
+busy (external) and is not handed out (app.gpus.fleet_view.external_gpus).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ while a job still runs on it: a worker stalled past ``run_lost_seconds`` has its
 (the leases go with it) while its job trains on. Only this host's worker can end that job, so
 it is also the one that must not start another job on those GPUs first: its start shows them
 to the scheduler as busy (a compute process torchyard holds no lease for, the same rule as a
-job started by hand: app.gpus.service.external_gpus) until the old job is gone.
+job started by hand: app.gpus.fleet_view.external_gpus) until the old job is gone.
 """
 
 from __future__ import annotations

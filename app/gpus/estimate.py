@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app.gpus.scheduler import Placement, QueuedRun, pick_pools
+from app.gpus.scheduler import FairShare, Placement, QueuedRun, pick_pools
 
 # The start of a run that may start as soon as a worker takes it.
 FREE_NOW = "its GPUs are free now"
@@ -55,6 +55,7 @@ class Fleet:
     capacity: Mapping[str, int]
     served: Collection[str] = ()
     outside: Mapping[str, str] | None = None
+    fair: FairShare | None = None  # fair share's usage now (None: off)
 
 
 def simulate(
@@ -73,6 +74,7 @@ def simulate(
     estimates: dict[int, Estimate] = {}
     waiting: dict[int, str] = {}
     t, cause = now, FREE_NOW
+    fair = fleet.fair
     while pending:
         decision = pick_pools(
             pending,
@@ -83,6 +85,7 @@ def simulate(
             capacity_by_host=fleet.capacity,
             served=fleet.served,
             outside=fleet.outside,
+            fair=fair,
         )
         waiting = decision.waiting
         for run_id, placement in decision.starts.items():
@@ -93,6 +96,7 @@ def simulate(
             length = lengths.get(run_id, Length(None, "no known length"))
             end = None if length.seconds is None else t + timedelta(seconds=length.seconds)
             running.append(Holder(run_id, gpus, end, length.basis))
+        fair = _charged(fair, [r for r in pending if r.id in decision.starts])
         pending = [r for r in pending if r.id not in decision.starts]
         ending = [h for h in running if h.end is not None and h.gpus]
         if not pending or not ending:
@@ -107,6 +111,18 @@ def simulate(
     for run in pending:
         estimates[run.id] = Estimate(None, _why_none(run, waiting.get(run.id, ""), running, fleet))
     return estimates
+
+
+def _charged(fair: FairShare | None, started: Sequence[QueuedRun]) -> FairShare | None:
+    """Fair share's usage after the replay started `started`: each owner charged as the
+    scheduler charges a run taken in line, so the next decision of the replay sees it."""
+    if fair is None or not started:
+        return fair
+    usage = dict(fair.usage)
+    for run in started:
+        charge = fair.charge.get(run.owner_id, 0.0) * run.gpus * run.nodes
+        usage[run.owner_id] = usage.get(run.owner_id, 0.0) + charge
+    return FairShare(usage=usage, charge=fair.charge)
 
 
 def _gpus_of(placement: Placement) -> tuple[tuple[str, int], ...]:

@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from app.auth.deps import CurrentUser
 from app.db import SessionDep
 from app.gpus import fairshare
+from app.gpus.fleet_view import queued_runs
 from app.gpus.schemas import FairShareOut, ShareWeightIn, UserShareOut
-from app.gpus.service import queued_runs
 from app.http_errors import error_responses
 from app.timeutil import utcnow
 from app.users import service

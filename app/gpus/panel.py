@@ -16,10 +16,11 @@ from sqlalchemy.orm import Session
 
 from app.auth.models import User
 from app.gpus import fairshare
+from app.gpus.fleet_view import external_gpus, live_hosts, queued_runs
 from app.gpus.models import GpuLease
 from app.gpus.scheduler import queue_order
 from app.gpus.schemas import GpuOut, GpuPanelOut, GpuState, HostOut, QueuedRunOut
-from app.gpus.service import external_gpus, live_hosts, panel_decision, queued_runs, reason_of
+from app.gpus.service import panel_decision, reason_of
 from app.metrics.cpu_share import cpu_shares
 from app.runs.models import Run
 from app.timeutil import as_utc

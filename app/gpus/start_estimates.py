@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.gpus import lengths
 from app.gpus.estimate import Estimate, Fleet, simulate
-from app.gpus.service import scheduler_view
+from app.gpus.fleet_view import scheduler_view
 from app.runs.models import Run
 
 
@@ -35,7 +35,7 @@ def estimated_starts(
         view.queue,
         lengths.holders(session, now=now),
         lengths.queued_lengths(session, queued),
-        Fleet(view.free, view.pools, view.capacity, view.served, view.outside),
+        Fleet(view.free, view.pools, view.capacity, view.served, view.outside, view.fair),
         now,
         starvation_seconds,
     )

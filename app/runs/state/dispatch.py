@@ -14,7 +14,7 @@ queued forever, holding up every run of its size once it has starved. So:
   number for every queued run whose task has not come by for queue_resend_seconds while a worker
   host of its pool is live (with none, no message is taken anyway: nothing is lost yet), to its
   pool's queue (app.broker.pool_queue, issue 40);
-- ``message_lost`` is the same rule for the scheduler (app.gpus.service.queued_runs): a run
+- ``message_lost`` is the same rule for the scheduler (app.gpus.fleet_view.queued_runs): a run
   whose message is missing never holds up another, and its reason says it is being sent again.
 
 Issue 39: a task that has not come by is not always lost. When every worker thread is busy (or
