@@ -119,9 +119,11 @@ def test_each_process_kind_runs_its_declared_jobs() -> None:
         "notifications.deliver",
         "sweeps.advance",
         "auth.token_use",
+        "sessions.limits",
     }
     worker = {j.name for j in for_process(Process.WORKER, (HOST_HEARTBEAT, *JOBS))}
-    # Token use is noted by the API's token check only: the API writes it.
-    assert worker == api - {"auth.token_use"} | {"worker.host_heartbeat"}
+    # Token use is noted by the API's token check only: the API writes it. A session's limits
+    # are read through its lab's socket, which the API proxies (app/sessions/end_rules.py).
+    assert worker == api - {"auth.token_use", "sessions.limits"} | {"worker.host_heartbeat"}
     assert heartbeat_interval(Settings(lease_ttl_seconds=15.0)) == 5.0
     assert heartbeat_interval(Settings(lease_ttl_seconds=0.3, run_heartbeat_seconds=0.1)) == 0.5

@@ -43,7 +43,9 @@ def start_session(
 @router.post(
     "/sessions/{run_id}/extend",
     response_model=SessionOut,
-    responses=error_responses(403, 404, 409),  # 409: not running, or a run waits for GPUs
+    responses=error_responses(
+        400, 403, 404, 409
+    ),  # 400: not even JSON text; 409: not running, or a run waits for GPUs
 )
 def extend_session(
     run: OwnedRun, data: SessionExtend, session: SessionDep, request: Request
