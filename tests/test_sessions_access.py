@@ -12,6 +12,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from app.auth.models import User
 from app.db import session_scope
+from app.sessions.proxy import answer_headers
 from tests.conftest import make_user
 from tests.factories import add_run
 
@@ -49,6 +50,40 @@ def test_who_reaches_the_lab(client, people) -> None:
         answer = client.get(url, headers=people[allowed][1])
         assert answer.status_code == 409, answer.text  # allowed; its JupyterLab is not up
         assert "not up yet" in answer.json()["detail"]
+
+
+def test_an_admins_browser_is_kept_out_of_a_members_lab(client, people) -> None:
+    """The lab's pages come from a process the member controls, on this server's origin: an
+    admin's signed-in browser would run the member's script as the admin. The admin's token
+    reaches it; the admin's cookie does not. The owner's cookie does."""
+    run_id = _session_run(people["owner"][0])
+    url = f"/sessions/{run_id}/lab/api/contents"
+    for who, status in (("admin", 403), ("owner", 409)):
+        token = people[who][1]["Authorization"].removeprefix("Bearer ")
+        client.cookies.set("ty_session", token)
+        try:
+            answer = client.get(url)
+            assert answer.status_code == status, (who, answer.text)
+            assert who == "owner" or "with a token" in answer.json()["detail"]
+        finally:
+            client.cookies.clear()
+
+
+def test_the_lab_sets_no_cookie_of_ours_and_no_wide_service_worker() -> None:
+    got = answer_headers(
+        [
+            ("Content-Type", "text/html"),
+            ("Set-Cookie", "_xsrf=2|abc; Path=/sessions/7/lab/"),
+            ("Set-Cookie", "ty_session=someone-elses; Path=/; HttpOnly"),
+            ("set-cookie", "anything=1; Path=/"),
+            ("Service-Worker-Allowed", "/"),
+            ("Transfer-Encoding", "chunked"),
+        ]
+    )
+    assert got == [
+        ("Content-Type", "text/html"),
+        ("Set-Cookie", "_xsrf=2|abc; Path=/sessions/7/lab/"),
+    ]
 
 
 def test_not_a_session_or_not_running(client, people) -> None:

@@ -1,9 +1,11 @@
 """Who reaches a session's JupyterLab, for the proxy's HTTP and WebSocket routes alike: the
 caller's bearer token or session cookie (app.auth), then app.ownership.find_session (its owner
-and admins). A cookie is sent by the browser on its own, and JupyterLab's page cannot send
-torchyard's CSRF header, so a cookie's unsafe request or WebSocket must come from this server's
-own origin (the Origin header every browser sends on those); a bearer token's needs nothing
-more. The answer is where the session's Jupyter listens and the secret it takes."""
+and admins; an admin with a token only, never a signed-in browser's cookie: the lab's pages
+come from a process the member controls, on this server's origin). A cookie is sent by the
+browser on its own, and JupyterLab's page cannot send torchyard's CSRF header, so a cookie's
+unsafe request or WebSocket must come from this server's own origin (the Origin header every
+browser sends on those); a bearer token's needs nothing more. The answer is where the
+session's Jupyter listens and the secret it takes."""
 
 from __future__ import annotations
 
@@ -63,6 +65,14 @@ def authorize(conn: HTTPConnection, run_id: int, method: str) -> Lab:
         if user.must_change_password:
             raise Forbidden("change your password first (/account)")
         run = find_session(run_id, session, user)
+        if from_cookie and run.owner_id != user.id:
+            # The lab's pages are served by a process the member controls, on this server's
+            # origin: in an admin's signed-in browser its script would act as the admin.
+            raise Forbidden(
+                f"session {run_id} is another member's: an admin reaches it with a token "
+                "(Authorization: Bearer), not from a signed-in browser, since its pages run "
+                "the member's code on this server's origin"
+            )
         status = run.status
     if status is not RunStatus.running:
         raise Conflict(f"session {run_id} is {status.value}: its JupyterLab is not running")

@@ -100,12 +100,27 @@ async def lab_http(run_id: int, path: str, request: Request) -> StreamingRespons
             await response.aclose()
             await client.aclose()
 
-    kept = [
-        (k, v) for k, v in response.headers.multi_items() if k.lower() not in DROPPED - {"cookie"}
-    ]
     out = StreamingResponse(body_of(), status_code=response.status_code)
+    kept = answer_headers(response.headers.multi_items())
     out.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in kept]
     return out
+
+
+def answer_headers(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The lab's answer headers that reach the browser. The lab is a process its member
+    controls, answering on this server's origin: it may set no cookie but Jupyter's own
+    `_xsrf` (a `ty_session` of its choosing would sign the browser in as someone else) and may
+    not widen a service worker's scope beyond its path (`Service-Worker-Allowed: /` would let
+    its worker serve every torchyard page)."""
+    kept = []
+    for key, value in items:
+        name = key.lower()
+        if name in DROPPED - {"cookie"} or name == "service-worker-allowed":
+            continue
+        if name == "set-cookie" and not value.lstrip().startswith("_xsrf="):
+            continue
+        kept.append((key, value))
+    return kept
 
 
 @router.websocket(LAB_PATH)
