@@ -4,6 +4,7 @@ socket) blocks the reader: each is refused at once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -20,6 +21,7 @@ from app.runs.files.job_files import (
     folder_entries,
     is_regular,
     job_file_size,
+    job_socket,
     open_regular,
     read_job_file,
     regular_fd,
@@ -188,3 +190,42 @@ def test_within_compares_components_not_text(tmp_path: Path) -> None:
     assert not within(tmp_path / "ab", tmp_path / "a")  # "startswith" would say yes
     assert not within(tmp_path, tmp_path / "a")
     assert clean_relative("checkpoints/last.pt/") == "checkpoints/last.pt"
+
+
+def test_job_socket_reaches_the_jobs_own_socket_and_never_a_link(tmp_path: Path) -> None:
+    """A session's folder is its job's: a link named lab.sock to another socket of the host
+    (Docker's, a database's) must not be what torchyard connects to as root."""
+    folder = tmp_path / ".session"
+    folder.mkdir()
+    host_socket = tmp_path / "host.sock"  # stands for /var/run/docker.sock
+    with contextlib.ExitStack() as stack:
+        host = stack.enter_context(socket.socket(socket.AF_UNIX))
+        host.bind(str(host_socket))
+        host.listen(1)
+        (folder / "lab.sock").symlink_to(host_socket)
+        with pytest.raises(FileNotFoundError), job_socket(folder / "lab.sock"):
+            pass
+        (folder / "lab.sock").unlink()
+        os.mkfifo(folder / "lab.sock")
+        with pytest.raises(FileNotFoundError), job_socket(folder / "lab.sock"):
+            pass
+        (folder / "lab.sock").unlink()
+        own = stack.enter_context(socket.socket(socket.AF_UNIX))
+        own.bind(str(folder / "lab.sock"))
+        own.listen(1)
+        with job_socket(folder / "lab.sock") as address:
+            # Swapped for a link after the check: the address still names the job's socket.
+            (folder / "lab.sock").unlink()
+            (folder / "lab.sock").symlink_to(host_socket)
+            client = stack.enter_context(socket.socket(socket.AF_UNIX))
+            client.connect(address)
+        own.settimeout(5)
+        accepted, _ = own.accept()
+        accepted.close()
+    (folder / "lab.sock").unlink()
+    replaced = tmp_path / "elsewhere"
+    replaced.mkdir()
+    folder.rmdir()
+    folder.symlink_to(replaced)  # the folder itself a link: refused as well
+    with pytest.raises(FileNotFoundError), job_socket(folder / "lab.sock"):
+        pass

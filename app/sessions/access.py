@@ -9,6 +9,7 @@ session's Jupyter listens and the secret it takes."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -21,9 +22,13 @@ from app.auth.service import check_token
 from app.db import session_scope
 from app.errors import Conflict, Forbidden, Unauthorized
 from app.ownership import find_session
+from app.runs.files.job_files import read_job_file
 from app.runs.models import RunStatus
 from app.settings import get_settings
 from torchyard.contract import RunPaths
+
+# What secrets.token_urlsafe writes; anything else in the file is not the worker's.
+SECRET = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
 @dataclass(frozen=True)
@@ -77,10 +82,16 @@ def authorize(conn: HTTPConnection, run_id: int, method: str) -> Lab:
     if status is not RunStatus.running:
         raise Conflict(f"session {run_id} is {status.value}: its JupyterLab is not running")
     paths = RunPaths(get_settings().run_dir(run_id))
-    try:
-        secret = paths.session_token.read_text().strip()
-    except OSError:
-        secret = ""
+    secret = lab_secret(paths)
     if not secret or not paths.session_socket.exists():
         raise Conflict(f"session {run_id} is starting: its JupyterLab is not up yet")
     return Lab(paths.session_socket, secret)
+
+
+def lab_secret(paths: RunPaths) -> str | None:
+    """The session's secret as the worker wrote it (worker/session_job.py: token_urlsafe),
+    read through the one safe opener: the folder is the job's, and a link there to
+    /etc/shadow would have the proxy send that file to the job's socket as its token."""
+    raw = read_job_file(paths.session_token, 256)
+    secret = raw.decode("ascii", "replace").strip() if raw else ""
+    return secret if SECRET.fullmatch(secret) else None

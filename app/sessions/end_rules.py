@@ -19,8 +19,10 @@ from sqlalchemy.orm import Session
 from app.db import session_scope
 from app.gpus.models import GpuLease, WorkerHost
 from app.periodic import Process, declare
+from app.runs.files.job_files import job_socket
 from app.runs.models import Run, RunStatus
 from app.runs.state import lifecycle, notices
+from app.sessions.access import lab_secret
 from app.sessions.service import ends_at, is_session
 from app.settings import Settings, get_settings
 from app.timeutil import as_utc, utcnow
@@ -41,10 +43,16 @@ def lab_last_activity(run_id: int, settings: Settings) -> datetime | None:
     """Its JupyterLab's last activity, asked over its socket with its secret; None when it
     does not answer (starting, or gone)."""
     paths = RunPaths(settings.run_dir(run_id))
+    token = lab_secret(paths)
+    if token is None:
+        return None
     try:
-        token = paths.session_token.read_text().strip()
-        transport = httpx.HTTPTransport(uds=str(paths.session_socket))
-        with httpx.Client(transport=transport, base_url="http://session", timeout=5) as client:
+        with (
+            job_socket(paths.session_socket) as address,
+            httpx.Client(
+                transport=httpx.HTTPTransport(uds=address), base_url="http://session", timeout=5
+            ) as client,
+        ):
             answer = client.get(
                 f"/sessions/{run_id}/lab/api/status",
                 headers={"Authorization": f"token {token}"},

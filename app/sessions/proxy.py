@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.typing import Subprotocol
 
 from app.errors import Conflict, DomainError, Forbidden, NotFound, Unauthorized
+from app.runs.files.job_files import job_socket
 from app.sessions.access import authorize
 
 router = APIRouter(include_in_schema=False)
@@ -70,22 +71,26 @@ async def lab_http(run_id: int, path: str, request: Request) -> StreamingRespons
     headers["accept-encoding"] = "identity"
     if cookies := _cookies_without_ours(request.headers.get("cookie", "")):
         headers["cookie"] = cookies
-    client = httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(uds=str(lab.socket)),
-        base_url="http://session",
-        timeout=httpx.Timeout(60.0, connect=5.0),
-    )
     body = await request.body()
-    upstream = client.build_request(
-        request.method,
-        _upstream_path(request.url.path, request.url.query),
-        headers=headers,
-        content=body,
-    )
     try:
-        response = await client.send(upstream, stream=True)
-    except httpx.TransportError as exc:
-        await client.aclose()
+        with job_socket(lab.socket) as address:  # connected, it may go (the address was it)
+            client = httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(uds=address),
+                base_url="http://session",
+                timeout=httpx.Timeout(60.0, connect=5.0),
+            )
+            upstream = client.build_request(
+                request.method,
+                _upstream_path(request.url.path, request.url.query),
+                headers=headers,
+                content=body,
+            )
+            try:
+                response = await client.send(upstream, stream=True)
+            except httpx.TransportError:
+                await client.aclose()
+                raise
+    except (httpx.TransportError, OSError) as exc:
         return StreamingResponse(
             iter([f"the session's JupyterLab did not answer: {exc}".encode()]),
             status_code=502,
@@ -134,14 +139,15 @@ async def lab_ws(websocket: WebSocket, run_id: int, path: str) -> None:
     offered = [Subprotocol(p) for p in websocket.scope.get("subprotocols", [])]
     uri = "ws://session" + _upstream_path(websocket.url.path, websocket.url.query)
     try:
-        upstream = await unix_connect(
-            str(lab.socket),
-            uri,
-            additional_headers={"Authorization": f"token {lab.token}"},
-            subprotocols=offered or None,
-            max_size=None,
-            open_timeout=10,
-        )
+        with job_socket(lab.socket) as address:
+            upstream = await unix_connect(
+                address,
+                uri,
+                additional_headers={"Authorization": f"token {lab.token}"},
+                subprotocols=offered or None,
+                max_size=None,
+                open_timeout=10,
+            )
     except (OSError, InvalidHandshake, TimeoutError) as exc:
         await websocket.close(code=1011, reason=f"JupyterLab refused: {exc}"[:120])
         return

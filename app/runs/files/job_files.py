@@ -21,9 +21,11 @@ itself (mount points, a resolved workspace script); a job's file is reached thro
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -262,5 +264,32 @@ def remove_job_file(root: Path, relative: str) -> int:
             return 0
         os.unlink(parts[-1], dir_fd=fd)  # a link itself goes, never what it points to
         return leaf.st_size if stat.S_ISREG(leaf.st_mode) else 0
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def job_socket(path: Path) -> Iterator[str]:
+    """A unix socket a job made (a session's JupyterLab, app/sessions), as an address that
+    reaches that very socket: ``/proc/self/fd/N`` of an ``O_PATH`` descriptor taken without
+    following any link. The folder is the job's: a link named like the socket, to the host's
+    Docker or database socket, would have torchyard (root) connect to that with the
+    browser's request; a link is refused here, and so is anything but a socket, and a swap
+    after the check changes nothing (the address names the descriptor, not the name). Open
+    while the caller connects; FileNotFoundError when no socket (or a link) is there."""
+    folder, info = open_in(path.parent.parent, path.parent.name)
+    try:
+        if not stat.S_ISDIR(info.st_mode):
+            raise FileNotFoundError(str(path))
+        try:
+            fd = os.open(path.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        except OSError as exc:
+            raise FileNotFoundError(str(path)) from exc
+    finally:
+        os.close(folder)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise FileNotFoundError(f"{path} is not a socket")
+        yield f"/proc/self/fd/{fd}"
     finally:
         os.close(fd)
