@@ -6,6 +6,10 @@ the allowed path end to end with a real one."""
 
 from __future__ import annotations
 
+import http.server
+import socketserver
+import threading
+
 import pytest
 from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
@@ -13,8 +17,10 @@ from starlette.websockets import WebSocketDisconnect
 from app.auth.models import User
 from app.db import session_scope
 from app.sessions.proxy import answer_headers
+from app.settings import get_settings
 from tests.conftest import make_user
 from tests.factories import add_run
+from torchyard.contract import RunPaths
 
 SESSION = {"session": {"hours": 1}, "seed": 1}
 
@@ -118,3 +124,40 @@ def test_the_websocket_is_refused_alike(client, people) -> None:
             with client.websocket_connect(url, headers=people[who][1]):
                 pass
         assert refused.value.code == code
+
+
+def test_a_link_in_the_sessions_folder_reaches_no_host_socket(client, people, tmp_path) -> None:
+    """The session's folder is its job's. A lab.sock that is a link to another socket of the
+    host (Docker's, as root, stood for here by a small HTTP server) must not be where the
+    root server sends the member's requests: it was, and answered 200 with that server's
+    body."""
+    run_id = _session_run(people["owner"][0])
+    paths = RunPaths(get_settings().run_dir(run_id))
+    paths.session_socket.parent.mkdir(parents=True, exist_ok=True)
+    paths.session_token.write_text("a" * 43)
+    host_socket = tmp_path / "docker.sock"
+
+    class Docker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"the host's docker")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class UnixServer(socketserver.UnixStreamServer):
+        def get_request(self):  # type: ignore[no-untyped-def]
+            request, _ = super().get_request()
+            return request, ("local", 0)
+
+    server = UnixServer(str(host_socket), Docker)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        paths.session_socket.symlink_to(host_socket)
+        answer = client.get(f"/sessions/{run_id}/lab/api/contents", headers=people["owner"][1])
+        assert answer.status_code != 200 and "docker" not in answer.text, answer.text
+    finally:
+        server.shutdown()
+        server.server_close()
