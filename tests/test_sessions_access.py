@@ -146,12 +146,7 @@ def test_a_link_in_the_sessions_folder_reaches_no_host_socket(client, people, tm
         def log_message(self, *args: object) -> None:
             pass
 
-    class UnixServer(socketserver.UnixStreamServer):
-        def get_request(self):  # type: ignore[no-untyped-def]
-            request, _ = super().get_request()
-            return request, ("local", 0)
-
-    server = UnixServer(str(host_socket), Docker)
+    server = socketserver.UnixStreamServer(str(host_socket), Docker)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
