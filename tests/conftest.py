@@ -203,6 +203,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_runtime_reporter",
         "test_runtime_seeding",
         "test_sandbox",  # bwrap argv and real sandboxes
+        "test_session_job",  # a session's socket folder, prepared in tmp_path
         "test_scheduler",
         "test_settings",  # the worker address and interface settings
         "test_sweeps_sampling_rules",

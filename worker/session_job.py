@@ -15,8 +15,10 @@ is the run's work folder, so notebooks stay in the run's files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import stat
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +42,11 @@ def lab_url_path(run_id: int) -> str:
 
 def prepare(run_dir: Path) -> str:
     """The session's folder, fresh for this attempt (an old socket is removed), and its new
-    secret, written 0600 for the server's proxy; the sandbox gives both to the run's uid."""
+    secret, written 0600 for the server's proxy; the sandbox gives both to the run's uid.
+
+    The run's folder is the job's (an earlier attempt's job may have left ``.session`` as a
+    link to /etc): every step here goes through descriptors taken without following a link,
+    so root never changes the mode of, or writes into, a folder the job pointed at."""
     paths = RunPaths(run_dir)
     folder = paths.session_socket.parent
     if len(str(paths.session_socket)) > MAX_SOCKET_PATH:
@@ -48,12 +54,27 @@ def prepare(run_dir: Path) -> str:
             f"the session's socket path {paths.session_socket} is longer than "
             f"{MAX_SOCKET_PATH} bytes: use a shorter TORCHYARD_DATA_DIR"
         )
-    folder.mkdir(mode=0o700, exist_ok=True)
-    folder.chmod(0o700)
-    for old in (paths.session_socket, paths.session_token):
-        old.unlink(missing_ok=True)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(paths.session_token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
+    run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | nofollow)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISDIR(os.stat(folder.name, dir_fd=run_fd, follow_symlinks=False).st_mode):
+                os.unlink(folder.name, dir_fd=run_fd)  # a link or a file the job left
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder.name, 0o700, dir_fd=run_fd)
+        folder_fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=run_fd)
+    finally:
+        os.close(run_fd)
+    try:
+        os.fchmod(folder_fd, 0o700)
+        for old in (paths.session_socket, paths.session_token):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(old.name, dir_fd=folder_fd)  # unlink never follows the name
+        token = secrets.token_urlsafe(32)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow
+        fd = os.open(paths.session_token.name, flags, 0o600, dir_fd=folder_fd)
+    finally:
+        os.close(folder_fd)
     with os.fdopen(fd, "w") as out:
         out.write(token)
     return token
