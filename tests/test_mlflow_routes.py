@@ -44,6 +44,13 @@ def test_bad_parameters_are_named_as_mlflow_names_them(api: httpx.Client) -> Non
         ("log-metric", {**point, "step": "foo"}, "Invalid value \"foo\" for parameter 'step'"),
         ("log-metric", {**point, "run_id": None}, "Missing value for required parameter 'run_id'"),
         ("log-metric", {**point, "key": None}, "Missing value for required parameter 'key'"),
+        # the worker's system series: forged GPU use would hide an idle run (issue 42)
+        ("log-metric", {**point, "key": "sys/gpu0/util"}, "are the worker's system series"),
+        (
+            "log-batch",
+            {"run_id": rid, "metrics": [{**point, "key": "sys/run/gpu_util_mean"}]},
+            "are the worker's system series",
+        ),
         ("set-tag", {"run_id": rid, "key": "k", "value": 41}, "Invalid value 41 for parameter"),
         ("set-tag", {"run_id": rid, "value": "v"}, "Missing value for required parameter 'key'"),
         ("log-batch", {"run_id": rid, "params": "foo"}, 'Invalid value "foo" for parameter'),

@@ -28,6 +28,7 @@ from app.runs.schemas import MAX_NAME_CHARS, MAX_TAG_CHARS, MAX_TAGS, TAG_PATTER
 from app.runs.service import edit_run, set_name, set_notes, tags_by_run
 from app.runs.state import notices
 from app.settings import get_settings
+from torchyard.contract import SYSTEM_KEY_PREFIX
 
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
@@ -81,6 +82,13 @@ def log_metrics(session: Session, run: Run, points: Sequence[Point]) -> None:
     """Points as app.mlflow.schemas makes them: (key, step, value, wall time in seconds)."""
     for key in set(map(itemgetter(0), points)):
         _check_key(key, "metric")
+        if key.startswith(SYSTEM_KEY_PREFIX):
+            # The worker's system series (GPU use, the run's efficiency figures): a script or
+            # a member may neither forge nor hide them, as the spool and TensorBoard refuse.
+            raise invalid(
+                f"Invalid metric name: {key!r}: keys under {SYSTEM_KEY_PREFIX!r} are the "
+                "worker's system series of the run"
+            )
     limit = KeyLimit(get_settings().max_metric_keys_per_run)
     ingest_points(session, run_id=run.id, points=points, key_limit=limit)
     if limit.dropped_points:
