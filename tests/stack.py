@@ -3,6 +3,7 @@ tests and benchmarks. The caller's environment decides database, broker and data
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -80,6 +81,16 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def own_broker_url(sqlite_file: Path) -> str:
+    """A module's own broker, so that the suite's shared worker (no GPUs) never takes its
+    tasks: with the pass on Redis, the pass's own test database (TORCHYARD_TEST_REDIS_URL,
+    which `purge_broker` empties; a fixed number could be another pass's or session's), else
+    a SQLite file of the module's."""
+    if os.environ.get("TORCHYARD_BROKER_URL", "").startswith("redis"):
+        return os.environ.get("TORCHYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
+    return f"sqla+sqlite:///{sqlite_file}"
 
 
 def purge_broker(broker_url: str) -> None:

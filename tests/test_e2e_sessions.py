@@ -18,10 +18,11 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.code_archives import tar_gz
-from tests.conftest import ADMIN_PASSWORD, BASE_DIR, BROKER_URL, make_user, wait_for_status
+from tests.conftest import ADMIN_PASSWORD, BASE_DIR, make_user, wait_for_status
 from tests.stack import (
     LiveStack,
     free_port,
+    own_broker_url,
     purge_broker,
     start_logged,
     stop_process,
@@ -33,13 +34,7 @@ from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 
-# This module's own broker, so the suite's shared worker (no GPUs) never takes its tasks.
-SESSION_BROKER_URL = (
-    # on Redis, the pass's own test database (as the two-host modules), never a fixed number
-    os.environ.get("TORCHYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
-    if BROKER_URL.startswith("redis")
-    else f"sqla+sqlite:///{BASE_DIR / 'session-broker.db'}"
-)
+SESSION_BROKER_URL = own_broker_url(BASE_DIR / "session-broker.db")
 LOG_DIR = BASE_DIR / "logs-sessions"
 HOST = "sess-a"
 

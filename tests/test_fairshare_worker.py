@@ -16,10 +16,11 @@ from sqlalchemy import delete
 
 from app.db import session_scope
 from app.gpus.models import WorkerHost
-from tests.conftest import ADMIN_PASSWORD, BASE_DIR, BROKER_URL, make_user
+from tests.conftest import ADMIN_PASSWORD, BASE_DIR, make_user
 from tests.stack import (
     LiveStack,
     free_port,
+    own_broker_url,
     purge_broker,
     start_logged,
     stop_process,
@@ -31,14 +32,7 @@ from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 
-# This module's own broker (the suite's shared worker, without GPUs, never takes its tasks).
-# On Redis, the pass's own test database (TORCHYARD_TEST_REDIS_URL, purged below), as the
-# two-host and queue-fault modules do: a fixed number could be another pass's or session's.
-FAIR_BROKER_URL = (
-    os.environ.get("TORCHYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/3")
-    if BROKER_URL.startswith("redis")
-    else f"sqla+sqlite:///{BASE_DIR / 'fair-broker.db'}"
-)
+FAIR_BROKER_URL = own_broker_url(BASE_DIR / "fair-broker.db")
 LOG_DIR = BASE_DIR / "logs-fair"
 
 
