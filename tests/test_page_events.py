@@ -12,17 +12,25 @@ from sqlalchemy import update
 
 from app.auth.models import User
 from app.db import session_scope
+from app.gpus.estimate import FREE_NOW
 from app.metrics.service import ingest_points
 from app.runs.models import Run
 from app.sweeps.models import Sweep
 from tests.conftest import make_user
 from tests.factories import add_run
+from tests.test_gpu_panel import Made, queued_world
+from tests.test_gpu_requests import live_host
 from tests.test_pages import new_experiment
 from tests.test_sweeps_views import start_sweep
 
 # The streams poll on threads of their own while the test reads them: one rolled-back
 # connection cannot serve both (conftest app_sessions), so this module commits.
 pytestmark = pytest.mark.committed("event streams poll on threads of their own")
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[Made]:
+    yield from queued_world(monkeypatch)
 
 
 def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
@@ -107,3 +115,33 @@ def test_the_gpu_stream_sends_the_panel_and_its_changes(client) -> None:
         name, second = next(e for e in got if e[0] != "ping")
         assert name == "gpus" and run_id in [q["run_id"] for q in second["queue"]]
     assert client.get("/api/gpus/events").status_code == 401
+
+
+def test_the_sweep_stream_does_not_resend_a_sweep_whose_estimates_only_follow_the_clock(
+    client, made
+) -> None:
+    """A queued trial whose GPUs are free now starts "now": its estimated start moves at
+    every poll. The stream compared the estimates themselves and resent the sweep each
+    second (issue 42's review); it compares their steady marks (app/gpus/estimate.py)."""
+    _username, _password, headers = make_user()
+    live_host(made, [0])  # a live host: the trials' (CPU) runs may start now
+    experiment = new_experiment(client, headers, name="swept-steady", params={"epochs": 1})
+    sweep = start_sweep(client, headers, experiment["id"])
+    queued = [r for r in sweep["runs"] if r["status"] == "queued"]
+    assert queued and all(r["estimate_basis"] == FREE_NOW for r in queued), [
+        r["estimate_basis"] for r in sweep["runs"]
+    ]
+    url = f"/api/sweeps/{sweep['id']}/events"
+    with client.stream("GET", url, headers=headers) as stream:
+        lines = stream.iter_lines()
+        sent, polls = [], 0
+        for line in lines:
+            if line.startswith("event:"):
+                sent.append(line.partition(":")[2].strip())
+            elif line == ": keep-alive":
+                polls += 1  # one a poll: three polls after the first event
+                if polls == 3:
+                    break
+        assert sent == ["sweep"]
+    with session_scope() as session:
+        session.execute(update(Sweep).where(Sweep.id == sweep["id"]).values(status="cancelled"))

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.models as models
-from app.gpus.estimate import Fleet, Holder, Length, simulate
+from app.gpus.estimate import FREE_NOW, Fleet, Holder, Length, simulate, steady_mark
 from app.gpus.models import GpuLease, WorkerHost
 from app.gpus.scheduler import FairShare, QueuedRun
 from app.gpus.service import touch_host, try_start
@@ -281,3 +281,20 @@ def test_the_replay_charges_fair_share_as_it_starts_runs() -> None:
     found = simulate(queue, [holder], lengths, fleet, now, starvation_seconds=10**9)
     starts = {i: (e.start - now).total_seconds() for i, e in found.items() if e.start}
     assert starts == {11: 10.0, 13: 20.0, 12: 30.0, 14: 40.0}, starts
+
+
+def test_a_steady_mark_holds_while_an_estimate_only_follows_the_clock() -> None:
+    """What a live page compares (app/gpus/estimate.py steady_mark): the same over seconds of
+    clock for a start free now or eleven minutes ahead; a new mark when the start moves by more
+    than its grain (a tenth of the wait), or when it has no time."""
+    now = datetime(2026, 12, 7, 12, 0, 3, tzinfo=UTC)
+    marks = {str(steady_mark(now + timedelta(seconds=s), FREE_NOW, now)) for s in range(5)}
+    assert marks == {str([FREE_NOW])}
+    ahead = now + timedelta(minutes=11)
+    basis = "when run 1 ends (its progress: step 40 of 100)"
+    held = steady_mark(ahead, basis, now)
+    assert all(steady_mark(ahead, basis, now + timedelta(seconds=s)) == held for s in range(5))
+    assert steady_mark(ahead + timedelta(seconds=61), basis, now) != held
+    assert steady_mark(None, "no estimate: run 1 has no known length", now) == [
+        "no estimate: run 1 has no known length"
+    ]

@@ -20,6 +20,9 @@ from app.gpus.scheduler import FairShare, Placement, QueuedRun, pick_pools
 
 # The start of a run that may start as soon as a worker takes it.
 FREE_NOW = "its GPUs are free now"
+# The grains a live page's copy of an estimate is kept to (seconds), finest first: each
+# estimate to the coarsest grain of at most a tenth of its wait (steady_mark).
+MARK_GRAINS = (15, 30, 60, 120, 300, 600, 1800, 3600)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,19 @@ class Fleet:
     served: Collection[str] = ()
     outside: Mapping[str, str] | None = None
     fair: FairShare | None = None  # fair share's usage now (None: off)
+
+
+def steady_mark(start: datetime | None, basis: str | None, now: datetime) -> list[object]:
+    """What of an estimate a live page redraws on. An estimate moves with the clock (a run
+    whose GPUs are free now starts "now"; a run behind one past its expected end, at "now"),
+    so a stream that compared the estimates themselves resent every queued run at each poll.
+    The mark holds the start to a grain of about a tenth of the wait (at least 15 s): it
+    changes when the estimate moves by that much, or when the wait shrinks to the next grain."""
+    if start is None or basis == FREE_NOW:
+        return [basis]
+    wait = max((start - now).total_seconds(), 0.0)
+    grain = max([g for g in MARK_GRAINS if g <= wait / 10] or [MARK_GRAINS[0]])
+    return [basis, grain, int(start.timestamp() // grain)]
 
 
 def simulate(

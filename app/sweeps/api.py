@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from app.auth.deps import SAFE_METHODS, CurrentUser
 from app.db import MAX_ID, SessionDep
 from app.errors import NotFound
+from app.gpus.estimate import steady_mark
 from app.http_errors import error_responses
 from app.ownership import Writer, check_write, find_experiment
 from app.runs.streams.page_events import Snapshot, StreamUser, page_stream
@@ -21,6 +22,7 @@ from app.sweeps import service
 from app.sweeps.models import Sweep, SweepStatus
 from app.sweeps.out import sweep_briefs, sweep_out
 from app.sweeps.schemas import SweepBrief, SweepCreate, SweepCreated, SweepOut
+from app.timeutil import utcnow
 
 router = APIRouter(prefix="/api/sweeps", tags=["sweeps"])
 OWNED = error_responses(403, 404)
@@ -90,7 +92,22 @@ async def sweep_events(
         if found is None:
             return Snapshot({"id": sweep_id, "status": "deleted"}, final=True)
         out = sweep_out(session, found)
-        return Snapshot(out.model_dump(mode="json"), final=SweepStatus(found.status).finished)
+        data = out.model_dump(mode="json")
+        # A queued run's estimate moves with the clock: compared by its steady mark, so the
+        # stream sends a sweep again when something in it changed, not at every poll.
+        now = utcnow()
+        marks = {
+            r.id: steady_mark(r.estimated_start, r.estimate_basis, now)
+            for r in out.runs
+            if r.estimate_basis is not None
+        }
+        same = {
+            **data,
+            "runs": [
+                {**run, "estimated_start": marks.get(run["id"])} for run in data.get("runs", [])
+            ],
+        }
+        return Snapshot(data, final=SweepStatus(found.status).finished, same=same)
 
     async for event in page_stream(request, user_id, "sweep", read):
         yield event
