@@ -17,11 +17,12 @@ from sqlalchemy.orm import Session
 
 from app.metrics.finite import BIGGEST, json_values
 from app.metrics.ingest import ingest_points, ingest_steps
+from app.metrics.live_downsample import clear_live_cache
 from app.metrics.models import Metric, MetricKey, MetricOverview
 from app.metrics.overlay import read_overlay
 from app.metrics.overview.points import MAX_BUCKETS
 from app.metrics.overview.stored import drop_overviews, read_overviews
-from app.metrics.service import LiveRun, read_runs_series, read_series
+from app.metrics.service import OVERVIEW_SPAN, LiveRun, read_runs_series, read_series
 from tests.databases import KINDS, own_database, rolled_back, savepoints_on
 from tests.factories import add_owned_run
 
@@ -245,3 +246,29 @@ def test_the_overlay_reads_no_point_and_falls_back_without_an_overview(
     assert fallback[run_ids[1]] == got[run_ids[1]]
     big = read_overlay(session, runs=runs[:1], keys=["a"], max_points=2000)
     assert big == read_runs_series(session, runs=runs[:1], keys=["a"], max_points=2000)
+
+
+def test_a_run_page_view_of_a_long_series_comes_from_its_overview(
+    session: Session, run_id: int
+) -> None:
+    """A whole series spanning more than OVERVIEW_SPAN steps is viewed from its overview (a
+    fresh server's first view of 20 x 1,000,000 steps read every point: 30.7 s, issue 43):
+    its one row read, the spike and both ends kept; without an overview, the points' downsample
+    as before."""
+    clear_live_cache()  # the same key id, first step and origin may be another test's
+    steps = range(0, 3 * OVERVIEW_SPAN, 37)
+    spike = steps[len(steps) // 3]
+    points = [("loss", s, 50.0 if s == spike else math.cos(s / 999), 1e9 + s) for s in steps]
+    ingest_points(session, run_id=run_id, points=points)
+    view = read_series(
+        session, run_id=run_id, max_points=4000, generation=1, growing=False, with_time=True
+    )["loss"]
+    assert view == expected_view(stored(session, run_id, "loss"), 4000)
+    # The overview's own buckets (the points' downsample gives more than 3,600 of 4,000).
+    assert MAX_BUCKETS <= len(view["step"]) <= 2 * MAX_BUCKETS + 2
+    assert view["step"][0] == steps[0] and view["step"][-1] == steps[-1]
+    assert spike in view["step"] and max(view["value"]) == 50.0
+    (key_id,) = session.scalars(select(MetricKey.id).where(MetricKey.run_id == run_id))
+    session.execute(delete(MetricOverview).where(MetricOverview.key_id == key_id))
+    fallback = read_series(session, run_id=run_id, max_points=4000, generation=1, growing=False)
+    assert len(fallback["loss"]["step"]) > 0.9 * 4000 and max(fallback["loss"]["value"]) == 50.0

@@ -146,9 +146,10 @@ def merge(old: Points, new: Points) -> Points:
 
 
 def view(width: int, points: Points, max_points: int) -> Points:
-    """The series downsampled to at most max_points points (module docstring), for
-    max_points up to MAX_VIEW_POINTS: a series of at most max_points points goes whole (a
-    width-1 overview holds them all; a wider one means more than MAX_BUCKETS points)."""
+    """The series downsampled to at most max_points points (module docstring): a series of
+    at most max_points points goes whole (a width-1 overview holds them all; a wider one
+    means more than MAX_BUCKETS points). Above about 2 x MAX_BUCKETS, max_points gets the
+    overview's own buckets: between MAX_BUCKETS and 2 x MAX_BUCKETS points."""
     if not len(points) or (width == 1 and len(points) <= max_points):
         return points
     budget = max((max_points - 2) // 2, 1)
