@@ -15,19 +15,16 @@ Target: B started < 2 s after A's GPU came free.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.timeutil import as_utc  # noqa: E402
+from bench.fake_gpu_stack import fake_gpu_stack, tiny_mlp_experiment, unix  # noqa: E402
 
 TARGET_SECONDS = 2.0
 
@@ -44,10 +41,6 @@ def first_output_time(log_path: Path, done: threading.Event, found: dict[str, fl
         time.sleep(0.005)
 
 
-def unix(iso: str) -> float:
-    return as_utc(datetime.fromisoformat(iso)).timestamp()
-
-
 def summary(name: str, values: list[float]) -> str:
     median = statistics.median(values)
     return (
@@ -61,42 +54,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/7")
     args = parser.parse_args()
-    data_dir = Path(tempfile.mkdtemp(prefix="torchyard-bench-sched-"))
-    password = "bench-password"
-    os.environ.update(
-        TORCHYARD_DATA_DIR=str(data_dir),
-        TORCHYARD_ADMIN_PASSWORD=password,
-        TORCHYARD_DATABASE_URL=f"sqlite:///{data_dir / 'torchyard.db'}",
-        TORCHYARD_BROKER_URL=args.redis,
-    )
-
-    from app.prestart import prestart
-    from tests.stack import running_stack
-
-    prestart()
-    env = dict(
-        os.environ,
-        TORCHYARD_FAKE_GPUS="0",
-        TORCHYARD_WORKER_HOST="bench-gpu-host",
-        PYTHONUNBUFFERED="1",
-    )
     started, output, metric = [], [], []
-    # running_stack purges the Redis broker's queue first.
-    with running_stack(env, data_dir / "logs", admin_password=password) as stack:
-        api = stack.admin_client()
-
-        def experiment(name: str, steps: int, sleep: float) -> int:
-            config = {
-                "recipe": "tiny_mlp",
-                "params": {"epochs": 1, "steps_per_epoch": steps, "step_sleep": sleep},
-                "resources": {"gpus": 1, "nproc": 1},
-            }
-            r = api.post("/api/experiments", json={"name": name, "config": config})
-            r.raise_for_status()
-            return int(r.json()["id"])
-
-        exp_a = experiment("bench-a", 20, 0.1)  # ~2 s of training once the job is up
-        exp_b = experiment("bench-b", 5, 0.0)
+    with fake_gpu_stack("sched", gpus="0", redis=args.redis) as stack:
+        api, data_dir = stack.api, stack.data_dir
+        exp_a = tiny_mlp_experiment(
+            api, "bench-a", steps=20, sleep=0.1
+        )  # ~2 s of training once the job is up
+        exp_b = tiny_mlp_experiment(api, "bench-b", steps=5, sleep=0.0)
         for rep in range(args.reps):
             a = api.post(f"/api/experiments/{exp_a}/runs", json={}).json()["id"]
             b = api.post(f"/api/experiments/{exp_b}/runs", json={}).json()["id"]

@@ -21,60 +21,28 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.timeutil import as_utc  # noqa: E402
+from bench.fake_gpu_stack import fake_gpu_stack, tiny_mlp_experiment, unix  # noqa: E402
 
 TARGET = 0.20
 QUEUED = 10
 
 
-def unix(iso: str) -> float:
-    return as_utc(datetime.fromisoformat(iso)).timestamp()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--sleep", type=float, default=0.1)
     parser.add_argument("--history", type=int, default=4)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/13")
     args = parser.parse_args()
-    data_dir = Path(tempfile.mkdtemp(prefix="torchyard-bench-estimate-"))
-    password = "bench-password"
-    os.environ.update(
-        TORCHYARD_DATA_DIR=str(data_dir),
-        TORCHYARD_ADMIN_PASSWORD=password,
-        TORCHYARD_DATABASE_URL=f"sqlite:///{data_dir / 'torchyard.db'}",
-        TORCHYARD_BROKER_URL=args.redis,
-    )
-
-    from app.prestart import prestart
-    from tests.stack import running_stack
-
-    prestart()
-    env = dict(
-        os.environ,
-        TORCHYARD_FAKE_GPUS="0,1",
-        TORCHYARD_WORKER_HOST="bench-estimate-host",
-        PYTHONUNBUFFERED="1",
-    )
-    with running_stack(env, data_dir / "logs", admin_password=password, concurrency=4) as stack:
-        api = stack.admin_client()
-        config = {
-            "recipe": "tiny_mlp",
-            "params": {"epochs": 1, "steps_per_epoch": args.steps, "step_sleep": args.sleep},
-            "resources": {"gpus": 1, "nproc": 1},
-        }
-        r = api.post("/api/experiments", json={"name": "bench-estimate", "config": config})
-        r.raise_for_status()
-        exp = int(r.json()["id"])
+    with fake_gpu_stack("estimate", gpus="0,1", redis=args.redis, concurrency=4) as stack:
+        api = stack.api
+        exp = tiny_mlp_experiment(api, "bench-estimate", steps=args.steps, sleep=args.sleep)
 
         def submit() -> int:
             response = api.post(f"/api/experiments/{exp}/runs", json={})

@@ -5,9 +5,10 @@ The rules, first that applies (docs/fleet.md "Estimated starts"):
    `total_steps`, `max_steps`, or `epochs` x `steps_per_epoch`), or its `epoch` metric against
    `epochs`; the pace of its steps so far (first to last logged step, by their wall times)
    carried on to the total, so the time before its first step (imports) is not stretched;
-   plus the time its experiment's succeeded runs took from their last point to their end;
-   where its experiment has history (rule 3), that end weighed by the share done against the
-   history's (early on a pace rests on few steps);
+   plus the time its experiment's succeeded runs took from their last point to their end.
+   Early on a pace rests on few steps: where its experiment's succeeded runs have a pace of
+   their own, the two paces are weighed by the share done (the end, not the start-up, is
+   what the history then speaks to); by epochs, the end is weighed against the history's;
 2. its time limit (`resources.time_limit_minutes`), from its start;
 3. the history of its experiment: the median length of its succeeded runs;
 4. else unknown.
@@ -36,6 +37,8 @@ from torchyard.contract import SYSTEM_KEY_PREFIX
 
 # The succeeded runs of an experiment its history reads (the latest ones).
 HISTORY_RUNS = 20
+# Of those, the latest whose pace of steps is read (two point reads a run).
+HISTORY_PACE_RUNS = 5
 STEP_TOTALS = ("total_steps", "max_steps", "num_steps")
 EPOCH_TOTALS = ("epochs", "num_epochs", "max_epochs")
 
@@ -75,20 +78,24 @@ def expected_ends(
     recorded = params_by_run(session, [r.id for r in running])
     params = {r.id: {**_config_params(r), **recorded[r.id]} for r in running}
     progress = progress_by_run(session, [r.id for r in running])
-    history = history_medians(session, {r.experiment_id for r in running})
-    tails = history_tails(session, {r.experiment_id for r in running})
+    experiments = {r.experiment_id for r in running}
+    history = history_medians(session, experiments)
+    tails = history_tails(session, experiments)
+    paces = history_paces(session, experiments)
     ends: dict[int, tuple[datetime | None, str]] = {}
     for run in running:
         started = as_utc(run.started_at) if run.started_at else now
-        end, basis, done = _by_progress(params[run.id], progress.get(run.id), run)
+        end, basis, done, weighed = _by_progress(
+            params[run.id], progress.get(run.id), run, paces.get(run.experiment_id)
+        )
         tail = tails.get(run.experiment_id)
         if end is not None and tail:
             end += timedelta(seconds=tail)
             basis += f", then {tail:.0f} s to end as its experiment's runs took"
         past = history.get(run.experiment_id)
-        if end is not None and past is not None and past.seconds is not None and done < 1:
-            # Early in a run its pace rests on few steps: weigh it by the share done against
-            # the end its experiment's history gives.
+        if end is not None and past is not None and past.seconds and not weighed and done < 1:
+            # Early in a run its progress rests on few steps or epochs: weigh its end by the
+            # share done against the end its experiment's history gives.
             by_history = max(started + timedelta(seconds=past.seconds), now)
             end = by_history + (end - by_history) * done
             basis += f"; weighed {done:.0%} against its experiment's median, {past.seconds:.0f} s"
@@ -214,6 +221,29 @@ def history_tails(session: Session, experiment_ids: Iterable[int]) -> dict[int, 
     return tails
 
 
+def history_paces(session: Session, experiment_ids: Iterable[int]) -> dict[int, float]:
+    """Each experiment's median seconds a step over its latest succeeded runs (first to last
+    logged step of each, by their wall times): what a running run's own pace, early on, is
+    weighed against. The start-up before a first step is not in it, so a running run's end
+    does not carry the history's start-ups (which swing with the box's load)."""
+    paces: dict[int, float] = {}
+    for experiment_id in sorted(set(experiment_ids)):
+        ids = session.scalars(
+            select(Run.id)
+            .where(Run.experiment_id == experiment_id, Run.status == RunStatus.succeeded)
+            .order_by(Run.finished_at.desc())
+            .limit(HISTORY_PACE_RUNS)
+        ).all()
+        found = [
+            (p.last_time - p.first_time) / (p.last_step - p.first_step)
+            for p in progress_by_run(session, ids).values()
+            if p.last_step > p.first_step
+        ]
+        if found:
+            paces[experiment_id] = statistics.median(found)
+    return paces
+
+
 def step_total(params: Mapping[str, Any]) -> int | None:
     """The run's total of steps from its params, or None."""
     for name in STEP_TOTALS:
@@ -239,25 +269,32 @@ def _positive(value: object) -> TypeGuard[int | float]:
 
 
 def _by_progress(
-    params: Mapping[str, Any], progress: Progress | None, run: Run
-) -> tuple[datetime | None, str, float]:
-    """The end its progress gives: the pace of its logged steps carried on to its total, or
-    (one step or epochs only) the time since its job started stretched by its fraction; and
-    that fraction (the share done)."""
+    params: Mapping[str, Any], progress: Progress | None, run: Run, past_pace: float | None
+) -> tuple[datetime | None, str, float, bool]:
+    """The end its progress gives: the pace of its logged steps (weighed by the share done
+    against `past_pace`, its experiment's seconds a step, when known) carried on to its
+    total, or (one step or epochs only) the time since its job started stretched by its
+    fraction; that fraction (the share done); whether the end is weighed already."""
     if progress is None:
-        return None, "", 0.0
+        return None, "", 0.0, False
     steps = step_total(params)
     if steps is not None and progress.last_step > progress.first_step:
         pace = (progress.last_time - progress.first_time) / (
             progress.last_step - progress.first_step
         )
+        done = min(progress.last_step / steps, 1.0)
+        basis = f"its progress: step {progress.last_step} of {steps}"
+        if past_pace is not None and done < 1:
+            pace = done * pace + (1 - done) * past_pace
+            basis += (
+                f" (its pace weighed {done:.0%} against its experiment's, {past_pace:.3g} s a step)"
+            )
         left = max(steps - progress.last_step, 0) * pace
         at = datetime.fromtimestamp(progress.last_time + left).astimezone()
-        done = min(progress.last_step / steps, 1.0)
-        return as_utc(at), f"its progress: step {progress.last_step} of {steps}", done
+        return as_utc(at), basis, done, past_pace is not None
     began = run.training_started_at or run.started_at
     if began is None:
-        return None, "", 0.0
+        return None, "", 0.0, False
     start = as_utc(began).timestamp()
     epochs = epoch_total(params)
     if steps is not None and progress.last_step > 0:
@@ -265,10 +302,10 @@ def _by_progress(
     elif epochs is not None and progress.epoch:
         done, basis = progress.epoch / epochs, f"epoch {progress.epoch:g} of {epochs}"
     else:
-        return None, "", 0.0
+        return None, "", 0.0, False
     ends = start + (progress.last_time - start) / min(done, 1.0)
     at = datetime.fromtimestamp(ends).astimezone()
-    return as_utc(at), f"its progress: {basis}", min(done, 1.0)
+    return as_utc(at), f"its progress: {basis}", min(done, 1.0), False
 
 
 def _config_params(run: Run) -> dict[str, Any]:
