@@ -25,10 +25,17 @@ from sqlalchemy.orm import Session
 
 from app.gpus.models import GpuLease
 from tests.code_archives import tar_gz
-from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, processes_in
+from tests.conftest import BASE_DIR, DATABASE_URL, processes_in
 from tests.databases import own_database, user_with_token
 from tests.factories import spooled_points
-from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
+from tests.stack import (
+    free_port,
+    own_broker_url,
+    purge_broker,
+    start_logged,
+    stop_process,
+    wait_healthy,
+)
 from tests.stalling_index import stalling_index
 from tests.waits import holds_for, wait_for
 from torchyard.compose.processes import server_argv, worker_argv
@@ -40,11 +47,8 @@ pytestmark = pytest.mark.slow
 LOST_AFTER = 6.0
 ROOT = BASE_DIR / "liveness"
 DATA_DIR = ROOT / "data"
-BROKER = (
-    BROKER_URL.rsplit("/", 1)[0] + "/6"
-    if BROKER_URL.startswith("redis")
-    else f"sqla+sqlite:///{ROOT / 'broker.db'}"
-)
+# Its own broker: the pass's test Redis database, not a fixed number another pass may use.
+BROKER = own_broker_url(ROOT / "broker.db")
 FINISHED = {"succeeded", "failed", "cancelled"}
 
 
