@@ -6,7 +6,7 @@ to one pass must not fall out of both).
 Collects the whole suite twice, once in each pass's environment (the Makefile's
 EMBEDDED_PYTEST and SERVICES_PYTEST: the services one parametrizes some tests over both
 databases), with this module as a plugin that writes each test's markers; then selects what
-each of `make test`'s five runs selects (PASSES: their `-m` expressions, which
+each of `make test`'s seven runs selects (PASSES: their `-m` expressions, which
 tests/test_local_only.py keeps equal to the Makefile's) and prints, for every module with slow
 tests, which runs take its slow tests. Exits 1 naming every test that no run selects.
 Collection only: nothing runs, but the services collection resets the PostgreSQL database it
@@ -31,16 +31,17 @@ REPO = Path(__file__).resolve().parent.parent
 OUT_ENV = "TORCHYARD_PASS_COVERAGE_OUT"
 
 QUICK = "not slow and not browser"
+EMBEDDED_SLOW = f"not postgres_only and not services_only and not ({QUICK}) and not browser"
+SERVICES_SLOW = f"not local_only and not ({QUICK})"
 # `make test`'s pytest runs: name -> (environment, -m expression), as in the Makefile.
 PASSES: dict[str, tuple[str, str]] = {
     "embedded quick": ("embedded", f"not postgres_only and {QUICK}"),
     "services quick": ("services", f"not local_only and {QUICK}"),
     "browser": ("embedded", "not postgres_only and browser"),
-    "embedded slow": (
-        "embedded",
-        f"not postgres_only and not services_only and not ({QUICK}) and not browser",
-    ),
-    "services slow": ("services", f"not local_only and not ({QUICK})"),
+    "embedded slow": ("embedded", f"{EMBEDDED_SLOW} and not timed"),
+    "services slow": ("services", f"{SERVICES_SLOW} and not timed"),
+    "embedded timed": ("embedded", f"{EMBEDDED_SLOW} and timed"),
+    "services timed": ("services", f"{SERVICES_SLOW} and timed"),
 }
 
 
@@ -108,7 +109,7 @@ def main() -> int:
     for env_name in ("embedded", "services"):
         for nodeid, marks in collected[env_name].items():
             if "slow" in marks and "browser" not in marks:
-                for run in ran[nodeid] & {f"{env_name} slow"}:
+                for run in ran[nodeid] & {f"{env_name} slow", f"{env_name} timed"}:
                     slow[nodeid.split("::")[0]][run] += 1
     for module in sorted(slow):
         print(f"{module}: " + ", ".join(f"{run} {n}" for run, n in sorted(slow[module].items())))
