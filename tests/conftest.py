@@ -238,7 +238,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_fairshare_worker",  # a worker's start order (the split: test_fairshare, both)
         "test_netns_hosts",  # the namespace-host test bed (multi-node's: test_run_nodes, both)
         "test_no_worker",  # the scheduler's reason after a TTL (its query: test_gpu_requests)
-        "hostile.test_run_env_end_to_end",  # a job's env in the sandbox (the 422s: quick tests)
+        "hostile.test_run_env_end_to_end",  # a job's env in the sandbox (its 422s: validation)
     }
 )
 
