@@ -88,7 +88,11 @@ def collect(env: dict[str, str]) -> dict[str, list[str]]:
 
 def selects(expression: str, marks: list[str]) -> bool:
     names = set(marks)
-    return Expression.compile(expression).evaluate(lambda name, **_: name in names)
+
+    def marked(name: str, /, **kwargs: str | int | bool | None) -> bool:
+        return name in names
+
+    return Expression.compile(expression).evaluate(marked)
 
 
 def main() -> int:

@@ -137,9 +137,12 @@ def test_no_test_is_marked_out_of_both_passes() -> None:
             module.add("services_only")
         if key in POSTGRES_ONLY_MODULES:
             module.add("postgres_only")
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "pytestmark":
-                value = node.value
+        for statement in tree.body:
+            if (
+                isinstance(statement, ast.Assign)
+                and ast.unparse(statement.targets[0]) == "pytestmark"
+            ):
+                value = statement.value
                 module |= _marks(list(value.elts) if isinstance(value, ast.List) else [value])
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name.startswith(
