@@ -225,6 +225,20 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_static_modules",  # the front-end's ES module imports, read from the files
         "test_supervisor",  # `up`'s supervisor over real child processes
         "test_standby",  # `up`'s spare server (its own SQLite stack in either pass)
+        # Slow end-to-end modules whose subject is the worker, the job's processes or the
+        # scheduling logic, not the database or the broker (issue 38: CI under 40 minutes;
+        # docs/testing.md "Which pass runs a slow module"). What they write is stored by
+        # services whose quick tests run on both stacks, named after each.
+        "test_cli_views",  # the CLI's views commands (the saved views' API: test_saved_views*)
+        "test_e2e_efficiency",  # the sampler's idle notice (the Fleet sums: test_fleet_service)
+        "test_e2e_notifications",  # webhook/SMTP retries (test_notifications_delivery: both)
+        "test_e2e_runs",  # training, cancel within 5 s, a job's traceback, the event stream
+        "test_e2e_sessions",  # JupyterLab in the sandbox behind the proxy
+        "test_e2e_sweeps",  # samplers, concurrency, a restart (the driver's SQL: test_sweeps_*)
+        "test_fairshare_worker",  # a worker's start order (the split: test_fairshare, both)
+        "test_netns_hosts",  # the namespace-host test bed (multi-node's: test_run_nodes, both)
+        "test_no_worker",  # the scheduler's reason after a TTL (its query: test_gpu_requests)
+        "hostile.test_run_env_end_to_end",  # a job's env in the sandbox (its 422s: validation)
     }
 )
 
@@ -260,6 +274,15 @@ SERVICES_ONLY_MODULES = frozenset(
         # hosts that share only the database and the broker over the network: a deployment of
         # the team stack alone (the embedded stack's SQLite file is one box's)
         "test_separate_hosts",
+        # Workers that die, freeze or shut down under running jobs, the next worker (or host)
+        # taking over: several workers on one queue are the team stack's deployment, and the
+        # reaper's, fencing's and requeue's SQL runs on both stacks in test_lifecycle
+        # and test_fencing; on the embedded stack, test_cli_up kills and restarts
+        # `up`'s worker mid-run. About 150 s and 60 s a pass (issue 42's CI).
+        "test_liveness",
+        "test_fencing_e2e",
+        # its own redis-server, killed and restarted: Redis is the subject (skipped elsewhere)
+        "test_queue_faults_redis",
     }
 )
 

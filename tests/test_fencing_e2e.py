@@ -27,10 +27,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.metrics.models import Metric, MetricKey
-from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, WORKSPACE_DIR
+from tests.conftest import BASE_DIR, DATABASE_URL, WORKSPACE_DIR
 from tests.databases import own_database, user_with_token
 from tests.freezing import freeze
-from tests.stack import REPO, free_port, purge_broker, stop_process
+from tests.stack import REPO, free_port, own_broker_url, purge_broker, stop_process
 from tests.test_liveness import FINISHED, LOST_AFTER, Stack, wait_until
 from tests.test_liveness import ROOT as STACK_LOGS
 from tests.waits import holds_for, wait_for
@@ -42,11 +42,8 @@ STEPS = 400  # 0.06 s each: the job outlives the freeze
 ROOT = BASE_DIR / "fencing"
 DATA_DIR = ROOT / "data"
 CHAOS_SCRIPT = REPO / "tests" / "workspace_scripts" / "chaos_steps.py"
-BROKER = (
-    BROKER_URL.rsplit("/", 1)[0] + "/6"
-    if BROKER_URL.startswith("redis")
-    else f"sqla+sqlite:///{ROOT / 'broker.db'}"
-)
+# Its own broker: the pass's test Redis database, not a fixed number another pass may use.
+BROKER = own_broker_url(ROOT / "broker.db")
 
 
 def jobs_of(run_id: int) -> dict[str, set[str]]:

@@ -23,10 +23,11 @@ from app.db import session_scope
 from app.gpus.models import GpuLease
 from app.timeutil import as_utc
 from tests import nvml_standin
-from tests.conftest import ADMIN_PASSWORD, BASE_DIR, BROKER_URL, pids_of_run, wait_for_status
+from tests.conftest import ADMIN_PASSWORD, BASE_DIR, pids_of_run, wait_for_status
 from tests.stack import (
     LiveStack,
     free_port,
+    own_broker_url,
     purge_broker,
     start_logged,
     stop_process,
@@ -40,11 +41,7 @@ pytestmark = pytest.mark.slow
 # Short, so the kill -9 test is quick; long enough that a loaded CI box never misses a beat.
 LEASE_TTL = 5.0
 # This module's own broker, so the suite's shared worker (no GPUs) never takes these tasks.
-GPU_BROKER_URL = (
-    BROKER_URL.rsplit("/", 1)[0] + "/5"
-    if BROKER_URL.startswith("redis")
-    else f"sqla+sqlite:///{BASE_DIR / 'gpu-broker.db'}"
-)
+GPU_BROKER_URL = own_broker_url(BASE_DIR / "gpu-broker.db")
 LOG_DIR = BASE_DIR / "logs-gpus"
 
 

@@ -25,10 +25,17 @@ from sqlalchemy.orm import Session
 
 from app.gpus.models import GpuLease
 from tests.code_archives import tar_gz
-from tests.conftest import BASE_DIR, BROKER_URL, DATABASE_URL, processes_in
+from tests.conftest import BASE_DIR, DATABASE_URL, processes_in
 from tests.databases import own_database, user_with_token
 from tests.factories import spooled_points
-from tests.stack import free_port, purge_broker, start_logged, stop_process, wait_healthy
+from tests.stack import (
+    free_port,
+    own_broker_url,
+    purge_broker,
+    start_logged,
+    stop_process,
+    wait_healthy,
+)
 from tests.stalling_index import stalling_index
 from tests.waits import holds_for, wait_for
 from torchyard.compose.processes import server_argv, worker_argv
@@ -40,11 +47,8 @@ pytestmark = pytest.mark.slow
 LOST_AFTER = 6.0
 ROOT = BASE_DIR / "liveness"
 DATA_DIR = ROOT / "data"
-BROKER = (
-    BROKER_URL.rsplit("/", 1)[0] + "/6"
-    if BROKER_URL.startswith("redis")
-    else f"sqla+sqlite:///{ROOT / 'broker.db'}"
-)
+# Its own broker: the pass's test Redis database, not a fixed number another pass may use.
+BROKER = own_broker_url(ROOT / "broker.db")
 FINISHED = {"succeeded", "failed", "cancelled"}
 
 
@@ -279,121 +283,6 @@ def assert_trained_through(
     assert job_pids(run_id) == []
 
 
-# A worker's start takes seconds on a loaded box: the re-adoption tests give the reapers (the
-# API's, the new worker's) the production patience, so the run is re-adopted, not reaped.
-PATIENT = {"TORCHYARD_RUN_LOST_SECONDS": "60"}
-
-
-def server_with(stack: Stack, **settings: str) -> Iterator[Stack]:
-    """The stack's API started again with `settings` for one test, then as it was."""
-    stop_process(stack.server)
-    stack.start_server(stack.port, **settings)
-    try:
-        yield stack
-    finally:
-        stop_process(stack.server)
-        stack.start_server(stack.port)
-
-
-@pytest.fixture
-def patient(stack: Stack) -> Iterator[Stack]:
-    yield from server_with(stack, **PATIENT)
-
-
-# On the embedded stack: test_cli_up's Ctrl-C and `up` again mid-run (services_only: conftest).
-@pytest.mark.services_only
-def test_a_stopped_worker_leaves_its_job_training_and_the_next_one_re_adopts_it(
-    stack: Stack,
-) -> None:
-    """Even when the worker is away longer than run_lost_seconds (an upgrade): the run is not
-    lost while its job trains, and if the job ended meanwhile it ends as the job did."""
-    worker = stack.start_worker()
-    run_id = submit(stack.api, max_restarts=0, epochs=6, steps=40)
-    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(timeout=30)  # at once: nothing to wait for, the job trains on
-    assert job_pids(run_id)
-    left = stack.api.get(f"/api/runs/{run_id}").json()
-    assert left["status"] == "running" and left["attempt"] == 1, left
-    # It trains on while no worker watches, past the limit: not lost (still running, or, if
-    # the job ended meanwhile, ended as its job did).
-    holds_for(lambda: not_lost(stack.api, run_id), LOST_AFTER + 2, what="lost while training")
-    assert status_of(stack.api, run_id) in ("running", "succeeded")
-
-    stack.start_worker()
-    assert_trained_through(stack, run_id, attempt=1, steps=6 * 40)
-    assert stack.api.get(f"/api/runs/{run_id}").json()["error"] is None
-
-
-# On the embedded stack: test_cli_up's killed worker started again by `up`.
-@pytest.mark.services_only
-def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack) -> None:
-    stack = patient
-    worker = stack.start_worker(**PATIENT)
-    run_id = submit(stack.api, max_restarts=0, epochs=5, steps=40)
-    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
-    kill_worker(worker)
-    assert job_pids(run_id)
-    stack.start_worker(**PATIENT)
-    assert_trained_through(stack, run_id, attempt=1, steps=5 * 40)
-
-
-@pytest.fixture
-def remote_api(stack: Stack) -> Iterator[Stack]:
-    """The API on another machine (a host name of its own): it cannot see box-a's jobs, so
-    its reaper hands a silent run over however alive its job is (the team stack's API)."""
-    yield from server_with(stack, TORCHYARD_WORKER_HOST="box-api")
-
-
-# The team stack's scenario; the calls it makes on either database: tests/test_lifecycle.py.
-@pytest.mark.services_only
-def test_a_worker_back_after_its_run_was_requeued_re_adopts_its_living_job(
-    remote_api: Stack,
-) -> None:
-    """Issue 39: a restart slower than run_lost_seconds found its runs requeued, and about 45
-    steps a run were redone. Back run_lost_seconds + 20 s after its kill -9, the worker finds
-    the job training on and the run still queued (no other attempt started): it takes the run
-    back as the same attempt, and every step is stored once."""
-    stack = remote_api
-    worker = stack.start_worker()
-    run_id = submit(stack.api, max_restarts=1, epochs=8, steps=100)
-    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
-    killed = kill_worker(worker)
-    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
-    assert requeued["status"] == "queued" and "worker lost" in requeued["error"], requeued
-    away = killed + LOST_AFTER + 20 - time.monotonic()
-    holds_for(lambda: bool(job_pids(run_id)), away, what="the job trains on, no worker")
-    assert status_of(stack.api, run_id) == "queued"
-
-    stack.start_worker()
-    back = wait_until(stack.api, run_id, lambda r: r["status"] != "queued", timeout=120)
-    assert back["attempt"] == 1 and "withdrawn" in back["error"], back
-    assert_trained_through(stack, run_id, attempt=1, steps=8 * 100, timeout=300)
-
-
-# The same lifecycle calls on either stack; the broker only carries the requeued task.
-@pytest.mark.services_only
-def test_a_job_gone_with_its_host_is_requeued_from_its_newest_checkpoint(patient: Stack) -> None:
-    """A reboot (or a recreated container) takes the job: the record the worker left names a
-    keeper that is gone, without an exit status. The run had no restarts left, but it has a
-    checkpoint: it resumes from it (requeue_after_host_restart)."""
-    stack = patient
-    worker = stack.start_worker(**PATIENT)
-    run_id = submit(stack.api, max_restarts=0, epochs=4, steps=40)
-    wait_for_checkpoints(stack, run_id, 1)
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(timeout=30)
-    for pid in job_pids(run_id):  # the "reboot": every process of the job, keeper first
-        with contextlib.suppress(ProcessLookupError):  # gone with the keeper
-            os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not job_pids(run_id), timeout=10, what=f"run {run_id}'s processes gone")
-
-    stack.start_worker(**PATIENT)
-    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
-    assert "host restarted" in requeued["error"] and requeued["resume_from"].endswith(".pt")
-    assert_trained_through(stack, run_id, attempt=2, steps=4 * 40)
-
-
 def read_stream(
     stack: Stack, run_id: int, last_id: str | None, steps: list[int], stop_after: int | None
 ) -> str | None:
@@ -551,3 +440,116 @@ def test_a_run_that_needs_no_build_starts_while_two_others_build(stack) -> None:
         for run_id in builds:
             wait_until(stack.api, run_id, lambda r: r["status"] == "cancelled", timeout=60)
     wait_for(lambda: pip_tree(package) == [], timeout=30, what="the builds' pip processes gone")
+
+
+# A worker's start takes seconds on a loaded box: the re-adoption tests give the reapers (the
+# API's, the new worker's) the production patience, so the run is re-adopted, not reaped.
+PATIENT = {"TORCHYARD_RUN_LOST_SECONDS": "60"}
+
+
+def server_with(stack: Stack, **settings: str) -> Iterator[Stack]:
+    """The stack's API started again with `settings` for one test, then as it was."""
+    stop_process(stack.server)
+    stack.start_server(stack.port, **settings)
+    try:
+        yield stack
+    finally:
+        stop_process(stack.server)
+        stack.start_server(stack.port)
+
+
+@pytest.fixture
+def remote_api(stack: Stack) -> Iterator[Stack]:
+    """The API on another machine (a host name of its own): it cannot see box-a's jobs, so
+    its reaper hands a silent run over however alive its job is (the team stack's API)."""
+    yield from server_with(stack, TORCHYARD_WORKER_HOST="box-api")
+
+
+# The team stack's scenario; the calls it makes on either database: tests/test_lifecycle.py.
+def test_a_worker_back_after_its_run_was_requeued_re_adopts_its_living_job(
+    remote_api: Stack,
+) -> None:
+    """Issue 39: a restart slower than run_lost_seconds found its runs requeued, and about 45
+    steps a run were redone. Back run_lost_seconds + 20 s after its kill -9, the worker finds
+    the job training on and the run still queued (no other attempt started): it takes the run
+    back as the same attempt, and every step is stored once."""
+    stack = remote_api
+    worker = stack.start_worker()
+    run_id = submit(stack.api, max_restarts=1, epochs=8, steps=100)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    killed = kill_worker(worker)
+    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
+    assert requeued["status"] == "queued" and "worker lost" in requeued["error"], requeued
+    away = killed + LOST_AFTER + 20 - time.monotonic()
+    holds_for(lambda: bool(job_pids(run_id)), away, what="the job trains on, no worker")
+    assert status_of(stack.api, run_id) == "queued"
+
+    stack.start_worker()
+    back = wait_until(stack.api, run_id, lambda r: r["status"] != "queued", timeout=120)
+    assert back["attempt"] == 1 and "withdrawn" in back["error"], back
+    assert_trained_through(stack, run_id, attempt=1, steps=8 * 100, timeout=300)
+
+
+# One patient server for the re-adoption tests, last in the module: started once, not again
+# before and after each of them (two server starts a test, on the pass that runs them).
+@pytest.fixture(scope="module")
+def patient(stack: Stack) -> Iterator[Stack]:
+    yield from server_with(stack, **PATIENT)
+
+
+# On the embedded stack: test_cli_up's Ctrl-C and `up` again mid-run.
+def test_a_stopped_worker_leaves_its_job_training_and_the_next_one_re_adopts_it(
+    stack: Stack,
+) -> None:
+    """Even when the worker is away longer than run_lost_seconds (an upgrade): the run is not
+    lost while its job trains, and if the job ended meanwhile it ends as the job did."""
+    worker = stack.start_worker()
+    run_id = submit(stack.api, max_restarts=0, epochs=6, steps=40)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=30)  # at once: nothing to wait for, the job trains on
+    assert job_pids(run_id)
+    left = stack.api.get(f"/api/runs/{run_id}").json()
+    assert left["status"] == "running" and left["attempt"] == 1, left
+    # It trains on while no worker watches, past the limit: not lost (still running, or, if
+    # the job ended meanwhile, ended as its job did).
+    holds_for(lambda: not_lost(stack.api, run_id), LOST_AFTER + 2, what="lost while training")
+    assert status_of(stack.api, run_id) in ("running", "succeeded")
+
+    stack.start_worker()
+    assert_trained_through(stack, run_id, attempt=1, steps=6 * 40)
+    assert stack.api.get(f"/api/runs/{run_id}").json()["error"] is None
+
+
+# On the embedded stack: test_cli_up's killed worker started again by `up`.
+def test_a_worker_killed_and_restarted_in_time_re_adopts_its_job(patient: Stack) -> None:
+    stack = patient
+    worker = stack.start_worker(**PATIENT)
+    run_id = submit(stack.api, max_restarts=0, epochs=5, steps=40)
+    wait_until(stack.api, run_id, lambda r: stored(stack.api, run_id).get("train/loss"))
+    kill_worker(worker)
+    assert job_pids(run_id)
+    stack.start_worker(**PATIENT)
+    assert_trained_through(stack, run_id, attempt=1, steps=5 * 40)
+
+
+# The same lifecycle calls on either stack; the broker only carries the requeued task.
+def test_a_job_gone_with_its_host_is_requeued_from_its_newest_checkpoint(patient: Stack) -> None:
+    """A reboot (or a recreated container) takes the job: the record the worker left names a
+    keeper that is gone, without an exit status. The run had no restarts left, but it has a
+    checkpoint: it resumes from it (requeue_after_host_restart)."""
+    stack = patient
+    worker = stack.start_worker(**PATIENT)
+    run_id = submit(stack.api, max_restarts=0, epochs=4, steps=40)
+    wait_for_checkpoints(stack, run_id, 1)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=30)
+    for pid in job_pids(run_id):  # the "reboot": every process of the job, keeper first
+        with contextlib.suppress(ProcessLookupError):  # gone with the keeper
+            os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not job_pids(run_id), timeout=10, what=f"run {run_id}'s processes gone")
+
+    stack.start_worker(**PATIENT)
+    requeued = wait_until(stack.api, run_id, lambda r: r["attempt"] == 2, timeout=60)
+    assert "host restarted" in requeued["error"] and requeued["resume_from"].endswith(".pt")
+    assert_trained_through(stack, run_id, attempt=2, steps=4 * 40)

@@ -4,9 +4,17 @@ silently send its module through the PostgreSQL + Redis pass again (or keep noth
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-from tests.conftest import LOCAL_ONLY_MODULES, POSTGRES_ONLY_MODULES, is_local_only, module_key
+from tests.conftest import (
+    LOCAL_ONLY_MODULES,
+    POSTGRES_ONLY_MODULES,
+    SERVICES_ONLY_MODULES,
+    is_local_only,
+    module_key,
+)
+from tests.pass_coverage import PASSES, QUICK
 
 TESTS = Path(__file__).resolve().parent
 
@@ -102,3 +110,58 @@ def test_a_module_that_reaches_no_database_or_broker_runs_in_the_first_pass_only
         if not reaches_a_database_or_broker(p)
     }
     assert pure <= LOCAL_ONLY_MODULES, sorted(pure - LOCAL_ONLY_MODULES)
+
+
+def _marks(decorators: list[ast.expr]) -> set[str]:
+    """`@pytest.mark.NAME` and `pytest.mark.NAME(...)`'s names among decorators or a pytestmark."""
+    names = set()
+    for node in decorators:
+        target = node.func if isinstance(node, ast.Call) else node
+        if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "pytest.mark":
+            names.add(target.attr)
+    return names
+
+
+def test_no_test_is_marked_out_of_both_passes() -> None:
+    """A test both `local_only` and `services_only` (or `postgres_only`) is in neither slow pass:
+    a module moved to one pass whose tests still carry the other's marker (issue 38).
+    tests/pass_coverage.py shows the same on real collections."""
+    both = []
+    for path in TESTS.rglob("test_*.py"):
+        key = module_key(".".join(("tests", *path.relative_to(TESTS).with_suffix("").parts)))
+        tree = ast.parse(path.read_text())
+        module = set()
+        if is_local_only(key):
+            module.add("local_only")
+        if key in SERVICES_ONLY_MODULES:
+            module.add("services_only")
+        if key in POSTGRES_ONLY_MODULES:
+            module.add("postgres_only")
+        for statement in tree.body:
+            if (
+                isinstance(statement, ast.Assign)
+                and ast.unparse(statement.targets[0]) == "pytestmark"
+            ):
+                value = statement.value
+                module |= _marks(list(value.elts) if isinstance(value, ast.List) else [value])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name.startswith(
+                ("test_", "Test")
+            ):
+                marks = module | _marks(node.decorator_list)
+                if "local_only" in marks and marks & {"services_only", "postgres_only"}:
+                    both.append(f"{key}::{node.name}")
+    assert not both, both
+
+
+def test_the_makefiles_runs_are_the_ones_pass_coverage_checks() -> None:
+    """tests/pass_coverage.py proves every test runs somewhere for PASSES; the Makefile's
+    `-m` expressions must be those (a changed one is changed in both)."""
+    makefile = (TESTS.parent / "Makefile").read_text()
+    quick = re.search(r"^QUICK := (.+)$", makefile, re.MULTILINE)
+    assert quick and quick.group(1) == QUICK
+    runs = {
+        ("embedded" if kind == "EMBEDDED" else "services", expr.replace("$(QUICK)", QUICK))
+        for kind, expr in re.findall(r'\$\((EMBEDDED|SERVICES)_PYTEST\) -m "([^"]+)"', makefile)
+    }
+    assert runs >= set(PASSES.values()), sorted(set(PASSES.values()) - runs)
