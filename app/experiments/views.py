@@ -18,7 +18,7 @@ from app.errors import Invalid
 from app.experiments import service
 from app.experiments.best import best_of_experiments, experiment_metrics
 from app.experiments.config.model import RunConfig, ScriptConfig, run_config
-from app.experiments.held_keys import held_keys
+from app.experiments.held_keys import held_keys, key_order
 from app.experiments.models import Experiment
 from app.gpus.pools import live_pools, pool_executors
 from app.metrics.summary import listed_keys, run_summaries
@@ -297,10 +297,12 @@ def experiment_page(
     summaries = run_summaries(session, run_ids=[r.id for r in rows])
     names = _usernames(session, _owner_ids(session, experiment))
     reasons = why_queued_many(session, runs=rows)  # the scheduler's words for queued runs
-    # The keys' names, and the summaries of those the table and the parallel coordinates
-    # show first only (app/experiments/held_keys.py): every key's were 90% of the page.
-    keys = sorted(listed_keys(session, run_ids=[r.id for r in newest], first=LIST_SUMMARIES))
-    held = held_keys(keys)
+    # The summaries of the keys the table and the parallel coordinates show first only
+    # (app/experiments/held_keys.py): every key's were 90% of the page. And the names of the
+    # first PAGE_KEYS keys alone: the pickers search the others (issue 43).
+    listed = listed_keys(session, run_ids=[r.id for r in newest], first=LIST_SUMMARIES)
+    held = held_keys(listed)
+    keys = sorted(listed, key=key_order)[:PAGE_KEYS]
     outs = run_outs(session, newest, listed=True, only_keys=held)
     curve_runs = [o.model_dump(mode="json") for o in outs]
     return render(
@@ -332,13 +334,14 @@ def experiment_page(
         # them: in the page, so the curves' series are asked for at once, not after a list
         # request (a round trip that was a third of the page's time with 100 runs).
         curve_runs=curve_runs,
-        # The "best" metric the experiments list uses for it (app/experiments/best.py), and
-        # the keys its runs log, offered when choosing one (app/static/experiment_best.js).
+        # The "best" metric the experiments list uses for it (app/experiments/best.py); the
+        # keys offered when choosing one are searched (app/static/experiment_best.js).
         best=experiment_metrics(session, experiments=[experiment]).get(experiment.id),
-        logged_keys=keys,
-        # The keys of the curves' runs ("all": their charts, the columns offered) and those
-        # whose summaries the runs carry ("held"; the table asks the API for any other).
-        metric_keys={"all": keys, "held": held},
+        # The first keys of the curves' runs ("all": their charts, the columns offered;
+        # "more": they log others, which the pickers search: GET /api/experiments/{id}/keys)
+        # and those whose summaries the runs carry ("held"; the table asks the API for any
+        # other).
+        metric_keys={"all": keys, "held": held, "more": len(listed) > len(keys)},
         # The table's first page is the first of those (app/static/lib/first_page.js): how
         # many, and its cursor, so the table shows them without asking GET /api/runs again.
         first_page={"take": len(rows), "next": first.next},
@@ -358,6 +361,10 @@ def _owner_ids(session: SessionDep, experiment: Experiment) -> set[int]:
 
 
 CURVE_RUNS = 200  # the newest runs whose curves the experiment page overlays
+# The key names the page holds (in the pages' key order): its first charts and columns. With
+# every listed key's name (200 runs x 50) the page was 453 KB for 100,000 keys (issue 43); the
+# overlay charts 48 keys at most (app/static/overlay.js MAX_CHARTS), leaving room for searched.
+PAGE_KEYS = 40
 
 
 def _newest(experiment_id: int, limit: int, cursor: str | None = None) -> listing.RunQuery:
