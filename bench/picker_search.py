@@ -110,26 +110,28 @@ def page_pickers(args: argparse.Namespace) -> None:
     loads: list[str] = []
     with server(url, args.keys_data) as base, sync_playwright() as playwright:
         browser = launch_chromium(playwright)
-        context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=base)
-        page = context.new_page()
-        page.goto("/login")
-        page.fill("#username", "bench")
-        page.fill("#password", "bench-password")
-        with page.expect_navigation():
-            page.click("form#login-form button[type=submit]")
-        exps = page.request.get("/api/experiments").json()
-        exp = next(e["id"] for e in exps if e["name"] == "scale-keys")
 
         def record(response: Any) -> None:
             if "/api/runs?" in response.url or "/keys?" in response.url:
                 answers.append((response.url.split(base, 1)[-1], len(response.body())))
 
-        page.on("response", record)
-        for n in range(args.loads):
+        for n in range(args.loads):  # a fresh browser context each: no columns remembered
+            context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=base)
+            page = context.new_page()
+            page.goto("/login")
+            page.fill("#username", "bench")
+            page.fill("#password", "bench-password")
+            with page.expect_navigation():
+                page.click("form#login-form button[type=submit]")
+            exps = page.request.get("/api/experiments").json()
+            exp = next(e["id"] for e in exps if e["name"] == "scale-keys")
+            page.on("response", record)
             loaded = page.goto(f"/experiments/{exp}")
             assert loaded is not None and loaded.ok
             html.append(len(loaded.body()))
             page.wait_for_selector("#runs-section[data-loaded]", state="attached")
+            # the page settled: its first charts drawn (the overlay's first drawAll)
+            page.wait_for_selector("#experiment-charts[data-drawn]", state="attached")
             page.click("#runs-columns summary")
             page.click("#experiment-curves-keys summary")
             for picker, sel in PICKERS.items():
@@ -145,7 +147,7 @@ def page_pickers(args: argparse.Namespace) -> None:
                 "(b) => document.querySelector('#runs-section').dataset.loaded !== b", arg=before
             )
             print(f"  load {n + 1}: page HTML {html[-1] / 1024:.1f} KB; {loads[-1]}", flush=True)
-        context.close()
+            context.close()
         browser.close()
     worst = 0.0
     for label, got in times.items():

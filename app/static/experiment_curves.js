@@ -33,13 +33,15 @@ import {api} from "./lib/urls.js";
     emit(document, RUNS_LINK, {lostSince});
     markStale([document.getElementById("experiment-curves-legend")], lostSince);
   };
-  // Each listed run carries its first LIST_KEYS keys' summaries (a key a run began logging
-  // gets its chart) and the held keys' (the table's and the parallel coordinates' first), not
-  // the API's default 50: 100 runs logging 1,000 keys each made that 624 KB (issue 43).
+  // Each listed run carries the held keys' summaries (the table's and the parallel
+  // coordinates' first) and its first LIST_KEYS keys' (a key a run began logging gets its
+  // chart), not the API's default 50: 100 runs logging 1,000 keys each made that 624 KB (issue
+  // 43). Where the runs log more keys than the page names, none of those: the pickers search.
   const LIST_KEYS = 8;
   const listRuns = async (markDown) => {
+    const first = metricKeys(document)?.more ? 0 : LIST_KEYS;
     const r = await call("GET", api.runs({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id",
-                                          summary_first: LIST_KEYS, summary_keys: metricKeys(document)?.held}));
+                                          summary_first: first, summary_keys: metricKeys(document)?.held}));
     const down = !r.ok && serverDown(r);
     if (down && lostSince === null) { lostSince = new Date(); linkChanged(); }
     if (!down && lostSince !== null) { lostSince = null; linkChanged(); }
