@@ -20,7 +20,7 @@ from app.runs.state.phase import phase_of
 # first) plus the keys the caller names: one run logging 10,000 keys made GET /api/runs 670 KB
 # (issue 31). A caller may ask for fewer first ones (`summary_first=`, 0: only those it names):
 # the experiment page asks for its shown columns' alone, so a page of 100 runs logging 1,000
-# keys each is ~60 KB, not 624 KB (issue 43). A single run (GET /api/runs/{id}) has them all.
+# keys each is ~80 KB, not 624 KB (issue 43). A single run (GET /api/runs/{id}) has them all.
 LIST_SUMMARIES = 50
 
 
