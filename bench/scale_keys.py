@@ -74,8 +74,8 @@ def build(http: Any, args: argparse.Namespace) -> None:
             r.raise_for_status()
         # finished, as a script's `mlflow.end_run()` leaves it (a running run makes the page
         # poll its list and series while the pickers are timed)
-        body = {"run_id": run_id, "status": "FINISHED", "end_time": now}
-        http.post("/api/2.0/mlflow/runs/update", json=body).raise_for_status()
+        ended = {"run_id": run_id, "status": "FINISHED", "end_time": now}
+        http.post("/api/2.0/mlflow/runs/update", json=ended).raise_for_status()
         if run % 10 == 9:
             print(f"  {run + 1} runs, {(run + 1) * args.keys_per_run:,} keys, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
