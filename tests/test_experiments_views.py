@@ -55,7 +55,7 @@ def test_the_page_holds_the_newest_page_of_runs_and_counts_them_all(client) -> N
 
     page = client.get(f"/experiments/{exp['id']}").text
     newest = sorted(old + mine, reverse=True)
-    assert row_ids(page, "data-run-id") == newest[:100]
+    assert row_ids(page, "data-run-id") == newest[:40]  # SHOWN_ROWS; the script shows 100
     assert f"and its {len(newest)} runs" in page and f"{len(newest)} runs</span>" in page
     # the table names whoever launched a run it may list later
     assert teammate in html_lib.unescape(page.split("data-owners='")[1].split("'")[0])
@@ -128,3 +128,34 @@ def test_the_page_holds_the_names_of_every_key_and_the_summaries_of_its_first_co
     # the API still gives every key's summary (design.md: up to 50 in a list)
     listed = client.get("/api/runs", params={"experiment_id": exp["id"]}, headers=headers).json()
     assert all(len(r["summary"]) == len(keys) for r in listed["runs"])
+
+
+def test_the_page_names_its_first_keys_only_and_the_pickers_search_the_others(client) -> None:
+    """issue 43: 100 runs logging 1,000 keys each made the page 453 KB, every listed key's name
+    twice (a datalist and the metric keys). It names PAGE_KEYS in the pages' key order, says
+    there are more, and the key search finds one it does not name."""
+    from app.experiments.views import PAGE_KEYS
+    from app.metrics.models import MetricKey
+
+    name, password, headers = make_user()
+    login(client, name, password)
+    exp = new_experiment(client, headers)
+    ids = _add_runs(exp["id"], _me(client, headers), 3)
+    keys = ["train/loss", *(f"grad/layer_{i:03d}/norm" for i in range(99))]
+    with session_scope() as session:
+        session.add_all(
+            MetricKey(run_id=rid, key=k, last_value=0.5, min_value=0.1, max_value=0.9, last_step=9)
+            for rid in ids
+            for k in keys
+        )
+    page = client.get(f"/experiments/{exp['id']}").text
+    named = _json_of(page, "experiment-metric-keys")
+    assert isinstance(named, dict) and named["more"] is True
+    assert named["all"] == sorted(keys)[:PAGE_KEYS]  # grad/ before train/ (compareKeys)
+    assert named["held"] == ["train/loss"]
+    assert 'id="best-metric-keys"></datalist>' in page  # filled as the owner types
+    assert "grad/layer_098/norm" not in page
+    found = client.get(
+        f"/api/experiments/{exp['id']}/keys", params={"q": "layer_098"}, headers=headers
+    ).json()
+    assert found == {"keys": ["grad/layer_098/norm"], "more": False}

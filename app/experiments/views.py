@@ -18,7 +18,7 @@ from app.errors import Invalid
 from app.experiments import service
 from app.experiments.best import best_of_experiments, experiment_metrics
 from app.experiments.config.model import RunConfig, ScriptConfig, run_config
-from app.experiments.held_keys import held_keys
+from app.experiments.held_keys import held_keys, key_order
 from app.experiments.models import Experiment
 from app.gpus.pools import live_pools, pool_executors
 from app.metrics.summary import listed_keys, run_summaries
@@ -294,15 +294,20 @@ def experiment_page(
     # many are launched meanwhile)
     rest = _newest(experiment.id, CURVE_RUNS - TABLE_ROWS, first.next)
     newest = rows + (listing.list_runs(session, rest).runs if first.next else [])
-    summaries = run_summaries(session, run_ids=[r.id for r in rows])
+    shown = rows[:SHOWN_ROWS]  # as HTML rows; the script shows the rest of the page at once
+    summaries = run_summaries(session, run_ids=[r.id for r in shown])
     names = _usernames(session, _owner_ids(session, experiment))
-    reasons = why_queued_many(session, runs=rows)  # the scheduler's words for queued runs
-    # The keys' names, and the summaries of those the table and the parallel coordinates
-    # show first only (app/experiments/held_keys.py): every key's were 90% of the page.
-    keys = sorted(listed_keys(session, run_ids=[r.id for r in newest], first=LIST_SUMMARIES))
-    held = held_keys(keys)
+    reasons = why_queued_many(session, runs=shown)  # the scheduler's words for queued runs
+    # The summaries of the keys the table and the parallel coordinates show first only
+    # (app/experiments/held_keys.py): every key's were 90% of the page. And the names of the
+    # first PAGE_KEYS keys alone: the pickers search the others (issue 43).
+    listed = listed_keys(session, run_ids=[r.id for r in newest], first=LIST_SUMMARIES)
+    held = held_keys(listed)
+    keys = sorted(listed, key=key_order)[:PAGE_KEYS]
     outs = run_outs(session, newest, listed=True, only_keys=held)
-    curve_runs = [o.model_dump(mode="json") for o in outs]
+    # Fields that are null left out (the scripts read a missing field as they read null): ~400
+    # of a finished run's ~840 bytes, 40 KB of the page at 100 runs (issue 43).
+    curve_runs = [o.model_dump(mode="json", exclude_none=True) for o in outs]
     return render(
         request,
         "experiment.html",
@@ -319,7 +324,7 @@ def experiment_page(
                 "launched_by": names.get(r.owner_id, "?"),
                 "queue_reason": reasons.get(r.id),
             }
-            for r in rows
+            for r in shown
         ],
         # For the runs table's script (app/static/experiment_runs.js): who launched each run
         # (the API gives owner ids) and the statuses its filter offers.
@@ -332,20 +337,25 @@ def experiment_page(
         # them: in the page, so the curves' series are asked for at once, not after a list
         # request (a round trip that was a third of the page's time with 100 runs).
         curve_runs=curve_runs,
-        # The "best" metric the experiments list uses for it (app/experiments/best.py), and
-        # the keys its runs log, offered when choosing one (app/static/experiment_best.js).
+        # The "best" metric the experiments list uses for it (app/experiments/best.py); the
+        # keys offered when choosing one are searched (app/static/experiment_best.js).
         best=experiment_metrics(session, experiments=[experiment]).get(experiment.id),
-        logged_keys=keys,
-        # The keys of the curves' runs ("all": their charts, the columns offered) and those
-        # whose summaries the runs carry ("held"; the table asks the API for any other).
-        metric_keys={"all": keys, "held": held},
+        # The first keys of the curves' runs ("all": their charts, the columns offered;
+        # "more": they log others, which the pickers search: GET /api/experiments/{id}/keys)
+        # and those whose summaries the runs carry ("held"; the table asks the API for any
+        # other).
+        metric_keys={"all": keys, "held": held, "more": len(listed) > len(keys)},
         # The table's first page is the first of those (app/static/lib/first_page.js): how
         # many, and its cursor, so the table shows them without asking GET /api/runs again.
         first_page={"take": len(rows), "next": first.next},
     )
 
 
-# The rows the page holds for before the table's script lists them (its page: PAGE in
+# The rows of the HTML table, before the script shows the table's whole first page from the
+# runs the page holds (a screen and more: each row is ~380 bytes, 100 of them were 38 KB of a
+# page kept under 100 KB for 100 runs logging 1,000 keys each: issue 43).
+SHOWN_ROWS = 40
+# The table's first page, held for before the table's script lists them (its page: PAGE in
 # app/static/experiment_runs.js).
 TABLE_ROWS = 100
 
@@ -358,6 +368,10 @@ def _owner_ids(session: SessionDep, experiment: Experiment) -> set[int]:
 
 
 CURVE_RUNS = 200  # the newest runs whose curves the experiment page overlays
+# The key names the page holds (in the pages' key order): its first charts and columns. With
+# every listed key's name (200 runs x 50) the page was 453 KB for 100,000 keys (issue 43); the
+# overlay charts 48 keys at most (app/static/overlay.js MAX_CHARTS), leaving room for searched.
+PAGE_KEYS = 40
 
 
 def _newest(experiment_id: int, limit: int, cursor: str | None = None) -> listing.RunQuery:

@@ -3,7 +3,7 @@
 // the experiment's event stream: lib/page_stream.js).
 // Loaded deferred, after the deferred chart library: it draws from DOMContentLoaded, which
 // comes after every deferred script has run, and asks for the first charts' series at once.
-import {call, errorText, serverDown} from "./lib/api.js";
+import {call, errorText, searchKeys, serverDown} from "./lib/api.js";
 import {isShown, normalizeKeys} from "./lib/chart_keys.js";
 import {markStale} from "./lib/dom.js";
 import {RUNS_LINK, RUNS_REFRESHED, emit} from "./lib/events.js";
@@ -33,8 +33,15 @@ import {api} from "./lib/urls.js";
     emit(document, RUNS_LINK, {lostSince});
     markStale([document.getElementById("experiment-curves-legend")], lostSince);
   };
+  // Each listed run carries the held keys' summaries (the table's and the parallel
+  // coordinates' first) and its first LIST_KEYS keys' (a key a run began logging gets its
+  // chart), not the API's default 50: 100 runs logging 1,000 keys each made that 624 KB (issue
+  // 43). Where the runs log more keys than the page names, none of those: the pickers search.
+  const LIST_KEYS = 8;
   const listRuns = async (markDown) => {
-    const r = await call("GET", api.runs({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id"}));
+    const first = metricKeys(document)?.more ? 0 : LIST_KEYS;
+    const r = await call("GET", api.runs({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id",
+                                          summary_first: first, summary_keys: metricKeys(document)?.held}));
     const down = !r.ok && serverDown(r);
     if (down && lostSince === null) { lostSince = new Date(); linkChanged(); }
     if (!down && lostSince !== null) { lostSince = null; linkChanged(); }
@@ -82,9 +89,14 @@ import {api} from "./lib/urls.js";
     }
     section.dataset.shownKeys = shownKeys === null ? "all" : String(shownKeys.length);
   };
+  // A key the picker's search found (the page holds its first keys only: issue 43) gets its
+  // chart once the overlay is mounted.
+  /** @type {{addKey: null | ((key: string) => Promise<void>)} | null} */
+  let mounted = null;
   const pickerRoot = document.getElementById("experiment-curves-keys");
   const picker = pickerRoot
-    ? keysPicker(pickerRoot, (shown) => { shownKeys = shown; showKeys(); })
+    ? keysPicker(pickerRoot, (shown) => { shownKeys = shown; showKeys(); },
+                 {find: (q) => searchKeys(experimentId, q), add: (key) => { mounted?.addKey?.(key); }})
     : {offer: () => {}, show: () => {}};
   // The boxes change when the overlay arranges them into groups or adds a newly logged key's:
   // offer every key boxed, and hide again what is not charted.
@@ -131,7 +143,7 @@ import {api} from "./lib/urls.js";
     for (const r of runs) for (const k of Object.keys(r.summary || {})) keys.add(k);
     charts.replaceChildren(...[...keys].map(overlay.chartDiv));
     showKeys();
-    overlay.mount(charts, runs.slice().reverse(), {
+    mounted = overlay.mount(charts, runs.slice().reverse(), {
       controls: "experiment-curves",
       legend: document.getElementById("experiment-curves-legend"),
       status,

@@ -9,7 +9,7 @@
 // cursor paging ("Load more"), and the selected runs compared, tagged or deleted. A run its
 // sweep stopped early is marked next to its status, the reason in the mark's title.
 // Every name, key and value from a run reaches the page as textContent, never as HTML.
-import {call, deleteObject, errorText, failureText} from "./lib/api.js";
+import {call, deleteObject, errorText, failureText, searchKeys} from "./lib/api.js";
 import {markStale} from "./lib/dom.js";
 import {fmtBytes, lostText, runColor} from "./lib/format.js";
 import {append, condition, keys as filterKeys, refusal} from "./lib/filter.js";
@@ -18,7 +18,7 @@ import {RUNS, RUNS_HIGHLIGHT, RUNS_LINK, RUNS_NEED, RUNS_REFRESHED, RUNS_SELECT,
 import {register} from "./lib/page_state.js";
 import {api, pages} from "./lib/urls.js";
 import {columns, defaultSummaries, el, keyCounts, splitSummary, summaryKeys} from "./runs_columns.js";
-import {fillPicker} from "./runs_picker.js";
+import {bindColumnSearch, fillPicker} from "./runs_picker.js";
 import {bindBy, getState as groupingState, onChange as onGrouping, setState as setGrouping} from "./grouping.js";
 import {groupedRows} from "./runs_groups.js";
 
@@ -62,9 +62,10 @@ import {groupedRows} from "./runs_groups.js";
     carried: null, // the keys whose summaries the loaded runs carry (a Set), null: a list's
     extraKeys: new Set(), // keys asked for besides the columns' (the parallel coordinates' metric)
   };
-  // The keys the page's runs logged (the experiment page says; lib/first_page.js), offered as
-  // columns and filter keys besides the loaded runs' own.
-  const pageKeys = (metricKeys(document) || {all: []}).all;
+  // The first keys the page's runs logged (the experiment page says; lib/first_page.js),
+  // offered as columns and filter keys besides the loaded runs' own; the column picker
+  // searches the others. There the runs are listed with their columns' summaries alone.
+  const pageScoped = metricKeys(document) !== null, pageKeys = (metricKeys(document) || {all: []}).all;
   const keysRun = {summary: Object.fromEntries(pageKeys.map((k) => [k, {}]))};
   // The picked summary columns are kept per experiment in this browser, for the next visit.
   const COLUMNS_KEY = `ty.runs.columns.${scope.columns}`;
@@ -76,15 +77,9 @@ import {groupedRows} from "./runs_groups.js";
     try { localStorage.setItem(COLUMNS_KEY, JSON.stringify(state.summaries)); } catch (_) { /* ok */ }
   };
 
-  const showError = (text) => {
-    $("runs-error").textContent = text;
-    $("runs-error").hidden = !text;
-  };
-  const showNotice = (text) => {
-    $("runs-notice").textContent = text;
-    $("runs-notice").hidden = !text;
-  };
-
+  const say = (id, text) => { $(id).textContent = text; $(id).hidden = !text; };
+  const showError = (text) => say("runs-error", text);
+  const showNotice = (text) => say("runs-notice", text);
 
   // --- rendering --------------------------------------------------------------------------
 
@@ -186,19 +181,19 @@ import {groupedRows} from "./runs_groups.js";
 
   // A column whose key the loaded runs may not carry (the page held a few keys' summaries, a
   // list cut a run's to 50) lists the runs again, with its key in summary_keys=.
-  const carried = (key) => (!state.carried || state.carried.has(key))
-    && state.runs.every((r) => !r.summary_cut || key in (r.summary || {}));
+  const carried = (key) => (state.carried ? state.carried.has(key)
+    : state.runs.every((r) => !r.summary_cut || key in (r.summary || {})));
   const needKeys = (keys) => {
     for (const key of keys) state.extraKeys.add(key);
     if (keys.some((key) => !carried(key))) load();
   };
-  const renderPicker = () => fillPicker($("runs-column-picker"), state.runs, pageKeys, state.summaries, (col, on) => {
-    const list = (state.summaries || []).filter((c) => c !== col);
-    if (on) list.push(col);
-    state.summaries = list;
+  const toggleColumn = (col, on) => {
+    state.summaries = [...(state.summaries || []).filter((c) => c !== col), ...(on ? [col] : [])];
     saveColumns();
     if (on && !carried(splitSummary(col)[0])) load(); else render();
-  });
+  };
+  const renderPicker = () => fillPicker($("runs-column-picker"), state.runs, pageKeys, state.summaries, toggleColumn);
+  if (pageScoped) bindColumnSearch($("runs-column-search"), (q) => searchKeys(String(scope.id), q), () => state.summaries, toggleColumn);
 
   // The builder's key suggestions: the loaded runs' params and metrics (any key may be typed).
   const renderFilterKeys = () => {
@@ -216,6 +211,7 @@ import {groupedRows} from "./runs_groups.js";
 
   // --- loading ----------------------------------------------------------------------------
 
+  const asked = () => new Set([...(state.summaries || []).map((c) => splitSummary(c)[0]), ...state.extraKeys]);
   const query = (cursor) => {
     const params = new URLSearchParams(/** @type {Record<string, string>} */ ({[scope.key]: scope.id, sort: state.sort, limit: String(PAGE)}));
     const status = $("runs-status").value;
@@ -224,10 +220,10 @@ import {groupedRows} from "./runs_groups.js";
     if (status) params.append("status", status);
     if (tag) params.append("tag", tag);
     if (text) params.append("filter", text);
-    // A list carries 50 summaries a run (train/ and val/ first): the chosen columns' keys too.
-    for (const key of new Set([...(state.summaries || []).map((c) => splitSummary(c)[0]), ...state.extraKeys])) {
-      params.append("summary_keys", key);
-    }
+    // A list carries 50 summaries a run (train/ and val/ first), the experiment page's none
+    // (summary_first=0): the chosen columns' keys, and those asked for besides, it names.
+    for (const key of asked()) params.append("summary_keys", key);
+    if (pageScoped) params.set("summary_first", "0");
     if (cursor) params.set("cursor", cursor);
     return api.runs(params);
   };
@@ -253,7 +249,7 @@ import {groupedRows} from "./runs_groups.js";
       const copy = cursor ? null : usable(held, {sort: state.sort, keys: p.getAll("summary_keys"),
                                                  filtered: ["status", "tag", "filter"].some((k) => p.has(k))});
       held = null;
-      if (!more) state.carried = copy ? copy.keys : null;
+      if (!more) state.carried = copy ? copy.keys : pageScoped ? asked() : null;
       r = copy ? {ok: true, body: copy} : await call("GET", query(cursor));
       if (ticket !== loading) return;
       if (!r.ok) break;
@@ -366,7 +362,8 @@ import {groupedRows} from "./runs_groups.js";
     const fresh = new Map(runs.map((r) => [r.id, r]));
     const newest = Math.max(0, ...fresh.keys());
     if (newest > state.newest) { state.newest = newest; load(); return; }
-    state.runs = state.runs.map((r) => fresh.get(r.id) || r);
+    // the curves' list carries a few keys' summaries: the table's others are kept as they were
+    state.runs = state.runs.map((r) => { const f = fresh.get(r.id); return f ? {...f, summary: {...r.summary, ...f.summary}} : r; });
     pickDefaultSummaries();
     render();
   });

@@ -35,9 +35,7 @@ export const overlay = (() => {
   // drawn only once it scrolls near: a run with thousands of keys otherwise froze the page.
   const MAX_CHARTS = 48;
   const LAZY_AFTER = 8;  // up to this many charts are all drawn at once
-
-  // The params that differ across runs, and each run's label: differingParams and runLabels
-  // (lib/format.js), shared with the runs table and the parallel coordinates.
+  // Each run's label: runLabels (lib/format.js), shared with the runs table and parcoords.
   const labels = runLabels;
 
   // The controls (ids under `prefix`): smoothing, log scale, clip outliers, x axis (the chart
@@ -90,7 +88,8 @@ export const overlay = (() => {
                    group: groupingState().group,
                    // The link: whether this poll found the server unreachable, since when it has
                    // been, and the status line to put back once it answers again.
-                   down: false, lostSince: /** @type {Date | null} */ (null), liveText: ""};
+                   down: false, lostSince: /** @type {Date | null} */ (null), liveText: "",
+                   addKey: /** @type {null | ((key: string) => Promise<void>)} */ (null)};
     const charts = () => [...container.querySelectorAll(".metric-chart")];
     const observer = new IntersectionObserver((entries) => {
       for (const e of entries) {
@@ -194,7 +193,6 @@ export const overlay = (() => {
       const failed = await Promise.all(first.map(show));
       return [...failed, ...await Promise.all(near.filter((d) => !first.includes(d)).map(show))].flat();
     };
-
     const runLink = (r) => {
       const a = document.createElement("a");
       a.href = pages.run(r.id);
@@ -282,12 +280,13 @@ export const overlay = (() => {
       showLegend();
     };
 
-    // New keys (a run began logging one, per the runs list's summaries): a box for each.
-    const addKeys = (runs) => {
+    // New keys (a run began logging one, per the runs list's summaries; or `picked`, found by
+    // the reader's search: experiment_curves.js, through state.addKey): a box for each.
+    const addKeys = (runs, picked = false) => {
       const have = new Set(charts().map((d) => d.dataset.key));
       const fresh = new Set();
       for (const r of runs) for (const k of Object.keys(r.summary || {})) if (!have.has(k)) fresh.add(k);
-      if (!fresh.size || state.more > 0) return [];
+      if (!fresh.size || (state.more > 0 && !picked)) return [];
       container.append(...[...fresh].map(chartDiv));
       for (const d of charts()) if (d.data) plot.purge(d);
       state.near.clear();
@@ -393,6 +392,7 @@ export const overlay = (() => {
       }
     };
     start().catch((err) => say(`The curves could not be drawn: ${err}. Reload to try again.`, true));
+    state.addKey = async (key) => { if (addKeys([{summary: {[key]: {}}}], true).length) await drawAll(); };
     return state;
   };
 

@@ -201,7 +201,7 @@ def test_a_column_of_a_key_the_page_does_not_hold_is_listed_from_the_api(
     expect(page.locator("#runs-section[data-loaded]")).to_have_count(1)
     assert page.evaluate(
         "() => JSON.parse(document.getElementById('experiment-metric-keys').textContent)"
-    ) == {"all": ["Loss/train", "other/extra"], "held": ["Loss/train"]}
+    ) == {"all": ["Loss/train", "other/extra"], "held": ["Loss/train"], "more": False}
     expect(page.locator('table#runs th[data-summary="Loss/train.last"]')).to_have_count(1)
     assert lists == []  # the held first page
     page.click("#runs-columns summary")

@@ -18,7 +18,9 @@ from app.runs.state.phase import phase_of
 
 # A list of runs carries each run's first LIST_SUMMARIES metric summaries (train/ and val/
 # first) plus the keys the caller names: one run logging 10,000 keys made GET /api/runs 670 KB
-# (issue 31). A single run (GET /api/runs/{id}) has them all.
+# (issue 31). A caller may ask for fewer first ones (`summary_first=`, 0: only those it names):
+# the experiment page asks for its shown columns' alone, so a page of 100 runs logging 1,000
+# keys each is ~80 KB, not 624 KB (issue 43). A single run (GET /api/runs/{id}) has them all.
 LIST_SUMMARIES = 50
 
 
@@ -29,21 +31,25 @@ def run_outs(
     listed: bool = False,
     summary_keys: Sequence[str] = (),
     only_keys: Collection[str] | None = None,
+    first: int = LIST_SUMMARIES,
 ) -> list[RunOut]:
     """A query each for params, tags and summaries, whatever the number of runs. ``listed``:
-    at most LIST_SUMMARIES summaries a run, plus those of ``summary_keys``. ``only_keys``: the
+    the summaries of each run's ``first`` keys (at most LIST_SUMMARIES), plus those of
+    ``summary_keys`` (with ``first`` 0, those alone). ``only_keys``: the
     summaries of those keys alone (the experiment page holds its columns' only: issue 31);
     ``summary_cut`` still says whether a list would have cut the run's."""
     ids = [r.id for r in runs]
     params = params_by_run(session, ids)
     tags = tags_by_run(session, ids)
-    first = LIST_SUMMARIES if listed else None
+    cut_at = min(first, LIST_SUMMARIES) if listed else None
+    if only_keys is None and cut_at == 0:
+        only_keys = summary_keys  # by name alone: no window over each run's keys
     summaries = (
         summaries_by_run(session, run_ids=ids, keys=only_keys)
         if only_keys is not None
-        else summaries_by_run(session, run_ids=ids, first=first, also=summary_keys)
+        else summaries_by_run(session, run_ids=ids, first=cut_at, also=summary_keys)
     )
-    cut = runs_with_more_keys(session, run_ids=ids, than=first) if first is not None else set()
+    cut = runs_with_more_keys(session, run_ids=ids, than=cut_at) if cut_at is not None else set()
     disks = disk_by_run(session, ids)
     reasons = why_queued_many(session, runs=runs)
     estimates = estimates_many(session, runs=runs)

@@ -62,6 +62,17 @@ def list_runs(
             f"{LIST_SUMMARIES} (train/ and val/ first, then by name); repeat for several",
         ),
     ] = None,
+    summary_first: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=LIST_SUMMARIES,
+            description="how many of each run's first keys (train/ and val/ first, then by "
+            f"name) carry their summary besides `summary_keys`: at most {LIST_SUMMARIES} (the "
+            "default); 0 gives the summaries of the `summary_keys` alone (the experiment page "
+            "asks for its shown columns' only)",
+        ),
+    ] = LIST_SUMMARIES,
     sort: Annotated[str, Query(max_length=600, pattern=NO_NUL, description=listing.SYNTAX)] = "-id",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[
@@ -70,9 +81,9 @@ def list_runs(
 ) -> RunListOut:
     """Runs on the box (everyone reads them all), filtered, sorted, a page at a time: see
     app/runs/query/listing.py for the sort and filter syntax. Each run carries at most 50 metric
-    summaries plus those `summary_keys` names, `summary_cut` when it has more (GET
-    /api/runs/{id}: all). `owner=me` (or a username) for one owner's. `next` is null on the
-    last page."""
+    summaries (`summary_first`, fewer when asked) plus those `summary_keys` names, `summary_cut`
+    when it has more (GET /api/runs/{id}: all). `owner=me` (or a username) for one owner's.
+    `next` is null on the last page."""
     if len(summary_keys or ()) > MAX_SUMMARY_KEYS:
         raise Invalid.at(["query", "summary_keys"], f"at most {MAX_SUMMARY_KEYS} keys", None)
     for loc, values in (("tag", tag), ("filter", filters), ("summary_keys", summary_keys)):
@@ -92,7 +103,9 @@ def list_runs(
         search=q,
     )
     page = listing.list_runs(session, query)
-    outs = run_outs(session, page.runs, listed=True, summary_keys=summary_keys or ())
+    outs = run_outs(
+        session, page.runs, listed=True, summary_keys=summary_keys or (), first=summary_first
+    )
     return RunListOut(runs=outs, next=page.next)
 
 

@@ -1,5 +1,6 @@
 // JSON calls to the API with the session cookie and the CSRF header. Never throws for HTTP
 // errors: callers show the body's message (FastAPI's {"detail": ...}) where the user can act.
+import {api} from "./urls.js";
 
 export const csrf = () =>
   /** @type {HTMLMetaElement | null} */ (document.querySelector('meta[name="csrf-token"]'))?.content || "";
@@ -43,6 +44,23 @@ export const call = async (method, path, body) => {
   let parsed = text;
   try { parsed = text ? JSON.parse(text) : null; } catch { /* plain text */ }
   return {ok: response.ok, status: response.status, body: parsed};
+};
+
+// The experiment's metric keys whose name holds `q` (any case), in name order, at most `limit`
+// (GET /api/experiments/{id}/keys, app/metrics/key_search.py): the pickers' search as the
+// reader types (lib/key_search.js), instead of every key in the page (issue 43). Resolves to
+// {keys, more} (more: others match too), or {keys: [], more: false, error} when refused or
+// not answered.
+/**
+ * @param {string | number} experimentId
+ * @param {string} q
+ * @param {number} [limit]
+ * @returns {Promise<{keys: string[], more: boolean, error?: string}>}
+ */
+export const searchKeys = async (experimentId, q, limit = 50) => {
+  const r = await call("GET", api.experimentKeys(experimentId, {q, limit}));
+  if (!r.ok || !r.body || !Array.isArray(r.body.keys)) return {keys: [], more: false, error: errorText(r.body)};
+  return {keys: r.body.keys, more: Boolean(r.body.more)};
 };
 
 // A readable message from an API error body.

@@ -40,6 +40,7 @@ export const api = {
   experiment: route(["PATCH", "DELETE"], (experimentId) => `/api/experiments/${part(experimentId)}`),
   experimentRuns: route(["POST"], (experimentId) => `/api/experiments/${part(experimentId)}/runs`),
   experimentEvents: route(GET, (experimentId) => `/api/experiments/${part(experimentId)}/events`),
+  experimentKeys: route(GET, (experimentId, query) => withQuery(`/api/experiments/${part(experimentId)}/keys`, query)),
   gpus: route(GET, () => "/api/gpus"),
   gpuEvents: route(GET, () => "/api/gpus/events"),
   usage: route(GET, /** @param {Query} [query] */ (query) => withQuery("/api/usage", query)),

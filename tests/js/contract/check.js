@@ -22,6 +22,7 @@ export const SAMPLES = {
     experiment: [3],
     experimentRuns: [3],
     experimentEvents: [3],
+    experimentKeys: [3, {q: "loss", limit: 20}],
     gpus: [],
     gpuEvents: [],
     usage: [{since: "2024-01-01T00:00:00Z", until: "2024-01-02T00:00:00Z"}],
