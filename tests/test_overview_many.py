@@ -56,5 +56,24 @@ def test_many_overviews_cut_at_once_are_each_ones_view() -> None:
     assert checked > 500 and cut > 100  # both ways taken: series cut and series whole
 
 
+def test_an_overlay_of_alike_series_every_one_cut() -> None:
+    """The usual overlay: every series cut, on the same steps (one series' last bucket is the
+    next one's first: the buckets must still end at each series' end), alike or of widths
+    that differ."""
+    rng = np.random.default_rng(4343)
+    for trial in range(20):
+        stored = []
+        for _ in range(int(rng.integers(2, 80))):
+            n = 1000 if trial % 2 else int(rng.integers(30, 9000))
+            points = _series(rng, n)
+            points.steps = np.arange(1, n + 1, dtype=np.int64)
+            width, points = fit(points, 1)
+            stored.append((width, encode(points), points))
+        max_points = int(rng.choice([4, 24, 25]))
+        got = views([(w, data) for w, data, _ in stored], max_points, with_time=False)
+        assert got == [_one(w, p, max_points, False) for w, _, p in stored]
+        assert all(len(g["step"]) < len(p) for g, (_, _, p) in zip(got, stored, strict=True))
+
+
 def test_no_overview_is_no_view() -> None:
     assert views([], 300, with_time=True) == []

@@ -71,36 +71,50 @@ def cut(
     keep = np.zeros(n, dtype=bool)
     if not n:
         return np.flatnonzero(keep)
-    series = np.repeat(np.arange(len(sizes)), sizes)
     budget = max((max_points - 2) // 2, 1)
     first, last = points.steps[starts[:-1].clip(max=n - 1)], points.steps[starts[1:] - 1]
     wide = widths(width, first, last, budget)
     whole = ~nonempty | ((width == 1) & (sizes <= max_points)) | (wide == width)
-    keep[whole[series]] = True
     keep[lo] = keep[hi] = True
     # Each bucket's min and max point over all the series that are cut (bucket boundaries at
     # each series' start, as ``points.extremes`` sees one series).
     if not whole.any():  # the usual overlay: every series cut, no point to pick out
-        rest, of, steps, values = np.arange(n), series, points.steps, points.values
+        rest: npt.NDArray[np.intp] | None = None
+        steps, values, cut_sizes, cut_wide = points.steps, points.values, sizes, wide
+        edge = np.zeros(n, dtype=bool)
+        edge[lo] = True
     else:
-        rest = np.flatnonzero(~whole[series])
-        of = series[rest]
+        in_whole = np.repeat(whole, sizes)
+        keep[in_whole] = True
+        rest = np.flatnonzero(~in_whole)
         steps, values = points.steps[rest], points.values[rest]
-    if len(rest):
-        # widths are powers of two (an overview's is 1, doubled): a shift, not a division
-        shift = np.log2(wide).astype(np.int64)
-        two = (wide & (wide - 1)) == 0
-        bucket = steps >> shift[of] if two.all() else steps // wide[of]
-        edge = np.concatenate(([True], (bucket[1:] != bucket[:-1]) | (of[1:] != of[:-1])))
+        cut_sizes, cut_wide = sizes[~whole], wide[~whole]
+        edge = np.zeros(len(rest), dtype=bool)
+        edge[np.cumsum(cut_sizes) - cut_sizes] = True
+    if len(steps):
+        # widths are powers of two (an overview's is 1, doubled): a shift, not a division;
+        # one shift for all when the series are alike (the usual overlay's)
+        if ((cut_wide & (cut_wide - 1)) == 0).all():
+            shifts = np.log2(cut_wide).astype(np.int64)
+            same = (shifts == shifts[0]).all()
+            bucket = steps >> (shifts[0] if same else np.repeat(shifts, cut_sizes))
+        else:
+            bucket = steps // np.repeat(cut_wide, cut_sizes)
+        edge[1:] |= bucket[1:] != bucket[:-1]
+        edge[0] = True
         group_starts = np.flatnonzero(edge)
         group = np.cumsum(edge) - 1
         null = np.isnan(values)
-        low = np.where(null, np.inf, values)
-        high = np.where(null, -np.inf, values)
+        nulls = bool(null.any())
+        low = np.where(null, np.inf, values) if nulls else values
+        high = np.where(null, -np.inf, values) if nulls else values
         is_min = low == np.minimum.reduceat(low, group_starts)[group]
-        is_max = (high == np.maximum.reduceat(high, group_starts)[group]) & ~null
-        keep[rest[first_per_group(is_min, group)]] = True
-        keep[rest[first_per_group(is_max, group)]] = True
+        is_max = high == np.maximum.reduceat(high, group_starts)[group]
+        if nulls:
+            is_max &= ~null
+        for mask in (is_min, is_max):
+            picked = first_per_group(mask, group)
+            keep[picked if rest is None else rest[picked]] = True
     return np.flatnonzero(keep)
 
 
