@@ -129,9 +129,24 @@ def main() -> None:
                                        || e.name.includes("/api/runs?"))
                         .map((e) => Math.round(e.responseEnd))"""
                 )
+                # Where the time went: the page's HTML in and its DOMContentLoaded, each series
+                # request's own duration, and the draw (the last series in -> both drawn).
+                split = page.evaluate(
+                    """() => {
+                        const nav = performance.getEntriesByType("navigation")[0];
+                        const series = performance.getEntriesByType("resource")
+                            .filter((e) => e.name.includes("/api/compare/metrics"));
+                        const last = Math.max(...series.map((e) => e.responseEnd));
+                        const took = series.map((e) => Math.round(e.responseEnd - e.startTime));
+                        const dcl = Math.round(nav.domContentLoadedEventEnd);
+                        return [Math.round(nav.responseEnd), dcl, took, last];
+                    }"""
+                )
                 print(
                     f"  load {i + 1}: {times[-1]:.3f} s; points drawn per chart {shown}; "
-                    f"runs list and series in at (ms) {fetched}"
+                    f"runs list and series in at (ms) {fetched}; HTML in {split[0]} ms, "
+                    f"DOMContentLoaded {split[1]} ms; series requests took (ms) {split[2]}; "
+                    f"draw {times[-1] * 1000 - split[3]:.0f} ms after the last series"
                 )
                 context.close()
             median = statistics.median(times)

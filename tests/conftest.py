@@ -157,6 +157,7 @@ LOCAL_ONLY_MODULES = frozenset(
         "test_ingest_fast_paths",  # byte checks, batch validation, overview extend (pure)
         "test_held_keys",  # which summaries the experiment page holds (pure)
         "test_overview_batch",  # one-pass overview extension against the per-key way (pure)
+        "test_overview_many",  # many overviews viewed at once against the per-series view (pure)
         "test_limits",  # limits' enforcement choice, keeper options, the sweep
         "test_job_base",  # what a job's Python sees
         "test_filter_lang",  # the filter parser (its SQL: test_filter_sql, both stacks)

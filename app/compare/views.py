@@ -25,6 +25,7 @@ router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
 MAX_RUNS = 1000  # issue 43: 1,000 runs overlaid on one chart
 RECENT_RUNS = 50
+MANY_RUNS = 100  # more runs than this: the picker's items and the config columns laid out lazily
 _MISSING = object()
 
 
@@ -144,6 +145,7 @@ def compare_page(
         missing=missing,
         too_many=too_many,
         max_runs=MAX_RUNS,
+        many_runs=MANY_RUNS,
         metric_keys=keys,
         diff=config_diff([r.config for r, _ in chosen]),
     )

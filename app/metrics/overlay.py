@@ -4,7 +4,11 @@ run's series, no point read. That is the same work on a fresh server as on a war
 the live downsample (app.metrics.service.read_runs_series) reads each series' buckets from
 the points once per process (1-3 s for 100 runs x 2 keys x 10k points) before its cache
 answers. A series without an overview (none is kept for it yet), and views of more than
-MAX_VIEW_POINTS points, are read the live way."""
+MAX_VIEW_POINTS points, are read the live way.
+
+The overviews are cut at once (app.metrics.overview.many: numpy over all of them, the same
+answer as ``overview.view`` per series); 1,000 runs' series were cut one by one in Python, a
+decode, a view and three lists each (issue 43)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.metrics.downsample import MIN_MAX_POINTS
-from app.metrics.finite import json_values
 from app.metrics.models import MetricKey, MetricOverview
 from app.metrics.service import LiveRun, Series, read_runs_series
 
@@ -49,16 +52,20 @@ def read_overlay(
         .where(MetricKey.run_id.in_(list(result)), MetricKey.key.in_(list(keys)))
         .order_by(MetricKey.run_id, MetricKey.key)
     )
+    from app.metrics.overview import many
+
     live: dict[int, set[str]] = {}
+    found: list[tuple[int, str]] = []
+    stored: list[tuple[int, bytes]] = []
     for run_id, key, width, data in session.connection().execute(stmt):
         if data is None:
             live.setdefault(run_id, set()).add(key)
             continue
-        points = overview.view(width, overview.decode(bytes(data)), max_points)
-        steps, values, times = points.lists()
-        result[run_id][key] = {"step": steps, "value": json_values(values)}
-        if with_time:
-            result[run_id][key]["time"] = times
+        found.append((run_id, key))
+        stored.append((width, data))
+    cut = many.views(stored, max_points, with_time=with_time)
+    for (run_id, key), lists in zip(found, cut, strict=True):
+        result[run_id][key] = lists
     if live:
         by_id = {run.id: run for run in runs}
         wanted = sorted(set().union(*live.values()))

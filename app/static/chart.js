@@ -10,6 +10,7 @@
 // autorange}, yaxis: {type: "linear"|"log", range (log10 when log), autorange}}).
 // Titles, names and axis titles are plain text (uPlot and this module set textContent).
 import {drawable, tipValue} from "./lib/diverged.js";
+import {join} from "./lib/join.js";
 
 export const plot = (() => {
   const charts = new WeakMap();  // div -> {u, listeners, observer, shape}
@@ -55,7 +56,7 @@ export const plot = (() => {
       }
       return [x, y];
     });
-    return uPlot.join(tables);
+    return join(tables);  // lib/join.js: uPlot.join's answer without its Set, Map and sort
   };
 
   // What, when changed, needs a new uPlot (anything but the data, visibility and ranges).

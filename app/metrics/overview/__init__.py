@@ -32,5 +32,6 @@ for a series without long gaps in its steps (as a growing series' live view).
 
 Three modules that import one way (stored -> batch -> points): ``points`` holds the rules on
 numpy arrays (no database), ``batch`` extends many keys' overviews at once, ``stored`` reads
-and writes the metric_overviews rows.
+and writes the metric_overviews rows; ``many`` (-> points) views many overviews at once, for
+the overlays (app.metrics.overlay).
 """
