@@ -466,8 +466,16 @@ def running_stack(
 
 def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
     script = ("load_script.py", SCRIPT)
+    # The viewers stand for a team's (one user here): the per-user stream limit is theirs.
+    streams = {"TORCHYARD_SSE_MAX_STREAMS_PER_USER": str(max(8, args.viewers))}
     with running_stack(
-        name, args, kind="load", script=script, runs=args.runs, api_workers=args.api_workers
+        name,
+        args,
+        kind="load",
+        script=script,
+        runs=args.runs,
+        api_workers=args.api_workers,
+        extra_env=streams,
     ) as s:
         return drive(name, args, s.base_url, s.token, s.server_pid, s.workspace, s.data_dir)
 
@@ -716,8 +724,10 @@ def main() -> None:
     parser.add_argument(
         "--lead",
         type=float,
-        default=60,
-        help="seconds from submitting the runs to their common start (every job must be up)",
+        default=180,
+        help="seconds from submitting the runs to their common start: the worker builds the"
+        " script's environment first (~70 s with 20 runs on the 2-core box), then every job"
+        " must be up",
     )
     parser.add_argument(
         "--postgres-url",
