@@ -38,6 +38,18 @@ def _add_runs(experiment_id: int, owner_id: int, count: int) -> list[int]:
         return [r.id for r in runs]
 
 
+def _add_keys(run_ids: list[int], keys: list[str]) -> None:
+    """Each run's summary of each key (last 0.5, min 0.1, max 0.9 at step 9)."""
+    from app.metrics.models import MetricKey
+
+    with session_scope() as session:
+        session.add_all(
+            MetricKey(run_id=rid, key=k, last_value=0.5, min_value=0.1, max_value=0.9, last_step=9)
+            for rid in run_ids
+            for k in keys
+        )
+
+
 def _json_of(page: str, element_id: str) -> object:
     found = re.search(rf'<script type="application/json" id="{element_id}">(.*?)</script>', page)
     assert found, element_id
@@ -92,7 +104,6 @@ def test_the_page_holds_the_names_of_every_key_and_the_summaries_of_its_first_co
 ) -> None:
     """20 keys a run made the held runs 662 KB of a 722 KB page (issue 31): the page names the
     keys and holds the summaries of those its table and parallel coordinates show first."""
-    from app.metrics.models import MetricKey
 
     name, password, headers = make_user()
     login(client, name, password)
@@ -105,12 +116,7 @@ def test_the_page_holds_the_names_of_every_key_and_the_summaries_of_its_first_co
         "val/acc",
         *(f"extra/k{i:02d}" for i in range(20)),
     ]
-    with session_scope() as session:
-        session.add_all(
-            MetricKey(run_id=rid, key=k, last_value=0.5, min_value=0.1, max_value=0.9, last_step=9)
-            for rid in ids
-            for k in keys
-        )
+    _add_keys(ids, keys)
 
     page = client.get(f"/experiments/{exp['id']}").text
     named = _json_of(page, "experiment-metric-keys")
@@ -135,19 +141,13 @@ def test_the_page_names_its_first_keys_only_and_the_pickers_search_the_others(cl
     twice (a datalist and the metric keys). It names PAGE_KEYS in the pages' key order, says
     there are more, and the key search finds one it does not name."""
     from app.experiments.views import PAGE_KEYS
-    from app.metrics.models import MetricKey
 
     name, password, headers = make_user()
     login(client, name, password)
     exp = new_experiment(client, headers)
     ids = _add_runs(exp["id"], _me(client, headers), 3)
     keys = ["train/loss", *(f"grad/layer_{i:03d}/norm" for i in range(99))]
-    with session_scope() as session:
-        session.add_all(
-            MetricKey(run_id=rid, key=k, last_value=0.5, min_value=0.1, max_value=0.9, last_step=9)
-            for rid in ids
-            for k in keys
-        )
+    _add_keys(ids, keys)
     page = client.get(f"/experiments/{exp['id']}").text
     named = _json_of(page, "experiment-metric-keys")
     assert isinstance(named, dict) and named["more"] is True
