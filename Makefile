@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side lint js-check bench clean
+.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side test-embedded-timed test-services-timed lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -196,7 +196,11 @@ TEST_DEPS := install-test browser compose sandbox slurm mlflow-server aim-venv s
 QUICK := not slow and not browser
 # Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
 # slow tests wait or compute decides what running them side by side saves (docs/testing.md).
-PYTEST = $(PY) bench/cpu_busy.py $@ $(PY) -m pytest -q --durations=25 -p no:cacheprovider
+# Each run also keeps every test's time in test-reports/TARGET.xml (JUnit XML): the log prints
+# only the 25 slowest, and deciding what to cut or move needs them all (docs/testing.md).
+REPORTS ?= test-reports
+PYTEST = $(PY) bench/cpu_busy.py $@ $(PY) -m pytest -q --durations=25 -p no:cacheprovider \
+	--junitxml=$(REPORTS)/$@.xml
 
 POSTGRES_ENV := TORCHYARD_TEST_POSTGRES_URL=$(POSTGRES_URL)
 # The two-host and queue-fault tests' own Redis database (their broker), purged when they
@@ -231,9 +235,15 @@ test: test-deps
 	@status=0; \
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks-then-embedded-quick test-services-quick-browser || status=1; \
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-slow-side test-services-slow-side || status=1; \
-	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and timed" || status=1; \
-	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK)) and timed" || status=1; \
+	$(MAKE) --no-print-directory test-embedded-timed || status=1; \
+	$(MAKE) --no-print-directory test-services-timed || status=1; \
 	exit $$status
+
+test-embedded-timed:
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and timed"
+
+test-services-timed:
+	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK)) and timed"
 
 test-embedded-slow-side:
 	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and not timed"
