@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side test-embedded-timed test-services-timed lint js-check bench clean
+.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side test-embedded-timed test-services-timed test-services-quick test-embedded-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -267,13 +267,21 @@ checks-then-embedded-quick:
 test-embedded-quick:
 	$(EMBEDDED_PYTEST) -m "not postgres_only and $(QUICK)"
 
-test-services-quick-browser: EMBEDDED_JOB_UID_BASE := 500000
-test-services-quick-browser: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
 test-services-quick-browser:
 	@status=0; \
-	$(SERVICES_PYTEST) -m "not local_only and $(QUICK)" || status=1; \
-	$(EMBEDDED_PYTEST) -m "not postgres_only and browser" || status=1; \
+	$(MAKE) --no-print-directory test-services-quick || status=1; \
+	$(MAKE) --no-print-directory test-embedded-browser || status=1; \
 	exit $$status
+
+test-services-quick:
+	$(SERVICES_PYTEST) -m "not local_only and $(QUICK)"
+
+# Beside the embedded quick stream: the browser tests' jobs get a uid range and Redis
+# database of their own.
+test-embedded-browser: EMBEDDED_JOB_UID_BASE := 500000
+test-embedded-browser: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
+test-embedded-browser:
+	$(EMBEDDED_PYTEST) -m "not postgres_only and browser"
 
 bench: install-test browser
 	$(PY) bench/log_overhead.py
