@@ -253,6 +253,11 @@ POSTGRES_ONLY_MODULES = frozenset(
     {
         "test_db_connections_cut",  # pg_terminate_backend on its own database
         "test_pg_restart",  # pg_ctlcluster restart under a running job
+        # The API fuzz (~140 operations x 50 cases) runs once, on PostgreSQL: the stricter
+        # store (NUL bytes in text, integer ranges and types refused where SQLite stores them),
+        # so a handler that trusts the database to refuse bad input fails there first. It took
+        # 159 s of the embedded quick stream and 124 s of the services one (issue 38's CI).
+        "test_api_schema",
     }
 )
 

@@ -159,3 +159,34 @@ def wait_for_hosts(names: tuple[str, ...], since: float, timeout: float = 60) ->
     wait_for(
         all_seen, timeout=timeout, every=0.2, what=lambda: f"heartbeats of {set(names) - seen}"
     )
+
+
+@contextmanager
+def fake_gpu_stack(
+    env: dict[str, str],
+    log_dir: Path,
+    *,
+    host: str,
+    gpus: str,
+    concurrency: int,
+    admin_password: str,
+) -> Iterator[LiveStack]:
+    """A server, then one worker host `host` with fake GPUs `gpus` (TORCHYARD_FAKE_GPUS), live
+    once it has heartbeated: the GPU scheduling tests' stack (sessions, fair share). The server
+    starts first so the host's heartbeat lands in a database at head."""
+    purge_broker(env.get("TORCHYARD_BROKER_URL", ""))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server = start_logged(server_argv("127.0.0.1", port), env, log_dir / "server.log")
+    worker = None
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", server, log_dir / "server.log")
+        since = time.monotonic()
+        worker_env = dict(env, TORCHYARD_WORKER_HOST=host, TORCHYARD_FAKE_GPUS=gpus)
+        worker = start_logged(worker_argv(concurrency), worker_env, log_dir / "worker.log")
+        wait_for_hosts((host,), since)
+        yield LiveStack(f"http://127.0.0.1:{port}", log_dir, admin_password)
+    finally:
+        stop_process(server)
+        if worker is not None:
+            stop_process(worker)

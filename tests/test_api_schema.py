@@ -8,9 +8,9 @@ a status code the document declares; the declared content type and headers; a bo
 matches the declared schema; a 4xx for invalid input; a 401 without credentials.
 
 Generation is derandomized (a fixed seed, no example database), so CI sees the same cases on
-every run; the number of examples per operation is bounded so both passes together take about
-half a minute on a 2-core box. docs/api-fuzzing.md has the command, what was found and fixed,
-and the numbers; with TORCHYARD_API_FUZZ_REPORT=<path> the test writes the per-operation case
+every run; the number of examples per operation is bounded. The module runs in the PostgreSQL +
+Redis pass only (tests/conftest.py POSTGRES_ONLY_MODULES): about two minutes on a 2-core box.
+docs/api-fuzzing.md has the command, what was found and fixed, and the numbers; with TORCHYARD_API_FUZZ_REPORT=<path> the test writes the per-operation case
 counts and status codes of the run there (docs/api-fuzzing-latest.txt is one).
 
 Path ids are generated integers; most of them are folded onto a small world of rows owned by

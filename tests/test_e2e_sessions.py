@@ -21,16 +21,15 @@ from tests.code_archives import tar_gz
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, make_user, wait_for_status
 from tests.stack import (
     LiveStack,
+    fake_gpu_stack,
     free_port,
     own_broker_url,
-    purge_broker,
     start_logged,
     stop_process,
-    wait_for_hosts,
     wait_healthy,
 )
 from tests.waits import wait_for
-from torchyard.compose.processes import server_argv, worker_argv
+from torchyard.compose.processes import server_argv
 
 pytestmark = pytest.mark.slow
 
@@ -51,22 +50,10 @@ def stack_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def stack(database: str) -> Iterator[LiveStack]:
-    purge_broker(SESSION_BROKER_URL)
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    server = start_logged(server_argv("127.0.0.1", port), stack_env(), LOG_DIR / "server.log")
-    worker = None
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", server, LOG_DIR / "server.log")
-        since = time.monotonic()
-        env = stack_env(TORCHYARD_WORKER_HOST=HOST, TORCHYARD_FAKE_GPUS="0")
-        worker = start_logged(worker_argv(2), env, LOG_DIR / "worker.log")
-        wait_for_hosts((HOST,), since)
-        yield LiveStack(f"http://127.0.0.1:{port}", LOG_DIR, ADMIN_PASSWORD)
-    finally:
-        stop_process(server)
-        if worker is not None:
-            stop_process(worker)
+    with fake_gpu_stack(
+        stack_env(), LOG_DIR, host=HOST, gpus="0", concurrency=2, admin_password=ADMIN_PASSWORD
+    ) as live:
+        yield live
 
 
 def lab_up(client: httpx.Client, run_id: int, timeout: float = 240) -> None:

@@ -7,8 +7,6 @@ measured through the scheduling service on a controlled clock (tests/test_fairsh
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,16 +17,10 @@ from app.gpus.models import WorkerHost
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR, make_user
 from tests.stack import (
     LiveStack,
-    free_port,
+    fake_gpu_stack,
     own_broker_url,
-    purge_broker,
-    start_logged,
-    stop_process,
-    wait_for_hosts,
-    wait_healthy,
 )
 from tests.test_gpu_leases import finished, submit, when
-from torchyard.compose.processes import server_argv, worker_argv
 
 pytestmark = pytest.mark.slow
 
@@ -50,23 +42,12 @@ def env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def live(database: str) -> Iterator[LiveStack]:
-    purge_broker(FAIR_BROKER_URL)
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    server = start_logged(server_argv("127.0.0.1", port), env(), LOG_DIR / "server.log")
-    workers: list[subprocess.Popen[bytes]] = []
-    stack = LiveStack(f"http://127.0.0.1:{port}", LOG_DIR, ADMIN_PASSWORD)
     try:
-        wait_healthy(stack.base_url, server, LOG_DIR / "server.log")
-        since = time.monotonic()
-        worker_env = env(TORCHYARD_WORKER_HOST="fair-a", TORCHYARD_FAKE_GPUS="0,1")
-        workers.append(start_logged(worker_argv(3), worker_env, LOG_DIR / "worker.log"))
-        wait_for_hosts(("fair-a",), since)
-        yield stack
+        with fake_gpu_stack(
+            env(), LOG_DIR, host="fair-a", gpus="0,1", concurrency=3, admin_password=ADMIN_PASSWORD
+        ) as stack:
+            yield stack
     finally:
-        stop_process(server)
-        for worker in workers:
-            stop_process(worker)
         # Not live for the modules after this one (a host heartbeated within their lease TTL
         # would be offered their runs: tests/test_gpu_panel_nodes.py places nodes by name).
         with session_scope() as session:
