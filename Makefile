@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side test-embedded-timed test-services-timed test-services-quick test-embedded-browser lint js-check bench clean
+.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side test-services-slow-second test-embedded-second test-embedded-timed test-services-timed test-services-quick test-embedded-browser lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -234,7 +234,7 @@ test-deps:
 test: test-deps
 	@status=0; \
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks-then-embedded-quick test-services-quick-browser || status=1; \
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-slow-side test-services-slow-side || status=1; \
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-slow-side test-services-slow-second || status=1; \
 	$(MAKE) --no-print-directory test-embedded-timed || status=1; \
 	$(MAKE) --no-print-directory test-services-timed || status=1; \
 	exit $$status
@@ -246,10 +246,25 @@ test-services-timed:
 	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK)) and timed"
 
 test-embedded-slow-side:
-	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and not timed"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and not timed and not second_stream"
 
 test-services-slow-side:
 	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK)) and not timed"
+
+# The other stream of the untimed slow tests: the services pass's, then the embedded modules
+# of tests/phases.py SECOND_STREAM_MODULES, which balance the two streams (the services pass's
+# untimed slow tests are the Slurm pool's alone, about half the embedded pass's).
+test-services-slow-second:
+	@status=0; \
+	$(MAKE) --no-print-directory test-services-slow-side || status=1; \
+	$(MAKE) --no-print-directory test-embedded-second || status=1; \
+	exit $$status
+
+# Beside the embedded slow stream: a uid range and Redis database of their own.
+test-embedded-second: EMBEDDED_JOB_UID_BASE := 500000
+test-embedded-second: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
+test-embedded-second:
+	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and not timed and second_stream"
 
 test-embedded: $(TEST_DEPS)
 	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only"

@@ -320,7 +320,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "timed: a slow test with a tight time bound, run alone (tests/phases.py)"
     )
     config.addinivalue_line(
-        "markers", "second_stream: run beside the browser tests in `make test` (tests/phases.py)"
+        "markers", "second_stream: after the services pass's untimed slow tests (tests/phases.py)"
     )
     config.addinivalue_line(
         "markers",

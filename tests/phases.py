@@ -10,11 +10,10 @@ quality, sweeps, third-party scripts, packaging, environments built with pip) wa
 conditions with minutes of margin: it runs side by side with the other stream, where its
 slowdown costs no failure.
 
-The side-by-side slow tests of the embedded pass would all fall to its quick stream, which
-already runs longest (413 s against 594 s for the services' quick and the browser tests, stop
-35); `SECOND_STREAM_MODULES` (marker `second_stream`) run in the other stream instead, after the
-browser tests in the same pytest process (their live stack shared): chosen as whole modules of
-their own stacks or the shared one, about a third of the embedded side-by-side slow time.
+`make test` runs the untimed slow tests as two streams side by side: the embedded pass's, and
+the services pass's (the Slurm pool's, about half as long); `SECOND_STREAM_MODULES` (marker
+`second_stream`) are embedded modules run in the second stream, after the services pass's, to
+balance the two (their own pytest process, job uid range and Redis database).
 
 Whole modules are classified here (a module's tests share its stack, so one phase starts it
 once; the quick tests of a timed module stay quick); a module of `SIDE_BY_SIDE_MODULES` with
@@ -110,13 +109,16 @@ SIDE_BY_SIDE_MODULES = frozenset(
     }
 )
 
-# Embedded side-by-side slow modules that stop 36's trial ran in the second stream, beside the
-# browser tests, to balance the two streams (the Makefile no longer splits the slow tests:
-# docs/testing.md). Quiet-box times from stop 35's CI.
+# Embedded side-by-side slow modules that run in the other stream of `make test`'s untimed slow
+# phase, after the services pass's (the Slurm pool's tests, about half the embedded pass's
+# untimed slow time in issue 38's CI): chosen to balance the two streams, as whole modules
+# (each starts its own stack or server, so moving one moves its setup with it). Seconds from
+# the CI of 2026-12-07 (loaded box).
 SECOND_STREAM_MODULES = frozenset(
     {
-        "test_e2e_ddp_exit",  # 43 s: 12 DDP runs
-        "test_netns_hosts",  # ~70 s: namespace hosts, a two-node torchrun job (35 s)
-        "test_wheel",  # ~54 s (stop 34): builds the wheel and starts it from a fresh venv
+        "test_e2e_sweeps",  # 182 s: samplers trained to a quality
+        "test_mlflow_source",  # 103 s: a real MLflow server
+        "test_aim_source",  # 58 s: Aim repos written in subprocesses
+        "test_wheel",  # 113 s: builds the wheel and starts it from a fresh venv
     }
 )

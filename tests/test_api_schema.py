@@ -10,8 +10,9 @@ matches the declared schema; a 4xx for invalid input; a 401 without credentials.
 Generation is derandomized (a fixed seed, no example database), so CI sees the same cases on
 every run; the number of examples per operation is bounded. The module runs in the PostgreSQL +
 Redis pass only (tests/conftest.py POSTGRES_ONLY_MODULES): about two minutes on a 2-core box.
-docs/api-fuzzing.md has the command, what was found and fixed, and the numbers; with TORCHYARD_API_FUZZ_REPORT=<path> the test writes the per-operation case
-counts and status codes of the run there (docs/api-fuzzing-latest.txt is one).
+docs/api-fuzzing.md has the command, what was found and fixed, and the numbers; with
+TORCHYARD_API_FUZZ_REPORT=<path> the test writes the per-operation case counts and status codes
+of the run there (docs/api-fuzzing-latest.txt is one).
 
 Path ids are generated integers; most of them are folded onto a small world of rows owned by
 the fuzzing user (an experiment, finished runs with metrics, logs and a checkpoint, a queued
