@@ -64,7 +64,8 @@ class Box:
 
     def step(self) -> None:
         """At `now`: the runs due end, then every queued run asks to start (as a worker's
-        retries would, in submit order), then the clock moves to the next end."""
+        retries would, in submit order) until both GPUs are held (an ask then waits: nothing
+        is free till the clock moves), then the clock moves to the next end."""
         with session_scope() as session:
             for run_id in list(self.running):
                 leases.heartbeat_leases(session, run_id=run_id, now=self.now)
@@ -82,6 +83,8 @@ class Box:
                     )
                     del self.running[run_id]
         for run_id in sorted(set(self.owners) - set(self.running) - self.done()):
+            if len(self.running) == 2:
+                break
             with session_scope() as session:
                 got = try_start(
                     session,

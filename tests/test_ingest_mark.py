@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.waits import wait_for
@@ -16,7 +18,12 @@ from torchyard.runtime.reporter import HELD_PENDING, Reporter
 from worker.ingest_mark import MIN_SHARE, publish, share
 
 BOUND = 64 * 1024
-KEYS = {f"flood/k{i:02d}": 0.123456789 for i in range(20)}  # ~500 bytes a line
+KEYS = {f"flood/k{i:02d}": 0.123456789 for i in range(20)}  # ~550 bytes a line
+# A flooding job's steps where the total is not the point, only that the writer is held far
+# past the bound and the loop waits in log(): the writer takes at most HELD_PENDING + 1 items
+# a drain and log() waits past HELD_PENDING queued, so past 2,002 steps the loop is held.
+# 3,000 (~1.6 MB: 25 times the launcher's bound, 5 times what a held writer may reach).
+FLOOD_STEPS = 3_000
 
 
 def log_steps(reporter: Reporter, steps: int, done: threading.Event) -> threading.Thread:
@@ -36,6 +43,27 @@ def size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
+@contextmanager
+def ingesting(spool: Path, share: int | None = None) -> Iterator[None]:
+    """The worker's stand-in: its mark follows the spool (every 5 ms) until the block ends,
+    close() included: a worker that stopped while the job closed let the writer out only
+    once its mark went stale (fresh_seconds, 30 s of each test)."""
+    stop = threading.Event()
+
+    def follow() -> None:
+        while not stop.is_set():
+            publish(spool, size(spool), share)
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 def test_a_reporter_holds_back_while_the_worker_is_far_behind_and_goes_on_as_it_ingests(
     tmp_path: Path,
 ) -> None:
@@ -44,19 +72,17 @@ def test_a_reporter_holds_back_while_the_worker_is_far_behind_and_goes_on_as_it_
     spool.touch()
     publish(spool, 0)  # a worker that has ingested nothing yet
     done = threading.Event()
-    log_steps(reporter, 20_000, done)  # ~10 MB: far past the bound
+    log_steps(reporter, FLOOD_STEPS, done)  # ~1.6 MB: far past the bound
     wait_for(lambda: size(spool) > BOUND, timeout=30, every=0.01, what="first writes")
     time.sleep(0.5)  # the job keeps logging; the spool must not grow past the bound
     assert size(spool) <= BOUND + 256 * 1024 + 4096
+    assert not done.is_set()  # the training loop waits in log()
     # The worker ingests (its mark follows the spool): the job goes on to the end.
-    deadline = time.monotonic() + 120
-    while not done.is_set() and time.monotonic() < deadline:
-        publish(spool, size(spool))
-        time.sleep(0.01)
-    assert done.is_set()
-    reporter.close()
+    with ingesting(spool):
+        assert done.wait(120)
+        reporter.close()
     steps = [line for line in spool.read_text().splitlines() if line]
-    assert len(steps) == 20_000  # nothing lost, nothing twice
+    assert len(steps) == FLOOD_STEPS  # nothing lost, nothing twice
 
 
 def test_a_stale_mark_or_one_of_another_file_never_holds_a_job_up(tmp_path: Path) -> None:
@@ -190,16 +216,14 @@ def test_a_reporter_holds_back_at_the_workers_share_of_its_bound(tmp_path: Path)
     spool.touch()
     publish(spool, 0, BOUND // 8)  # twelve runs flooding this worker: a small share each
     done = threading.Event()
-    log_steps(reporter, 20_000, done)
+    log_steps(reporter, FLOOD_STEPS, done)
     wait_for(lambda: size(spool) > BOUND // 16, timeout=30, every=0.01, what="first writes")
     time.sleep(0.5)
     # The share, not the launcher's bound (64 KiB): past the share by at most the first chunk,
     # written before the writer first saw the share (a quarter of the launcher's bound).
     assert size(spool) <= BOUND // 8 + BOUND // 4 + 1024
-    deadline = time.monotonic() + 120
-    while not done.is_set() and time.monotonic() < deadline:
-        publish(spool, size(spool), BOUND // 8)
-        time.sleep(0.005)
-    assert done.is_set()
-    reporter.close()
-    assert len(spool.read_text().splitlines()) == 20_000
+    assert not done.is_set()  # the training loop waits in log()
+    with ingesting(spool, BOUND // 8):
+        assert done.wait(120)
+        reporter.close()
+    assert len(spool.read_text().splitlines()) == FLOOD_STEPS
