@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import httpx
 import pytest
@@ -19,6 +20,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize, syn
 
 from tests.conftest import ADMIN_PASSWORD, BASE_DIR
 from tests.stack import CHROMIUM, LiveStack, launch_chromium
+
+if TYPE_CHECKING:  # not exported by playwright.sync_api: add_cookies' parameter type
+    from playwright._impl._api_structures import SetCookieParam
 
 VIEWPORT: ViewportSize = {"width": 1280, "height": 900}
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -114,9 +118,24 @@ def log_in(page: Page, username: str = "admin", password: str = ADMIN_PASSWORD) 
     assert page.locator("#current-user").inner_text().strip() == username
 
 
+@pytest.fixture(scope="package")
+def admin_cookies(browser: Browser, live_stack: LiveStack) -> list[SetCookieParam]:
+    """The admin's session cookies, from one login through the real form (log_in) for the
+    browser tests: each `admin_page` starts with them rather than logging in again (a login
+    page, a post and a redirect: ~1 s a test on a loaded box). The login form itself is
+    tests/browser/test_pages.py's subject; no test logs the admin out."""
+    ctx = browser.new_context(viewport=VIEWPORT, base_url=live_stack.base_url)
+    try:
+        log_in(ctx.new_page())
+        return [cast("SetCookieParam", dict(cookie)) for cookie in ctx.cookies()]
+    finally:
+        ctx.close()
+
+
 @pytest.fixture
-def admin_page(page: Page) -> Page:
-    log_in(page)
+def admin_page(page: Page, admin_cookies: list[SetCookieParam]) -> Page:
+    """A tab of the admin's session (`page` with the admin's cookies), on no page yet."""
+    page.context.add_cookies(admin_cookies)
     return page
 
 

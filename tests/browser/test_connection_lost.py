@@ -5,13 +5,14 @@ re-reads the run (its attempt moved on meanwhile) and is live again. The experim
 runs table and curves poll) and the GPU panel say the same while the server is gone.
 
 A server of its own (tests/own_server.py), killed with SIGKILL and started again on its port;
-the run is made running by hand (no worker: nothing else changes it under the test)."""
+the run is made running by hand (no worker: nothing else changes it under the test). One server
+for the module: each test has a user and a run of its own on it, and the first leaves it started
+again (its subject), as the second needs it."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -31,10 +32,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 LOST = "connection lost — reconnecting…"  # ty.LOST_TEXT (app/static/common.js)
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[OwnServer]:
-    with own_server(tmp_path) as s:
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnServer]:
+    with own_server(tmp_path_factory.mktemp("own-server")) as s:
         yield s
+
+
+@pytest.fixture
+def server(module_server: OwnServer) -> OwnServer:
+    """The module's server, up: started again where a failed test left it killed."""
+    if module_server.proc is None or module_server.proc.poll() is not None:
+        module_server.start()
+    return module_server
 
 
 def _start(server: OwnServer, run_id: int) -> None:

@@ -10,6 +10,7 @@ from PIL import Image as PILImage
 from playwright.sync_api import Page, expect
 
 from app.db import session_scope
+from app.metrics.service import ingest_points
 from app.runs.files.images import Caps, Image, store_images
 from app.runs.query.params import record_config, record_reported
 from tests.factories import make_run
@@ -26,17 +27,28 @@ def png(width: int) -> bytes:
     return out.getvalue()
 
 
-# A run made here has no job: its event stream carries only the pings a quiet stream sends every
-# PING_SECONDS (10 s, app/runs/streams/events.py), and the page asks for its images and params
-# again on the stream's events (app/static/lib/run_stream.js refreshOn), not on a timer of its own.
+# The page asks for its images and params again on the run stream's events
+# (app/static/lib/run_stream.js refreshOn), not on a timer of its own. A run made here has no
+# job: what is added while the page is open comes with a scalar point at its step, as a
+# TensorBoard job's images do (worker/tensorboard_events.py reads both from its event file), and
+# that point's `metrics` event is the one the page acts on. Without it only the pings a quiet
+# stream sends every PING_SECONDS (10 s, app/runs/streams/events.py) would: up to 10 s a wait.
 LIVE_MS = 25_000
 
 
+def log_point(run_id: int, step: int) -> None:
+    """A scalar point at `step`, through the forwarder's ingest path (a stream `metrics` event)."""
+    with session_scope() as session:
+        ingest_points(session, run_id=run_id, points=[("train/loss", step, 1.0, 1e9 + step)])
+
+
 def add_images(run_id: int, tag: str, steps: list[int]) -> None:
-    """An image per step, `step + 6` pixels wide: the width tells which one the page shows."""
+    """An image per step, `step + 6` pixels wide: the width tells which one the page shows; with
+    a scalar point at the last step, as a job's event file has beside them."""
     with session_scope() as session:
         images = [Image(tag, s, 1.0, 0, 0, png(s + 6)) for s in steps]
         store_images(session, run_id=run_id, images=images, caps=CAPS)
+    log_point(run_id, steps[-1])
 
 
 def test_images_show_the_newest_per_tag_and_the_slider_goes_back(admin_page: Page) -> None:
@@ -90,6 +102,7 @@ def test_the_params_table_shows_config_and_reported_params(admin_page: Page) -> 
     )
     with session_scope() as session:  # reported while the page is open
         record_reported(session, run_id=run_id, values={"batch_size": 64})
+    log_point(run_id, 1)  # as the job's next scalar would: the stream's `metrics` event
     expect(admin_page.locator("#params tr[data-key='hparams.batch_size']")).to_contain_text(
         "64", timeout=LIVE_MS
     )

@@ -26,28 +26,36 @@ def test_launch_a_variant_from_a_run_page_with_another_lr(
 ) -> None:
     page = admin_page
     run = launch(api, TINY, "variant-src", params={"weight_decay": 0.001})
-    page.goto(f"/runs/{run['id']}")
-    shown = page.locator("#run-config").text_content() or ""
-    assert '"lr": 0.05' in shown and '"weight_decay": 0.001' in shown and '"seed": 7' in shown
+    new_id = 0
+    try:
+        page.goto(f"/runs/{run['id']}")
+        shown = page.locator("#run-config").text_content() or ""
+        assert '"lr": 0.05' in shown and '"weight_decay": 0.001' in shown and '"seed": 7' in shown
 
-    page.click("#launch-variant")
-    page.wait_for_url(re.compile(rf"/experiments/new\?variant_of={run['id']}$"))
-    lr = page.locator('[name="params.lr"]')
-    expect(lr).to_have_value("0.05")
-    expect(page.locator('[name="params.weight_decay"]')).to_have_value("0.001")
-    lr.fill("0.02")
-    page.click("#create-and-launch")
-    page.wait_for_url(re.compile(r"/runs/\d+$"))
-    new_id = int(page.url.rsplit("/", 1)[1])
-    assert new_id != run["id"]
-    new = api.get(f"/api/runs/{new_id}").json()
-    assert new["experiment_id"] == run["experiment_id"]  # a run of the same experiment
-    assert new["config"]["params"]["lr"] == 0.02
-    assert new["config"]["params"]["weight_decay"] == 0.001  # the run's own override kept
-    assert new["config"]["params"]["epochs"] == 2 and new["seed"] == 7
-    expect(page.locator("#run-config")).to_contain_text('"lr": 0.02')
-    names = [e["name"] for e in api.get("/api/experiments").json()]
-    assert not any(n.startswith("variant-src (copy)") for n in names)
+        page.click("#launch-variant")
+        page.wait_for_url(re.compile(rf"/experiments/new\?variant_of={run['id']}$"))
+        lr = page.locator('[name="params.lr"]')
+        expect(lr).to_have_value("0.05")
+        expect(page.locator('[name="params.weight_decay"]')).to_have_value("0.001")
+        lr.fill("0.02")
+        page.click("#create-and-launch")
+        page.wait_for_url(re.compile(r"/runs/\d+$"))
+        new_id = int(page.url.rsplit("/", 1)[1])
+        assert new_id != run["id"]
+        new = api.get(f"/api/runs/{new_id}").json()
+        assert new["experiment_id"] == run["experiment_id"]  # a run of the same experiment
+        assert new["config"]["params"]["lr"] == 0.02
+        assert new["config"]["params"]["weight_decay"] == 0.001  # the run's own override kept
+        assert new["config"]["params"]["epochs"] == 2 and new["seed"] == 7
+        expect(page.locator("#run-config")).to_contain_text('"lr": 0.02')
+        names = [e["name"] for e in api.get("/api/experiments").json()]
+        assert not any(n.startswith("variant-src (copy)") for n in names)
+    finally:
+        # Neither run's training is this test's subject: both are cancelled, not left to hold
+        # the live stack's two worker slots while the next test's runs wait for them.
+        for run_id in (run["id"], new_id):
+            if run_id:
+                api.post(f"/api/runs/{run_id}/cancel")
 
 
 def test_resume_with_more_epochs_draws_the_parents_curve_first(
