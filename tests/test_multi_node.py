@@ -190,6 +190,7 @@ def test_a_multi_node_job_cannot_reach_another_runs_store_on_its_peers(cluster: 
             python_in(host, _fence_code("remove", peers))
 
 
+@pytest.mark.timed
 def test_a_failing_rank_on_node_1_fails_the_run_on_both_hosts(cluster: Cluster) -> None:
     api = cluster.api
     run_id = submit(api, "mn-fail", TWO_BY_TWO, epochs=50, fail_rank=2, fail_step=4, step_sleep=0.2)
@@ -214,6 +215,7 @@ def test_a_failing_rank_on_node_1_fails_the_run_on_both_hosts(cluster: Cluster) 
     assert cluster.leases(run_id) == []
 
 
+@pytest.mark.timed
 def test_a_cancel_stops_every_process_on_both_hosts_and_frees_every_lease(
     cluster: Cluster,
 ) -> None:
@@ -241,6 +243,7 @@ def test_two_two_node_runs_submitted_at_once_run_one_after_the_other(cluster: Cl
     assert runs[0]["finished_at"] <= runs[1]["started_at"], runs
 
 
+@pytest.mark.timed
 def test_node_1s_worker_killed_and_restarted_re_adopts_its_job_and_the_run_succeeds(
     cluster: Cluster,
 ) -> None:
@@ -306,6 +309,7 @@ def test_a_resumed_two_node_run_goes_on_from_its_checkpoint_on_whichever_hosts(
     assert cluster.leases(second["id"]) == []
 
 
+@pytest.mark.timed
 def test_the_worker_of_node_1_killed_mid_run_fails_the_run_and_leaves_nothing_on_node_0(
     cluster: Cluster,
 ) -> None:
@@ -335,6 +339,7 @@ def test_the_worker_of_node_1_killed_mid_run_fails_the_run_and_leaves_nothing_on
     gone_within(cluster, run_id, 30)  # node 1's too, once its worker is back
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize(
     ("exceed", "resources", "named"),
     [
