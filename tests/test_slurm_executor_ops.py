@@ -107,6 +107,18 @@ def test_a_node_failure_fails_a_run_without_restarts_with_slurms_reasons(
     assert said in (run["error"] or ""), run["error"]
 
 
+@pytest.fixture(scope="module")
+def time_limited(stack: SlurmStack) -> int:
+    """A run of a one-minute time limit, submitted before the tests that use this fixture and
+    checked by the last of them: Slurm ends it TIMEOUT only 60-90 s after it starts (the limit is
+    whole minutes, slurmctld checks it every 30 s), so that minute passes while the tests between
+    run their own jobs beside it (it holds one of the node's two GPUs; theirs ask one or more
+    than the node has). After the node failures above: a failed node would end it NODE_FAIL."""
+    limited = {**ONE_GPU, "time_limit_minutes": 1}
+    return submit(stack.api, "slurm-time-limit", limited, params={"epochs": 500, "step_sleep": 0.2})
+
+
+@pytest.mark.usefixtures("time_limited")
 def test_an_operators_scontrol_requeue_is_refused_and_the_run_goes_on(stack: SlurmStack) -> None:
     """One attempt is one job (`sbatch --no-requeue`): Slurm refuses to requeue it, so it never
     runs twice under one id; the run's retries are torchyard's (the node failure above)."""
@@ -124,6 +136,7 @@ def test_an_operators_scontrol_requeue_is_refused_and_the_run_goes_on(stack: Slu
     assert_every_step_once(api, run_id)
 
 
+@pytest.mark.usefixtures("time_limited")
 def test_a_run_asking_more_gpus_than_any_node_has_fails_with_sbatchs_refusal(
     stack: SlurmStack,
 ) -> None:
@@ -138,21 +151,7 @@ def test_a_run_asking_more_gpus_than_any_node_has_fails_with_sbatchs_refusal(
     assert "worker error" not in error
 
 
-def test_a_run_past_its_time_limit_fails_saying_slurm_time_limit(stack: SlurmStack) -> None:
-    """resources.time_limit_minutes is the job's sbatch --time: Slurm ends it TIMEOUT (its
-    time-limit check runs every 30 s or so, then KillWait), and the run fails saying so."""
-    api = stack.api
-    limited = {**ONE_GPU, "time_limit_minutes": 1}
-    run_id = submit(api, "slurm-time-limit", limited, params={"epochs": 500, "step_sleep": 0.2})
-    job_id = until(api, run_id, lambda r: r["external_id"], "its Slurm job")["external_id"]
-    shown = stack.cluster.run("scontrol", "show", "job", job_id).stdout
-    assert "TimeLimit=00:01:00" in shown, shown
-    run = ended(api, run_id, 240)
-    assert run["status"] == "failed", run
-    assert slurm_state(job_id) == "TIMEOUT"
-    assert "Slurm time limit" in (run["error"] or ""), run["error"]
-
-
+@pytest.mark.usefixtures("time_limited")
 def test_the_cli_submits_to_a_pool_and_ls_names_the_slurm_job(
     stack: SlurmStack, tmp_path: Path
 ) -> None:
@@ -186,3 +185,19 @@ def test_the_cli_submits_to_a_pool_and_ls_names_the_slurm_job(
     listed = json.loads(cli("ls", "--json").stdout)
     assert next(r for r in listed if r["id"] == run_id)["external_id"] == run["external_id"]
     assert f"slurm job {run['external_id']}" in cli("ls", "--limit", "3").stdout
+
+
+def test_a_run_past_its_time_limit_fails_saying_slurm_time_limit(
+    stack: SlurmStack, time_limited: int
+) -> None:
+    """resources.time_limit_minutes is the job's sbatch --time: Slurm ends it TIMEOUT (its
+    time-limit check runs every 30 s or so, then KillWait), and the run fails saying so."""
+    api = stack.api
+    run_id = time_limited
+    job_id = until(api, run_id, lambda r: r["external_id"], "its Slurm job")["external_id"]
+    shown = stack.cluster.run("scontrol", "show", "job", job_id).stdout
+    assert "TimeLimit=00:01:00" in shown, shown
+    run = ended(api, run_id, 240)
+    assert run["status"] == "failed", run
+    assert slurm_state(job_id) == "TIMEOUT"
+    assert "Slurm time limit" in (run["error"] or ""), run["error"]

@@ -1,6 +1,7 @@
 """A Slurm job that ends and is forgotten by Slurm while no worker runs (issue 40): no
 accounting (the test cluster has no slurmdbd: sacct knows nothing) and `MinJobAge` passed (a
-cluster of its own with MinJobAge=2: slurmctld purges ended jobs about every minute), so
+cluster of its own with MinJobAge=2: slurmctld purges ended jobs every 10 s, its shortest
+purge interval under a MinJobAge below a minute; seconds after the job ends), so
 neither squeue nor sacct knows the job when the next worker starts. Its end is the batch
 step's record in the attempt's folder (worker.slurm.track.recorded_end): the run succeeds, or
 fails with its failing rank's exception, its spool drained: every step once. Without Slurm the
