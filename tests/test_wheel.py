@@ -45,7 +45,10 @@ def _run(argv: Sequence[str | Path], cwd: Path, timeout: float = 600) -> str:
 # most of its install), so that the machine's pip configuration (a local wheel, find-links)
 # applies; then the wheel and its server extra with uv, which reads no pip configuration and
 # finds torch installed (pip took 173 s for that step on the loaded box, uv 6 s, the same
-# versions of every package). Python compiles what the server imports when it first imports it.
+# versions of every package). uv compiles their bytecode at install (+28 s): where
+# PYTHONDONTWRITEBYTECODE is set (the CI box), no import writes it, and each of `torchyard up`'s
+# processes compiled fastapi, SQLAlchemy, Celery, ... from source at every start (`import
+# app.main` 62 s against 4 s compiled, on the loaded box): up did not answer within 120 s.
 UV = Path(sys.executable).parent / "uv"
 
 
@@ -78,10 +81,16 @@ def server_up(
     its children's) goes to a file: a pipe nobody reads would block them once full."""
     python = fresh_venv(tmp_path / "venv")
     _run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"], cwd=tmp_path)
-    _run(
-        [UV, "pip", "install", "-q", "--python", python, f"{used_clone_wheel}[server]"],
-        cwd=tmp_path,
-    )
+    uv_install: list[str | Path] = [
+        UV,
+        "pip",
+        "install",
+        "-q",
+        "--compile-bytecode",
+        "--python",
+        python,
+    ]
+    _run([*uv_install, f"{used_clone_wheel}[server]"], cwd=tmp_path)
     have = installed(python, tmp_path)
     assert {"fastapi", "celery", "torch"} <= have and not have & TEST_TOOLS, have & TEST_TOOLS
 
