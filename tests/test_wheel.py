@@ -46,9 +46,9 @@ def _run(argv: Sequence[str | Path], cwd: Path, timeout: float = 600) -> str:
 # applies; then the wheel and its server extra with uv, which reads no pip configuration and
 # finds torch installed (pip took 173 s for that step on the loaded box, uv 6 s, the same
 # versions of every package). uv compiles their bytecode at install (+28 s): where
-# PYTHONDONTWRITEBYTECODE is set (the CI box), no import writes it, and each of `torchyard up`'s
-# processes compiled fastapi, SQLAlchemy, Celery, ... from source at every start (`import
-# app.main` 62 s against 4 s compiled, on the loaded box): up did not answer within 120 s.
+# PYTHONDONTWRITEBYTECODE is set (this box sets it), no import writes it, and each of
+# `torchyard up`'s processes compiled fastapi, SQLAlchemy, Celery, ... from source at every
+# start (`import app.main` 62 s against 4 s compiled, loaded box): up did not answer in 120 s.
 UV = Path(sys.executable).parent / "uv"
 
 
