@@ -41,8 +41,15 @@ def _run(argv: Sequence[str | Path], cwd: Path, timeout: float = 600) -> str:
     return done.stdout
 
 
-# pip install --no-compile: byte-compiling torch's files at install time was most of a slow
-# install here; Python compiles what the server imports when it first imports it.
+# As the Makefile installs: CPU torch with pip (--no-compile: byte-compiling torch's files was
+# most of its install), so that the machine's pip configuration (a local wheel, find-links)
+# applies; then the wheel and its server extra with uv, which reads no pip configuration and
+# finds torch installed (pip took 173 s for that step on the loaded box, uv 6 s, the same
+# versions of every package). uv compiles their bytecode at install (+28 s): where
+# PYTHONDONTWRITEBYTECODE is set (this box sets it), no import writes it, and each of
+# `torchyard up`'s processes compiled fastapi, SQLAlchemy, Celery, ... from source at every
+# start (`import app.main` 62 s against 4 s compiled, loaded box): up did not answer in 120 s.
+UV = Path(sys.executable).parent / "uv"
 
 
 def fresh_venv(path: Path) -> Path:
@@ -68,16 +75,22 @@ def installed(python: Path, cwd: Path) -> set[str]:
 def server_up(
     used_clone_wheel: Path, tmp_path: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
-    """CPU torch first, then the wheel with its server extra; `torchyard up` started from a
-    directory outside the checkout, with nothing of the checkout on its path, in a folder
-    whose own app/ and worker.py must not stand in for torchyard's. Its output (and
+    """CPU torch first (pip), then the wheel with its server extra (uv); `torchyard up`
+    started from a directory outside the checkout, with nothing of the checkout on its path, in
+    a folder whose own app/ and worker.py must not stand in for torchyard's. Its output (and
     its children's) goes to a file: a pipe nobody reads would block them once full."""
     python = fresh_venv(tmp_path / "venv")
     _run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"], cwd=tmp_path)
-    _run(
-        [python, "-m", "pip", "install", "-q", "--no-compile", f"{used_clone_wheel}[server]"],
-        cwd=tmp_path,
-    )
+    uv_install: list[str | Path] = [
+        UV,
+        "pip",
+        "install",
+        "-q",
+        "--compile-bytecode",
+        "--python",
+        python,
+    ]
+    _run([*uv_install, f"{used_clone_wheel}[server]"], cwd=tmp_path)
     have = installed(python, tmp_path)
     assert {"fastapi", "celery", "torch"} <= have and not have & TEST_TOOLS, have & TEST_TOOLS
 
