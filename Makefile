@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side test-services-slow-second test-embedded-second test-embedded-timed test-services-timed test-services-quick test-embedded-browser lint js-check bench clean
+.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services checks-then-embedded-quick test-embedded-quick test-services-quick-browser test-embedded-slow-side test-services-slow-side test-services-slow-second test-embedded-second test-embedded-timed test-services-timed test-services-quick test-embedded-browser test-embedded-browser-first lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -277,6 +277,7 @@ checks-then-embedded-quick:
 	@status=0; \
 	$(MAKE) --no-print-directory lint js-check || status=1; \
 	$(MAKE) --no-print-directory test-embedded-quick || status=1; \
+	$(MAKE) --no-print-directory test-embedded-browser-first || status=1; \
 	exit $$status
 
 test-embedded-quick:
@@ -296,7 +297,12 @@ test-services-quick:
 test-embedded-browser: EMBEDDED_JOB_UID_BASE := 500000
 test-embedded-browser: EMBEDDED_TEST_REDIS_URL := redis://127.0.0.1:6379/5
 test-embedded-browser:
-	$(EMBEDDED_PYTEST) -m "not postgres_only and browser"
+	$(EMBEDDED_PYTEST) -m "not postgres_only and browser and not browser_first"
+
+# The first stream's browser tests (tests/phases.py FIRST_STREAM_BROWSER_MODULES), after its
+# embedded quick tests: the two streams' quick phase balanced.
+test-embedded-browser-first:
+	$(EMBEDDED_PYTEST) -m "not postgres_only and browser and browser_first"
 
 bench: install-test browser
 	$(PY) bench/log_overhead.py

@@ -26,7 +26,7 @@ from sqlalchemy import Engine, bindparam
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.databases import rolled_back, savepoint_engine
-from tests.phases import SECOND_STREAM_MODULES, TIMED_MODULES
+from tests.phases import FIRST_STREAM_BROWSER_MODULES, SECOND_STREAM_MODULES, TIMED_MODULES
 from tests.stack import LiveStack, running_stack
 from tests.waits import wait_for
 
@@ -320,6 +320,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "timed: a slow test with a tight time bound, run alone (tests/phases.py)"
     )
     config.addinivalue_line(
+        "markers", "browser_first: a browser test of the first quick stream (tests/phases.py)"
+    )
+    config.addinivalue_line(
         "markers", "second_stream: after the services pass's untimed slow tests (tests/phases.py)"
     )
     config.addinivalue_line(
@@ -352,6 +355,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timed)
         if key in SECOND_STREAM_MODULES:
             item.add_marker(pytest.mark.second_stream)
+        if key.startswith("browser.") and key[len("browser.") :] in FIRST_STREAM_BROWSER_MODULES:
+            item.add_marker(pytest.mark.browser_first)
 
 
 def _reset_postgres(url: str) -> None:

@@ -6,7 +6,7 @@ to one pass must not fall out of both).
 Collects the whole suite twice, once in each pass's environment (the Makefile's
 EMBEDDED_PYTEST and SERVICES_PYTEST: the services one parametrizes some tests over both
 databases), with this module as a plugin that writes each test's markers; then selects what
-each of `make test`'s eight runs selects (PASSES: their `-m` expressions, which
+each of `make test`'s nine runs selects (PASSES: their `-m` expressions, which
 tests/test_local_only.py keeps equal to the Makefile's) and prints, for every module with slow
 tests, which runs take its slow tests. Exits 1 naming every test that no run selects.
 Collection only: nothing runs, but the services collection resets the PostgreSQL database it
@@ -37,7 +37,8 @@ SERVICES_SLOW = f"not local_only and not ({QUICK})"
 PASSES: dict[str, tuple[str, str]] = {
     "embedded quick": ("embedded", f"not postgres_only and {QUICK}"),
     "services quick": ("services", f"not local_only and {QUICK}"),
-    "browser": ("embedded", "not postgres_only and browser"),
+    "browser": ("embedded", "not postgres_only and browser and not browser_first"),
+    "browser first": ("embedded", "not postgres_only and browser and browser_first"),
     "embedded slow": ("embedded", f"{EMBEDDED_SLOW} and not timed and not second_stream"),
     "embedded second": ("embedded", f"{EMBEDDED_SLOW} and not timed and second_stream"),
     "services slow": ("services", f"{SERVICES_SLOW} and not timed"),

@@ -127,3 +127,20 @@ SECOND_STREAM_MODULES = frozenset(
         "test_multi_node",  # ~245 s of its 483: its untimed tests (the timed ones run alone)
     }
 )
+
+# Browser modules that run in the first quick stream, after the embedded quick tests, rather
+# than in the second, after the services quick tests: with test_api_schema in the services
+# pass only, the first stream (lint, mypy, the embedded quick tests: ~670 s) finished ~230 s
+# before the second (services quick 491 s, browser 408 s) in stop 49's CI. About 180 s of
+# browser time (that CI's figures); each stream's browser run has a live stack of its own.
+FIRST_STREAM_BROWSER_MODULES = frozenset(
+    {
+        "test_sweep_page",  # 45 s
+        "test_page_widths",  # 31 s
+        "test_run_lifecycle",  # 28 s
+        "test_connection_lost",  # 22 s: a server of its own
+        "test_variant_resume",  # 21 s
+        "test_page_security",  # 18 s
+        "test_screenshots",  # 16 s
+    }
+)

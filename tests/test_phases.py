@@ -7,7 +7,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.phases import SECOND_STREAM_MODULES, SIDE_BY_SIDE_MODULES, TIMED_MODULES
+from tests.phases import (
+    FIRST_STREAM_BROWSER_MODULES,
+    SECOND_STREAM_MODULES,
+    SIDE_BY_SIDE_MODULES,
+    TIMED_MODULES,
+)
 
 TESTS = Path(__file__).resolve().parent
 SLOW = re.compile(r"pytest\.mark\.slow\b")
@@ -46,3 +51,9 @@ def test_the_second_streams_modules_run_side_by_side() -> None:
     assert SECOND_STREAM_MODULES <= SIDE_BY_SIDE_MODULES, sorted(
         SECOND_STREAM_MODULES - SIDE_BY_SIDE_MODULES
     )
+
+
+def test_the_first_streams_browser_modules_are_browser_modules() -> None:
+    """A misspelt name would leave its module in the second stream, unbalancing the two."""
+    browser = {p.stem for p in (TESTS / "browser").glob("test_*.py")}
+    assert FIRST_STREAM_BROWSER_MODULES <= browser, sorted(FIRST_STREAM_BROWSER_MODULES - browser)
