@@ -182,15 +182,19 @@ js-check: node_modules/.installed
 # The passes share nothing, so they may run at once: the embedded pass uses no PostgreSQL (the
 # services pass restarts it), its own Redis database for the two-host tests, its own range of
 # job uids, and each test process its own data dir (whose digest names its jobs' cgroups).
-# `make test` (CI) runs two streams side by side: the embedded pass's quick tests (neither
-# `slow` nor `browser`: in-process, one core each), and the services pass's quick tests then
-# the embedded pass's browser tests (Chromium against a live stack of their own; their jobs get
-# a uid range and Redis database of their own). Then each pass's slow tests without tight time
-# bounds (not `timed`, tests/phases.py), the two passes side by side; then the timed ones, one
-# pass after the other, alone on the box. Stop 36 ran the untimed slow tests beside the quick
-# streams: the box stayed 1.93 of 2 cores busy there, so they only took longer (the services
-# stream's part grew from 284 s to 1,105 s). The slow passes alone keep 1.0-1.3 cores busy
-# (issue 38's CI): the two side by side fill the box instead (docs/testing.md).
+# `make test` (CI) runs three phases, each two streams side by side (tests/phases.py says
+# which module runs where):
+# 1. quick: lint, mypy, the JS checks, the embedded pass's quick tests (neither `slow` nor
+#    `browser`: in-process, one core each), then the browser modules of
+#    FIRST_STREAM_BROWSER_MODULES ‖ the services pass's quick tests, then the other browser
+#    modules (Chromium against a live stack of their own; their jobs get a uid range and Redis
+#    database of their own);
+# 2. the slow tests without tight time bounds (not `timed`): the embedded pass's ‖ the
+#    services pass's (the Slurm pool's), then the embedded SECOND_STREAM_MODULES;
+# 3. the timed tests, one pass after the other, alone on the box: their bounds failed beside
+#    other work (stop 35; six failed at load 17-24 in stop 49's loaded CI).
+# Stop 36 ran the untimed slow tests beside the quick streams: the box stayed 1.93 of 2 cores
+# busy there, so they only took longer (docs/testing.md).
 # Issue 26: CI under 40 minutes on 2 cores.
 TEST_DEPS := install-test browser compose sandbox slurm mlflow-server aim-venv service-venv
 QUICK := not slow and not browser
