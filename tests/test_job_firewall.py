@@ -300,3 +300,34 @@ def test_a_starting_worker_sweeps_the_chains_no_process_uses(namespace: str) -> 
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_a_fence_whose_source_ports_another_fence_holds_is_refused(namespace: str) -> None:
+    """The CI's run 55 reached another run's store on its peer: that run's id, 99,999, is 55
+    modulo the source port slots, so both runs' connections left from one range and the
+    store's host let the stranger's through. A fence whose range another fence of the host
+    holds is refused, naming that uid; another range goes in beside it."""
+    slots = job_firewall.SOURCE_PORT_SLOTS
+    held = fence(source=job_firewall.source_ports(55))
+    done = _netns(namespace, "-f", "-", input=job_firewall.rules(held))
+    assert done.returncode == 0, done.stderr
+    attempt = f"""
+from worker import job_firewall
+from worker.job_firewall import Fence
+for uid, run in (({UID + 1}, {55 + slots}), ({UID + 2}, 56)):
+    wanted = Fence(uid=uid, peers=("10.0.0.11",), port=41000, ephemeral=(32768, 60999),
+        source=job_firewall.source_ports(run))
+    try:
+        with job_firewall.fence({namespace!r}, wanted):
+            print(uid, "fenced", job_firewall.source_ranges({namespace!r})[uid])
+    except job_firewall.FirewallError as exc:
+        print(uid, "refused:", exc)
+"""
+    done = _netns(sys.executable, "-c", attempt, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr
+    refused, fenced = done.stdout.strip().splitlines()
+    assert refused.startswith(f"{UID + 1} refused: this run's source ports"), refused
+    assert f"multi-node run of uid {UID}," in refused and f"modulo {slots}" in refused
+    assert fenced == f"{UID + 2} fenced {job_firewall.source_ports(56)}", fenced
+    listed = _netns(namespace, "list", "ruleset").stdout
+    assert f"chain run_{UID + 1} " not in listed  # the refused one left nothing

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.conftest import DATABASE_URL
@@ -40,6 +41,7 @@ from tests.netns_hosts import python_in
 from tests.stack import stop_process
 from tests.waits import wait_for
 from torchyard.contract import RunPaths
+from worker import job_firewall
 
 pytestmark = pytest.mark.slow
 
@@ -121,21 +123,30 @@ def test_a_multi_node_job_reaches_its_peers_and_none_of_the_hosts_services(
     )
 
 
-# Another multi-node run on the same hosts: its uid (far from this module's run ids), its
-# store's port in the ephemeral range, where a run's stores and ranks listen.
-OTHER_RUN = 99_999
+# Another multi-node run on the same hosts: its store's port in the ephemeral range, where a
+# run's stores and ranks listen.
 OTHER_STORE_PORT = 40_117
 
 
-def _fence_code(action: str, peers: tuple[str, ...]) -> str:
+def other_run(api: httpx.Client) -> int:
+    """Another run's id: its uid far from this module's runs, and its source ports not those
+    of the next runs (ids equal modulo SOURCE_PORT_SLOTS share them, and their fences refuse
+    to start side by side: test_job_firewall). The CI's second stream had made that run 55,
+    of 99,999's slot."""
+    newest = max((r["id"] for r in api.get("/api/runs").json()["runs"]), default=0)
+    slots = job_firewall.SOURCE_PORT_SLOTS
+    return 99_999 - 99_999 % slots + (newest + slots // 2) % slots
+
+
+def _fence_code(action: str, peers: tuple[str, ...], other: int) -> str:
     """The other run's rules on a host, installed or removed as its own worker would."""
     return f"""
 from app.settings import get_settings
 from worker import job_firewall, sandbox
 settings = get_settings()
-uid = sandbox.run_uid({OTHER_RUN}, settings.job_uid_base, settings.job_uid_count)
+uid = sandbox.run_uid({other}, settings.job_uid_base, settings.job_uid_count)
 fence = job_firewall.Fence(uid=uid, peers={peers!r}, port={OTHER_STORE_PORT},
-    ephemeral=job_firewall.ephemeral_ports(), source=job_firewall.source_ports({OTHER_RUN}))
+    ephemeral=job_firewall.ephemeral_ports(), source=job_firewall.source_ports({other}))
 if {action!r} == "install":
     job_firewall.install("nft", fence)
 else:
@@ -152,8 +163,9 @@ def test_a_multi_node_job_cannot_reach_another_runs_store_on_its_peers(cluster: 
     either host, is refused it, and this run's DDP across the hosts still trains."""
     a, b = cluster.hosts.hosts
     peers = (a.address, b.address)
-    uid = int(python_in(a, _fence_code("install", peers)))
-    python_in(b, _fence_code("install", peers))
+    other = other_run(cluster.api)
+    uid = int(python_in(a, _fence_code("install", peers, other)))
+    python_in(b, _fence_code("install", peers, other))
     target = f"{b.address}:{OTHER_STORE_PORT}"
     as_other = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
     listener = cluster.hosts.start(
@@ -187,7 +199,7 @@ def test_a_multi_node_job_cannot_reach_another_runs_store_on_its_peers(cluster: 
     finally:
         stop_process(listener, timeout=10)
         for host in (a, b):
-            python_in(host, _fence_code("remove", peers))
+            python_in(host, _fence_code("remove", peers, other))
 
 
 @pytest.mark.timed

@@ -41,6 +41,7 @@ jobs share the host's network anyway.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import logging
@@ -78,6 +79,9 @@ PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # still in use keeps its rules (safe: they only restrict it) until the next worker start.
 GONE_SECONDS = 5.0
 NFT_TIMEOUT_SECONDS = 30
+# Held while a fence checks the host's source ranges and installs its own (the two steps of
+# two workers, or two slots of one, must not interleave).
+LOCK_FILE = Path("/run/torchyard-firewall.lock")
 
 
 class FirewallError(RuntimeError):
@@ -282,6 +286,53 @@ def install(nft: str, fence: Fence) -> None:
     _nft(nft, "-f", "-", script=rules(fence))
 
 
+def source_ranges(nft: str) -> dict[int, tuple[int, int]]:
+    """Each fenced uid's source port range towards its peers, as its NAT chain masquerades
+    its connections (none: no table yet)."""
+    try:
+        listed = json.loads(_nft(nft, "-j", "list", "table", *NAT_TABLE.split()) or "{}")
+    except FirewallError:
+        return {}
+    found: dict[int, tuple[int, int]] = {}
+    for item in listed.get("nftables", []):
+        rule = item.get("rule") or {}
+        name = str(rule.get("chain", ""))
+        if not (name.startswith("run_") and name[4:].isdigit()):
+            continue
+        for expr in rule.get("expr", []):
+            ports = (expr.get("masquerade") or {}).get("port") or {}
+            if isinstance(ports.get("range"), list) and len(ports["range"]) == 2:
+                found[int(name[4:])] = (int(ports["range"][0]), int(ports["range"][1]))
+    return found
+
+
+def clash(nft: str, wanted: Fence) -> str | None:
+    """Why `wanted` may not go in beside the host's other fences (None: it may). Two runs with
+    one source range would pass each other's listeners' replies (rule 0): a run's id picks its
+    range, so run ids equal modulo SOURCE_PORT_SLOTS share one, and the second is refused."""
+    others = sorted(
+        uid
+        for uid, ports in source_ranges(nft).items()
+        if ports == wanted.source and uid != wanted.uid
+    )
+    if not others:
+        return None
+    low, high = wanted.source
+    return (
+        f"this run's source ports towards its peers ({low}-{high}) are those of the "
+        f"multi-node run of uid {others[0]}, fenced on this host (run ids equal modulo "
+        f"{SOURCE_PORT_SLOTS}): their connections could not be told apart, so this one may "
+        "not start beside it; start it again once that run has ended"
+    )
+
+
+@contextmanager
+def _host_lock(path: Path = LOCK_FILE) -> Iterator[None]:
+    with path.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
 def fenced_uids(nft: str, table: str = TABLE) -> set[int]:
     """The uids that have a chain in torchyard's table (none: no table yet)."""
     try:
@@ -324,8 +375,12 @@ def sweep(nft: str, base: int, count: int) -> list[int]:
 @contextmanager
 def fence(nft: str, wanted: Fence) -> Iterator[None]:
     """The uid's rules from here to the block's end (the job's end); they come out once no
-    process of the uid is left, else stay (they only restrict it) until the next sweep."""
-    install(nft, wanted)
+    process of the uid is left, else stay (they only restrict it) until the next sweep.
+    A run whose source ports another fence of this host holds is refused (`clash`)."""
+    with _host_lock():
+        if (why := clash(nft, wanted)) is not None:
+            raise FirewallError(why)
+        install(nft, wanted)
     try:
         yield
     finally:

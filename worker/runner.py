@@ -42,7 +42,7 @@ from worker.db_retry import with_db
 from worker.executor import NotRun
 from worker.gpus import Inventory, detect, gpu_stats
 from worker.heartbeat import Watched
-from worker.job_firewall import fence, nft_path
+from worker.job_firewall import FirewallError, fence, nft_path
 from worker.job_network import Plan
 from worker.job_policy import (
     job_isolation,
@@ -232,10 +232,13 @@ def _execute_claimed(
             return not_met(watched, role, met)
         node = met
         # The host's network, fenced by rules of the run's uid (worker.job_firewall), until
-        # the job has ended; nft failing fails the node.
+        # the job has ended; nft failing, or a clash with another run's fence, fails the run.
         rules = multi_node_fence(run_id, node.peers, node.master_port)
         if rules is not None:
-            held.enter_context(fence(nft_path() or "nft", rules))
+            try:
+                held.enter_context(fence(nft_path() or "nft", rules))
+            except FirewallError as exc:
+                return node_run.refuse(watched, role, str(exc))
     launch = build_launch(
         LaunchSpec(
             run_id=run_id,
