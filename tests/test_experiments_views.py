@@ -14,6 +14,7 @@ import re
 from app.db import session_scope
 from app.runs.models import Run
 from tests.conftest import make_user
+from tests.page_modules import assert_modules_preloaded
 from tests.test_pages import login, new_experiment, row_ids
 
 
@@ -91,12 +92,10 @@ def test_every_module_of_the_page_is_preloaded(client) -> None:
     exp = new_experiment(client, headers)
     _add_runs(exp["id"], _me(client, headers), 1)
     page = client.get(f"/experiments/{exp['id']}").text
-    preloaded = set(re.findall(r'<link rel="modulepreload" href="([^"]+)">', page))
     # the deepest of the import chains, and a module every entry's chain reaches
-    for url in ("/static/experiment_runs.js", "/static/lib/groups.js", "/static/lib/api.js"):
-        assert url in preloaded, url
-    for src in re.findall(r'<script type="module" src="([^"]+)"', page):
-        assert src in preloaded or src == "/static/common.js", src
+    assert_modules_preloaded(
+        page, ("/static/experiment_runs.js", "/static/lib/groups.js", "/static/lib/api.js")
+    )
 
 
 def test_the_page_holds_the_names_of_every_key_and_the_summaries_of_its_first_columns_only(

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 from fastapi.testclient import TestClient
 
 from tests.conftest import make_user
+from tests.page_modules import assert_modules_preloaded
 
 
 def logged_in(app) -> tuple[TestClient, dict[str, str]]:
@@ -98,9 +97,7 @@ def test_every_module_of_the_run_page_is_preloaded(app) -> None:
     43: most of the first view's 1.38 s): the page names each for preloading at once."""
     client, headers = logged_in(app)
     page = client.get(f"/runs/{new_run(client, headers)['id']}").text
-    preloaded = set(re.findall(r'<link rel="modulepreload" href="([^"]+)">', page))
     # the deepest of the import chains, and the history's early download
-    for url in ("/static/run/charts.js", "/static/lib/join.js", "/static/run/prefetch.js"):
-        assert url in preloaded, url
-    for src in re.findall(r'<script type="module"[^>]* src="([^"]+)"', page):
-        assert src in preloaded or src == "/static/common.js", src
+    assert_modules_preloaded(
+        page, ("/static/run/charts.js", "/static/lib/join.js", "/static/run/prefetch.js")
+    )
