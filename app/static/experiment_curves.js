@@ -11,6 +11,7 @@ import {metricKeys} from "./lib/first_page.js";
 import {compareKeys} from "./lib/format.js";
 import {keysPicker} from "./chart_keys_picker.js";
 import {overlay} from "./overlay.js";
+import {embeddedRuns, firstList, runsQuery} from "./experiment_prefetch.js";
 import {experimentStream, onNews} from "./lib/page_stream.js";
 import {register} from "./lib/page_state.js";
 import {api} from "./lib/urls.js";
@@ -19,8 +20,8 @@ import {api} from "./lib/urls.js";
   if (!section) return;
   // The page holds the newest EMBEDDED runs (app/experiments/views.py CURVE_RUNS); with that
   // many there may be more, and the curves overlay up to MAX_RUNS, listed at once (issue 43:
-  // 1,000 runs on one chart) while the page's HTML stays small for a 100,000-run experiment.
-  const EMBEDDED = 200, MAX_RUNS = 1000;
+  // 1,000 runs on one chart) while the page's HTML stays small for a 100,000-run experiment
+  // (the constants and the first listing: experiment_prefetch.js).
   const experimentId = /** @type {string} */ (section.dataset.experimentId);
   const charts = /** @type {HTMLElement} */ (document.getElementById("experiment-charts"));
   const status = /** @type {HTMLElement} */ (document.getElementById("experiment-curves-status"));
@@ -33,15 +34,9 @@ import {api} from "./lib/urls.js";
     emit(document, RUNS_LINK, {lostSince});
     markStale([document.getElementById("experiment-curves-legend")], lostSince);
   };
-  // Each listed run carries the held keys' summaries (the table's and the parallel
-  // coordinates' first) and its first LIST_KEYS keys' (a key a run began logging gets its
-  // chart), not the API's default 50: 100 runs logging 1,000 keys each made that 624 KB (issue
-  // 43). Where the runs log more keys than the page names, none of those: the pickers search.
-  const LIST_KEYS = 8;
-  const listRuns = async (markDown) => {
-    const first = metricKeys(document)?.more ? 0 : LIST_KEYS;
-    const r = await call("GET", api.runs({experiment_id: experimentId, limit: MAX_RUNS, sort: "-id",
-                                          summary_first: first, summary_keys: metricKeys(document)?.held}));
+  // The newest MAX_RUNS (experiment_prefetch.js runsQuery); `asked`: an answer on its way.
+  const listRuns = async (markDown, asked = call("GET", api.runs(runsQuery(experimentId, metricKeys(document))))) => {
+    const r = await asked;
     const down = !r.ok && serverDown(r);
     if (down && lostSince === null) { lostSince = new Date(); linkChanged(); }
     if (!down && lostSince !== null) { lostSince = null; linkChanged(); }
@@ -50,20 +45,15 @@ import {api} from "./lib/urls.js";
     return r.body.runs;
   };
 
-  // The page holds the first list (app/experiments/views.py); later refreshes ask the API.
-  const embedded = () => {
-    const el = document.getElementById("experiment-curves-runs");
-    try { return el ? JSON.parse(el.textContent) : null; } catch (_) { return null; }
-  };
-
   // The first charts' series are asked for now, as this module runs (the first of the page's
   // deferred scripts: before the runs table is built and DOMContentLoaded), not when the
   // overlay mounts: the page holds the runs. The overlay takes these answers by URL. Only for
   // the charts about to be shown: the page opened at its curves (those in view and just below,
   // the first in key order), or few enough keys that all are drawn at once.
   const EARLY_CHARTS = 12;
-  const embeddedRuns = embedded();
-  const listed = embeddedRuns && embeddedRuns.length >= EMBEDDED ? listRuns() : null;
+  // The page holds the first list (app/experiments/views.py), or the first MAX_RUNS are on
+  // their way since experiment_prefetch.js ran; later refreshes ask the API.
+  const listed = firstList ? listRuns(undefined, firstList) : null;
   const held = listed ? null : embeddedRuns;
   // Their keys: the page says which they logged (it holds only a few keys' summaries).
   const heldKeys = embeddedRuns && (metricKeys(document)?.all

@@ -24,6 +24,12 @@ STATE = """(sel) => {
             dimmed: Number(el.dataset.dimmed || 0)};
 }"""
 
+# The page's requests for its runs list of up to 1,000 (Resource Timing).
+LISTS = """() => performance.getEntriesByType("resource").filter((e) => {
+    const url = new URL(e.name);
+    return url.pathname === "/api/runs" && url.searchParams.get("limit") === "1000";
+}).length"""
+
 
 def points(i: int) -> dict[str, list[tuple[int, float]]]:
     """Run 0 far above the others (100), the rest packed between 0 and 1."""
@@ -64,6 +70,9 @@ def test_a_thousand_runs_hovered_run_highlighted_others_dimmed_and_grouped(
     page.goto(f"/experiments/{exp_id}#experiment-curves")
     wait_traces(page, CHART, RUNS)
     assert page.evaluate(STATE, CHART)["focused"] is None
+    # The 1,000 runs were listed once: by experiment_prefetch.js as the page loaded, the
+    # answer taken by the curves (and not asked again when they mounted).
+    assert page.evaluate(LISTS) == 1
 
     # The cursor on the top curve: run 0's, the 999 others dimmed.
     page.locator(CHART).scroll_into_view_if_needed()
