@@ -192,7 +192,8 @@ js-check: node_modules/.installed
 # 2. the slow tests without tight time bounds (not `timed`): the embedded pass's ‖ the
 #    services pass's (the Slurm pool's), then the embedded SECOND_STREAM_MODULES;
 # 3. the timed tests, one pass after the other, alone on the box: their bounds failed beside
-#    other work (stop 35; six failed at load 17-24 in stop 49's loaded CI).
+#    other work (stop 35; six failed at load 17-24 in stop 49's loaded CI; side by side on a
+#    quiet box, 5 of 77 failed on their bounds: docs/testing.md, stop 50).
 # Stop 36 ran the untimed slow tests beside the quick streams: the box stayed 1.93 of 2 cores
 # busy there, so they only took longer (docs/testing.md).
 # Issue 26: CI under 40 minutes on 2 cores.
