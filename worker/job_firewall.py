@@ -53,6 +53,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
@@ -79,8 +80,7 @@ PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # still in use keeps its rules (safe: they only restrict it) until the next worker start.
 GONE_SECONDS = 5.0
 NFT_TIMEOUT_SECONDS = 30
-# Held while a fence checks the host's source ranges and installs its own (the two steps of
-# two workers, or two slots of one, must not interleave).
+# Held while a fence checks the host's source ranges and installs its own (`fence`).
 LOCK_FILE = Path("/run/torchyard-firewall.lock")
 
 
@@ -289,21 +289,30 @@ def install(nft: str, fence: Fence) -> None:
 def source_ranges(nft: str) -> dict[int, tuple[int, int]]:
     """Each fenced uid's source port range towards its peers, as its NAT chain masquerades
     its connections (none: no table yet)."""
-    try:
-        listed = json.loads(_nft(nft, "-j", "list", "table", *NAT_TABLE.split()) or "{}")
-    except FirewallError:
-        return {}
     found: dict[int, tuple[int, int]] = {}
-    for item in listed.get("nftables", []):
+    for item in _listed(nft, NAT_TABLE):
         rule = item.get("rule") or {}
-        name = str(rule.get("chain", ""))
-        if not (name.startswith("run_") and name[4:].isdigit()):
+        if (uid := _run_uid(str(rule.get("chain", "")))) is None:
             continue
         for expr in rule.get("expr", []):
             ports = (expr.get("masquerade") or {}).get("port") or {}
             if isinstance(ports.get("range"), list) and len(ports["range"]) == 2:
-                found[int(name[4:])] = (int(ports["range"][0]), int(ports["range"][1]))
+                found[uid] = (int(ports["range"][0]), int(ports["range"][1]))
     return found
+
+
+def _listed(nft: str, table: str) -> list[dict[str, Any]]:
+    """The table's items as `nft -j` lists them (none: no table yet)."""
+    try:
+        listed = json.loads(_nft(nft, "-j", "list", "table", *table.split()) or "{}")
+    except FirewallError:
+        return []
+    return list(listed.get("nftables", []))
+
+
+def _run_uid(chain_name: str) -> int | None:  # a run's chain (`chain`): its uid
+    digits = chain_name.removeprefix("run_")
+    return int(digits) if chain_name.startswith("run_") and digits.isdigit() else None
 
 
 def clash(nft: str, wanted: Fence) -> str | None:
@@ -328,6 +337,7 @@ def clash(nft: str, wanted: Fence) -> str | None:
 
 @contextmanager
 def _host_lock(path: Path = LOCK_FILE) -> Iterator[None]:
+    """Two workers' (or one's two slots') check and install must not interleave."""
     with path.open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         yield
@@ -335,16 +345,8 @@ def _host_lock(path: Path = LOCK_FILE) -> Iterator[None]:
 
 def fenced_uids(nft: str, table: str = TABLE) -> set[int]:
     """The uids that have a chain in torchyard's table (none: no table yet)."""
-    try:
-        listed = json.loads(_nft(nft, "-j", "list", "table", *table.split()) or "{}")
-    except FirewallError:
-        return set()
-    found = set()
-    for item in listed.get("nftables", []):
-        name = str(item.get("chain", {}).get("name", ""))
-        if name.startswith("run_") and name[4:].isdigit():
-            found.add(int(name[4:]))
-    return found
+    uids = (_run_uid(str(item.get("chain", {}).get("name", ""))) for item in _listed(nft, table))
+    return {uid for uid in uids if uid is not None}
 
 
 def remove(nft: str, uids: Iterable[int]) -> None:
