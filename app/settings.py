@@ -126,8 +126,14 @@ class Settings(PoolSettings, EfficiencySettings, FairShareSettings, SessionSetti
     # Where the worker makes a cgroup per run attempt (worker/cgroups.py): under this name and
     # the data dir's digest (`torchyard-<digest>`: one parent per installation). "auto": cgroups
     # where this worker may create them, else rlimits (said at start); "off": rlimits alone.
+    # The name may sit below other groups (`batch/torchyard`, as Docker's --cgroup-parent):
+    # the host's operator then ranks this installation's jobs against the rest by that group's
+    # own weight. Segments start with no dot, so none is `..`.
     job_cgroups: Literal["auto", "off"] = "auto"
-    job_cgroup_parent: str = Field(default="torchyard", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    job_cgroup_parent: str = Field(
+        default="torchyard",
+        pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,3}$",
+    )
     # How often the worker measures a running job's folder and /tmp against its disk_gb.
     disk_check_interval_seconds: Seconds = 2.0
     # Runs' own virtual environments (`environment.requirements`, worker/environments.py),

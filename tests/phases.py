@@ -4,15 +4,14 @@ themselves (issue 26: CI under 40 minutes on 2 cores; docs/testing.md).
 A slow test is `timed` when it asserts a time bound that another stream's load could break: a
 fault test whose heartbeats, lease TTL or requeue window are seconds (chaos, fencing,
 liveness, queue faults), "gone within 5 s of a cancel / SIGTERM", "finished within 10 s of its
-job's end", "answers within a second beside a fork bomb". `make test` runs the timed tests at
-the end, one pass after the other, alone on the box. Every other slow test (training to a
-quality, sweeps, third-party scripts, packaging, environments built with pip) waits on
-conditions with minutes of margin: it runs side by side with the other stream, where its
-slowdown costs no failure.
+job's end", "answers within a second beside a fork bomb". `make test` runs the timed tests one
+pass after the other at the normal priority, and everything else beside them in an idle cgroup
+(bench/cpu_idle.py), which gets only the CPU the timed tests leave. Every other slow test
+(training to a quality, sweeps, third-party scripts, packaging, environments built with pip)
+waits on conditions with minutes of margin: its slowdown costs no failure.
 
-`make test` runs the untimed slow tests as two streams side by side: the embedded pass's, and
-the services pass's (the Slurm pool's, about half as long); `SECOND_STREAM_MODULES` (marker
-`second_stream`) are embedded modules run in the second stream, after the services pass's, to
+The idle work is two streams: `SECOND_STREAM_MODULES` (marker `second_stream`) are embedded
+modules run in the second one, with the browser tests and the services pass's untimed tests, to
 balance the two (their own pytest process, job uid range and Redis database).
 
 Whole modules are classified here (a module's tests share its stack, so one phase starts it
@@ -123,7 +122,7 @@ SECOND_STREAM_MODULES = frozenset(
     {
         "test_e2e_sweeps",  # 162 s: samplers trained to a quality
         "test_wheel",  # 110 s: builds the wheel and starts it from a fresh venv
-        "test_multi_node",  # 127 s: its untimed tests (the timed ones run alone)
+        "test_multi_node",  # 127 s: its untimed tests (the timed ones: the timed stream)
     }
 )
 

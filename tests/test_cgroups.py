@@ -88,6 +88,31 @@ def test_limits_are_written_and_removal_kills_what_is_left(parent: str) -> None:
 
 
 @needs_cgroups
+def test_a_nested_parent_is_made_level_by_level_and_weighs_among_its_siblings(
+    parent: str,
+) -> None:
+    """TORCHYARD_JOB_CGROUP_PARENT below another group (as Docker's --cgroup-parent): the
+    installation's parent and the job's folder are made inside it, the weight is written at the
+    installation's level, and the job's processes are inside the outer group."""
+    assert HIERARCHY is not None
+    nested = f"{parent}/torchyard-abc"
+    cgroups.set_weight(HIERARCHY, nested, 400)
+    folders = cgroups.create(HIERARCHY, nested, "run-1-1", Limits(300 * MIB, 0.5, 64))
+    roots = dict(HIERARCHY.roots)
+    if HIERARCHY.version == 1:
+        assert (roots["cpu"] / nested / "cpu.shares").read_text().strip() == "4096"
+        assert (roots["cpu"] / nested / "run-1-1") in folders
+    sleeper = subprocess.Popen(["sleep", "300"])
+    cgroups.join(folders, sleeper.pid)
+    assert cgroups.pids(folders) == {sleeper.pid}
+    for folder, (_, root) in zip(folders, HIERARCHY.roots, strict=True):
+        assert folder.parent.parent == root / parent  # inside the outer group
+    assert cgroups.remove(folders)
+    assert sleeper.wait(timeout=10) == -9
+    assert cgroups.remove([root / nested for _, root in HIERARCHY.roots])
+
+
+@needs_cgroups
 def test_a_fork_bomb_is_held_at_pids_max_and_counted(parent: str) -> None:
     assert HIERARCHY is not None
     folders = cgroups.create(HIERARCHY, parent, "bomb", Limits(512 * MIB, 1.0, 50))

@@ -118,3 +118,18 @@ def test_a_worker_with_settings_that_cannot_work_together_does_not_start() -> No
     assert started.returncode != 0
     assert "TORCHYARD_RUN_HEARTBEAT_SECONDS (30.0) must be below" in started.stderr, started.stderr
     assert "TORCHYARD_LEASE_TTL_SECONDS (15.0)" in started.stderr
+
+
+@pytest.mark.parametrize("parent", ["torchyard", "batch/torchyard", "a.b/c_d-1/torchyard"])
+def test_the_job_cgroup_parent_may_be_nested(parent: str) -> None:
+    assert Settings(job_cgroup_parent=parent).job_cgroup_parent == parent
+
+
+@pytest.mark.parametrize(
+    "parent", ["..", "batch/../..", "/torchyard", "batch/", "a/./b", ".hidden", "a b", "a/b/c/d/e"]
+)
+def test_a_job_cgroup_parent_that_could_leave_the_hierarchy_is_refused(parent: str) -> None:
+    """The worker (root) makes folders at this path under each cgroup mount: no segment may
+    climb out, be empty or hide."""
+    with pytest.raises(ValidationError, match="job_cgroup_parent"):
+        Settings(job_cgroup_parent=parent)

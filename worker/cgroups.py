@@ -120,15 +120,23 @@ def _enable_controllers(folder: Path) -> None:
             _write(folder / "cgroup.subtree_control", f"+{controller}")
 
 
+def _make_parent_v2(root: Path, parent: str) -> None:
+    """v2: the parent made level by level (it may be nested: ``slice/torchyard-<digest>``,
+    as Docker's --cgroup-parent), each level offering the controllers to the one below."""
+    _enable_controllers(root)
+    folder = root
+    for part in Path(parent).parts:
+        folder = folder / part
+        folder.mkdir(exist_ok=True)
+        _enable_controllers(folder)
+
+
 def create(hierarchy: Hierarchy, parent: str, name: str, limits: Limits) -> tuple[Path, ...]:
     """The job's folders, made (again: a folder an earlier attempt left is reused) with
     its limits written; raises OSError when this process may not (the caller falls back)."""
     folders = hierarchy.folders(parent, name)
     if hierarchy.version == 2:
-        root = hierarchy.roots[0][1]
-        _enable_controllers(root)
-        (root / parent).mkdir(exist_ok=True)
-        _enable_controllers(root / parent)
+        _make_parent_v2(hierarchy.roots[0][1], parent)
         folder = folders[0]
         folder.mkdir(exist_ok=True)
         _write(folder / "memory.max", str(limits.memory_bytes))
@@ -166,12 +174,11 @@ def set_weight(hierarchy: Hierarchy, parent: str, weight: int) -> None:
     other work): v2 cpu.weight, v1 cpu.shares. The parent is made if it is not there yet."""
     if hierarchy.version == 2:
         root = hierarchy.roots[0][1]
-        _enable_controllers(root)
-        (root / parent).mkdir(exist_ok=True)
+        _make_parent_v2(root, parent)
         _write(root / parent / "cpu.weight", str(max(1, min(10_000, weight))))
         return
     cpu = dict(hierarchy.roots)["cpu"] / parent
-    cpu.mkdir(exist_ok=True)
+    cpu.mkdir(parents=True, exist_ok=True)
     shares = max(2, min(262_144, round(weight * V1_SHARES_PER_WEIGHT)))
     _write(cpu / "cpu.shares", str(shares))
 
