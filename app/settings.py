@@ -16,7 +16,7 @@ from app.runs.files.job_files import within
 from app.settings_efficiency import EfficiencySettings
 from app.settings_fairshare import FairShareSettings
 from app.settings_pools import PoolSettings
-from app.settings_rules import Hours, Seconds, SecondsOrOff, refuse_conflicts
+from app.settings_rules import CGROUP_PARENT, Hours, Seconds, SecondsOrOff, refuse_conflicts
 from app.settings_sessions import SessionSettings
 
 PRIVATE_UMASK = 0o077  # every torchyard process's files 0600, folders 0700
@@ -123,17 +123,11 @@ class Settings(PoolSettings, EfficiencySettings, FairShareSettings, SessionSetti
     run_cpus: float = Field(default=4.0, gt=0, le=4096)
     run_disk_gb: float = Field(default=50.0, gt=0, le=1_000_000)
     run_max_processes: int = Field(default=4096, ge=16, le=4_194_304)
-    # Where the worker makes a cgroup per run attempt (worker/cgroups.py): under this name and
-    # the data dir's digest (`torchyard-<digest>`: one parent per installation). "auto": cgroups
-    # where this worker may create them, else rlimits (said at start); "off": rlimits alone.
-    # The name may sit below other groups (`batch/torchyard`, as Docker's --cgroup-parent):
-    # the host's operator then ranks this installation's jobs against the rest by that group's
-    # own weight. Segments start with no dot, so none is `..`.
+    # Where the worker makes a cgroup per run attempt (worker/cgroups.py): under this name, which
+    # may be nested (`batch/torchyard`, as Docker's --cgroup-parent), and the data dir's digest.
+    # "auto": cgroups where this worker may, else rlimits (said at start); "off": rlimits alone.
     job_cgroups: Literal["auto", "off"] = "auto"
-    job_cgroup_parent: str = Field(
-        default="torchyard",
-        pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,3}$",
-    )
+    job_cgroup_parent: str = Field(default="torchyard", pattern=CGROUP_PARENT)
     # How often the worker measures a running job's folder and /tmp against its disk_gb.
     disk_check_interval_seconds: Seconds = 2.0
     # Runs' own virtual environments (`environment.requirements`, worker/environments.py),

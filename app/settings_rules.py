@@ -18,6 +18,10 @@ Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 SecondsOrOff = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Hours = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
+# A cgroup path below each controller's root that a root worker makes folders at: 1-4
+# segments, none empty or starting with a dot (so none is `.` or `..`: nothing climbs out).
+CGROUP_PARENT = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,3}$"
+
 
 class Settings(Protocol):
     """What these rules read of app.settings.Settings (which imports this module)."""
