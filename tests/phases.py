@@ -11,15 +11,10 @@ pass after the other at the normal priority, and everything else beside them in 
 waits on conditions with minutes of margin: its slowdown costs no failure.
 
 The idle work is two streams: `SECOND_STREAM_MODULES` (marker `second_stream`) are embedded
-modules run in the second one, with the browser tests and the services pass's untimed tests, to
-balance the two (their own pytest process, job uid range and Redis database).
-
-Whole modules are classified here (a module's tests share its stack, so one phase starts it
-once; the quick tests of a timed module stay quick); a module of `SIDE_BY_SIDE_MODULES` with
-one timed test marks that test `@pytest.mark.timed` where it is. tests/test_phases.py fails on
-a module with slow tests that is in neither set, so a new slow module is classified when it
-is written. The browser tests (tests/browser/, marker `browser`) have no time bounds but
-Playwright's waits and always run side by side.
+modules run in the second one, with the services pass's untimed tests, to balance the two (their
+own pytest process, job uid range and Redis database). The browser tests run after the timed
+ones, at the normal priority (their Playwright waits are seconds), in two runs at once:
+`FIRST_STREAM_BROWSER_MODULES` (marker `browser_first`) and the rest.
 """
 
 from __future__ import annotations
@@ -126,11 +121,8 @@ SECOND_STREAM_MODULES = frozenset(
     }
 )
 
-# Browser modules that run in the first quick stream, after the embedded quick tests, rather
-# than in the second, after the services quick tests: with test_api_schema in the services
-# pass only, the first stream (lint, mypy, the embedded quick tests: ~670 s) finished ~230 s
-# before the second (services quick 491 s, browser 408 s) in stop 49's CI. About 180 s of
-# browser time (that CI's figures); each stream's browser run has a live stack of its own.
+# The browser tests run in two pytest runs at once after the timed tests, each with a live
+# stack of its own: these modules (about 180 s in stop 49's CI) and the rest (about 230 s).
 FIRST_STREAM_BROWSER_MODULES = frozenset(
     {
         "test_sweep_page",  # 45 s
