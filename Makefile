@@ -9,7 +9,7 @@ POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_BASE ?= redis://127.0.0.1:6379
 REDIS_URL ?= $(REDIS_BASE)/0
 
-.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services test-embedded-quick test-embedded-slow-side test-services-slow-side test-timed test-untimed untimed-first untimed-second test-embedded-second test-embedded-timed test-services-timed test-services-quick test-embedded-browser test-embedded-browser-first lint js-check bench clean
+.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services test-embedded-quick test-embedded-slow-side test-services-slow-side test-in-turn test-idle quick-first quick-second idle-first idle-second test-embedded-second test-embedded-timed test-services-timed test-services-quick test-embedded-browser test-embedded-browser-first lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -186,15 +186,17 @@ js-check: node_modules/.installed
 # services pass restarts it), its own Redis database for the two-host tests, its own range of
 # job uids, and each test process its own data dir (whose digest names its jobs' cgroups).
 # `make test` (CI) runs two streams side by side (tests/phases.py says which module runs where):
-# 1. at the normal priority: the timed tests (bounds that another stream's load could break),
-#    the services pass's then the embedded pass's, then the browser tests, two runs at once;
-# 2. in an idle cgroup with files in memory and a PostgreSQL and Redis of its own
-#    (bench/cpu_idle.py), itself two streams: lint, mypy, the JS checks, the embedded quick
-#    tests and the embedded untimed slow tests ‖ the embedded SECOND_STREAM_MODULES and the
-#    services pass's quick and untimed slow tests.
+# 1. at the normal priority: the quick tests and the browser tests, two runs at once, then the
+#    timed tests (bounds that another stream's load could break), the services pass's then the
+#    embedded pass's;
+# 2. from the start, in an idle cgroup with files in memory and a PostgreSQL and Redis of its
+#    own (bench/cpu_idle.py), itself two streams: lint, mypy, the JS checks and the embedded
+#    untimed slow tests ‖ the embedded SECOND_STREAM_MODULES and the services pass's untimed
+#    slow tests.
 # The timed tests beside other work at the same priority failed their bounds (stop 35; six at
 # load 17-24 in stop 49's loaded CI; 5 of 77 with the two timed passes side by side on a quiet
-# box: docs/testing.md, stop 50); the idle stream gets only the CPU they leave.
+# box: docs/testing.md, stop 50); the idle stream gets only the CPU they leave, and its tests
+# wait minutes where they wait (a quick test's 10 s wait ran out there: stop 51).
 # Issue 26: CI under 40 minutes on 2 cores.
 TEST_DEPS := install-test browser compose sandbox slurm mlflow-server aim-venv service-venv
 QUICK := not slow and not browser
@@ -216,8 +218,10 @@ EMBEDDED_PYTEST = env -u TORCHYARD_DATABASE_URL -u TORCHYARD_BROKER_URL -u TORCH
 	TORCHYARD_TEST_REDIS_URL=$(EMBEDDED_TEST_REDIS_URL) TORCHYARD_JOB_UID_BASE=$(EMBEDDED_JOB_UID_BASE) \
 	$(PYTEST)
 # The metrics store's own tests run on both databases here (TORCHYARD_TEST_POSTGRES_URL).
+SERVICES_JOB_UID_BASE := 200000
 SERVICES_PYTEST = TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(REDIS_URL) \
-	$(POSTGRES_ENV) TORCHYARD_TEST_REDIS_URL=$(SERVICES_TEST_REDIS_URL) $(PYTEST)
+	$(POSTGRES_ENV) TORCHYARD_TEST_REDIS_URL=$(SERVICES_TEST_REDIS_URL) \
+	TORCHYARD_JOB_UID_BASE=$(SERVICES_JOB_UID_BASE) $(PYTEST)
 
 # Every phase runs even when one before it failed, and `make test` fails at the end: one CI run
 # then says every failure at once (a quick test failing used to hide the slow passes; a
@@ -242,33 +246,46 @@ test-deps:
 IDLE_POSTGRES_PORT ?= 5439
 IDLE_REDIS_PORT ?= 6389
 test: test-deps
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-timed test-untimed
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-in-turn test-idle
 
-test-timed:
+# At the normal priority: the quick and the browser tests in two streams (in-process tests and
+# Playwright waits of seconds, which starve in the idle cgroup: stop 51), then the timed tests,
+# one pass after the other.
+test-in-turn:
 	@status=0; \
+	$(MAKE) --no-print-directory -j2 --output-sync=target quick-first quick-second || status=1; \
 	$(MAKE) --no-print-directory test-services-timed || status=1; \
 	$(MAKE) --no-print-directory test-embedded-timed || status=1; \
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-embedded-browser test-embedded-browser-first || status=1; \
 	exit $$status
 
-# The untimed tests in two streams inside the idle cgroup: the checks, the embedded pass's quick
-# tests and its untimed slow tests ‖ the embedded SECOND_STREAM_MODULES, the services pass's
-# quick tests and its untimed slow tests.
-test-untimed:
-	$(PY) bench/cpu_idle.py --postgres-port $(IDLE_POSTGRES_PORT) --redis-port $(IDLE_REDIS_PORT) \
-		$(MAKE) --no-print-directory -j2 --output-sync=target untimed-first untimed-second
+quick-first:
+	@status=0; \
+	$(MAKE) --no-print-directory test-embedded-quick || status=1; \
+	$(MAKE) --no-print-directory test-embedded-browser-first || status=1; \
+	exit $$status
 
-untimed-first:
+quick-second:
+	@status=0; \
+	$(MAKE) --no-print-directory test-services-quick || status=1; \
+	$(MAKE) --no-print-directory test-embedded-browser || status=1; \
+	exit $$status
+
+# The checks (no waits at all) and the untimed slow tests (minutes of margin in every wait)
+# from the start, in two streams inside the idle cgroup: lint, mypy, the JS checks, then the
+# embedded pass's ‖ the embedded SECOND_STREAM_MODULES, then the services pass's.
+test-idle:
+	$(PY) bench/cpu_idle.py --postgres-port $(IDLE_POSTGRES_PORT) --redis-port $(IDLE_REDIS_PORT) \
+		$(MAKE) --no-print-directory -j2 --output-sync=target idle-first idle-second
+
+idle-first:
 	@status=0; \
 	$(MAKE) --no-print-directory lint js-check || status=1; \
-	$(MAKE) --no-print-directory test-embedded-quick || status=1; \
 	$(MAKE) --no-print-directory test-embedded-slow-side || status=1; \
 	exit $$status
 
-untimed-second:
+idle-second:
 	@status=0; \
 	$(MAKE) --no-print-directory test-embedded-second || status=1; \
-	$(MAKE) --no-print-directory test-services-quick || status=1; \
 	$(MAKE) --no-print-directory test-services-slow-side || status=1; \
 	exit $$status
 
@@ -281,9 +298,13 @@ test-embedded-timed:
 test-services-timed:
 	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK)) and timed"
 
+# In the idle stream, beside the embedded quick and timed tests: a uid range of its own.
+test-embedded-slow-side: EMBEDDED_JOB_UID_BASE := 400000
 test-embedded-slow-side:
 	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and not timed and not second_stream"
 
+# In the idle stream, beside the services quick and timed tests: a uid range of its own.
+test-services-slow-side: SERVICES_JOB_UID_BASE := 700000
 test-services-slow-side:
 	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK)) and not timed"
 

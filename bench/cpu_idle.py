@@ -166,6 +166,10 @@ def main(argv: list[str]) -> int:
         remove_empty(name)
         return 2
     env = dict(os.environ, TORCHYARD_JOB_CGROUP_PARENT=f"{name}/torchyard", TMPDIR=str(scratch))
+    # torch sets its compile cache's folder in os.environ from TMPDIR when a test process imports
+    # torch._dynamo, and the live stacks it starts hand it on to their jobs, whose sandbox has
+    # its own /tmp but only a root-owned path to the tmpfs: a job failed creating it (stop 51).
+    env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/torchinductor-ci"
     try:
         with contextlib.ExitStack() as services:
             if args.postgres_port:

@@ -44,6 +44,10 @@ API_QUERIES: list[tuple[str, dict[str, str]]] = [
     ("filter lr>0.01, top 100 by val/acc last",
      {"sort": f"-summary.{METRIC}.last", "filter": "params.params.lr>0.01"}),
     ("filter on a summary (val/acc max>0.9)", {"sort": "-id", "filter": f"{METRIC}.max>0.9"}),
+    # What the page asks when its filter box says lr>0.01: newest first, its columns' summaries.
+    ("the page's filter lr>0.01, newest first",
+     {"sort": "-id", "filter": "params.params.lr>0.01", "summary_first": "0",
+      "summary_keys": METRIC}),
 ]  # fmt: skip
 
 LOADED = """(before) => {
