@@ -592,11 +592,16 @@ def live_stack(database: str) -> Iterator[LiveStack]:
 def wait_for_status(
     client: httpx.Client, run_id: int, statuses: set[str], timeout: float = 120
 ) -> dict:
-    """The run as the API shows it once its status is one of `statuses`."""
+    """The run as the API shows it once its status is one of `statuses`. A poll that meets a
+    kept-alive connection the server closed meanwhile (uvicorn's idle timeout: a starved client
+    came back late, stop 51's idle cgroup) asks again, as a browser does."""
     seen: list[dict] = [{}]
 
     def reached() -> dict | None:
-        seen[0] = client.get(f"/api/runs/{run_id}").json()
+        try:
+            seen[0] = client.get(f"/api/runs/{run_id}").json()
+        except httpx.RemoteProtocolError:
+            return None
         return seen[0] if seen[0]["status"] in statuses else None
 
     return wait_for(reached, timeout=timeout, every=0.1, what=lambda: f"run {run_id}: {seen[0]}")
