@@ -258,17 +258,15 @@ test-in-turn:
 	$(MAKE) --no-print-directory test-embedded-timed || status=1; \
 	exit $$status
 
+# Targets one after the other, each run even when one before it failed; fails at the end (`+`:
+# a recursive make, as a line naming $(MAKE) is).
+in_turn = status=0; $(foreach t,$(1),$(MAKE) --no-print-directory $(t) || status=1;) exit $$status
+
 quick-first:
-	@status=0; \
-	$(MAKE) --no-print-directory test-embedded-quick || status=1; \
-	$(MAKE) --no-print-directory test-embedded-browser-first || status=1; \
-	exit $$status
+	+@$(call in_turn,test-embedded-quick test-embedded-browser-first)
 
 quick-second:
-	@status=0; \
-	$(MAKE) --no-print-directory test-services-quick || status=1; \
-	$(MAKE) --no-print-directory test-embedded-browser || status=1; \
-	exit $$status
+	+@$(call in_turn,test-services-quick test-embedded-browser)
 
 # The checks (no waits at all) and the untimed slow tests (minutes of margin in every wait)
 # from the start, in two streams inside the idle cgroup: lint, mypy, the JS checks, then the
@@ -278,16 +276,10 @@ test-idle:
 		$(MAKE) --no-print-directory -j2 --output-sync=target idle-first idle-second
 
 idle-first:
-	@status=0; \
-	$(MAKE) --no-print-directory lint js-check || status=1; \
-	$(MAKE) --no-print-directory test-embedded-slow-side || status=1; \
-	exit $$status
+	+@$(call in_turn,lint js-check test-embedded-slow-side)
 
 idle-second:
-	@status=0; \
-	$(MAKE) --no-print-directory test-embedded-second || status=1; \
-	$(MAKE) --no-print-directory test-services-slow-side || status=1; \
-	exit $$status
+	+@$(call in_turn,test-embedded-second test-services-slow-side)
 
 # Beside the embedded untimed tests: a uid range and Redis database of their own.
 test-embedded-timed: EMBEDDED_JOB_UID_BASE := 600000
