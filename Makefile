@@ -9,7 +9,7 @@ POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 REDIS_BASE ?= redis://127.0.0.1:6379
 REDIS_URL ?= $(REDIS_BASE)/0
 
-.PHONY: test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services test-embedded-quick test-embedded-slow-side test-services-slow-side test-in-turn test-idle quick-first quick-second idle-first idle-second test-embedded-second test-embedded-timed test-services-timed test-services-quick test-embedded-browser test-embedded-browser-first lint js-check bench clean
+.PHONY: test-deps core-test-deps extra-test-deps install install-test mlflow-server aim-venv service-venv browser compose sandbox slurm up test test-embedded test-services test-embedded-quick test-embedded-slow-side test-services-slow-side test-in-turn test-idle quick-first quick-second idle-first idle-second test-embedded-second test-embedded-timed test-services-timed test-services-quick test-embedded-browser test-embedded-browser-first lint js-check bench clean
 
 # Two installs from one venv: `install` is the server and its worker (what `make up` runs: no
 # test tools), `install-test` adds pytest, ruff, mypy, Playwright, ... for `make test`.
@@ -198,7 +198,12 @@ js-check: node_modules/.installed
 # box: docs/testing.md, stop 50); the idle stream gets only the CPU they leave, and its tests
 # wait minutes where they wait (a quick test's 10 s wait ran out there: stop 51).
 # Issue 26: CI under 40 minutes on 2 cores.
-TEST_DEPS := install-test browser compose sandbox slurm mlflow-server aim-venv service-venv
+# What the quick and browser tests need; the rest (the Slurm packages and the MLflow, Aim and
+# service venvs: a minute more in a fresh clone) only the untimed slow tests: `make test`
+# starts its tests once the first are in and installs the rest beside them (stop 52).
+CORE_TEST_DEPS := install-test browser compose sandbox
+EXTRA_TEST_DEPS := slurm mlflow-server aim-venv service-venv
+TEST_DEPS := $(CORE_TEST_DEPS) $(EXTRA_TEST_DEPS)
 QUICK := not slow and not browser
 # Each run prints how many cores the box kept busy meanwhile (bench/cpu_busy.py): whether the
 # slow tests wait or compute decides what running them side by side saves (docs/testing.md).
@@ -235,6 +240,16 @@ SERVICES_PYTEST = TORCHYARD_DATABASE_URL=$(POSTGRES_URL) TORCHYARD_BROKER_URL=$(
 test-deps:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_DEPS) node_modules/.installed
 
+core-test-deps:
+	@$(MAKE) --no-print-directory -j4 --output-sync=target $(CORE_TEST_DEPS) node_modules/.installed
+
+# The rest under a lock: `make test` builds it at the normal priority beside the quick tests,
+# and the runs that need it (the untimed slow tests, in the idle cgroup) ask for it again as
+# their prerequisite: they wait for that build to finish, then find everything installed.
+DEPS_LOCK := .test-deps.lock
+extra-test-deps: install-test
+	@flock $(DEPS_LOCK) $(MAKE) --no-print-directory -j3 --output-sync=target $(EXTRA_TEST_DEPS)
+
 # The timed tests (tests/phases.py: their bounds are the product's promises) run at the normal
 # priority, one pass after the other, then the browser tests (their waits are seconds); the
 # other tests run beside them from the start in an idle cgroup with their own files in memory
@@ -245,8 +260,8 @@ test-deps:
 # on the disk and a browser test's 5 s wait ran out (docs/testing.md, stop 51).
 IDLE_POSTGRES_PORT ?= 5439
 IDLE_REDIS_PORT ?= 6389
-test: test-deps
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-in-turn test-idle
+test: core-test-deps
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-in-turn test-idle extra-test-deps
 
 # At the normal priority: the quick and the browser tests in two streams (in-process tests and
 # Playwright waits of seconds, which starve in the idle cgroup: stop 51), then the timed tests,
@@ -292,12 +307,12 @@ test-services-timed:
 
 # In the idle stream, beside the embedded quick and timed tests: a uid range of its own.
 test-embedded-slow-side: EMBEDDED_JOB_UID_BASE := 400000
-test-embedded-slow-side:
+test-embedded-slow-side: extra-test-deps
 	$(EMBEDDED_PYTEST) -m "not postgres_only and not services_only and not ($(QUICK)) and not browser and not timed and not second_stream"
 
 # In the idle stream, beside the services quick and timed tests: a uid range of its own.
 test-services-slow-side: SERVICES_JOB_UID_BASE := 700000
-test-services-slow-side:
+test-services-slow-side: extra-test-deps
 	$(SERVICES_PYTEST) -m "not local_only and not ($(QUICK)) and not timed"
 
 # Beside the embedded slow stream: a uid range and Redis database of their own.

@@ -594,13 +594,15 @@ def wait_for_status(
 ) -> dict:
     """The run as the API shows it once its status is one of `statuses`. A poll that meets a
     kept-alive connection the server closed meanwhile (uvicorn's idle timeout: a starved client
-    came back late, stop 51's idle cgroup) asks again, as a browser does."""
+    came back late, stop 51's idle cgroup), or whose answer took longer than the client's
+    timeout (a starved server, stop 52's), asks again, as a browser does: `timeout` bounds the
+    wait."""
     seen: list[dict] = [{}]
 
     def reached() -> dict | None:
         try:
             seen[0] = client.get(f"/api/runs/{run_id}").json()
-        except httpx.RemoteProtocolError:
+        except (httpx.RemoteProtocolError, httpx.TimeoutException):
             return None
         return seen[0] if seen[0]["status"] in statuses else None
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.auth.service import create_user, issue_token
 from app.db import make_engine
 from tests.databases import sqlite_at_head
-from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from tests.stack import CLIENT_TIMEOUT, free_port, start_logged, stop_process, wait_healthy
 from torchyard.compose.processes import server_argv
 
 
@@ -64,7 +64,7 @@ class OwnServer:
         return password, {"Authorization": f"Bearer {token}"}
 
     def client(self, headers: dict[str, str]) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=CLIENT_TIMEOUT)
 
 
 @contextmanager

@@ -66,12 +66,15 @@ def test_two_users_runs_interleave_on_two_gpus(live: LiveStack) -> None:
         table = admin.get("/api/fair-share").json()
     order = [ids[r["id"]] for r in sorted(runs, key=lambda r: when(r, "started_at"))]
     a, b = first[0], second[0]
-    # The first user's first two start at once on the idle box. The second user is behind
-    # then: their first run is the next to start, and their second starts before the first
-    # user's fourth (first come, first served would start all four of the first user's before
-    # any of the second's). The exact pairs depend on the runs' real lengths, which fair share
-    # charges: tests/test_fairshare.py measures the split on a controlled clock.
-    assert order[:3] == [a, a, b], order
+    # The first user's first run starts first. Their second starts beside it at once on an
+    # idle box; on a starved one the worker may ask for its next run only once all eight are
+    # queued, and then the second user, with nothing running, comes first (stop 52's CI):
+    # either way the second user's first run is among the first three to start, and their
+    # second starts before the first user's fourth (first come, first served would start all
+    # four of the first user's before any of the second's). The exact pairs depend on the
+    # runs' real lengths, which fair share charges: tests/test_fairshare.py measures the split
+    # on a controlled clock.
+    assert order[0] == a and b in order[:3], order
     starts_of = {who: [i for i, owner in enumerate(order) if owner == who] for who in (a, b)}
     assert starts_of[b][1] < starts_of[a][3], order
     assert order.count(a) == order.count(b) == 4

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import BASE_DIR, DATA_DIR, WORKSPACE_DIR, make_user
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
-from tests.stack import free_port, start_logged, stop_process, wait_healthy
+from tests.stack import CLIENT_TIMEOUT, free_port, start_logged, stop_process, wait_healthy
 from tests.waits import wait_for
 from torchyard.compose.processes import server_argv, worker_argv
 from worker.slurm import commands
@@ -75,7 +75,7 @@ def slurm_stack(cluster: SlurmCluster, name: str) -> Iterator[SlurmStack]:
     base_url = f"http://127.0.0.1:{port}"
     server = start_logged(server_argv("127.0.0.1", port), env, logs / "server.log")
     worker = start_logged(worker_argv(4), env, logs / "worker.log")
-    api = httpx.Client(base_url=base_url, headers=make_user()[2], timeout=30)
+    api = httpx.Client(base_url=base_url, headers=make_user()[2], timeout=CLIENT_TIMEOUT)
     s = SlurmStack(cluster, env, logs, api, worker)
     try:
         wait_healthy(base_url, server, logs / "server.log")
