@@ -39,6 +39,10 @@ def make_celery() -> Celery:
         from kombu.transport import sqlalchemy as kombu_sqla
 
         kombu_sqla.Transport.polling_interval = POLLING_INTERVAL
+        # ... and a poll of an unchanged SQLite file asks nothing of it (app/sql_broker.py).
+        from app.sql_broker import gate_sqlite_polls
+
+        gate_sqlite_polls()
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,

@@ -11,7 +11,12 @@ Prints each process's PSS, the sum in MiB and its ratio to Aim's 274 MiB (the de
 measurement of an idle `aim up`; target: under it). It also says whether any process of the
 tree has torch loaded (the worker must not: only jobs import torch).
 
-    .venv/bin/python bench/idle_memory.py [--idle 5] [--repeats 3]
+Then the tree's CPU while it sits idle, over `--cpu-window` seconds (utime + stime from
+/proc/<pid>/stat, each process and the sum, as % of one core; target: under IDLE_CPU_TARGET).
+An idle embedded worker used to poll its SQLite broker 20 times a second, two queries and a
+write lock each: 4.9% of a core (stop 52; app/sql_broker.py now asks only a changed file).
+
+    .venv/bin/python bench/idle_memory.py [--idle 5] [--repeats 3] [--cpu-window 30]
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import urllib.request
 from pathlib import Path
 
 AIM_IDLE_MIB = 274.0
+IDLE_CPU_TARGET = 1.0  # % of one core, the whole idle tree
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 READY_TIMEOUT_SECONDS = 120.0
 WORKER_READY = re.compile(r"celery@\S+ ready\.")
 
@@ -64,6 +71,27 @@ def pss_kib(pid: int) -> int:
     raise RuntimeError(f"no Pss line for {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` so far (its threads included)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def idle_cpu(pids: list[int], window: float) -> float:
+    """Print each process's share of one core over ``window`` idle seconds; return the sum."""
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    time.sleep(window)
+    total = 0.0
+    for pid in pids:
+        share = 100 * (cpu_seconds(pid) - before[pid]) / window
+        total += share
+        print(f"  {pid:>7}  {describe(pid):<28} {share:5.2f}% of a core idle")
+    print(f"  idle CPU {total:.2f}% of a core; target < {IDLE_CPU_TARGET:g}%: "
+          f"ratio {total / IDLE_CPU_TARGET:.2f}")  # fmt: skip
+    return total
+
+
 def loads_torch(pid: int) -> bool:
     return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
@@ -93,8 +121,9 @@ def wait_ready(url: str, log: Path, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"{url} not ready after {READY_TIMEOUT_SECONDS:.0f} s")
 
 
-def measure_once(idle_seconds: float) -> float:
-    """Start `torchyard up`, wait for ready + idle, print the tree's PSS; return MiB."""
+def measure_once(idle_seconds: float, cpu_window: float) -> tuple[float, float]:
+    """Start `torchyard up`, wait for ready + idle, print the tree's PSS and then its idle
+    CPU; return (MiB, % of a core)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="torchyard-idle-") as data_dir:
         env = {
@@ -118,6 +147,7 @@ def measure_once(idle_seconds: float) -> float:
                 total += kib
                 torch_note = "  (torch loaded!)" if loads_torch(pid) else ""
                 print(f"  {pid:>7}  {describe(pid):<28} {kib / 1024:7.1f} MiB{torch_note}")
+            cpu = idle_cpu(pids, cpu_window)
         finally:
             proc.send_signal(signal.SIGINT)
             try:
@@ -129,23 +159,32 @@ def measure_once(idle_seconds: float) -> float:
     mib = total / 1024
     ratio = mib / AIM_IDLE_MIB
     print(f"  total PSS {mib:.1f} MiB; ratio to Aim's {AIM_IDLE_MIB:.0f} MiB: {ratio:.2f}")
-    return mib
+    return mib, cpu
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--idle", type=float, default=5.0, help="seconds idle before measuring")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu-window", type=float, default=30.0, help="idle seconds timed")
     args = parser.parse_args()
-    figures = []
+    figures, cpus = [], []
     for i in range(args.repeats):
         print(f"start {i + 1}:", flush=True)
-        figures.append(measure_once(args.idle))
+        mib, cpu = measure_once(args.idle, args.cpu_window)
+        figures.append(mib)
+        cpus.append(cpu)
     median = statistics.median(figures)
     print(
         f"idle `torchyard up` PSS: median {median:.1f} MiB over {len(figures)} starts "
         f"({min(figures):.1f}-{max(figures):.1f}); Aim idle {AIM_IDLE_MIB:.0f} MiB; "
         f"ratio {median / AIM_IDLE_MIB:.2f} (target < 1)"
+    )
+    cpu = statistics.median(cpus)
+    print(
+        f"idle `torchyard up` CPU: median {cpu:.2f}% of a core ({min(cpus):.2f}-{max(cpus):.2f}); "
+        f"target < {IDLE_CPU_TARGET:g}%; ratio {cpu / IDLE_CPU_TARGET:.2f}; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
 
 
