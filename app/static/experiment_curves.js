@@ -141,7 +141,9 @@ import {api} from "./lib/urls.js";
       // The experiment's stream: a run's status changed (at once), or its metrics moved.
       live: (refresh) => {
         const stream = experimentStream(experimentId);
-        onNews(stream, "experiment", (d) => d.runs.map((r) => r.slice(0, 3)), () => refresh(true), (d) => d.live);
+        // the active runs' statuses, and how many runs there are in each status (a run that
+        // ended, a new or a deleted one): the digest names no finished run (issue 43)
+        onNews(stream, "experiment", (d) => [d.runs.map((r) => r.slice(0, 3)), d.counts, d.newest], () => refresh(true), (d) => d.live);
         onNews(stream, "experiment", (d) => d.runs, () => refresh(false), (d) => d.live);
       },
       refreshRuns: async (markDown) => {

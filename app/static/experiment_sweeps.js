@@ -66,5 +66,5 @@ import {finishedCount} from "./lib/status.js";
   const stream = experimentStream(experimentId);
   // The first digest: news only while a sweep runs (the page came with the rows).
   onNews(stream, "experiment", (d) => d.sweeps, () => refresh(true), () => running());
-  onNews(stream, "experiment", (d) => d.runs, () => refresh(false), () => false);
+  onNews(stream, "experiment", (d) => [d.runs, d.counts, d.newest], () => refresh(false), () => false);
 })();
