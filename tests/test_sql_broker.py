@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from queue import Empty
 from typing import Any
 
 import pytest
-from kombu import Connection
+from kombu.connection import Connection
 from sqlalchemy import event
 
 from app import sql_broker
@@ -20,7 +21,7 @@ from app.sql_broker import GatedChannel, gate_sqlite_polls
 
 PUBLISH = """
 import sys
-from kombu import Connection
+from kombu.connection import Connection
 with Connection(sys.argv[1]) as conn:
     conn.SimpleQueue(sys.argv[2]).put({"run": 7})
 """
@@ -81,7 +82,7 @@ def test_the_database_is_asked_again_after_the_recheck_interval(
 ) -> None:
     _, queue, sent = broker
     clock = [1000.0]
-    monkeypatch.setattr(sql_broker.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     with pytest.raises(Empty):
         queue.get(block=False)
     asked = len(sent)
