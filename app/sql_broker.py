@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import cached_property
 from queue import Empty
 from typing import Any
 
@@ -44,7 +45,10 @@ class GatedChannel(kombu_sqla.Channel):
         # queue -> (the files' signature taken before the poll that found it empty, when)
         self._quiet: dict[str, tuple[Signature, float]] = {}
 
+    @cached_property
     def _files(self) -> tuple[str, ...]:
+        """The broker's file and its journals (none: not a SQLite file): the engine's URL, fixed
+        for the channel's life, so read once rather than at every poll."""
         bind = self.session.bind
         path = bind.url.database if bind.dialect.name == "sqlite" else None
         if not path or path == ":memory:":
@@ -52,7 +56,7 @@ class GatedChannel(kombu_sqla.Channel):
         return (path, f"{path}-journal", f"{path}-wal")
 
     def _get(self, queue: Any, timeout: Any = None) -> Any:
-        files = self._files()
+        files = self._files
         if not files:
             return super()._get(queue)  # type: ignore[no-untyped-call]
         signature = tuple(_stat(f) for f in files)
