@@ -23,7 +23,6 @@ point and the run's final status. Exits 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import multiprocessing
 import os
@@ -40,6 +39,7 @@ import httpx  # noqa: E402
 from sqlalchemy import Engine  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
+from bench.lag_split import poll_parts, split_lags, stored_steps  # noqa: E402
 from bench.load import (  # noqa: E402
     load_average,
     percentiles,
@@ -109,19 +109,6 @@ def ingested(engine: Engine) -> int:
         return counters.total(session, name=counters.POINTS_INGESTED)
 
 
-def stored_steps(engine: Engine, run_ids: list[int]) -> dict[tuple[int, str], int]:
-    """Each key's last stored step (its summary, written with the points)."""
-    from sqlalchemy import select
-
-    from app.metrics.models import MetricKey
-
-    stmt = select(MetricKey.run_id, MetricKey.key, MetricKey.last_step).where(
-        MetricKey.run_id.in_(run_ids)
-    )
-    with Session(engine) as session:
-        return {(r, k): step for r, k, step in session.execute(stmt) if step is not None}
-
-
 def sample_counter(
     engine: Engine,
     stop: threading.Event,
@@ -145,44 +132,6 @@ def sample_counter(
         tick += 1
         stop.wait(0.25)
     steps.append((time.time(), stored_steps(engine, run_ids)))
-
-
-def split_lags(
-    seen: list[tuple[int, str, int, float, float]],
-    steps: list[tuple[float, dict[tuple[int, str], int]]],
-) -> tuple[list[float], list[float]]:
-    """Each viewed point's lag in two: ingestion (the job's log() -> the first sample that has
-    it stored) and stream (that sample -> the viewer got it). The samples are 0.25 s apart, so
-    a part is known to about that; a point stored before the sampling began is left out."""
-    series: dict[tuple[int, str], tuple[list[int], list[float]]] = {}
-    for t, last in steps:  # each key's stored step only grows: bisect it
-        for k, step in last.items():
-            stored, times = series.setdefault(k, ([], []))
-            stored.append(step)
-            times.append(t)
-    ingest, stream = [], []
-    for run_id, key, step, logged_at, got_at in seen:
-        stored, times = series.get((run_id, key), ([], []))
-        at = bisect.bisect_left(stored, step)
-        if at == len(stored) or times[at] == steps[0][0]:
-            continue
-        stored_at = times[at]
-        stored_at = min(stored_at, got_at)  # sampled after the viewer had it
-        ingest.append(max(0.0, stored_at - logged_at))
-        stream.append(got_at - stored_at)
-    return ingest, stream
-
-
-def poll_parts(api: httpx.Client) -> dict[str, tuple[float, float]]:
-    """The server's stream-poll histogram (app/ops/prometheus.py): part -> (sum s, count)."""
-    parts: dict[str, list[float]] = {}
-    for line in api.get("/metrics").text.splitlines():
-        for suffix, i in (("_sum", 0), ("_count", 1)):
-            name = f'torchyard_event_stream_poll_seconds{suffix}{{part="'
-            if line.startswith(name):
-                part = line[len(name) :].split('"', 1)[0]
-                parts.setdefault(part, [0.0, 0.0])[i] = float(line.rsplit(" ", 1)[1])
-    return {k: (v[0], v[1]) for k, v in parts.items()}
 
 
 def rate_between(samples: list[tuple[float, int]], t0: float, t1: float) -> float:

@@ -477,18 +477,19 @@ def bench_stack(name: str, args: argparse.Namespace) -> dict[str, Any]:
         api_workers=args.api_workers,
         extra_env=streams,
     ) as s:
-        return drive(name, args, s.base_url, s.token, s.server_pid, s.workspace, s.data_dir)
+        return drive(name, args, s)
 
 
-def drive(
-    name: str,
-    args: argparse.Namespace,
-    base_url: str,
-    token: str,
-    server_pid: int,
-    workspace: Path,
-    data_dir: Path,
-) -> dict[str, Any]:
+def drive(name: str, args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    from app.db import make_engine
+    from bench.lag_split import sample_steps, split_lags
+
+    base_url, token, server_pid, data_dir = (
+        stack.base_url,
+        stack.token,
+        stack.server_pid,
+        stack.data_dir,
+    )
     load_before = load_average()
     api = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
     memory: list[tuple[float, float]] = []
@@ -537,6 +538,12 @@ def drive(
     stop_probe = threading.Event()
     prober = threading.Thread(target=probe, args=(base_url, token, run_ids, stop_probe, latencies))
     prober.start()
+    # Each key's stored step, to split a viewer's lag at the moment its point was stored.
+    engine = make_engine(stack.database_url)
+    steps: list[tuple[float, dict[tuple[int, str], int]]] = []
+    stop_steps = threading.Event()
+    stepper = threading.Thread(target=sample_steps, args=(engine, stop_steps, run_ids, steps))
+    stepper.start()
     time.sleep(max(0.0, start + args.seconds - time.time()))
     stop_probe.set()
     prober.join()
@@ -554,6 +561,9 @@ def drive(
     result = queue.get(timeout=max(deadline - time.time(), 1) + 120)
     viewers.join()
     streams_done = time.time()
+    stop_steps.set()
+    stepper.join()
+    engine.dispose()
     stop_memory.set()
     sampler.join()
     if "error" in result:
@@ -603,6 +613,7 @@ def drive(
     }
     viewers_out = result["viewers"]
     complete = sum(1 for v in viewers_out if v.get("complete"))
+    ingest_lags, stream_lags = split_lags(result["seen"], steps)
     return {
         "stack": name,
         "seconds": args.seconds,
@@ -620,6 +631,10 @@ def drive(
         "viewer_missing_points": sum(v.get("missing", 0) for v in viewers_out),
         "viewer_detail": viewers_out,
         "delivery_lag_s": result["lag_s"],
+        "ingest_lag_s": percentiles(ingest_lags),
+        "stream_lag_s": percentiles(stream_lags),
+        # The viewers' process over its life: near 1.0 it, not the server, set the pace.
+        "viewer_busy": result["cpu_s"] / max(result["ended_at"] - result["started_at"], 1e-9),
         "latency_ms": overall,
         "latency_ms_by_endpoint": by_kind,
         "probes": [(round(t - start, 2), kind, round(dt * 1000, 1)) for t, kind, dt, _ in in_load],
@@ -700,6 +715,13 @@ def report(res: dict[str, Any]) -> bool:
         f"runs finished in {res['drain_s']['runs_finished']:.1f} s, streams ended in "
         f"{res['drain_s']['streams_ended']:.1f} s; probe errors {res['probe_errors']}"
     )
+    for part in ("ingest", "stream"):
+        p = res[f"{part}_lag_s"]
+        print(
+            f"  {part} part of the lag (split when each key's stored step was sampled, every "
+            f"0.25 s): p50 {p['p50']:.2f} s, p95 {p['p95']:.2f} s, p99 {p['p99']:.2f} s"
+        )
+    print(f"  the viewers' process was busy {res['viewer_busy']:.0%} of its life (one core)")
     print(f"  runs up after the start (late: they logged less of the window) {res['runs_late']}")
     ok &= res["runs_succeeded"] == res["runs"] and res["runs_late"] == 0
     return ok
