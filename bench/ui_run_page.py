@@ -20,7 +20,7 @@ login form.
       each step is the "time" field of the run's metrics.jsonl. Target p95 < 1 s.
 
     .venv/bin/python bench/ui_run_page.py [--points 200000] [--keys 4] [--first 3] [--warm 5]
-        [--zooms 0] [--live-steps 300] [--step-sleep 0.05]
+        [--zooms 0] [--live-steps 300] [--step-sleep 0.05] [--database-url EMPTY_POSTGRES_DB]
 
 (iv)  With --zooms N (issue 43): N walks of drag-zooms on train/loss, each 10x narrower around
       its one-step spike, from the whole run down to fewer steps than the chart is wide
@@ -236,6 +236,9 @@ def main() -> None:
     )
     parser.add_argument("--live-steps", type=int, default=300, help="0: no live part")
     parser.add_argument("--step-sleep", type=float, default=0.05)
+    parser.add_argument(
+        "--database-url", default=None, help="an empty PostgreSQL database (default: SQLite)"
+    )
     args = parser.parse_args()
     global KEYS
     KEYS = KEYS[:4] + tuple(f"extra/k{k:02d}" for k in range(4, args.keys))
@@ -248,6 +251,8 @@ def main() -> None:
     os.environ.update(TORCHYARD_DATA_DIR=str(data_dir), TORCHYARD_ADMIN_PASSWORD=password)
     for var in ("TORCHYARD_DATABASE_URL", "TORCHYARD_BROKER_URL"):
         os.environ.pop(var, None)
+    if args.database_url:  # the team stack's database; the broker stays the SQLite one
+        os.environ["TORCHYARD_DATABASE_URL"] = args.database_url
 
     from playwright.sync_api import sync_playwright
 
