@@ -548,6 +548,7 @@ def drive(name: str, args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
     stop_probe.set()
     prober.join()
     logging_end = time.time()
+    load_end = load_average()  # the bench's own load, at the end of the logging window
 
     finished: dict[int, str] = {}
     while len(finished) < len(run_ids) and time.time() < deadline:
@@ -622,6 +623,7 @@ def drive(name: str, args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         "stagger_s": args.stagger,
         "rate": args.rate,
         "load_before": load_before,
+        "load_end": load_end,
         "points_logged": logged,
         "points_stored": stored,
         "per_run": per_run,
@@ -696,7 +698,8 @@ def report(res: dict[str, Any]) -> bool:
     ]
     print(
         f"\n== {name}: {res['runs']} runs x {res['rate']:g} points/s for {res['seconds']:g} s, "
-        f"{res['viewers']} viewers; load average before {res['load_before']}"
+        f"{res['viewers']} viewers; load average before {res['load_before']}, at the end of "
+        f"the logging window {res['load_end']}"
     )
     print(f"{'figure':34s} {'result':62s} {'target':12s} {'ratio':>6s}  ok")
     ok = True
