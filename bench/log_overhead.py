@@ -200,9 +200,14 @@ def in_job(args: argparse.Namespace) -> None:
         if code != 0 or not out.exists():
             raise SystemExit(f"the job failed ({code}):\n{(run_dir / LOG_FILE).read_text()}")
         result = json.loads(out.read_text())
-        lines = (run_dir / METRICS_FILE).read_bytes().count(b"\n")
+        # The metrics lines only: the job's spool also holds what init() records (its config).
+        spool = (run_dir / METRICS_FILE).read_bytes().splitlines()
+        lines = sum(1 for line in spool if line.startswith(b'{"type": "metrics"'))
         if lines != result["logged"]:
-            raise SystemExit(f"{result['logged']} run.log calls, {lines} lines in the spool")
+            raise SystemExit(
+                f"{result['logged']} run.log calls, {lines} metrics lines in the spool "
+                f"({len(spool)} lines in all)"
+            )
     rates, cpu_rates = result["rates"], result["cpu_rates"]
     best = {mode: max(v) for mode, v in rates.items()}
     median = {mode: statistics.median(v) for mode, v in rates.items()}
