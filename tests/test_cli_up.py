@@ -98,6 +98,15 @@ def test_up_starts_server_and_worker_prints_url_and_stops_cleanly_on_ctrl_c(
             assert time.monotonic() < deadline, children
             time.sleep(0.2)
         assert len(children) == 3, children
+        # The preparation's imports (settings, schema, queue: pydantic, SQLAlchemy, Alembic,
+        # kombu) are gone from the supervisor, which became a process of the standard library
+        # (torchyard/compose/supervising.py): it held 93 MiB of an idle `up`'s 382.
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert "_pydantic_core" not in maps, "the supervisor still holds the app's imports"
+        pss_kib = int(
+            Path(f"/proc/{proc.pid}/smaps_rollup").read_text().split("Pss:")[1].split()[0]
+        )
+        assert pss_kib < 40 * 1024, f"the supervisor's PSS is {pss_kib} KiB"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
         assert "torchyard stopped" in proc.stdout.read()

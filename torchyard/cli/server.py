@@ -51,7 +51,7 @@ def up(
     os.environ["TORCHYARD_DATA_DIR"] = os.path.abspath(data_dir)  # before app reads settings
     from torchyard.compose import stack
 
-    raise typer.Exit(stack.up(host, port))
+    stack.up(host, port)  # becomes the supervisor: never returns
 
 
 def serve(
@@ -76,7 +76,7 @@ def serve(
     require_server_stack()
     from torchyard.compose import stack
 
-    raise typer.Exit(stack.serve(host, port, processes))
+    stack.serve(host, port, processes)  # becomes the supervisor: never returns
 
 
 def worker(

@@ -56,3 +56,13 @@ def farewell(runs: list[LeftRunning], *, kept: bool) -> list[str]:
         f"To stop one: `torchyard up`, then `torchyard cancel {first}` (or Cancel on its page);"
         " to stop them with torchyard, set TORCHYARD_KEEP_JOBS_ON_WORKER_STOP=0.",
     ]
+
+
+def main() -> None:
+    """Run by `up`'s supervisor once its children stopped (torchyard/compose/supervising.py)."""
+    for line in farewell(left_running(), kept=get_settings().keep_jobs_on_worker_stop):
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
