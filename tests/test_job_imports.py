@@ -179,3 +179,18 @@ def test_the_worker_and_the_server_never_import_torch() -> None:
     )
     assert "celery" in loaded and "fastapi" in loaded
     assert "torch" not in loaded and "numpy" not in loaded
+
+
+def test_the_worker_and_the_server_import_httpx_only_when_a_session_needs_it() -> None:
+    """httpx imports its command line (click, rich and pygments: ~16 MiB of PSS in a bare
+    interpreter; the API still gets pygments through Alembic's mako) into every process that
+    imports it; the worker and both API processes did, through the sessions' end rules and
+    proxy, though only a running session calls them
+    (app/sessions/end_rules.py; bench/idle_memory.py)."""
+    loaded = loaded_top_level_modules(
+        "import app.broker, worker.tasks, worker.runner, worker.forwarder, app.scheduled\n"
+        "import torchyard.compose.api\n"
+        "torchyard.compose.api.create_app()\n"
+    )
+    assert "celery" in loaded and "fastapi" in loaded
+    assert not {"httpx", "rich"} & loaded, sorted({"httpx", "rich"} & loaded)

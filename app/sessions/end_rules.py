@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -42,6 +41,11 @@ class Verdict:
 def lab_last_activity(run_id: int, settings: Settings) -> datetime | None:
     """Its JupyterLab's last activity, asked over its socket with its secret; None when it
     does not answer (starting, or gone)."""
+    # httpx here, not at the module's top: it imports its command line (click, rich, pygments:
+    # ~16 MiB of PSS) into every process that imports this module, the worker and both API
+    # processes among them, for a call made only while a session runs (bench/idle_memory.py).
+    import httpx
+
     paths = RunPaths(settings.run_dir(run_id))
     token = lab_secret(paths)
     if token is None:

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import httpx
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -65,6 +64,8 @@ def _cookies_without_ours(header: str) -> str:
 @router.api_route(LAB_PATH, methods=METHODS)
 async def lab_http(run_id: int, path: str, request: Request) -> StreamingResponse:
     del path  # the whole request path goes on: Jupyter's base_url is the proxy's
+    import httpx  # on the first request only: app/sessions/end_rules.py says why
+
     lab = await run_in_threadpool(authorize, request, run_id, request.method)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in DROPPED}
     headers["authorization"] = f"token {lab.token}"
