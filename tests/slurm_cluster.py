@@ -159,6 +159,11 @@ def slurm_conf(
         "ReturnToService=2",
         "KillWait=2",
         f"MinJobAge={min_job_age}",
+        # A round trip between the daemons may take this long (10 s by default): on the
+        # suite's saturated 2-core box srun's step launch timed out once ("Socket timed out on
+        # send/recv operation", test_slurm_track_forgotten in a fresh-clone CI), failing the
+        # run as a real cluster's would not.
+        "MessageTimeout=60",
         # the node's CPUs and memory as written here, whatever the machine has
         "SlurmdParameters=config_overrides",
     ]
